@@ -1,0 +1,3 @@
+from imprintd.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""How the core tells a client what a reply is doing, without knowing about the wire.
+
+The server implements ``ReplyEvents`` with ``imprint/replyDelta`` notifications and LSP
+work-done progress; the CLI prints; tests record. Reply text and progress are separate
+channels on purpose (ADR 0093): notes and progress are never shown or spoken as the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+import msgspec
+
+StepState = Literal["started", "finished", "failed"]
+
+
+class ToolStep(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool step as the client shows it, e.g. "Searching the workspace for …"."""
+
+    call_id: str
+    tool: str
+    title: str
+    state: StepState
+    detail: str = ""
+
+
+class ReplyEvents(Protocol):
+    def text(self, delta: str) -> None:
+        """A piece of the answer, in order."""
+
+    def progress(self, message: str, percentage: int | None = None) -> None:
+        """Long work under way ("Analyzing section 3 of 12")."""
+
+    def tool_step(self, step: ToolStep) -> None:
+        """A tool step started, finished or failed."""
+
+    def summary(self, text: str, first_seq: int, last_seq: int) -> None:
+        """The running summary was (re)written and now covers messages first_seq..last_seq."""
+
+
+class NullEvents:
+    """Drops every event (used where nobody is listening)."""
+
+    def text(self, delta: str) -> None:
+        pass
+
+    def progress(self, message: str, percentage: int | None = None) -> None:
+        pass
+
+    def tool_step(self, step: ToolStep) -> None:
+        pass
+
+    def summary(self, text: str, first_seq: int, last_seq: int) -> None:
+        pass

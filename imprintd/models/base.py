@@ -1,0 +1,110 @@
+"""The Model interface every record talks to (DESIGN.md, "Models").
+
+A model renders and counts a fully formatted prompt (messages plus tool schemas, generation
+prompt included), streams a completion under a deadline and cancellation, and reports usage.
+Providers: ``local.py`` (llama.cpp, exact counts) and ``remote.py`` (OpenAI-compatible, the
+UTF-8-byte estimate of ADR 0093). Tests use the stand-in in ``tests/standin.py``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Literal, Protocol, runtime_checkable
+
+import anyio
+import msgspec
+
+from imprintd.messages import Message, ToolCall, ToolSpec
+
+FinishReason = Literal["stop", "length", "tool_calls", "deadline"]
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """What one request cost: its formatted prompt, the part actually evaluated, and the output."""
+
+    prompt_tokens: int
+    evaluated_tokens: int
+    generated_tokens: int
+
+
+class Completion(msgspec.Struct, frozen=True, kw_only=True):
+    """The result of one model request.
+
+    ``text`` is what the model wrote, tool-call markup removed. ``finish_reason`` is
+    ``"deadline"`` when the request's time ran out; ``text`` then holds what was written
+    before it. ``tool_call_error`` names what was wrong with a malformed call, which is
+    not run; the caller tells the model.
+    """
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: FinishReason = "stop"
+    usage: Usage = Usage(prompt_tokens=0, evaluated_tokens=0, generated_tokens=0)
+    tool_call_error: str | None = None
+
+
+class ModelError(Exception):
+    """A model request failed. The message names the cause in words a user can act on."""
+
+
+class ModelUnavailable(ModelError):
+    """No model can be loaded or reached (missing GGUF, no embedded model, bad config)."""
+
+
+TextCallback = Callable[[str], None]
+
+
+@runtime_checkable
+class Model(Protocol):
+    """What the core needs of a chat model."""
+
+    #: Identity for prefix sharing (ADR 0157): the same id means the same tokenizer and template.
+    model_id: str
+    #: The context window the prompt, tool schemas and output allowance must fit.
+    n_ctx: int
+    #: True when the model's own template renders tool schemas and it writes calls natively.
+    native_tools: bool
+
+    def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+        """Tokens of the fully formatted prompt, generation prompt included (exact for local)."""
+        ...
+
+    def count_message(self, message: Message) -> int:
+        """Tokens ``message`` adds to a formatted prompt; cached, cheap to call repeatedly."""
+        ...
+
+    def count_text(self, text: str) -> int:
+        """Tokens of plain text (for generated output, clipping and notes)."""
+        ...
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        max_tokens: int,
+        timeout: float | None = None,
+        on_text: TextCallback | None = None,
+    ) -> Completion:
+        """Generate a reply, calling ``on_text`` with each piece of visible text as it comes.
+
+        Runs under the process-wide inference lock; ``timeout`` covers the wait for the
+        lock too. Cancelling the calling task stops generation before the next token and
+        re-raises the cancellation. Raises ``ModelError`` on failure.
+        """
+        ...
+
+
+_locks: weakref.WeakKeyDictionary[object, anyio.Lock] = weakref.WeakKeyDictionary()
+
+
+def inference_lock() -> anyio.Lock:
+    """The one lock that serializes model calls in this process (one per event loop)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    lock = _locks.get(loop)
+    if lock is None:
+        lock = _locks[loop] = anyio.Lock()
+    return lock
