@@ -1,0 +1,529 @@
+"""Conversations kept in SQLite, and ephemeral ones kept in memory (DESIGN.md, "Storage").
+
+``Store`` is the one database in the data dir, opened with apsw: sessions, their messages
+(numbered by a per-session ``seq``) and ADR 0141's ``chat_summaries`` (the running summary's
+text, the messages it covers and the retry point after a failed attempt). The schema moves
+forward by ``PRAGMA user_version`` through the numbered functions in ``MIGRATIONS``; a
+database written by a newer imprintd is refused rather than guessed at.
+
+``MemoryStore`` holds sessions created with persistence off (ADR 0141's voice case): the
+same API, nothing on disk, at most 400 messages a session and 4,000 characters a tool
+result.
+
+Both implement ``ConversationStore``, which is all the reply path needs.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import apsw
+import msgspec
+
+from imprintd.messages import Message, ToolCall
+from imprintd.settings import data_dir
+
+DB_NAME = "imprint.sqlite3"
+BUSY_TIMEOUT_MS = 5_000
+TITLE_LIMIT = 80
+
+# ADR 0141, voice: "at most 400 messages, 4,000 characters a result".
+MEMORY_MESSAGE_LIMIT = 400
+MEMORY_TOOL_RESULT_LIMIT = 4_000
+
+Clock = Callable[[], float]
+
+
+class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    title: str
+    workspace: str | None
+    created_at: float
+    updated_at: float
+    message_count: int
+    persist: bool
+
+
+class StoredSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """ADR 0141's running summary of a session: covers messages ``first_seq..last_seq``.
+
+    ``retry_at``: after a failed attempt, no new one until the session has this many
+    messages (six more than at the failure); ``None`` when the last attempt succeeded.
+    """
+
+    text: str
+    first_seq: int
+    last_seq: int
+    retry_at: int | None = None
+
+
+class StoreError(Exception):
+    """The store cannot do what was asked; the message says why and what to do."""
+
+
+class SessionNotFound(StoreError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session with id {session_id!r}")
+        self.session_id = session_id
+
+
+@runtime_checkable
+class ConversationStore(Protocol):
+    """What the reply path needs from a store; ``Store`` and ``MemoryStore`` both provide it."""
+
+    def create_session(self, *, title: str = "", workspace: str | None = None) -> SessionInfo: ...
+    def session(self, session_id: str) -> SessionInfo: ...
+    def sessions(self) -> list[SessionInfo]: ...
+    def delete_session(self, session_id: str) -> None: ...
+    def append(self, session_id: str, message: Message) -> Message: ...
+    def messages(self, session_id: str) -> list[Message]: ...
+    def summary(self, session_id: str) -> StoredSummary | None: ...
+    def save_summary(self, session_id: str, summary: StoredSummary) -> None: ...
+
+
+# --- helpers shared by both stores -------------------------------------------------------
+
+
+def new_session_id() -> str:
+    # Random rather than sequential: ids travel to editors and must not be guessable
+    # or collide between the persistent and the in-memory store.
+    return secrets.token_hex(16)
+
+
+def title_from(content: str) -> str:
+    """The first non-blank line of ``content``, clipped to ``TITLE_LIMIT`` characters."""
+    line = next((line.strip() for line in content.splitlines() if line.strip()), "")
+    return line if len(line) <= TITLE_LIMIT else line[: TITLE_LIMIT - 1].rstrip() + "…"
+
+
+def _check_summary(summary: StoredSummary) -> None:
+    if not 1 <= summary.first_seq <= summary.last_seq:
+        raise ValueError(
+            f"summary covers #{summary.first_seq}..#{summary.last_seq}; "
+            "expected 1 <= first_seq <= last_seq"
+        )
+
+
+# --- migrations ---------------------------------------------------------------------------
+
+Migration = Callable[[apsw.Connection], None]
+
+
+def _migration_1_conversations(db: apsw.Connection) -> None:
+    """Sessions, their messages, and ADR 0141's running summaries."""
+    db.execute(
+        """
+        CREATE TABLE sessions (
+            id         TEXT PRIMARY KEY NOT NULL,
+            title      TEXT NOT NULL DEFAULT '',
+            workspace  TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        ) STRICT;
+        CREATE INDEX sessions_by_updated ON sessions (updated_at);
+
+        CREATE TABLE messages (
+            session_id   TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            seq          INTEGER NOT NULL CHECK (seq >= 1),
+            role         TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
+            content      TEXT NOT NULL,
+            tool_calls   TEXT NOT NULL DEFAULT '[]',  -- JSON list of ToolCall (msgspec)
+            tool_call_id TEXT,
+            name         TEXT,
+            created_at   REAL NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) STRICT;
+
+        CREATE TABLE chat_summaries (
+            session_id TEXT PRIMARY KEY NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            text       TEXT NOT NULL,
+            first_seq  INTEGER NOT NULL CHECK (first_seq >= 1),
+            last_seq   INTEGER NOT NULL CHECK (last_seq >= first_seq),
+            retry_at   INTEGER,
+            updated_at REAL NOT NULL
+        ) STRICT;
+        """
+    )
+
+
+# Migration N (1-based) takes the schema from version N-1 to N; user_version is the number
+# applied. Append only, never reorder or edit a released entry. Another module contributes
+# its tables with one line here, e.g. the workspace index as migration 2:
+#     MIGRATIONS = [_migration_1_conversations, workspace_index.migrate]
+# where ``migrate(db)`` runs its DDL on ``db`` and does not commit (the caller does).
+MIGRATIONS: list[Migration] = [
+    _migration_1_conversations,
+]
+
+
+def _user_version(db: apsw.Connection) -> int:
+    return int(db.pragma("user_version"))
+
+
+def _refuse_newer(path: Path, found: int, known: int) -> None:
+    if found > known:
+        raise StoreError(
+            f"{path} has schema version {found}, but this imprintd knows versions up to "
+            f"{known}: it was written by a newer imprintd. Upgrade imprintd, or set "
+            "IMPRINT_DATA_DIR to another directory to use a separate database."
+        )
+
+
+@contextmanager
+def immediate(db: apsw.Connection) -> Iterator[apsw.Connection]:
+    """A ``BEGIN IMMEDIATE`` transaction on ``db``: committed on success, else rolled back."""
+    # IMMEDIATE takes the write lock up front (waiting up to the busy timeout), so what the
+    # transaction reads cannot change under it before it writes.
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:  # some errors (disk full, I/O) have rolled back already
+            db.execute("ROLLBACK")
+        raise
+
+
+def migrate(db: apsw.Connection, path: Path) -> int:
+    """Apply every pending migration in one transaction; return the schema version."""
+    known = len(MIGRATIONS)
+    with immediate(db):
+        # Re-read inside the write lock: another process may have migrated meanwhile.
+        current = _user_version(db)
+        _refuse_newer(path, current, known)
+        for number in range(current + 1, known + 1):
+            MIGRATIONS[number - 1](db)
+        if current != known:
+            db.pragma("user_version", known)
+    return known
+
+
+# --- the SQLite store ----------------------------------------------------------------------
+
+_SESSION_COLUMNS = """
+    s.id, s.title, s.workspace, s.created_at, s.updated_at,
+    (SELECT count(*) FROM messages m WHERE m.session_id = s.id)
+"""
+
+_decode_tool_calls = msgspec.json.Decoder(tuple[ToolCall, ...]).decode
+
+
+def _session_from_row(row: tuple) -> SessionInfo:
+    id_, title, workspace, created_at, updated_at, count = row
+    return SessionInfo(id=id_, title=title, workspace=workspace, created_at=created_at,
+                       updated_at=updated_at, message_count=count, persist=True)
+
+
+def _message_from_row(row: tuple) -> Message:
+    seq, role, content, tool_calls, tool_call_id, name = row
+    return Message(role=role, content=content, tool_calls=_decode_tool_calls(tool_calls),
+                   tool_call_id=tool_call_id, name=name, seq=seq)
+
+
+def _create_private_file(path: Path) -> None:
+    # Conversations are private. SQLite creates the -wal and -shm files with the
+    # database file's permissions, so making the file 0600 up front covers all three.
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
+
+
+class Store:
+    """Sessions, messages and summaries in one SQLite database (apsw).
+
+    Every write runs in its own ``BEGIN IMMEDIATE`` transaction and is committed before the
+    method returns. One lock serializes this object's use of the connection: the daemon calls
+    it from the event loop and from worker threads, and SQLite transactions belong to the
+    connection, not the thread.
+    """
+
+    def __init__(self, connection: apsw.Connection, path: Path, *, clock: Clock = time.time) -> None:
+        self._db = connection
+        self._path = path
+        self._clock = clock
+        self._lock = threading.RLock()
+
+    @classmethod
+    def open(cls, path: Path | None = None, *, clock: Clock = time.time) -> Store:
+        """Open (creating if needed) the database; default ``data_dir()/imprint.sqlite3``."""
+        if path is None:
+            directory = data_dir()
+            # 0700: only this user reads the conversations (existing dirs are left as they are).
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path = directory / DB_NAME
+        else:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _create_private_file(path)
+        try:
+            db = apsw.Connection(str(path))
+        except apsw.Error as error:
+            raise StoreError(f"cannot open the database {path}: {error}") from error
+        try:
+            _configure(db, path)
+            migrate(db, path)
+        except apsw.Error as error:
+            db.close()
+            raise StoreError(
+                f"cannot use the database {path}: {error}. If it is not an imprintd database, "
+                "move it away or set IMPRINT_DATA_DIR to another directory."
+            ) from error
+        except BaseException:
+            db.close()
+            raise
+        return cls(db, path, clock=clock)
+
+    # -- plumbing for other modules --
+
+    @property
+    def connection(self) -> apsw.Connection:
+        """The apsw connection, for other modules' tables; write through ``transaction()``."""
+        return self._db
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @contextmanager
+    def transaction(self) -> Iterator[apsw.Connection]:
+        """Hold the store's lock in a ``BEGIN IMMEDIATE`` transaction; commit on success."""
+        with self._lock, immediate(self._db) as db:
+            yield db
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check``: ``"ok"``, or the problems found, one a line."""
+        with self._lock:
+            return "\n".join(str(row[0]) for row in self._db.execute("PRAGMA integrity_check"))
+
+    # -- ConversationStore --
+
+    def create_session(self, *, title: str = "", workspace: str | None = None) -> SessionInfo:
+        now = self._clock()
+        session_id = new_session_id()
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO sessions (id, title, workspace, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+                (session_id, title, workspace, now, now),
+            )
+        return SessionInfo(id=session_id, title=title, workspace=workspace, created_at=now,
+                           updated_at=now, message_count=0, persist=True)
+
+    def session(self, session_id: str) -> SessionInfo:
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = ?", (session_id,)
+            ).fetchone()
+        if row is None:
+            raise SessionNotFound(session_id)
+        return _session_from_row(row)
+
+    def sessions(self) -> list[SessionInfo]:
+        # rowid breaks ties between equal timestamps: the later-created session first.
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions s ORDER BY s.updated_at DESC, s.rowid DESC"
+            ).fetchall()
+        return [_session_from_row(row) for row in rows]
+
+    def delete_session(self, session_id: str) -> None:
+        # Messages and the summary go with it (ON DELETE CASCADE).
+        with self.transaction() as db:
+            db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+            if db.changes() == 0:
+                raise SessionNotFound(session_id)
+
+    def append(self, session_id: str, message: Message) -> Message:
+        """Store ``message`` as the session's next one; returns it with its ``seq``.
+
+        Any ``seq`` the message carries is replaced: the store numbers messages.
+        """
+        now = self._clock()
+        with self.transaction() as db:
+            title = db.execute("SELECT title FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            if title is None:
+                raise SessionNotFound(session_id)
+            seq = db.execute(
+                "SELECT coalesce(max(seq), 0) + 1 FROM messages WHERE session_id = ?", (session_id,)
+            ).fetchone()[0]
+            db.execute(
+                "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, name, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, seq, message.role, message.content,
+                 msgspec.json.encode(message.tool_calls).decode(),
+                 message.tool_call_id, message.name, now),
+            )
+            new_title = title[0] or (title_from(message.content) if message.role == "user" else "")
+            db.execute("UPDATE sessions SET updated_at = ?, title = ? WHERE id = ?",
+                       (now, new_title, session_id))
+        return msgspec.structs.replace(message, seq=seq)
+
+    def messages(self, session_id: str) -> list[Message]:
+        with self._lock:
+            self._require(session_id)
+            rows = self._db.execute(
+                "SELECT seq, role, content, tool_calls, tool_call_id, name FROM messages"
+                " WHERE session_id = ? ORDER BY seq",
+                (session_id,),
+            ).fetchall()
+        return [_message_from_row(row) for row in rows]
+
+    def summary(self, session_id: str) -> StoredSummary | None:
+        with self._lock:
+            self._require(session_id)
+            row = self._db.execute(
+                "SELECT text, first_seq, last_seq, retry_at FROM chat_summaries WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        text, first_seq, last_seq, retry_at = row
+        return StoredSummary(text=text, first_seq=first_seq, last_seq=last_seq, retry_at=retry_at)
+
+    def save_summary(self, session_id: str, summary: StoredSummary) -> None:
+        """Store ``summary`` for the session, replacing any earlier one."""
+        _check_summary(summary)
+        with self.transaction() as db:
+            self._require(session_id)
+            db.execute(
+                "INSERT INTO chat_summaries (session_id, text, first_seq, last_seq, retry_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (session_id) DO UPDATE SET text = excluded.text,"
+                " first_seq = excluded.first_seq, last_seq = excluded.last_seq,"
+                " retry_at = excluded.retry_at, updated_at = excluded.updated_at",
+                (session_id, summary.text, summary.first_seq, summary.last_seq,
+                 summary.retry_at, self._clock()),
+            )
+
+    def _require(self, session_id: str) -> None:
+        if self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+            raise SessionNotFound(session_id)
+
+
+def _configure(db: apsw.Connection, path: Path) -> None:
+    """Connection settings; run before migrating (journal_mode cannot change inside a transaction)."""
+    db.set_busy_timeout(BUSY_TIMEOUT_MS)
+    # Refuse a newer database before anything writes to it (switching it to WAL would).
+    _refuse_newer(path, _user_version(db), len(MIGRATIONS))
+    mode = db.pragma("journal_mode", "wal")
+    if str(mode).lower() != "wal":
+        raise StoreError(
+            f"cannot use write-ahead logging for {path} (journal mode stays {mode!r}); "
+            "set IMPRINT_DATA_DIR to a directory on a local disk."
+        )
+    # FULL rather than NORMAL: with WAL, NORMAL keeps the database consistent but may lose
+    # the last commits on power loss or an OS crash, and a message counts as acknowledged
+    # once committed. FULL's one fsync per commit costs milliseconds; a reply costs seconds.
+    db.pragma("synchronous", "FULL")
+    db.pragma("foreign_keys", True)
+
+
+# --- the in-memory store -------------------------------------------------------------------
+
+
+@dataclass
+class _MemorySession:
+    info: SessionInfo
+    order: int  # creation order, to break ties between equal timestamps
+    messages: deque[Message] = field(default_factory=lambda: deque(maxlen=MEMORY_MESSAGE_LIMIT))
+    next_seq: int = 1
+    summary: StoredSummary | None = None
+
+
+def clip_tool_result(content: str, limit: int = MEMORY_TOOL_RESULT_LIMIT) -> str:
+    """``content`` cut to at most ``limit`` characters, ending with a note that it was cut."""
+    if len(content) <= limit:
+        return content
+    # The note tells the model the result is incomplete rather than letting it trust the cut.
+    note = f"\n[clipped: the result had {len(content):,} characters]"
+    keep = max(limit - len(note), 0)
+    return (content[:keep] + note)[:limit]
+
+
+class MemoryStore:
+    """Sessions with persistence off (ADR 0141's voice case): kept in memory, never on disk.
+
+    A session keeps its newest ``MEMORY_MESSAGE_LIMIT`` messages (the oldest drop out, seq
+    numbers keep counting) and tool results clipped to ``MEMORY_TOOL_RESULT_LIMIT``
+    characters. Everything is gone when the object is.
+    """
+
+    def __init__(self, *, clock: Clock = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._sessions: dict[str, _MemorySession] = {}
+        self._created = 0
+
+    def create_session(self, *, title: str = "", workspace: str | None = None) -> SessionInfo:
+        now = self._clock()
+        info = SessionInfo(id=new_session_id(), title=title, workspace=workspace, created_at=now,
+                           updated_at=now, message_count=0, persist=False)
+        with self._lock:
+            self._created += 1
+            self._sessions[info.id] = _MemorySession(info=info, order=self._created)
+        return info
+
+    def session(self, session_id: str) -> SessionInfo:
+        with self._lock:
+            return self._get(session_id).info
+
+    def sessions(self) -> list[SessionInfo]:
+        with self._lock:
+            held = sorted(self._sessions.values(),
+                          key=lambda s: (s.info.updated_at, s.order), reverse=True)
+            return [s.info for s in held]
+
+    def delete_session(self, session_id: str) -> None:
+        with self._lock:
+            self._get(session_id)
+            del self._sessions[session_id]
+
+    def append(self, session_id: str, message: Message) -> Message:
+        now = self._clock()
+        with self._lock:
+            held = self._get(session_id)
+            content = clip_tool_result(message.content) if message.role == "tool" else message.content
+            stored = msgspec.structs.replace(message, content=content, seq=held.next_seq)
+            held.next_seq += 1
+            held.messages.append(stored)  # the deque drops the oldest past the limit
+            title = held.info.title or (title_from(content) if message.role == "user" else "")
+            held.info = msgspec.structs.replace(held.info, title=title, updated_at=now,
+                                                message_count=len(held.messages))
+        return stored
+
+    def messages(self, session_id: str) -> list[Message]:
+        with self._lock:
+            return list(self._get(session_id).messages)
+
+    def summary(self, session_id: str) -> StoredSummary | None:
+        with self._lock:
+            return self._get(session_id).summary
+
+    def save_summary(self, session_id: str, summary: StoredSummary) -> None:
+        _check_summary(summary)
+        with self._lock:
+            self._get(session_id).summary = summary
+
+    def _get(self, session_id: str) -> _MemorySession:
+        held = self._sessions.get(session_id)
+        if held is None:
+            raise SessionNotFound(session_id)
+        return held
