@@ -1,0 +1,429 @@
+"""The SQLite store and the in-memory store (DESIGN.md "Storage", ADR 0141)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from pathlib import Path
+
+import threading
+from collections.abc import Iterator
+
+import apsw
+import msgspec
+import pytest
+
+from imprintd import store as store_module
+from imprintd.messages import Message, ToolCall, assistant, tool_result, user
+from imprintd.settings import data_dir
+from imprintd.store import (
+    MEMORY_MESSAGE_LIMIT,
+    MEMORY_TOOL_RESULT_LIMIT,
+    MIGRATIONS,
+    ConversationStore,
+    MemoryStore,
+    SessionNotFound,
+    Store,
+    StoreError,
+    StoredSummary,
+)
+
+
+class Ticks:
+    """A clock that moves one second per reading, so ordering never depends on real time."""
+
+    def __init__(self) -> None:
+        self._counter = itertools.count(1_000)
+
+    def __call__(self) -> float:
+        return float(next(self._counter))
+
+
+@pytest.fixture
+def db() -> Iterator[Store]:
+    opened = Store.open(clock=Ticks())
+    yield opened
+    opened.close()
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def any_store(request) -> Iterator[ConversationStore]:
+    if request.param == "memory":
+        yield MemoryStore(clock=Ticks())
+        return
+    opened = Store.open(clock=Ticks())
+    yield opened
+    opened.close()
+
+
+def exchange_with_tool() -> list[Message]:
+    call = ToolCall(id="call_1", name="search_workspace", arguments={"query": "billing port", "limit": 3})
+    return [
+        user("What port does billing use?"),
+        assistant("", tool_calls=(call,)),
+        tool_result(call, "compose.yaml:12: billing: ports: ['8101:8101']"),
+        assistant("Billing listens on 8101 (compose.yaml:12)."),
+    ]
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, str]]:
+    return {
+        str(path.relative_to(directory)): (path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest())
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+# --- behaviour both stores share ------------------------------------------------------------
+
+
+def test_both_stores_implement_the_protocol(db):
+    assert isinstance(db, ConversationStore)
+    assert isinstance(MemoryStore(), ConversationStore)
+
+
+def test_messages_round_trip_with_tool_calls_and_results(any_store):
+    session = any_store.create_session(workspace="/home/u/project")
+    sent = exchange_with_tool()
+    acknowledged = [any_store.append(session.id, message) for message in sent]
+
+    expected = [msgspec.structs.replace(message, seq=seq) for seq, message in enumerate(sent, start=1)]
+    assert acknowledged == expected
+    assert any_store.messages(session.id) == expected
+    stored_call = any_store.messages(session.id)[1].tool_calls[0]
+    assert stored_call.arguments == {"query": "billing port", "limit": 3}
+    assert any_store.messages(session.id)[2].tool_call_id == "call_1"
+    assert any_store.messages(session.id)[2].name == "search_workspace"
+
+
+def test_seq_is_numbered_per_session_and_replaces_a_given_seq(any_store):
+    first = any_store.create_session()
+    second = any_store.create_session()
+    assert [any_store.append(first.id, user(f"a{i}")).seq for i in range(3)] == [1, 2, 3]
+    assert any_store.append(second.id, user("b", seq=99)).seq == 1
+    assert [m.seq for m in any_store.messages(first.id)] == [1, 2, 3]
+    assert [m.seq for m in any_store.messages(second.id)] == [1]
+
+
+def test_concurrent_appends_get_distinct_seqs(any_store):
+    session = any_store.create_session()
+
+    def writer(name: str) -> None:
+        for number in range(25):
+            any_store.append(session.id, user(f"{name} {number}"))
+
+    threads = [threading.Thread(target=writer, args=(f"t{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stored = any_store.messages(session.id)
+    assert [m.seq for m in stored] == list(range(1, 101))
+    assert len({m.content for m in stored}) == 100
+
+
+def test_two_connections_to_one_file_number_in_turn(db):
+    session = db.create_session()
+    with Store.open(db.path) as other:
+        assert db.append(session.id, user("a")).seq == 1
+        assert other.append(session.id, user("b")).seq == 2
+        assert db.append(session.id, user("c")).seq == 3
+        assert [m.content for m in other.messages(session.id)] == ["a", "b", "c"]
+
+
+def test_sessions_newest_updated_first(any_store):
+    old = any_store.create_session(title="old")
+    middle = any_store.create_session(title="middle")
+    new = any_store.create_session(title="new")
+    assert [s.id for s in any_store.sessions()] == [new.id, middle.id, old.id]
+
+    any_store.append(old.id, user("bump"))
+    assert [s.id for s in any_store.sessions()] == [old.id, new.id, middle.id]
+    info = any_store.session(old.id)
+    assert info.updated_at > info.created_at
+    assert info.message_count == 1
+
+
+def test_session_info(any_store):
+    created = any_store.create_session(title="Ports", workspace="/w")
+    assert len(created.id) == 32 and created.id != any_store.create_session().id
+    assert any_store.session(created.id) == created
+    assert created.persist is isinstance(any_store, Store)
+
+
+def test_title_comes_from_the_first_user_message(any_store):
+    session = any_store.create_session()
+    any_store.append(session.id, Message(role="system", content="You are helpful."))
+    assert any_store.session(session.id).title == ""
+    any_store.append(session.id, user("\n  Why does the build fail?  \nHere is the log: ..."))
+    any_store.append(session.id, user("A later question"))
+    assert any_store.session(session.id).title == "Why does the build fail?"
+
+    long = any_store.create_session()
+    any_store.append(long.id, user("x" * 200))
+    title = any_store.session(long.id).title
+    assert len(title) == 80 and title.endswith("…")
+
+    named = any_store.create_session(title="Given")
+    any_store.append(named.id, user("question"))
+    assert any_store.session(named.id).title == "Given"
+
+
+def test_summary_save_replace_load(any_store):
+    session = any_store.create_session()
+    assert any_store.summary(session.id) is None
+    first = StoredSummary(text="- (#1) user asked about ports", first_seq=1, last_seq=4, retry_at=None)
+    any_store.save_summary(session.id, first)
+    assert any_store.summary(session.id) == first
+
+    failed = StoredSummary(text=first.text, first_seq=1, last_seq=4, retry_at=16)
+    any_store.save_summary(session.id, failed)
+    assert any_store.summary(session.id) == failed
+
+    with pytest.raises(ValueError):
+        any_store.save_summary(session.id, StoredSummary(text="", first_seq=5, last_seq=4))
+
+
+def test_unknown_session_is_named(any_store):
+    missing = "0123456789abcdef"
+    calls = [
+        lambda: any_store.session(missing),
+        lambda: any_store.delete_session(missing),
+        lambda: any_store.append(missing, user("hi")),
+        lambda: any_store.messages(missing),
+        lambda: any_store.summary(missing),
+        lambda: any_store.save_summary(missing, StoredSummary(text="", first_seq=1, last_seq=1)),
+    ]
+    for call in calls:
+        with pytest.raises(SessionNotFound, match=missing) as caught:
+            call()
+        assert caught.value.session_id == missing
+        assert isinstance(caught.value, StoreError)
+
+
+def test_delete_session(any_store):
+    kept = any_store.create_session()
+    gone = any_store.create_session()
+    any_store.append(gone.id, user("bye"))
+    any_store.delete_session(gone.id)
+    assert [s.id for s in any_store.sessions()] == [kept.id]
+    with pytest.raises(SessionNotFound):
+        any_store.messages(gone.id)
+
+
+# --- the SQLite store -------------------------------------------------------------------------
+
+
+def test_open_uses_the_data_dir(isolated_dirs):
+    assert not isolated_dirs.exists()
+    with Store.open() as opened:
+        assert opened.path == data_dir() / "imprint.sqlite3" == isolated_dirs / "imprint.sqlite3"
+        assert opened.path.is_file()
+        assert opened.path.stat().st_mode & 0o077 == 0  # conversations are private
+
+
+def test_pragmas_are_set(db):
+    connection = db.connection
+    assert connection.pragma("journal_mode") == "wal"
+    assert connection.pragma("synchronous") == 2  # FULL
+    assert connection.pragma("foreign_keys") == 1
+    assert connection.pragma("busy_timeout") == 5_000
+    assert db.integrity_check() == "ok"
+
+
+def test_delete_cascades_messages_and_summary(db):
+    session = db.create_session()
+    other = db.create_session()
+    for message in exchange_with_tool():
+        db.append(session.id, message)
+        db.append(other.id, message)
+    db.save_summary(session.id, StoredSummary(text="s", first_seq=1, last_seq=2))
+    db.save_summary(other.id, StoredSummary(text="s", first_seq=1, last_seq=2))
+
+    def count(table: str, session_id: str) -> int:
+        return db.connection.execute(
+            f"SELECT count(*) FROM {table} WHERE session_id = ?", (session_id,)
+        ).fetchone()[0]
+
+    assert count("messages", session.id) == 4 and count("chat_summaries", session.id) == 1
+    db.delete_session(session.id)
+    assert count("messages", session.id) == 0
+    assert count("chat_summaries", session.id) == 0
+    assert db.connection.execute("SELECT count(*) FROM sessions WHERE id = ?", (session.id,)).fetchone()[0] == 0
+    assert count("messages", other.id) == 4 and count("chat_summaries", other.id) == 1
+
+
+def test_writes_are_committed_before_returning(db):
+    session = db.create_session()
+    db.append(session.id, user("committed?"))
+    db.save_summary(session.id, StoredSummary(text="s", first_seq=1, last_seq=1))
+    assert not db.connection.in_transaction
+    # A second connection sees the rows without the first one doing anything more.
+    reader = apsw.Connection(str(db.path))
+    try:
+        assert reader.execute("SELECT content FROM messages").fetchall() == [("committed?",)]
+        assert reader.execute("SELECT text FROM chat_summaries").fetchall() == [("s",)]
+    finally:
+        reader.close()
+
+
+def test_reopening_keeps_data(isolated_dirs):
+    with Store.open() as first:
+        session = first.create_session(title="Kept", workspace="/w")
+        sent = [first.append(session.id, message) for message in exchange_with_tool()]
+        summary = StoredSummary(text="- (#1) ports", first_seq=1, last_seq=2, retry_at=8)
+        first.save_summary(session.id, summary)
+        info = first.session(session.id)
+    with Store.open() as second:
+        assert second.sessions() == [info]
+        assert second.messages(session.id) == sent
+        assert second.summary(session.id) == summary
+        assert second.append(session.id, user("next")).seq == 5
+
+
+def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
+    with Store.open() as opened:
+        assert opened.connection.pragma("user_version") == len(MIGRATIONS) == 1
+        tables = {row[0] for row in opened.connection.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+        assert {"sessions", "messages", "chat_summaries"} <= tables
+
+    runs: list[int] = []
+
+    def migration_2(connection: apsw.Connection) -> None:
+        runs.append(1)
+        connection.execute("CREATE TABLE later (x INTEGER)")
+
+    monkeypatch.setattr(store_module, "MIGRATIONS", [*MIGRATIONS, migration_2])
+    for _ in range(2):
+        with Store.open() as opened:
+            assert opened.connection.pragma("user_version") == 2
+            assert opened.connection.execute("SELECT count(*) FROM later").fetchone() == (0,)
+    assert runs == [1]
+
+
+def test_pending_migrations_share_one_transaction(isolated_dirs, monkeypatch):
+    def adds_a_table(connection: apsw.Connection) -> None:
+        connection.execute("CREATE TABLE half_done (x INTEGER)")
+
+    def fails(connection: apsw.Connection) -> None:
+        raise RuntimeError("migration 3 broke")
+
+    monkeypatch.setattr(store_module, "MIGRATIONS", [*MIGRATIONS, adds_a_table, fails])
+    with pytest.raises(RuntimeError, match="migration 3 broke"):
+        Store.open()
+
+    reader = apsw.Connection(str(isolated_dirs / "imprint.sqlite3"))
+    try:
+        assert reader.pragma("user_version") == 0
+        assert reader.execute("SELECT count(*) FROM sqlite_schema").fetchone() == (0,)
+    finally:
+        reader.close()
+
+
+def test_a_newer_database_is_refused(isolated_dirs):
+    path = isolated_dirs / "imprint.sqlite3"
+    with Store.open():
+        pass
+    writer = apsw.Connection(str(path))
+    writer.pragma("user_version", 7)
+    writer.close()
+    before = snapshot(isolated_dirs)
+
+    with pytest.raises(StoreError) as caught:
+        Store.open()
+    message = str(caught.value)
+    assert str(path) in message
+    assert "version 7" in message and f"up to {len(MIGRATIONS)}" in message
+    assert "Upgrade imprintd" in message and "IMPRINT_DATA_DIR" in message
+    assert snapshot(isolated_dirs) == before
+
+
+def test_a_file_that_is_not_a_database_is_refused(isolated_dirs):
+    isolated_dirs.mkdir()
+    path = isolated_dirs / "imprint.sqlite3"
+    path.write_bytes(b"not a database, just some text that is long enough" * 20)
+    with pytest.raises(StoreError, match="IMPRINT_DATA_DIR") as caught:
+        Store.open()
+    assert str(path) in str(caught.value)
+
+
+def test_transaction_rolls_back_on_error(db):
+    session = db.create_session()
+    with pytest.raises(RuntimeError):
+        with db.transaction() as connection:
+            connection.execute("DELETE FROM sessions")
+            raise RuntimeError("abandon")
+    assert [s.id for s in db.sessions()] == [session.id]
+    assert not db.connection.in_transaction
+
+
+def test_tool_calls_are_stored_as_json(db):
+    session = db.create_session()
+    db.append(session.id, exchange_with_tool()[1])
+    db.append(session.id, user("no calls"))
+    rows = db.connection.execute("SELECT tool_calls FROM messages ORDER BY seq").fetchall()
+    assert rows == [('[{"id":"call_1","name":"search_workspace","arguments":{"query":"billing port","limit":3}}]',),
+                    ("[]",)]
+
+
+# --- the in-memory store ----------------------------------------------------------------------
+
+
+def test_memory_store_keeps_the_newest_400_messages():
+    memory = MemoryStore(clock=Ticks())
+    session = memory.create_session()
+    for number in range(1, MEMORY_MESSAGE_LIMIT + 51):
+        assert memory.append(session.id, user(f"message {number}")).seq == number
+    kept = memory.messages(session.id)
+    assert len(kept) == MEMORY_MESSAGE_LIMIT == 400
+    assert [m.seq for m in kept] == list(range(51, 451))
+    assert kept[0].content == "message 51"
+    assert memory.session(session.id).message_count == 400
+    assert memory.append(session.id, user("next")).seq == 451
+
+
+def test_memory_store_clips_tool_results():
+    memory = MemoryStore()
+    session = memory.create_session()
+    call = ToolCall(id="c", name="read_file")
+    long = "".join(f"line {i}\n" for i in range(2_000))
+    stored = memory.append(session.id, tool_result(call, long))
+    assert len(stored.content) == MEMORY_TOOL_RESULT_LIMIT == 4_000
+    assert long.startswith(stored.content.rsplit("\n[clipped", 1)[0])
+    assert f"{len(long):,} characters" in stored.content
+    assert memory.messages(session.id)[-1] == stored
+
+    exact = "y" * 4_000
+    assert memory.append(session.id, tool_result(call, exact)).content == exact
+    # Only tool results are clipped.
+    assert memory.append(session.id, user(long)).content == long
+
+
+def test_memory_store_does_not_touch_the_data_dir(isolated_dirs):
+    def exercise(memory: MemoryStore) -> None:
+        session = memory.create_session(title="voice")
+        for message in exchange_with_tool():
+            memory.append(session.id, message)
+        memory.save_summary(session.id, StoredSummary(text="s", first_seq=1, last_seq=2))
+        memory.messages(session.id)
+        memory.sessions()
+        memory.delete_session(session.id)
+
+    exercise(MemoryStore())
+    assert not isolated_dirs.exists()
+
+    with Store.open() as persistent:
+        persistent.append(persistent.create_session().id, user("on disk"))
+    before = snapshot(isolated_dirs)
+    assert before
+    exercise(MemoryStore())
+    assert snapshot(isolated_dirs) == before
+
+
+def test_memory_sessions_are_not_in_the_database(db):
+    memory = MemoryStore()
+    ephemeral = memory.create_session()
+    assert ephemeral.persist is False
+    assert db.sessions() == []
+    with pytest.raises(SessionNotFound):
+        db.session(ephemeral.id)
