@@ -1,0 +1,155 @@
+"""Fitting a prompt to the model's context: ADR 0140 (amending ADR 0093's fitting).
+
+When the system prompt, tool schemas, earlier history, the current turn and the output
+allowance do not fit ``model.n_ctx``, earlier history goes a piece at a time:
+
+1. earlier turns' tool exchanges, oldest first (an assistant tool-call message, its own
+   text included, together with all its tool results, matched by ``tool_call_id``);
+2. then whole earlier exchanges, oldest first, each from its user question up to the next
+   one, so the kept history still starts with a question and no tool result is orphaned;
+3. if the current turn alone is still too big, ``fits`` is False and the caller sends the
+   current turn's oversized input or evidence to section analysis (ADR 0093).
+
+The current turn is never dropped and the inputs are never changed (stored sessions and
+ADR 0059's replay stay as they are). ADR 0140 bounds the cost: "fitting measures the
+prompt once per removed piece, at most once per earlier message". Here the exact count is
+taken once at the start; each removal subtracts the model's cached per-message counts,
+and one exact count confirms the result when the running total says it fits (if the exact
+count disagrees and the prompt is still over, removal goes on from the exact figure).
+So ``measurements`` is at most the number of removed pieces plus two, and usually two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from imprintd.messages import Message, ToolSpec
+from imprintd.models.base import Model
+
+__all__ = ["Fitted", "fit_prompt", "research_pieces", "exchange_pieces"]
+
+
+class Fitted(msgspec.Struct, frozen=True, kw_only=True):
+    """What to send: the fitted messages and what fitting did to get there."""
+
+    #: The system message, the kept history and the current turn, in order.
+    messages: list[Message]
+    #: The exact ``count_prompt`` of ``messages`` with the tools.
+    prompt_tokens: int
+    #: ``prompt_tokens + max_tokens <= model.n_ctx``.
+    fits: bool
+    #: Earlier tool exchanges removed (step 1).
+    dropped_tool_exchanges: int
+    #: Whole earlier exchanges removed (step 2).
+    dropped_exchanges: int
+    #: How many exact ``count_prompt`` calls fitting made.
+    measurements: int
+
+
+def research_pieces(history: Sequence[Message]) -> list[list[int]]:
+    """Indexes of ``history``'s tool exchanges, one list per piece, oldest first.
+
+    A piece is an assistant message with tool calls plus every later tool result that
+    answers one of its calls. A tool result whose call is not in ``history`` (its call was
+    cut earlier, e.g. by a summary) is earlier research too, and goes as a piece of its own.
+    """
+    owner: dict[str, int] = {}  # call id -> index of the assistant message that made it
+    pieces: dict[int, list[int]] = {}  # keyed by the piece's first index
+    for index, message in enumerate(history):
+        if message.role == "assistant" and message.tool_calls:
+            pieces[index] = [index]
+            # Ids can repeat across turns ("call_1" every time); a later call takes the id over.
+            for call in message.tool_calls:
+                owner[call.id] = index
+        elif message.role == "tool":
+            first = owner.get(message.tool_call_id) if message.tool_call_id is not None else None
+            if first is None:
+                pieces[index] = [index]
+            else:
+                pieces[first].append(index)
+    return [pieces[first] for first in sorted(pieces)]
+
+
+def exchange_pieces(history: Sequence[Message]) -> list[list[int]]:
+    """Indexes of ``history``'s whole exchanges, oldest first.
+
+    Each goes from a user question up to, not including, the next user question. Messages
+    before the first question (what is left after a summary cut) form the first piece, so
+    that after any removal the history starts with a question.
+    """
+    pieces: list[list[int]] = []
+    current: list[int] = []
+    for index, message in enumerate(history):
+        if message.role == "user" and current:
+            pieces.append(current)
+            current = []
+        current.append(index)
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def fit_prompt(
+    model: Model,
+    *,
+    system: Message,
+    history: Sequence[Message],
+    current: Sequence[Message],
+    tools: Sequence[ToolSpec] = (),
+    max_tokens: int,
+) -> Fitted:
+    """Fit ``system + history + current`` (with ``tools`` and ``max_tokens``) to ``model.n_ctx``.
+
+    ``history`` is the conversation before the current question; ``current`` is the
+    current question followed by this reply's own tool exchanges so far. Only ``history``
+    is ever shortened. Pure and synchronous: it counts, it does not generate.
+    """
+    limit = model.n_ctx - max_tokens
+    kept = [True] * len(history)
+    measurements = 0
+
+    def measure() -> int:
+        nonlocal measurements
+        measurements += 1
+        return model.count_prompt(_assemble(system, history, kept, current), tools)
+
+    total = measure()
+    exact = True
+    dropped = {"research": 0, "exchange": 0}
+    # Step 2's pieces are computed over the whole history, but only what is still kept
+    # goes with them: by then every tool exchange has already gone in step 1.
+    plan = [("research", piece) for piece in research_pieces(history)]
+    plan += [("exchange", piece) for piece in exchange_pieces(history)]
+    for kind, piece in plan:
+        if total <= limit:
+            break
+        live = [index for index in piece if kept[index]]
+        if not live:
+            continue
+        for index in live:
+            kept[index] = False
+        dropped[kind] += 1
+        # Cached per-message counts keep a long session cheap; the exact count confirms.
+        total -= sum(model.count_message(history[index]) for index in live)
+        exact = False
+        if total <= limit:
+            total, exact = measure(), True
+    if not exact:
+        total = measure()
+    return Fitted(
+        messages=_assemble(system, history, kept, current),
+        prompt_tokens=total,
+        fits=total <= limit,
+        dropped_tool_exchanges=dropped["research"],
+        dropped_exchanges=dropped["exchange"],
+        measurements=measurements,
+    )
+
+
+def _assemble(
+    system: Message, history: Sequence[Message], kept: Sequence[bool], current: Sequence[Message]
+) -> list[Message]:
+    """A new list: the system message, the kept history in order, then the current turn."""
+    return [system, *(message for message, keep in zip(history, kept) if keep), *current]
