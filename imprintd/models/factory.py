@@ -1,0 +1,60 @@
+"""Which model a configuration means: ``create_model`` builds it, ``describe_model`` says it.
+
+* ``chat.provider = "local"`` with ``chat.model`` a GGUF path: that file through llama.cpp.
+* ``chat.provider = "local"`` with ``chat.model`` empty: the embedded SmolLM2 GGUF.
+* ``chat.provider = "openai"``: the OpenAI-compatible server at ``chat.base_url`` serving
+  ``chat.model``, with the API key from ``IMPRINT_CHAT_API_KEY``.
+
+Nothing here loads weights or opens a connection: a local model loads on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from imprintd.models.base import Model, ModelUnavailable
+from imprintd.models.embedded import EMBEDDED_NAME, embedded_model_path
+from imprintd.models.local import LocalModel, check_gguf
+from imprintd.models.remote import API_KEY_ENV, RemoteModel
+from imprintd.settings import ChatSettings
+
+
+def create_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -> Model:
+    """The model ``chat`` configures.
+
+    Raises ``ModelUnavailable`` when no model can be built from it: no model configured and the
+    embedded one not installed (the message says how to get one), or provider ``openai`` without
+    ``chat.model``. A configured GGUF path is checked on first use, not here.
+    """
+    environ = os.environ if environ is None else environ
+    if chat.provider == "openai":
+        if not chat.model:
+            raise ModelUnavailable("chat.provider is openai but chat.model is empty: "
+                                   "set chat.model to the model name the server at chat.base_url serves")
+        return RemoteModel(chat.base_url, chat.model, n_ctx=chat.n_ctx, api_key=environ.get(API_KEY_ENV) or None)
+    if chat.provider != "local":
+        raise ModelUnavailable(f"chat.provider {chat.provider!r} is not known: use \"local\" or \"openai\"")
+    if chat.model:
+        return LocalModel(chat.model, n_ctx=chat.n_ctx)
+    return LocalModel(embedded_model_path(), n_ctx=chat.n_ctx, name=EMBEDDED_NAME)
+
+
+def describe_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -> str:
+    """One line for ``imprintd config``: the model in use, or what is wrong. Loads nothing."""
+    environ = os.environ if environ is None else environ
+    try:
+        model = create_model(chat, environ)
+    except ModelUnavailable as error:
+        return f"unavailable: {error}"
+    if isinstance(model, RemoteModel):
+        key = "with an API key" if environ.get(API_KEY_ENV) else f"without an API key ({API_KEY_ENV} unset)"
+        return f"remote {model.model!r} at {model.base_url} (OpenAI-compatible, {key}; n_ctx {chat.n_ctx})"
+    assert isinstance(model, LocalModel)
+    try:
+        check_gguf(model.model_path)
+    except ModelUnavailable as error:
+        return f"unavailable: {error}"
+    if not chat.model:
+        return f"embedded {EMBEDDED_NAME} ({model.model_path}; n_ctx {chat.n_ctx})"
+    return f"local GGUF {model.model_path} (n_ctx {chat.n_ctx})"

@@ -1,0 +1,505 @@
+"""The local provider: a GGUF model run by llama-cpp-python in this process (issue 3).
+
+``chat.provider = "local"`` with ``chat.model`` a GGUF path (or the embedded default).
+
+* **Exact counts.** Prompts are rendered with the GGUF's own chat template
+  (``tokenizer.chat_template``) through llama-cpp-python's sandboxed ``Jinja2ChatFormatter``,
+  with the tool schemas and the generation prompt, and counted with the model's tokenizer.
+  ``count_prompt`` is one tokenization of exactly what generation evaluates.
+  ``count_message`` is cached by the message's bytes: a message's tokens are those of the text
+  the template adds for it after a fixed lead-in (see ``_message_tokens``), so a fitting pass
+  tokenizes each message once.
+* **Streaming under the inference lock.** Generation runs token by token in a worker thread
+  while the process-wide ``inference_lock()`` is held. Between tokens (and between prompt
+  batches) the worker checks a cancel flag and the deadline; cancelling the awaiting task sets
+  the flag, waits for the worker to return (shielded), then re-raises. Text reaches ``on_text``
+  on the event-loop thread, UTF-8 sequences split across tokens decoded whole.
+* **Tool calls.** A template that renders ``tools`` gets them natively and its Hermes
+  ``<tool_call>`` output is parsed; otherwise the tools are described in the system prompt and
+  a JSON call is parsed from the text (``toolcalls.py``).
+* **Prefix reuse (ADR 0157).** ``Llama.generate`` keeps the evaluated prefix of the previous
+  prompt and evaluates only the rest; ``Usage.evaluated_tokens`` is what llama.cpp actually
+  evaluated for this prompt, measured at its ``eval`` call. Rendering is deterministic (the
+  template's ``strftime_now`` returns the date the model was loaded) so equal leading messages
+  give equal leading tokens.
+
+The weights load lazily, once, on first use; a missing path or a file without the GGUF magic
+raises ``ModelUnavailable`` naming the path.
+"""
+
+from __future__ import annotations
+
+import codecs
+import math
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import msgspec
+
+from imprintd.messages import Message, ToolSpec
+from imprintd.models.base import (
+    Completion,
+    FinishReason,
+    ModelError,
+    ModelUnavailable,
+    TextCallback,
+    Usage,
+    inference_lock,
+)
+from imprintd.models.toolcalls import Mode, ParsedOutput, VisibleTextFilter, format_call, tools_prompt
+
+GGUF_MAGIC = b"GGUF"
+#: Cached per-message counts kept (a conversation plus its research rounds fits many times over).
+MESSAGE_CACHE_SIZE = 8192
+#: The lead-in a non-system message's count is measured after (its content does not matter).
+_LEAD_IN = Message(role="system", content="You are a helpful assistant.")
+#: A tool offered only to learn whether the template renders tools at all.
+_PROBE_TOOL = ToolSpec(name="imprint_probe_tool_5e1c", description="Probe.",
+                       parameters={"type": "object", "properties": {}})
+#: End-of-turn markers of common templates; those the template uses stop generation too.
+_END_OF_TURN_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                        "<|end_of_text|>", "</s>", "<|return|>")
+
+
+def default_threads() -> tuple[int, int]:
+    """Threads for generation and for prompt processing.
+
+    Token generation is memory-bound and gains nothing from SMT siblings, so it uses about one
+    thread per physical core (half the logical CPUs this process may use); prompt processing
+    is compute-bound and uses them all.
+    """
+    try:
+        logical = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        logical = os.cpu_count() or 1
+    return max(1, logical // 2), max(1, logical)
+
+
+def check_gguf(path: Path) -> None:
+    """Raise ModelUnavailable unless ``path`` is a readable file starting with the GGUF magic."""
+    if not path.exists():
+        raise ModelUnavailable(f"the chat model file {path} does not exist (chat.model)")
+    if not path.is_file():
+        raise ModelUnavailable(f"the chat model path {path} is not a file (chat.model)")
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(4)
+    except OSError as error:
+        raise ModelUnavailable(f"the chat model file {path} cannot be read: {error.strerror or error}") from None
+    if magic != GGUF_MAGIC:
+        raise ModelUnavailable(f"the chat model file {path} is not a GGUF file (it does not start with 'GGUF')")
+
+
+class _Interrupted(Exception):
+    """Raised inside llama.cpp's eval to stop between prompt batches."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class _Run:
+    """The control state of one generation, shared by the async side and the worker thread."""
+
+    deadline: float
+    stop: threading.Event = field(default_factory=threading.Event)
+    finished: threading.Event = field(default_factory=threading.Event)
+    in_prompt: bool = True
+    evaluated: int = 0
+
+    def check(self) -> None:
+        if self.stop.is_set():
+            raise _Interrupted("cancelled")
+        if time.monotonic() >= self.deadline:
+            raise _Interrupted("deadline")
+
+
+@dataclass
+class _Result:
+    parsed: ParsedOutput
+    finish: str
+    evaluated: int
+    generated: int
+
+
+class _Loaded:
+    """The loaded model: llama.cpp, the template's two renderings, and its stop tokens."""
+
+    def __init__(self, llama: Any, template: str, path: Path) -> None:
+        from llama_cpp import llama_cpp as lib
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        loaded_on = datetime.now()
+
+        class Formatter(Jinja2ChatFormatter):
+            # Templates may print the date; a fixed one keeps the prompt byte-stable (ADR 0157).
+            @staticmethod
+            def strftime_now(f: str) -> str:
+                return loaded_on.strftime(f)
+
+        self.llama = llama
+        self.path = path
+        self._lib = lib
+        self._vocab = llama._model.vocab
+        bos_id, eos_id = llama.token_bos(), llama.token_eos()
+        bos = llama._model.token_get_text(bos_id) if bos_id != -1 else ""
+        eos = llama._model.token_get_text(eos_id) if eos_id != -1 else ""
+        self.with_generation = Formatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=True)
+        self.without_generation = Formatter(template=template, eos_token=eos, bos_token=bos,
+                                            add_generation_prompt=False)
+        self.stop_ids = self._end_of_turn_ids(template)
+        self.native_tools = self._renders_tools()
+        self.active: _Run | None = None
+        self.generation_lock = threading.Lock()
+        self._install_eval_hook()
+
+    def tokenize(self, text: str) -> list[int]:
+        # The template writes any BOS itself, so none is added (as llama-cpp-python and HF do).
+        return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def is_end(self, token: int) -> bool:
+        return token in self.stop_ids or bool(self._lib.llama_vocab_is_eog(self._vocab, token))
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+               generation: bool) -> str:
+        formatter = self.with_generation if generation else self.without_generation
+        try:
+            return formatter(messages=messages, tools=tools).prompt
+        except Exception as error:  # jinja2 errors and the template's own raise_exception
+            raise ModelError(f"the chat template of {self.path.name} could not render the conversation: "
+                             f"{error}") from None
+
+    def _end_of_turn_ids(self, template: str) -> set[int]:
+        ids = set()
+        for marker in _END_OF_TURN_MARKERS:
+            if marker in template:
+                tokens = self.tokenize(marker)
+                if len(tokens) == 1:
+                    ids.add(tokens[0])
+        return ids
+
+    def _renders_tools(self) -> bool:
+        probe = [{"role": "user", "content": "hi"}]
+        try:
+            text = self.render(probe, [_PROBE_TOOL.as_openai()], True)
+        except ModelError:
+            return False
+        return _PROBE_TOOL.name in text
+
+    def _install_eval_hook(self) -> None:
+        # Llama.generate calls self.eval(tokens) with the whole unevaluated prompt suffix, then
+        # with one token per step. Wrapping it measures what was actually evaluated (prefix reuse
+        # included) and lets a long prompt stop between batches on cancel or deadline.
+        llama = self.llama
+        original = llama.eval
+
+        def eval_in_batches(tokens: Sequence[int]) -> None:
+            run = self.active
+            if run is None or not tokens:
+                original(tokens)
+                return
+            for start in range(0, len(tokens), llama.n_batch):
+                run.check()
+                batch = tokens[start:start + llama.n_batch]
+                original(batch)
+                if run.in_prompt:
+                    run.evaluated += len(batch)
+
+        llama.eval = eval_in_batches
+
+
+class LocalModel:
+    """A GGUF chat model run in-process by llama-cpp-python (implements ``Model``).
+
+    Constructing it touches nothing; the file is checked and the weights load on first use.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        n_ctx: int = 8192,
+        n_threads: int | None = None,
+        n_threads_batch: int | None = None,
+        n_batch: int = 512,
+        temperature: float = 0.0,
+        name: str | None = None,
+    ) -> None:
+        self.model_path = Path(model_path).expanduser()
+        self.n_ctx = n_ctx
+        self.model_id = f"local:{self.model_path}#n_ctx={n_ctx}"
+        self.name = name or self.model_path.name
+        generation_threads, batch_threads = default_threads()
+        self._n_threads = n_threads or generation_threads
+        self._n_threads_batch = n_threads_batch or batch_threads
+        self._n_batch = n_batch
+        self._temperature = temperature  # 0: greedy
+        self._load_lock = threading.Lock()
+        self._loaded: _Loaded | None = None
+        self._counts: OrderedDict[bytes, int] = OrderedDict()
+        self._counts_lock = threading.Lock()
+        #: Usage of the latest generation, cancelled ones included (a cancelled request
+        #: returns nothing, so this is where its cost can be seen).
+        self.last_usage: Usage | None = None
+
+    def __repr__(self) -> str:
+        return f"LocalModel({str(self.model_path)!r}, n_ctx={self.n_ctx})"
+
+    # -- loading ----------------------------------------------------------------------------
+    def load(self) -> _Loaded:
+        """Load the model once (thread-safe); later calls return it at once."""
+        loaded = self._loaded
+        if loaded is not None:
+            return loaded
+        with self._load_lock:
+            if self._loaded is None:
+                self._loaded = self._load()
+            return self._loaded
+
+    def _load(self) -> _Loaded:
+        check_gguf(self.model_path)
+        try:
+            from llama_cpp import Llama
+        except ImportError as error:
+            raise ModelUnavailable(f"llama-cpp-python is not installed ({error}); "
+                                   f"run: pip install llama-cpp-python") from None
+        try:
+            llama = Llama(
+                model_path=str(self.model_path),
+                n_ctx=self.n_ctx,
+                n_batch=self._n_batch,
+                n_threads=self._n_threads,
+                n_threads_batch=self._n_threads_batch,
+                verbose=False,  # llama.cpp logs nothing; stdout carries only the protocol
+            )
+        except (ValueError, RuntimeError, OSError) as error:
+            raise ModelUnavailable(f"llama.cpp could not load the chat model {self.model_path}: {error}") from None
+        template = llama.metadata.get("tokenizer.chat_template")
+        if not template:
+            llama.close()
+            raise ModelUnavailable(f"the chat model {self.model_path} has no chat template "
+                                   f"(tokenizer.chat_template) in its GGUF metadata")
+        return _Loaded(llama, template, self.model_path)
+
+    @property
+    def native_tools(self) -> bool:
+        """Whether the GGUF's template renders tool schemas (loads the model)."""
+        return self.load().native_tools
+
+    # -- rendering ----------------------------------------------------------------------------
+    def _template_messages(self, messages: Sequence[Message], tools: Sequence[ToolSpec],
+                           native: bool) -> list[dict[str, Any]]:
+        out = [_template_message(m, native) for m in messages]
+        if tools and not native:
+            # The template cannot show tools: describe them at the end of the first system
+            # message (or in one of their own), keeping everything before it byte-stable.
+            block = tools_prompt(tools)
+            if out and out[0]["role"] == "system":
+                out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{block}" if out[0]["content"] else block}
+            else:
+                out.insert(0, {"role": "system", "content": block})
+        return out
+
+    def render_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> str:
+        """The fully formatted prompt generation would evaluate, generation prompt included."""
+        loaded = self.load()
+        native = loaded.native_tools
+        schemas = [t.as_openai() for t in tools] if tools and native else None
+        return loaded.render(self._template_messages(messages, tools, native), schemas, True)
+
+    def prompt_tokens(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> list[int]:
+        return self.load().tokenize(self.render_prompt(messages, tools))
+
+    # -- counting -------------------------------------------------------------------------------
+    def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+        return len(self.prompt_tokens(messages, tools))
+
+    def count_text(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self.load().llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def count_message(self, message: Message) -> int:
+        key = msgspec.json.encode(msgspec.structs.replace(message, seq=None))
+        with self._counts_lock:
+            cached = self._counts.get(key)
+            if cached is not None:
+                self._counts.move_to_end(key)
+                return cached
+        count = self._message_tokens(message)
+        with self._counts_lock:
+            self._counts[key] = count
+            if len(self._counts) > MESSAGE_CACHE_SIZE:
+                self._counts.popitem(last=False)
+        return count
+
+    def _message_tokens(self, message: Message) -> int:
+        """Tokens the template adds for ``message`` after a fixed lead-in.
+
+        A system message is measured on its own; any other after a fixed system message, so
+        templates that insert a default system prompt do not charge it to the message. The
+        added text is taken as a string suffix and tokenized once. Where a template's output
+        for the lead-in is not a prefix of its output with the message, the difference of the
+        two token counts is used instead.
+        """
+        loaded = self.load()
+        native = loaded.native_tools
+        lead = [] if message.role == "system" else [_template_message(_LEAD_IN, native)]
+        base = loaded.render(lead, None, False) if lead else ""
+        full = loaded.render(lead + [_template_message(message, native)], None, False)
+        if full.startswith(base):
+            return len(loaded.tokenize(full[len(base):]))
+        return max(0, len(loaded.tokenize(full)) - len(loaded.tokenize(base)))
+
+    # -- generation -------------------------------------------------------------------------------
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        max_tokens: int,
+        timeout: float | None = None,
+        on_text: TextCallback | None = None,
+    ) -> Completion:
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        run = _Run(deadline=deadline)
+        # Loading and tokenizing a long prompt block; neither needs the lock.
+        loaded = await anyio.to_thread.run_sync(self.load)
+        tokens = await anyio.to_thread.run_sync(self.prompt_tokens, messages, tools)
+        prompt_tokens = len(tokens)
+        if prompt_tokens + max_tokens > self.n_ctx:
+            raise ModelError(f"prompt of {prompt_tokens} tokens plus {max_tokens} output tokens "
+                             f"exceeds the {self.n_ctx}-token context")
+        mode: Mode = "native" if loaded.native_tools else "json"
+        lock = inference_lock()
+        acquired = False
+        with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+            await lock.acquire()
+            acquired = True
+        if not acquired:  # the deadline passed while other replies held the lock
+            return Completion(text="", finish_reason="deadline",
+                              usage=Usage(prompt_tokens=prompt_tokens, evaluated_tokens=0, generated_tokens=0))
+        try:
+            result = await self._run_worker(loaded, run, tokens, tools, mode, max_tokens, on_text)
+        finally:
+            lock.release()
+        finish: FinishReason = "stop"
+        if result.finish in ("length", "deadline"):
+            finish = result.finish  # type: ignore[assignment]
+        elif result.parsed.calls:
+            finish = "tool_calls"
+        deadline_hit = finish == "deadline"
+        return Completion(
+            text=result.parsed.text,
+            tool_calls=() if deadline_hit else result.parsed.calls,
+            tool_call_error=None if deadline_hit else result.parsed.error,
+            finish_reason=finish,
+            usage=Usage(prompt_tokens=prompt_tokens, evaluated_tokens=result.evaluated,
+                        generated_tokens=result.generated),
+        )
+
+    async def _run_worker(self, loaded: _Loaded, run: _Run, tokens: list[int], tools: Sequence[ToolSpec],
+                          mode: Mode, max_tokens: int, on_text: TextCallback | None) -> _Result:
+        def deliver(piece: str) -> None:
+            # Runs on the event-loop thread; after a cancel nothing more reaches the caller.
+            if on_text is not None and not run.stop.is_set():
+                on_text(piece)
+
+        def emit(piece: str) -> None:
+            if on_text is not None:
+                anyio.from_thread.run_sync(deliver, piece)
+
+        def work() -> _Result:
+            try:
+                return self._generate(loaded, run, tokens, tools, mode, max_tokens, emit)
+            finally:
+                run.finished.set()
+
+        try:
+            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            # Stop the worker before its next token and wait for it, so the lock is released
+            # only when llama.cpp is idle again; then let the cancellation go on.
+            run.stop.set()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(run.finished.wait)
+            raise
+        except (RuntimeError, ValueError, OSError) as error:
+            # What llama-cpp-python raises when a decode fails (out of context, memory, ...).
+            raise ModelError(f"llama.cpp failed while generating: {error}") from error
+
+    def _generate(self, loaded: _Loaded, run: _Run, tokens: list[int], tools: Sequence[ToolSpec],
+                  mode: Mode, max_tokens: int, emit: Callable[[str], None]) -> _Result:
+        """The worker: evaluate the prompt, then sample token by token until a stop."""
+        llama = loaded.llama
+        visible = VisibleTextFilter(tools, mode)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        generated = 0
+        finish = "stop"
+        with loaded.generation_lock:  # llama.cpp state is single-threaded whatever the event loop
+            loaded.active = run
+            stream = llama.generate(tokens, temp=self._temperature, top_k=1 if self._temperature == 0 else 40,
+                                    repeat_penalty=1.0, reset=True)
+            try:
+                while True:
+                    run.check()  # before producing the next token: cancel and deadline
+                    token = next(stream, None)
+                    run.in_prompt = False
+                    if token is None or loaded.is_end(token):
+                        break
+                    generated += 1
+                    piece = visible.feed(decoder.decode(llama.detokenize([token])))
+                    if piece:
+                        emit(piece)
+                    if generated >= max_tokens:
+                        finish = "length"
+                        break
+            except _Interrupted as stop:
+                finish = stop.reason
+            finally:
+                stream.close()
+                loaded.active = None
+        tail = visible.feed(decoder.decode(b"", final=True))
+        last, parsed = visible.finish()
+        rest = tail + last
+        if rest and finish != "cancelled":
+            emit(rest)
+        self.last_usage = Usage(prompt_tokens=len(tokens), evaluated_tokens=run.evaluated,
+                                generated_tokens=generated)
+        return _Result(parsed=parsed, finish=finish, evaluated=run.evaluated, generated=generated)
+
+
+def _template_message(message: Message, native: bool) -> dict[str, Any]:
+    """A core message as chat templates take it.
+
+    Native templates get OpenAI/HF-shaped ``tool_calls`` (arguments as an object) and ``tool``
+    messages. Templates without tool support see a past call as the JSON the model was asked to
+    write and a tool result as a user message naming the tool, which every template renders.
+    """
+    if native:
+        out: dict[str, Any] = {"role": message.role, "content": message.content}
+        if message.tool_calls:
+            out["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.name, "arguments": c.arguments}}
+                                 for c in message.tool_calls]
+        if message.role == "tool":
+            out["tool_call_id"] = message.tool_call_id or ""
+            out["name"] = message.name or ""
+        return out
+    if message.role == "tool":
+        return {"role": "user", "content": f"Result of the {message.name or 'tool'} call:\n{message.content}"}
+    if message.tool_calls:
+        calls = "\n".join(format_call(c) for c in message.tool_calls)
+        return {"role": message.role, "content": f"{message.content}\n{calls}" if message.content else calls}
+    return {"role": message.role, "content": message.content}

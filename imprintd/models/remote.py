@@ -1,0 +1,385 @@
+"""The remote provider: any OpenAI-compatible ``/v1/chat/completions`` server, streamed (issue 3).
+
+``chat.provider = "openai"``. Requests stream server-sent events through httpx and take native
+tool calls from ``delta.tool_calls`` (split across chunks: accumulated by ``index``, the id and
+name from the first delta, the argument text concatenated). A server that writes Hermes
+``<tool_call>`` markup into the text instead (no tool parser configured) is understood too.
+
+Counting is the explicit UTF-8-byte estimate of ADR 0093, since the server's tokenizer and
+context are not available locally; ``chat.n_ctx`` is the budget:
+
+* text: ``ceil(utf8_bytes / 3)`` tokens. Three bytes per token over-counts English BPE text
+  (about four bytes per token) and stays close for code and non-Latin text, so fitting errs on
+  the side of room to spare;
+* a message: its content, tool calls (as JSON) and name, plus ``MESSAGE_OVERHEAD`` for the role
+  header and end marker a template adds;
+* a prompt: the sum of its messages, each tool schema as its OpenAI JSON, plus
+  ``PROMPT_OVERHEAD`` for the generation prompt. The estimate is additive by construction, so
+  ``count_prompt == PROMPT_OVERHEAD + tools + sum(count_message)`` exactly.
+
+Failures raise ``ModelError`` naming the cause (refused connection, unknown host, 401, 404,
+429, 5xx, a stream cut short, no answer within the read timeout); nothing waits forever. The
+API key comes from ``IMPRINT_CHAT_API_KEY`` and is only ever put in the Authorization header.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+
+from imprintd.messages import Message, ToolSpec
+from imprintd.models.base import Completion, FinishReason, ModelError, TextCallback, Usage, inference_lock
+from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter, call_from_object, new_call_id
+
+API_KEY_ENV = "IMPRINT_CHAT_API_KEY"
+#: UTF-8 bytes per estimated token (ADR 0093's remote estimate).
+BYTES_PER_TOKEN = 3
+#: Estimated tokens a message adds beyond its text: role header, separators, end marker.
+MESSAGE_OVERHEAD = 4
+#: Estimated tokens of the generation prompt that ends every formatted prompt.
+PROMPT_OVERHEAD = 3
+
+
+def estimate_tokens(text: str) -> int:
+    """The remote estimate for plain text: one token per started group of three UTF-8 bytes."""
+    return math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN)
+
+
+def to_openai_message(message: Message) -> dict[str, Any]:
+    """A core message in the ``/v1/chat/completions`` request form."""
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": call.id, "type": "function",
+             "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+            for call in message.tool_calls
+        ]
+    if message.role == "tool":
+        out["tool_call_id"] = message.tool_call_id or ""
+        if message.name:
+            out["name"] = message.name
+    return out
+
+
+@dataclass
+class _PartialCall:
+    """One tool call being assembled from stream deltas."""
+
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Stream:
+    """What has arrived of one streamed reply."""
+
+    filter: VisibleTextFilter
+    on_text: TextCallback | None
+    raw: list[str] = field(default_factory=list)
+    shown: list[str] = field(default_factory=list)
+    calls: dict[int, _PartialCall] = field(default_factory=dict)
+    finish: str | None = None
+    done: bool = False
+    server_usage: dict[str, Any] | None = None
+
+    def text(self, piece: str) -> None:
+        self.raw.append(piece)
+        self.show(self.filter.feed(piece))
+
+    def show(self, visible: str) -> None:
+        if visible:
+            self.shown.append(visible)
+            if self.on_text is not None:
+                self.on_text(visible)
+
+    def apply(self, chunk: dict[str, Any]) -> None:
+        """Take one ``chat.completion.chunk``."""
+        if isinstance(chunk.get("usage"), dict):
+            self.server_usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                self.text(delta["content"])
+            for part in delta.get("tool_calls") or ():
+                self.call_delta(part)
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+
+    def call_delta(self, part: dict[str, Any]) -> None:
+        # The id and name come in the first delta of a call; later deltas carry only more
+        # argument text under the same index.
+        index = part.get("index", len(self.calls))
+        call = self.calls.setdefault(index, _PartialCall())
+        call.id = call.id or part.get("id") or ""
+        function = part.get("function") or {}
+        call.name = call.name or function.get("name") or ""
+        if isinstance(function.get("arguments"), str):
+            call.arguments.append(function["arguments"])
+
+    def parsed(self, tools: Sequence[ToolSpec]) -> ParsedOutput:
+        """Visible text, the calls (native deltas first, then any written as text), and errors."""
+        last, from_text = self.filter.finish()
+        self.show(last)
+        names = {tool.name for tool in tools}
+        calls, errors = [], [from_text.error] if from_text.error else []
+        for index in sorted(self.calls):
+            partial = self.calls[index]
+            ident = partial.id or new_call_id()
+            result = call_from_object({"name": partial.name, "arguments": "".join(partial.arguments)},
+                                      names, lambda: ident)
+            if isinstance(result, str):
+                errors.append(result)
+            else:
+                calls.append(result)
+        calls.extend(from_text.calls)
+        return ParsedOutput(text="".join(self.shown), calls=tuple(calls),
+                            error="; ".join(errors) if errors else None)
+
+
+class RemoteModel:
+    """A chat model behind an OpenAI-compatible server (implements ``imprintd.models.base.Model``).
+
+    ``base_url`` ends in ``/v1``; requests go to ``{base_url}/chat/completions``. ``timeout`` of a
+    request bounds the whole reply (lock wait included) and ends it with finish ``"deadline"``;
+    ``connect_timeout`` and ``read_timeout`` bound each connection attempt and each wait for the
+    next bytes, so a silent server fails with ``ModelError`` rather than hanging.
+    """
+
+    native_tools = True
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        n_ctx: int = 8192,
+        api_key: str | None = None,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 120.0,
+        temperature: float | None = 0.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.n_ctx = n_ctx
+        self.model_id = f"openai:{self.base_url}#{model}"
+        self._api_key = api_key or None  # never logged, never in repr
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._temperature = temperature
+
+    def __repr__(self) -> str:
+        return f"RemoteModel({self.base_url!r}, {self.model!r}, n_ctx={self.n_ctx})"
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    # -- counting (the UTF-8-byte estimate) -----------------------------------------------
+    def count_text(self, text: str) -> int:
+        return estimate_tokens(text)
+
+    def count_message(self, message: Message) -> int:
+        calls = "".join(json.dumps({"name": c.name, "arguments": c.arguments}, ensure_ascii=False)
+                        for c in message.tool_calls)
+        return (MESSAGE_OVERHEAD + estimate_tokens(message.content) + estimate_tokens(calls)
+                + estimate_tokens(message.name or ""))
+
+    def count_tool(self, tool: ToolSpec) -> int:
+        return estimate_tokens(json.dumps(tool.as_openai(), ensure_ascii=False))
+
+    def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+        return (PROMPT_OVERHEAD + sum(self.count_tool(t) for t in tools)
+                + sum(self.count_message(m) for m in messages))
+
+    # -- generation -------------------------------------------------------------------------
+    def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec], max_tokens: int) -> dict[str, Any]:
+        """The JSON body sent for one request."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [to_openai_message(m) for m in messages],
+            "max_tokens": max_tokens,
+            "stream": True,
+            # Servers that support it send usage (with cached prompt tokens) in a last chunk.
+            "stream_options": {"include_usage": True},
+        }
+        if self._temperature is not None:
+            body["temperature"] = self._temperature
+        if tools:
+            body["tools"] = [tool.as_openai() for tool in tools]
+        return body
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        max_tokens: int,
+        timeout: float | None = None,
+        on_text: TextCallback | None = None,
+    ) -> Completion:
+        prompt_tokens = self.count_prompt(messages, tools)
+        if prompt_tokens + max_tokens > self.n_ctx:
+            raise ModelError(
+                f"prompt of about {prompt_tokens} tokens plus {max_tokens} output tokens "
+                f"exceeds the {self.n_ctx}-token context (chat.n_ctx)"
+            )
+        stream = _Stream(filter=VisibleTextFilter(tools, "native"), on_text=on_text)
+        body = self.request_body(messages, tools, max_tokens)
+        with anyio.move_on_after(timeout):
+            async with inference_lock():
+                await self._stream(body, stream)
+            return self._completion(stream, tools, prompt_tokens)
+        # The deadline passed: keep what was written (ADR semantics of the base protocol).
+        parsed = stream.parsed(tools)
+        return Completion(text=parsed.text, finish_reason="deadline",
+                          usage=self._usage(stream, prompt_tokens, parsed))
+
+    def _completion(self, stream: _Stream, tools: Sequence[ToolSpec], prompt_tokens: int) -> Completion:
+        parsed = stream.parsed(tools)
+        finish: FinishReason = "length" if stream.finish == "length" else "stop"
+        if parsed.calls and finish == "stop":
+            finish = "tool_calls"
+        return Completion(text=parsed.text, tool_calls=parsed.calls, finish_reason=finish,
+                          tool_call_error=parsed.error, usage=self._usage(stream, prompt_tokens, parsed))
+
+    def _usage(self, stream: _Stream, prompt_tokens: int, parsed: ParsedOutput) -> Usage:
+        generated = estimate_tokens("".join(stream.raw)) + sum(
+            estimate_tokens(call.name) + estimate_tokens("".join(call.arguments)) for call in stream.calls.values())
+        evaluated = prompt_tokens
+        usage = stream.server_usage or {}
+        if isinstance(usage.get("prompt_tokens"), int):
+            # The server's own count of what it processed: its prompt less any cached prefix.
+            details = usage.get("prompt_tokens_details") or {}
+            cached = details.get("cached_tokens") if isinstance(details, dict) else None
+            evaluated = max(0, usage["prompt_tokens"] - (cached if isinstance(cached, int) else 0))
+        return Usage(prompt_tokens=prompt_tokens, evaluated_tokens=evaluated, generated_tokens=generated)
+
+    async def _stream(self, body: dict[str, Any], stream: _Stream) -> None:
+        timeout = httpx.Timeout(connect=self._connect_timeout, read=self._read_timeout,
+                                write=self._read_timeout, pool=self._connect_timeout)
+        started = time.monotonic()
+        try:
+            async with httpx.AsyncClient(timeout=timeout) as client:
+                async with client.stream("POST", self.url, json=body, headers=self._headers()) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        raise ModelError(self._status_message(response))
+                    await self._read_events(response, stream)
+        except httpx.TimeoutException as error:
+            waited = self._connect_timeout if isinstance(error, (httpx.ConnectTimeout, httpx.PoolTimeout)) \
+                else self._read_timeout
+            raise ModelError(f"no answer within {waited:g} s from the model server at {self.base_url} "
+                             f"(after {time.monotonic() - started:.1f} s)") from None
+        except httpx.ConnectError as error:
+            raise ModelError(self._connect_message(error)) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError) as error:
+            raise ModelError(f"the stream ended before the reply finished ({error or type(error).__name__})") from None
+        except httpx.HTTPError as error:
+            raise ModelError(f"the request to {self.url} failed: {error or type(error).__name__}") from None
+        if not stream.done and stream.finish is None:
+            raise ModelError("the stream ended before the reply finished (no [DONE] and no finish_reason)")
+
+    async def _read_events(self, response: httpx.Response, stream: _Stream) -> None:
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue  # comments (": ping"), event names, blank separators
+            data = line[5:].strip()
+            if data == "[DONE]":
+                stream.done = True
+                return
+            try:
+                chunk = json.loads(data)
+            except json.JSONDecodeError:
+                raise ModelError(f"the server sent a stream chunk that is not JSON: {data[:120]!r}") from None
+            if not isinstance(chunk, dict):
+                raise ModelError(f"the server sent an unexpected stream chunk: {data[:120]!r}")
+            if chunk.get("error"):
+                raise ModelError(f"the server reported an error mid-reply: {_error_text(chunk)}")
+            stream.apply(chunk)
+
+    def _status_message(self, response: httpx.Response) -> str:
+        status = response.status_code
+        detail = _error_text(_json_or_none(response)) or response.text.strip()[:300]
+        suffix = f": {detail}" if detail else ""
+        if status == 401:
+            return f"the server answered 401 Unauthorized: check {API_KEY_ENV}{suffix}"
+        if status == 403:
+            return f"the server answered 403 Forbidden: check {API_KEY_ENV} and access to model {self.model!r}{suffix}"
+        if status == 404:
+            return (f"model {self.model!r} was not found (404) at {self.url}{suffix}; "
+                    f"check chat.model and chat.base_url")
+        if status == 429:
+            retry = response.headers.get("retry-after")
+            wait = f"; retry after {retry} s" if retry else ""
+            return f"rate limited (429) by {self.base_url}{wait}{suffix}"
+        if status >= 500:
+            return f"server error {status}{suffix or ': ' + response.reason_phrase}"
+        return f"the server refused the request ({status} {response.reason_phrase}){suffix}"
+
+    def _connect_message(self, error: httpx.ConnectError) -> str:
+        causes = _causes(error)
+        if any(isinstance(c, socket.gaierror) for c in causes) or _mentions(error, "name or service not known",
+                                                                             "name resolution", "nodename nor servname",
+                                                                             "getaddrinfo"):
+            host = httpx.URL(self.base_url).host
+            return f"could not resolve the host {host!r} of the model server at {self.base_url} (DNS lookup failed)"
+        if any(isinstance(c, ConnectionRefusedError) for c in causes) or _mentions(error, "refused",
+                                                                                    "all connection attempts failed"):
+            return f"the model server at {self.base_url} refused the connection; is it running?"
+        return f"could not connect to the model server at {self.base_url}: {error or type(error).__name__}"
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    """The exception, its causes and contexts, and members of exception groups among them."""
+    seen: list[BaseException] = []
+    todo: list[BaseException] = [error]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.append(current)
+        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+    return seen
+
+
+def _mentions(error: BaseException, *words: str) -> bool:
+    text = " ".join(str(e).lower() for e in _causes(error))
+    return any(word in text for word in words)
+
+
+def _json_or_none(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _error_text(body: Any) -> str:
+    """The message of an OpenAI-style ``{"error": {"message": ...}}`` (or ``{"detail": ...}``) body."""
+    if not isinstance(body, dict):
+        return ""
+    error = body.get("error", body.get("detail"))
+    if isinstance(error, dict):
+        return str(error.get("message") or error)[:300]
+    if error:
+        return str(error)[:300]
+    return ""
