@@ -1,0 +1,153 @@
+"""Containment of workspace paths (DESIGN.md, "Tools and scope").
+
+Every path a tool receives comes from the model, so it is treated as hostile: it must be
+relative, stay inside the workspace after every symlink is resolved, and name nothing
+secret-bearing. ``resolve_in_workspace`` is the one gate for reads; ``is_secret_path`` is
+shared with the indexer so that search never shows what a read would refuse.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from pathlib import Path, PurePosixPath
+
+from imprintd.tools.base import ToolError
+
+# Names compared lower-cased: on case-insensitive file systems (macOS, Windows) ".ENV" is
+# the same file as ".env", so the stricter comparison is the only safe one.
+SECRET_NAME_PATTERNS: tuple[str, ...] = (
+    ".env",
+    ".env.*",
+    "*.pem",
+    "*.key",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    "*.p12",
+    "*.pfx",
+    "*.crt",
+    "*.cer",
+    "*.der",
+    "*.jks",
+    "*.keystore",
+    "*.kdbx",
+    ".netrc",
+    "_netrc",
+    ".pgpass",
+    ".htpasswd",
+    ".npmrc",
+    ".pypirc",
+    ".git-credentials",
+    # The daemon's own database (store.DB_NAME) and its WAL / SHM / journal files: they
+    # hold every conversation, so a workspace that contains the data dir must not expose it.
+    "imprint.sqlite3",
+    "imprint.sqlite3-*",
+)
+
+# Folders whose whole content is refused. ``.git`` holds remote URLs with tokens and the
+# full history, including secrets deleted from the working tree.
+SECRET_DIR_NAMES: frozenset[str] = frozenset({".git", ".ssh", ".gnupg", ".aws", ".docker"})
+
+# NUL, newlines and every other control character: none belongs in a file name the model
+# means, and newline/CR could forge lines in tool results and logs.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def _components(relative: str | PurePosixPath) -> list[str]:
+    text = str(relative).replace("\\", "/")
+    return [part for part in text.split("/") if part not in ("", ".")]
+
+
+def _is_secret_name(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in SECRET_DIR_NAMES or any(
+        fnmatch.fnmatchcase(lowered, pattern) for pattern in SECRET_NAME_PATTERNS
+    )
+
+
+def is_secret_path(relative: str | PurePosixPath) -> bool:
+    """True when any component of the workspace-relative path is secret-bearing or ``.git``.
+
+    Every component is checked, not only the last, so a folder named like a secret (``.env``
+    used as a directory, ``.ssh``) hides all it contains.
+    """
+    return any(_is_secret_name(part) for part in _components(relative))
+
+
+def _shown(relative: str) -> str:
+    # repr() keeps NUL and newlines visible instead of letting them break the message.
+    return repr(relative)
+
+
+def _refuse(relative: str, reason: str) -> ToolError:
+    return ToolError(f"refused path {_shown(relative)}: {reason}")
+
+
+def check_relative(relative: object) -> list[str]:
+    """The path's components, or ToolError for a path that is not a plain relative one."""
+    if not isinstance(relative, str):
+        raise ToolError(f"refused path {relative!r}: a path must be a string")
+    if not relative.strip():
+        raise _refuse(relative, "the path is empty; give a path relative to the workspace")
+    if _CONTROL.search(relative):
+        raise _refuse(relative, "paths may not contain NUL, newline or other control characters")
+    text = relative.replace("\\", "/")
+    if text.startswith("/") or _DRIVE.match(text):
+        raise _refuse(relative, "absolute paths are not allowed; give a path relative to the workspace")
+    if text.startswith("~"):
+        raise _refuse(relative, "'~' home-directory paths are not allowed; give a path relative to the workspace")
+    parts = _components(text)
+    if ".." in parts:
+        raise _refuse(relative, "'..' segments are not allowed; paths stay inside the workspace")
+    if not parts:
+        raise _refuse(relative, "the path names the workspace itself, not a file in it")
+    return parts
+
+
+def resolve_in_workspace(root: Path, relative: str) -> Path:
+    """The real path of ``relative`` inside ``root``, or ToolError saying why it is refused.
+
+    Checks the text first (empty, control characters, absolute, ``~``, ``..``), then walks
+    the components one by one so a symlinked folder or file leading outside the resolved
+    root is refused, then resolves the whole path and checks containment again. Secret
+    names are checked on both the path as given and the path it resolves to, so a harmless
+    name symlinked to ``.env`` is refused too. The file need not exist.
+    """
+    parts = check_relative(relative)
+    if is_secret_path(relative):
+        raise _refuse(relative, "it names a secret-bearing file or a path inside .git, which tools never read")
+    try:
+        real_root = root.resolve(strict=True)
+        current = real_root
+        for part in parts:
+            current = current / part
+            if current.is_symlink():
+                target = current.resolve()
+                if not target.is_relative_to(real_root):
+                    raise _refuse(relative, f"{part!r} is a symbolic link that leads outside the workspace")
+                current = target
+        resolved = current.resolve()
+    except ToolError:
+        raise
+    except (OSError, RuntimeError) as error:  # ELOOP, ENAMETOOLONG, a missing root …
+        raise _refuse(relative, f"it cannot be resolved ({getattr(error, 'strerror', None) or error})") from None
+    if not resolved.is_relative_to(real_root):
+        raise _refuse(relative, "it leads outside the workspace")
+    inside = resolved.relative_to(real_root)
+    if inside == Path("."):
+        raise _refuse(relative, "the path names the workspace itself, not a file in it")
+    if is_secret_path(inside.as_posix()):
+        raise _refuse(relative, "it leads to a secret-bearing file or a path inside .git, which tools never read")
+    return resolved
+
+
+def normalized(relative: str) -> str:
+    """``relative`` as the workspace-relative POSIX path results and sources name.
+
+    The name as given (``./src\\app.py`` → ``src/app.py``), not its symlink target: it is
+    the path the model and the user asked about, and it is known to be contained.
+    """
+    return "/".join(check_relative(relative))
