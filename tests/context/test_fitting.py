@@ -1,0 +1,272 @@
+"""Fitting (ADR 0140): earlier research goes first and only as much as must, then whole
+exchanges oldest first; the current turn stays; the cost stays bounded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from imprintd.context.fitting import exchange_pieces, fit_prompt, research_pieces
+from imprintd.messages import Message, ToolCall, ToolSpec, assistant, system, tool_result, user
+from tests.standin import StandInModel
+
+SYSTEM = system("You are Imprint.")
+MAX_TOKENS = 100
+
+
+@dataclass
+class CountingModel(StandInModel):
+    """The stand-in, counting exact prompt measurements."""
+
+    prompt_counts: int = 0
+
+    def count_prompt(self, messages, tools=()):
+        self.prompt_counts += 1
+        return super().count_prompt(messages, tools)
+
+
+@dataclass
+class SkewedModel(CountingModel):
+    """A model whose per-message counts disagree with its exact prompt count, as a real
+    template's joins can. ``skew`` > 0: each message alone counts more than it adds to a
+    prompt (the running total is optimistic); < 0: less (it is pessimistic)."""
+
+    skew: int = 0
+
+    def count_message(self, message):
+        return super().count_message(message) + self.skew
+
+    def count_prompt(self, messages, tools=()):
+        return super().count_prompt(messages, tools) - self.skew * len(messages)
+
+
+def text(tokens: int, fill: str = "x") -> str:
+    """A text the stand-in counts as exactly ``tokens`` tokens (four ASCII bytes each)."""
+    return fill * (4 * tokens)
+
+
+def exchange(name: str, *, research_tokens: int = 0, answer_tokens: int = 10) -> list[Message]:
+    """One earlier exchange: a question, optionally a tool call and its result, and an answer."""
+    messages = [user(f"question {name}?")]
+    if research_tokens:
+        call = ToolCall(id=f"call_{name}", name="search_workspace", arguments={"query": name})
+        messages += [assistant(f"Looking up {name}.", tool_calls=(call,)),
+                     tool_result(call, text(research_tokens, name[0]))]
+    messages.append(assistant(f"answer {name}: " + text(answer_tokens, name[0])))
+    return messages
+
+
+def total(model: StandInModel, messages, tools=()) -> int:
+    return model.count_prompt(messages, tools)
+
+
+def assert_well_formed(history: list[Message]) -> None:
+    """Starts with a question; every tool result answers a kept call and every kept call is answered."""
+    if history:
+        assert history[0].role == "user"
+    calls = {call.id for message in history for call in message.tool_calls}
+    answered = {message.tool_call_id for message in history if message.role == "tool"}
+    assert answered <= calls, "orphaned tool result"
+    assert calls <= answered, "tool call without its result"
+
+
+def kept_history(fitted, current) -> list[Message]:
+    assert fitted.messages[0] == SYSTEM
+    assert fitted.messages[len(fitted.messages) - len(current):] == list(current)
+    return fitted.messages[1:len(fitted.messages) - len(current)]
+
+
+def test_everything_kept_when_it_fits():
+    model = CountingModel()
+    history = exchange("a", research_tokens=50) + exchange("b")
+    current = [user("and now?")]
+    fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
+    assert fitted.fits
+    assert fitted.measurements == model.prompt_counts == 1
+    assert fitted.messages == [SYSTEM, *history, *current]
+    assert fitted.prompt_tokens == total(model, fitted.messages)
+    assert (fitted.dropped_tool_exchanges, fitted.dropped_exchanges) == (0, 0)
+
+
+def test_only_the_oldest_tool_exchange_goes_when_that_suffices():
+    a, b = exchange("a", research_tokens=400), exchange("b", research_tokens=300)
+    history, current = a + b, [user("compare them")]
+    model = CountingModel()
+    full = total(model, [SYSTEM, *history, *current])
+    research_a = sum(model.count_message(m) for m in a[1:3])
+    model.n_ctx = full - research_a + MAX_TOKENS  # exactly enough once a's research is gone
+    model.prompt_counts = 0
+
+    fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
+
+    assert fitted.measurements == model.prompt_counts == 2
+    assert fitted.fits
+    assert kept_history(fitted, current) == [a[0], a[3], *b]
+    assert (fitted.dropped_tool_exchanges, fitted.dropped_exchanges) == (1, 0)
+    assert fitted.prompt_tokens == total(model, fitted.messages) == model.n_ctx - MAX_TOKENS
+
+
+def test_all_earlier_research_goes_before_any_conversation():
+    # The oldest exchange alone is bigger than all the research, yet research goes first.
+    a = exchange("a", research_tokens=50, answer_tokens=900)
+    b = exchange("b", research_tokens=60)
+    c = exchange("c", research_tokens=70)
+    history, current = a + b + c, [user("so?")]
+    model = CountingModel()
+    research = sum(model.count_message(m) for m in history if m.is_tool_exchange)
+    model.n_ctx = total(model, [SYSTEM, *history, *current]) - research + MAX_TOKENS
+
+    fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
+
+    assert fitted.fits
+    kept = kept_history(fitted, current)
+    assert kept == [m for m in history if not m.is_tool_exchange]
+    assert (fitted.dropped_tool_exchanges, fitted.dropped_exchanges) == (3, 0)
+    assert_well_formed(kept)
+
+
+def test_then_whole_exchanges_go_oldest_first():
+    a, b, c = (exchange(n, research_tokens=40, answer_tokens=200) for n in "abc")
+    history, current = a + b + c, [user("last one?")]
+    model = CountingModel()
+    conversation_a = sum(model.count_message(m) for m in a if not m.is_tool_exchange)
+    research = sum(model.count_message(m) for m in history if m.is_tool_exchange)
+    model.n_ctx = total(model, [SYSTEM, *history, *current]) - research - conversation_a + MAX_TOKENS
+    model.prompt_counts = 0
+
+    fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
+
+    assert fitted.fits
+    kept = kept_history(fitted, current)
+    assert kept == [m for m in b + c if not m.is_tool_exchange]
+    assert (fitted.dropped_tool_exchanges, fitted.dropped_exchanges) == (3, 1)
+    assert_well_formed(kept)
+    assert fitted.measurements == model.prompt_counts == 2
+
+
+def test_every_budget_leaves_a_well_formed_minimal_history():
+    history = (exchange("a", research_tokens=120) + exchange("b") + exchange("c", research_tokens=80)
+               + exchange("d", research_tokens=30, answer_tokens=60))
+    call = ToolCall(id="call_now", name="search_workspace", arguments={"query": "now"})
+    current = [user("current question"), assistant("", tool_calls=(call,)), tool_result(call, text(40))]
+    probe = StandInModel()
+    smallest = total(probe, [SYSTEM, *current]) + MAX_TOKENS
+    largest = total(probe, [SYSTEM, *history, *current]) + MAX_TOKENS
+    previous_dropped = None
+    for n_ctx in range(smallest, largest + 1):
+        model = StandInModel(n_ctx=n_ctx)
+        fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
+        assert fitted.fits
+        kept = kept_history(fitted, current)
+        assert_well_formed(kept)
+        if fitted.dropped_exchanges:
+            assert not any(m.is_tool_exchange for m in kept), "conversation dropped before research"
+        # Only as much as must: one more token of context never drops more.
+        dropped = fitted.dropped_tool_exchanges + fitted.dropped_exchanges
+        if previous_dropped is not None:
+            assert dropped <= previous_dropped
+        previous_dropped = dropped
+        assert fitted.prompt_tokens == total(model, fitted.messages)
+        assert fitted.measurements <= 2
+    assert previous_dropped == 0
+
+
+def test_current_turn_is_never_dropped_and_too_big_alone_does_not_fit():
+    history = exchange("a", research_tokens=100) + exchange("b")
+    current = [user("paste: " + text(900))]
+    model = CountingModel(n_ctx=800)
+    fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
+    assert fitted.measurements == model.prompt_counts == 2
+    assert not fitted.fits
+    assert fitted.messages == [SYSTEM, *current]
+    assert fitted.prompt_tokens == total(model, fitted.messages)
+    assert (fitted.dropped_tool_exchanges, fitted.dropped_exchanges) == (1, 2)
+
+
+def test_tool_schemas_count_toward_the_prompt():
+    tools = [ToolSpec(name="search_workspace", description=text(200), parameters={"type": "object"})]
+    history, current = exchange("a", research_tokens=300), [user("now?")]
+    model = StandInModel()
+    model.n_ctx = total(model, [SYSTEM, *history, *current]) + MAX_TOKENS  # fits without tools only
+    fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, tools=tools,
+                        max_tokens=MAX_TOKENS)
+    assert fitted.fits
+    assert fitted.dropped_tool_exchanges == 1
+    assert fitted.prompt_tokens == total(model, fitted.messages, tools)
+
+
+def test_history_that_begins_after_a_summary_cut_loses_its_leading_remnant_first():
+    orphan_call = ToolCall(id="call_gone", name="search_workspace", arguments={})
+    remnant = [tool_result(orphan_call, text(30)), assistant("the answer to a summarized question")]
+    history, current = remnant + exchange("b") + exchange("c"), [user("next?")]
+    model = StandInModel()
+    conversation_remnant = model.count_message(remnant[1])
+    model.n_ctx = (total(model, [SYSTEM, *history, *current]) - model.count_message(remnant[0])
+                   - conversation_remnant + MAX_TOKENS)
+    fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
+    assert fitted.fits
+    kept = kept_history(fitted, current)
+    assert kept == exchange("b") + exchange("c")
+    assert (fitted.dropped_tool_exchanges, fitted.dropped_exchanges) == (1, 1)
+    assert_well_formed(kept)
+
+
+def test_repeated_call_ids_pair_each_result_with_its_own_call():
+    first, second = exchange("a", research_tokens=20), exchange("b", research_tokens=20)
+    same = ToolCall(id="call_1", name="search_workspace", arguments={})
+    first[1] = assistant("", tool_calls=(same,))
+    first[2] = tool_result(same, text(20))
+    second[1] = assistant("", tool_calls=(same,))
+    second[2] = tool_result(same, text(25))
+    assert research_pieces(first + second) == [[1, 2], [5, 6]]
+
+
+def test_an_assistant_calling_several_tools_goes_with_all_its_results():
+    calls = (ToolCall(id="c1", name="search_workspace", arguments={}),
+             ToolCall(id="c2", name="read_file", arguments={}))
+    history = [user("q"), assistant("let me look", tool_calls=calls), tool_result(calls[0], "r1"),
+               tool_result(calls[1], "r2"), assistant("done"), user("q2"), assistant("a2")]
+    assert research_pieces(history) == [[1, 2, 3]]
+    assert exchange_pieces(history) == [[0, 1, 2, 3, 4], [5, 6]]
+
+
+def test_measurements_stay_bounded_when_counts_are_not_additive():
+    history = [m for n in "abcdefgh" for m in exchange(n, research_tokens=40)]
+    current = [user("now")]
+    pieces = len(research_pieces(history)) + len(exchange_pieces(history))
+    probe = StandInModel()
+    base = total(probe, [SYSTEM, *history, *current])
+    most = 0
+    for skew in (-8, -3, 3, 8, 30):
+        for n_ctx in range(base // 4, base + MAX_TOKENS, 37):
+            model = SkewedModel(n_ctx=n_ctx, skew=skew)
+            fitted = fit_prompt(model, system=SYSTEM, history=history, current=current,
+                                max_tokens=MAX_TOKENS)
+            assert fitted.measurements == model.prompt_counts <= pieces + 2
+            most = max(most, fitted.measurements)
+            assert fitted.prompt_tokens == model.count_prompt(fitted.messages)
+            assert fitted.fits == (fitted.prompt_tokens + MAX_TOKENS <= n_ctx)
+            assert_well_formed(kept_history(fitted, current))
+    assert most > 2  # an optimistic running total was caught by the exact count, and removal went on
+
+
+def test_a_400_message_session_fits_with_two_exact_counts():
+    history = [m for n in range(100) for m in exchange(f"e{n}", research_tokens=150, answer_tokens=80)]
+    assert len(history) == 400
+    current = [user("what did we decide about the gateway?")]
+    model = CountingModel(n_ctx=8192)
+    fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=1024)
+    assert fitted.measurements == model.prompt_counts == 2
+    assert fitted.fits
+    assert fitted.dropped_tool_exchanges == 100
+    assert 0 < fitted.dropped_exchanges < 100
+    assert_well_formed(kept_history(fitted, current))
+
+
+def test_inputs_are_not_mutated():
+    history = exchange("a", research_tokens=300) + exchange("b", research_tokens=300)
+    current = [user("q")]
+    before_history, before_current = list(history), list(current)
+    model = StandInModel(n_ctx=500)
+    fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
+    assert history == before_history and current == before_current
+    assert fitted.messages is not history and fitted.messages is not current
