@@ -1,0 +1,506 @@
+"""The workspace index: text files chunked into SQLite FTS5 (DESIGN.md, "Tools and scope").
+
+Search runs over an index of the workspace's text files, incremental by mtime and size,
+skipping binaries, ignored and secret-bearing files, and returns structured hits (ADR
+0127 builds notes from them). The tables live in the sessions database as the store's
+migration 2 (``migrate_workspace_index``); ``WorkspaceIndex`` opens its own apsw connection
+so an update can run in a worker thread while WAL lets other requests keep reading.
+
+Layout: ``workspace_files`` has one row per file seen (``indexed`` = 0 for a file skipped as
+binary or too large, so it is not reread until it changes). ``workspace_chunks`` is FTS5;
+a chunk's rowid is ``file_id << 20 | chunk_number``, so a changed file's chunks are
+deleted by one rowid range, which FTS5 answers without scanning the table.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import apsw
+import msgspec
+
+from imprintd.tools.base import Hit, ToolError
+from imprintd.tools.paths import is_secret_path
+
+#: Files larger than this are recorded but not read (generated data, logs, dumps).
+MAX_FILE_BYTES = 1 << 20
+#: A NUL byte in this many leading bytes marks a binary file (as git and grep decide).
+BINARY_PROBE_BYTES = 8192
+CHUNK_LINES = 40
+CHUNK_OVERLAP = 5
+#: Files per write transaction: small enough that readers and the store's writers wait
+#: briefly, large enough that commits do not dominate.
+BATCH_FILES = 500
+EXCERPT_CHARS = 600
+#: Words of a query sent to FTS5; the rest only slow the OR query down.
+MAX_QUERY_WORDS = 32
+BUSY_TIMEOUT_MS = 5_000
+
+_CHUNK_BITS = 20  # up to 1,048,576 chunks a file: a 1 MiB file of empty lines has 30,000
+_CHUNK_MASK = (1 << _CHUNK_BITS) - 1
+
+#: Folders never indexed: tool caches, dependencies and build output, rebuilt or fetched
+#: rather than written, and large enough to drown the user's own files in search.
+IGNORED_DIRS: frozenset[str] = frozenset({
+    ".git", ".hg", ".svn", ".jj",
+    "node_modules", "bower_components", ".venv", "venv",
+    "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", ".nox", ".eggs",
+    "dist", "build", "target", ".next", ".nuxt", ".svelte-kit", ".gradle",
+    ".cache", ".parcel-cache", ".terraform", ".idea", "coverage", "htmlcov",
+})
+
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS workspace_files (
+    id        INTEGER PRIMARY KEY,
+    workspace TEXT NOT NULL,
+    path      TEXT NOT NULL,
+    mtime_ns  INTEGER NOT NULL,
+    size      INTEGER NOT NULL,
+    indexed   INTEGER NOT NULL CHECK (indexed IN (0, 1)),
+    UNIQUE (workspace, path)
+) STRICT;
+
+-- path is indexed too (weighted low in bm25) so "billing config" finds src/billing/config.py;
+-- workspace and the line numbers are only carried.
+CREATE VIRTUAL TABLE IF NOT EXISTS workspace_chunks USING fts5(
+    workspace UNINDEXED,
+    path,
+    start_line UNINDEXED,
+    end_line UNINDEXED,
+    text,
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+"""
+
+#: bm25 column weights in table order: workspace, path, start_line, end_line, text.
+_BM25 = "bm25(workspace_chunks, 0.0, 0.5, 0.0, 0.0, 1.0)"
+
+
+def migrate_workspace_index(conn: apsw.Connection) -> None:
+    """Create the index tables on ``conn`` (the store's migration 2); does not commit.
+
+    Idempotent (``IF NOT EXISTS``) so a ``WorkspaceIndex`` opened on its own database file
+    can call it as well.
+    """
+    conn.execute(SCHEMA_SQL)
+
+
+class IndexStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What one ``update`` did."""
+
+    scanned: int  # candidate files found on disk
+    indexed: int  # files (re)chunked this run
+    skipped: int  # changed files recorded but not chunked: binary, undecodable, too large
+    unchanged: int  # same mtime and size as indexed before
+    removed: int  # gone from disk (or now ignored) and dropped from the index
+    chunks: int  # chunks written this run
+
+
+@dataclass(frozen=True)
+class _Seen:
+    path: str
+    mtime_ns: int
+    size: int
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    start_line: int
+    end_line: int
+    text: str
+
+
+ProgressCallback = Callable[[int, int], None]
+ConnectionFactory = Callable[[], apsw.Connection]
+
+
+# --- what to index --------------------------------------------------------------------------
+
+
+class IgnoreRules:
+    """The root ``.gitignore``'s simple patterns plus ``IGNORED_DIRS``.
+
+    Deliberately not a gitignore engine: one file (the root's), no negation (``!``), no
+    escaping, no nested ``.gitignore`` files. Supported: comments, blank lines, ``name``
+    and globs matched against every path component, ``dir/`` matching folders only, and
+    patterns containing ``/`` matched against the whole relative path from the root
+    (``fnmatch``'s ``*`` also crosses ``/``, which makes ``a/**/b`` work roughly). Missing
+    a rule only means a file is indexed that git ignores; secrets are refused separately.
+    """
+
+    def __init__(self, patterns: Sequence[str] = ()) -> None:
+        self.names: list[str] = []  # matched against any component
+        self.dir_names: list[str] = []  # matched against folder components only
+        self.anchored: list[str] = []  # matched against the relative path
+        self.anchored_dirs: list[str] = []
+        for raw in patterns:
+            line = raw.rstrip("\n\r").rstrip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            dir_only = line.endswith("/")
+            line = line.rstrip("/")
+            if not line:
+                continue
+            if "/" in line:
+                target = self.anchored_dirs if dir_only else self.anchored
+                target.append(line.lstrip("/"))
+            else:
+                (self.dir_names if dir_only else self.names).append(line)
+
+    @classmethod
+    def for_root(cls, root: Path) -> IgnoreRules:
+        try:
+            text = (root / ".gitignore").read_text("utf-8", errors="replace")
+        except OSError:
+            return cls()
+        return cls(text.splitlines())
+
+    def ignores_dir(self, relative: str, name: str) -> bool:
+        if name in IGNORED_DIRS or name.endswith(".egg-info"):
+            return True
+        return self._matches(relative, name, self.names + self.dir_names,
+                             self.anchored + self.anchored_dirs)
+
+    def ignores_file(self, relative: str, name: str) -> bool:
+        return self._matches(relative, name, self.names, self.anchored)
+
+    @staticmethod
+    def _matches(relative: str, name: str, names: list[str], anchored: list[str]) -> bool:
+        return any(fnmatch.fnmatchcase(name, p) for p in names) or any(
+            fnmatch.fnmatchcase(relative, p) for p in anchored
+        )
+
+
+def scan_workspace(root: Path, rules: IgnoreRules | None = None) -> Iterator[_Seen]:
+    """Every candidate file under ``root``: not ignored, not secret, not a symlink.
+
+    Symlinks are never followed: a link may lead outside the workspace (its content would
+    then reach search results) or loop.
+    """
+    rules = rules or IgnoreRules.for_root(root)
+    stack: list[tuple[str, str]] = [(str(root), "")]
+    while stack:
+        directory, prefix = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue  # unreadable folder: skip it rather than fail the whole update
+        for entry in entries:
+            relative = f"{prefix}{entry.name}"
+            if entry.is_symlink() or is_secret_path(relative):
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if not rules.ignores_dir(relative, entry.name):
+                        stack.append((entry.path, relative + "/"))
+                elif entry.is_file(follow_symlinks=False):
+                    if not rules.ignores_file(relative, entry.name):
+                        stat = entry.stat(follow_symlinks=False)
+                        yield _Seen(relative, stat.st_mtime_ns, stat.st_size)
+            except OSError:
+                continue
+
+
+def read_text_file(path: Path, size: int) -> str | None:
+    """The file's text, or None for a binary, undecodable or oversized file."""
+    if size > MAX_FILE_BYTES:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > MAX_FILE_BYTES or b"\x00" in data[:BINARY_PROBE_BYTES]:
+        return None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines as editors number them: split on ``\\n`` only, ``\\r`` of CRLF dropped.
+
+    ``str.splitlines`` would also split on form feeds and Unicode separators and so put
+    hits on the wrong lines.
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def chunk_lines(lines: Sequence[str], size: int = CHUNK_LINES, overlap: int = CHUNK_OVERLAP) -> list[_Chunk]:
+    """Chunks of ``size`` lines, each starting ``size - overlap`` lines after the last.
+
+    The overlap keeps a passage that straddles a boundary whole in at least one chunk.
+    Blank-only chunks are left out; they can never match.
+    """
+    step = max(1, size - overlap)
+    chunks: list[_Chunk] = []
+    start = 0
+    while start < len(lines):
+        end = min(start + size, len(lines))
+        text = "\n".join(lines[start:end])
+        if text.strip():
+            chunks.append(_Chunk(start + 1, end, text))
+        if end == len(lines):
+            break
+        start += step
+    return chunks
+
+
+# --- search helpers -------------------------------------------------------------------------
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_OPEN, _CLOSE = "\x02", "\x03"
+
+
+def match_expression(query: str) -> str:
+    """An FTS5 MATCH expression for free text: every word quoted, joined with OR.
+
+    Quoting makes FTS5 syntax in the query (``AND``, ``NEAR``, ``*``, ``:``, quotes) plain
+    words; OR lets bm25 rank chunks by how many of the words they hold.
+    """
+    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))[:MAX_QUERY_WORDS]
+    if not words:
+        raise ToolError(f"the query {query!r} has no words to search for")
+    return " OR ".join(f'"{word}"' for word in words)
+
+
+def hit_id(path: str, start_line: int) -> str:
+    """Stable for the same chunk across searches and re-indexing (ADR 0127 merges by it)."""
+    return hashlib.blake2s(f"{path}\x00{start_line}".encode(), digest_size=5).hexdigest()
+
+
+def excerpt_lines(text: str, highlighted: str, limit: int = EXCERPT_CHARS) -> tuple[int, int, str]:
+    """The lines of a chunk worth showing: (first line offset, last line offset, text).
+
+    Starts a couple of lines above the first matched token (``highlighted`` is the chunk
+    with FTS5 ``highlight()`` markers) and takes whole lines up to ``limit`` characters; a
+    single line longer than ``limit`` is cut around the match and marked with "…".
+    """
+    lines = text.split("\n")
+    if len(text) <= limit:
+        return 0, len(lines) - 1, text
+    position = highlighted.find(_OPEN)
+    match_line = text.count("\n", 0, position) if position >= 0 else 0
+    first = max(0, match_line - 2)
+    if len(lines[match_line]) > limit:
+        return match_line, match_line, _cut_line(lines[match_line], highlighted, position, limit)
+    last = first
+    used = len(lines[first])
+    while last + 1 < len(lines) and used + 1 + len(lines[last + 1]) <= limit:
+        last += 1
+        used += 1 + len(lines[last])
+    while first > 0 and last < match_line:  # the leading context pushed the match out
+        used -= len(lines[first]) + 1
+        first += 1
+        while last + 1 < len(lines) and used + 1 + len(lines[last + 1]) <= limit:
+            last += 1
+            used += 1 + len(lines[last])
+    return first, last, "\n".join(lines[first : last + 1])
+
+
+def _cut_line(line: str, highlighted: str, position: int, limit: int) -> str:
+    line_start = highlighted.rfind("\n", 0, position) + 1
+    column = max(0, position - line_start)
+    begin = max(0, min(column - limit // 4, len(line) - limit + 2))
+    piece = line[begin : begin + limit - 2]
+    return ("…" if begin > 0 else "") + piece + ("…" if begin + len(piece) < len(line) else "")
+
+
+# --- the index ------------------------------------------------------------------------------
+
+
+@contextmanager
+def _immediate(conn: apsw.Connection) -> Iterator[apsw.Connection]:
+    """One write transaction; IMMEDIATE waits for the write lock up front (busy timeout)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def open_index_db(path: Path | str) -> apsw.Connection:
+    """A connection for the index on ``path``: WAL, busy timeout, schema present."""
+    conn = apsw.Connection(str(path))
+    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    conn.pragma("journal_mode", "wal")
+    # NORMAL, unlike the store's FULL: the index is a cache rebuilt from the files, so a
+    # commit lost to power failure costs a re-read, not a message.
+    conn.pragma("synchronous", "NORMAL")
+    migrate_workspace_index(conn)
+    return conn
+
+
+class WorkspaceIndex:
+    """The FTS5 index of one workspace root.
+
+    ``db`` is the database path or a factory of fresh connections (whose schema is already
+    migrated). ``update`` opens a connection of its own for its run, so it can run in a
+    worker thread while ``search`` uses another.
+    """
+
+    def __init__(self, db: Path | str | ConnectionFactory, root: Path) -> None:
+        self.root = Path(root).resolve()
+        self.workspace = str(self.root)
+        self._factory: ConnectionFactory = db if callable(db) else (lambda: open_index_db(db))
+        self._reader: apsw.Connection | None = None
+        self._reader_lock = threading.Lock()
+
+    # -- indexing --
+
+    def update(self, progress: ProgressCallback | None = None) -> IndexStats:
+        """Bring the index up to date with the files on disk; report (done, total) files.
+
+        Only new files and files whose mtime or size changed are read and re-chunked;
+        files gone from disk, or now ignored or secret, are dropped.
+        """
+        if not self.root.is_dir():
+            # Refuse rather than scan nothing: an unmounted folder would empty the index.
+            raise FileNotFoundError(f"the workspace folder {self.root} does not exist")
+        conn = self._factory()
+        try:
+            return self._update(conn, progress)
+        finally:
+            conn.close()
+
+    def _update(self, conn: apsw.Connection, progress: ProgressCallback | None) -> IndexStats:
+        on_disk = {seen.path: seen for seen in scan_workspace(self.root)}
+        known = {
+            path: (file_id, mtime_ns, size)
+            for file_id, path, mtime_ns, size in conn.execute(
+                "SELECT id, path, mtime_ns, size FROM workspace_files WHERE workspace = ?",
+                (self.workspace,),
+            )
+        }
+        changed = [
+            seen for path, seen in sorted(on_disk.items())
+            if known.get(path, (None, None, None))[1:] != (seen.mtime_ns, seen.size)
+        ]
+        gone = [known[path][0] for path in known.keys() - on_disk.keys()]
+        total = len(changed)
+        if progress:
+            progress(0, total)
+        if gone:
+            with _immediate(conn):
+                for file_id in gone:
+                    self._drop(conn, file_id)
+        indexed = skipped = chunks = 0
+        for done in range(0, total, BATCH_FILES):
+            batch = changed[done : done + BATCH_FILES]
+            # Read and chunk outside the transaction: the write lock is held only to write.
+            prepared = [(seen, self._chunks_of(seen)) for seen in batch]
+            with _immediate(conn):
+                for seen, file_chunks in prepared:
+                    previous = known.get(seen.path)
+                    chunks += self._write(conn, seen, file_chunks, previous[0] if previous else None)
+                    if file_chunks is None:
+                        skipped += 1
+                    else:
+                        indexed += 1
+            if progress:
+                progress(done + len(batch), total)
+        return IndexStats(scanned=len(on_disk), indexed=indexed, skipped=skipped,
+                          unchanged=len(on_disk) - total, removed=len(gone), chunks=chunks)
+
+    def _chunks_of(self, seen: _Seen) -> list[_Chunk] | None:
+        text = read_text_file(self.root / seen.path, seen.size)
+        return None if text is None else chunk_lines(split_lines(text))
+
+    def _write(self, conn: apsw.Connection, seen: _Seen, chunks: list[_Chunk] | None,
+               file_id: int | None) -> int:
+        indexed = int(chunks is not None)
+        if file_id is None:
+            file_id = conn.execute(
+                "INSERT INTO workspace_files (workspace, path, mtime_ns, size, indexed) "
+                "VALUES (?, ?, ?, ?, ?) RETURNING id",
+                (self.workspace, seen.path, seen.mtime_ns, seen.size, indexed),
+            ).get
+        else:
+            self._drop_chunks(conn, file_id)
+            conn.execute(
+                "UPDATE workspace_files SET mtime_ns = ?, size = ?, indexed = ? WHERE id = ?",
+                (seen.mtime_ns, seen.size, indexed, file_id),
+            )
+        if not chunks:
+            return 0
+        base = file_id << _CHUNK_BITS
+        conn.executemany(
+            "INSERT INTO workspace_chunks (rowid, workspace, path, start_line, end_line, text) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [(base | number, self.workspace, seen.path, chunk.start_line, chunk.end_line, chunk.text)
+             for number, chunk in enumerate(chunks[: _CHUNK_MASK + 1])],
+        )
+        return len(chunks)
+
+    @staticmethod
+    def _drop_chunks(conn: apsw.Connection, file_id: int) -> None:
+        base = file_id << _CHUNK_BITS
+        conn.execute("DELETE FROM workspace_chunks WHERE rowid BETWEEN ? AND ?", (base, base | _CHUNK_MASK))
+
+    def _drop(self, conn: apsw.Connection, file_id: int) -> None:
+        self._drop_chunks(conn, file_id)
+        conn.execute("DELETE FROM workspace_files WHERE id = ?", (file_id,))
+
+    # -- searching --
+
+    def search(self, query: str, limit: int = 8) -> list[Hit]:
+        """The best chunks for ``query`` by bm25, as hits with workspace-relative paths.
+
+        Raises ToolError for a query without words.
+        """
+        expression = match_expression(query)
+        rows = self._read(
+            f"SELECT path, start_line, end_line, text, {_BM25}, "
+            "highlight(workspace_chunks, 4, ?, ?) "
+            "FROM workspace_chunks WHERE workspace_chunks MATCH ? AND workspace = ? "
+            f"ORDER BY {_BM25} LIMIT ?",
+            (_OPEN, _CLOSE, expression, self.workspace, max(1, int(limit))),
+        )
+        return [self._hit(*row) for row in rows]
+
+    @staticmethod
+    def _hit(path: str, start_line: int, end_line: int, text: str, bm25: float, highlighted: str) -> Hit:
+        first, last, excerpt = excerpt_lines(text, highlighted)
+        return Hit(
+            id=hit_id(path, start_line),
+            path=path,
+            start_line=start_line + first,
+            end_line=start_line + last,
+            # bm25() is lower for better matches; a hit's score is higher for better ones.
+            score=round(-bm25, 4),
+            excerpt=excerpt,
+        )
+
+    def indexed_files(self) -> int:
+        """How many files of this workspace have chunks in the index."""
+        return self._read(
+            "SELECT count(*) FROM workspace_files WHERE workspace = ? AND indexed = 1",
+            (self.workspace,),
+        )[0][0]
+
+    def _read(self, sql: str, bindings: tuple) -> list[tuple]:
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = self._factory()
+            return list(self._reader.execute(sql, bindings))
+
+    def close(self) -> None:
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
