@@ -1,0 +1,225 @@
+"""The workspace tools the coordinator may call: ``search`` and ``read_file``.
+
+DESIGN.md, "Tools and scope": built for one reply from that reply's workspace, search over
+the FTS5 index returning structured hits, and a bounded read by path and line range, every
+path through ``paths.resolve_in_workspace``. Results carry structure (hits, sources,
+evidence) for research notes (ADR 0127); ``text`` is only what the model reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from imprintd.messages import ToolSpec
+from imprintd.tools.base import Hit, Source, Tool, ToolError, ToolResult
+from imprintd.tools.index import BINARY_PROBE_BYTES, WorkspaceIndex
+from imprintd.tools.paths import normalized, resolve_in_workspace
+
+#: Characters of file text one read_file call returns.
+READ_LIMIT = 4_000
+SEARCH_LIMIT = 8
+#: How a bounded read ends; ADR 0127's notes drop this line (it is protocol, not content).
+CONTINUATION_PREFIX = "… continues at line"
+
+
+def format_hits(hits: Sequence[Hit]) -> str:
+    """The search result as the model reads it: per hit ``[hit ID] path:START-END`` and the excerpt.
+
+    Scores and hashes stay out: the model needs where a passage is, not how it ranked.
+    A test pins this format.
+    """
+    return "\n\n".join(f"[hit {hit.id}] {hit.path}:{hit.start_line}-{hit.end_line}\n{hit.excerpt}"
+                       for hit in hits)
+
+
+class SearchTool:
+    """``search``: full-text search of the workspace's indexed text files."""
+
+    spec = ToolSpec(
+        name="search",
+        description=(
+            "Search the workspace's text files for passages about the query. Returns the best "
+            "passages with their file path and line range; use read_file to read more around one."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "Words to look for, e.g. \"billing port config\"."},
+            },
+            "required": ["query"],
+        },
+    )
+
+    def __init__(self, index: WorkspaceIndex, limit: int = SEARCH_LIMIT) -> None:
+        self.index = index
+        self.limit = limit
+
+    def title(self, arguments: Mapping[str, Any]) -> str:
+        return f"Searching the workspace for “{arguments.get('query', '')}”"
+
+    async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
+        query = arguments.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise ToolError("search needs a non-empty string \"query\"")
+        query = query.strip()
+        # SQLite work off the event loop: other replies and short requests keep being served.
+        hits = await anyio.to_thread.run_sync(self.index.search, query, self.limit)
+        if not hits:
+            return ToolResult(text=f"No results for “{query}” in the workspace.", subject=query)
+        return ToolResult(
+            text=format_hits(hits),
+            subject=query,
+            evidence=tuple(hit.id for hit in hits),
+            hits=tuple(hits),
+        )
+
+
+def _int_argument(arguments: Mapping[str, Any], name: str) -> int | None:
+    value = arguments.get(name)
+    if value is None:
+        return None
+    # bool is an int in Python; a model writing true for a line number is a mistake.
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ToolError(f"read_file: {name} must be an integer, got {value!r}")
+    if value < 1:
+        raise ToolError(f"read_file: {name} must be 1 or more, got {value}")
+    return value
+
+
+class _Read:
+    """The outcome of one bounded read, before it is worded."""
+
+    def __init__(self, lines: list[str], start: int, total: int, cut_line: bool) -> None:
+        self.lines = lines
+        self.start = start
+        self.total = total
+        self.cut_line = cut_line  # the only line shown was longer than the limit
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.lines) - 1
+
+
+def read_lines(path: Path, start: int, end: int | None, limit: int = READ_LIMIT) -> _Read:
+    """Whole lines ``start..end`` of a text file within ``limit`` characters, and its line count.
+
+    Streams the file, so a large file costs time but never memory. Raises ToolError for a
+    binary or non-UTF-8 file.
+    """
+    kept: list[str] = []
+    used = 0
+    total = 0
+    full = False
+    cut_line = False
+    with open(path, "rb") as handle:
+        if b"\x00" in handle.read(BINARY_PROBE_BYTES):
+            raise ToolError("it is a binary file, not text")
+        handle.seek(0)
+        for number, raw in enumerate(handle, start=1):
+            total = number
+            if full or number < start or (end is not None and number > end):
+                continue
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
+                raise ToolError(f"line {number} is not UTF-8 text; it is not a text file") from None
+            cost = len(line) + (1 if kept else 0)
+            if used + cost > limit:
+                if not kept:  # one line longer than the limit: show its start, marked as cut
+                    kept.append(line[: limit - 1] + "…")
+                    cut_line = True
+                full = True
+                continue
+            kept.append(line)
+            used += cost
+    return _Read(kept, start, total, cut_line)
+
+
+class ReadFileTool:
+    """``read_file``: a bounded read of one workspace file by path and line range."""
+
+    spec = ToolSpec(
+        name="read_file",
+        description=(
+            f"Read a text file of the workspace by its relative path, optionally from start_line to "
+            f"end_line (1-based, inclusive). Returns at most {READ_LIMIT:,} characters of whole "
+            "lines and says where to continue."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Path relative to the workspace root, e.g. \"src/app.py\"."},
+                "start_line": {"type": "integer", "minimum": 1, "description": "First line to read (default 1)."},
+                "end_line": {"type": "integer", "minimum": 1, "description": "Last line to read (default: the end)."},
+            },
+            "required": ["path"],
+        },
+    )
+
+    def __init__(self, root: Path, limit: int = READ_LIMIT) -> None:
+        self.root = Path(root)
+        self.limit = limit
+
+    def title(self, arguments: Mapping[str, Any]) -> str:
+        path = arguments.get("path", "")
+        start, end = arguments.get("start_line"), arguments.get("end_line")
+        if start is not None and end is not None:
+            return f"Reading {path} lines {start}–{end}"
+        if start is not None:
+            return f"Reading {path} from line {start}"
+        if end is not None:
+            return f"Reading {path} up to line {end}"
+        return f"Reading {path}"
+
+    async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
+        return await anyio.to_thread.run_sync(self._run, dict(arguments))
+
+    def _run(self, arguments: dict[str, Any]) -> ToolResult:
+        relative = arguments.get("path")
+        start = _int_argument(arguments, "start_line") or 1
+        end = _int_argument(arguments, "end_line")
+        if end is not None and end < start:
+            raise ToolError(f"read_file: end_line {end} is before start_line {start}")
+        resolved = resolve_in_workspace(self.root, relative)  # type: ignore[arg-type]
+        shown = normalized(relative)  # type: ignore[arg-type]
+        if not resolved.is_file():
+            raise ToolError(f"no file {shown} in the workspace")
+        try:
+            read = read_lines(resolved, start, end, self.limit)
+        except ToolError as error:
+            raise ToolError(f"cannot read {shown}: {error}") from None
+        except OSError as error:
+            raise ToolError(f"cannot read {shown}: {error.strerror or error}") from None
+        return self._result(shown, read, end)
+
+    @staticmethod
+    def _result(path: str, read: _Read, end: int | None) -> ToolResult:
+        if read.total == 0:
+            return ToolResult(text=f"{path} is empty.", subject=path)
+        if not read.lines:
+            raise ToolError(f"{path} has {read.total} lines; start_line {read.start} is past its end")
+        text = "\n".join(read.lines)
+        last_wanted = min(end, read.total) if end is not None else read.total
+        if read.end < last_wanted:
+            following = read.end + 1
+            text += (f"\n{CONTINUATION_PREFIX} {following} of {read.total}: "
+                     f"call read_file with start_line {following}")
+        source = Source(path=path, start_line=read.start, end_line=read.end)
+        return ToolResult(
+            text=text,
+            subject=path,
+            evidence=(f"{path}:{read.start}-{read.end}",),
+            sources=(source,),
+        )
+
+
+def workspace_tools(index: WorkspaceIndex, root: Path) -> list[Tool]:
+    """The workspace tools for one reply: search over ``index`` and reads inside ``root``."""
+    return [SearchTool(index), ReadFileTool(root)]
