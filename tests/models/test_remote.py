@@ -1,0 +1,314 @@
+"""The remote provider against a scripted OpenAI-compatible server on 127.0.0.1.
+
+Every error case names its cause; tool-call deltas split across chunks are reassembled; what
+went over the wire (path, auth header, body) is asserted. No sleeps: a silent server blocks on
+an event released at teardown, and timeouts are httpx's own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+
+import anyio
+import pytest
+
+from imprintd.messages import Message, ToolCall, ToolSpec, assistant, system, tool_result, user
+from imprintd.models.base import ModelError
+from imprintd.models.remote import (
+    MESSAGE_OVERHEAD,
+    PROMPT_OVERHEAD,
+    RemoteModel,
+    estimate_tokens,
+)
+from tests.models.scripted_server import Recorded, ScriptedServer, Writer, chunk, stream_reply
+
+SEARCH = ToolSpec(name="search", description="Search the workspace.",
+                  parameters={"type": "object", "properties": {"query": {"type": "string"}}})
+MESSAGES = [system("You are terse."), user("Say hi.")]
+
+
+def model_for(server: ScriptedServer, **kwargs) -> RemoteModel:
+    return RemoteModel(server.base_url, "test-model", n_ctx=4096, **kwargs)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# -- counting ----------------------------------------------------------------------------------
+
+
+def test_estimate_is_utf8_bytes_over_three():
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("abc") == 1
+    assert estimate_tokens("abcd") == 2
+    assert estimate_tokens("é") == 1            # two bytes
+    assert estimate_tokens("日本語") == 3        # nine bytes
+
+
+def test_counts_are_additive():
+    remote = RemoteModel("http://127.0.0.1:1/v1", "m")
+    call = ToolCall(id="c", name="search", arguments={"query": "x"})
+    messages = [system("s" * 30), user("héllo"), assistant("", tool_calls=(call,)), tool_result(call, "r" * 10)]
+    per_message = [remote.count_message(m) for m in messages]
+    assert per_message[0] == MESSAGE_OVERHEAD + 10
+    assert per_message[2] == MESSAGE_OVERHEAD + math.ceil(
+        len(json.dumps({"name": "search", "arguments": {"query": "x"}})) / 3)
+    assert remote.count_prompt(messages, [SEARCH]) == PROMPT_OVERHEAD + sum(per_message) + math.ceil(
+        len(json.dumps(SEARCH.as_openai()).encode()) / 3)
+
+
+# -- a normal streamed reply -----------------------------------------------------------------
+
+
+async def test_streams_text_and_sends_the_request_as_openai_expects():
+    handler = stream_reply(chunk("Hel"), chunk("lo"), chunk(" there"), chunk(finish="stop"))
+    with ScriptedServer(handler) as server:
+        pieces: list[str] = []
+        result = await model_for(server, api_key="sk-secret").complete(
+            MESSAGES, [SEARCH], max_tokens=64, timeout=60, on_text=pieces.append)
+    assert result.text == "Hello there" == "".join(pieces)
+    assert result.finish_reason == "stop" and result.tool_calls == ()
+    [request] = server.requests
+    assert request.method == "POST" and request.path == "/v1/chat/completions"
+    assert request.headers["authorization"] == "Bearer sk-secret"
+    body = request.body
+    assert body["model"] == "test-model" and body["stream"] is True and body["max_tokens"] == 64
+    assert body["messages"] == [{"role": "system", "content": "You are terse."},
+                                {"role": "user", "content": "Say hi."}]
+    assert body["tools"] == [SEARCH.as_openai()]
+    usage = result.usage
+    assert usage.prompt_tokens == model_for(server).count_prompt(MESSAGES, [SEARCH])
+    assert usage.evaluated_tokens == usage.prompt_tokens
+    assert usage.generated_tokens == estimate_tokens("Hello there")
+
+
+async def test_no_api_key_sends_no_authorization_and_no_tools_key():
+    with ScriptedServer(stream_reply(chunk("ok", finish="stop"))) as server:
+        await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60)
+    request = server.requests[0]
+    assert "authorization" not in request.headers and "tools" not in request.body
+
+
+def test_api_key_is_not_in_repr():
+    assert "sk-secret" not in repr(RemoteModel("http://h/v1", "m", api_key="sk-secret"))
+
+
+async def test_tool_exchange_messages_are_sent_in_openai_form():
+    call = ToolCall(id="call_9", name="search", arguments={"query": "port"})
+    history = [*MESSAGES, assistant("", tool_calls=(call,)), tool_result(call, "found it")]
+    with ScriptedServer(stream_reply(chunk("done", finish="stop"))) as server:
+        await model_for(server).complete(history, [SEARCH], max_tokens=8, timeout=60)
+    sent = server.requests[0].body["messages"]
+    assert sent[2] == {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_9", "type": "function", "function": {"name": "search", "arguments": '{"query": "port"}'}}]}
+    assert sent[3] == {"role": "tool", "content": "found it", "tool_call_id": "call_9", "name": "search"}
+
+
+async def test_server_usage_gives_evaluated_tokens():
+    usage = {"prompt_tokens": 120, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 100}}
+    handler = stream_reply(chunk("hi", finish="stop"), {"id": "c1", "choices": [], "usage": usage})
+    with ScriptedServer(handler) as server:
+        result = await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60)
+    assert result.usage.evaluated_tokens == 20
+
+
+async def test_finish_length():
+    with ScriptedServer(stream_reply(chunk("abc"), chunk(finish="length"))) as server:
+        result = await model_for(server).complete(MESSAGES, max_tokens=1, timeout=60)
+    assert result.finish_reason == "length" and result.text == "abc"
+
+
+async def test_prompt_too_big_for_n_ctx():
+    remote = RemoteModel("http://127.0.0.1:1/v1", "m", n_ctx=512)
+    with pytest.raises(ModelError, match="exceeds the 512-token context"):
+        await remote.complete([user("x" * 3000)], max_tokens=16, timeout=5)
+
+
+# -- tool calls --------------------------------------------------------------------------------
+
+
+async def test_tool_call_deltas_split_across_chunks_are_reassembled():
+    handler = stream_reply(
+        chunk("Let me look."),
+        chunk(tool_calls=[{"index": 0, "id": "call_a", "type": "function",
+                           "function": {"name": "search", "arguments": ""}}]),
+        chunk(tool_calls=[{"index": 0, "function": {"arguments": '{"que'}}]),
+        chunk(tool_calls=[{"index": 1, "id": "call_b", "type": "function",
+                           "function": {"name": "search", "arguments": '{"query"'}}]),
+        chunk(tool_calls=[{"index": 0, "function": {"arguments": 'ry": "po'}}]),
+        chunk(tool_calls=[{"index": 1, "function": {"arguments": ': "b"}'}}]),
+        chunk(tool_calls=[{"index": 0, "function": {"arguments": 'rt"}'}}]),
+        chunk(finish="tool_calls"),
+    )
+    with ScriptedServer(handler) as server:
+        result = await model_for(server).complete(MESSAGES, [SEARCH], max_tokens=64, timeout=60)
+    assert result.text == "Let me look."
+    assert result.finish_reason == "tool_calls" and result.tool_call_error is None
+    assert [(c.id, c.name, c.arguments) for c in result.tool_calls] == [
+        ("call_a", "search", {"query": "port"}), ("call_b", "search", {"query": "b"})]
+
+
+async def test_malformed_native_tool_calls_are_reported_not_run():
+    handler = stream_reply(
+        chunk(tool_calls=[{"index": 0, "id": "x", "function": {"name": "search", "arguments": '{"query": '}}]),
+        chunk(tool_calls=[{"index": 1, "id": "y", "function": {"name": "rm", "arguments": "{}"}}]),
+        chunk(tool_calls=[{"index": 2, "id": "z", "function": {"name": "search", "arguments": "[1]"}}]),
+        chunk(finish="tool_calls"),
+    )
+    with ScriptedServer(handler) as server:
+        result = await model_for(server).complete(MESSAGES, [SEARCH], max_tokens=64, timeout=60)
+    assert result.tool_calls == ()
+    assert "not valid JSON" in result.tool_call_error
+    assert "unknown tool 'rm'" in result.tool_call_error
+    assert "must be a JSON object, not a list" in result.tool_call_error
+    assert result.finish_reason == "stop"
+
+
+async def test_hermes_markup_in_content_is_parsed_and_hidden():
+    handler = stream_reply(chunk("Checking.\n<tool_"), chunk('call>{"name": "search", "arguments": {"query": "q"}}'),
+                           chunk("</tool_call>"), chunk(finish="stop"))
+    with ScriptedServer(handler) as server:
+        pieces: list[str] = []
+        result = await model_for(server).complete(MESSAGES, [SEARCH], max_tokens=64, timeout=60,
+                                                  on_text=pieces.append)
+    assert "".join(pieces) == result.text == "Checking."
+    assert [c.arguments for c in result.tool_calls] == [{"query": "q"}]
+
+
+# -- failures, each named ----------------------------------------------------------------------
+
+
+async def test_connection_refused():
+    port = free_port()
+    remote = RemoteModel(f"http://127.0.0.1:{port}/v1", "m")
+    with pytest.raises(ModelError) as caught:
+        await remote.complete(MESSAGES, max_tokens=8, timeout=60)
+    assert str(caught.value) == f"the model server at http://127.0.0.1:{port}/v1 refused the connection; is it running?"
+
+
+async def test_dns_failure():
+    remote = RemoteModel("http://no-such-host.invalid/v1", "m", connect_timeout=20)
+    with pytest.raises(ModelError, match=r"could not resolve the host 'no-such-host.invalid'"):
+        await remote.complete(MESSAGES, max_tokens=8, timeout=60)
+
+
+def error_reply(code: int, body: dict | None = None, headers: dict | None = None):
+    def handle(request: Recorded, writer: Writer) -> None:
+        writer.json(code, body or {"error": {"message": f"status {code}"}}, headers)
+    return handle
+
+
+@pytest.mark.parametrize(
+    ("code", "body", "headers", "expected"),
+    [
+        (401, {"error": {"message": "Invalid API key"}}, None,
+         "the server answered 401 Unauthorized: check IMPRINT_CHAT_API_KEY: Invalid API key"),
+        (404, {"error": {"message": "The model `test-model` does not exist"}}, None,
+         "model 'test-model' was not found (404)"),
+        (429, {"error": {"message": "slow down"}}, {"Retry-After": "7"}, "rate limited (429)"),
+        (503, {"error": {"message": "overloaded"}}, None, "server error 503: overloaded"),
+        (500, {"detail": "boom"}, None, "server error 500: boom"),
+        (400, {"error": {"message": "bad field"}}, None, "the server refused the request (400 Bad Request): bad field"),
+    ],
+)
+async def test_http_errors_are_named(code, body, headers, expected):
+    with ScriptedServer(error_reply(code, body, headers)) as server:
+        with pytest.raises(ModelError) as caught:
+            await model_for(server, api_key="sk-secret").complete(MESSAGES, max_tokens=8, timeout=60)
+    message = str(caught.value)
+    assert message.startswith(expected)
+    assert "sk-secret" not in message
+    if code == 429:
+        assert "retry after 7 s" in message
+
+
+async def test_stream_that_stops_mid_reply():
+    with ScriptedServer(stream_reply(chunk("Half a "), chunk("repl"), done=False)) as server:
+        pieces: list[str] = []
+        with pytest.raises(ModelError, match="the stream ended before the reply finished"):
+            await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60, on_text=pieces.append)
+    assert "".join(pieces).startswith("Half a")
+
+
+async def test_finish_reason_without_done_is_a_complete_reply():
+    with ScriptedServer(stream_reply(chunk("ok"), chunk(finish="stop"), done=False)) as server:
+        result = await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60)
+    assert result.text == "ok" and result.finish_reason == "stop"
+
+
+async def test_error_event_mid_stream():
+    with ScriptedServer(stream_reply(chunk("a"), {"error": {"message": "context overflow"}})) as server:
+        with pytest.raises(ModelError, match="reported an error mid-reply: context overflow"):
+            await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60)
+
+
+async def test_garbage_chunk():
+    with ScriptedServer(stream_reply(chunk("a"), "not json")) as server:  # type: ignore[arg-type]
+        with pytest.raises(ModelError, match="not JSON"):
+            await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60)
+
+
+def silent(request: Recorded, writer: Writer) -> None:
+    """Accepts the request and never answers (until the test ends)."""
+    writer.start_stream()
+    writer.event(chunk("first words"))
+    server_release.wait(timeout=60)
+
+
+server_release = None  # set per test below
+
+
+@pytest.fixture
+def silent_server():
+    global server_release
+    server = ScriptedServer(silent)
+    server_release = server.release
+    with server:
+        yield server
+
+
+async def test_silent_server_fails_on_read_timeout(silent_server):
+    remote = model_for(silent_server, read_timeout=0.5)
+    with pytest.raises(ModelError, match=r"^no answer within 0.5 s from the model server at http://127\.0\.0\.1"):
+        await remote.complete(MESSAGES, max_tokens=8, timeout=None)
+
+
+async def test_deadline_returns_partial_text(silent_server):
+    remote = model_for(silent_server, read_timeout=60)
+    pieces: list[str] = []
+    result = await remote.complete(MESSAGES, max_tokens=8, timeout=1.0, on_text=pieces.append)
+    assert result.finish_reason == "deadline"
+    assert result.text == "first words" == "".join(pieces)
+    assert result.usage.generated_tokens == estimate_tokens("first words")
+
+
+async def test_cancel_stops_the_request(silent_server):
+    remote = model_for(silent_server, read_timeout=60)
+    with anyio.CancelScope() as scope:
+        await remote.complete(MESSAGES, max_tokens=8, timeout=None, on_text=lambda piece: scope.cancel())
+    assert scope.cancel_called
+
+
+async def test_deadline_includes_waiting_for_the_lock(silent_server):
+    from imprintd.models.base import inference_lock
+
+    remote = model_for(silent_server, read_timeout=60)
+    held, release = anyio.Event(), anyio.Event()
+
+    async def hold() -> None:
+        async with inference_lock():
+            held.set()
+            await release.wait()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(hold)
+        await held.wait()
+        result = await remote.complete(MESSAGES, max_tokens=8, timeout=0.3)
+        release.set()
+    assert result.finish_reason == "deadline" and result.text == ""
+    assert silent_server.requests == []  # it never got the lock, so it never asked
