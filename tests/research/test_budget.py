@@ -1,0 +1,236 @@
+"""ADR 0157: research is charged for the work each request does.
+
+Validation list: a cached prefix is not charged again; unused output is refunded; the whole
+allowance must fit before a request starts; a prefix longer than the prompt never makes a
+charge negative; a different tool offer or model shares nothing; every coordinator and
+section-worker request is reserved and settled, and the budget equals the total less the
+charges plus the refunds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from imprintd.messages import Message, ToolSpec, assistant, system, tool_result, user
+from imprintd.models.base import Completion, Usage
+from imprintd.research.budget import HEADER_TOKENS, BudgetExhausted, ResearchBudget
+from tests.standin import StandInModel, call
+
+SEARCH = ToolSpec(name="search", description="Search the workspace.",
+                  parameters={"type": "object", "properties": {"query": {"type": "string"}}})
+READ = ToolSpec(name="read_file", description="Read a file.",
+                parameters={"type": "object", "properties": {"path": {"type": "string"}}})
+TOOLS = [SEARCH, READ]
+
+
+def generated(tokens: int) -> Completion:
+    return Completion(text="x", usage=Usage(prompt_tokens=0, evaluated_tokens=0, generated_tokens=tokens))
+
+
+def round_one() -> list[Message]:
+    return [system("You are Imprint. " * 40), user("where is the gateway port set?", seq=1)]
+
+
+def round_two() -> list[Message]:
+    asked = call("search", query="gateway port")
+    return [*round_one(), assistant("", tool_calls=(asked,)),
+            tool_result(asked, "[hit abc] src/config.py:1-2\nGATEWAY_PORT = 8443")]
+
+
+def assert_balanced(budget: ResearchBudget) -> None:
+    assert budget.remaining == budget.total - budget.charged + budget.refunded
+    reserved = sum(e.amount for e in budget.ledger if e.kind == "reserve")
+    refunded = sum(e.amount for e in budget.ledger if e.kind == "refund")
+    assert (reserved, refunded) == (budget.charged, budget.refunded)
+    if budget.ledger:
+        assert budget.ledger[-1].remaining == budget.remaining
+
+
+def test_first_request_is_charged_its_whole_prompt_and_allowance(model):
+    budget = ResearchBudget(65_536)
+    reservation = budget.reserve(model, round_one(), TOOLS, 1024)
+    prompt = model.count_prompt(round_one(), TOOLS)
+    assert (reservation.prompt_tokens, reservation.shared_tokens) == (prompt, 0)
+    assert reservation.prompt_charge == prompt and reservation.allowance == 1024
+    assert budget.remaining == 65_536 - prompt - 1024
+
+
+def test_cached_prefix_is_not_charged_again(model):
+    budget = ResearchBudget(65_536)
+    budget.settle(budget.reserve(model, round_one(), TOOLS, 1024), generated(20))
+    second = budget.reserve(model, round_two(), TOOLS, 1024)
+    shared = model.count_prompt(round_one(), TOOLS)
+    whole = model.count_prompt(round_two(), TOOLS)
+    assert second.shared_tokens == shared
+    # Only what follows the shared messages, plus the 16 header tokens kept charged.
+    assert second.prompt_charge == whole - (shared - HEADER_TOKENS)
+    added = model.count_message(round_two()[2]) + model.count_message(round_two()[3])
+    assert second.prompt_charge < added + HEADER_TOKENS + 1
+    assert second.prompt_charge < whole / 4
+
+
+def test_unused_output_is_refunded(model):
+    budget = ResearchBudget(10_000)
+    reservation = budget.reserve(model, round_one(), TOOLS, 1024)
+    budget.settle(reservation, generated(100))
+    assert budget.refunded == 924
+    assert budget.remaining == 10_000 - reservation.prompt_charge - 100
+    assert_balanced(budget)
+
+
+def test_failed_request_refunds_its_whole_allowance(model):
+    budget = ResearchBudget(10_000)
+    reservation = budget.reserve(model, round_one(), TOOLS, 1024)
+    budget.settle(reservation, None)
+    assert budget.remaining == 10_000 - reservation.prompt_charge
+    assert_balanced(budget)
+
+
+def test_refund_never_exceeds_the_allowance_nor_goes_negative(model):
+    budget = ResearchBudget(10_000)
+    over = budget.reserve(model, round_one(), TOOLS, 100)
+    budget.settle(over, generated(150))  # tool calls written can count beyond the text
+    assert budget.refunded == 0
+    odd = budget.reserve(model, round_one(), TOOLS, 100)
+    budget.settle(odd, generated(-5))
+    assert budget.ledger[-1].amount == 100
+    assert_balanced(budget)
+
+
+def test_the_whole_allowance_must_fit_before_a_request_starts(model):
+    prompt = model.count_prompt(round_one(), TOOLS)
+    budget = ResearchBudget(prompt + 1024)
+    with pytest.raises(BudgetExhausted) as refused:
+        budget.reserve(model, round_one(), TOOLS, 1025)
+    assert f"needs {prompt + 1025:,} tokens" in str(refused.value)
+    assert f"{prompt + 1024:,} remain" in str(refused.value)
+    assert refused.value.needed == prompt + 1025 and refused.value.remaining == prompt + 1024
+    # Nothing was charged, and the refused request left no prefix behind.
+    assert budget.remaining == prompt + 1024 and budget.ledger == [] and budget.charged == 0
+    exact = budget.reserve(model, round_one(), TOOLS, 1024)
+    assert budget.remaining == 0 and exact.prompt_charge == prompt
+
+
+def test_a_request_fitting_only_by_its_new_part_still_starts(model):
+    scratch = ResearchBudget(65_536)
+    scratch.settle(scratch.reserve(model, round_one(), TOOLS, 1024), generated(1024))
+    charge = scratch.prompt_charge(model, round_two(), TOOLS)[2]
+    first = model.count_prompt(round_one(), TOOLS)
+    whole = model.count_prompt(round_two(), TOOLS)
+    budget = ResearchBudget(first + 1024 + charge + 1024)
+    budget.settle(budget.reserve(model, round_one(), TOOLS, 1024), generated(1024))
+    assert budget.remaining == charge + 1024 < whole + 1024
+    budget.reserve(model, round_two(), TOOLS, 1024)
+    assert budget.remaining == 0
+
+
+def test_prefix_longer_than_the_prompt_never_makes_a_charge_negative(model):
+    class InflatedPrefix(StandInModel):
+        """A template whose prefix renders longer than the whole prompt (a generation prompt
+        or header the full prompt does not repeat)."""
+
+        def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+            whole = super().count_prompt(messages, tools)
+            return whole + 500 if len(messages) < len(round_two()) else whole
+
+    inflated = InflatedPrefix()
+    budget = ResearchBudget(65_536)
+    budget.settle(budget.reserve(inflated, round_one(), TOOLS, 64), generated(0))
+    second = budget.reserve(inflated, round_two(), TOOLS, 64)
+    assert second.shared_tokens > second.prompt_tokens
+    assert second.prompt_charge == 0
+    # The same request again: it shares everything and is charged the kept header tokens.
+    budget.settle(second, generated(0))
+    plain = ResearchBudget(65_536)
+    plain.settle(plain.reserve(model, round_two(), TOOLS, 64), generated(0))
+    again = plain.reserve(model, round_two(), TOOLS, 64)
+    assert again.prompt_charge == HEADER_TOKENS
+    assert_balanced(budget)
+    assert_balanced(plain)
+
+
+def test_a_different_tool_offer_shares_nothing(model):
+    budget = ResearchBudget(65_536)
+    budget.settle(budget.reserve(model, round_one(), TOOLS, 64), generated(0))
+    other_offer = budget.reserve(model, round_two(), [SEARCH], 64)
+    assert other_offer.shared_tokens == 0
+    assert other_offer.prompt_charge == model.count_prompt(round_two(), [SEARCH])
+    reordered = budget.reserve(model, round_two(), [READ, SEARCH], 64)
+    assert reordered.shared_tokens == 0
+
+
+def test_a_different_model_shares_nothing(model):
+    budget = ResearchBudget(65_536)
+    budget.settle(budget.reserve(model, round_one(), TOOLS, 64), generated(0))
+    other = StandInModel(model_id="other")
+    moved = budget.reserve(other, round_two(), TOOLS, 64)
+    assert moved.shared_tokens == 0
+    assert moved.prompt_charge == other.count_prompt(round_two(), TOOLS)
+
+
+def test_a_changed_early_message_shares_nothing(model):
+    budget = ResearchBudget(65_536)
+    budget.settle(budget.reserve(model, round_one(), TOOLS, 64), generated(0))
+    rewritten = [system("A rewritten summary changes the instructions."), *round_two()[1:]]
+    assert budget.reserve(model, rewritten, TOOLS, 64).shared_tokens == 0
+
+
+def test_after_a_failed_request_the_next_one_is_charged_in_full(model):
+    budget = ResearchBudget(65_536)
+    budget.settle(budget.reserve(model, round_one(), TOOLS, 64), None)
+    assert budget.reserve(model, round_two(), TOOLS, 64).shared_tokens == 0
+
+
+def test_settling_twice_is_an_error(model):
+    budget = ResearchBudget(65_536)
+    reservation = budget.reserve(model, round_one(), TOOLS, 64)
+    budget.settle(reservation, generated(1))
+    with pytest.raises(ValueError, match="not open"):
+        budget.settle(reservation, generated(1))
+
+
+async def test_every_coordinator_and_worker_request_is_reserved_and_settled(model):
+    """A research run: two coordinator rounds and two section workers in between, through
+    the stand-in model, so generated tokens (tool calls included) come from real usage."""
+    budget = ResearchBudget(65_536)
+    completions: list[Completion] = []
+    asked = call("search", query="gateway port")
+    model.queue(
+        Completion(text="", tool_calls=(asked,)),  # coordinator round 1 calls a tool
+        "Section 1: the port is 8443.",  # worker 1
+        "Section 2: nothing relevant.",  # worker 2
+        "The gateway listens on port 8443 [1].",  # coordinator round 2 answers
+    )
+
+    async def request(messages: list[Message], tools: list[ToolSpec], max_tokens: int) -> Completion:
+        reservation = budget.reserve(model, messages, tools, max_tokens)
+        completion = None
+        try:
+            completion = await model.complete(messages, tools, max_tokens=max_tokens)
+        finally:
+            budget.settle(reservation, completion)
+        completions.append(completion)
+        return completion
+
+    first = await request(round_one(), TOOLS, 1024)
+    assert first.usage.generated_tokens > 0  # the tool call it wrote is paid for
+    for section in ("section one " * 50, "section two " * 50):
+        await request([system("Analyze this section for the question."), user(section)], [], 256)
+    conversation = [*round_one(), assistant("", tool_calls=(asked,)),
+                    tool_result(asked, "[hit abc] src/config.py:1-2\nGATEWAY_PORT = 8443")]
+    await request(conversation, TOOLS, 1024)
+
+    assert budget.open_reservations == ()
+    reserves = [e for e in budget.ledger if e.kind == "reserve"]
+    refunds = [e for e in budget.ledger if e.kind == "refund"]
+    assert [e.number for e in reserves] == [e.number for e in refunds] == [1, 2, 3, 4]
+    assert_balanced(budget)
+    # The second worker shares the first worker's system message; the last coordinator round
+    # shares the first round's prefix even though the workers ran in between.
+    shared = [r.shared_tokens for r in budget.reservations]
+    assert shared[0] == shared[1] == 0 and shared[2] > 0 and shared[3] > 0
+    # What was spent is exactly the new prompt tokens plus what the model generated.
+    outputs = [min(c.usage.generated_tokens, r.allowance) for c, r in zip(completions, budget.reservations)]
+    assert budget.total - budget.remaining == sum(r.prompt_charge for r in budget.reservations) + sum(outputs)
