@@ -25,6 +25,9 @@ class ToolStep(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ReplyEvents(Protocol):
+    def begin(self, session_id: str, reply_id: str) -> None:
+        """The reply has its ids; the question is stored. Comes before every other event."""
+
     def text(self, delta: str) -> None:
         """A piece of the answer, in order."""
 
@@ -40,6 +43,9 @@ class ReplyEvents(Protocol):
 
 class NullEvents:
     """Drops every event (used where nobody is listening)."""
+
+    def begin(self, session_id: str, reply_id: str) -> None:
+        pass
 
     def text(self, delta: str) -> None:
         pass

@@ -1,0 +1,119 @@
+"""The chat service: settings, sessions (stored or in memory), the model, and replies.
+
+This is the core the server and the CLI share; it never imports either. A handler asks
+it for sessions or a reply and translates the answer to the wire.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from imprintd import settings as settings_mod
+from imprintd.events import ReplyEvents
+from imprintd.models.base import Model
+from imprintd.settings import ChatSettings, Resolved
+from imprintd.store import ConversationStore, MemoryStore, SessionInfo, SessionNotFound, Store
+
+logger = logging.getLogger(__name__)
+
+ModelFactory = Callable[[ChatSettings], Model]
+
+#: Settings that change which model is loaded; others apply to the next reply as they are.
+_MODEL_KEYS = ("provider", "model", "base_url", "n_ctx")
+
+
+class ReplyRequest(msgspec.Struct, frozen=True, kw_only=True):
+    text: str
+    session_id: str | None = None
+    style: str = "written"
+    persist: bool = True
+    workspace: str | None = None
+
+
+def _default_model_factory(chat: ChatSettings) -> Model:
+    from imprintd.models.factory import create_model
+
+    return create_model(chat)
+
+
+class Chat:
+    """One per process: holds the settings, the stores and the (lazily loaded) model."""
+
+    def __init__(
+        self,
+        resolved: Resolved | None = None,
+        *,
+        model_factory: ModelFactory = _default_model_factory,
+        data_dir: Path | None = None,
+    ) -> None:
+        self.resolved = resolved or settings_mod.load()
+        self._model_factory = model_factory
+        self._model: Model | None = None
+        self._model_settings: tuple | None = None
+        self._data_dir = data_dir
+        self._store: Store | None = None
+        self.memory = MemoryStore()
+        self.workspace: str | None = None
+
+    # -- settings and parts -------------------------------------------------
+    @property
+    def settings(self) -> ChatSettings:
+        return self.resolved.settings.chat
+
+    def update_settings(self, resolved: Resolved) -> None:
+        self.resolved = resolved
+
+    @property
+    def store(self) -> Store:
+        """The database, opened on first use so that ``initialize`` never waits on disk."""
+        if self._store is None:
+            path = (self._data_dir or settings_mod.data_dir()) / "imprint.sqlite3"
+            self._store = Store.open(path)
+        return self._store
+
+    def model(self) -> Model:
+        """The chat model for the current settings; created once, recreated when they change."""
+        key = tuple(getattr(self.settings, name) for name in _MODEL_KEYS)
+        if self._model is None or key != self._model_settings:
+            self._model = self._model_factory(self.settings)
+            self._model_settings = key
+        return self._model
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # -- sessions -----------------------------------------------------------
+    def locate(self, session_id: str) -> tuple[ConversationStore, SessionInfo]:
+        """The store holding ``session_id`` and its info; raises SessionNotFound."""
+        try:
+            return self.memory, self.memory.session(session_id)
+        except SessionNotFound:
+            return self.store, self.store.session(session_id)
+
+    def sessions(self) -> list[SessionInfo]:
+        listed = self.store.sessions() + self.memory.sessions()
+        return sorted(listed, key=lambda info: info.updated_at, reverse=True)
+
+    def delete_session(self, session_id: str) -> None:
+        store, _ = self.locate(session_id)
+        store.delete_session(session_id)
+
+    # -- replies ------------------------------------------------------------
+    async def reply(self, request: ReplyRequest, events: ReplyEvents):
+        """Answer ``request`` in its session; see ``imprintd.reply`` for the steps."""
+        from imprintd.reply import run_reply
+
+        if request.session_id:
+            store, info = self.locate(request.session_id)
+        else:
+            store = self.store if request.persist else self.memory
+            info = store.create_session(workspace=request.workspace or self.workspace)
+        reply_id = uuid.uuid4().hex
+        return await run_reply(self, store, info, reply_id, request, events)

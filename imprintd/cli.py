@@ -1,0 +1,179 @@
+"""The ``imprintd`` command: ``serve`` (the daemon, default), ``ask``, ``sessions``, ``config``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from imprintd import __version__
+from imprintd import settings as settings_mod
+
+DESCRIPTION = """\
+Imprint's chat daemon. Editors start `imprintd serve` (or `imprintd --stdio`) like a
+language server and speak JSON-RPC with LSP framing on stdin/stdout; see protocol.md.
+From a shell, `imprintd ask "QUESTION"` answers once and prints the answer."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    # SUPPRESS: the same options sit on every subcommand; an unset one must not erase a set one.
+    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    common.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE",
+                        help="override a setting, e.g. --set chat.n_ctx=4096 (repeatable)")
+    common.add_argument("--model", help="chat.model: a GGUF path (local) or a model name (openai)")
+    common.add_argument("--provider", choices=("local", "openai"), help="chat.provider")
+    common.add_argument("--log-file", help="also write the log to this file")
+    common.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+
+    parser = argparse.ArgumentParser(prog="imprintd", description=DESCRIPTION, parents=[common],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"imprintd {__version__}")
+    parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout (what LSP clients pass)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = commands.add_parser("serve", parents=[common], help="run the daemon on stdin/stdout (the default)",
+                                description="Run the daemon: JSON-RPC with LSP framing on stdin/stdout.")
+    serve.add_argument("--stdio", action="store_true", help="accepted for LSP clients; stdio is the only transport")
+
+    ask = commands.add_parser("ask", parents=[common], help="ask one question and print the answer",
+                              description="Ask one question; the answer streams to stdout, the session id to stderr.")
+    ask.add_argument("question", help="what to ask")
+    ask.add_argument("--session", help="continue this session (an id from `imprintd sessions`)")
+    ask.add_argument("--workspace", help="the folder the question is about (default: the current folder)")
+    ask.add_argument("--spoken", action="store_true", help="ask for a short spoken-style answer")
+    ask.add_argument("--no-persist", action="store_true", help="keep this conversation in memory only")
+
+    commands.add_parser("sessions", parents=[common], help="list stored sessions",
+                        description="List stored sessions, newest first.")
+    commands.add_parser("config", parents=[common], help="show the effective settings and where each came from",
+                        description="Show the effective settings, where each value came from, and the model in use.")
+    return parser
+
+
+def _cli_values(args: argparse.Namespace) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for item in getattr(args, "overrides", []):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"imprintd: --set expects KEY=VALUE, got {item!r}")
+        values[key.strip()] = value
+    if getattr(args, "model", None) is not None:
+        values["chat.model"] = args.model
+    if getattr(args, "provider", None) is not None:
+        values["chat.provider"] = args.provider
+    return values
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if getattr(args, "log_file", None):
+        handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
+    logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO, handlers=handlers,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "verbose", False):
+        logging.getLogger("pygls").setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _configure_logging(args)
+    resolved = settings_mod.load(_cli_values(args))
+    command = args.command or "serve"
+    if command != "serve" and resolved.errors:
+        for error in resolved.errors:
+            print(f"imprintd: {error}", file=sys.stderr)
+        return 2
+    if command == "serve":
+        from imprintd.chat import Chat
+        from imprintd.server import serve
+
+        return serve(Chat(resolved))
+    if command == "config":
+        from imprintd.models.factory import describe_model
+
+        print(settings_mod.describe(resolved, [
+            ("model in use", describe_model(resolved.settings.chat)),
+            ("config file", str(settings_mod.config_file())),
+            ("data dir", str(settings_mod.data_dir())),
+        ]))
+        return 0
+    if command == "sessions":
+        return _sessions(resolved)
+    return _ask(resolved, args)
+
+
+def _sessions(resolved: settings_mod.Resolved) -> int:
+    from datetime import datetime
+
+    from imprintd.chat import Chat
+
+    chat = Chat(resolved)
+    try:
+        listed = chat.sessions()
+        if not listed:
+            print("No sessions yet. Start one with: imprintd ask \"QUESTION\"")
+        for info in listed:
+            when = datetime.fromtimestamp(info.updated_at).strftime("%Y-%m-%d %H:%M")
+            print(f"{info.id}  {when}  {info.message_count:>4} messages  {info.title}")
+    finally:
+        chat.close()
+    return 0
+
+
+def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
+    import os
+
+    import anyio
+
+    from imprintd.chat import Chat, ReplyRequest
+    from imprintd.models.base import ModelError
+    from imprintd.store import StoreError
+
+    chat = Chat(resolved)
+    events = _PrintEvents()
+    request = ReplyRequest(text=args.question, session_id=args.session, persist=not args.no_persist,
+                           style="spoken" if args.spoken else "written",
+                           workspace=os.path.abspath(args.workspace or os.getcwd()))
+    try:
+        outcome = anyio.run(chat.reply, request, events)
+    except (ModelError, StoreError) as error:
+        print(f"\nimprintd: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nimprintd: interrupted; the question is stored.", file=sys.stderr)
+        return 130
+    finally:
+        chat.close()
+    if outcome.text and not events.printed:
+        sys.stdout.write(outcome.text)
+    elif outcome.text.startswith(events.printed) and len(outcome.text) > len(events.printed):
+        sys.stdout.write(outcome.text[len(events.printed):])  # e.g. a Sources list added after the stream
+    sys.stdout.write("\n")
+    print(f"session {outcome.session_id}", file=sys.stderr)
+    return 0
+
+
+class _PrintEvents:
+    """Reply text to stdout as it streams; progress and tool steps to stderr."""
+
+    def __init__(self) -> None:
+        self.printed = ""
+
+    def begin(self, session_id: str, reply_id: str) -> None:
+        pass
+
+    def text(self, delta: str) -> None:
+        self.printed += delta
+        sys.stdout.write(delta)
+        sys.stdout.flush()
+
+    def progress(self, message: str, percentage: int | None = None) -> None:
+        print(f"[{message}]", file=sys.stderr)
+
+    def tool_step(self, step) -> None:
+        if step.state != "started":
+            print(f"[{step.title}: {step.state}{' - ' + step.detail if step.detail else ''}]", file=sys.stderr)
+
+    def summary(self, text: str, first_seq: int, last_seq: int) -> None:
+        print(f"[summarized messages #{first_seq}-#{last_seq}]", file=sys.stderr)

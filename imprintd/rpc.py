@@ -1,0 +1,331 @@
+"""JSON-RPC over stdio with LSP framing: where pygls leaves gaps, this module closes them.
+
+pygls 2.x parses frames and dispatches handlers; around it this module adds what the LSP
+and JSON-RPC specs require of a daemon that must keep serving whatever it is sent:
+
+- the lifecycle: -32002 before ``initialize``, -32600 for a second ``initialize`` and for
+  any request after ``shutdown``; ``exit`` ends with 0 after ``shutdown`` and 1 without;
+- malformed input: a ``Content-Length`` over ``MAX_CONTENT_LENGTH`` is refused without
+  allocating it, invalid JSON gets -32700 with id null, a message that is not a JSON-RPC
+  request gets -32600, invalid params get one -32602 that names the field;
+- internal errors never carry a traceback or a path to the client (they go to the log);
+- the one adapter between pygls and msgspec: ``msgspec_handler`` decodes ``imprint/*``
+  params into Structs (naming the bad field) and encodes results to camelCase JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import re
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, BinaryIO, TypeVar
+
+import cattrs
+import msgspec
+from lsprotocol import types
+from pygls.exceptions import (
+    JsonRpcException,
+    JsonRpcInternalError,
+    JsonRpcInvalidParams,
+    JsonRpcInvalidRequest,
+    JsonRpcParseError,
+    JsonRpcServerNotInitialized,
+)
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage
+
+logger = logging.getLogger(__name__)
+
+#: Frames larger than this are refused (and skipped unread) rather than allocated.
+MAX_CONTENT_LENGTH = 16 * 1024 * 1024
+#: A header line longer than this is not a header: the stream is out of sync.
+MAX_HEADER_LINE = 8 * 1024
+_CONTENT_LENGTH = re.compile(rb"^content-length:\s*(\d+)\s*$", re.IGNORECASE)
+
+P = TypeVar("P", bound=msgspec.Struct)
+
+
+class ImprintProtocol(LanguageServerProtocol):
+    """pygls' LSP protocol with the lifecycle and error rules of the spec enforced."""
+
+    def __init__(self, server, converter):
+        super().__init__(server, converter)
+        self.initialize_received = False
+        self.exit_code: int | None = None
+
+    # -- lifecycle ----------------------------------------------------------
+    def handle_message(self, message) -> None:
+        method = getattr(message, "method", None)
+        msg_id = getattr(message, "id", None)
+        is_request = method is not None and msg_id is not None
+        if method == types.EXIT:
+            self.exit_code = 0 if self._shutdown else 1
+            return
+        if is_request and self._shutdown:
+            self.send_error(msg_id, JsonRpcInvalidRequest("The server is shutting down; only 'exit' is accepted."))
+            return
+        if method == types.INITIALIZE and is_request:
+            if self.initialize_received:
+                self.send_error(msg_id, JsonRpcInvalidRequest("The server is already initialized."))
+                return
+            self.initialize_received = True
+        elif method is not None and not self.initialize_received:
+            if is_request:
+                self.send_error(
+                    msg_id, JsonRpcServerNotInitialized(f"Received {method!r} before 'initialize'.")
+                )
+            return  # notifications before initialize are dropped, as the spec says
+        super().handle_message(message)
+
+    # -- errors -------------------------------------------------------------
+    def send_error(self, msg_id: Any, error: JsonRpcException) -> None:
+        if msg_id is None:
+            # pygls drops a None id when serializing; JSON-RPC wants "id": null spelled out.
+            self._send_data({"jsonrpc": "2.0", "id": None, "error": {"code": error.code, "message": error.message}})
+            return
+        self._send_response(msg_id, error=error.to_response_error())
+
+    def _send_response(self, msg_id, result=None, error=None):
+        if error is not None and error.code == JsonRpcInternalError.CODE:
+            # The detail (and any traceback or path in it) stays in the log.
+            incident = uuid.uuid4().hex[:8]
+            logger.error("internal error %s answering request %r: %s %s", incident, msg_id, error.message, error.data)
+            error = types.ResponseError(
+                code=error.code, message=f"Internal error (incident {incident}); see the imprintd log."
+            )
+        super()._send_response(msg_id, result, error)
+
+    # -- input --------------------------------------------------------------
+    def receive_body(self, body: bytes) -> None:
+        """Decode one frame's body and dispatch it; every failure gets the spec's answer."""
+        try:
+            raw = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as error:
+            self.send_error(None, JsonRpcParseError(f"Invalid JSON: {error}"))
+            return
+        problem = _envelope_problem(raw)
+        if problem:
+            msg_id = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), (int, str)) else None
+            is_notification = isinstance(raw, dict) and "method" in raw and "id" not in raw
+            if not is_notification:
+                self.send_error(msg_id, JsonRpcInvalidRequest(problem))
+            else:
+                logger.warning("dropping invalid notification: %s", problem)
+            return
+        try:
+            message = self._structure(raw)
+        except JsonRpcException as error:
+            detail = _structure_error_detail(error)
+            if "id" in raw and "method" in raw:
+                self.send_error(raw["id"], JsonRpcInvalidParams(f"Invalid params for {raw['method']!r}: {detail}"))
+            else:
+                logger.warning("dropping message %r with invalid params: %s", raw.get("method"), detail)
+            return
+        self.handle_message(message)
+
+
+    def _structure(self, raw: dict) -> Any:
+        """LSP messages become lsprotocol types; ``imprint/*`` params stay plain JSON for msgspec."""
+        method = raw.get("method")
+        if method is None or self.get_message_type(method) is not None:
+            return self.structure_message(raw)
+        params = raw.get("params")
+        if "id" in raw:
+            return JsonRPCRequestMessage(id=raw["id"], method=method, jsonrpc="2.0", params=params)
+        return JsonRPCNotification(method=method, jsonrpc="2.0", params=params)
+
+
+def _envelope_problem(raw: Any) -> str | None:
+    """Why ``raw`` is not a JSON-RPC 2.0 message, or None when it is one."""
+    if not isinstance(raw, dict):
+        return "A message must be a JSON object (batches are not supported)."
+    if raw.get("jsonrpc") != "2.0":
+        return "A message must have \"jsonrpc\": \"2.0\"."
+    if "id" in raw and not isinstance(raw["id"], (int, str)) or isinstance(raw.get("id"), bool):
+        return "A request id must be an integer or a string."
+    if "method" in raw:
+        if not isinstance(raw["method"], str):
+            return "\"method\" must be a string."
+        if "params" in raw and not isinstance(raw["params"], (dict, list)):
+            return "\"params\" must be an object or an array."
+    elif "id" not in raw or not ("result" in raw or "error" in raw):
+        return "A message must be a request, a notification or a response."
+    return None
+
+
+def _structure_error_detail(error: JsonRpcException) -> str:
+    cause = error.__cause__
+    if isinstance(cause, cattrs.ClassValidationError):
+        return "; ".join(cattrs.transform_error(cause, path="params").__iter__()) or str(cause)
+    return error.message
+
+
+def read_frames(stream: BinaryIO, deliver: Callable[[bytes | JsonRpcException | None], None]) -> None:
+    """Read LSP frames from ``stream`` until EOF, handing each body (or framing error) to ``deliver``.
+
+    Runs in its own daemon thread so a blocked read never holds up the event loop or the
+    process's exit. ``deliver(None)`` signals EOF.
+    """
+    try:
+        while True:
+            length: int | None = None
+            while True:
+                line = stream.readline(MAX_HEADER_LINE + 1)
+                if not line:
+                    return
+                if line in (b"\r\n", b"\n"):
+                    break
+                match = _CONTENT_LENGTH.match(line.rstrip(b"\r\n"))
+                if match:
+                    length = int(match.group(1))
+            if length is None:
+                deliver(JsonRpcInvalidRequest("A frame must start with a Content-Length header."))
+                continue
+            if length > MAX_CONTENT_LENGTH:
+                deliver(JsonRpcInvalidRequest(
+                    f"A message of {length} bytes exceeds the limit of {MAX_CONTENT_LENGTH} bytes; it was skipped."
+                ))
+                if not _skip(stream, length):
+                    return
+                continue
+            body = stream.read(length)
+            if len(body) < length:
+                return
+            deliver(body)
+    except (OSError, ValueError) as error:  # stdin closed under us
+        logger.info("input closed: %s", error)
+    finally:
+        deliver(None)
+
+
+def _skip(stream: BinaryIO, length: int) -> bool:
+    """Discard ``length`` bytes in small pieces, never holding them all; False at EOF."""
+    while length:
+        piece = stream.read(min(length, 1 << 16))
+        if not piece:
+            return False
+        length -= len(piece)
+    return True
+
+
+def msgspec_handler(params_type: type[P]) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Any]]:
+    """Adapt a handler taking a msgspec Struct to pygls, which hands over raw JSON params.
+
+    Params are decoded strictly (a wrong type or a missing field answers -32602 naming the
+    field); the Struct the handler returns is encoded to JSON-ready builtins (camelCase
+    where the Struct says so). Handlers may be sync or async.
+    """
+
+    def decorate(handler):
+        def decode(raw: Any) -> P:
+            if raw is None:
+                raw = {}
+            try:
+                return msgspec.convert(raw, params_type, strict=True)
+            except msgspec.ValidationError as error:
+                raise JsonRpcInvalidParams(f"Invalid params: {_field_message(error)}") from None
+
+        if asyncio.iscoroutinefunction(handler):
+
+            @functools.wraps(handler)
+            async def async_adapter(raw: Any) -> Any:
+                return msgspec.to_builtins(await handler(decode(raw)))
+
+            return async_adapter
+
+        @functools.wraps(handler)
+        def adapter(raw: Any) -> Any:
+            return msgspec.to_builtins(handler(decode(raw)))
+
+        return adapter
+
+    return decorate
+
+
+def _field_message(error: msgspec.ValidationError) -> str:
+    """msgspec says "Expected `str`, got `int` - at `$.text`"; say it with the param's name."""
+    text = str(error)
+    match = re.match(r"Object missing required field `(.*)`(?: - at `\$\.?(.*)`)?$", text)
+    if match:
+        name, where = match.groups()
+        return f"{(where + '.') if where else ''}{name}: required field is missing"
+    match = re.search(r"(.*) - at `\$\.?(.*)`$", text)
+    if match:
+        problem, field = match.groups()
+        return f"{field or 'params'}: {problem[0].lower()}{problem[1:]}"
+    return text
+
+
+def stderr_is_log() -> None:
+    """stdout carries protocol only: make sure nothing else writes there."""
+    sys.stdout = sys.stderr
+
+
+def run_stdio(server, stdin: BinaryIO, stdout: BinaryIO, *, watch_interval: float = 1.0) -> int:
+    """Serve ``server`` on the given streams until ``exit``, EOF or the client's death.
+
+    Returns the process exit code: 0 after ``shutdown`` then ``exit``, 1 otherwise.
+    """
+    from pygls.io_ import StdoutWriter
+
+    protocol: ImprintProtocol = server.protocol
+    protocol.set_writer(StdoutWriter(stdout))
+    return asyncio.run(_serve(server, stdin, watch_interval))
+
+
+async def _serve(server, stdin: BinaryIO, watch_interval: float) -> int:
+    import threading
+
+    protocol: ImprintProtocol = server.protocol
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[bytes | JsonRpcException | None] = asyncio.Queue()
+    threading.Thread(
+        target=read_frames, args=(stdin, lambda item: loop.call_soon_threadsafe(inbox.put_nowait, item)),
+        name="imprintd-stdin", daemon=True,
+    ).start()
+    watcher = asyncio.ensure_future(_watch_client(server, watch_interval, inbox))
+    try:
+        while protocol.exit_code is None:
+            item = await inbox.get()
+            if item is None:
+                break
+            if isinstance(item, JsonRpcException):
+                protocol.send_error(None, item)
+            else:
+                protocol.receive_body(item)
+    finally:
+        watcher.cancel()
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        on_stop = getattr(server, "on_stop", None)
+        if on_stop:
+            on_stop()
+    if protocol.exit_code is not None:
+        return protocol.exit_code
+    return 0 if protocol._shutdown else 1
+
+
+async def _watch_client(server, interval: float, inbox: asyncio.Queue) -> None:
+    """End the daemon when the client process named at initialize has died (LSP processId)."""
+    import os
+
+    while True:
+        await asyncio.sleep(interval)
+        pid = getattr(server, "process_id", None)
+        if not pid:
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            logger.info("client process %s is gone; exiting", pid)
+            inbox.put_nowait(None)
+            return
+        except PermissionError:
+            pass  # it exists, owned by someone else

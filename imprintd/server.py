@@ -1,0 +1,168 @@
+"""The LSP-framed JSON-RPC server: lifecycle, settings from the editor, and thin handlers.
+
+Each handler decodes its params (``rpc.msgspec_handler``), asks the core (``chat.Chat``)
+and encodes the answer. Nothing here decides anything about a reply.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+
+from imprintd import __version__
+from imprintd import protocol as wire
+from imprintd.chat import Chat, ReplyRequest
+from imprintd.models.base import ModelError
+from imprintd.rpc import ImprintProtocol, msgspec_handler, run_stdio
+from imprintd.store import SessionNotFound, StoreError
+from imprintd.wire_events import WireEvents
+
+logger = logging.getLogger(__name__)
+
+#: LSP's RequestFailed: the request was valid but could not be carried out.
+REQUEST_FAILED = -32803
+
+
+class RequestFailed(JsonRpcException):
+    CODE = REQUEST_FAILED
+
+
+def _unknown_session(error: SessionNotFound) -> JsonRpcInvalidParams:
+    return JsonRpcInvalidParams(f"sessionId: {error}")
+
+
+def build_server(chat: Chat) -> LanguageServer:
+    server = LanguageServer("imprintd", __version__, protocol_cls=ImprintProtocol)
+    server.on_stop = chat.close
+
+    def report_settings_errors(errors: tuple[str, ...]) -> None:
+        for error in errors:
+            server.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=error))
+
+    def apply_editor_settings(values: Any) -> None:
+        if not isinstance(values, dict):
+            return
+        values = values.get("imprint", values)
+        before = len(chat.resolved.errors)
+        chat.update_settings(chat.resolved.apply(values, "editor"))
+        report_settings_errors(chat.resolved.errors[before:])
+
+    @server.feature(types.INITIALIZE)
+    def initialize(params: types.InitializeParams) -> None:
+        root = params.workspace_folders[0].uri if params.workspace_folders else params.root_uri
+        chat.workspace = _path_from_uri(root) if root else params.root_path
+        report_settings_errors(chat.resolved.errors)
+        apply_editor_settings(params.initialization_options)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:
+        apply_editor_settings(params.settings)
+
+    @server.feature(wire.CHAT)
+    @msgspec_handler(wire.ChatParams)
+    async def chat_reply(params: wire.ChatParams) -> wire.ChatResult:
+        events = WireEvents(server, work_done_token=params.work_done_token)
+        request = ReplyRequest(text=params.text, session_id=params.session_id, style=params.style,
+                               persist=params.persist, workspace=params.workspace)
+        try:
+            outcome = await chat.reply(request, events)
+        except SessionNotFound as error:
+            raise _unknown_session(error) from None
+        except (ModelError, StoreError) as error:
+            raise RequestFailed(str(error)) from None
+        finally:
+            await events.finish()
+        return wire.ChatResult(
+            session_id=outcome.session_id, reply_id=outcome.reply_id, text=outcome.text,
+            sources=[wire.SourceRef(**s) for s in outcome.sources], stop_reason=outcome.stop_reason,
+        )
+
+    @server.feature(wire.SESSIONS)
+    @msgspec_handler(wire.SessionsParams)
+    def sessions(params: wire.SessionsParams) -> wire.SessionsResult:
+        return wire.SessionsResult(sessions=[_session_wire(info) for info in chat.sessions()])
+
+    @server.feature(wire.SESSION)
+    @msgspec_handler(wire.SessionParams)
+    def session(params: wire.SessionParams) -> wire.SessionResult:
+        try:
+            store, info = chat.locate(params.session_id)
+        except SessionNotFound as error:
+            raise _unknown_session(error) from None
+        return wire.SessionResult(
+            session=_session_wire(info),
+            messages=[_message_wire(m) for m in store.messages(info.id)],
+            summary=_summary_wire(store.summary(info.id)),
+        )
+
+    @server.feature(wire.DELETE_SESSION)
+    @msgspec_handler(wire.SessionParams)
+    def delete_session(params: wire.SessionParams) -> wire.DeleteSessionResult:
+        try:
+            chat.delete_session(params.session_id)
+        except SessionNotFound as error:
+            raise _unknown_session(error) from None
+        return wire.DeleteSessionResult(session_id=params.session_id, deleted=True)
+
+    @server.feature(wire.SUMMARY)
+    @msgspec_handler(wire.SessionParams)
+    def summary(params: wire.SessionParams) -> wire.SummaryResult:
+        try:
+            store, info = chat.locate(params.session_id)
+        except SessionNotFound as error:
+            raise _unknown_session(error) from None
+        return wire.SummaryResult(session_id=info.id, summary=_summary_wire(store.summary(info.id)))
+
+    @server.feature(wire.READ_CHAT_SECTION)
+    @msgspec_handler(wire.ReadChatSectionParams)
+    def read_chat_section(params: wire.ReadChatSectionParams) -> wire.ReadChatSectionResult:
+        raise RequestFailed("imprint/read_chat_section: no analyzed sections are kept yet (section analysis is not built)")
+
+    @server.feature(wire.CONVERSATION_HISTORY)
+    @msgspec_handler(wire.ConversationHistoryParams)
+    def conversation_history(params: wire.ConversationHistoryParams) -> wire.ConversationHistoryResult:
+        raise RequestFailed("imprint/conversation_history: conversation search is not built yet")
+
+    return server
+
+
+def _path_from_uri(uri: str) -> str | None:
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme == "file" else None
+
+
+def _session_wire(info) -> wire.SessionInfoWire:
+    return wire.SessionInfoWire(
+        session_id=info.id, title=info.title, workspace=info.workspace, created_at=info.created_at,
+        updated_at=info.updated_at, message_count=info.message_count, persist=info.persist,
+    )
+
+
+def _message_wire(message) -> wire.MessageWire:
+    return wire.MessageWire(
+        seq=message.seq, role=message.role, content=message.content,
+        tool_calls=[wire.ToolCallWire(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls],
+        tool_call_id=message.tool_call_id, name=message.name,
+    )
+
+
+def _summary_wire(summary) -> wire.SummaryInfo | None:
+    if summary is None:
+        return None
+    return wire.SummaryInfo(text=summary.text, first_seq=summary.first_seq, last_seq=summary.last_seq)
+
+
+def serve(chat: Chat) -> int:
+    """Run the daemon on this process's stdin and stdout; returns the exit code."""
+    # Our own reader on stdin's fd: the reading thread may still be blocked in it at exit,
+    # and interpreter shutdown aborts if that thread holds sys.stdin's buffer lock.
+    stdin = open(sys.stdin.fileno(), "rb", closefd=False)  # noqa: SIM115 (lives as long as the process)
+    stdout = sys.stdout.buffer
+    sys.stdout = sys.stderr  # stdout carries protocol only; a stray print goes to the log
+    return run_stdio(build_server(chat), stdin, stdout)

@@ -1,0 +1,111 @@
+"""ReplyEvents over the wire: reply text as ``imprint/replyDelta``, long work as LSP progress.
+
+Progress uses standard work-done progress: the request's own ``workDoneToken`` when the
+client sent one, else a token created with ``window/workDoneProgress/create`` when the
+client supports it (created on the first report, so replies without long work send
+nothing), else none. Reply text never travels on the progress channel, and progress
+never on the text channel (ADR 0093).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+import msgspec
+from lsprotocol import types
+
+from imprintd import protocol as wire
+from imprintd.events import ToolStep
+
+logger = logging.getLogger(__name__)
+
+
+class WireEvents:
+    def __init__(self, server, *, work_done_token: int | str | None = None, title: str = "Imprint") -> None:
+        self._server = server
+        self._title = title
+        self._token = work_done_token
+        self._began = False
+        self._creating: asyncio.Task | None = None
+        self._pending: list[tuple[str, int | None]] = []
+        self.session_id = ""
+        self.reply_id = ""
+
+    def _notify(self, method: str, params: msgspec.Struct) -> None:
+        self._server.protocol.notify(method, msgspec.to_builtins(params))
+
+    # -- ReplyEvents ----------------------------------------------------------
+    def begin(self, session_id: str, reply_id: str) -> None:
+        self.session_id, self.reply_id = session_id, reply_id
+
+    def text(self, delta: str) -> None:
+        if delta:
+            self._notify(wire.REPLY_DELTA, wire.ReplyDelta(session_id=self.session_id, reply_id=self.reply_id, text=delta))
+
+    def tool_step(self, step: ToolStep) -> None:
+        self._notify(
+            wire.TOOL_STEP,
+            wire.ToolStepNotice(
+                session_id=self.session_id, reply_id=self.reply_id, call_id=step.call_id,
+                tool=step.tool, title=step.title, state=step.state, detail=step.detail,
+            ),
+        )
+        if step.state == "started":
+            self.progress(step.title)
+
+    def summary(self, text: str, first_seq: int, last_seq: int) -> None:
+        self._notify(
+            wire.SUMMARY_UPDATED,
+            wire.SummaryUpdated(
+                session_id=self.session_id, reply_id=self.reply_id,
+                summary=wire.SummaryInfo(text=text, first_seq=first_seq, last_seq=last_seq),
+            ),
+        )
+
+    def progress(self, message: str, percentage: int | None = None) -> None:
+        if self._token is None and self._creating is None:
+            if not _client_supports_progress(self._server):
+                return
+            self._creating = asyncio.ensure_future(self._create_token())
+        if self._token is None:
+            self._pending.append((message, percentage))
+            return
+        self._send(message, percentage)
+
+    # -- progress plumbing ----------------------------------------------------
+    async def _create_token(self) -> None:
+        token = f"imprint-{uuid.uuid4().hex}"
+        try:
+            await self._server.work_done_progress.create_async(token)
+        except Exception as error:  # the client refused: carry on without progress
+            logger.info("client refused a progress token: %s", error)
+            self._pending.clear()
+            return
+        self._token = token
+        for message, percentage in self._pending:
+            self._send(message, percentage)
+        self._pending.clear()
+
+    def _send(self, message: str, percentage: int | None) -> None:
+        progress = self._server.work_done_progress
+        if not self._began:
+            self._began = True
+            progress.begin(self._token, types.WorkDoneProgressBegin(
+                title=self._title, message=message, percentage=percentage, cancellable=False))
+        else:
+            progress.report(self._token, types.WorkDoneProgressReport(message=message, percentage=percentage))
+
+    async def finish(self) -> None:
+        """End the progress the reply began, if any (after a pending token is created)."""
+        if self._creating is not None:
+            await asyncio.shield(self._creating)
+        if self._began and self._token is not None:
+            self._server.work_done_progress.end(self._token, types.WorkDoneProgressEnd())
+
+
+def _client_supports_progress(server) -> bool:
+    capabilities = getattr(server.protocol, "client_capabilities", None)
+    window = getattr(capabilities, "window", None)
+    return bool(window and window.work_done_progress)

@@ -1,0 +1,124 @@
+"""A scripted OpenAI-compatible server on loopback, for end-to-end tests of the daemon.
+
+The daemon talks to it through its real remote provider (``chat.provider = "openai"``), so
+an end-to-end test drives the real wire on both sides and can script exactly what the
+"model" says (answers, tool calls) and assert exactly what reached it. Replies stream as
+server-sent events, tool calls as native ``tool_calls`` deltas split across chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class StubReply:
+    text: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {"name":..., "arguments": {...}}
+    #: Block after the first piece until the test releases it (for cancellation tests).
+    hold: threading.Event | None = None
+
+
+Script = StubReply | str | Callable[[dict], "StubReply | str"]
+
+
+class OpenAIStub:
+    """``with OpenAIStub() as stub: stub.queue("hello"); ... stub.requests``."""
+
+    def __init__(self) -> None:
+        self.replies: list[Script] = []
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self._lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_GET(self):
+                body = json.dumps({"object": "list", "data": [{"id": "stub", "object": "model"}]}).encode()
+                self._send_json(200, body)
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", "0"))
+                request = json.loads(self.rfile.read(length))
+                with stub._lock:
+                    stub.requests.append(request)
+                    stub.headers.append(dict(self.headers))
+                    script = stub.replies.pop(0) if stub.replies else StubReply(text="(no scripted reply)")
+                reply = script(request) if callable(script) else script
+                if isinstance(reply, str):
+                    reply = StubReply(text=reply)
+                self._stream(reply)
+
+            def _send_json(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _event(self, payload: dict | str) -> None:
+                data = payload if isinstance(payload, str) else json.dumps(payload)
+                chunk = f"data: {data}\n\n".encode()
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                self.wfile.flush()
+
+            def _chunk(self, delta: dict, finish: str | None = None) -> dict:
+                return {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "model": "stub",
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+            def _stream(self, reply: StubReply) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    self._event(self._chunk({"role": "assistant", "content": ""}))
+                    words = reply.text.split(" ") if reply.text else []
+                    for index, word in enumerate(words):
+                        self._event(self._chunk({"content": word if index == 0 else " " + word}))
+                        if index == 0 and reply.hold is not None:
+                            reply.hold.wait(timeout=60)
+                    for index, call in enumerate(reply.tool_calls):
+                        arguments = json.dumps(call.get("arguments", {}))
+                        half = len(arguments) // 2
+                        first = {"index": index, "id": call.get("id", f"call_{index}"), "type": "function",
+                                 "function": {"name": call["name"], "arguments": arguments[:half]}}
+                        self._event(self._chunk({"tool_calls": [first]}))
+                        self._event(self._chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[half:]}}]}))
+                    self._event(self._chunk({}, "tool_calls" if reply.tool_calls else "stop"))
+                    self._event("[DONE]")
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the daemon hung up (a cancelled reply)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def queue(self, *replies: Script) -> None:
+        with self._lock:
+            self.replies.extend(replies)
+
+    def __enter__(self) -> OpenAIStub:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
