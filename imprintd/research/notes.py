@@ -1,0 +1,355 @@
+"""Research notes and the final answer written from them (ADR 0127).
+
+When research ends on a budget, stagnation or a full context, this reply's tool steps
+become notes: search hits split by hit id (a passage returned by several searches is one
+note and ranks first), other tool results one note each, named by tool and subject; empty
+reads, errors and calls not run add nothing. Notes are built from the results' structure
+(``ToolResult.hits``, ``sources``, ``evidence``), never parsed from the text the model read.
+
+The reserved answer's request then holds the system prompt without the tool strategy, up
+to six earlier user and assistant messages, and the question with the notes numbered for
+citation within 6,000 characters (700 a note). Imprint, not the model, writes the Sources
+list of the notes the answer cites, and the fallbacks when the answer cannot finish.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
+
+from imprintd.messages import Message, ToolCall, system, user
+from imprintd.tools.base import Hit, Source, ToolResult
+from imprintd.tools.workspace import CONTINUATION_PREFIX
+
+Style = Literal["written", "spoken"]
+
+DIGEST_LIMIT = 6_000
+NOTE_LIMIT = 700
+EARLIER_LIMIT = 6
+ELLIPSIS = "…"
+#: Characters of a finding quoted in a fallback (a line, not a passage).
+FINDING_LIMIT = 240
+#: How a bounded read says where to continue: tool protocol, not content, and a tools-free
+#: final turn must not be invited to call read_file, so notes drop it.
+_CONTINUATION = re.compile(rf"\n?{re.escape(CONTINUATION_PREFIX)} \d+ of \d+: call read_file with start_line \d+\s*$")
+
+
+class ToolStepRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call of this reply and its result; ``result is None``: the call was not run."""
+
+    call: ToolCall
+    result: ToolResult | None = None
+
+
+class Note(msgspec.Struct, frozen=True, kw_only=True):
+    """One numbered research note, as the final answer cites it."""
+
+    number: int  # 1-based, after ranking
+    label: str  # "from src/billing/config.py (file)", "read_file src/app.py"
+    text: str
+    sources: tuple[Source, ...] = ()
+    kind: str = ""  # the hit's kind ("file") or the tool's name; shown in Sources
+    times: int = 1  # how many searches (or identical calls) returned it
+
+
+# --- building notes ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Draft:
+    label: str
+    text: str
+    sources: tuple[Source, ...]
+    kind: str
+    step: int  # the first step that returned it
+    position: int  # its place within that step's result
+    score: float = 0.0
+    steps: set[int] = field(default_factory=set)
+
+    def rank_key(self) -> tuple[int, int, float, int]:
+        # Several searches first (ADR 0127); then in the order research found them, a
+        # search's own hits by score (which is the order the search returned them in).
+        return (-len(self.steps), self.step, -self.score, self.position)
+
+
+def _clean(text: str) -> str:
+    """Trailing spaces and runs of blank lines out; the content itself untouched."""
+    lines = [line.rstrip() for line in text.strip("\n").split("\n")]
+    kept: list[str] = []
+    for line in lines:
+        if line or (kept and kept[-1]):
+            kept.append(line)
+    return "\n".join(kept).strip()
+
+
+def _is_empty(result: ToolResult) -> bool:
+    # A result that saw nothing (no hits, no sources, no evidence) is an empty read, whatever
+    # its text says ("No results for …", "x is empty.").
+    return not result.text.strip() or not (result.hits or result.sources or result.evidence)
+
+
+def _hit_draft(hit: Hit, step: int, position: int) -> _Draft:
+    return _Draft(label=f"from {hit.path} ({hit.kind})", text=_clean(hit.excerpt),
+                  sources=(hit.source,), kind=hit.kind, step=step, position=position, score=hit.score)
+
+
+def build_notes(steps: Sequence[ToolStepRecord]) -> list[Note]:
+    """This reply's tool steps as ranked, numbered notes (see the module docstring)."""
+    drafts: dict[tuple[str, ...], _Draft] = {}
+    for step, record in enumerate(steps):
+        result = record.result
+        if result is None or not result.ok or _is_empty(result):
+            continue
+        if result.hits:
+            for position, hit in enumerate(result.hits):
+                _merge(drafts, ("hit", hit.id), _hit_draft(hit, step, position), step)
+            continue
+        text = _clean(_CONTINUATION.sub("", result.text))
+        if not text:
+            continue
+        subject = result.subject or _subject_of(record.call)
+        label = f"{record.call.name} {subject}".strip()
+        draft = _Draft(label=label, text=text, sources=result.sources, kind=record.call.name,
+                       step=step, position=0)
+        # The same call with the same answer twice is one note, like a repeated hit.
+        _merge(drafts, ("tool", record.call.name, subject, text), draft, step)
+    ranked = sorted(drafts.values(), key=_Draft.rank_key)
+    return [Note(number=number, label=d.label, text=d.text, sources=d.sources, kind=d.kind,
+                 times=len(d.steps))
+            for number, d in enumerate(ranked, start=1)]
+
+
+def _merge(drafts: dict[tuple[str, ...], _Draft], key: tuple[str, ...], draft: _Draft, step: int) -> None:
+    existing = drafts.get(key)
+    if existing is None:
+        draft.steps.add(step)
+        drafts[key] = draft
+        return
+    existing.steps.add(step)
+    if draft.score > existing.score:
+        # Keep the best-scored wording of the passage, but rank it where it was first seen.
+        existing.text, existing.sources, existing.score = draft.text, draft.sources, draft.score
+
+
+def _subject_of(call: ToolCall) -> str:
+    for name in ("path", "query", "subject"):
+        value = call.arguments.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+# --- the digest -------------------------------------------------------------------------------
+
+
+def clip_at_word(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters, cut after a whole word and marked "…" when cut."""
+    if len(text) <= limit:
+        return text
+    room = text[: max(0, limit - len(ELLIPSIS))]
+    if not text[len(room)].isspace():
+        # The limit falls inside a word: go back to the last space before it.
+        space = max(room.rfind(" "), room.rfind("\n"), room.rfind("\t"))
+        if space > 0:
+            room = room[:space]
+    return room.rstrip() + ELLIPSIS
+
+
+def note_line(note: Note, per_note: int = NOTE_LIMIT) -> str:
+    return f"[{note.number}] {note.label}: {clip_at_word(note.text, per_note)}"
+
+
+def digest(notes: Sequence[Note], *, limit: int = DIGEST_LIMIT, per_note: int = NOTE_LIMIT) -> tuple[str, list[Note]]:
+    """The notes numbered for citation: whole notes, in rank order, within ``limit`` characters.
+
+    Stops at the first note that does not fit, so the numbers shown run 1..k without gaps
+    and a citation is valid exactly when it is within that range.
+    """
+    lines: list[str] = []
+    included: list[Note] = []
+    used = 0
+    for note in notes:
+        line = note_line(note, per_note)
+        cost = len(line) + (1 if lines else 0)
+        if used + cost > limit:
+            break
+        lines.append(line)
+        included.append(note)
+        used += cost
+    return "\n".join(lines), included
+
+
+# --- the final request ------------------------------------------------------------------------
+
+WRITTEN_INSTRUCTIONS = (
+    "Answer the question above from these research notes; no tools are available now. "
+    "Open with a direct answer in one or two sentences. Then give the key points as a short "
+    "list, citing the notes each point comes from as [n]. Then say in one line what the notes "
+    "leave open. Stay under about 250 words. Do not list sources; they are added for you."
+)
+SPOKEN_INSTRUCTIONS = (
+    "Answer the question above from these research notes; no tools are available now. "
+    "Answer in two or three plain sentences that read well aloud: no list, no citations, "
+    "no code, no markup."
+)
+NO_NOTES = "(The research found nothing to note.)"
+
+
+def _conversational(message: Message) -> Message | None:
+    """A user or assistant message without its tool exchange, or None to drop it."""
+    if message.role not in ("user", "assistant") or not message.content.strip():
+        return None  # tool results, system text, and assistant turns that only call tools
+    if message.tool_calls:
+        return Message(role=message.role, content=message.content, seq=message.seq)
+    return message
+
+
+def earlier_messages(earlier: Sequence[Message], question: str, limit: int = EARLIER_LIMIT) -> list[Message]:
+    """Up to ``limit`` of the latest earlier user and assistant messages, tool exchanges out."""
+    kept = [m for m in map(_conversational, earlier) if m is not None]
+    # The question is stored before research starts, so callers may pass it along with
+    # the conversation; it is asked once, at the end, with the notes.
+    if kept and kept[-1].role == "user" and kept[-1].content.strip() == question.strip():
+        kept.pop()
+    kept = kept[-limit:] if limit > 0 else []
+    # Chat templates that insist on alternation want the conversation to open with a user turn.
+    while kept and kept[0].role == "assistant":
+        kept.pop(0)
+    return kept
+
+
+def final_request(
+    *,
+    system_prompt: str,
+    earlier: Sequence[Message],
+    summary_block: str | None,
+    question: str,
+    digest_text: str,
+    style: Style = "written",
+) -> list[Message]:
+    """The reserved answer's messages (ADR 0127); it is sent with no tools.
+
+    ``system_prompt`` comes without the tool strategy (the caller builds it so); the
+    summary block, when there is one, is appended to it.
+    """
+    prompt = system_prompt.rstrip()
+    if summary_block and summary_block.strip():
+        prompt = f"{prompt}\n\n{summary_block.strip()}"
+    instructions = SPOKEN_INSTRUCTIONS if style == "spoken" else WRITTEN_INSTRUCTIONS
+    notes = digest_text.strip() or NO_NOTES
+    ask = f"{question.strip()}\n\nResearch notes:\n{notes}\n\n{instructions}"
+    return [system(prompt), *earlier_messages(earlier, question), user(ask)]
+
+
+# --- citations and sources --------------------------------------------------------------------
+
+_CITATION = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
+
+
+def cited_notes(answer: str, notes: Sequence[Note]) -> list[Note]:
+    """The notes ``answer`` cites as ``[n]`` (or ``[n, m]``), valid numbers only, in order of first citation."""
+    by_number = {note.number: note for note in notes}
+    cited: list[Note] = []
+    for match in _CITATION.finditer(answer):
+        for number in (int(part) for part in match.group(1).split(",")):
+            note = by_number.get(number)
+            if note is not None and note not in cited:
+                cited.append(note)
+    return cited
+
+
+def _where(source: Source) -> str:
+    if source.start_line == source.end_line:
+        return f"{source.path}:{source.start_line}"
+    return f"{source.path}:{source.start_line}-{source.end_line}"
+
+
+def sources_block(cited: Sequence[Note]) -> str:
+    """"Sources:" and one line per cited note, written by Imprint, not the model.
+
+    Each line keeps the note's own number so it matches the [n] in the answer.
+    """
+    if not cited:
+        return ""
+    lines = ["Sources:"]
+    for note in cited:
+        places = "; ".join(_where(source) for source in note.sources) or note.label
+        kind = f" ({note.kind})" if note.kind else ""
+        lines.append(f"[{note.number}] {places}{kind}")
+    return "\n".join(lines)
+
+
+# --- fallbacks --------------------------------------------------------------------------------
+
+#: Sentence end: terminal punctuation, then any closing quotes, brackets or emphasis, then
+#: any trailing citations such as " [2]".
+_SENTENCE_END = re.compile(r"[.!?…](?:[\"'”’)\]*_`]*)(?:\s*\[\d+(?:\s*,\s*\d+)*\])*\s*$")
+
+
+def ends_with_sentence(text: str) -> bool:
+    return bool(_SENTENCE_END.search(text.rstrip()))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _finding(note: Note) -> str:
+    return f"- {note.label}: {clip_at_word(_one_line(note.text), FINDING_LIMIT)} [{note.number}]"
+
+
+def _places(notes: Iterable[Note]) -> list[str]:
+    """Where the notes come from, for speaking: file paths, else the note's label."""
+    places: list[str] = []
+    for note in notes:
+        for place in ([s.path for s in note.sources] or [note.label]):
+            if place not in places:
+                places.append(place)
+    return places
+
+
+def _spoken_list(items: Sequence[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _spoken_findings(notes: Sequence[Note]) -> str:
+    places = _places(notes)
+    if not places:
+        return "The research found nothing to report."
+    return f"The research found relevant material in {_spoken_list(places[:4])}."
+
+
+def cut_short(written: str, notes: Sequence[Note], *, style: Style = "written") -> str:
+    """An answer that stopped early: what it wrote, that it was cut short, the three strongest findings.
+
+    A text that ended after a whole sentence gets no ellipsis; a partial sentence ends "…".
+    """
+    text = written.rstrip()
+    if not text.strip():
+        return findings_only(notes, style=style)
+    if not ends_with_sentence(text):
+        text += ELLIPSIS
+    if style == "spoken":
+        return f"{text} I had to stop there. {_spoken_findings(notes[:3])}"
+    strongest = notes[:3]
+    if not strongest:
+        return f"{text}\n\n(The answer was cut short.)"
+    findings = "\n".join(_finding(note) for note in strongest)
+    return f"{text}\n\n(The answer was cut short. The strongest findings of the research:)\n{findings}"
+
+
+def findings_only(notes: Sequence[Note], *, style: Style = "written") -> str:
+    """No answer at all: a short list of the four strongest findings."""
+    if style == "spoken":
+        return f"I couldn't finish an answer. {_spoken_findings(notes[:4])}"
+    strongest = notes[:4]
+    if not strongest:
+        return "I couldn't write an answer, and the research found nothing to report."
+    findings = "\n".join(_finding(note) for note in strongest)
+    return f"I couldn't write a full answer. The strongest findings of the research:\n{findings}"
