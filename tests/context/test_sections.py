@@ -450,6 +450,12 @@ def test_the_archive_reads_recent_replies_and_expires_old_ones():
         archive.read("zz", ids["r2"], 0, 4)
     with pytest.raises(SectionError, match="unknown source id"):
         archive.read("r3", ids["r2"], 0, 4)  # a source of another reply
+    built = ReplySections("r5")
+    source_id = built.register("kept elsewhere", "user message")
+    archive.add(built)
+    assert archive.read("r5", source_id, 5, 9) == "elsewhere"
+    with pytest.raises(SectionError, match="reply 'r2' has expired"):
+        archive.get("r2")
 
 
 def test_the_archive_bounds_the_characters_it_keeps():
