@@ -1,0 +1,120 @@
+"""imprint/chat and the session methods end to end: the real daemon over stdio, a real
+OpenAI-compatible server on loopback as the model, Neovim's and VS Code's capabilities."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+from tests.openai_stub import StubReply
+
+
+async def chat(client, **params):
+    return await client.protocol.send_request_async("imprint/chat", params)
+
+
+def deltas(client, reply_id: str) -> str:
+    return "".join(p.text for m, p in client.notifications if m == "imprint/replyDelta" and p.replyId == reply_id)
+
+
+async def test_chat_streams_the_answer_and_stores_both_messages(client, stub):
+    stub.queue("Paris is the capital of France.")
+    result = await chat(client, text="What is the capital of France?")
+    assert result.text == "Paris is the capital of France."
+    assert result.stopReason == "answer"
+    assert deltas(client, result.replyId) == result.text  # streamed before the result, in order
+
+    sent = stub.requests[0]
+    assert sent["stream"] is True
+    assert sent["messages"][0]["role"] == "system"
+    assert sent["messages"][-1] == {"role": "user", "content": "What is the capital of France?"}
+
+    session = await client.protocol.send_request_async("imprint/session", {"sessionId": result.sessionId})
+    assert [(m.seq, m.role, m.content) for m in session.messages] == [
+        (1, "user", "What is the capital of France?"),
+        (2, "assistant", "Paris is the capital of France."),
+    ]
+
+
+async def test_a_follow_up_sends_the_earlier_exchange(client, stub):
+    stub.queue("It is Paris.", "About two million people.")
+    first = await chat(client, text="Capital of France?")
+    await chat(client, text="How many people live there?", sessionId=first.sessionId)
+    roles = [(m["role"], m["content"]) for m in stub.requests[1]["messages"][1:]]
+    assert roles == [("user", "Capital of France?"), ("assistant", "It is Paris."),
+                     ("user", "How many people live there?")]
+
+
+async def test_sessions_list_get_and_delete(client, stub):
+    stub.queue("one", "two")
+    a = await chat(client, text="First question")
+    b = await chat(client, text="Second question")
+    listed = await client.protocol.send_request_async("imprint/sessions", {})
+    assert [s.sessionId for s in listed.sessions][:2] == [b.sessionId, a.sessionId]
+    assert listed.sessions[0].title == "Second question" and listed.sessions[0].messageCount == 2
+
+    deleted = await client.protocol.send_request_async("imprint/deleteSession", {"sessionId": a.sessionId})
+    assert deleted.deleted is True
+    listed = await client.protocol.send_request_async("imprint/sessions", {})
+    assert a.sessionId not in [s.sessionId for s in listed.sessions]
+    with pytest.raises(JsonRpcException) as error:
+        await client.protocol.send_request_async("imprint/session", {"sessionId": a.sessionId})
+    assert error.value.code == -32602 and a.sessionId in error.value.message
+
+
+async def test_cancel_stops_the_reply_and_keeps_the_question(client, stub):
+    hold = threading.Event()
+    stub.queue(StubReply(text="This answer will never finish", hold=hold))
+    request = client.protocol.send_request("imprint/chat", {"text": "Tell me a long story"})
+    try:
+        await asyncio.wait_for(client.wait_for_notification("imprint/replyDelta"), 60)
+        client.protocol.notify("$/cancelRequest", types.CancelParams(id=_last_request_id(client)))
+        with pytest.raises(JsonRpcException) as error:
+            await asyncio.wait_for(asyncio.wrap_future(request), 60)
+        assert error.value.code == -32800
+    finally:
+        hold.set()
+    listed = await client.protocol.send_request_async("imprint/sessions", {})
+    session = await client.protocol.send_request_async("imprint/session", {"sessionId": listed.sessions[0].sessionId})
+    assert [(m.role, m.content) for m in session.messages] == [("user", "Tell me a long story")]
+
+
+def _last_request_id(client):
+    pending = [key for key in client.protocol._request_futures]
+    return pending[-1]
+
+
+async def test_unreachable_model_fails_the_reply_with_the_cause_and_keeps_serving(client, stub, daemon_env):
+    stub.queue(lambda request: (_ for _ in ()).throw(ConnectionError()))  # the stub drops the connection
+    with pytest.raises(JsonRpcException) as error:
+        await chat(client, text="Is anyone there?")
+    assert error.value.code == -32803
+    assert "/" not in error.value.message.split("http")[0]  # no local paths, no traceback
+    listed = await client.protocol.send_request_async("imprint/sessions", {})
+    session = await client.protocol.send_request_async("imprint/session", {"sessionId": listed.sessions[0].sessionId})
+    assert [(m.role, m.content) for m in session.messages] == [("user", "Is anyone there?")]
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+async def test_persist_false_leaves_the_data_dir_byte_for_byte_unchanged(client, stub, daemon_env):
+    stub.queue("stored", "not stored", "still not stored")
+    await chat(client, text="A stored question")
+    data_dir = Path(daemon_env["IMPRINT_DATA_DIR"])
+    before = _snapshot(data_dir)
+    first = await chat(client, text="An ephemeral question", persist=False)
+    await chat(client, text="And a follow-up", sessionId=first.sessionId)
+    assert _snapshot(data_dir) == before
+    session = await client.protocol.send_request_async("imprint/session", {"sessionId": first.sessionId})
+    assert session.session.persist is False
+    assert [m.content for m in session.messages] == ["An ephemeral question", "not stored",
+                                                    "And a follow-up", "still not stored"]
