@@ -61,11 +61,14 @@ def _components(relative: str | PurePosixPath) -> list[str]:
     return [part for part in text.split("/") if part not in ("", ".")]
 
 
-def _is_secret_name(name: str) -> bool:
+# One compiled alternation: the indexer asks this for every entry of the workspace.
+_SECRET_NAME = re.compile("|".join(fnmatch.translate(p) for p in SECRET_NAME_PATTERNS))
+
+
+def is_secret_name(name: str) -> bool:
+    """True when one path component, by itself, is secret-bearing or ``.git``."""
     lowered = name.lower()
-    return lowered in SECRET_DIR_NAMES or any(
-        fnmatch.fnmatchcase(lowered, pattern) for pattern in SECRET_NAME_PATTERNS
-    )
+    return lowered in SECRET_DIR_NAMES or _SECRET_NAME.match(lowered) is not None
 
 
 def is_secret_path(relative: str | PurePosixPath) -> bool:
@@ -74,7 +77,7 @@ def is_secret_path(relative: str | PurePosixPath) -> bool:
     Every component is checked, not only the last, so a folder named like a secret (``.env``
     used as a directory, ``.ssh``) hides all it contains.
     """
-    return any(_is_secret_name(part) for part in _components(relative))
+    return any(is_secret_name(part) for part in _components(relative))
 
 
 def _shown(relative: str) -> str:
