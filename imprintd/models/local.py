@@ -59,6 +59,8 @@ from imprintd.models.base import (
 from imprintd.models.toolcalls import Mode, ParsedOutput, VisibleTextFilter, format_call, tools_prompt
 
 GGUF_MAGIC = b"GGUF"
+#: The clock deadlines are measured on (a module attribute so tests can move time on).
+_clock = time.monotonic
 #: Cached per-message counts kept (a conversation plus its research rounds fits many times over).
 MESSAGE_CACHE_SIZE = 8192
 #: The lead-in a non-system message's count is measured after (its content does not matter).
@@ -100,6 +102,84 @@ def check_gguf(path: Path) -> None:
         raise ModelUnavailable(f"the chat model file {path} is not a GGUF file (it does not start with 'GGUF')")
 
 
+def _probe_renders_tools(render: Callable[[list[dict[str, Any]], list[dict[str, Any]]], str]) -> bool:
+    try:
+        text = render([{"role": "user", "content": "hi"}], [_PROBE_TOOL.as_openai()])
+    except Exception:  # a template that fails on tools does not support them
+        return False
+    return _PROBE_TOOL.name in text
+
+
+def template_renders_tools(template: str) -> bool:
+    """Whether a chat template shows the tool schemas it is given (rendered in llama-cpp-python's sandbox)."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    formatter = Jinja2ChatFormatter(template=template, eos_token="", bos_token="")
+    return _probe_renders_tools(lambda messages, tools: formatter(messages=messages, tools=tools).prompt)
+
+
+# GGUF metadata value types and the sizes of the fixed-size ones (gguf.md in llama.cpp).
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def read_gguf_string(path: Path, key: str) -> str | None:
+    """One string value of a GGUF file's metadata (e.g. its chat template), without llama.cpp.
+
+    Walks the header's key/value list (GGUF v2 and v3) and returns the value of ``key``, or None
+    when it is absent. Only the header is read; large arrays (the vocabulary) are skipped over.
+    """
+    import mmap
+    import struct
+
+    with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        magic, version = struct.unpack_from("<4sI", data, 0)
+        if magic != GGUF_MAGIC or version < 2:
+            raise ValueError(f"{path} is not a GGUF v2+ file")
+        (kv_count,) = struct.unpack_from("<Q", data, 16)
+        offset = 24
+
+        def string_at(at: int) -> tuple[bytes, int]:
+            (length,) = struct.unpack_from("<Q", data, at)
+            return data[at + 8: at + 8 + length], at + 8 + length
+
+        def skip_value(kind: int, at: int) -> int:
+            if kind in _GGUF_SIZES:
+                return at + _GGUF_SIZES[kind]
+            if kind == _GGUF_STRING:
+                return string_at(at)[1]
+            if kind == _GGUF_ARRAY:
+                item_kind, count = struct.unpack_from("<IQ", data, at)
+                at += 12
+                if item_kind in _GGUF_SIZES:
+                    return at + count * _GGUF_SIZES[item_kind]
+                for _ in range(count):
+                    at = skip_value(item_kind, at)
+                return at
+            raise ValueError(f"{path}: unknown GGUF metadata type {kind}")
+
+        for _ in range(kv_count):
+            name, offset = string_at(offset)
+            (kind,) = struct.unpack_from("<I", data, offset)
+            offset += 4
+            if name == key.encode() and kind == _GGUF_STRING:
+                return string_at(offset)[0].decode("utf-8", "replace")
+            offset = skip_value(kind, offset)
+    return None
+
+
+def _has_amx() -> bool:
+    """Whether this llama.cpp build runs matmuls on AMX tiles.
+
+    Its AMX path segfaults in ``ggml_backend_amx_mul_mat`` on the first multi-token batch
+    (seen on Xeon with AMX_INT8 and llama-cpp-python 0.3.36; llama.cpp issue #20824), which
+    would take the whole daemon down, so AMX builds load without extra buffer types.
+    """
+    from llama_cpp import llama_cpp as lib
+
+    return "AMX_INT8 = 1" in lib.llama_print_system_info().decode("utf-8", "replace")
+
+
 class _Interrupted(Exception):
     """Raised inside llama.cpp's eval to stop between prompt batches."""
 
@@ -121,7 +201,7 @@ class _Run:
     def check(self) -> None:
         if self.stop.is_set():
             raise _Interrupted("cancelled")
-        if time.monotonic() >= self.deadline:
+        if _clock() >= self.deadline:
             raise _Interrupted("deadline")
 
 
@@ -190,12 +270,7 @@ class _Loaded:
         return ids
 
     def _renders_tools(self) -> bool:
-        probe = [{"role": "user", "content": "hi"}]
-        try:
-            text = self.render(probe, [_PROBE_TOOL.as_openai()], True)
-        except ModelError:
-            return False
-        return _PROBE_TOOL.name in text
+        return _probe_renders_tools(lambda messages, tools: self.render(messages, tools, True))
 
     def _install_eval_hook(self) -> None:
         # Llama.generate calls self.eval(tokens) with the whole unevaluated prompt suffix, then
@@ -234,6 +309,7 @@ class LocalModel:
         n_threads_batch: int | None = None,
         n_batch: int = 512,
         temperature: float = 0.0,
+        extra_buffers: bool | None = None,
         name: str | None = None,
     ) -> None:
         self.model_path = Path(model_path).expanduser()
@@ -245,8 +321,12 @@ class LocalModel:
         self._n_threads_batch = n_threads_batch or batch_threads
         self._n_batch = n_batch
         self._temperature = temperature  # 0: greedy
+        # llama.cpp's extra weight buffers (AMX, repacked layouts): None = on unless the build
+        # uses AMX, whose matmul crashes the process in this llama.cpp (see _has_amx).
+        self._extra_buffers = extra_buffers
         self._load_lock = threading.Lock()
         self._loaded: _Loaded | None = None
+        self._native_tools: bool | None = None
         self._counts: OrderedDict[bytes, int] = OrderedDict()
         self._counts_lock = threading.Lock()
         #: Usage of the latest generation, cancelled ones included (a cancelled request
@@ -274,8 +354,20 @@ class LocalModel:
         except ImportError as error:
             raise ModelUnavailable(f"llama-cpp-python is not installed ({error}); "
                                    f"run: pip install llama-cpp-python") from None
+        extra_buffers = self._extra_buffers
+        if extra_buffers is None:
+            extra_buffers = not _has_amx()
+
+        class ConfiguredLlama(Llama):
+            # Llama takes no argument for llama.cpp's model-level use_extra_bufts, so it is set
+            # on the parameters as Llama.__init__ creates them, before the weights load.
+            def __setattr__(self, name: str, value: Any) -> None:
+                if name == "model_params" and not extra_buffers:
+                    value.use_extra_bufts = False
+                super().__setattr__(name, value)
+
         try:
-            llama = Llama(
+            llama = ConfiguredLlama(
                 model_path=str(self.model_path),
                 n_ctx=self.n_ctx,
                 n_batch=self._n_batch,
@@ -294,8 +386,22 @@ class LocalModel:
 
     @property
     def native_tools(self) -> bool:
-        """Whether the GGUF's template renders tool schemas (loads the model)."""
-        return self.load().native_tools
+        """Whether the GGUF's template renders tool schemas.
+
+        Answered from the GGUF's metadata without loading the weights (a runtime Protocol check
+        reads this attribute); False while the file is missing or unreadable, whose error comes
+        at first use.
+        """
+        if self._loaded is not None:
+            return self._loaded.native_tools
+        if self._native_tools is None:
+            try:
+                check_gguf(self.model_path)
+                template = read_gguf_string(self.model_path, "tokenizer.chat_template")
+            except (ModelUnavailable, OSError, ValueError):
+                return False
+            self._native_tools = bool(template) and template_renders_tools(template)
+        return self._native_tools
 
     # -- rendering ----------------------------------------------------------------------------
     def _template_messages(self, messages: Sequence[Message], tools: Sequence[ToolSpec],
@@ -372,7 +478,7 @@ class LocalModel:
         timeout: float | None = None,
         on_text: TextCallback | None = None,
     ) -> Completion:
-        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        deadline = math.inf if timeout is None else _clock() + timeout
         run = _Run(deadline=deadline)
         # Loading and tokenizing a long prompt block; neither needs the lock.
         loaded = await anyio.to_thread.run_sync(self.load)
@@ -384,7 +490,7 @@ class LocalModel:
         mode: Mode = "native" if loaded.native_tools else "json"
         lock = inference_lock()
         acquired = False
-        with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+        with anyio.move_on_after(max(0.0, deadline - _clock())):
             await lock.acquire()
             acquired = True
         if not acquired:  # the deadline passed while other replies held the lock
