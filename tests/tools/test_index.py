@@ -269,3 +269,31 @@ def test_ignore_rules_are_simple_patterns():
     assert not rules.ignores_file("other/docs/draft1.md", "draft1.md")
     assert rules.ignores_dir("x/node_modules", "node_modules")
     assert rules.ignores_dir("pkg.egg-info", "pkg.egg-info")
+
+
+def test_search_keeps_reading_while_another_connection_writes(index, tmp_path):
+    """WAL: an update's open write transaction does not block searches."""
+    index.update()
+    writer = apsw.Connection(str(tmp_path / "index.sqlite3"))
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO workspace_files (workspace, path, mtime_ns, size, indexed) "
+                   "VALUES ('elsewhere', 'x', 0, 0, 1)")
+    try:
+        assert [hit.path for hit in index.search("zebra")] == ["README.md"]
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+
+def test_works_as_the_stores_migration_2(tmp_path, root, monkeypatch):
+    """The planned wiring: the store migrates the index tables; the index opens its own connection."""
+    from imprintd import store
+
+    monkeypatch.setattr(store, "MIGRATIONS", [*store.MIGRATIONS, migrate_workspace_index])
+    path = tmp_path / "data" / "imprint.sqlite3"
+    with store.Store.open(path) as opened:
+        assert opened.connection.pragma("user_version") == len(store.MIGRATIONS)
+        index = WorkspaceIndex(path, root)
+        assert index.update().indexed == 3
+        assert index.search("zebra")
+        index.close()
