@@ -1,0 +1,141 @@
+"""The local provider's generation loop and template handling, on a scripted llama.
+
+These need no weights: a fake llama yields scripted tokens whose bytes split UTF-8 sequences
+and write tool calls, so decoding, stopping and call parsing are checked exactly.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import pytest
+
+from imprintd.messages import ToolSpec
+from imprintd.models.local import LocalModel, _Run, read_gguf_string, template_renders_tools
+from tests.models.conftest import HAS_LLAMA_CPP, needs_real_model
+
+SEARCH = ToolSpec(name="search", description="Search.", parameters={"type": "object", "properties": {}})
+END = -1
+
+
+@dataclass
+class FakeLlama:
+    """Yields token ids 0..n-1, each detokenizing to ``pieces[i]`` bytes; ``END`` ends the turn."""
+
+    pieces: list[bytes]
+    tokens_evaluated: int = 0
+
+    def generate(self, tokens, **kwargs):
+        for index in range(len(self.pieces)):
+            yield index
+        yield END
+
+    def detokenize(self, tokens, prev_tokens=None, special=False) -> bytes:
+        return self.pieces[tokens[0]]
+
+
+@dataclass
+class FakeLoaded:
+    llama: FakeLlama
+    native_tools: bool = False
+    active: object = None
+    generation_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def is_end(self, token: int) -> bool:
+        return token == END
+
+
+def run(pieces: list[bytes], tools=(), mode="json", max_tokens=100):
+    model = LocalModel("/unused.gguf")
+    shown: list[str] = []
+    result = model._generate(FakeLoaded(FakeLlama(pieces)), _Run(deadline=float("inf")), [1, 2, 3],
+                             tools, mode, max_tokens, shown.append)
+    return result, shown
+
+
+def test_utf8_split_across_tokens_is_delivered_whole():
+    text = "café 日本 🚀!".encode()
+    # One byte per token: every multi-byte character arrives in pieces.
+    result, shown = run([bytes([b]) for b in text])
+    assert result.parsed.text == "café 日本 🚀!"
+    assert "".join(shown) == "café 日本 🚀!"
+    assert all("\ufffd" not in piece for piece in shown)
+    assert result.finish == "stop" and result.generated == len(text)
+
+
+def test_invalid_bytes_become_replacement_characters():
+    result, _ = run([b"ok ", b"\xff", b" end"])
+    assert result.parsed.text == "ok \ufffd end"
+
+
+def test_max_tokens_stops_with_length():
+    result, shown = run([b"a", b"b", b"c", b"d"], max_tokens=2)
+    assert result.finish == "length" and result.generated == 2 and result.parsed.text == "ab"
+
+
+def test_json_tool_call_is_parsed_and_hidden():
+    call = b'{"name": "search", "arguments": {"query": "port"}}'
+    result, shown = run([b"Let me check.\n"] + [call[i:i + 3] for i in range(0, len(call), 3)], tools=[SEARCH])
+    assert "".join(shown) == result.parsed.text == "Let me check."
+    assert [(c.name, c.arguments) for c in result.parsed.calls] == [("search", {"query": "port"})]
+
+
+def test_hermes_tool_call_in_native_mode():
+    result, shown = run([b"<tool_", b'call>{"name": "search", "arguments": {}}', b"</tool_call>"],
+                        tools=[SEARCH], mode="native")
+    assert "".join(shown) == "" and result.parsed.calls[0].name == "search"
+
+
+def test_malformed_call_is_an_error_not_a_call():
+    result, _ = run([b'{"name": "search", "arguments": "oops"}'], tools=[SEARCH])
+    assert result.parsed.calls == () and "not valid JSON" in result.parsed.error
+
+
+def test_cancel_before_the_next_token():
+    model = LocalModel("/unused.gguf")
+    control = _Run(deadline=float("inf"))
+    shown: list[str] = []
+
+    def emit(piece: str) -> None:
+        shown.append(piece)
+        control.stop.set()  # as the event loop does when the awaiting task is cancelled
+
+    result = model._generate(FakeLoaded(FakeLlama([b"one ", b"two ", b"three"])), control, [1], (), "none", 10, emit)
+    assert result.finish == "cancelled" and result.generated == 1 and shown == ["one"]
+
+
+def test_deadline_before_the_next_token():
+    model = LocalModel("/unused.gguf")
+    control = _Run(deadline=float("-inf"))
+    result = model._generate(FakeLoaded(FakeLlama([b"one"])), control, [1], (), "none", 10, lambda p: None)
+    assert result.finish == "deadline" and result.generated == 0 and result.parsed.text == ""
+
+
+# -- templates -----------------------------------------------------------------------------
+
+QWEN_LIKE = ("{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}{% endfor %}</tools>{% endif %}"
+             "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}")
+CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+STRICT = "{% if tools %}{{ raise_exception('no tools here') }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}"
+
+
+@pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed")
+def test_template_renders_tools():
+    assert template_renders_tools(QWEN_LIKE)
+    assert not template_renders_tools(CHATML)
+    assert not template_renders_tools(STRICT)
+
+
+@needs_real_model
+def test_read_gguf_string(embedded_gguf):
+    template = read_gguf_string(embedded_gguf, "tokenizer.chat_template")
+    assert template and "<|im_start|>" in template
+    assert read_gguf_string(embedded_gguf, "no.such.key") is None
+
+
+def test_read_gguf_string_refuses_other_files(tmp_path):
+    path = tmp_path / "x.gguf"
+    path.write_bytes(b"NOPE" + bytes(40))
+    with pytest.raises(ValueError):
+        read_gguf_string(path, "tokenizer.chat_template")
