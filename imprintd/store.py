@@ -31,6 +31,7 @@ import msgspec
 
 from imprintd.messages import Message, ToolCall
 from imprintd.settings import data_dir
+from imprintd.tools.index import migrate_workspace_index
 
 DB_NAME = "imprint.sqlite3"
 BUSY_TIMEOUT_MS = 5_000
@@ -156,12 +157,11 @@ def _migration_1_conversations(db: apsw.Connection) -> None:
 
 
 # Migration N (1-based) takes the schema from version N-1 to N; user_version is the number
-# applied. Append only, never reorder or edit a released entry. Another module contributes
-# its tables with one line here, e.g. the workspace index as migration 2:
-#     MIGRATIONS = [_migration_1_conversations, workspace_index.migrate]
-# where ``migrate(db)`` runs its DDL on ``db`` and does not commit (the caller does).
+# applied. Append only, never reorder or edit a released entry. A migration runs its DDL on
+# ``db`` and does not commit (the caller does, once for all pending ones).
 MIGRATIONS: list[Migration] = [
     _migration_1_conversations,
+    migrate_workspace_index,  # 2: the workspace index (FTS5), tools/index.py
 ]
 
 

@@ -1,0 +1,83 @@
+"""The final answer after research stops on a budget, stagnation or a full context (ADR 0127).
+
+The reserved answer is one request with no tools, its own output allowance and a 120 s
+deadline: the system prompt without the tool strategy (and the summary without the
+lookup guidance), up to six earlier messages, and the question with numbered notes. The
+daemon, not the model, appends the Sources of the notes the answer cites. An answer that
+stops early or asks for tools keeps what it wrote and gains the strongest findings; no
+answer at all becomes the four strongest findings. A bounded stop is never a failed reply.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import msgspec
+
+from imprintd.events import ReplyEvents
+from imprintd.messages import Message
+from imprintd.models.base import Completion, Model, ModelError
+from imprintd.research import notes as notes_mod
+from imprintd.research.notes import Note, ToolStepRecord
+
+logger = logging.getLogger(__name__)
+
+#: The final turn's own deadline (ADR 0101, kept by ADR 0127).
+FINAL_TIMEOUT_S = 120.0
+
+
+class FinalAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    text: str
+    cited: tuple[Note, ...] = ()
+
+
+async def final_answer(model: Model, events: ReplyEvents, *, system_prompt: str, summary_block: str,
+                       earlier: Sequence[Message], question: str, steps: Sequence[ToolStepRecord],
+                       style: str, max_tokens: int) -> FinalAnswer:
+    notes = notes_mod.build_notes(steps)
+    digest_text, included = notes_mod.digest(notes)
+    request = _fitted_request(model, system_prompt=system_prompt, summary_block=summary_block,
+                              earlier=earlier, question=question, digest_text=digest_text,
+                              style=style, max_tokens=max_tokens)
+    events.progress("Writing the answer from the research notes…")
+    completion: Completion | None = None
+    if request is not None:
+        try:
+            completion = await model.complete(request, (), max_tokens=max_tokens, timeout=FINAL_TIMEOUT_S,
+                                              on_text=events.text)
+        except ModelError as error:
+            logger.warning("the final answer failed: %s", error)
+    written = completion.text if completion is not None else ""
+    if completion is None or not written.strip():
+        text = notes_mod.findings_only(included, style=style)
+        events.text(text)
+    elif completion.tool_calls or completion.finish_reason in ("length", "deadline"):
+        text = notes_mod.cut_short(written, included, style=style)
+        _stream_rest(events, written, text)
+    else:
+        text = written
+    cited = notes_mod.cited_notes(text, included)
+    if style != "spoken" and cited:
+        addition = "\n\n" + notes_mod.sources_block(cited)
+        events.text(addition)
+        text += addition
+    return FinalAnswer(text=text, cited=tuple(cited) if style != "spoken" else ())
+
+
+def _stream_rest(events: ReplyEvents, written: str, text: str) -> None:
+    """Send what ``text`` adds after the part already streamed."""
+    streamed = written.rstrip()
+    events.text(text[len(streamed):] if text.startswith(streamed) else "\n\n" + text)
+
+
+def _fitted_request(model: Model, *, earlier: Sequence[Message], max_tokens: int, **parts) -> list[Message] | None:
+    """The final request, dropping the oldest earlier messages until it fits; None if it can't."""
+    kept = notes_mod.earlier_messages(earlier, parts["question"])
+    while True:
+        request = notes_mod.final_request(earlier=kept, **parts)
+        if model.count_prompt(request) + max_tokens <= model.n_ctx:
+            return request
+        if not kept:
+            return None
+        kept = kept[1:]

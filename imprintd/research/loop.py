@@ -1,0 +1,236 @@
+"""The research loop: rounds of fit, charge, generate and run tools, until an answer or a stop.
+
+Each coordinator round fits the prompt (ADR 0140), checks and charges the research token
+budget (ADR 0157), lets the model write or call tools, and runs the calls in the reply's
+own scope. A current tool result is passed whole when it fits and analyzed in sections
+when it does not (ADR 0093); the user's own oversized message is analyzed the same way.
+Research stops on an answer, the token budget, the time budget, two rounds without new
+evidence, or a full context; every stop but an answer is followed by the final answer
+written from notes (``research/answer.py``, ADR 0127).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Literal
+
+import anyio
+import msgspec
+
+from imprintd import messages as msg
+from imprintd.context import sections as sec
+from imprintd.context.fitting import Fitted, fit_prompt
+from imprintd.events import ReplyEvents, ToolStep
+from imprintd.messages import Message, ToolCall
+from imprintd.models.base import Completion, Model
+from imprintd.research.budget import BudgetExhausted, ResearchBudget
+from imprintd.research.notes import ToolStepRecord
+from imprintd.tools.base import Tool, ToolError, ToolResult
+
+Stop = Literal["answer", "length", "token_budget", "time_budget", "no_new_evidence", "context_full"]
+
+#: Rounds in a row that add no new hit or read before research stops (ADR 0157's patience).
+NO_NEW_EVIDENCE_PATIENCE = 2
+
+
+class ReplyFailed(Exception):
+    """The reply cannot be written (e.g. an oversized message with analysis off); says why."""
+
+
+class Research(msgspec.Struct, kw_only=True):
+    """How research ended and what it did."""
+
+    stop: Stop
+    answer: Completion | None = None
+    #: Every tool call of this reply with its result (None: not run), for notes.
+    steps: list[ToolStepRecord] = msgspec.field(default_factory=list)
+    #: The assistant tool calls and full tool results, in order, to store with the reply.
+    exchange: list[Message] = msgspec.field(default_factory=list)
+    #: The question as the model saw it (an analyzed message becomes its notes).
+    question: Message | None = None
+
+
+class ReplyScope(msgspec.Struct, kw_only=True):
+    """What one reply works with; tools and sections belong to this reply alone."""
+
+    model: Model
+    events: ReplyEvents
+    sections: sec.ReplySections
+    max_tokens: int
+    analysis_workers: int
+    token_budget: int
+    time_budget: float
+
+
+async def research(scope: ReplyScope, *, system: Message, history: Sequence[Message],
+                   question: Message, tools: Sequence[Tool]) -> Research:
+    loop = _Loop(scope, system, list(history), question, list(tools))
+    return await loop.run()
+
+
+class _Loop:
+    def __init__(self, scope: ReplyScope, system: Message, history: list[Message],
+                 question: Message, tools: list[Tool]) -> None:
+        self.scope, self.system, self.history = scope, system, history
+        self.tools = {tool.spec.name: tool for tool in tools}
+        self.current: list[Message] = [question]
+        self.outcome = Research(stop="answer", question=question)
+        self.budget = ResearchBudget(scope.token_budget)
+        self.seen: set[str] = set()
+        self.results: dict[str, ToolResult] = {}
+        self.started = anyio.current_time()
+
+    @property
+    def model(self) -> Model:
+        return self.scope.model
+
+    def offered(self) -> list[Tool]:
+        tools = list(self.tools.values())
+        if self.scope.sections.chars and "read_chat_section" not in self.tools:
+            tools.append(sec.ReadChatSectionTool(self.scope.sections))
+        return tools
+
+    async def run(self) -> Research:
+        stale_rounds = 0
+        while True:
+            tools = self.offered()
+            specs = [tool.spec for tool in tools]
+            fitted = await self._fit(specs)
+            if fitted is None:
+                return self._stop("context_full")
+            left = self.scope.time_budget - (anyio.current_time() - self.started)
+            if left <= 0:
+                return self._stop("time_budget")
+            try:
+                reservation = self.budget.reserve(self.model, fitted.messages, specs, self.scope.max_tokens)
+            except BudgetExhausted:
+                return self._stop("token_budget")
+            completion = None
+            try:
+                completion = await self.model.complete(
+                    fitted.messages, specs, max_tokens=self.scope.max_tokens, timeout=left,
+                    on_text=self.scope.events.text)
+            finally:
+                self.budget.settle(reservation, completion)
+            if completion.finish_reason == "deadline":
+                return self._stop("time_budget")
+            if not completion.tool_calls and not completion.tool_call_error:
+                self.outcome.answer = completion
+                return self._stop("length" if completion.finish_reason == "length" else "answer")
+            found_new = await self._run_calls(completion, {tool.spec.name: tool for tool in tools})
+            stale_rounds = 0 if found_new else stale_rounds + 1
+            if stale_rounds >= NO_NEW_EVIDENCE_PATIENCE:
+                return self._stop("no_new_evidence")
+
+    def _stop(self, stop: Stop) -> Research:
+        self.outcome.stop = stop
+        self.outcome.question = self.current[0]
+        return self.outcome
+
+    # -- fitting ----------------------------------------------------------------
+    async def _fit(self, specs) -> Fitted | None:
+        """Fit this round's prompt; analyze an oversized question once; None when full."""
+        fitted = fit_prompt(self.model, system=self.system, history=self.history, current=self.current,
+                            tools=specs, max_tokens=self.scope.max_tokens)
+        if fitted.fits:
+            return fitted
+        if len(self.current) > 1:
+            return None  # research filled the context: answer from notes
+        question = self.current[0]
+        if self.scope.analysis_workers <= 0:
+            raise ReplyFailed(
+                f"The message is too long for the model's context ({fitted.prompt_tokens} tokens with "
+                f"{self.scope.max_tokens} reserved for the answer, in {self.model.n_ctx}), and section "
+                "analysis is off (chat.analysis_workers = 0)."
+            )
+        analysis = await self._analyze(question.content, sec.USER_KIND, question.content)
+        if analysis is None:
+            return None
+        self.current[0] = msg.user(analysis.coordinator_text(), seq=question.seq)
+        fitted = fit_prompt(self.model, system=self.system, history=self.history, current=self.current,
+                            tools=[tool.spec for tool in self.offered()], max_tokens=self.scope.max_tokens)
+        return fitted if fitted.fits else None
+
+    async def _analyze(self, text: str, kind: str, question: str) -> sec.Analysis | None:
+        try:
+            return await sec.analyze(
+                self.model, text, kind=kind, question=question, workers=self.scope.analysis_workers,
+                events=self.scope.events, sections=self.scope.sections, budget=self.budget)
+        except BudgetExhausted:
+            return None
+        except sec.AnalysisError as error:
+            raise ReplyFailed(str(error)) from None
+
+    # -- tools ------------------------------------------------------------------
+    async def _run_calls(self, completion: Completion, tools: dict[str, Tool]) -> bool:
+        """Run this round's calls; True when any of them brought evidence not seen before."""
+        call_message = msg.assistant(completion.text, tool_calls=completion.tool_calls)
+        self.current.append(call_message)
+        self.outcome.exchange.append(call_message)
+        if completion.tool_call_error:
+            # The malformed call was not run; the model is told what was wrong (not stored).
+            self.current.append(msg.user(
+                f"Your tool call could not be run: {completion.tool_call_error} "
+                "Call a tool with valid JSON arguments, or answer the question."))
+        found_new = False
+        for call in completion.tool_calls:
+            result = await self._result_of(call, tools)
+            self.outcome.steps.append(ToolStepRecord(call=call, result=result))
+            new = set(result.evidence) - self.seen
+            self.seen |= new
+            found_new = found_new or bool(new)
+            self.outcome.exchange.append(msg.tool_result(call, result.text))
+            self.current.append(msg.tool_result(call, await self._for_prompt(call, result)))
+        return found_new
+
+    async def _result_of(self, call: ToolCall, tools: dict[str, Tool]) -> ToolResult:
+        """Run ``call``, or answer it from an identical earlier call of this reply."""
+        key = f"{call.name}\0{json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)}"
+        if key in self.results:
+            earlier = self.results[key]
+            return msgspec.structs.replace(earlier, text=f"(Same call as before; its result again.)\n{earlier.text}")
+        tool = tools.get(call.name)
+        events = self.scope.events
+        if tool is None:
+            names = ", ".join(tools) or "none"
+            result = ToolResult(ok=False, text=f"There is no tool named {call.name!r}; the tools are: {names}.")
+            events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=f"Calling {call.name}",
+                                      state="failed", detail=result.text))
+            return result
+        title = _title(tool, call)
+        events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=title, state="started"))
+        try:
+            result = await tool.run(call.arguments)
+        except ToolError as error:
+            result = ToolResult(ok=False, text=f"Error: {error}")
+        state = "finished" if result.ok else "failed"
+        detail = "" if result.ok else result.text
+        events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=title, state=state, detail=detail))
+        self.results[key] = result
+        return result
+
+    async def _for_prompt(self, call: ToolCall, result: ToolResult) -> str:
+        """The result whole when it fits, analyzed in sections when not (clipped with analysis off)."""
+        if call.name == "read_chat_section" or not result.ok:
+            return result.text  # rereads are bounded already; analyzing them again would loop
+        specs = [tool.spec for tool in self.offered()]
+        base = self.model.count_prompt([self.system, *self.current], specs) + self.scope.max_tokens
+
+        def fits(text: str) -> bool:
+            return base + self.model.count_message(msg.tool_result(call, text)) <= self.model.n_ctx
+
+        prepared = sec.prepare_tool_result(result.text, workers=self.scope.analysis_workers, fits=fits)
+        if prepared is not None:
+            return prepared
+        analysis = await self._analyze(result.text, sec.tool_kind(call.name), self.current[0].content)
+        if analysis is None:  # the budget ran out mid-analysis: the next round stops on it
+            return sec.clip_tool_result(result.text)
+        return analysis.coordinator_text()
+
+
+def _title(tool: Tool, call: ToolCall) -> str:
+    try:
+        return tool.title(call.arguments)
+    except Exception:  # a title must never fail a call; arguments are checked by run
+        return f"Calling {call.name}"
