@@ -1,0 +1,172 @@
+"""Secrets out of everything the summarizer reads and writes (ADR 0060, as cited by ADR 0141).
+
+``redact(text)`` replaces what looks like a credential with a ``[REDACTED]`` marker and keeps
+everything around it, so a summary can still say "the user pasted the compose file with the
+database password" without repeating the password. It recognises:
+
+- provider keys and tokens by their shape: OpenAI ``sk-…``, GitHub ``ghp_/gho_/ghu_/ghs_/ghr_…``
+  and ``github_pat_…``, Slack ``xox[baprs]-…``, AWS access key ids ``AKIA…``/``ASIA…``, Google
+  ``AIza…``, JSON Web Tokens, and ``Bearer``/``Basic`` credentials in headers;
+- PEM private key blocks (``-----BEGIN … PRIVATE KEY-----`` to its ``END`` line);
+- passwords in URLs (``scheme://user:PASSWORD@host`` keeps the user and the host);
+- assignments whose name says secret (``password``, ``passwd``, ``passphrase``, ``secret``,
+  ``token``, ``api_key``/``apikey``, ``access_key``, ``secret_key``, ``private_key``,
+  ``client_secret``) in env, YAML, JSON and TOML forms, quoted or not.
+
+It is tuned against false positives that would make summaries useless: prose ("the token
+budget is 65536", "password policy", "tokens per second"), library names ("sk-learn"), plain
+config (``port: 8101``, ``max_tokens: 1024``), URLs without a password and git hashes stay as
+they are. Redaction is idempotent.
+"""
+
+from __future__ import annotations
+
+import re
+
+MARK = "[REDACTED]"
+PRIVATE_KEY_MARK = "[REDACTED PRIVATE KEY]"
+
+# -- PEM private keys -------------------------------------------------------------------------
+# A clipped message may hold a BEGIN line without its END: then the base64 body that follows
+# goes too, up to the first line that is not base64.
+_PEM = re.compile(
+    r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+    r"(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/=]{4,})*)",
+    re.DOTALL,
+)
+# Likewise an END line whose BEGIN was clipped away takes the base64 lines before it (found
+# by walking back from the END line: a regex that starts at every base64 run is quadratic).
+_PEM_END = re.compile(r"-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+_BASE64_LINE = re.compile(r"[A-Za-z0-9+/=]{16,}")
+_BASE64_LAST_LINE = re.compile(r"[A-Za-z0-9+/=]+")
+
+# -- provider keys by shape ---------------------------------------------------------------------
+# Each needs a boundary before it, so that a key-shaped piece inside a longer word is left alone.
+_B = r"(?<![A-Za-z0-9_\-])"
+_SHAPES = re.compile(
+    "|".join(
+        (
+            # OpenAI (sk-, sk-proj-, sk-ant- …): long, and with a digit, so "sk-learn" stays.
+            _B + r"sk-(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{20,}",
+            _B + r"gh[pousr]_[A-Za-z0-9]{20,}",
+            _B + r"github_pat_[A-Za-z0-9_]{20,}",
+            _B + r"xox[baprs]-[A-Za-z0-9\-]{10,}",
+            r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b",
+            _B + r"AIza[0-9A-Za-z_\-]{30,}",
+            # JWT: header and payload are base64url JSON objects, so both start with "eyJ".
+            _B + r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}",
+        )
+    )
+)
+
+# "Bearer <token>": the token must hold a digit, so "Bearer authentication" in prose stays.
+_BEARER = re.compile(r"(?P<lead>\bBearer\s+)(?P<value>(?=[A-Za-z0-9._~+/=\-]*\d)[A-Za-z0-9._~+/=\-]{8,})")
+# "Authorization: Basic <base64>" (and any scheme) in a header line.
+_AUTH_HEADER = re.compile(
+    r"(?P<lead>\bAuthorization[\"']?\s*[:=]\s*[\"']?(?:Basic|Bearer|Token|Digest)\s+)(?P<value>[^\s\"',;]+)",
+    re.IGNORECASE,
+)
+
+# -- passwords in URLs --------------------------------------------------------------------------
+# scheme://user:PASSWORD@host — the password holds no "/" so "http://host:8080/a@b" stays.
+# The scheme is bounded: an unbounded run starting at every word is quadratic on "sk-sk-…".
+_URL_PASSWORD = re.compile(
+    r"(?P<lead>\b[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/@]*:)(?P<value>[^\s/@]+)(?=@[^\s@])"
+)
+
+# -- assignments whose name says secret ---------------------------------------------------------
+# The name must END with one of these words (as a whole component of the identifier), so
+# "max_tokens", "token_budget", "secret_name" and "password_policy" are not secrets.
+_SECRET_WORDS = (
+    r"(?:password|passwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key"
+    r"|secret[_\-]?key|private[_\-]?key|client[_\-]?secret)"
+)
+# An identifier whose last component is a secret word: "DB_PASSWORD", "apiKey", "github.token".
+# Components end in a separator; the last may be camelCase ("githubToken"). Written without
+# nested optional repeats, so a long word cannot make the regex backtrack exponentially.
+_NAME = r"(?P<name>(?:[A-Za-z0-9]+[_.\-])*[A-Za-z0-9]*?" + _SECRET_WORDS + r")"
+# A value: quoted (kept quoted) or a bare run that does not end in punctuation of the syntax.
+_VALUE = r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|<[^>\n]*>|[^\s'\"&]*[^\s'\",;&)}\]])"
+
+# "=" forms (env, TOML, query strings, CLI flags) may start anywhere after a boundary;
+# "==" is a comparison, not an assignment.
+_ASSIGN_EQ = re.compile(
+    r"(?<![A-Za-z0-9_.\-])(?P<lead>(?:--)?[\"']?)" + _NAME + r"(?P<sep>[\"']?[ \t]*=(?!=)[ \t]*)" + _VALUE,
+    re.IGNORECASE,
+)
+# ":" forms (YAML, JSON) only where a key can start: a line start (after indentation and a
+# YAML list dash), or after "{" / "," in JSON. That keeps "here's the secret: use caching" in
+# prose unchanged.
+_ASSIGN_COLON = re.compile(
+    r"(?P<lead>(?:^|(?<=[{,]))[ \t]*(?:-[ \t]+)?[\"']?)" + _NAME + r"(?P<sep>[\"']?[ \t]*:[ \t]*)" + _VALUE,
+    re.IGNORECASE | re.MULTILINE,
+)
+
+# Values that name where a secret comes from rather than being one: "${DB_PASSWORD}",
+# "$TOKEN", "<your key>", "os.environ['X']", "getpass()", and YAML/JSON empties.
+_REFERENCE = re.compile(
+    r"^(?:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|\{\{.*\}\}|[A-Za-z_][\w.]*[(\[].*"
+    r"|null|none|nil|true|false|~|\*+|\[REDACTED[^\]]*\]?)$",
+    re.IGNORECASE,
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret it recognises replaced by a ``[REDACTED]`` marker."""
+    if not text:
+        return text
+    text = _PEM.sub(PRIVATE_KEY_MARK, text)
+    text = _orphan_pem_ends(text)
+    text = _SHAPES.sub(MARK, text)
+    text = _AUTH_HEADER.sub(_keep_lead, text)
+    text = _BEARER.sub(_keep_lead, text)
+    text = _URL_PASSWORD.sub(_keep_lead, text)
+    text = _ASSIGN_EQ.sub(_assignment, text)
+    text = _ASSIGN_COLON.sub(_assignment, text)
+    return text
+
+
+def _orphan_pem_ends(text: str) -> str:
+    """Redact ``-----END … PRIVATE KEY-----`` lines left by clipping, with the body above them."""
+    position = 0
+    while (match := _PEM_END.search(text, position)) is not None:
+        before = text[: match.start()]
+        line_start = before.rfind("\n") + 1
+        if before[line_start:].strip():
+            position = match.end()  # the marker sits inside a line of prose: leave it
+            continue
+        # Walk back over the base64 body lines directly above the END line.
+        # The last body line may be short; the ones above it are full base64 lines.
+        start = line_start
+        pattern = _BASE64_LAST_LINE
+        while start > 0:
+            previous = before.rfind("\n", 0, start - 1) + 1
+            if not pattern.fullmatch(before[previous : start - 1].strip()):
+                break
+            start, pattern = previous, _BASE64_LINE
+        text = text[:start] + PRIVATE_KEY_MARK + text[match.end() :]
+        position = start + len(PRIVATE_KEY_MARK)
+    return text
+
+
+def _keep_lead(match: re.Match[str]) -> str:
+    return match.group("lead") + MARK
+
+
+def _assignment(match: re.Match[str]) -> str:
+    value = match.group("value")
+    quote = value[0] if value[:1] in ("'", '"') and len(value) >= 2 else ""
+    inner = value[1:-1] if quote else value
+    if not _is_secret_value(match.group("name"), inner.strip()):
+        return match.group(0)
+    replaced = f"{quote}{MARK}{quote}"
+    return match.group("lead") + match.group("name") + match.group("sep") + replaced
+
+
+def _is_secret_value(name: str, value: str) -> bool:
+    if not value or _REFERENCE.match(value):
+        return False
+    # "max_token = 1024", "token: 8192": a count of tokens, not a token.
+    if name.lower().endswith("token") and value.isdigit():
+        return False
+    return True

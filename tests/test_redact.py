@@ -1,0 +1,134 @@
+"""ADR 0060 as ADR 0141 cites it: secrets out of what the summarizer reads and writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from imprintd.redact import MARK, PRIVATE_KEY_MARK, redact
+
+# (input, expected output): secrets are replaced, the text around them is kept.
+TRUE_POSITIVES = [
+    ("key sk-proj-abcdEFGH1234ijklMNOP5678qrst here", f"key {MARK} here"),
+    ("OPENAI_API_KEY is sk-abc123def456ghi789jkl012", f"OPENAI_API_KEY is {MARK}"),
+    ("push with ghp_abcdefghijklmnopqrstuvwxyz0123456789", f"push with {MARK}"),
+    ("oauth gho_16C7e42F292c6912E7710c838347Ae178B4a", f"oauth {MARK}"),
+    ("github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", MARK),
+    ("slack xoxb-1234567890-abcdefghij works", f"slack {MARK} works"),
+    ("id AKIAIOSFODNN7EXAMPLE in the log", f"id {MARK} in the log"),
+    ("maps AIzaSyA1234567890abcdefghijklmnopqrstu.", f"maps {MARK}."),
+    (
+        "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U ok",
+        f"jwt {MARK} ok",
+    ),
+    ("Authorization: Bearer abc.def123-ghi", f"Authorization: Bearer {MARK}"),
+    ("curl -H 'Authorization: Basic dXNlcjpwYXNz'", f"curl -H 'Authorization: Basic {MARK}'"),
+    ("postgres://admin:hunter2@db.internal:5432/app", f"postgres://admin:{MARK}@db.internal:5432/app"),
+    ("redis://:s3cret@cache:6379", f"redis://:{MARK}@cache:6379"),
+    (
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\nabcd==\n-----END RSA PRIVATE KEY-----\nafter",
+        f"{PRIVATE_KEY_MARK}\nafter",
+    ),
+    (
+        "before\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n\nafter the clip",
+        f"before\n{PRIVATE_KEY_MARK}\n\nafter the clip",
+    ),
+    ("tail\nMIIEowIBAAKCAQEAabcd\n-----END EC PRIVATE KEY-----\nmore", f"tail\n{PRIVATE_KEY_MARK}\nmore"),
+    # env
+    ("export DB_PASSWORD=hunter2", f"export DB_PASSWORD={MARK}"),
+    ('DB_PASSWORD="hunter 2"', f'DB_PASSWORD="{MARK}"'),
+    ("SECRET_KEY=django-insecure-abc", f"SECRET_KEY={MARK}"),
+    ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", f"aws_secret_access_key = {MARK}"),
+    # YAML
+    ("db:\n  password: s3cr3t!\n  port: 5432", f"db:\n  password: {MARK}\n  port: 5432"),
+    ("passwd: hunter2 # old", f"passwd: {MARK} # old"),
+    ("- token: abcdef123", f"- token: {MARK}"),
+    ("client_secret: 'xyz'", f"client_secret: '{MARK}'"),
+    ("  githubToken: abc", f"  githubToken: {MARK}"),
+    ("secret: swordfish", f"secret: {MARK}"),
+    # JSON
+    (
+        '{"user": "bob", "password": "pw123", "apiKey": "abc"}',
+        f'{{"user": "bob", "password": "{MARK}", "apiKey": "{MARK}"}}',
+    ),
+    ('"access_key": "Q2xvdWQ"', f'"access_key": "{MARK}"'),
+    # TOML
+    ("[db]\npassword = 'x y z'\nname = 'a'", f"[db]\npassword = '{MARK}'\nname = 'a'"),
+    ('api_key = "AAAA-bbbb"', f'api_key = "{MARK}"'),
+    ("apikey=abcdef", f"apikey={MARK}"),
+    # query strings and flags
+    ("curl https://x.com/?api_key=abc123&user=me", f"curl https://x.com/?api_key={MARK}&user=me"),
+    ("mysql --password=hunter2 -u root", f"mysql --password={MARK} -u root"),
+]
+
+# Text that must come through unchanged.
+FALSE_POSITIVES = [
+    "the token budget is 65536",
+    "password policy requires 12 characters",
+    "the password policy: at least 12 characters",
+    "pip install sk-learn",
+    "port: 8101",
+    "see https://example.com:8443/path?q=1 and ssh://git@github.com/org/repo",
+    "https://user@example.com/path",
+    "tokens per second: 40",
+    "tokens per second is about 7",
+    "Here's the secret: use caching",
+    "the secret sauce is patience",
+    "commit 3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
+    "max_tokens: 1024",
+    "max_token = 2048",
+    "token_budget = 65536",
+    "secret_name: prod-db",
+    "password_min_length: 12",
+    "token: ${GITHUB_TOKEN}",
+    "password: <your password>",
+    "password: null",
+    "api_key = os.environ['API_KEY']",
+    "if token == None:",
+    "Bearer authentication is used here",
+    "the -----END RSA PRIVATE KEY----- marker in prose",
+    "sk-",
+    "",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), TRUE_POSITIVES)
+def test_secrets_are_replaced_and_surroundings_kept(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize("text", FALSE_POSITIVES)
+def test_ordinary_text_stays(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", [t for t, _ in TRUE_POSITIVES] + FALSE_POSITIVES)
+def test_redaction_is_idempotent(text: str) -> None:
+    once = redact(text)
+    assert redact(once) == once
+
+
+def test_a_compose_file_keeps_everything_but_its_secrets() -> None:
+    compose = (
+        "services:\n"
+        "  billing:\n"
+        "    image: acme/billing:1.4\n"
+        "    ports:\n"
+        '      - "8101:8101"\n'
+        "    environment:\n"
+        "      DATABASE_URL: postgres://billing:Zx9-pass@db:5432/billing\n"
+        "      STRIPE_API_KEY: sk-live-0123456789abcdefghijklmn\n"
+        "      LOG_LEVEL: info\n"
+    )
+    out = redact(compose)
+    assert "Zx9-pass" not in out and "sk-live-0123456789abcdefghijklmn" not in out
+    assert "postgres://billing:[REDACTED]@db:5432/billing" in out
+    assert '- "8101:8101"' in out and "LOG_LEVEL: info" in out and "image: acme/billing:1.4" in out
+
+
+@pytest.mark.parametrize("text", ["x" * 200_000, "sk-" * 70_000, "ab_" * 70_000, "a=" * 100_000])
+def test_long_adversarial_text_is_fast(text: str) -> None:
+    import time
+
+    start = time.perf_counter()
+    redact(text)
+    assert time.perf_counter() - start < 2.0
