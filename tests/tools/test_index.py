@@ -297,3 +297,23 @@ def test_works_as_the_stores_migration_2(tmp_path, root, monkeypatch):
         assert index.update().indexed == 3
         assert index.search("zebra")
         index.close()
+
+
+def test_concurrent_updates_of_one_workspace_do_not_duplicate(tmp_path, root):
+    """A second index (another reply, another daemon) updates between this one's scan and write."""
+    db = tmp_path / "index.sqlite3"
+    first, second = WorkspaceIndex(db, root), WorkspaceIndex(db, root)
+    ran: list[bool] = []
+
+    def meanwhile(done: int, total: int) -> None:
+        if done == 0 and not ran:
+            ran.append(True)
+            assert second.update().indexed == 3
+
+    first.update(meanwhile)
+    assert ran
+    assert len(indexed_paths(first, db)) == 3
+    hits = first.search("gateway", limit=50)
+    assert len(hits) == len({(h.path, h.start_line) for h in hits})
+    first.close()
+    second.close()
