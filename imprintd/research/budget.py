@@ -112,7 +112,7 @@ class ResearchBudget:
         """Requests reserved and not yet settled (empty when research ended cleanly)."""
         return tuple(self._open.values())
 
-    def prompt_charge(self, model: Model, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> tuple[int, int, int]:
+    def measure(self, model: Model, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> tuple[int, int, int]:
         """(whole prompt, shared prefix, charge) for a request, without reserving it."""
         prompt = model.count_prompt(messages, tools)
         shared = 0
@@ -128,7 +128,7 @@ class ResearchBudget:
         """Charge a request before it starts, or raise BudgetExhausted and charge nothing."""
         if max_tokens < 0:
             raise ValueError(f"an output allowance cannot be negative ({max_tokens})")
-        prompt, shared, charge = self.prompt_charge(model, messages, tools)
+        prompt, shared, charge = self.measure(model, messages, tools)
         if charge + max_tokens > self.remaining:
             raise BudgetExhausted(charge + max_tokens, charge, max_tokens, self.remaining)
         self._count += 1
@@ -170,4 +170,4 @@ class ResearchBudget:
     def fits(self, model: Model, messages: Sequence[Message], tools: Sequence[ToolSpec],
              max_tokens: int) -> bool:
         """Whether ``reserve`` would accept the request now (costs the same counts)."""
-        return self.prompt_charge(model, messages, tools)[2] + max_tokens <= self.remaining
+        return self.measure(model, messages, tools)[2] + max_tokens <= self.remaining

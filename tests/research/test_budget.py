@@ -116,7 +116,7 @@ def test_the_whole_allowance_must_fit_before_a_request_starts(model):
 def test_a_request_fitting_only_by_its_new_part_still_starts(model):
     scratch = ResearchBudget(65_536)
     scratch.settle(scratch.reserve(model, round_one(), TOOLS, 1024), generated(1024))
-    charge = scratch.prompt_charge(model, round_two(), TOOLS)[2]
+    charge = scratch.measure(model, round_two(), TOOLS)[2]
     first = model.count_prompt(round_one(), TOOLS)
     whole = model.count_prompt(round_two(), TOOLS)
     budget = ResearchBudget(first + 1024 + charge + 1024)

@@ -286,10 +286,12 @@ def test_search_keeps_reading_while_another_connection_writes(index, tmp_path):
 
 
 def test_works_as_the_stores_migration_2(tmp_path, root, monkeypatch):
-    """The planned wiring: the store migrates the index tables; the index opens its own connection."""
+    """The wiring: the store migrates the index tables; the index opens its own connection."""
     from imprintd import store
 
-    monkeypatch.setattr(store, "MIGRATIONS", [*store.MIGRATIONS, migrate_workspace_index])
+    if migrate_workspace_index not in store.MIGRATIONS:
+        monkeypatch.setattr(store, "MIGRATIONS", [*store.MIGRATIONS, migrate_workspace_index])
+    assert store.MIGRATIONS.index(migrate_workspace_index) == 1  # migration 2
     path = tmp_path / "data" / "imprint.sqlite3"
     with store.Store.open(path) as opened:
         assert opened.connection.pragma("user_version") == len(store.MIGRATIONS)
