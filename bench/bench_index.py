@@ -29,7 +29,6 @@ import apsw
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from imprintd.tools.index import (  # noqa: E402
-    SCHEMA_SQL,
     WorkspaceIndex,
     chunk_lines,
     match_expression,

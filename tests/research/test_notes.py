@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imprintd.messages import Message, assistant, system, tool_result, user
+from imprintd.messages import Message, assistant, tool_result, user
 from imprintd.research.notes import (
     Note,
     ToolStepRecord,
