@@ -94,11 +94,11 @@ class _Loop:
     async def run(self) -> Research:
         stale_rounds = 0
         while True:
-            tools = self.offered()
-            specs = [tool.spec for tool in tools]
-            fitted = await self._fit(specs)
+            fitted = await self._fit()
             if fitted is None:
                 return self._stop("context_full")
+            tools = self.offered()
+            specs = [tool.spec for tool in tools]
             left = self.scope.time_budget - (anyio.current_time() - self.started)
             if left <= 0:
                 return self._stop("time_budget")
@@ -129,10 +129,13 @@ class _Loop:
         return self.outcome
 
     # -- fitting ----------------------------------------------------------------
-    async def _fit(self, specs) -> Fitted | None:
+    def _fit_offered(self) -> Fitted:
+        return fit_prompt(self.model, system=self.system, history=self.history, current=self.current,
+                          tools=[tool.spec for tool in self.offered()], max_tokens=self.scope.max_tokens)
+
+    async def _fit(self) -> Fitted | None:
         """Fit this round's prompt; analyze an oversized question once; None when full."""
-        fitted = fit_prompt(self.model, system=self.system, history=self.history, current=self.current,
-                            tools=specs, max_tokens=self.scope.max_tokens)
+        fitted = self._fit_offered()
         if fitted.fits:
             return fitted
         if len(self.current) > 1:
@@ -148,8 +151,7 @@ class _Loop:
         if analysis is None:
             return None
         self.current[0] = msg.user(analysis.coordinator_text(), seq=question.seq)
-        fitted = fit_prompt(self.model, system=self.system, history=self.history, current=self.current,
-                            tools=[tool.spec for tool in self.offered()], max_tokens=self.scope.max_tokens)
+        fitted = self._fit_offered()  # the offer now includes read_chat_section
         return fitted if fitted.fits else None
 
     async def _analyze(self, text: str, kind: str, question: str) -> sec.Analysis | None:

@@ -1,0 +1,43 @@
+"""ReplyEvents that record everything, in order, for assertions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from imprintd.events import ToolStep
+
+
+@dataclass
+class RecordingEvents:
+    #: Every event as (kind, payload), in the order it came.
+    log: list[tuple[str, object]] = field(default_factory=list)
+
+    def begin(self, session_id: str, reply_id: str) -> None:
+        self.log.append(("begin", (session_id, reply_id)))
+
+    def text(self, delta: str) -> None:
+        self.log.append(("text", delta))
+
+    def progress(self, message: str, percentage: int | None = None) -> None:
+        self.log.append(("progress", message))
+
+    def tool_step(self, step: ToolStep) -> None:
+        self.log.append(("tool_step", step))
+
+    def summary(self, text: str, first_seq: int, last_seq: int) -> None:
+        self.log.append(("summary", (text, first_seq, last_seq)))
+
+    @property
+    def streamed(self) -> str:
+        return "".join(payload for kind, payload in self.log if kind == "text")
+
+    @property
+    def progress_messages(self) -> list[str]:
+        return [payload for kind, payload in self.log if kind == "progress"]
+
+    @property
+    def steps(self) -> list[ToolStep]:
+        return [payload for kind, payload in self.log if kind == "tool_step"]
+
+    def kinds(self) -> list[str]:
+        return [kind for kind, _ in self.log]

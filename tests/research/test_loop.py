@@ -1,0 +1,207 @@
+"""The research loop with the stand-in model: what reached the model, and why research stopped."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import pytest
+
+from imprintd import messages as msg
+from imprintd.context import sections as sec
+from imprintd.messages import ToolSpec
+from imprintd.models.base import Completion
+from imprintd.research import loop as loop_mod
+from imprintd.research.loop import ReplyFailed, ReplyScope, research
+from imprintd.tools.base import Hit, ToolError, ToolResult
+from tests.recording import RecordingEvents
+from tests.standin import Hang, StandInModel, call
+
+
+class FakeSearch:
+    """A search tool whose results are scripted per query; counts how often it really ran."""
+
+    spec = ToolSpec(name="search", description="Search the workspace.",
+                    parameters={"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})
+
+    def __init__(self, results: dict[str, ToolResult] | None = None) -> None:
+        self.results = results or {}
+        self.runs: list[str] = []
+
+    def title(self, arguments: Mapping[str, Any]) -> str:
+        return f"Searching the workspace for “{arguments.get('query', '')}”"
+
+    async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
+        query = arguments.get("query")
+        if not isinstance(query, str):
+            raise ToolError("query must be a string")
+        self.runs.append(query)
+        if query in self.results:
+            return self.results[query]
+        hit = Hit(id=f"h{len(self.runs)}", path=f"src/{query.replace(' ', '_')}.py", start_line=1, end_line=3,
+                  score=1.0, excerpt=f"passage about {query}")
+        return ToolResult(text=f"[hit {hit.id}] {hit.path}:1-3\n{hit.excerpt}", subject=query,
+                          evidence=(hit.id,), hits=(hit,))
+
+
+def scope(model, events=None, **overrides) -> ReplyScope:
+    values = dict(model=model, events=events or RecordingEvents(), sections=sec.ReplySections("r1"),
+                  max_tokens=256, analysis_workers=2, token_budget=65536, time_budget=300.0)
+    values.update(overrides)
+    return ReplyScope(**values)
+
+
+SYSTEM = msg.system("You are Imprint.")
+
+
+def tool_turn(*calls) -> Completion:
+    return Completion(text="", tool_calls=tuple(calls))
+
+
+async def test_a_plain_answer_ends_research_in_one_request(model: StandInModel):
+    model.queue("The answer.")
+    history = [msg.user("Earlier?", seq=1), msg.assistant("Earlier answer.", seq=2)]
+    question = msg.user("Now?", seq=3)
+    outcome = await research(scope(model), system=SYSTEM, history=history, question=question, tools=[FakeSearch()])
+    assert outcome.stop == "answer" and outcome.answer.text == "The answer."
+    [request] = model.requests
+    assert request.messages == [SYSTEM, *history, question]
+    assert [tool.name for tool in request.tools] == ["search"]
+    assert outcome.steps == [] and outcome.exchange == []
+
+
+async def test_a_tool_round_appends_the_call_and_its_result_then_answers(model: StandInModel):
+    search = FakeSearch()
+    events = RecordingEvents()
+    model.queue(tool_turn(call("search", query="billing port")), "Billing uses 8101.")
+    question = msg.user("Which port does billing use?", seq=1)
+    outcome = await research(scope(model, events), system=SYSTEM, history=[], question=question, tools=[search])
+    assert outcome.stop == "answer"
+    second = model.requests[1].messages
+    assert second[2].tool_calls[0].name == "search"
+    assert second[3].role == "tool" and "passage about billing port" in second[3].content
+    assert [(s.state, s.title) for s in events.steps] == [
+        ("started", "Searching the workspace for “billing port”"),
+        ("finished", "Searching the workspace for “billing port”")]
+    assert [m.role for m in outcome.exchange] == ["assistant", "tool"]
+    assert outcome.steps[0].result.hits[0].path == "src/billing_port.py"
+
+
+async def test_an_identical_call_is_answered_from_the_earlier_result_and_stagnation_stops(model: StandInModel):
+    search = FakeSearch()
+    model.queue(tool_turn(call("search", query="port")), tool_turn(call("search", query="port", call_id="c2")),
+                tool_turn(call("search", query="port", call_id="c3")))
+    outcome = await research(scope(model), system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[search])
+    assert search.runs == ["port"]  # run once, then answered from the earlier result
+    assert outcome.stop == "no_new_evidence"
+    assert len(model.requests) == 3  # one round with evidence, then two without (patience 2)
+
+
+async def test_the_token_budget_stops_research_before_a_request_would_cross_it(model: StandInModel):
+    search = FakeSearch()
+    queries = [f"topic {n}" for n in range(50)]
+    model.queue(*[tool_turn(call("search", call_id=f"c{n}", query=q)) for n, q in enumerate(queries)])
+    the_scope = scope(model, token_budget=2000, max_tokens=400)
+    outcome = await research(the_scope, system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[search])
+    assert outcome.stop == "token_budget"
+    assert 1 < len(model.requests) < 50
+
+
+async def test_the_time_budget_stops_a_round_that_runs_past_it(model: StandInModel):
+    model.queue(Hang("thinking about"))
+    outcome = await research(scope(model, time_budget=0.5), system=SYSTEM, history=[],
+                             question=msg.user("q", seq=1), tools=[FakeSearch()])
+    assert outcome.stop == "time_budget"
+    assert model.requests[0].timeout == pytest.approx(0.5, abs=0.2)
+
+
+async def test_research_that_fills_the_context_stops_for_the_final_answer():
+    model = StandInModel(n_ctx=1400)
+    big = ToolResult(text="x " * 1500, subject="big", evidence=("e1",))  # ~750 tokens, no room for another
+    search = FakeSearch({"a": big, "b": ToolResult(text="y " * 1500, subject="b", evidence=("e2",))})
+    model.queue(tool_turn(call("search", query="a")), tool_turn(call("search", query="b", call_id="c2")))
+    outcome = await research(scope(model, max_tokens=200, analysis_workers=0), system=SYSTEM, history=[],
+                             question=msg.user("q", seq=1), tools=[search])
+    assert outcome.stop == "context_full"
+
+
+async def test_a_malformed_call_is_not_run_and_the_model_is_told_why(model: StandInModel):
+    search = FakeSearch()
+    model.queue(Completion(text="", tool_call_error="the arguments are not valid JSON: Expecting ','"), "Fine.")
+    outcome = await research(scope(model), system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[search])
+    assert outcome.stop == "answer" and search.runs == []
+    assert "Expecting ','" in model.requests[1].messages[-1].content
+
+
+async def test_an_unknown_tool_is_a_failed_step_with_the_tools_named(model: StandInModel):
+    events = RecordingEvents()
+    model.queue(tool_turn(call("delete_everything")), "ok")
+    await research(scope(model, events), system=SYSTEM, history=[], question=msg.user("q", seq=1),
+                   tools=[FakeSearch()])
+    assert events.steps[0].state == "failed" and "search" in events.steps[0].detail
+
+
+async def test_an_oversized_question_is_analyzed_in_sections_and_the_reread_tool_offered():
+    model = StandInModel(n_ctx=2048)
+    paste = "".join(f"line {n}: service alpha{n} listens on port {9000 + n}\n" for n in range(400))
+    paste += "QUESTION: which port does alpha399 use?"
+    events = RecordingEvents()
+    # Worker notes for every section, then the coordinator's answer.
+    model.queue(*["worker notes: alpha399 uses 9399"] * 12)
+    outcome = await research(scope(model, events, max_tokens=256), system=SYSTEM, history=[],
+                             question=msg.user(paste, seq=1), tools=[FakeSearch()])
+    workers = [r for r in model.requests if not r.tools]
+    coordinator = [r for r in model.requests if r.tools]
+    assert len(workers) >= 2 and len(coordinator) == 1
+    assert "read_chat_section" in [tool.name for tool in coordinator[0].tools]
+    assert paste not in coordinator[0].text and "9399" in coordinator[0].text
+    assert "QUESTION: which port does alpha399 use?" in coordinator[0].text  # the tail is kept
+    assert events.progress_messages[0].startswith("Analyzing section 1 of ")
+    assert outcome.question.content != paste
+
+
+async def test_an_oversized_question_with_analysis_off_fails_naming_the_setting():
+    model = StandInModel(n_ctx=1024)
+    with pytest.raises(ReplyFailed, match="analysis_workers = 0"):
+        await research(scope(model, analysis_workers=0), system=SYSTEM, history=[],
+                       question=msg.user("word " * 3000, seq=1), tools=[])
+    assert model.requests == []
+
+
+async def test_an_oversized_tool_result_is_analyzed_and_its_tail_reaches_the_coordinator():
+    model = StandInModel(n_ctx=2048)
+    log = "".join(f"{n:05d} routine entry nothing to see\n" for n in range(600)) + "FATAL: disk full on db-7\n"
+    search = FakeSearch({"errors": ToolResult(text=log, subject="errors", evidence=("log",))})
+
+    def notes(request):
+        return "notes: FATAL disk full on db-7" if "FATAL" in request.text else "notes: routine entries"
+
+    model.queue(tool_turn(call("search", query="errors")), *[notes] * 12, "db-7 ran out of disk.")
+    outcome = await research(scope(model), system=SYSTEM, history=[], question=msg.user("what failed?", seq=1),
+                             tools=[search])
+    final = model.requests[-1]
+    assert outcome.stop == "answer"
+    assert "FATAL disk full on db-7" in final.messages[-1].content  # the worker notes on the tail
+    assert log not in final.text
+    assert outcome.exchange[-1].content == log  # the original is what gets stored
+
+
+async def test_with_zero_workers_a_big_tool_result_is_clipped_to_4000_characters(model: StandInModel):
+    search = FakeSearch({"big": ToolResult(text="z" * 9000, subject="big", evidence=("z",))})
+    model.queue(tool_turn(call("search", query="big")), "done")
+    await research(scope(model, analysis_workers=0), system=SYSTEM, history=[], question=msg.user("q", seq=1),
+                   tools=[search])
+    shown = model.requests[1].messages[-1].content
+    assert shown.startswith("z" * 4000) and "z" * 4001 not in shown and "clipped" in shown
+
+
+async def test_cancelling_research_stops_the_running_request(model: StandInModel):
+    model.queue(Hang("partial"))
+    with anyio.move_on_after(0.3) as cancelled:
+        await research(scope(model), system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[])
+    assert cancelled.cancel_called and len(model.requests) == 1
+
+
+def test_patience_is_two_rounds():
+    assert loop_mod.NO_NEW_EVIDENCE_PATIENCE == 2
