@@ -1,0 +1,266 @@
+"""ADR 0141's conversation_history: search and exact reads over the messages handed to a reply."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from imprintd.context.history import (
+    OUTPUT_LIMIT,
+    READ_CHARS,
+    STRATEGY_LINE,
+    TOOL_NAME,
+    ConversationHistory,
+    ConversationHistoryTool,
+    HistoryError,
+    search_by_scan,
+    should_offer,
+)
+from imprintd.messages import Message, ToolCall, assistant, tool_result, user
+from imprintd.tools.base import ToolError, ToolResult
+
+PLACE = re.compile(r"\[#(\d+) offset (\d+)–(\d+)\]\n")
+
+
+def compose_paste() -> str:
+    """A ~9,000-character compose file whose billing block sits deep inside it."""
+    lines = ["Here is the compose file for staging, please keep it in mind.", "services:"]
+    for i in range(110):
+        lines += [f"  svc{i}:", f"    image: registry.local/svc{i}:1.{i}", "    ports:", f'      - "{8000 + i}:{8000 + i}"']
+        if i == 80:
+            lines += ["  billing:", "    image: registry.local/billing:2.1", "    ports:", '      - "8101:8101"',
+                      "    environment:", "      INVOICE_QUEUE: invoices-eu"]
+    return "\n".join(lines)
+
+
+def session() -> list[Message]:
+    paste = compose_paste()
+    call = ToolCall(id="call_7", name="search", arguments={"query": "retention policy"})
+    return [
+        user(paste, seq=1),
+        assistant("Noted: the compose file has about a hundred services.", seq=2),
+        user("Which database do we run? I think Postgres 16.", seq=3),
+        assistant("You said Postgres 16 on bedrock.", seq=4),
+        user("What do our docs say about keeping data?", seq=5),
+        assistant("", seq=6, tool_calls=(call,)),
+        tool_result(call, "docs/ops.md: Logs are kept for 30 days, backups for a year.", seq=7),
+        assistant("Logs are kept for 30 days and backups for a year.", seq=8),
+    ]
+
+
+def places(text: str) -> list[tuple[int, int, int]]:
+    return [(int(a), int(b), int(c)) for a, b, c in PLACE.findall(text)]
+
+
+def quoted(text: str) -> list[str]:
+    """The quoted passages, in order (each runs from its header to the next header or end)."""
+    parts = PLACE.split(text)
+    # split gives [heading, seq, start, end, body, seq, start, end, body, ...]
+    bodies = parts[4::4]
+    # A body runs up to the next message header ("\n#N role, …"), which is not part of the quote.
+    return [re.split(r"\n#\d+ [a-z]", body)[0] for body in bodies]
+
+
+def test_search_finds_a_passage_deep_inside_a_long_paste_and_reads_it_back_exactly():
+    messages = session()
+    paste = messages[0].content
+    history = ConversationHistory(messages)
+
+    text = history.search("billing port")
+
+    assert len(text) <= OUTPUT_LIMIT
+    found = places(text)
+    assert found and found[0][0] == 1
+    # The quoted place holds the billing block, deep inside the paste, and names its offsets.
+    seq, start, end = next(p for p in found if "billing" in paste[p[1]:p[2]])
+    assert start > 4_000 and '"8101:8101"' in paste[start:end]
+    assert paste[start:end] in quoted(text)
+    # Reading the message from that offset returns exactly those characters.
+    read = history.read(seq, start)
+    assert paste[start:start + READ_CHARS] in read
+    assert read.startswith(f"#1 user, characters {start}–")
+
+
+def test_a_long_paste_shows_the_place_that_names_it_and_the_place_asked_about():
+    history = ConversationHistory(session())
+    text = history.search("billing port in the compose file")
+    paste = session()[0].content
+    spans = [(s, e) for seq, s, e in places(text) if seq == 1]
+    assert any(s == 0 and "compose file" in paste[s:e] for s, e in spans)
+    assert any("8101" in paste[s:e] for s, e in spans)
+    assert len(spans) <= 3
+
+
+def test_reading_pages_through_a_long_message_to_its_end():
+    messages = session()
+    paste = messages[0].content
+    history = ConversationHistory(messages)
+    offset, pieces = 0, []
+    while True:
+        page = history.read(1, offset)
+        header, _, rest = page.partition("\n")
+        assert header == f"#1 user, characters {offset}–{min(len(paste), offset + READ_CHARS)} of {len(paste):,}:"
+        if offset + READ_CHARS < len(paste):
+            body, _, footer = rest.rpartition("\n")
+            assert footer == (f"… continues: read message 1 from offset {offset + READ_CHARS}; "
+                              f"{len(paste):,} characters in all")
+            pieces.append(body)
+            offset += READ_CHARS
+        else:
+            body, _, footer = rest.rpartition("\n")
+            assert footer == "(end of message #1)"
+            pieces.append(body)
+            break
+    assert "".join(pieces) == paste
+    assert len(pieces) == -(-len(paste) // READ_CHARS)
+
+
+def test_reads_refuse_unknown_numbers_and_bad_offsets():
+    history = ConversationHistory(session())
+    with pytest.raises(HistoryError, match="no message #99.*#1 to #8"):
+        history.read(99)
+    with pytest.raises(HistoryError, match="past the end of message #3"):
+        history.read(3, 10_000)
+    with pytest.raises(HistoryError, match="0 or more"):
+        history.read(3, -1)
+    assert history.read(3, 5).startswith("#3 user, characters 5–")
+    with pytest.raises(HistoryError, match="no earlier messages"):
+        ConversationHistory([]).read(1)
+
+
+def test_results_are_numbered_by_stored_seq_and_see_only_the_messages_handed_in():
+    # A later slice of a conversation: numbers are the stored ones, not positions.
+    handed = [user("The staging gateway listens on port 9443.", seq=41),
+              assistant("Noted, 9443 for the staging gateway.", seq=42)]
+    history = ConversationHistory(handed)
+    text = history.search("gateway port")
+    assert {seq for seq, _, _ in places(text)} <= {41, 42}
+    assert "#41 user" in text
+    # Another conversation's words are simply not there.
+    assert history.search("billing").startswith("Nothing found for “billing”")
+    with pytest.raises(HistoryError):
+        history.read(1)
+
+
+def test_tool_results_are_searchable_by_their_query_and_named_by_it():
+    history = ConversationHistory(session())
+    text = history.search("retention policy")  # words only the call's query used
+    assert "#7 tool result: search for “retention policy”" in text
+    assert places(text)[0][0] in (6, 7)
+
+
+def test_words_match_by_shared_stem():
+    history = ConversationHistory([user("The customer was billed twice in March.", seq=1),
+                                   assistant("I will look at it.", seq=2)])
+    text = history.search("billing")
+    assert places(text)[0][0] == 1 and "billed twice" in text
+
+
+def test_rarer_words_weigh_more():
+    common = [user(f"Deploy note {i}: the deploy went fine.", seq=i) for i in range(1, 9)]
+    rare = user("The deploy of quokka failed.", seq=9)
+    plain = user("Another deploy, another deploy, deploy again.", seq=10)
+    history = ConversationHistory([*common, rare, plain])
+    text = history.search("deploy quokka")
+    assert places(text)[0][0] == 9
+
+
+def test_output_stays_within_the_limit_for_many_long_matches():
+    long = " ".join(f"billing port {i} " + "filler " * 80 for i in range(60))
+    history = ConversationHistory([user(long, seq=1), user(long, seq=2), user(long, seq=3)])
+    text = history.search("billing port")
+    assert len(text) <= OUTPUT_LIMIT
+    assert {seq for seq, _, _ in places(text)} == {3, 2}  # the best two (ties go to the newer)
+    assert len(places(text)) <= 6
+
+
+def test_indexed_search_and_plain_scan_agree():
+    history = ConversationHistory(session())
+    for query in ("billing port", "Postgres", "retention policy", "invoices-eu queue", "nothing like this"):
+        assert history.search(query) == search_by_scan(history, query)
+
+
+def test_empty_query_is_an_error_and_no_match_says_so():
+    history = ConversationHistory(session())
+    for query in ("", "   ", "?!"):
+        with pytest.raises(HistoryError):
+            history.search(query)
+    assert history.search("zebra crossing").startswith("Nothing found for “zebra crossing”")
+    assert "no earlier messages" in ConversationHistory([]).search("anything")
+
+
+def test_earlier_lookups_are_readable_but_not_searched():
+    call = ToolCall(id="c1", name=TOOL_NAME, arguments={"query": "billing port"})
+    messages = [*session(), assistant("", seq=9, tool_calls=(call,)),
+                tool_result(call, "#1 user … billing … 8101", seq=10)]
+    history = ConversationHistory(messages)
+    assert {seq for seq, _, _ in places(history.search("billing port"))} <= {1, 2}
+    assert "billing" in history.read(10)
+
+
+# --- the tool -------------------------------------------------------------------------------
+
+
+async def test_tool_searches_and_reads_with_subject_and_evidence():
+    tool = ConversationHistoryTool(ConversationHistory(session()))
+    assert tool.spec.name == "conversation_history"
+    assert set(tool.spec.parameters["properties"]) == {"query", "message", "offset"}
+    assert "earlier messages" in tool.spec.description and "no longer shown" in tool.spec.description
+
+    found = await tool.run({"query": "billing port"})
+    assert isinstance(found, ToolResult) and found.ok and found.subject == "billing port"
+    assert found.evidence == tuple(f"history:{seq}:{start}" for seq, start, _ in places(found.text))
+
+    read = await tool.run({"message": 1, "offset": 4000})
+    assert read.subject == "message #1" and read.evidence == ("history:1:4000",)
+    assert read.text.startswith("#1 user, characters 4000–")
+
+
+def test_tool_titles():
+    tool = ConversationHistoryTool(ConversationHistory(session()))
+    assert tool.title({"query": "billing port"}) == "Searching earlier in this conversation for “billing port”"
+    assert tool.title({"message": 12}) == "Reading message #12 from earlier in this conversation"
+    assert tool.title({}) == "Looking back through this conversation"
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {},
+        {"query": "x", "message": 1},
+        {"query": ""},
+        {"query": 5},
+        {"message": "twelve"},
+        {"message": 0},
+        {"message": True},
+        {"message": 1, "offset": -3},
+        {"message": 1, "offset": "far"},
+        {"query": "port", "offset": 100},
+        {"query": "port", "path": "a.py"},
+        {"message": 99},
+        {"message": 1, "offset": 1_000_000},
+    ],
+)
+async def test_tool_refuses_bad_arguments(arguments):
+    tool = ConversationHistoryTool(ConversationHistory(session()))
+    with pytest.raises(ToolError):
+        await tool.run(arguments)
+
+
+async def test_tool_takes_a_number_written_as_text():
+    tool = ConversationHistoryTool(ConversationHistory(session()))
+    result = await tool.run({"message": "#3"})
+    assert result.text.startswith("#3 user")
+
+
+def test_offered_only_with_earlier_messages_and_tools():
+    earlier = session()
+    assert should_offer(earlier, True)
+    assert not should_offer([], True)
+    assert not should_offer(earlier, False)
+
+
+def test_strategy_line():
+    assert "conversation_history" in STRATEGY_LINE and "not search" in STRATEGY_LINE
+    assert "quoting it briefly" in STRATEGY_LINE
