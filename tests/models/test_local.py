@@ -8,6 +8,8 @@ test moves the provider's clock from inside ``on_text``.
 
 from __future__ import annotations
 
+import threading
+
 import anyio
 import pytest
 
@@ -154,8 +156,15 @@ def test_rendering_is_deterministic(local_model):
 @needs_real_model
 async def test_completion_streams_and_stops_at_end_of_turn(local_model):
     pieces: list[str] = []
+    threads: set[int] = set()
+
+    def on_text(piece: str) -> None:
+        pieces.append(piece)
+        threads.add(threading.get_ident())
+
     result = await local_model.complete([system("Answer with one word."), user("Is the sky blue? yes or no")],
-                                        max_tokens=200, timeout=300, on_text=pieces.append)
+                                        max_tokens=200, timeout=300, on_text=on_text)
+    assert threads == {threading.get_ident()}  # delivered on the event loop's thread, not the worker's
     assert result.finish_reason == "stop"
     assert result.text and "".join(pieces) == result.text
     assert "<|im_end|>" not in result.text

@@ -139,3 +139,63 @@ def test_read_gguf_string_refuses_other_files(tmp_path):
     path.write_bytes(b"NOPE" + bytes(40))
     with pytest.raises(ValueError):
         read_gguf_string(path, "tokenizer.chat_template")
+
+
+# -- a template with native tool support ---------------------------------------------------
+
+#: A compact Hermes/Qwen-style template: tools in the system turn, calls as <tool_call> blocks,
+#: tool results inside the user turn.
+HERMES_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
+    "# Tools\n<tools>{% for t in tools %}\n{{ t | tojson }}{% endfor %}\n</tools><|im_end|>\n"
+    "{% elif messages[0].role == 'system' %}<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'user' or (m.role == 'system' and not loop.first) %}"
+    "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{% elif m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>\n{\"name\": \"{{ c.function.name }}\", \"arguments\": "
+    "{{ c.function.arguments | tojson }}}\n</tool_call>{% endfor %}<|im_end|>\n"
+    "{% elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+class TemplateOnly:
+    """Stands in for a loaded model: the real sandboxed template renderer, a word tokenizer."""
+
+    def __init__(self, template: str) -> None:
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        self.with_generation = Jinja2ChatFormatter(template=template, eos_token="", bos_token="")
+        self.without_generation = Jinja2ChatFormatter(template=template, eos_token="", bos_token="",
+                                                      add_generation_prompt=False)
+        self.native_tools = template_renders_tools(template)
+
+    def render(self, messages, tools, generation: bool) -> str:
+        formatter = self.with_generation if generation else self.without_generation
+        return formatter(messages=messages, tools=tools).prompt
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(range(len(text.split())))
+
+
+@pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed")
+def test_native_template_gets_schemas_calls_and_tool_messages():
+    from imprintd.messages import ToolCall, assistant, system, tool_result, user
+
+    model = LocalModel("/unused.gguf")
+    model._loaded = TemplateOnly(HERMES_TEMPLATE)
+    assert model.native_tools
+    call = ToolCall(id="call_1", name="search", arguments={"query": "port"})
+    messages = [system("Be brief."), user("Which port?"), assistant("", tool_calls=(call,)),
+                tool_result(call, "port = 8080")]
+    rendered = model.render_prompt(messages, [SEARCH])
+    assert rendered.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n<tools>"  # trim_blocks ate the newline
+                               '{"type": "function", "function": {"name": "search"')
+    assert '<tool_call>\n{"name": "search", "arguments": {"query": "port"}}\n</tool_call>' in rendered
+    assert "<tool_response>\nport = 8080\n</tool_response>" in rendered
+    assert rendered.endswith("<|im_start|>assistant\n")
+    # No tools block in the system prompt text itself: the template shows the schemas.
+    assert "You can call these tools" not in rendered
+    # Per-message counts: the text each message adds after a fixed lead-in.
+    assert model.count_message(user("one two three")) == len("<|im_start|>user\none two three<|im_end|>\n".split())
