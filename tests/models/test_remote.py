@@ -14,7 +14,7 @@ import socket
 import anyio
 import pytest
 
-from imprintd.messages import Message, ToolCall, ToolSpec, assistant, system, tool_result, user
+from imprintd.messages import ToolCall, ToolSpec, assistant, system, tool_result, user
 from imprintd.models.base import ModelError
 from imprintd.models.remote import (
     MESSAGE_OVERHEAD,
