@@ -11,7 +11,8 @@ database password" without repeating the password. It recognises:
 - passwords in URLs (``scheme://user:PASSWORD@host`` keeps the user and the host);
 - assignments whose name says secret (``password``, ``passwd``, ``passphrase``, ``secret``,
   ``token``, ``api_key``/``apikey``, ``access_key``, ``secret_key``, ``private_key``,
-  ``client_secret``) in env, YAML, JSON and TOML forms, quoted or not.
+  ``client_secret``) in env, YAML, JSON and TOML forms, quoted or not; and "password: X"
+  anywhere in a line (as a summary bullet may write it).
 
 It is tuned against false positives that would make summaries useless: prose ("the token
 budget is 65536", "password policy", "tokens per second"), library names ("sk-learn"), plain
@@ -102,6 +103,13 @@ _ASSIGN_COLON = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 
+# Mid-line "password: X" (in prose or a summary bullet) is a password too; "secret" and
+# "token" mid-line are too often prose ("the secret: use caching") to follow suit.
+_PASSWORD_COLON = re.compile(
+    r"(?P<lead>(?<![A-Za-z0-9_\-]))(?P<name>pass(?:word|wd|phrase))(?P<sep>[ \t]*:[ \t]*)" + _VALUE,
+    re.IGNORECASE,
+)
+
 # Values that name where a secret comes from rather than being one: "${DB_PASSWORD}",
 # "$TOKEN", "<your key>", "os.environ['X']", "getpass()", and YAML/JSON empties.
 _REFERENCE = re.compile(
@@ -123,6 +131,7 @@ def redact(text: str) -> str:
     text = _URL_PASSWORD.sub(_keep_lead, text)
     text = _ASSIGN_EQ.sub(_assignment, text)
     text = _ASSIGN_COLON.sub(_assignment, text)
+    text = _PASSWORD_COLON.sub(_assignment, text)
     return text
 
 
