@@ -370,11 +370,13 @@ class ConversationHistory:
     def _quote(self, query: str, picks: list[tuple[int, list[int]]], matches: _Matches,
                idf: Mapping[str, float]) -> SearchResult:
         heading = (
-            f"Earlier in this conversation, for “{query}” (best match first; read a message "
+            f"Earlier in this conversation, for “{_shorten(query)}” (best match first; read a message "
             "exactly with message and offset):\n"
         )
-        headers = [f"\n#{self._entries[e].seq} {self._entries[e].label}, {len(self._entries[e].text):,} characters"
-                   for e, _ in picks]
+        headers = [
+            f"\n#{self._entries[e].seq} {_shorten(self._entries[e].label)}, {len(self._entries[e].text):,} characters"
+            for e, _ in picks
+        ]
         count = sum(len(windows) for _, windows in picks)
         # Each place: "\n[#12 offset 1234–5678]\n" + quote. Offsets have at most 7 digits each.
         place_overhead = len("\n[#0000000 offset 0000000–0000000]\n")
@@ -395,7 +397,7 @@ class ConversationHistory:
                 parts.append(f"\n[#{entry.seq} offset {start}–{end}]\n{entry.text[start:end]}")
                 places.append(Place(entry.seq, start, end))
         text = "".join(parts)
-        if len(text) > OUTPUT_LIMIT:  # only when a message number runs past seven digits
+        if len(text) > OUTPUT_LIMIT:  # not expected: headings are shortened, offsets have few digits
             text = text[: OUTPUT_LIMIT - 1] + "…"
         return SearchResult(text, tuple(places))
 
@@ -468,7 +470,13 @@ def _score(found: Mapping[str, int], idf: Mapping[str, float]) -> float:
     return sum(idf[term] * (1.0 + math.log(count)) for term, count in found.items())
 
 
+def _shorten(text: str, limit: int = 160) -> str:
+    """A query or label as a heading shows it: long ones end in "…" so quotes keep their room."""
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
 def _nothing_found(query: str, messages: int) -> str:
+    query = _shorten(query)
     if messages == 0:
         return f"Nothing found for “{query}”: there are no earlier messages in this conversation."
     return (

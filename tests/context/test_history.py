@@ -27,7 +27,8 @@ def compose_paste() -> str:
     """A ~9,000-character compose file whose billing block sits deep inside it."""
     lines = ["Here is the compose file for staging, please keep it in mind.", "services:"]
     for i in range(110):
-        lines += [f"  svc{i}:", f"    image: registry.local/svc{i}:1.{i}", "    ports:", f'      - "{8000 + i}:{8000 + i}"']
+        lines += [f"  svc{i}:", f"    image: registry.local/svc{i}:1.{i}", "    ports:",
+                  f'      - "{8000 + i}:{8000 + i}"']
         if i == 80:
             lines += ["  billing:", "    image: registry.local/billing:2.1", "    ports:", '      - "8101:8101"',
                       "    environment:", "      INVOICE_QUEUE: invoices-eu"]
@@ -264,3 +265,11 @@ def test_offered_only_with_earlier_messages_and_tools():
 def test_strategy_line():
     assert "conversation_history" in STRATEGY_LINE and "not search" in STRATEGY_LINE
     assert "quoting it briefly" in STRATEGY_LINE
+
+
+def test_a_very_long_query_still_leaves_room_for_the_quotes():
+    history = ConversationHistory(session())
+    query = "billing port " + "and some more words " * 200
+    text = history.search(query)
+    assert len(text) <= OUTPUT_LIMIT
+    assert places(text) and all(end > start for _, start, end in places(text))

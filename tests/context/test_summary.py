@@ -368,7 +368,8 @@ async def test_secrets_are_redacted_in_the_request_and_in_the_summary():
                                    message_count=6, events=events)
 
     sent = model.requests[0].text
-    for secret in ("hunter2", "sk-proj-abc123def456ghi789jkl0", "swordfish", "ghp_abcdefghijklmnopqrstuvwxyz0123456789"):
+    secrets = ("hunter2", "sk-proj-abc123def456ghi789jkl0", "swordfish", "ghp_abcdefghijklmnopqrstuvwxyz0123456789")
+    for secret in secrets:
         assert secret not in sent
         assert secret not in outcome.state.text
         assert secret not in events.summaries[0][1]
