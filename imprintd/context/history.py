@@ -438,7 +438,7 @@ class ConversationHistory:
         # a line as it was written.
         start = max(0, first - max(0, (length - (last - first)) // 2))
         newline = text.find("\n", start, first)
-        if newline != -1:
+        if newline != -1 and start > 0 and text[start - 1] != "\n":
             start = newline + 1
         start = max(0, min(start, len(text) - length))
         end = start + length
