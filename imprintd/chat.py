@@ -13,11 +13,17 @@ from pathlib import Path
 
 import msgspec
 
+import anyio
+
 from imprintd import settings as settings_mod
+from imprintd.context.sections import SectionArchive
 from imprintd.events import ReplyEvents
 from imprintd.models.base import Model
 from imprintd.settings import ChatSettings, Resolved
 from imprintd.store import ConversationStore, MemoryStore, SessionInfo, SessionNotFound, Store
+from imprintd.tools.base import Tool
+from imprintd.tools.index import WorkspaceIndex
+from imprintd.tools.workspace import workspace_tools
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +31,24 @@ ModelFactory = Callable[[ChatSettings], Model]
 
 #: Settings that change which model is loaded; others apply to the next reply as they are.
 _MODEL_KEYS = ("provider", "model", "base_url", "n_ctx")
+
+
+class WorkspaceMissing(ValueError):
+    """The workspace a request names is not a folder; the message says which."""
+
+
+def _index_progress(events: ReplyEvents):
+    """A progress callback for the indexing thread: reports reach the loop, a few per run."""
+    last = [-1]
+
+    def report(done: int, total: int) -> None:
+        percentage = done * 100 // total if total else 100
+        if percentage // 10 != last[0] // 10 or done == total:
+            last[0] = percentage
+            anyio.from_thread.run_sync(events.progress, f"Indexing the workspace: {done} of {total} files",
+                                       percentage)
+
+    return report
 
 
 class ReplyRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,6 +83,9 @@ class Chat:
         self._store: Store | None = None
         self.memory = MemoryStore()
         self.workspace: str | None = None
+        self.sections = SectionArchive()
+        self._indexes: dict[Path, WorkspaceIndex] = {}
+        self._index_locks: dict[Path, anyio.Lock] = {}
 
     # -- settings and parts -------------------------------------------------
     @property
@@ -76,6 +103,11 @@ class Chat:
             self._store = Store.open(path)
         return self._store
 
+    def _index_path(self) -> Path:
+        folder = settings_mod.cache_dir()
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return folder / "workspace-index.sqlite3"
+
     def model(self) -> Model:
         """The chat model for the current settings; created once, recreated when they change."""
         key = tuple(getattr(self.settings, name) for name in _MODEL_KEYS)
@@ -84,7 +116,30 @@ class Chat:
             self._model_settings = key
         return self._model
 
+    async def workspace_tools(self, workspace: str | None, events: ReplyEvents) -> list[Tool]:
+        """Search and read tools over ``workspace`` (or the editor's), its index brought up to date.
+
+        Indexing runs in a worker thread, reporting progress, so other requests keep being
+        served; replies on the same workspace wait for one another's indexing.
+        """
+        folder = workspace or self.workspace
+        if not folder:
+            return []
+        root = Path(folder).expanduser().resolve()
+        if not root.is_dir():
+            raise WorkspaceMissing(f"The workspace folder {folder} does not exist or is not a folder.")
+        index = self._indexes.get(root)
+        if index is None:
+            index = self._indexes[root] = WorkspaceIndex(self._index_path(), root)
+        lock = self._index_locks.setdefault(root, anyio.Lock())
+        async with lock:
+            await anyio.to_thread.run_sync(index.update, _index_progress(events))
+        return workspace_tools(index, root)
+
     def close(self) -> None:
+        for index in self._indexes.values():
+            index.close()
+        self._indexes.clear()
         if self._store is not None:
             self._store.close()
             self._store = None

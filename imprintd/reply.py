@@ -1,37 +1,128 @@
 """One reply, as data flows through it (DESIGN.md, "The reply").
 
 1. The question is stored first (committed before any model work), so nothing said is lost.
-2. The model answers from the session's messages, streaming text to the client.
-3. The answer is stored; only then is the reply acknowledged.
+2. Summary step (ADR 0141): only when the conversation's own text no longer fits beside
+   the summary, the oldest exchanges are summarized; on failure ADR 0140's dropping stands.
+3. Research (``research/loop.py``): fit, charge, generate, run tools, until an answer or a stop.
+4. A stop other than an answer writes the final answer from notes, with Sources (ADR 0127).
+5. The reply and its tool exchanges are stored; only then is the reply acknowledged.
 
 A cancelled or failed reply keeps the stored question and stores nothing else.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
 from imprintd import messages as msg
+from imprintd import prompts
+from imprintd.context import summary as summaries
+from imprintd.context.history import STRATEGY_LINE, ConversationHistory, ConversationHistoryTool, should_offer
 from imprintd.events import ReplyEvents
-from imprintd.prompts import system_prompt
-from imprintd.store import ConversationStore, SessionInfo
+from imprintd.messages import Message
+from imprintd.models.base import Model
+from imprintd.research.answer import final_answer
+from imprintd.research.loop import ReplyScope, research
+from imprintd.store import ConversationStore, SessionInfo, StoredSummary
+from imprintd.tools.base import Tool
+
+
+class SourceRef(msgspec.Struct, frozen=True, kw_only=True):
+    number: int
+    label: str
+    path: str
+    start_line: int
+    end_line: int
 
 
 class ReplyOutcome(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
     reply_id: str
     text: str
-    sources: list = []
+    sources: tuple[SourceRef, ...] = ()
     stop_reason: str = "answer"
 
 
-async def run_reply(chat, store: ConversationStore, info: SessionInfo, reply_id: str, request, events: ReplyEvents) -> ReplyOutcome:
-    store.append(info.id, msg.user(request.text))
+async def run_reply(chat, store: ConversationStore, info: SessionInfo, reply_id: str, request,
+                    events: ReplyEvents) -> ReplyOutcome:
+    question = store.append(info.id, msg.user(request.text))
     events.begin(info.id, reply_id)
     model = chat.model()
-    history = store.messages(info.id)
-    prompt = [msg.system(system_prompt(style=request.style)), *history]
-    completion = await model.complete(prompt, max_tokens=chat.settings.max_tokens, on_text=events.text)
-    store.append(info.id, msg.assistant(completion.text))
-    stop = "length" if completion.finish_reason == "length" else "answer"
-    return ReplyOutcome(session_id=info.id, reply_id=reply_id, text=completion.text, stop_reason=stop)
+    settings = chat.settings
+    stored = store.messages(info.id)
+    earlier = stored[:-1]
+
+    workspace_tools: list[Tool] = await chat.workspace_tools(request.workspace, events)
+    history_tool = [ConversationHistoryTool(ConversationHistory(earlier))] if should_offer(earlier, True) else []
+    tools = [*workspace_tools, *history_tool]
+    specs = [tool.spec for tool in tools]
+    tool_lines = (prompts.TOOL_STRATEGY, *((STRATEGY_LINE,) if history_tool else ()))
+
+    summary = await _summary_step(model, store, info, stored, request.style, tool_lines, specs,
+                                  settings.max_tokens, events)
+    covered = summary.last_seq if summary and summary.text else 0
+    block = _summary_block(summary, earlier)
+    system = msg.system(prompts.system_prompt(style=request.style, tool_lines=tool_lines, summary_block=block))
+    history = [m for m in earlier if (m.seq or 0) > covered]
+
+    scope = ReplyScope(model=model, events=events, sections=chat.sections.open(reply_id),
+                       max_tokens=settings.max_tokens, analysis_workers=settings.analysis_workers,
+                       token_budget=settings.research_token_budget, time_budget=settings.research_time_budget)
+    outcome = await research(scope, system=system, history=history, question=question, tools=tools)
+
+    sources: tuple[SourceRef, ...] = ()
+    if outcome.answer is not None:
+        text = outcome.answer.text
+    else:
+        final = await final_answer(
+            model, events,
+            system_prompt=prompts.system_prompt(style=request.style),
+            summary_block=_summary_block(summary, earlier, lookup_guidance=False),
+            earlier=history, question=outcome.question.content, steps=outcome.steps,
+            style=request.style, max_tokens=settings.max_tokens)
+        text = final.text
+        sources = tuple(_source_refs(final.cited))
+    for message in outcome.exchange:
+        store.append(info.id, message)
+    store.append(info.id, msg.assistant(text))
+    return ReplyOutcome(session_id=info.id, reply_id=reply_id, text=text, sources=sources,
+                        stop_reason=outcome.stop)
+
+
+async def _summary_step(model: Model, store: ConversationStore, info: SessionInfo, stored: Sequence[Message],
+                        style: str, tool_lines: tuple[str, ...], specs, max_tokens: int,
+                        events: ReplyEvents) -> StoredSummary | None:
+    """Summarize the oldest exchanges when the conversation's text no longer fits (ADR 0141)."""
+    state = store.summary(info.id)
+    if not summaries.should_attempt(state, len(stored)):
+        return state
+    earlier, question = list(stored[:-1]), stored[-1]
+    block = _summary_block(state, earlier)
+    system = msg.system(prompts.system_prompt(style=style, tool_lines=tool_lines, summary_block=block))
+    to_cover = summaries.plan_coverage(model, system=system, summary=state, messages=earlier,
+                                       question=question, tools=specs, max_tokens=max_tokens)
+    if not to_cover:
+        return state
+    outcome = await summaries.update_summary(model, state=state, messages=earlier, to_cover=to_cover,
+                                             message_count=len(stored), events=events)
+    if outcome.state is not None:
+        store.save_summary(info.id, outcome.state)
+    return outcome.state
+
+
+def _summary_block(state: StoredSummary | None, earlier: Sequence[Message], *, lookup_guidance: bool = True) -> str:
+    if state is None or not state.text:
+        return ""
+    covered = [m for m in earlier if m.seq is not None and state.first_seq <= m.seq <= state.last_seq]
+    return summaries.summary_block(state, summaries.covered_material(covered), lookup_guidance=lookup_guidance)
+
+
+def _source_refs(cited) -> list[SourceRef]:
+    refs = []
+    for note in cited:
+        for source in note.sources:
+            refs.append(SourceRef(number=note.number, label=note.label, path=source.path,
+                                  start_line=source.start_line, end_line=source.end_line))
+    return refs

@@ -17,8 +17,11 @@ from pygls.lsp.server import LanguageServer
 
 from imprintd import __version__
 from imprintd import protocol as wire
-from imprintd.chat import Chat, ReplyRequest
+from imprintd.chat import Chat, ReplyRequest, WorkspaceMissing
+from imprintd.context.history import ConversationHistory, HistoryError
+from imprintd.context.sections import SectionError
 from imprintd.models.base import ModelError
+from imprintd.research.loop import ReplyFailed
 from imprintd.rpc import ImprintProtocol, msgspec_handler, run_stdio
 from imprintd.store import SessionNotFound, StoreError
 from imprintd.wire_events import WireEvents
@@ -74,13 +77,17 @@ def build_server(chat: Chat) -> LanguageServer:
             outcome = await chat.reply(request, events)
         except SessionNotFound as error:
             raise _unknown_session(error) from None
-        except (ModelError, StoreError) as error:
+        except WorkspaceMissing as error:
+            raise JsonRpcInvalidParams(f"workspace: {error}") from None
+        except (ModelError, StoreError, ReplyFailed) as error:
             raise RequestFailed(str(error)) from None
         finally:
             await events.finish()
         return wire.ChatResult(
             session_id=outcome.session_id, reply_id=outcome.reply_id, text=outcome.text,
-            sources=[wire.SourceRef(**s) for s in outcome.sources], stop_reason=outcome.stop_reason,
+            sources=[wire.SourceRef(number=s.number, label=s.label, path=s.path, start_line=s.start_line,
+                                    end_line=s.end_line) for s in outcome.sources],
+            stop_reason=outcome.stop_reason,
         )
 
     @server.feature(wire.SESSIONS)
@@ -122,12 +129,30 @@ def build_server(chat: Chat) -> LanguageServer:
     @server.feature(wire.READ_CHAT_SECTION)
     @msgspec_handler(wire.ReadChatSectionParams)
     def read_chat_section(params: wire.ReadChatSectionParams) -> wire.ReadChatSectionResult:
-        raise RequestFailed("imprint/read_chat_section: no analyzed sections are kept yet (section analysis is not built)")
+        try:
+            text = chat.sections.read(params.reply_id, params.source_id, params.start, params.length)
+            total = chat.sections.get(params.reply_id).length(params.source_id)
+        except SectionError as error:
+            raise JsonRpcInvalidParams(str(error)) from None
+        return wire.ReadChatSectionResult(reply_id=params.reply_id, source_id=params.source_id, start=params.start,
+                                          end=params.start + len(text), total=total, text=text)
 
     @server.feature(wire.CONVERSATION_HISTORY)
     @msgspec_handler(wire.ConversationHistoryParams)
     def conversation_history(params: wire.ConversationHistoryParams) -> wire.ConversationHistoryResult:
-        raise RequestFailed("imprint/conversation_history: conversation search is not built yet")
+        if (params.query is None) == (params.message is None):
+            raise JsonRpcInvalidParams("Invalid params: give either query (to search) or message (to read), not both")
+        try:
+            store, info = chat.locate(params.session_id)
+        except SessionNotFound as error:
+            raise _unknown_session(error) from None
+        history = ConversationHistory(store.messages(info.id))
+        try:
+            text = history.search(params.query) if params.query is not None else history.read(
+                params.message, params.offset)
+        except HistoryError as error:
+            raise JsonRpcInvalidParams(str(error)) from None
+        return wire.ConversationHistoryResult(session_id=info.id, text=text)
 
     return server
 
@@ -153,8 +178,8 @@ def _message_wire(message) -> wire.MessageWire:
 
 
 def _summary_wire(summary) -> wire.SummaryInfo | None:
-    if summary is None:
-        return None
+    if summary is None or not summary.text:
+        return None  # no summary, or only the retry point of a failed first attempt
     return wire.SummaryInfo(text=summary.text, first_seq=summary.first_seq, last_seq=summary.last_seq)
 
 

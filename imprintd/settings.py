@@ -159,6 +159,16 @@ def data_dir() -> Path:
     return Path(explicit) if explicit else Path(platformdirs.user_data_dir(APP_NAME))
 
 
+def cache_dir() -> Path:
+    """Where rebuildable data lives (the workspace index): ``$IMPRINT_CACHE_DIR`` or the platform cache dir.
+
+    Kept apart from the data dir on purpose: the data dir holds only what was said, so a
+    session with persistence off leaves it untouched even while it searches the workspace.
+    """
+    explicit = os.environ.get("IMPRINT_CACHE_DIR")
+    return Path(explicit) if explicit else Path(platformdirs.user_cache_dir(APP_NAME))
+
+
 def env_name(key: str) -> str:
     return "IMPRINT_" + key.upper().replace(".", "_")
 

@@ -31,7 +31,6 @@ import msgspec
 
 from imprintd.messages import Message, ToolCall
 from imprintd.settings import data_dir
-from imprintd.tools.index import migrate_workspace_index
 
 DB_NAME = "imprint.sqlite3"
 BUSY_TIMEOUT_MS = 5_000
@@ -161,7 +160,6 @@ def _migration_1_conversations(db: apsw.Connection) -> None:
 # ``db`` and does not commit (the caller does, once for all pending ones).
 MIGRATIONS: list[Migration] = [
     _migration_1_conversations,
-    migrate_workspace_index,  # 2: the workspace index (FTS5), tools/index.py
 ]
 
 

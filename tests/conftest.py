@@ -13,6 +13,7 @@ def isolated_dirs(tmp_path, monkeypatch):
     data = tmp_path / "data"
     monkeypatch.setenv("IMPRINT_DATA_DIR", str(data))
     monkeypatch.setenv("IMPRINT_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.setenv("IMPRINT_CACHE_DIR", str(tmp_path / "cache"))
     for name in list(__import__("os").environ):
         if name.startswith("IMPRINT_CHAT_"):
             monkeypatch.delenv(name)

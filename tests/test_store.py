@@ -283,9 +283,9 @@ def test_reopening_keeps_data(isolated_dirs):
 
 def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
     with Store.open() as opened:
-        assert opened.connection.pragma("user_version") == len(MIGRATIONS) == 2
+        assert opened.connection.pragma("user_version") == len(MIGRATIONS) == 1
         tables = {row[0] for row in opened.connection.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
-        assert {"sessions", "messages", "chat_summaries", "workspace_files", "workspace_chunks"} <= tables
+        assert {"sessions", "messages", "chat_summaries"} <= tables
 
     runs: list[int] = []
 
@@ -296,7 +296,7 @@ def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
     monkeypatch.setattr(store_module, "MIGRATIONS", [*MIGRATIONS, migration_3])
     for _ in range(2):
         with Store.open() as opened:
-            assert opened.connection.pragma("user_version") == 3
+            assert opened.connection.pragma("user_version") == 2
             assert opened.connection.execute("SELECT count(*) FROM later").fetchone() == (0,)
     assert runs == [1]
 

@@ -2,9 +2,11 @@
 
 Search runs over an index of the workspace's text files, incremental by mtime and size,
 skipping binaries, ignored and secret-bearing files, and returns structured hits (ADR
-0127 builds notes from them). The tables live in the sessions database as the store's
-migration 2 (``migrate_workspace_index``); ``WorkspaceIndex`` opens its own apsw connection
-so an update can run in a worker thread while WAL lets other requests keep reading.
+0127 builds notes from them). The index is rebuildable, so it lives in its own database in
+the cache dir (``settings.cache_dir()``), apart from the conversations in the data dir: a
+session with persistence off can search the workspace and still leave the data dir
+untouched. ``WorkspaceIndex`` opens its own apsw connections so an update can run in a
+worker thread while WAL lets other requests keep reading.
 
 Layout: ``workspace_files`` has one row per file seen (``indexed`` = 0 for a file skipped as
 binary or too large, so it is not reread until it changes) and the rowid range of its
@@ -90,10 +92,10 @@ RANK_SQL = "INSERT INTO workspace_chunks (workspace_chunks, rank) VALUES ('rank'
 
 
 def migrate_workspace_index(conn: apsw.Connection) -> None:
-    """Create the index tables on ``conn`` (the store's migration 2); does not commit.
+    """Create the index tables on ``conn`` if they are missing; does not commit.
 
-    Idempotent, so a ``WorkspaceIndex`` opened on its own database file can call it too:
-    on an existing schema it writes nothing.
+    Idempotent: every connection ``open_index_db`` makes calls it, and on an existing schema
+    it writes nothing.
     """
     exists = conn.execute(
         "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'workspace_chunks'").get

@@ -29,6 +29,7 @@ def daemon_env(tmp_path, stub) -> dict[str, str]:
     env.update({
         "IMPRINT_DATA_DIR": str(tmp_path / "data"),
         "IMPRINT_CONFIG": str(tmp_path / "config.toml"),
+        "IMPRINT_CACHE_DIR": str(tmp_path / "cache"),
         "IMPRINT_CHAT_PROVIDER": "openai",
         "IMPRINT_CHAT_BASE_URL": stub.base_url,
         "IMPRINT_CHAT_MODEL": "stub",

@@ -285,22 +285,6 @@ def test_search_keeps_reading_while_another_connection_writes(index, tmp_path):
         writer.close()
 
 
-def test_works_as_the_stores_migration_2(tmp_path, root, monkeypatch):
-    """The wiring: the store migrates the index tables; the index opens its own connection."""
-    from imprintd import store
-
-    if migrate_workspace_index not in store.MIGRATIONS:
-        monkeypatch.setattr(store, "MIGRATIONS", [*store.MIGRATIONS, migrate_workspace_index])
-    assert store.MIGRATIONS.index(migrate_workspace_index) == 1  # migration 2
-    path = tmp_path / "data" / "imprint.sqlite3"
-    with store.Store.open(path) as opened:
-        assert opened.connection.pragma("user_version") == len(store.MIGRATIONS)
-        index = WorkspaceIndex(path, root)
-        assert index.update().indexed == 3
-        assert index.search("zebra")
-        index.close()
-
-
 def test_concurrent_updates_of_one_workspace_do_not_duplicate(tmp_path, root):
     """A second index (another reply, another daemon) updates between this one's scan and write."""
     db = tmp_path / "index.sqlite3"

@@ -1,0 +1,37 @@
+"""protocol.md is the contract: it must name exactly the methods the daemon registers."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from imprintd import protocol as wire
+from imprintd.chat import Chat
+from imprintd.server import build_server
+
+DOC = (Path(__file__).parent.parent / "protocol.md").read_text(encoding="utf-8")
+
+
+def documented(kind: str) -> set[str]:
+    return set(re.findall(rf"^## (imprint/\w+) \({kind}", DOC, flags=re.MULTILINE))
+
+
+def test_documented_requests_are_exactly_the_registered_ones():
+    server = build_server(Chat())
+    registered = {name for name in server.protocol.fm.features if name.startswith("imprint/")}
+    assert documented("request") == registered == set(wire.REQUESTS)
+
+
+def test_documented_notifications_are_exactly_the_ones_sent():
+    assert documented("notification") == set(wire.NOTIFICATIONS)
+
+
+def test_every_custom_method_has_an_example_exchange():
+    for method in [*wire.REQUESTS, *wire.NOTIFICATIONS]:
+        section = DOC.split(f"## {method} (", 1)[1].split("\n## ", 1)[0]
+        assert "```" in section or method == wire.REPLY_DELTA and "replyDelta" in DOC, method
+
+
+def test_lifecycle_methods_are_documented():
+    for method in ("initialize", "initialized", "shutdown", "exit", "workspace/didChangeConfiguration"):
+        assert f"`{method}`" in DOC

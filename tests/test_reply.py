@@ -1,0 +1,146 @@
+"""A whole reply through the core (``Chat.reply``) with the stand-in model and a real workspace.
+
+Asserts what reached the model, what the client was sent and what was stored, for the final
+answer written from notes (ADR 0127) and the stored reply.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from imprintd import settings as settings_mod
+from imprintd.chat import Chat, ReplyRequest
+from imprintd.models.base import Completion
+from tests.recording import RecordingEvents
+from tests.standin import Fail, Hang, StandInModel, call
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    root = tmp_path / "shop"
+    (root / "services").mkdir(parents=True)
+    (root / "services" / "billing.yaml").write_text(
+        "name: billing\nimage: shop/billing:2.3\nport: 8101\nreplicas: 2\n", encoding="utf-8")
+    (root / "docs").mkdir()
+    (root / "docs" / "deploy.md").write_text(
+        "# Deploying\n\nThe billing service is deployed behind the gateway.\nRollouts take 5 minutes.\n",
+        encoding="utf-8")
+    return root
+
+
+def make_chat(model: StandInModel, **settings) -> Chat:
+    resolved = settings_mod.load({}, environ={}).apply(settings, "test")
+    return Chat(resolved, model_factory=lambda chat_settings: model)
+
+
+def tool_turn(*calls) -> Completion:
+    return Completion(text="", tool_calls=tuple(calls))
+
+
+def researcher(calls, final):
+    """Scripted replies: the coordinator makes ``calls`` one per round, for as long as it is
+    offered tools; the tools-free final request gets ``final``."""
+    pending = list(calls)
+
+    def reply(request):
+        if request.tools:
+            return tool_turn(pending.pop(0)) if pending else tool_turn(call("search", call_id="again", query="billing"))
+        return final(request) if callable(final) else final
+
+    return [reply] * (len(calls) + 4)
+
+
+MANY_CALLS = [call("search", call_id=f"c{n}", query=q) for n, q in
+              enumerate(["billing", "gateway", "replicas", "image", "deploy", "rollout", "port", "docs", "name"])]
+
+
+async def ask(chat: Chat, text: str, workspace, events=None, **kwargs):
+    events = events or RecordingEvents()
+    outcome = await chat.reply(ReplyRequest(text=text, workspace=str(workspace), **kwargs), events)
+    return outcome, events
+
+
+async def test_a_budget_stop_writes_the_answer_from_notes_with_sources(model, workspace):
+    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    calls = [call("search", query="billing port"), call("read_file", call_id="c2", path="services/billing.yaml")]
+    calls += [call("search", call_id=f"c{n}", query=f"deploy {n}") for n in range(3, 12)]
+    model.queue(*researcher(calls, "Billing listens on port 8101 [1].\n\n- Deployed behind the gateway [2]."
+                                   "\n\nThe notes do not say who owns it."))
+    outcome, events = await ask(chat, "Which port does billing use?", workspace)
+    assert outcome.stop_reason == "token_budget"
+
+    final = model.requests[-1]
+    assert final.tools == []
+    assert all(m.role in ("system", "user", "assistant") and not m.tool_calls for m in final.messages)
+    assert "Tools:" not in final.system  # no tool strategy in the final turn
+    assert final.messages[-1].content.startswith("Which port does billing use?")
+    assert "Research notes:" in final.messages[-1].content and "[1]" in final.messages[-1].content
+    assert "port: 8101" in final.messages[-1].content
+
+    assert outcome.text.startswith("Billing listens on port 8101 [1].")
+    assert "\n\nSources:\n[1] services/billing.yaml" in outcome.text
+    assert outcome.sources and outcome.sources[0].path == "services/billing.yaml"
+    assert outcome.sources[0].start_line >= 1 and outcome.sources[0].end_line >= outcome.sources[0].start_line
+    assert events.streamed.endswith(outcome.text[-40:])  # the Sources list streamed too
+
+    stored = chat.store.messages(outcome.session_id)
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant", "tool", "assistant", "tool",
+                                        "assistant"][: len(stored) - 1] + ["assistant"]
+    assert stored[0].content == "Which port does billing use?" and stored[-1].content == outcome.text
+    assert any(m.role == "tool" and "8101" in m.content for m in stored)
+
+
+async def test_an_answer_cut_short_keeps_what_it_wrote_and_adds_the_strongest_findings(model, workspace):
+    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    model.queue(*researcher(MANY_CALLS, Completion(text="Billing runs two replicas.", finish_reason="length")))
+    outcome, _ = await ask(chat, "Tell me about billing", workspace)
+    assert outcome.text.startswith("Billing runs two replicas.\n\n(The answer was cut short.")
+    assert "…" not in outcome.text.split("\n")[0]  # cut after a whole sentence: no ellipsis
+
+
+async def test_a_final_turn_that_asks_for_tools_or_fails_ends_with_the_findings(model, workspace):
+    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    model.queue(*researcher(MANY_CALLS, Fail("the model crashed")))
+    outcome, _ = await ask(chat, "Tell me about billing", workspace)
+    assert outcome.text.startswith("I couldn't write a full answer. The strongest findings")
+    assert outcome.stop_reason == "token_budget"  # a bounded stop is never a failed reply
+
+
+async def test_a_spoken_reply_gets_no_sources_list(model, workspace):
+    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    model.queue(*researcher(MANY_CALLS, "Billing uses port 8101 [1]."))
+    outcome, _ = await ask(chat, "Which port?", workspace, style="spoken")
+    assert "Sources:" not in outcome.text and outcome.sources == ()
+    assert "two or three plain sentences" in model.requests[-1].messages[-1].content
+
+
+async def test_cancelling_a_reply_keeps_only_the_question(model, workspace):
+    chat = make_chat(model)
+    model.queue(tool_turn(call("search", query="billing")), Hang("Billing"))
+    events = RecordingEvents()
+    with anyio.move_on_after(1):
+        await chat.reply(ReplyRequest(text="Which port?", workspace=str(workspace)), events)
+    [session] = chat.sessions()
+    assert [(m.role, m.content) for m in chat.store.messages(session.id)] == [("user", "Which port?")]
+
+
+async def test_workspace_tools_refuse_paths_outside_and_report_a_failed_step(model, workspace, tmp_path):
+    (tmp_path / "secret.txt").write_text("TOP SECRET", encoding="utf-8")
+    chat = make_chat(model)
+    model.queue(tool_turn(call("read_file", path="../secret.txt")), "I can't read that.")
+    outcome, events = await ask(chat, "Read ../secret.txt", workspace)
+    assert events.steps[-1].state == "failed"
+    assert "TOP SECRET" not in model.requests[1].text
+    assert outcome.text == "I can't read that."
+
+
+async def test_indexing_reports_progress_and_a_missing_workspace_is_named(model, workspace, tmp_path):
+    chat = make_chat(model)
+    model.queue("ok")
+    _, events = await ask(chat, "hello", workspace)
+    assert any(message.startswith("Indexing the workspace:") for message in events.progress_messages)
+    from imprintd.chat import WorkspaceMissing
+
+    with pytest.raises(WorkspaceMissing, match="nowhere"):
+        await ask(chat, "hello", tmp_path / "nowhere")
