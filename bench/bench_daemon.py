@@ -76,7 +76,21 @@ def bench_overhead(runs: int, max_tokens: int) -> float:
     path = embedded_model_path()
     renderer = LocalModel(path, n_ctx=N_CTX)
     prompt = renderer.render_prompt([system(prompts.system_prompt()), user(QUESTION)])
-    llama = llama_cpp.Llama(model_path=str(path), n_ctx=N_CTX, verbose=False)
+    from imprintd.models.local import _has_amx, default_threads
+
+    no_extra_buffers = _has_amx()
+
+    class BaselineLlama(llama_cpp.Llama):
+        # The same load the daemon does: without extra buffer types where this llama.cpp's AMX
+        # path would crash (see imprintd/models/local.py), and the same threads.
+        def __setattr__(self, name, value):
+            if name == "model_params" and no_extra_buffers:
+                value.use_extra_bufts = False
+            super().__setattr__(name, value)
+
+    threads, threads_batch = default_threads()
+    llama = BaselineLlama(model_path=str(path), n_ctx=N_CTX, n_threads=threads, n_threads_batch=threads_batch,
+                          verbose=False)
     tokens = llama.tokenize(prompt.encode(), add_bos=False, special=True)
     stop_ids = {t for t in llama.tokenize(b"<|im_end|>", add_bos=False, special=True)}
     with tempfile.TemporaryDirectory() as data:

@@ -42,6 +42,8 @@ def _index_progress(events: ReplyEvents):
     last = [-1]
 
     def report(done: int, total: int) -> None:
+        if not total:
+            return  # nothing changed since the last reply: nothing to show
         percentage = done * 100 // total if total else 100
         if percentage // 10 != last[0] // 10 or done == total:
             last[0] = percentage

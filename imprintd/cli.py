@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
                               description="Ask one question; the answer streams to stdout, the session id to stderr.")
     ask.add_argument("question", help="what to ask")
     ask.add_argument("--session", help="continue this session (an id from `imprintd sessions`)")
-    ask.add_argument("--workspace", help="the folder the question is about (default: the current folder)")
+    ask.add_argument("--workspace", help="a folder the answer may search and read (e.g. --workspace .)")
     ask.add_argument("--spoken", action="store_true", help="ask for a short spoken-style answer")
     ask.add_argument("--no-persist", action="store_true", help="keep this conversation in memory only")
 
@@ -134,7 +134,7 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
     events = _PrintEvents()
     request = ReplyRequest(text=args.question, session_id=args.session, persist=not args.no_persist,
                            style="spoken" if args.spoken else "written",
-                           workspace=os.path.abspath(args.workspace or os.getcwd()))
+                           workspace=os.path.abspath(args.workspace) if args.workspace else None)
     try:
         outcome = anyio.run(chat.reply, request, events)
     except (ModelError, StoreError) as error:

@@ -58,7 +58,7 @@ async def run_reply(chat, store: ConversationStore, info: SessionInfo, reply_id:
     history_tool = [ConversationHistoryTool(ConversationHistory(earlier))] if should_offer(earlier, True) else []
     tools = [*workspace_tools, *history_tool]
     specs = [tool.spec for tool in tools]
-    tool_lines = (prompts.TOOL_STRATEGY, *((STRATEGY_LINE,) if history_tool else ()))
+    tool_lines = ((prompts.TOOL_STRATEGY,) if workspace_tools else ()) + ((STRATEGY_LINE,) if history_tool else ())
 
     summary = await _summary_step(model, store, info, stored, request.style, tool_lines, specs,
                                   settings.max_tokens, events)
