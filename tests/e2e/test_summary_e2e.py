@@ -1,0 +1,190 @@
+"""The running summary and conversation_history end to end (ADR 0141, issue 5): the real daemon
+over stdio, a small context, the scripted OpenAI-compatible model on loopback, Neovim's and
+VS Code's capabilities.
+
+A compose file with a billing service on port 8101 is pasted early, five more exchanges follow,
+the summary covers the paste, and a later question about the billing port leads to a
+conversation_history call whose result holds 8101. Then the session methods return the
+summary, ``imprint/conversation_history`` searches and reads the conversation exactly, bad
+params are refused, and the summary goes with its session.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pygls.exceptions import JsonRpcException
+
+from imprintd.context.summary import HEADING, PROGRESS, SUMMARIZER_SYSTEM
+from tests.openai_stub import StubReply
+from tests.test_reply_summary import BILLING_QUESTION, COMPOSE, FOLLOW_UPS, PASTE, PASTE_REPLY
+
+# By the remote estimate (three bytes a token) the paste and the five follow-ups fit in 3,072
+# tokens with a 256-token answer allowance (the fifth follow-up's prompt needs 2,925), and the
+# billing question does not (3,201): the first summary is written at the billing question.
+N_CTX = 3072
+MAX_TOKENS = 256
+QUERY = "billing port"
+INVALID_PARAMS = -32602
+
+_LINE = re.compile(r"^#(\d+) (user|assistant|tool)", re.MULTILINE)
+_PORTS = re.compile(r'ports: \["8101:8101"\]')
+
+
+@pytest.fixture
+def daemon_env(daemon_env):
+    env = dict(daemon_env)
+    env.update({"IMPRINT_CHAT_N_CTX": str(N_CTX), "IMPRINT_CHAT_MAX_TOKENS": str(MAX_TOKENS)})
+    return env
+
+
+async def request(client, method: str, **params):
+    return await client.protocol.send_request_async(method, params)
+
+
+def is_summarizer(body: dict) -> bool:
+    return "tools" not in body and body["messages"][0]["content"] == SUMMARIZER_SYSTEM
+
+
+def bullets(body: dict) -> str:
+    """One bullet per exchange of the summarizer's transcript, citing message numbers."""
+    groups: list[list[int]] = []
+    for number, role in _LINE.findall(body["messages"][-1]["content"]):
+        if role == "user" or not groups:
+            groups.append([int(number)])
+        else:
+            groups[-1].append(int(number))
+    lines = []
+    for group in groups:
+        span = f"#{group[0]}" if len(group) == 1 else f"#{group[0]}–#{group[-1]}"
+        what = "pasted the staging compose file" if group[0] == 1 else f"talked about topic {group[0]}"
+        lines.append(f"- ({span}) The user {what}.")
+    return "\n".join(lines)
+
+
+def model(body: dict) -> StubReply | str:
+    """The scripted model as a function of each request."""
+    if is_summarizer(body):
+        return bullets(body)
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        quoted = _PORTS.search(last["content"])
+        return f"Billing listens on 8101: the compose file you pasted has `{quoted.group() if quoted else '?'}`."
+    if last["content"] == BILLING_QUESTION:
+        return StubReply(tool_calls=[{"id": "call_hist", "name": "conversation_history",
+                                      "arguments": {"query": QUERY}}])
+    return {PASTE: PASTE_REPLY, **dict(FOLLOW_UPS)}.get(last["content"], "ok")
+
+
+def progress_messages(client) -> list[str]:
+    return [value.message for reports in client.progress_reports.values() for value in reports
+            if getattr(value, "message", None)]
+
+
+async def expect_invalid(client, method: str, **params) -> str:
+    with pytest.raises(JsonRpcException) as error:
+        await request(client, method, **params)
+    assert error.value.code == INVALID_PARAMS, error.value
+    return error.value.message
+
+
+async def test_a_pasted_compose_file_is_summarized_and_looked_up_again(client, stub):
+    stub.queue(*[model] * 30)
+
+    first = await request(client, "imprint/chat", text=PASTE)
+    sid = first.sessionId
+    for question, reply in FOLLOW_UPS:
+        result = await request(client, "imprint/chat", text=question, sessionId=sid)
+        assert result.text == reply
+    assert not any(is_summarizer(body) for body in stub.requests)  # it all fit so far
+    assert not any(m == "imprint/summaryUpdated" for m, _ in client.notifications)
+
+    seen = len(stub.requests)
+    answer = await request(client, "imprint/chat", text=BILLING_QUESTION, sessionId=sid)
+    assert answer.text == 'Billing listens on 8101: the compose file you pasted has `ports: ["8101:8101"]`.'
+    assert answer.stopReason == "answer"
+
+    # Over the wire: the summary first, covering the paste, then the lookup.
+    mine = [(m, p) for m, p in client.notifications if getattr(p, "replyId", None) == answer.replyId]
+    methods = [m for m, _ in mine]
+    summary_at = methods.index("imprint/summaryUpdated")
+    steps = [(i, p) for i, (m, p) in enumerate(mine) if m == "imprint/toolStep"]
+    assert steps and all(p.tool == "conversation_history" for _, p in steps)
+    assert summary_at < steps[0][0]
+    assert [p.state for _, p in steps] == ["started", "finished"]
+    assert steps[0][1].title == "Searching earlier in this conversation for “billing port”"
+    summary = mine[summary_at][1].summary
+    assert summary.firstSeq <= 1 <= summary.lastSeq
+    assert summary.text.startswith("- (#1–#2) The user pasted the staging compose file.")
+    assert PROGRESS in progress_messages(client)
+    assert "Searching earlier in this conversation for “billing port”" in progress_messages(client)
+
+    # What the model received: the summarizer first; then a prompt with the summary, not the paste.
+    summarizer, coordinator, after_tool = stub.requests[seen:]
+    assert is_summarizer(summarizer)
+    system = coordinator["messages"][0]["content"]
+    assert HEADING in system and summary.text in system
+    assert "#1 pasted by the user" in system
+    assert "conversation_history" in [tool["function"]["name"] for tool in coordinator["tools"]]
+    for body in (coordinator, after_tool):
+        assert all(COMPOSE not in (message["content"] or "") for message in body["messages"])
+    assert coordinator["messages"][-1] == {"role": "user", "content": BILLING_QUESTION}
+    result = after_tool["messages"][-1]
+    assert result["role"] == "tool" and result["tool_call_id"] == "call_hist"
+    assert "8101" in result["content"] and _PORTS.search(result["content"])
+
+    # The session methods return the summary.
+    stored = await request(client, "imprint/summary", sessionId=sid)
+    assert stored.sessionId == sid
+    assert (stored.summary.text, stored.summary.firstSeq, stored.summary.lastSeq) == (
+        summary.text, summary.firstSeq, summary.lastSeq)
+    session = await request(client, "imprint/session", sessionId=sid)
+    assert (session.summary.text, session.summary.firstSeq, session.summary.lastSeq) == (
+        summary.text, summary.firstSeq, summary.lastSeq)
+    assert session.messages[0].seq == 1 and session.messages[0].content == PASTE
+    assert [m.role for m in session.messages[-4:]] == ["user", "assistant", "tool", "assistant"]
+
+    # imprint/conversation_history: search, and exact reads by number and offset.
+    found = await request(client, "imprint/conversation_history", sessionId=sid, query=QUERY)
+    assert found.sessionId == sid and "#1 user" in found.text and "8101" in found.text
+    assert len(found.text) <= 4_000
+    read = await request(client, "imprint/conversation_history", sessionId=sid, message=1)
+    total = len(PASTE)
+    assert read.text == f"#1 user, characters 0–{total} of {total:,}:\n{PASTE}\n(end of message #1)"
+    offset = PASTE.index("  billing:")
+    page = await request(client, "imprint/conversation_history", sessionId=sid, message=1, offset=offset)
+    assert page.text == f"#1 user, characters {offset}–{total} of {total:,}:\n{PASTE[offset:]}\n(end of message #1)"
+    assert page.text.split("\n", 1)[1].startswith('  billing:\n    <<: *defaults\n    image: shop/billing:2.3.4\n'
+                                                  '    ports: ["8101:8101"]')
+
+    # Bad params.
+    await expect_invalid(client, "imprint/conversation_history", sessionId=sid, query=QUERY, message=1)
+    await expect_invalid(client, "imprint/conversation_history", sessionId=sid)
+    message = await expect_invalid(client, "imprint/conversation_history", sessionId="0" * 32, query=QUERY)
+    assert "0" * 32 in message
+    message = await expect_invalid(client, "imprint/conversation_history", sessionId=sid, message=999)
+    assert "999" in message
+    await expect_invalid(client, "imprint/conversation_history", sessionId=sid, message=1, offset=total)
+
+    # The summary goes with its session.
+    deleted = await request(client, "imprint/deleteSession", sessionId=sid)
+    assert deleted.deleted is True
+    await expect_invalid(client, "imprint/summary", sessionId=sid)
+    await expect_invalid(client, "imprint/session", sessionId=sid)
+    await expect_invalid(client, "imprint/conversation_history", sessionId=sid, query=QUERY)
+
+
+async def test_no_summary_is_reported_while_the_conversation_fits(client, stub):
+    stub.queue(*[model] * 4)
+    first = await request(client, "imprint/chat", text=PASTE)
+    await request(client, "imprint/chat", text=FOLLOW_UPS[0][0], sessionId=first.sessionId)
+    stored = await request(client, "imprint/summary", sessionId=first.sessionId)
+    assert stored.summary is None
+    session = await request(client, "imprint/session", sessionId=first.sessionId)
+    assert session.summary is None
+    assert not any(m == "imprint/summaryUpdated" for m, _ in client.notifications)
+    assert PROGRESS not in progress_messages(client)
+    # The second reply was offered the lookup tool, the first was not.
+    offered = [[tool["function"]["name"] for tool in body.get("tools", [])] for body in stub.requests]
+    assert "conversation_history" not in offered[0] and "conversation_history" in offered[1]
