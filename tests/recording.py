@@ -39,5 +39,9 @@ class RecordingEvents:
     def steps(self) -> list[ToolStep]:
         return [payload for kind, payload in self.log if kind == "tool_step"]
 
+    @property
+    def summaries(self) -> list[tuple[str, int, int]]:
+        return [payload for kind, payload in self.log if kind == "summary"]
+
     def kinds(self) -> list[str]:
         return [kind for kind, _ in self.log]

@@ -25,9 +25,9 @@ from imprintd.context.summary import (
     summary_block,
     update_summary,
 )
-from imprintd.events import ToolStep
 from imprintd.messages import Message, ToolCall, ToolSpec, assistant, system, tool_result, user
 from imprintd.store import StoredSummary
+from tests.recording import RecordingEvents
 from tests.standin import Fail, Hang, StandInModel
 
 SYSTEM = system("You are Imprint. Answer briefly.")
@@ -35,27 +35,6 @@ TOOLS = [ToolSpec(name="search", description="Search the workspace.",
                   parameters={"type": "object", "properties": {"query": {"type": "string"}}})]
 
 
-class Recorder:
-    """ReplyEvents that keeps every event, in order."""
-
-    def __init__(self) -> None:
-        self.log: list[tuple] = []
-
-    def text(self, delta: str) -> None:
-        self.log.append(("text", delta))
-
-    def progress(self, message: str, percentage: int | None = None) -> None:
-        self.log.append(("progress", message))
-
-    def tool_step(self, step: ToolStep) -> None:
-        self.log.append(("tool_step", step))
-
-    def summary(self, text: str, first_seq: int, last_seq: int) -> None:
-        self.log.append(("summary", text, first_seq, last_seq))
-
-    @property
-    def summaries(self) -> list[tuple]:
-        return [event for event in self.log if event[0] == "summary"]
 
 
 def conversation(exchanges: int, *, chars: int = 400, tools_every: int = 0) -> list[Message]:
@@ -270,7 +249,7 @@ async def test_update_writes_bullets_after_showing_progress():
     to_cover = earlier[:6]
     previous = None
     model.queue("- (#1–#2) The user asked Q1.\n- (#3–#4) Q2.\n- (#5–#6) Q3.")
-    events = Recorder()
+    events = RecordingEvents()
 
     outcome = await update_summary(model, state=previous, messages=earlier, to_cover=to_cover,
                                    message_count=13, events=events)
@@ -278,7 +257,7 @@ async def test_update_writes_bullets_after_showing_progress():
     assert outcome.ok
     assert outcome.state == StoredSummary(text="- (#1–#2) The user asked Q1.\n- (#3–#4) Q2.\n- (#5–#6) Q3.",
                                           first_seq=1, last_seq=6, retry_at=None)
-    assert events.log == [("progress", PROGRESS), ("summary", outcome.state.text, 1, 6)]
+    assert events.log == [("progress", PROGRESS), ("summary", (outcome.state.text, 1, 6))]
     [request] = model.requests
     assert request.max_tokens == SUMMARY_OUTPUT_TOKENS and request.timeout == SUMMARY_TIMEOUT_S
     assert request.tools == []
@@ -291,7 +270,7 @@ async def test_an_update_appends_to_the_summary_so_far():
     state = StoredSummary(text="- (#1–#2) Q1 asked.", first_seq=1, last_seq=2, retry_at=None)
     model.queue("- (#3–#4) Q2 asked.")
     outcome = await update_summary(model, state=state, messages=earlier, to_cover=earlier[2:4],
-                                   message_count=13, events=Recorder())
+                                   message_count=13, events=RecordingEvents())
     assert outcome.state == StoredSummary(text="- (#1–#2) Q1 asked.\n- (#3–#4) Q2 asked.", first_seq=1, last_seq=4)
     assert "Summary so far:\n- (#1–#2) Q1 asked." in model.requests[0].text
 
@@ -302,7 +281,7 @@ async def test_a_summary_out_of_time_falls_back_discards_the_partial_and_waits_s
     earlier = conversation(6)
     state = StoredSummary(text="- (#1–#2) Q1 asked.", first_seq=1, last_seq=2)
     model.queue(Hang("- (#3–#4) half a bullet"))
-    events = Recorder()
+    events = RecordingEvents()
 
     outcome = await update_summary(model, state=state, messages=earlier, to_cover=earlier[2:6],
                                    message_count=13, events=events)
@@ -324,7 +303,7 @@ async def test_failures_and_empty_output_keep_the_previous_summary(reply):
     earlier = conversation(4)
     model.queue(reply)
     outcome = await update_summary(model, state=None, messages=earlier, to_cover=earlier[:4],
-                                   message_count=9, events=Recorder())
+                                   message_count=9, events=RecordingEvents())
     assert not outcome.ok
     assert outcome.state is not None and outcome.state.text == "" and outcome.state.retry_at == 15
     assert summaries.covered_through(outcome.state) == 0
@@ -334,7 +313,7 @@ async def test_failures_and_empty_output_keep_the_previous_summary(reply):
 async def test_a_request_that_cannot_fit_falls_back_without_calling_the_model():
     model = StandInModel(n_ctx=512)
     earlier = [user("p" * 8000, seq=n) for n in range(1, 30)]
-    events = Recorder()
+    events = RecordingEvents()
     outcome = await update_summary(model, state=None, messages=earlier, to_cover=earlier,
                                    message_count=30, events=events)
     assert not outcome.ok and "does not fit" in outcome.reason
@@ -347,7 +326,7 @@ async def test_a_summary_cut_by_the_output_limit_drops_its_unfinished_last_bulle
     earlier = conversation(4)
     model.queue("- (#1–#2) Q1.\n- (#3–#4) Q2 and " + "more " * 400)
     outcome = await update_summary(model, state=None, messages=earlier, to_cover=earlier[:4],
-                                   message_count=9, events=Recorder())
+                                   message_count=9, events=RecordingEvents())
     assert outcome.ok and outcome.state.text == "- (#1–#2) Q1."
 
 
@@ -363,7 +342,7 @@ async def test_secrets_are_redacted_in_the_request_and_in_the_summary():
     ]
     model.queue("- (#1–#3) The user gave the URL postgres://app:hunter2@db:5432/app and key "
                 "sk-proj-abc123def456ghi789jkl0.\n- (#4–#5) password: swordfish noted.")
-    events = Recorder()
+    events = RecordingEvents()
     outcome = await update_summary(model, state=None, messages=earlier, to_cover=earlier,
                                    message_count=6, events=events)
 
@@ -372,7 +351,7 @@ async def test_secrets_are_redacted_in_the_request_and_in_the_summary():
     for secret in secrets:
         assert secret not in sent
         assert secret not in outcome.state.text
-        assert secret not in events.summaries[0][1]
+        assert secret not in events.summaries[0][0]
     assert "postgres://app:[REDACTED]@db:5432/app" in outcome.state.text
 
 
@@ -380,7 +359,7 @@ async def test_cancelling_while_summarizing_writes_no_summary():
     model = StandInModel()
     earlier = conversation(4)
     model.queue(Hang("- (#1–#2) partial"))
-    events = Recorder()
+    events = RecordingEvents()
     task = asyncio.create_task(update_summary(model, state=None, messages=earlier, to_cover=earlier[:4],
                                               message_count=9, events=events))
     while not model.requests:
