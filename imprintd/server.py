@@ -40,6 +40,14 @@ def _unknown_session(error: SessionNotFound) -> JsonRpcInvalidParams:
     return JsonRpcInvalidParams(f"sessionId: {error}")
 
 
+def _locate(chat: Chat, session_id: str):
+    """The store and info of ``session_id``; an unknown id is invalid params naming it."""
+    try:
+        return chat.locate(session_id)
+    except SessionNotFound as error:
+        raise _unknown_session(error) from None
+
+
 def build_server(chat: Chat) -> LanguageServer:
     server = LanguageServer("imprintd", __version__, protocol_cls=ImprintProtocol)
     server.on_stop = chat.close
@@ -98,10 +106,7 @@ def build_server(chat: Chat) -> LanguageServer:
     @server.feature(wire.SESSION)
     @msgspec_handler(wire.SessionParams)
     def session(params: wire.SessionParams) -> wire.SessionResult:
-        try:
-            store, info = chat.locate(params.session_id)
-        except SessionNotFound as error:
-            raise _unknown_session(error) from None
+        store, info = _locate(chat, params.session_id)
         return wire.SessionResult(
             session=_session_wire(info),
             messages=[_message_wire(m) for m in store.messages(info.id)],
@@ -120,10 +125,7 @@ def build_server(chat: Chat) -> LanguageServer:
     @server.feature(wire.SUMMARY)
     @msgspec_handler(wire.SessionParams)
     def summary(params: wire.SessionParams) -> wire.SummaryResult:
-        try:
-            store, info = chat.locate(params.session_id)
-        except SessionNotFound as error:
-            raise _unknown_session(error) from None
+        store, info = _locate(chat, params.session_id)
         return wire.SummaryResult(session_id=info.id, summary=_summary_wire(store.summary(info.id)))
 
     @server.feature(wire.READ_CHAT_SECTION)
@@ -142,10 +144,7 @@ def build_server(chat: Chat) -> LanguageServer:
     def conversation_history(params: wire.ConversationHistoryParams) -> wire.ConversationHistoryResult:
         if (params.query is None) == (params.message is None):
             raise JsonRpcInvalidParams("Invalid params: give either query (to search) or message (to read), not both")
-        try:
-            store, info = chat.locate(params.session_id)
-        except SessionNotFound as error:
-            raise _unknown_session(error) from None
+        store, info = _locate(chat, params.session_id)
         history = ConversationHistory(store.messages(info.id))
         try:
             text = history.search(params.query) if params.query is not None else history.read(
