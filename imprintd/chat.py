@@ -118,18 +118,25 @@ class Chat:
             self._model_settings = key
         return self._model
 
+    def workspace_root(self, workspace: str | None) -> Path | None:
+        """The folder a reply may search: ``workspace``, else the editor's; WorkspaceMissing if not a folder."""
+        folder = workspace or self.workspace
+        if not folder:
+            return None
+        root = Path(folder).expanduser().resolve()
+        if not root.is_dir():
+            raise WorkspaceMissing(f"The workspace folder {folder} does not exist or is not a folder.")
+        return root
+
     async def workspace_tools(self, workspace: str | None, events: ReplyEvents) -> list[Tool]:
         """Search and read tools over ``workspace`` (or the editor's), its index brought up to date.
 
         Indexing runs in a worker thread, reporting progress, so other requests keep being
         served; replies on the same workspace wait for one another's indexing.
         """
-        folder = workspace or self.workspace
-        if not folder:
+        root = self.workspace_root(workspace)
+        if root is None:
             return []
-        root = Path(folder).expanduser().resolve()
-        if not root.is_dir():
-            raise WorkspaceMissing(f"The workspace folder {folder} does not exist or is not a folder.")
         index = self._indexes.get(root)
         if index is None:
             index = self._indexes[root] = WorkspaceIndex(self._index_path(), root)
@@ -167,6 +174,7 @@ class Chat:
         """Answer ``request`` in its session; see ``imprintd.reply`` for the steps."""
         from imprintd.reply import run_reply
 
+        self.workspace_root(request.workspace)  # refuse a bad request before anything is stored
         if request.session_id:
             store, info = self.locate(request.session_id)
         else:

@@ -144,3 +144,4 @@ async def test_indexing_reports_progress_and_a_missing_workspace_is_named(model,
 
     with pytest.raises(WorkspaceMissing, match="nowhere"):
         await ask(chat, "hello", tmp_path / "nowhere")
+    assert len(chat.sessions()) == 1  # the refused request stored nothing
