@@ -258,7 +258,7 @@ def _field_message(error: msgspec.ValidationError) -> str:
     if match:
         problem, field = match.groups()
         return f"{field or 'params'}: {problem[0].lower()}{problem[1:]}"
-    return text
+    return f"params: {text[0].lower()}{text[1:]}"
 
 
 def stderr_is_log() -> None:

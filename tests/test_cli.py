@@ -1,0 +1,60 @@
+"""The ``imprintd`` command as a user runs it: real processes, the embedded model for ``ask``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from imprintd.models.embedded import find_embedded_model
+
+
+def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    environment = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "imprintd", *args], capture_output=True, text=True,
+                          env=environment, timeout=timeout)
+
+
+@pytest.mark.parametrize("command", [(), ("serve",), ("ask",), ("sessions",), ("config",)])
+def test_every_command_has_help(command):
+    result = run(*command, "--help")
+    assert result.returncode == 0 and "usage: imprintd" in result.stdout
+
+
+def test_config_shows_values_their_sources_and_the_model():
+    result = run("config", "--set", "chat.n_ctx=4096", env={"IMPRINT_CHAT_MAX_TOKENS": "512"})
+    assert result.returncode == 0
+    assert "chat.n_ctx" in result.stdout and "4096" in result.stdout and "(command line)" in result.stdout
+    assert "512" in result.stdout and "(environment)" in result.stdout
+    assert "model in use" in result.stdout
+
+
+def test_a_refused_setting_is_an_error_exit_naming_it():
+    result = run("config", "--set", "chat.analysis_workers=12")
+    assert result.returncode == 2
+    assert "chat.analysis_workers = '12' is not accepted: expected an integer from 0 to 8" in result.stderr
+
+
+def test_a_missing_gguf_is_reported_by_name(tmp_path):
+    missing = tmp_path / "nope.gguf"
+    result = run("ask", "hello", "--model", str(missing))
+    assert result.returncode == 1 and str(missing) in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(find_embedded_model() is None, reason="the embedded model (imprintd[embedded]) is not installed")
+def test_ask_answers_with_the_embedded_model_and_the_session_continues(isolated_dirs):
+    env = {"IMPRINT_CHAT_N_CTX": "2048", "IMPRINT_CHAT_MAX_TOKENS": "48"}
+    first = run("ask", "What is the capital of France?", env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip()  # the answer, on stdout
+    session_line = [line for line in first.stderr.splitlines() if line.startswith("session ")][-1]
+    session_id = session_line.split()[1]
+
+    second = run("ask", "And of Italy?", "--session", session_id, env=env)
+    assert second.returncode == 0, second.stderr
+
+    listed = run("sessions")
+    assert session_id in listed.stdout and "4 messages" in listed.stdout

@@ -1,0 +1,82 @@
+"""The pygls ↔ msgspec adapter and the error scrubbing, in process with a captured writer."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from imprintd.chat import Chat
+from imprintd.rpc import msgspec_handler
+from imprintd.server import build_server
+
+
+class Capture:
+    def __init__(self) -> None:
+        self.frames: list[dict] = []
+
+    def write(self, data: bytes) -> None:
+        body = data.split(b"\r\n\r\n", 1)[1]
+        self.frames.append(json.loads(body))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def server():
+    server = build_server(Chat())
+    server.protocol.set_writer(Capture())
+    return server
+
+
+def send(server, message: dict) -> None:
+    server.protocol.receive_body(json.dumps({"jsonrpc": "2.0", **message}).encode())
+
+
+def test_an_internal_error_carries_no_traceback_or_path(server):
+    @server.feature("imprint/explode")
+    def explode(params):
+        raise RuntimeError("cannot open /home/alice/secret/project.db")
+
+    send(server, {"id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}})
+    send(server, {"id": 2, "method": "imprint/explode", "params": {}})
+    [reply] = [frame for frame in server.protocol.writer.frames if frame.get("id") == 2]
+    assert reply["error"]["code"] == -32603
+    text = json.dumps(reply)
+    assert "/home/alice" not in text and "Traceback" not in text and "traceback" not in text
+    assert "incident" in reply["error"]["message"]
+
+
+class Params(msgspec.Struct, rename="camel"):
+    session_id: str
+    count: int = 1
+
+
+class Result(msgspec.Struct, rename="camel"):
+    session_id: str
+    doubled: int
+
+
+@msgspec_handler(Params)
+def double(params: Params) -> Result:
+    return Result(session_id=params.session_id, doubled=params.count * 2)
+
+
+def test_the_adapter_decodes_camel_case_and_encodes_results():
+    assert double({"sessionId": "s", "count": 3}) == {"sessionId": "s", "doubled": 6}
+    assert double({"sessionId": "s"}) == {"sessionId": "s", "doubled": 2}
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [({}, "sessionId: required field is missing"), ({"sessionId": 1}, "sessionId: expected `str`, got `int`"),
+     ({"sessionId": "s", "count": "2"}, "count: expected `int`, got `str`"), ([], "params: expected `object`")],
+)
+def test_the_adapter_names_the_bad_field(params, message):
+    from pygls.exceptions import JsonRpcInvalidParams
+
+    with pytest.raises(JsonRpcInvalidParams) as error:
+        double(params)
+    assert message in error.value.message

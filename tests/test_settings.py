@@ -1,0 +1,77 @@
+"""Settings: every source in its place, refusals that name key, value and range."""
+
+from __future__ import annotations
+
+import pytest
+
+from imprintd import settings as s
+
+
+def test_defaults_are_the_records_numbers():
+    chat = s.DEFAULTS.chat
+    assert (chat.provider, chat.model, chat.n_ctx, chat.max_tokens, chat.analysis_workers,
+            chat.research_token_budget, chat.research_time_budget) == ("local", "", 8192, 1024, 2, 65536, 300.0)
+
+
+def test_sources_layer_in_order_and_each_value_says_where_it_came_from(monkeypatch, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text("[chat]\nn_ctx = 4096\nmax_tokens = 512\nanalysis_workers = 3\n", encoding="utf-8")
+    monkeypatch.setenv("IMPRINT_CONFIG", str(config))
+    environ = {"IMPRINT_CHAT_MAX_TOKENS": "256", "IMPRINT_CHAT_ANALYSIS_WORKERS": "4"}
+    resolved = s.load({"chat.analysis_workers": "5"}, environ=environ)
+    resolved = resolved.apply({"chat": {"research_time_budget": 60}}, "editor")
+    chat = resolved.settings.chat
+    assert (chat.n_ctx, chat.max_tokens, chat.analysis_workers, chat.research_time_budget) == (4096, 256, 5, 60.0)
+    assert resolved.origins["chat.n_ctx"].startswith("config file")
+    assert resolved.origins["chat.max_tokens"] == "environment"
+    assert resolved.origins["chat.analysis_workers"] == "command line"
+    assert resolved.origins["chat.research_time_budget"] == "editor"
+    assert resolved.origins["chat.provider"] == "default"
+    assert resolved.errors == ()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "accepted"),
+    [("chat.analysis_workers", 9, "0 to 8"), ("chat.analysis_workers", -1, "0 to 8"),
+     ("chat.n_ctx", "big", "512 to 1048576"), ("chat.provider", "ollama", '"local" or "openai"'),
+     ("chat.max_tokens", True, "16 to 32768"), ("chat.research_time_budget", 0, "1 to 3600"),
+     ("chat.base_url", "ftp://x", "http(s) URL")],
+)
+def test_a_refused_value_names_key_value_and_range_and_the_previous_value_stays(key, value, accepted):
+    before = s.load({}, environ={}).apply({"chat.analysis_workers": 3}, "editor")
+    after = before.apply({key: value}, "editor")
+    assert after.settings == before.settings
+    [error] = after.errors
+    assert key in error and repr(value) in error and accepted in error and "keeping" in error
+
+
+def test_environment_values_are_text_and_are_checked_too():
+    resolved = s.load({}, environ={"IMPRINT_CHAT_N_CTX": "12", "IMPRINT_CHAT_RESEARCH_TOKEN_BUDGET": "70000"})
+    assert resolved.settings.chat.n_ctx == 8192 and resolved.settings.chat.research_token_budget == 70000
+    assert "chat.n_ctx = '12'" in resolved.errors[0] and "environment" in resolved.errors[0]
+
+
+def test_unknown_keys_are_named_with_the_known_ones():
+    resolved = s.load({}, environ={}).apply({"chat.n_context": 4096}, "editor")
+    assert "unknown setting 'chat.n_context'" in resolved.errors[0] and "chat.n_ctx" in resolved.errors[0]
+
+
+def test_an_unreadable_config_file_is_reported_not_fatal(monkeypatch, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text("[chat\nn_ctx = ", encoding="utf-8")
+    monkeypatch.setenv("IMPRINT_CONFIG", str(config))
+    resolved = s.load({}, environ={})
+    assert resolved.settings == s.DEFAULTS and "could not be read" in resolved.errors[0]
+
+
+def test_dirs_follow_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("IMPRINT_DATA_DIR", str(tmp_path / "d"))
+    monkeypatch.setenv("IMPRINT_CACHE_DIR", str(tmp_path / "c"))
+    assert s.data_dir() == tmp_path / "d" and s.cache_dir() == tmp_path / "c"
+
+
+def test_describe_lists_every_key_with_its_origin():
+    text = s.describe(s.load({"chat.n_ctx": "4096"}, environ={}))
+    for key in s.KEYS:
+        assert key in text
+    assert "4096" in text and "(command line)" in text
