@@ -8,6 +8,7 @@ UTF-8-byte estimate of ADR 0093). Tests use the stand-in in ``tests/standin.py``
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Literal, Protocol, runtime_checkable
@@ -16,6 +17,8 @@ import anyio
 import msgspec
 
 from imprintd.messages import Message, ToolCall, ToolSpec
+
+logger = logging.getLogger("imprintd.models")
 
 FinishReason = Literal["stop", "length", "tool_calls", "deadline"]
 
@@ -94,6 +97,14 @@ class Model(Protocol):
         re-raises the cancellation. Raises ``ModelError`` on failure.
         """
         ...
+
+
+def report_usage(model_id: str, completion: Completion) -> Completion:
+    """Log what a request cost (prompt, actually evaluated, generated) and pass it on."""
+    usage = completion.usage
+    logger.info("%s: %d prompt tokens, %d evaluated, %d generated (%s)", model_id, usage.prompt_tokens,
+                usage.evaluated_tokens, usage.generated_tokens, completion.finish_reason)
+    return completion
 
 
 _locks: weakref.WeakKeyDictionary[object, anyio.Lock] = weakref.WeakKeyDictionary()

@@ -55,6 +55,7 @@ from imprintd.models.base import (
     TextCallback,
     Usage,
     inference_lock,
+    report_usage,
 )
 from imprintd.models.toolcalls import Mode, ParsedOutput, VisibleTextFilter, format_call, tools_prompt
 
@@ -494,8 +495,8 @@ class LocalModel:
             await lock.acquire()
             acquired = True
         if not acquired:  # the deadline passed while other replies held the lock
-            return Completion(text="", finish_reason="deadline",
-                              usage=Usage(prompt_tokens=prompt_tokens, evaluated_tokens=0, generated_tokens=0))
+            usage = Usage(prompt_tokens=prompt_tokens, evaluated_tokens=0, generated_tokens=0)
+            return report_usage(self.model_id, Completion(text="", finish_reason="deadline", usage=usage))
         try:
             result = await self._run_worker(loaded, run, tokens, tools, mode, max_tokens, on_text)
         finally:
@@ -506,14 +507,14 @@ class LocalModel:
         elif result.parsed.calls:
             finish = "tool_calls"
         deadline_hit = finish == "deadline"
-        return Completion(
+        return report_usage(self.model_id, Completion(
             text=result.parsed.text,
             tool_calls=() if deadline_hit else result.parsed.calls,
             tool_call_error=None if deadline_hit else result.parsed.error,
             finish_reason=finish,
             usage=Usage(prompt_tokens=prompt_tokens, evaluated_tokens=result.evaluated,
                         generated_tokens=result.generated),
-        )
+        ))
 
     async def _run_worker(self, loaded: _Loaded, run: _Run, tokens: list[int], tools: Sequence[ToolSpec],
                           mode: Mode, max_tokens: int, on_text: TextCallback | None) -> _Result:

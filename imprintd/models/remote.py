@@ -36,7 +36,15 @@ import anyio
 import httpx
 
 from imprintd.messages import Message, ToolSpec
-from imprintd.models.base import Completion, FinishReason, ModelError, TextCallback, Usage, inference_lock
+from imprintd.models.base import (
+    Completion,
+    FinishReason,
+    ModelError,
+    TextCallback,
+    Usage,
+    inference_lock,
+    report_usage,
+)
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter, call_from_object, new_call_id
 
 API_KEY_ENV = "IMPRINT_CHAT_API_KEY"
@@ -248,16 +256,17 @@ class RemoteModel:
             return self._completion(stream, tools, prompt_tokens)
         # The deadline passed: keep what was written (ADR semantics of the base protocol).
         parsed = stream.parsed(tools)
-        return Completion(text=parsed.text, finish_reason="deadline",
-                          usage=self._usage(stream, prompt_tokens, parsed))
+        return report_usage(self.model_id, Completion(text=parsed.text, finish_reason="deadline",
+                                                      usage=self._usage(stream, prompt_tokens, parsed)))
 
     def _completion(self, stream: _Stream, tools: Sequence[ToolSpec], prompt_tokens: int) -> Completion:
         parsed = stream.parsed(tools)
         finish: FinishReason = "length" if stream.finish == "length" else "stop"
         if parsed.calls and finish == "stop":
             finish = "tool_calls"
-        return Completion(text=parsed.text, tool_calls=parsed.calls, finish_reason=finish,
-                          tool_call_error=parsed.error, usage=self._usage(stream, prompt_tokens, parsed))
+        completion = Completion(text=parsed.text, tool_calls=parsed.calls, finish_reason=finish,
+                                tool_call_error=parsed.error, usage=self._usage(stream, prompt_tokens, parsed))
+        return report_usage(self.model_id, completion)
 
     def _usage(self, stream: _Stream, prompt_tokens: int, parsed: ParsedOutput) -> Usage:
         generated = estimate_tokens("".join(stream.raw)) + sum(
