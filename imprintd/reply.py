@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import anyio
 import msgspec
 
 from imprintd import messages as msg
@@ -101,8 +102,9 @@ async def _summary_step(model: Model, store: ConversationStore, info: SessionInf
     earlier, question = list(stored[:-1]), stored[-1]
     block = _summary_block(state, earlier)
     system = msg.system(prompts.system_prompt(style=style, tool_lines=tool_lines, summary_block=block))
-    to_cover = summaries.plan_coverage(model, system=system, summary=state, messages=earlier,
-                                       question=question, tools=specs, max_tokens=max_tokens)
+    to_cover = await anyio.to_thread.run_sync(lambda: summaries.plan_coverage(
+        model, system=system, summary=state, messages=earlier, question=question, tools=specs,
+        max_tokens=max_tokens))
     if not to_cover:
         return state
     outcome = await summaries.update_summary(model, state=state, messages=earlier, to_cover=to_cover,

@@ -103,7 +103,8 @@ class _Loop:
             if left <= 0:
                 return self._stop("time_budget")
             try:
-                reservation = self.budget.reserve(self.model, fitted.messages, specs, self.scope.max_tokens)
+                reservation = await anyio.to_thread.run_sync(
+                    self.budget.reserve, self.model, fitted.messages, specs, self.scope.max_tokens)
             except BudgetExhausted:
                 return self._stop("token_budget")
             completion = None
@@ -129,13 +130,17 @@ class _Loop:
         return self.outcome
 
     # -- fitting ----------------------------------------------------------------
-    def _fit_offered(self) -> Fitted:
-        return fit_prompt(self.model, system=self.system, history=self.history, current=self.current,
-                          tools=[tool.spec for tool in self.offered()], max_tokens=self.scope.max_tokens)
+    async def _fit_offered(self) -> Fitted:
+        # Counting can tokenize a long stored session the first time (and load the model), so
+        # it runs in a worker thread: other requests keep being answered meanwhile.
+        specs = [tool.spec for tool in self.offered()]
+        return await anyio.to_thread.run_sync(lambda: fit_prompt(
+            self.model, system=self.system, history=self.history, current=self.current, tools=specs,
+            max_tokens=self.scope.max_tokens))
 
     async def _fit(self) -> Fitted | None:
         """Fit this round's prompt; analyze an oversized question once; None when full."""
-        fitted = self._fit_offered()
+        fitted = await self._fit_offered()
         if fitted.fits:
             return fitted
         if len(self.current) > 1:
@@ -151,7 +156,7 @@ class _Loop:
         if analysis is None:
             return None
         self.current[0] = msg.user(analysis.coordinator_text(), seq=question.seq)
-        fitted = self._fit_offered()  # the offer now includes read_chat_section
+        fitted = await self._fit_offered()  # the offer now includes read_chat_section
         return fitted if fitted.fits else None
 
     async def _analyze(self, text: str, kind: str, question: str) -> sec.Analysis | None:
