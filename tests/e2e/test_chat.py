@@ -118,3 +118,21 @@ async def test_persist_false_leaves_the_data_dir_byte_for_byte_unchanged(client,
     assert session.session.persist is False
     assert [m.content for m in session.messages] == ["An ephemeral question", "not stored",
                                                     "And a follow-up", "still not stored"]
+
+
+async def test_short_requests_are_answered_while_a_reply_is_generating(client, stub):
+    hold = threading.Event()
+    stub.queue("First answer.", StubReply(text="A slow answer that takes its time", hold=hold))
+    first = await chat(client, text="First question")
+    reply = asyncio.ensure_future(chat(client, text="A slow one", sessionId=first.sessionId))
+    try:
+        await asyncio.wait_for(client.wait_for_notification("imprint/replyDelta"), 60)
+        listed = await asyncio.wait_for(client.protocol.send_request_async("imprint/sessions", {}), 60)
+        summary = await asyncio.wait_for(
+            client.protocol.send_request_async("imprint/summary", {"sessionId": first.sessionId}), 60)
+        assert listed.sessions[0].sessionId == first.sessionId and summary.summary is None
+        assert not reply.done()  # answered while the reply was still being written
+    finally:
+        hold.set()
+    result = await asyncio.wait_for(reply, 60)
+    assert result.text == "A slow answer that takes its time"
