@@ -1,0 +1,180 @@
+"""Section analysis on the real embedded model (issue 4, ADR 0093's real-model check).
+
+A question with an ~8,000-character pasted config goes through the whole reply
+(``Chat.reply``) on the embedded SmolLM2 GGUF with a 2,048-token context, no workspace:
+it does not fit, so note-taking workers read it in sections one at a time, then the
+coordinator answers from their notes. Checked: the reply completes with text, at least two
+worker requests come before the coordinator's, every worker prompt leaves room for its
+384 output tokens by the model's exact count, and progress names every section. The
+figures (sections, input tokens, coordinator prompt tokens, seconds, answer) are printed;
+run with ``-s`` to see them. The answer's quality is not the test: the model has 135M
+parameters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from imprintd import settings as settings_mod
+from imprintd.chat import Chat, ReplyRequest
+from imprintd.context import sections as sec
+from imprintd.messages import Message, ToolSpec
+from imprintd.models.base import Completion
+from imprintd.models.embedded import embedded_model_path
+from imprintd.models.local import LocalModel
+from tests.models.conftest import needs_real_model
+from tests.recording import RecordingEvents
+
+N_CTX = 2048
+MAX_TOKENS = 128
+
+
+@dataclass
+class Request:
+    messages: list[Message]
+    tools: list[ToolSpec]
+    max_tokens: int
+    prompt_tokens: int
+    completion: Completion | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class RecordingModel:
+    """The real model, recording each request with its exact prompt count and completion."""
+
+    model: LocalModel
+    requests: list[Request] = field(default_factory=list)
+
+    @property
+    def model_id(self) -> str:
+        return self.model.model_id
+
+    @property
+    def n_ctx(self) -> int:
+        return self.model.n_ctx
+
+    @property
+    def native_tools(self) -> bool:
+        return self.model.native_tools
+
+    def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+        return self.model.count_prompt(messages, tools)
+
+    def count_message(self, message: Message) -> int:
+        return self.model.count_message(message)
+
+    def count_text(self, text: str) -> int:
+        return self.model.count_text(text)
+
+    async def complete(self, messages, tools=(), *, max_tokens, timeout=None, on_text=None) -> Completion:
+        request = Request(list(messages), list(tools), max_tokens, self.model.count_prompt(messages, tools))
+        self.requests.append(request)
+        started = time.monotonic()
+        request.completion = await self.model.complete(messages, tools, max_tokens=max_tokens, timeout=timeout,
+                                                       on_text=on_text)
+        request.seconds = time.monotonic() - started
+        return request.completion
+
+
+def is_worker(request: Request) -> bool:
+    return not request.tools and request.messages[0].content == sec.WORKER_SYSTEM_PROMPT
+
+
+SERVICES = [
+    ("gateway", "routes every public request to the services behind it"),
+    ("billing", "charges customers and sends invoices to the payment provider"),
+    ("orders", "keeps the state of every order from cart to delivery"),
+    ("catalog", "serves product names, prices and pictures to the shop"),
+    ("search", "answers product searches from a nightly index"),
+    ("mailer", "sends receipts, password resets and newsletters"),
+    ("reports", "builds the weekly sales reports for the finance team"),
+    ("auth", "signs users in and issues their session tokens"),
+    ("inventory", "counts what is left in each warehouse"),
+    ("shipping", "books couriers and tracks parcels until they arrive"),
+    ("audit", "records who changed what and when"),
+    ("metrics", "collects counters and latencies from every service"),
+    ("pricing", "applies discounts, coupons and regional taxes"),
+    ("cart", "remembers what each visitor wants to buy"),
+    ("notify", "pushes order updates to phones and browsers"),
+    ("export", "writes the nightly data export for our warehouse partners"),
+    ("reviews", "stores customer reviews and flags abusive ones"),
+    ("returns", "handles refunds and returned parcels"),
+    ("loyalty", "counts reward points for regular customers"),
+    ("media", "resizes and stores product pictures"),
+    ("fraud", "scores risky payments before they are charged"),
+    ("support", "keeps the help desk tickets and chat logs"),
+]
+OWNERS = ["platform team", "payments team", "shop team", "data team"]
+
+
+def pasted_config() -> str:
+    """About 7,800 characters of a commented config, one block per service, billing's port
+    changed at the end. Commented prose keeps it near 3.6 characters per token, so with a
+    2,048-token context it takes three sections: enough to test, few enough to run quickly."""
+    blocks = []
+    for index, (name, purpose) in enumerate(SERVICES):
+        blocks.append(
+            f"# The {name} service {purpose}. It is owned by the {OWNERS[index % 4]}, who should be\n"
+            f"# asked before anything below is changed. When it restarts, the services that depend on\n"
+            f"# it wait for its health check to pass before they send it any more work.\n"
+            f"[services.{name}]\n"
+            f"image = \"shop/{name}:{2 + index % 3}.{index}\"\n"
+            f"port = {8100 + index}\n"
+            f"replicas = {1 + index % 3}\n\n")
+    return "".join(blocks) + "# Changed on 30 October: billing moved from port 8101 to 9443 for TLS.\n"
+
+
+@needs_real_model
+async def test_a_multi_section_paste_is_analyzed_and_answered_on_the_embedded_model(tmp_path):
+    model = RecordingModel(LocalModel(embedded_model_path(), n_ctx=N_CTX))
+    # A generous time budget: on a busy 2-core machine the workers alone may take minutes, and
+    # a time stop would add a final-answer request rather than test anything more.
+    resolved = settings_mod.load({}, environ={}).apply({"chat.n_ctx": N_CTX, "chat.max_tokens": MAX_TOKENS,
+                                                   "chat.research_time_budget": 1800}, "test")
+    chat = Chat(resolved, model_factory=lambda chat_settings: model, data_dir=tmp_path / "data")
+    config = pasted_config()
+    assert 7_000 <= len(config) <= 9_000
+    text = f"Here is our config file:\n\n{config}\nWhich port does the billing service use now?"
+    events = RecordingEvents()
+
+    started = time.monotonic()
+    outcome = await chat.reply(ReplyRequest(text=text, persist=False), events)
+    seconds = time.monotonic() - started
+
+    workers = [r for r in model.requests if is_worker(r)]
+    later = model.requests[len(workers):]
+    coordinator = later[0] if later else None
+    sections = len(workers)
+    input_tokens = model.count_text(text)
+    print(f"\n[real analysis] sections: {sections}; input: {len(text)} characters, {input_tokens} tokens; "
+          f"worker prompts: {[r.prompt_tokens for r in workers]} tokens; coordinator prompt: "
+          f"{coordinator.prompt_tokens if coordinator else None} tokens; requests: {len(model.requests)}; "
+          f"stop: {outcome.stop_reason}; {seconds:.1f} s")
+    for r in model.requests:
+        usage = r.completion.usage if r.completion else None
+        kind = "worker" if is_worker(r) else "coordinator" if r.tools else "final answer"
+        print(f"[real analysis] {kind}: prompt {r.prompt_tokens}, "
+              f"evaluated {usage and usage.evaluated_tokens}, generated {usage and usage.generated_tokens} "
+              f"tokens, {r.seconds:.1f} s, finish {r.completion and r.completion.finish_reason}")
+    print(f"[real analysis] answer: {outcome.text!r}")
+
+    assert input_tokens + MAX_TOKENS > N_CTX  # it could not have been answered directly
+    assert outcome.text.strip()
+    assert sections >= 2
+    assert model.requests[:sections] == workers  # every section is read before the coordinator
+    assert coordinator is not None and not is_worker(coordinator)
+    assert [tool.name for tool in coordinator.tools] == ["read_chat_section"]  # no workspace: only the reread
+    assert coordinator.messages[-1].content.startswith("[Section analysis]")
+    assert all(not is_worker(r) for r in later)
+    assert coordinator.prompt_tokens + MAX_TOKENS <= N_CTX
+    assert text not in coordinator.messages[-1].content  # it got notes, not the original
+    for request in workers:
+        assert request.max_tokens == sec.NOTES_MAX_TOKENS
+        assert model.count_prompt(request.messages) + sec.NOTES_MAX_TOKENS <= N_CTX
+        assert request.completion is not None and request.completion.text.strip()
+    assert [m for m in events.progress_messages if m.startswith("Analyzing section")] == [
+        f"Analyzing section {n} of {sections}" for n in range(1, sections + 1)]
+    assert "Analyzing section" not in events.streamed
