@@ -50,6 +50,23 @@ _CONTENT_LENGTH = re.compile(rb"^content-length:\s*(\d+)\s*$", re.IGNORECASE)
 P = TypeVar("P", bound=msgspec.Struct)
 
 
+class ExpectedErrorFilter(logging.Filter):
+    """Keep tracebacks of answered errors out of the log: a refused param or a failed model
+    call is reported to the client in words; only internal errors deserve a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, JsonRpcException) and error.code != JsonRpcInternalError.CODE:
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg = f"{record.msg}: answered {error.code} {error.message}"
+        return True
+
+
+logging.getLogger("pygls.protocol.json_rpc").addFilter(ExpectedErrorFilter())
+
+
 class ImprintProtocol(LanguageServerProtocol):
     """pygls' LSP protocol with the lifecycle and error rules of the spec enforced."""
 

@@ -333,8 +333,8 @@ async def analyze(
     label = kind_label(kind)
     if len(source) > MAX_SOURCE_CHARS:
         raise AnalysisError(
-            f"section analysis stopped: the {label} is {len(source)} characters, more than the "
-            f"{MAX_SOURCE_CHARS} allowed; no section was analyzed")
+            f"section analysis stopped: the {label} is {len(source):,} characters, more than the "
+            f"{MAX_SOURCE_CHARS:,} allowed; no section was analyzed")
     head, tail = _excerpts(source) if kind == USER_KIND else ("", "")
     worker_question = _bounded(source if kind == USER_KIND else question)
     worker_context = min(WORKER_CONTEXT_TOKENS, model.n_ctx)

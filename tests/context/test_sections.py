@@ -271,7 +271,7 @@ async def test_the_users_own_message_keeps_head_and_tail_and_workers_see_them():
 # -- explicit limits ---------------------------------------------------------------------------------
 async def test_a_source_over_a_million_characters_fails_before_any_request():
     model = StandInModel()
-    with pytest.raises(AnalysisError, match="1000001 characters, more than the 1000000 allowed"):
+    with pytest.raises(AnalysisError, match="1,000,001 characters, more than the 1,000,000 allowed"):
         await run_analysis(model, "x" * 1_000_001)
     assert model.requests == []
 
