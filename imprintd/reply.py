@@ -85,9 +85,7 @@ async def run_reply(chat, store: ConversationStore, info: SessionInfo, reply_id:
             style=request.style, max_tokens=settings.max_tokens)
         text = final.text
         sources = tuple(_source_refs(final.cited))
-    for message in outcome.exchange:
-        store.append(info.id, message)
-    store.append(info.id, msg.assistant(text))
+    store.extend(info.id, [*outcome.exchange, msg.assistant(text)])  # the reply, all or nothing
     return ReplyOutcome(session_id=info.id, reply_id=reply_id, text=text, sources=sources,
                         stop_reason=outcome.stop)
 

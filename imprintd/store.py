@@ -20,7 +20,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +85,7 @@ class ConversationStore(Protocol):
     def sessions(self) -> list[SessionInfo]: ...
     def delete_session(self, session_id: str) -> None: ...
     def append(self, session_id: str, message: Message) -> Message: ...
+    def extend(self, session_id: str, messages: Sequence[Message]) -> list[Message]: ...
     def messages(self, session_id: str) -> list[Message]: ...
     def summary(self, session_id: str) -> StoredSummary | None: ...
     def save_summary(self, session_id: str, summary: StoredSummary) -> None: ...
@@ -354,25 +355,34 @@ class Store:
 
         Any ``seq`` the message carries is replaced: the store numbers messages.
         """
+        return self.extend(session_id, [message])[0]
+
+    def extend(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
+        """Store ``messages`` as the session's next ones in one transaction: all or none."""
         now = self._clock()
+        stored: list[Message] = []
         with self.transaction() as db:
             title = db.execute("SELECT title FROM sessions WHERE id = ?", (session_id,)).fetchone()
             if title is None:
                 raise SessionNotFound(session_id)
             seq = db.execute(
-                "SELECT coalesce(max(seq), 0) + 1 FROM messages WHERE session_id = ?", (session_id,)
+                "SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
             ).fetchone()[0]
-            db.execute(
-                "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, name, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (session_id, seq, message.role, message.content,
-                 msgspec.json.encode(message.tool_calls).decode(),
-                 message.tool_call_id, message.name, now),
-            )
-            new_title = title[0] or (title_from(message.content) if message.role == "user" else "")
+            new_title = title[0]
+            for message in messages:
+                seq += 1
+                db.execute(
+                    "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, name, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (session_id, seq, message.role, message.content,
+                     msgspec.json.encode(message.tool_calls).decode(),
+                     message.tool_call_id, message.name, now),
+                )
+                new_title = new_title or (title_from(message.content) if message.role == "user" else "")
+                stored.append(msgspec.structs.replace(message, seq=seq))
             db.execute("UPDATE sessions SET updated_at = ?, title = ? WHERE id = ?",
                        (now, new_title, session_id))
-        return msgspec.structs.replace(message, seq=seq)
+        return stored
 
     def messages(self, session_id: str) -> list[Message]:
         with self._lock:
@@ -495,16 +505,21 @@ class MemoryStore:
             del self._sessions[session_id]
 
     def append(self, session_id: str, message: Message) -> Message:
+        return self.extend(session_id, [message])[0]
+
+    def extend(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
         now = self._clock()
+        stored: list[Message] = []
         with self._lock:
             held = self._get(session_id)
-            content = clip_tool_result(message.content) if message.role == "tool" else message.content
-            stored = msgspec.structs.replace(message, content=content, seq=held.next_seq)
-            held.next_seq += 1
-            held.messages.append(stored)  # the deque drops the oldest past the limit
-            title = held.info.title or (title_from(content) if message.role == "user" else "")
-            held.info = msgspec.structs.replace(held.info, title=title, updated_at=now,
-                                                message_count=len(held.messages))
+            for message in messages:
+                content = clip_tool_result(message.content) if message.role == "tool" else message.content
+                stored.append(msgspec.structs.replace(message, content=content, seq=held.next_seq))
+                held.next_seq += 1
+                held.messages.append(stored[-1])  # the deque drops the oldest past the limit
+                title = held.info.title or (title_from(content) if message.role == "user" else "")
+                held.info = msgspec.structs.replace(held.info, title=title)
+            held.info = msgspec.structs.replace(held.info, updated_at=now, message_count=len(held.messages))
         return stored
 
     def messages(self, session_id: str) -> list[Message]:

@@ -427,3 +427,23 @@ def test_memory_sessions_are_not_in_the_database(db):
     assert db.sessions() == []
     with pytest.raises(SessionNotFound):
         db.session(ephemeral.id)
+
+
+def test_extend_stores_all_messages_in_one_transaction_or_none(isolated_dirs):
+    with Store.open() as store:
+        session = store.create_session()
+        stored = store.extend(session.id, [user("q"), assistant("a")])
+        assert [m.seq for m in stored] == [1, 2]
+        bad = Message(role="narrator", content="x")  # refused by the schema's CHECK
+        with pytest.raises(apsw.ConstraintError):
+            store.extend(session.id, [assistant("kept?"), bad])
+        assert [m.content for m in store.messages(session.id)] == ["q", "a"]
+        assert store.session(session.id).title == "q"
+
+
+def test_memory_extend_numbers_and_titles_like_append():
+    memory = MemoryStore()
+    session = memory.create_session()
+    stored = memory.extend(session.id, [user("first line\nmore"), assistant("a")])
+    assert [m.seq for m in stored] == [1, 2]
+    assert memory.session(session.id).title == "first line" and memory.session(session.id).message_count == 2
