@@ -205,3 +205,25 @@ async def test_cancelling_research_stops_the_running_request(model: StandInModel
 
 def test_patience_is_two_rounds():
     assert loop_mod.NO_NEW_EVIDENCE_PATIENCE == 2
+
+
+async def test_history_goes_before_section_workers_start():
+    model = StandInModel(n_ctx=2048)
+    history = []
+    for n in range(1, 9):
+        history += [msg.user(f"question {n} " + "words " * 60, seq=2 * n - 1),
+                    msg.assistant(f"answer {n} " + "words " * 60, seq=2 * n)]
+    question = msg.user("a long question " + "detail " * 900, seq=17)  # fits alone, not with all history
+    model.queue("answered")
+    await research(scope(model), system=SYSTEM, history=history, question=question, tools=[])
+    [request] = model.requests  # no worker ran: dropping old exchanges was enough
+    assert request.messages[-1] == question
+    kept = request.messages[1:-1]
+    assert kept and kept[0].role == "user" and kept == history[-len(kept):]  # the newest whole exchanges
+
+    model = StandInModel(n_ctx=2048)
+    model.queue(*["notes"] * 12)
+    huge = msg.user("a huge question " + "detail " * 3000, seq=17)  # does not fit even alone
+    await research(scope(model), system=SYSTEM, history=history, question=huge, tools=[])
+    workers = [r for r in model.requests if r.max_tokens == sec.NOTES_MAX_TOKENS]
+    assert len(workers) >= 2 and model.requests[: len(workers)] == workers  # workers first, then the coordinator
