@@ -65,21 +65,26 @@ def _cli_values(args: argparse.Namespace) -> dict[str, str]:
     return values
 
 
-def _configure_logging(args: argparse.Namespace) -> None:
+def _configure_logging(args: argparse.Namespace, command: str) -> None:
+    """The daemon logs what it does (editors keep its stderr); shell commands only warn.
+
+    ``-v`` adds debug detail; ``--log-file`` also writes the log to a file, at the same level.
+    """
+    verbose = getattr(args, "verbose", False)
+    level = logging.DEBUG if verbose else logging.INFO if command == "serve" else logging.WARNING
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if getattr(args, "log_file", None):
         handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
-    logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO, handlers=handlers,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not getattr(args, "verbose", False):
+    logging.basicConfig(level=level, handlers=handlers, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:
         logging.getLogger("pygls").setLevel(logging.WARNING)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _configure_logging(args)
-    resolved = settings_mod.load(_cli_values(args))
     command = args.command or "serve"
+    _configure_logging(args, command)
+    resolved = settings_mod.load(_cli_values(args))
     if command != "serve" and resolved.errors:
         for error in resolved.errors:
             print(f"imprintd: {error}", file=sys.stderr)
