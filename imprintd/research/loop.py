@@ -32,6 +32,8 @@ Stop = Literal["answer", "length", "token_budget", "time_budget", "no_new_eviden
 
 #: Rounds in a row that add no new hit or read before research stops (ADR 0157's patience).
 NO_NEW_EVIDENCE_PATIENCE = 2
+#: What the model is told before the result of a call identical to an earlier one of this reply.
+REPEATED = "(Same call as before; its result again.)"
 
 
 class ReplyFailed(Exception):
@@ -78,7 +80,10 @@ class _Loop:
         self.outcome = Research(stop="answer", question=question)
         self.budget = ResearchBudget(scope.token_budget)
         self.seen: set[str] = set()
+        #: Each call run in this reply, by its name and arguments: its result, and the text
+        #: the model was shown for it (whole, analyzed or clipped), for an identical call.
         self.results: dict[str, ToolResult] = {}
+        self.shown: dict[str, str] = {}
         self.started = anyio.current_time()
 
     @property
@@ -182,21 +187,29 @@ class _Loop:
                 "Call a tool with valid JSON arguments, or answer the question."))
         found_new = False
         for call in completion.tool_calls:
-            result = await self._result_of(call, tools)
+            key = _call_key(call)
+            repeated = key in self.results
+            result = self.results[key] if repeated else await self._run(call, tools, key)
+            # Notes see the result itself, so a repeat merges with the first into one note.
             self.outcome.steps.append(ToolStepRecord(call=call, result=result))
             new = set(result.evidence) - self.seen
             self.seen |= new
             found_new = found_new or bool(new)
+            if repeated:
+                # Answered from the earlier call: the model is shown what it was shown then
+                # (an oversized result is not analyzed a second time).
+                self.outcome.exchange.append(msg.tool_result(call, f"{REPEATED}\n{result.text}"))
+                self.current.append(msg.tool_result(call, f"{REPEATED}\n{self.shown[key]}"))
+                continue
             self.outcome.exchange.append(msg.tool_result(call, result.text))
-            self.current.append(msg.tool_result(call, await self._for_prompt(call, result)))
+            shown = await self._for_prompt(call, result)
+            if key in self.results:
+                self.shown[key] = shown
+            self.current.append(msg.tool_result(call, shown))
         return found_new
 
-    async def _result_of(self, call: ToolCall, tools: dict[str, Tool]) -> ToolResult:
-        """Run ``call``, or answer it from an identical earlier call of this reply."""
-        key = f"{call.name}\0{json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)}"
-        if key in self.results:
-            earlier = self.results[key]
-            return msgspec.structs.replace(earlier, text=f"(Same call as before; its result again.)\n{earlier.text}")
+    async def _run(self, call: ToolCall, tools: dict[str, Tool], key: str) -> ToolResult:
+        """Run ``call``; its result is kept under ``key`` for an identical call (unknown tools are not)."""
         tool = tools.get(call.name)
         events = self.scope.events
         if tool is None:
@@ -234,6 +247,11 @@ class _Loop:
         if analysis is None:  # the budget ran out mid-analysis: the next round stops on it
             return sec.clip_tool_result(result.text)
         return analysis.coordinator_text()
+
+
+def _call_key(call: ToolCall) -> str:
+    """Calls with the same name and arguments are the same call."""
+    return f"{call.name}\0{json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)}"
 
 
 def _title(tool: Tool, call: ToolCall) -> str:

@@ -227,3 +227,59 @@ async def test_history_goes_before_section_workers_start():
     await research(scope(model), system=SYSTEM, history=history, question=huge, tools=[])
     workers = [r for r in model.requests if r.max_tokens == sec.NOTES_MAX_TOKENS]
     assert len(workers) >= 2 and model.requests[: len(workers)] == workers  # workers first, then the coordinator
+
+
+class FakeRead:
+    """A read_file whose result is the same text every time; counts its runs."""
+
+    spec = ToolSpec(name="read_file", description="Read a file.",
+                    parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.runs = 0
+
+    def title(self, arguments: Mapping[str, Any]) -> str:
+        return f"Reading {arguments.get('path', '')}"
+
+    async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
+        self.runs += 1
+        path = arguments["path"]
+        return ToolResult(text=self.text, subject=path, evidence=(f"{path}:1-2",))
+
+
+async def test_a_repeated_call_makes_one_note_of_its_result_without_the_repeat_marker(model: StandInModel):
+    from imprintd.research.notes import build_notes
+
+    read = FakeRead("GATEWAY_PORT = 8443")
+    model.queue(tool_turn(call("read_file", path="src/config.py")),
+                tool_turn(call("read_file", call_id="c2", path="src/config.py")), "8443.")
+    outcome = await research(scope(model), system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[read])
+    assert read.runs == 1
+    # The model is told the second call repeats the first...
+    assert model.requests[2].messages[-1].content.startswith("(Same call as before; its result again.)")
+    # ...but the notes see the result itself: one note, found twice, with no tool protocol in it.
+    [note] = build_notes(outcome.steps)
+    assert note.text == "GATEWAY_PORT = 8443" and note.times == 2
+
+
+async def test_a_repeated_oversized_result_is_not_analyzed_again():
+    model = StandInModel(n_ctx=2048)
+    log = "".join(f"{n:05d} routine entry nothing to see\n" for n in range(600)) + "FATAL: disk full on db-7\n"
+    search = FakeSearch({"errors": ToolResult(text=log, subject="errors", evidence=("log",))})
+    sections = sec.ReplySections("r1")
+    rounds = [tool_turn(call("search", query="errors")), tool_turn(call("search", call_id="c2", query="errors")),
+              Completion(text="db-7 ran out of disk.")]
+
+    def reply(request):  # workers (no tools) take notes; the coordinator plays its rounds
+        return rounds.pop(0) if request.tools else "notes: FATAL disk full on db-7"
+
+    model.queue(*[reply] * 40)
+    outcome = await research(scope(model, sections=sections), system=SYSTEM, history=[],
+                             question=msg.user("what failed?", seq=1), tools=[search])
+    assert outcome.stop == "answer" and search.runs == ["errors"]
+    workers = [r for r in model.requests if not r.tools]
+    used = sections.sections_used
+    assert len(workers) == used  # one analysis only: the repeat reused its notes
+    repeat = model.requests[-1].messages[-1].content
+    assert repeat.startswith("(Same call as before; its result again.)\n[Section analysis]")
