@@ -179,7 +179,10 @@ class _Loop:
         """Run this round's calls; True when any of them brought evidence not seen before."""
         call_message = msg.assistant(completion.text, tool_calls=completion.tool_calls)
         self.current.append(call_message)
-        self.outcome.exchange.append(call_message)
+        if completion.tool_calls:
+            # Only a turn that ran tools is a tool exchange to store: a turn whose only call
+            # was malformed would be stored as a bare assistant message before the answer.
+            self.outcome.exchange.append(call_message)
         if completion.tool_call_error:
             # The malformed call was not run; the model is told what was wrong (not stored).
             self.current.append(msg.user(

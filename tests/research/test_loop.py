@@ -283,3 +283,12 @@ async def test_a_repeated_oversized_result_is_not_analyzed_again():
     assert len(workers) == used  # one analysis only: the repeat reused its notes
     repeat = model.requests[-1].messages[-1].content
     assert repeat.startswith("(Same call as before; its result again.)\n[Section analysis]")
+
+
+async def test_a_malformed_call_round_stores_nothing(model: StandInModel):
+    model.queue(Completion(text="", tool_call_error="the arguments are not valid JSON"), "Fine.")
+    outcome = await research(scope(model), system=SYSTEM, history=[], question=msg.user("q", seq=1),
+                             tools=[FakeSearch()])
+    assert outcome.stop == "answer"
+    # No tool ran: nothing of that round is a tool exchange to store with the reply.
+    assert outcome.exchange == []
