@@ -84,6 +84,8 @@ class _Loop:
         #: the model was shown for it (whole, analyzed or clipped), for an identical call.
         self.results: dict[str, ToolResult] = {}
         self.shown: dict[str, str] = {}
+        #: The budget ran out while a tool result was being analyzed: research stops on it.
+        self.budget_spent = False
         self.started = anyio.current_time()
 
     @property
@@ -99,7 +101,10 @@ class _Loop:
     async def run(self) -> Research:
         stale_rounds = 0
         while True:
-            fitted = await self._fit()
+            try:
+                fitted = await self._fit()
+            except BudgetExhausted:  # spent while analyzing the oversized question
+                return self._stop("token_budget")
             if fitted is None:
                 return self._stop("context_full")
             tools = self.offered()
@@ -125,6 +130,8 @@ class _Loop:
                 self.outcome.answer = completion
                 return self._stop("length" if completion.finish_reason == "length" else "answer")
             found_new = await self._run_calls(completion, {tool.spec.name: tool for tool in tools})
+            if self.budget_spent:
+                return self._stop("token_budget")
             stale_rounds = 0 if found_new else stale_rounds + 1
             if stale_rounds >= NO_NEW_EVIDENCE_PATIENCE:
                 return self._stop("no_new_evidence")
@@ -144,7 +151,10 @@ class _Loop:
             max_tokens=self.scope.max_tokens))
 
     async def _fit(self) -> Fitted | None:
-        """Fit this round's prompt; analyze an oversized question once; None when full."""
+        """Fit this round's prompt; analyze an oversized question once; None when full.
+
+        BudgetExhausted propagates when analyzing the question spends the research budget.
+        """
         fitted = await self._fit_offered()
         if fitted.fits:
             return fitted
@@ -158,19 +168,16 @@ class _Loop:
                 "analysis is off (chat.analysis_workers = 0)."
             )
         analysis = await self._analyze(question.content, sec.USER_KIND, question.content)
-        if analysis is None:
-            return None
         self.current[0] = msg.user(analysis.coordinator_text(), seq=question.seq)
         fitted = await self._fit_offered()  # the offer now includes read_chat_section
         return fitted if fitted.fits else None
 
-    async def _analyze(self, text: str, kind: str, question: str) -> sec.Analysis | None:
+    async def _analyze(self, text: str, kind: str, question: str) -> sec.Analysis:
+        """A complete analysis; ReplyFailed when one cannot be had, BudgetExhausted when spent."""
         try:
             return await sec.analyze(
                 self.model, text, kind=kind, question=question, workers=self.scope.analysis_workers,
                 events=self.scope.events, sections=self.scope.sections, budget=self.budget)
-        except BudgetExhausted:
-            return None
         except sec.AnalysisError as error:
             raise ReplyFailed(str(error)) from None
 
@@ -246,8 +253,12 @@ class _Loop:
         prepared = sec.prepare_tool_result(result.text, workers=self.scope.analysis_workers, fits=fits)
         if prepared is not None:
             return prepared
-        analysis = await self._analyze(result.text, sec.tool_kind(call.name), self.current[0].content)
-        if analysis is None:  # the budget ran out mid-analysis: the next round stops on it
+        try:
+            analysis = await self._analyze(result.text, sec.tool_kind(call.name), self.current[0].content)
+        except BudgetExhausted:
+            # Research ends after this round (ADR 0157); no coordinator round reads a clipped
+            # result, and the final answer's notes are built from the whole one.
+            self.budget_spent = True
             return sec.clip_tool_result(result.text)
         return analysis.coordinator_text()
 

@@ -292,3 +292,27 @@ async def test_a_malformed_call_round_stores_nothing(model: StandInModel):
     assert outcome.stop == "answer"
     # No tool ran: nothing of that round is a tool exchange to store with the reply.
     assert outcome.exchange == []
+
+
+async def test_a_budget_spent_analyzing_the_question_stops_on_the_token_budget():
+    model = StandInModel(n_ctx=2048)
+    paste = "".join(f"line {n}: service alpha{n} listens on port {9000 + n}\n" for n in range(400))
+    model.queue(*["worker notes"] * 12)
+    outcome = await research(scope(model, token_budget=3000), system=SYSTEM, history=[],
+                             question=msg.user(paste, seq=1), tools=[FakeSearch()])
+    assert outcome.stop == "token_budget"
+
+
+async def test_a_budget_spent_analyzing_a_tool_result_stops_research_on_the_token_budget():
+    model = StandInModel(n_ctx=4096)
+    log = "".join(f"{n:05d} routine entry nothing to see\n" for n in range(600)) + "FATAL: disk full on db-7\n"
+    search = FakeSearch({"errors": ToolResult(text=log, subject="errors", evidence=("log",))})
+    model.queue(tool_turn(call("search", query="errors")), *["notes: routine"] * 12,
+                *[tool_turn(call("search", call_id=f"c{n}", query=f"more {n}")) for n in range(5)])
+    # Enough for the first round and one worker, not for the second; a coordinator round on
+    # the clipped result would still fit what remains.
+    outcome = await research(scope(model, token_budget=5800, max_tokens=128), system=SYSTEM, history=[],
+                             question=msg.user("what failed?", seq=1), tools=[search])
+    assert outcome.stop == "token_budget"
+    assert len([r for r in model.requests if r.tools]) == 1  # no round ran on a clipped result
+    assert outcome.exchange[-1].content == log
