@@ -95,9 +95,12 @@ async def _summary_step(model: Model, store: ConversationStore, info: SessionInf
                         events: ReplyEvents) -> StoredSummary | None:
     """Summarize the oldest exchanges when the conversation's text no longer fits (ADR 0141)."""
     state = store.summary(info.id)
-    if not summaries.should_attempt(state, len(stored)):
-        return state
     earlier, question = list(stored[:-1]), stored[-1]
+    # Messages added so far is the question's number: a persist-false session keeps only its
+    # newest 400 messages, so their count would stop growing and the retry point never come.
+    count = question.seq or len(stored)
+    if not summaries.should_attempt(state, count):
+        return state
     block = _summary_block(state, earlier)
     system = msg.system(prompts.system_prompt(style=style, tool_lines=tool_lines, summary_block=block))
     to_cover = await anyio.to_thread.run_sync(lambda: summaries.plan_coverage(
@@ -106,7 +109,7 @@ async def _summary_step(model: Model, store: ConversationStore, info: SessionInf
     if not to_cover:
         return state
     outcome = await summaries.update_summary(model, state=state, messages=earlier, to_cover=to_cover,
-                                             message_count=len(stored), events=events)
+                                             message_count=count, events=events)
     if outcome.state is not None:
         store.save_summary(info.id, outcome.state)
     return outcome.state

@@ -539,6 +539,24 @@ async def test_a_failed_update_keeps_the_previous_summary(model, workspace, monk
     assert previous.text in request.system and "partial" not in request.text
 
 
+async def test_the_retry_point_counts_messages_of_a_memory_session_past_its_400(model, workspace):
+    """A persist-false session keeps its newest 400 messages while their numbers go on: the
+    six-message wait counts numbered messages, or a session past 400 would never retry."""
+    chat = small_chat(model)
+    model.n_ctx = 8192  # the summarizer's request for most of 400 messages must fit
+    store = chat.memory
+    sid = store.create_session().id
+    for n in range(1, 211):  # 420 messages: the first 20 have dropped out
+        store.append(sid, msg.user(f"Question number {n} about the staging deployment of the shop stack?"))
+        store.append(sid, msg.assistant(f"Answer number {n}: the staging deployment of the shop stack is fine."))
+    assert len(store.messages(sid)) == 400 and store.messages(sid)[-1].seq == 420
+    # An attempt failed when the session had 401 messages: none before the 407th.
+    store.save_summary(sid, StoredSummary(text="", first_seq=21, last_seq=21, retry_at=407))
+    script(model, dispatch(answer("ok")))
+    _, events = await ask(chat, "Where were we?", sid, workspace=workspace)  # message #421
+    assert len(summarizer_requests(model)) == 1 and "summary" in events.kinds()
+
+
 # --- secrets, cancellation -------------------------------------------------------------------
 
 SECRET_KEY = "sk-proj-4fJ9kQ2xZ7mN1pL8vR3tY6wB0cD5eH"
