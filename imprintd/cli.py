@@ -131,8 +131,9 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
 
     import anyio
 
-    from imprintd.chat import Chat, ReplyRequest
+    from imprintd.chat import Chat, ReplyRequest, WorkspaceMissing
     from imprintd.models.base import ModelError
+    from imprintd.research.loop import ReplyFailed
     from imprintd.store import StoreError
 
     chat = Chat(resolved)
@@ -142,7 +143,10 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
                            workspace=os.path.abspath(args.workspace) if args.workspace else None)
     try:
         outcome = anyio.run(chat.reply, request, events)
-    except (ModelError, StoreError) as error:
+    except WorkspaceMissing as error:
+        print(f"imprintd: {error}", file=sys.stderr)
+        return 2
+    except (ModelError, StoreError, ReplyFailed) as error:
         print(f"\nimprintd: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -58,3 +58,18 @@ def test_ask_answers_with_the_embedded_model_and_the_session_continues(isolated_
 
     listed = run("sessions")
     assert session_id in listed.stdout and "4 messages" in listed.stdout
+
+
+def test_ask_with_a_missing_workspace_names_it_without_a_traceback(tmp_path):
+    missing = tmp_path / "nowhere"
+    result = run("ask", "hello", "--workspace", str(missing))
+    assert result.returncode == 2 and str(missing) in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(find_embedded_model() is None, reason="the embedded model (imprintd[embedded]) is not installed")
+def test_ask_that_cannot_be_answered_says_why_without_a_traceback():
+    result = run("ask", "word " * 3000, "--set", "chat.analysis_workers=0", "--set", "chat.n_ctx=512",
+                 "--set", "chat.max_tokens=16")
+    assert result.returncode == 1 and "chat.analysis_workers = 0" in result.stderr
+    assert "Traceback" not in result.stderr
