@@ -6,11 +6,13 @@ and encodes the answer. Nothing here decides anything about a reply.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import apsw
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
@@ -46,6 +48,21 @@ def _locate(chat: Chat, session_id: str):
         return chat.locate(session_id)
     except SessionNotFound as error:
         raise _unknown_session(error) from None
+
+
+def _database_failures(handler):
+    """A database that cannot be used answers -32803 saying why (protocol.md), not -32603."""
+
+    @functools.wraps(handler)
+    def wrapped(params):
+        try:
+            return handler(params)
+        except SessionNotFound:
+            raise  # each handler answers it as invalid params
+        except (StoreError, apsw.Error) as error:
+            raise RequestFailed(str(error)) from None
+
+    return wrapped
 
 
 def build_server(chat: Chat) -> LanguageServer:
@@ -87,7 +104,7 @@ def build_server(chat: Chat) -> LanguageServer:
             raise _unknown_session(error) from None
         except WorkspaceMissing as error:
             raise JsonRpcInvalidParams(f"workspace: {error}") from None
-        except (ModelError, StoreError, ReplyFailed) as error:
+        except (ModelError, StoreError, apsw.Error, ReplyFailed) as error:
             raise RequestFailed(str(error)) from None
         finally:
             await events.finish()
@@ -100,11 +117,13 @@ def build_server(chat: Chat) -> LanguageServer:
 
     @server.feature(wire.SESSIONS)
     @msgspec_handler(wire.SessionsParams)
+    @_database_failures
     def sessions(params: wire.SessionsParams) -> wire.SessionsResult:
         return wire.SessionsResult(sessions=[_session_wire(info) for info in chat.sessions()])
 
     @server.feature(wire.SESSION)
     @msgspec_handler(wire.SessionParams)
+    @_database_failures
     def session(params: wire.SessionParams) -> wire.SessionResult:
         store, info = _locate(chat, params.session_id)
         return wire.SessionResult(
@@ -115,6 +134,7 @@ def build_server(chat: Chat) -> LanguageServer:
 
     @server.feature(wire.DELETE_SESSION)
     @msgspec_handler(wire.SessionParams)
+    @_database_failures
     def delete_session(params: wire.SessionParams) -> wire.DeleteSessionResult:
         try:
             chat.delete_session(params.session_id)
@@ -124,6 +144,7 @@ def build_server(chat: Chat) -> LanguageServer:
 
     @server.feature(wire.SUMMARY)
     @msgspec_handler(wire.SessionParams)
+    @_database_failures
     def summary(params: wire.SessionParams) -> wire.SummaryResult:
         store, info = _locate(chat, params.session_id)
         return wire.SummaryResult(session_id=info.id, summary=_summary_wire(store.summary(info.id)))
@@ -141,6 +162,7 @@ def build_server(chat: Chat) -> LanguageServer:
 
     @server.feature(wire.CONVERSATION_HISTORY)
     @msgspec_handler(wire.ConversationHistoryParams)
+    @_database_failures
     def conversation_history(params: wire.ConversationHistoryParams) -> wire.ConversationHistoryResult:
         if (params.query is None) == (params.message is None):
             raise JsonRpcInvalidParams("Invalid params: give either query (to search) or message (to read), not both")

@@ -80,3 +80,57 @@ def test_the_adapter_names_the_bad_field(params, message):
     with pytest.raises(JsonRpcInvalidParams) as error:
         double(params)
     assert message in error.value.message
+
+
+@pytest.mark.parametrize("method", ["imprint/sessions", "imprint/session", "imprint/summary",
+                                    "imprint/deleteSession", "imprint/conversation_history"])
+def test_a_database_that_cannot_be_used_fails_short_requests_with_32803_saying_why(server, isolated_dirs, method):
+    import apsw
+
+    isolated_dirs.mkdir(parents=True)
+    newer = apsw.Connection(str(isolated_dirs / "imprint.sqlite3"))
+    newer.pragma("user_version", 99)
+    newer.close()
+    send(server, {"id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}})
+    params = {} if method == "imprint/sessions" else {"sessionId": "s1", "query": "x"} \
+        if method == "imprint/conversation_history" else {"sessionId": "s1"}
+    send(server, {"id": 2, "method": method, "params": params})
+    [reply] = [frame for frame in server.protocol.writer.frames if frame.get("id") == 2]
+    assert reply["error"]["code"] == -32803
+    assert "newer imprintd" in reply["error"]["message"]
+
+
+def test_a_database_error_mid_request_is_32803_not_an_internal_error(server, monkeypatch):
+    import apsw
+
+    from imprintd.store import Store
+
+    def broken(self):
+        raise apsw.IOError("disk I/O error")
+
+    monkeypatch.setattr(Store, "sessions", broken)
+    send(server, {"id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}})
+    send(server, {"id": 2, "method": "imprint/sessions", "params": {}})
+    [reply] = [frame for frame in server.protocol.writer.frames if frame.get("id") == 2]
+    assert reply["error"]["code"] == -32803 and "disk I/O error" in reply["error"]["message"]
+
+
+async def test_a_database_error_during_a_chat_is_32803(server, monkeypatch):
+    import anyio
+    import apsw
+
+    from imprintd.store import Store
+
+    def broken(self, session_id, messages):
+        raise apsw.FullError("database or disk is full")
+
+    monkeypatch.setattr(Store, "extend", broken)
+    send(server, {"id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}})
+    send(server, {"id": 2, "method": "imprint/chat", "params": {"text": "hello"}})
+    for _ in range(200):
+        replies = [frame for frame in server.protocol.writer.frames if frame.get("id") == 2]
+        if replies:
+            break
+        await anyio.sleep(0.01)
+    [reply] = replies
+    assert reply["error"]["code"] == -32803 and "disk is full" in reply["error"]["message"]
