@@ -35,3 +35,20 @@ def test_every_custom_method_has_an_example_exchange():
 def test_lifecycle_methods_are_documented():
     for method in ("initialize", "initialized", "shutdown", "exit", "workspace/didChangeConfiguration"):
         assert f"`{method}`" in DOC
+
+
+async def test_the_failed_tool_step_example_is_what_the_daemon_sends(tmp_path):
+    import json
+
+    from imprintd.tools.base import ToolError
+    from imprintd.tools.workspace import ReadFileTool
+
+    line = next(line for line in DOC.splitlines() if '"state": "failed"' in line)
+    example = json.loads(line.removeprefix("<-- "))["params"]
+    tool = ReadFileTool(tmp_path)
+    arguments = {"path": "../etc/passwd"}
+    try:
+        await tool.run(arguments)
+    except ToolError as error:
+        detail = f"Error: {error}"
+    assert (example["title"], example["detail"]) == (tool.title(arguments), detail)
