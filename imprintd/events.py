@@ -39,22 +39,3 @@ class ReplyEvents(Protocol):
 
     def summary(self, text: str, first_seq: int, last_seq: int) -> None:
         """The running summary was (re)written and now covers messages first_seq..last_seq."""
-
-
-class NullEvents:
-    """Drops every event (used where nobody is listening)."""
-
-    def begin(self, session_id: str, reply_id: str) -> None:
-        pass
-
-    def text(self, delta: str) -> None:
-        pass
-
-    def progress(self, message: str, percentage: int | None = None) -> None:
-        pass
-
-    def tool_step(self, step: ToolStep) -> None:
-        pass
-
-    def summary(self, text: str, first_seq: int, last_seq: int) -> None:
-        pass

@@ -20,7 +20,6 @@ import functools
 import json
 import logging
 import re
-import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO, TypeVar
@@ -276,11 +275,6 @@ def _field_message(error: msgspec.ValidationError) -> str:
         problem, field = match.groups()
         return f"{field or 'params'}: {problem[0].lower()}{problem[1:]}"
     return f"params: {text[0].lower()}{text[1:]}"
-
-
-def stderr_is_log() -> None:
-    """stdout carries protocol only: make sure nothing else writes there."""
-    sys.stdout = sys.stderr
 
 
 def run_stdio(server, stdin: BinaryIO, stdout: BinaryIO, *, watch_interval: float = 1.0) -> int:

@@ -166,8 +166,3 @@ class ResearchBudget:
         self.refunded += refund
         self.ledger.append(LedgerEntry(kind="refund", number=reservation.number,
                                        amount=refund, remaining=self.remaining))
-
-    def fits(self, model: Model, messages: Sequence[Message], tools: Sequence[ToolSpec],
-             max_tokens: int) -> bool:
-        """Whether ``reserve`` would accept the request now (costs the same counts)."""
-        return self.measure(model, messages, tools)[2] + max_tokens <= self.remaining

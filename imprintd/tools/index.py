@@ -549,13 +549,6 @@ class WorkspaceIndex:
             excerpt=excerpt,
         )
 
-    def indexed_files(self) -> int:
-        """How many files of this workspace have chunks in the index."""
-        return self._read(
-            "SELECT count(*) FROM workspace_files WHERE workspace = ? AND indexed = 1",
-            (self.workspace,),
-        )[0][0]
-
     def _read(self, sql: str, bindings: tuple) -> list[tuple]:
         with self._reader_lock:
             if self._reader is None:
