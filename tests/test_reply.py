@@ -145,3 +145,31 @@ async def test_indexing_reports_progress_and_a_missing_workspace_is_named(model,
     with pytest.raises(WorkspaceMissing, match="nowhere"):
         await ask(chat, "hello", tmp_path / "nowhere")
     assert len(chat.sessions()) == 1  # the refused request stored nothing
+
+
+async def test_a_final_turn_that_writes_a_tool_call_as_text_is_cut_short_without_the_markup(model, workspace):
+    # The final turn offers no tools, so a model that asks for one anyway writes the call as
+    # text: providers parse calls only when tools are offered (ADR 0127: "asks for tools again").
+    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    model.queue(*researcher(MANY_CALLS, 'Billing runs two replicas [1]. \n<tool_call>\n'
+                                        '{"name": "search", "arguments": {"query": "billing owner"}}\n</tool_call>'))
+    outcome, events = await ask(chat, "Tell me about billing", workspace)
+    assert outcome.text.startswith("Billing runs two replicas [1].\n\n(The answer was cut short.")
+    assert "tool_call" not in outcome.text and "tool_call" not in events.streamed
+    assert events.streamed == outcome.text
+
+
+def test_the_final_answer_stream_holds_back_a_marker_split_across_pieces():
+    from imprintd.research.answer import _UntilToolCall
+
+    events = RecordingEvents()
+    stream = _UntilToolCall(events)
+    for piece in ["It is 8101", ".", "\n<tool", "_call>", '{"name": "search"}']:
+        stream.feed(piece)
+    assert events.streamed == "It is 8101."
+    events = RecordingEvents()
+    stream = _UntilToolCall(events)
+    for piece in ["a <", "b", " <tool", "s"]:
+        stream.feed(piece)
+    stream.flush()
+    assert events.streamed == "a <b <tools"

@@ -18,6 +18,7 @@ import msgspec
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
 from imprintd.models.base import Completion, Model, ModelError
+from imprintd.models.toolcalls import HERMES_OPEN
 from imprintd.research import notes as notes_mod
 from imprintd.research.notes import Note, ToolStepRecord
 
@@ -42,17 +43,23 @@ async def final_answer(model: Model, events: ReplyEvents, *, system_prompt: str,
                               style=style, max_tokens=max_tokens)
     events.progress("Writing the answer from the research notes…")
     completion: Completion | None = None
+    stream = _UntilToolCall(events)
     if request is not None:
         try:
             completion = await model.complete(request, (), max_tokens=max_tokens, timeout=FINAL_TIMEOUT_S,
-                                              on_text=events.text)
+                                              on_text=stream.feed)
         except ModelError as error:
             logger.warning("the final answer failed: %s", error)
     written = completion.text if completion is not None else ""
+    asked_for_tools = HERMES_OPEN in written
+    if asked_for_tools:
+        written = written[: written.index(HERMES_OPEN)].rstrip()
+    else:
+        stream.flush()
     if completion is None or not written.strip():
         text = notes_mod.findings_only(included, style=style)
         events.text(text)
-    elif completion.tool_calls or completion.finish_reason in ("length", "deadline"):
+    elif completion.tool_calls or asked_for_tools or completion.finish_reason in ("length", "deadline"):
         text = notes_mod.cut_short(written, included, style=style)
         _stream_rest(events, written, text)
     else:
@@ -63,6 +70,44 @@ async def final_answer(model: Model, events: ReplyEvents, *, system_prompt: str,
         events.text(addition)
         text += addition
     return FinalAnswer(text=text, cited=tuple(cited) if style != "spoken" else ())
+
+
+class _UntilToolCall:
+    """Streams the final answer's text up to any tool-call markup the model writes.
+
+    The final turn offers no tools, so providers parse no calls in it: a model that asks for
+    a tool anyway (ADR 0127) writes ``<tool_call>…`` as text. What could still be the start
+    of that marker, or whitespace before it, is held back until the next piece shows it is not.
+    """
+
+    def __init__(self, events: ReplyEvents) -> None:
+        self._events = events
+        self._pending = ""
+        self._stopped = False
+
+    def feed(self, piece: str) -> None:
+        if self._stopped:
+            return
+        self._pending += piece
+        start = self._pending.find(HERMES_OPEN)
+        if start >= 0:
+            self._stopped = True
+            self._events.text(self._pending[:start].rstrip())
+            self._pending = ""
+            return
+        held = next((n for n in range(min(len(HERMES_OPEN) - 1, len(self._pending)), 0, -1)
+                     if HERMES_OPEN.startswith(self._pending[-n:])), 0)
+        cut = len(self._pending) - held
+        while cut > 0 and self._pending[cut - 1].isspace():  # it may end where the marker starts
+            cut -= 1
+        self._events.text(self._pending[:cut])
+        self._pending = self._pending[cut:]
+
+    def flush(self) -> None:
+        """The answer is complete without markup: send what was held back."""
+        if not self._stopped:
+            self._events.text(self._pending)
+        self._pending = ""
 
 
 def _stream_rest(events: ReplyEvents, written: str, text: str) -> None:
