@@ -77,6 +77,9 @@ class _Loop:
         self.scope, self.system, self.history = scope, system, history
         self.tools = {tool.spec.name: tool for tool in tools}
         self.current: list[Message] = [question]
+        #: What the user asked, as written: an oversized question is replaced in ``current`` by
+        #: its analysis, but workers on a tool result still need the question itself.
+        self.asked = question.content
         self.outcome = Research(stop="answer", question=question)
         self.budget = ResearchBudget(scope.token_budget)
         self.seen: set[str] = set()
@@ -254,7 +257,7 @@ class _Loop:
         if prepared is not None:
             return prepared
         try:
-            analysis = await self._analyze(result.text, sec.tool_kind(call.name), self.current[0].content)
+            analysis = await self._analyze(result.text, sec.tool_kind(call.name), self.asked)
         except BudgetExhausted:
             # Research ends after this round (ADR 0157); no coordinator round reads a clipped
             # result, and the final answer's notes are built from the whole one.

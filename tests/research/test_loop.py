@@ -316,3 +316,24 @@ async def test_a_budget_spent_analyzing_a_tool_result_stops_research_on_the_toke
     assert outcome.stop == "token_budget"
     assert len([r for r in model.requests if r.tools]) == 1  # no round ran on a clipped result
     assert outcome.exchange[-1].content == log
+
+
+async def test_workers_on_a_tool_result_see_the_users_question_even_when_it_was_analyzed():
+    model = StandInModel(n_ctx=2048)
+    paste = "".join(f"line {n}: service alpha{n} listens on port {9000 + n}\n" for n in range(400))
+    paste += "QUESTION: which service logged the disk error?"
+    log = "".join(f"{n:05d} routine entry nothing to see\n" for n in range(600)) + "FATAL: disk full on db-7\n"
+    search = FakeSearch({"errors": ToolResult(text=log, subject="errors", evidence=("log",))})
+    rounds = [tool_turn(call("search", query="errors")), Completion(text="db-7.")]
+
+    def reply(request):  # workers (no tools) take notes; the coordinator plays its rounds
+        return rounds.pop(0) if request.tools else "notes"
+
+    model.queue(*[reply] * 60)
+    await research(scope(model), system=SYSTEM, history=[], question=msg.user(paste, seq=1), tools=[search])
+    on_the_log = [r for r in model.requests if not r.tools and "routine entry" in r.text]
+    assert on_the_log
+    for request in on_the_log:
+        asked = request.messages[-1].content.split("Your notes so far:")[0]
+        assert "QUESTION: which service logged the disk error?" in asked
+        assert "[Section analysis]" not in asked
