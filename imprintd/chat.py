@@ -11,9 +11,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-import msgspec
-
 import anyio
+import msgspec
 
 from imprintd import settings as settings_mod
 from imprintd.context.sections import SectionArchive
@@ -174,11 +173,14 @@ class Chat:
         """Answer ``request`` in its session; see ``imprintd.reply`` for the steps."""
         from imprintd.reply import run_reply
 
-        self.workspace_root(request.workspace)  # refuse a bad request before anything is stored
+        root = self.workspace_root(request.workspace)  # refuse a bad request before anything is stored
         if request.session_id:
             store, info = self.locate(request.session_id)
+            if not request.workspace and info.workspace and Path(info.workspace).is_dir():
+                # A follow-up researches the folder its session was started on, unless told otherwise.
+                request = msgspec.structs.replace(request, workspace=info.workspace)
         else:
             store = self.store if request.persist else self.memory
-            info = store.create_session(workspace=request.workspace or self.workspace)
+            info = store.create_session(workspace=str(root) if root else None)
         reply_id = uuid.uuid4().hex
         return await run_reply(self, store, info, reply_id, request, events)

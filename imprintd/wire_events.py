@@ -21,6 +21,9 @@ from imprintd.events import ToolStep
 
 logger = logging.getLogger(__name__)
 
+#: How long to wait for the client to accept a progress token before going on without progress.
+CREATE_TIMEOUT_S = 10.0
+
 
 class WireEvents:
     def __init__(self, server, *, work_done_token: int | str | None = None, title: str = "Imprint") -> None:
@@ -78,8 +81,9 @@ class WireEvents:
     async def _create_token(self) -> None:
         token = f"imprint-{uuid.uuid4().hex}"
         try:
-            await self._server.work_done_progress.create_async(token)
-        except Exception as error:  # the client refused: carry on without progress
+            # A client that never answers must not hold the reply's response back.
+            await asyncio.wait_for(self._server.work_done_progress.create_async(token), CREATE_TIMEOUT_S)
+        except Exception as error:  # refused or unanswered: carry on without progress
             logger.info("client refused a progress token: %s", error)
             self._pending.clear()
             return

@@ -173,3 +173,12 @@ def test_the_final_answer_stream_holds_back_a_marker_split_across_pieces():
         stream.feed(piece)
     stream.flush()
     assert events.streamed == "a <b <tools"
+
+
+async def test_a_follow_up_researches_the_workspace_its_session_started_on(model, workspace):
+    chat = make_chat(model)
+    model.queue("first", "second")
+    first, _ = await ask(chat, "What is in here?", workspace)
+    assert chat.store.session(first.session_id).workspace == str(workspace.resolve())
+    await chat.reply(ReplyRequest(text="And now?", session_id=first.session_id), RecordingEvents())
+    assert {tool.name for tool in model.requests[1].tools} >= {"search", "read_file"}
