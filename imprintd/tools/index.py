@@ -25,13 +25,13 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import apsw
 import msgspec
 
+from imprintd.store import immediate
 from imprintd.tools.base import Hit, ToolError
 from imprintd.tools.paths import is_secret_name
 
@@ -340,19 +340,6 @@ def _drop_chunks(conn: apsw.Connection, ranges: Sequence[tuple[int, int]]) -> No
     conn.executemany("DELETE FROM workspace_chunks WHERE rowid BETWEEN ? AND ?", ranges)
 
 
-@contextmanager
-def _immediate(conn: apsw.Connection) -> Iterator[apsw.Connection]:
-    """One write transaction; IMMEDIATE waits for the write lock up front (busy timeout)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-
-
 def open_index_db(path: Path | str) -> apsw.Connection:
     """A connection for the index on ``path``: WAL, busy timeout, schema present."""
     conn = apsw.Connection(str(path))
@@ -415,11 +402,11 @@ class WorkspaceIndex:
         if progress:
             progress(0, total)
         if gone:
-            with _immediate(conn):
+            with immediate(conn):
                 self._remove(conn, gone)
         indexed = skipped = chunks = done = 0
         for prepared in self._prepared_batches(changed):
-            with _immediate(conn):
+            with immediate(conn):
                 chunks += self._write_batch(conn, prepared)
             written = sum(file_chunks is not None for _, file_chunks in prepared)
             indexed += written
