@@ -81,7 +81,7 @@ async def run_reply(chat, store: ConversationStore, info: SessionInfo, reply_id:
             model, events,
             system_prompt=prompts.system_prompt(style=request.style),
             summary_block=_summary_block(summary, earlier, lookup_guidance=False),
-            earlier=history, question=outcome.question.content, steps=outcome.steps,
+            earlier=history, question=_final_question(outcome), steps=outcome.steps,
             style=request.style, max_tokens=settings.max_tokens)
         text = final.text
         sources = tuple(_source_refs(final.cited))
@@ -120,6 +120,13 @@ def _summary_block(state: StoredSummary | None, earlier: Sequence[Message], *, l
         return ""
     covered = [m for m in earlier if m.seq is not None and state.first_seq <= m.seq <= state.last_seq]
     return summaries.summary_block(state, summaries.covered_material(covered), lookup_guidance=lookup_guidance)
+
+
+def _final_question(outcome) -> str:
+    """The question for the tools-free final turn: an analyzed one without its reread guidance."""
+    if outcome.question_analysis is not None:
+        return outcome.question_analysis.coordinator_text(reread=False)
+    return outcome.question.content
 
 
 def _source_refs(cited) -> list[SourceRef]:

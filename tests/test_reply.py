@@ -182,3 +182,25 @@ async def test_a_follow_up_researches_the_workspace_its_session_started_on(model
     assert chat.store.session(first.session_id).workspace == str(workspace.resolve())
     await chat.reply(ReplyRequest(text="And now?", session_id=first.session_id), RecordingEvents())
     assert {tool.name for tool in model.requests[1].tools} >= {"search", "read_file"}
+
+
+async def test_the_final_answer_after_an_analyzed_question_has_no_reread_guidance(workspace):
+    model = StandInModel(n_ctx=2048)
+    chat = make_chat(model, **{"chat.n_ctx": 2048, "chat.max_tokens": 256})
+
+    def reply(request):
+        if request.max_tokens == 384:  # a section worker
+            return "worker notes: billing listens on 8101"
+        if request.tools:  # the coordinator keeps repeating one search: no new evidence
+            return tool_turn(call("search", query="billing"))
+        return "Billing listens on 8101 [1]."
+
+    model.queue(*[reply] * 40)
+    paste = "Which port does billing use? Here is the config:\n" + "setting: value\n" * 1200
+    outcome, _ = await ask(chat, paste, workspace)
+    assert outcome.stop_reason == "no_new_evidence"
+    final = model.requests[-1]
+    assert final.tools == [] and "[Section analysis]" in final.messages[-1].content
+    assert "read_chat_section" not in final.text
+    coordinator = [r for r in model.requests if r.tools][0]
+    assert "read_chat_section" in coordinator.text  # the coordinator itself was told how to reread

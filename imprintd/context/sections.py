@@ -279,18 +279,27 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True):
     head: str = ""
     tail: str = ""
 
-    def coordinator_text(self) -> str:
-        """What the coordinator sees instead of the original."""
+    def coordinator_text(self, *, reread: bool = True) -> str:
+        """What the coordinator sees instead of the original.
+
+        ``reread=False`` leaves out the read_chat_section guidance, for a request that
+        offers no tools (the final answer written from notes).
+        """
         phrase = _kind_phrase(self.kind)
-        lines = [
+        header = (
             f"[Section analysis] {phrase[0].upper()}{phrase[1:]} was too long to show whole: "
             f"{self.total_chars} characters, read in {len(self.sections)} overlapping sections by "
             f"{len(self.workers)} note-taking worker{'s' if len(self.workers) != 1 else ''}, whose "
-            f"notes follow. The original is kept as source id \"{self.source_id}\": reread exact "
-            f"characters with read_chat_section(source_id=\"{self.source_id}\", start, length), at "
-            f"most {READ_MAX_CHARS} characters per read. Notes can miss or misstate details; "
-            "reread the exact range before relying on one."
-        ]
+            "notes follow.")
+        if reread:
+            header += (
+                f" The original is kept as source id \"{self.source_id}\": reread exact "
+                f"characters with read_chat_section(source_id=\"{self.source_id}\", start, length), at "
+                f"most {READ_MAX_CHARS} characters per read. Notes can miss or misstate details; "
+                "reread the exact range before relying on one.")
+        else:
+            header += " Notes can miss or misstate details."
+        lines = [header]
         if self.head:
             lines += ["", f"Beginning of the message (characters 0–{len(self.head)}):", self.head]
         if self.tail:

@@ -51,6 +51,8 @@ class Research(msgspec.Struct, kw_only=True):
     exchange: list[Message] = msgspec.field(default_factory=list)
     #: The question as the model saw it (an analyzed message becomes its notes).
     question: Message | None = None
+    #: The analysis that stands in for an oversized question, if there was one.
+    question_analysis: sec.Analysis | None = None
 
 
 class ReplyScope(msgspec.Struct, kw_only=True):
@@ -172,6 +174,7 @@ class _Loop:
             )
         analysis = await self._analyze(question.content, sec.USER_KIND, question.content)
         self.current[0] = msg.user(analysis.coordinator_text(), seq=question.seq)
+        self.outcome.question_analysis = analysis
         fitted = await self._fit_offered()  # the offer now includes read_chat_section
         return fitted if fitted.fits else None
 
