@@ -13,11 +13,20 @@ import threading
 import anyio
 import pytest
 
-from imprintd.messages import Message, ToolCall, ToolSpec, assistant, system, tool_result, user
+from imprintd.messages import (
+    Message,
+    ToolCall,
+    ToolSpec,
+    assistant,
+    system,
+    tool_result,
+    user,
+)
 from imprintd.models import local
 from imprintd.models.base import Model, ModelError, ModelUnavailable, inference_lock
 from imprintd.models.local import LocalModel
 from imprintd.models.toolcalls import tools_prompt
+from tests.lock import lock_held_elsewhere
 from tests.models.conftest import needs_real_model
 
 SEARCH = ToolSpec(name="search", description="Search the workspace for text.",
@@ -295,17 +304,7 @@ async def test_deadline_returns_partial_text(local_model, monkeypatch):
 
 @needs_real_model
 async def test_deadline_includes_waiting_for_the_lock(local_model):
-    held, release = anyio.Event(), anyio.Event()
-
-    async def hold() -> None:
-        async with inference_lock():
-            held.set()
-            await release.wait()
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(hold)
-        await held.wait()
+    async with lock_held_elsewhere():
         result = await local_model.complete([user("hi")], max_tokens=4, timeout=0.5)
-        release.set()
     assert result.finish_reason == "deadline" and result.text == ""
     assert result.usage.generated_tokens == 0

@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 import pytest
 
 from imprintd.messages import ToolSpec
-from imprintd.models.local import LocalModel, _Run, read_gguf_string, template_renders_tools
+from imprintd.models.local import (
+    LocalModel,
+    _Run,
+    read_gguf_string,
+    template_renders_tools,
+)
 from tests.models.conftest import HAS_LLAMA_CPP, needs_real_model
 
 SEARCH = ToolSpec(name="search", description="Search.", parameters={"type": "object", "properties": {}})

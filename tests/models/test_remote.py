@@ -22,7 +22,14 @@ from imprintd.models.remote import (
     RemoteModel,
     estimate_tokens,
 )
-from tests.models.scripted_server import Recorded, ScriptedServer, Writer, chunk, stream_reply
+from tests.lock import lock_held_elsewhere
+from tests.models.scripted_server import (
+    Recorded,
+    ScriptedServer,
+    Writer,
+    chunk,
+    stream_reply,
+)
 
 SEARCH = ToolSpec(name="search", description="Search the workspace.",
                   parameters={"type": "object", "properties": {"query": {"type": "string"}}})
@@ -295,20 +302,8 @@ async def test_cancel_stops_the_request(silent_server):
 
 
 async def test_deadline_includes_waiting_for_the_lock(silent_server):
-    from imprintd.models.base import inference_lock
-
     remote = model_for(silent_server, read_timeout=60)
-    held, release = anyio.Event(), anyio.Event()
-
-    async def hold() -> None:
-        async with inference_lock():
-            held.set()
-            await release.wait()
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(hold)
-        await held.wait()
+    async with lock_held_elsewhere():
         result = await remote.complete(MESSAGES, max_tokens=8, timeout=0.3)
-        release.set()
     assert result.finish_reason == "deadline" and result.text == ""
     assert silent_server.requests == []  # it never got the lock, so it never asked

@@ -44,7 +44,9 @@ def free_port() -> int:
 def llama_server(tmp_path_factory):
     """Base URL of a running llama-cpp-python server (session-scoped)."""
     try:
-        import fastapi, sse_starlette, uvicorn  # noqa: F401, E401  (the [server] extra)
+        import fastapi  # noqa: F401, E401  (the [server] extra)
+        import sse_starlette
+        import uvicorn
     except ImportError as error:
         pytest.skip(f"llama-cpp-python[server] is not installed ({error})")
     port = free_port()
