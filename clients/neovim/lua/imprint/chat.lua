@@ -210,11 +210,16 @@ function M.foldexpr(lnum)
   return mark[2] == row and ">1" or "1"
 end
 
+--- Mark `lines` (already in the buffer at `first_row`) as a block: highlighted, one fold.
 local function add_block(buf, first_row, lines, hl)
+  local last_row, end_col = first_row + #lines - 1, #lines[#lines]
   api.nvim_buf_set_extmark(buf, M.ns_blocks, first_row, 0, {
-    end_row = first_row + #lines - 1, end_col = #lines[#lines], hl_group = hl, hl_eol = true,
+    end_row = last_row, end_col = end_col, hl_group = hl, hl_eol = true,
     right_gravity = false, end_right_gravity = true,
   })
+  -- Folds follow buffer changes, not extmarks: rewrite the same text so the block's fold is
+  -- computed now that its mark exists (closed, as foldlevel is 0).
+  api.nvim_buf_set_text(buf, first_row, 0, last_row, end_col, lines)
 end
 
 local function quoted(head, text_lines)
@@ -651,10 +656,10 @@ function M.show_session(result)
   local lines, blocks, steps = M.render_session(result.messages, result.summary)
   edit(function()
     api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+    for _, block in ipairs(blocks) do
+      add_block(buf, block.row, block.lines, block.hl)
+    end
   end)
-  for _, block in ipairs(blocks) do
-    add_block(buf, block.row, block.lines, block.hl)
-  end
   local last = #lines - 1
   for _, step in ipairs(steps) do
     api.nvim_buf_set_extmark(buf, M.ns_tools, math.min(step.row, last), 0, {
