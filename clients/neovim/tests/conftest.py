@@ -82,7 +82,8 @@ class Editor:
         return self.lua("""
             local method, params = ...
             local c = require('imprint.client').get()
-            local answer = c:request_sync(method, params or vim.empty_dict(), 10000)
+            if params == nil or params == vim.NIL then params = vim.empty_dict() end
+            local answer = c:request_sync(method, params, 10000)
             assert(answer, 'no answer to ' .. method)
             if answer.err then error(answer.err.message) end
             return answer.result

@@ -593,10 +593,13 @@ function M.render_session(messages, summary)
     add(block)
     add({ "" })
   end
-  local results = {} -- toolCallId -> failed?
+  -- How each call ended, from its stored result. A repeated call was answered from before
+  -- and, as in the live reply, is no step of its own.
+  local results = {} -- toolCallId -> "finished" | "failed" | "repeat"
   for _, m in ipairs(messages) do
     if m.role == "tool" and m.toolCallId then
-      results[m.toolCallId] = vim.startswith(m.content, "Error:")
+      results[m.toolCallId] = vim.startswith(m.content, "(Same call as before") and "repeat"
+        or vim.startswith(m.content, "Error:") and "failed" or "finished"
     end
   end
   local last_role
@@ -631,8 +634,10 @@ function M.render_session(messages, summary)
           add_quoted(THINKING_HEAD, m.content, "ImprintThinking")
         end
         for _, call in ipairs(calls) do
-          steps[#steps + 1] = { row = #lines, state = results[call.id] and "failed" or "finished",
-            title = tool_title(call) }
+          local outcome = results[call.id] or "finished"
+          if outcome ~= "repeat" then
+            steps[#steps + 1] = { row = #lines, state = outcome, title = tool_title(call) }
+          end
         end
       else
         add(split_lines(m.content))
