@@ -110,6 +110,17 @@ def test_research_folds_the_preamble_shows_tool_steps_and_progress_and_ends_with
         "%#ImprintWinbar#Imprint · Which port does billing use?"
 
 
+LOG_HAS = """
+_G.log_has = function(text)
+  local file = io.open(vim.lsp.get_log_path())
+  if not file then return false end
+  local content = file:read('*a')
+  file:close()
+  return content:find(text, 1, true) ~= nil
+end
+"""
+
+
 def test_cancel_mid_reply_leaves_the_buffer_consistent_and_the_next_question_is_answered(editor, stub):
     import threading
 
@@ -120,8 +131,12 @@ def test_cancel_mid_reply_leaves_the_buffer_consistent_and_the_next_question_is_
         editor.wait("vim.api.nvim_buf_get_lines(require('imprint.chat').buffer(), -2, -1, false)[1] == 'Partial'",
                     "the first delta")
         session_id = editor.lua("return require('imprint.chat').session_id()")
+        editor.lua(LOG_HAS)
+        editor.lua("vim.lsp.log.set_level('debug')")  # Neovim logs the -32800 it swallows
         editor.command("ImprintCancel")
         assert editor.lua("return require('imprint.chat').idle()") is True
+        # Release the model only once the daemon answered -32800, so the cancel is what ended it.
+        editor.wait("_G.log_has('Received cancellation ack')", "the daemon's -32800 answer to the cancelled request")
     finally:
         release.set()
     assert editor.chat_lines() == ["## You", "", "Tell me a long story", "", "## Imprint", "",

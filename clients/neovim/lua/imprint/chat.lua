@@ -201,7 +201,8 @@ end
 --- foldexpr of the chat window: a block (an extmark in ns_blocks) is one closed fold.
 function M.foldexpr(lnum)
   local row = lnum - 1
-  local marks = api.nvim_buf_get_extmarks(0, M.ns_blocks, { row, 0 }, { row, -1 },
+  -- The chat buffer, not buffer 0: folds are also updated while another window is current.
+  local marks = api.nvim_buf_get_extmarks(state.buf or 0, M.ns_blocks, { row, 0 }, { row, -1 },
     { overlap = true, details = true, limit = 1 })
   local mark = marks[1]
   if not mark then
@@ -217,9 +218,31 @@ local function add_block(buf, first_row, lines, hl)
     end_row = last_row, end_col = end_col, hl_group = hl, hl_eol = true,
     right_gravity = false, end_right_gravity = true,
   })
-  -- Folds follow buffer changes, not extmarks: rewrite the same text so the block's fold is
-  -- computed now that its mark exists (closed, as foldlevel is 0).
-  api.nvim_buf_set_text(buf, first_row, 0, last_row, end_col, lines)
+  M.refresh_folds(buf)
+end
+
+local refresh_pending = false
+
+--- Recompute the folds of every window showing `buf`. Folds follow buffer changes, not
+--- extmarks, so a new block needs this; and Neovim updates no folds while Insert mode is on
+--- (typing in the input area), so then it waits for InsertLeave.
+function M.refresh_folds(buf)
+  if api.nvim_get_mode().mode:find("^[iR]") then
+    if not refresh_pending then
+      refresh_pending = true
+      api.nvim_create_autocmd("InsertLeave", {
+        once = true,
+        callback = function()
+          refresh_pending = false
+          vim.schedule(function() M.refresh_folds(buf) end) -- Insert mode ends after the event
+        end,
+      })
+    end
+    return
+  end
+  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+    vim.wo[win].foldmethod = "expr" -- setting it marks the window's folds for recomputing
+  end
 end
 
 local function quoted(head, text_lines)
