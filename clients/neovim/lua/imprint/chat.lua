@@ -51,6 +51,41 @@ function M.define_highlights()
   end
 end
 
+-- Folds: thinking and summary blocks ---------------------------------------------------------
+-- A block is an extmark in ns_blocks (its highlight and its extent) and a closed manual fold
+-- in each chat window. Manual folds cost nothing per edit (an expression fold would be
+-- evaluated on every streamed delta), move with the lines around them, and can be made in
+-- Insert mode, where Neovim updates no computed folds.
+
+--- Fold rows `first`..`last` (0-based) closed in window `win`.
+local function fold_rows(win, first, last)
+  api.nvim_win_call(win, function()
+    vim.cmd(("%d,%dfold"):format(first + 1, last + 1))
+  end)
+end
+
+--- Mark `lines` (already in the buffer at `first_row`) as a block: highlighted, folded.
+local function add_block(buf, first_row, lines, hl)
+  local last_row = first_row + #lines - 1
+  api.nvim_buf_set_extmark(buf, M.ns_blocks, first_row, 0, {
+    end_row = last_row, end_col = #lines[#lines], hl_group = hl, hl_eol = true,
+    right_gravity = false, end_right_gravity = true,
+  })
+  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+    fold_rows(win, first_row, last_row)
+  end
+end
+
+--- Make a window's folds again from the blocks (a window opened on the chat buffer).
+local function restore_folds(win, buf)
+  api.nvim_win_call(win, function()
+    vim.cmd("normal! zE")
+  end)
+  for _, mark in ipairs(api.nvim_buf_get_extmarks(buf, M.ns_blocks, 0, -1, { details = true })) do
+    fold_rows(win, mark[2], mark[4].end_row)
+  end
+end
+
 -- Buffer and windows -------------------------------------------------------------------------
 
 local function set_keys(buf, modes, keys, fn, desc)
@@ -120,9 +155,7 @@ local function style_window(win)
   wo.number = false
   wo.relativenumber = false
   wo.signcolumn = "no"
-  wo.foldmethod = "expr"
-  wo.foldexpr = "v:lua.require'imprint.chat'.foldexpr(v:lnum)"
-  wo.foldlevel = 0
+  wo.foldmethod = "manual"
   wo.foldenable = true
   wo.winbar = winbar_text()
 end
@@ -160,6 +193,7 @@ function M.open()
   end
   state.win = open_window(buf)
   style_window(state.win)
+  restore_folds(state.win, buf)
   M.scroll_to_end()
   return state.win
 end
@@ -194,55 +228,6 @@ local function schedule_scroll()
       M.scroll_to_end()
     end
   end)
-end
-
--- Folds: thinking and summary blocks ---------------------------------------------------------
-
---- foldexpr of the chat window: a block (an extmark in ns_blocks) is one closed fold.
-function M.foldexpr(lnum)
-  local row = lnum - 1
-  -- The chat buffer, not buffer 0: folds are also updated while another window is current.
-  local marks = api.nvim_buf_get_extmarks(state.buf or 0, M.ns_blocks, { row, 0 }, { row, -1 },
-    { overlap = true, details = true, limit = 1 })
-  local mark = marks[1]
-  if not mark then
-    return "0"
-  end
-  return mark[2] == row and ">1" or "1"
-end
-
---- Mark `lines` (already in the buffer at `first_row`) as a block: highlighted, one fold.
-local function add_block(buf, first_row, lines, hl)
-  local last_row, end_col = first_row + #lines - 1, #lines[#lines]
-  api.nvim_buf_set_extmark(buf, M.ns_blocks, first_row, 0, {
-    end_row = last_row, end_col = end_col, hl_group = hl, hl_eol = true,
-    right_gravity = false, end_right_gravity = true,
-  })
-  M.refresh_folds(buf)
-end
-
-local refresh_pending = false
-
---- Recompute the folds of every window showing `buf`. Folds follow buffer changes, not
---- extmarks, so a new block needs this; and Neovim updates no folds while Insert mode is on
---- (typing in the input area), so then it waits for InsertLeave.
-function M.refresh_folds(buf)
-  if api.nvim_get_mode().mode:find("^[iR]") then
-    if not refresh_pending then
-      refresh_pending = true
-      api.nvim_create_autocmd("InsertLeave", {
-        once = true,
-        callback = function()
-          refresh_pending = false
-          vim.schedule(function() M.refresh_folds(buf) end) -- Insert mode ends after the event
-        end,
-      })
-    end
-    return
-  end
-  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
-    vim.wo[win].foldmethod = "expr" -- setting it marks the window's folds for recomputing
-  end
 end
 
 local function quoted(head, text_lines)

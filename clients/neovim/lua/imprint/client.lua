@@ -47,6 +47,9 @@ local handlers = {
   end,
 }
 
+--- The handlers given to vim.lsp.start (exposed for the benchmark).
+M.handlers = handlers
+
 local function flush_waiting(client, err)
   local pending = waiting
   waiting = {}
