@@ -4,6 +4,12 @@ if vim.g.loaded_imprint then
 end
 vim.g.loaded_imprint = true
 
+if vim.fn.has("nvim-0.11") ~= 1 then
+  vim.notify("imprint: Neovim 0.11 or newer is needed (this is " .. tostring(vim.version()) .. ")",
+    vim.log.levels.ERROR)
+  return
+end
+
 local function imprint()
   return require("imprint")
 end
