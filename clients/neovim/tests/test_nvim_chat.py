@@ -199,6 +199,7 @@ def test_setup_names_the_bad_key(bare_editor):
     assert "unknown option 'windw'" in error_of("{ windw = {} }")
     assert "cmd" in error_of("{ cmd = 'imprintd' }")
     assert "keymaps.send" in error_of("{ keymaps = { send = 3 } }")
+    assert error_of("{ window = 3 }").startswith("imprint: window: expected table")
 
 
 def test_a_missing_command_is_an_error_and_the_chat_stays_usable(bare_editor, options, stub):
@@ -214,3 +215,11 @@ def test_a_missing_command_is_an_error_and_the_chat_stays_usable(bare_editor, op
     editor.command("Imprint hello again?")
     assert editor.wait_done(2)[1]["status"] == "done"
     assert editor.chat_lines()[-1] == "Hello."
+
+
+def test_opening_the_chat_with_a_missing_command_says_so(bare_editor, options):
+    bare_editor.lua("require('imprint').setup(...)", {**options, "cmd": ["imprintd-not-installed", "serve"]})
+    bare_editor.command("Imprint")
+    errors = [message for message, level in bare_editor.notes() if level == 4]
+    assert errors and "'imprintd-not-installed' is not an executable" in errors[0]
+    assert "set `cmd`" in errors[0]

@@ -104,17 +104,14 @@ local function check(schema, value, prefix)
   end
   for key, rule in pairs(schema) do
     local name = prefix .. key
-    if rule[1] == nil then -- a nested table of rules
-      if value[key] ~= nil then
-        vim.validate(name, value[key], "table")
-        check(rule, value[key], name .. ".")
-      end
-    else
-      local ok, err = pcall(vim.validate, name, value[key], rule[1], rule[2] == true or value[key] == nil,
-        type(rule[2]) == "string" and rule[2] or nil)
-      if not ok then
-        error("imprint: " .. err, 0)
-      end
+    local nested = rule[1] == nil -- a table of rules for a table of options
+    local ok, err = pcall(vim.validate, name, value[key], nested and "table" or rule[1],
+      value[key] == nil or rule[2] == true, type(rule[2]) == "string" and rule[2] or nil)
+    if not ok then
+      error("imprint: " .. err, 0)
+    end
+    if nested and value[key] ~= nil then
+      check(rule, value[key], name .. ".")
     end
   end
 end

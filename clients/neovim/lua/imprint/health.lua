@@ -92,7 +92,7 @@ local function check_initialize()
   }, function(err, result)
     failure, answer = err, result
   end)
-  local finished = vim.wait(TIMEOUT_MS, function()
+  vim.wait(TIMEOUT_MS, function()
     return answer ~= nil or failure ~= nil or exited ~= nil
   end, 20)
   if answer then
@@ -117,9 +117,6 @@ local function check_initialize()
   end
   if not rpc.is_closing() then
     rpc.terminate()
-  end
-  if not finished then
-    return
   end
 end
 

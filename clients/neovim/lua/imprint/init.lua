@@ -58,7 +58,11 @@ function M.open(question)
     return chat().ask(question)
   end
   chat().open()
-  client().start()
+  local _, err = client().start()
+  if err then
+    vim.notify("imprint: " .. err, vim.log.levels.ERROR)
+    return false
+  end
   return true
 end
 
