@@ -291,6 +291,14 @@ function replyNote(className: string, text: string, retry: boolean): void {
   endReply();
 }
 
+/** A summary written during a reply covers earlier messages: its divider goes above the question. */
+function insertSummary(summary: Summary): void {
+  const divider = summaryDivider(summary);
+  const question = live?.article.previousElementSibling;
+  if (question?.classList.contains("user")) question.before(divider);
+  else append(divider);
+}
+
 // -- restored transcripts --------------------------------------------------------------------
 
 function renderItems(items: TranscriptItem[]): void {
@@ -398,7 +406,7 @@ function onMessage(message: ToView): void {
     case "preamble": onPreamble(message.part); break;
     case "toolStep": onToolStep(message); break;
     case "progress": onProgress(message.message, message.percentage, message.done); break;
-    case "summary": append(summaryDivider(message.summary)); break;
+    case "summary": insertSummary(message.summary); break;
     case "replyEnd": finishReply(message.text, message.sources); break;
     case "replyCancelled": replyNote("note cancelled", "Stopped.", false); break;
     case "replyError": replyNote("error", message.message, true); break;
