@@ -301,31 +301,41 @@ function insertSummary(summary: Summary): void {
 
 // -- restored transcripts --------------------------------------------------------------------
 
+/**
+ * A stored session is built as one HTML string and parsed once: thousands of messages open in
+ * about the time of inserting their plain text. Every text is escaped or rendered by markdown-it
+ * with raw HTML off.
+ */
 function renderItems(items: TranscriptItem[]): void {
-  const fragment = document.createDocumentFragment();
+  const escape = markdown.utils.escapeHtml;
+  const html: string[] = [];
   for (const item of items) {
-    if (item.kind === "user") fragment.appendChild(userMessage(item.text));
-    else if (item.kind === "summary") fragment.appendChild(summaryDivider(item.summary));
-    else fragment.appendChild(restoredAnswer(item.text, item.steps));
+    if (item.kind === "user") {
+      html.push(`<article class="message user"><div class="role">You</div><div class="bubble">${escape(item.text)}</div></article>`);
+    } else if (item.kind === "summary") {
+      const { firstSeq, lastSeq, text } = item.summary;
+      html.push(`<details class="summary-divider"><summary>Earlier conversation summarized: #${firstSeq}–#${lastSeq}</summary>` +
+        `<div class="markdown summary-text">${markdown.render(text)}</div></details>`);
+    } else {
+      html.push(`<article class="message assistant"><div class="role">Imprint</div><div class="flow">` +
+        `${stepsHtml(item.steps)}<div class="markdown answer">${markdown.render(item.text)}</div></div></article>`);
+    }
   }
   if (items.length) emptyEl.hidden = true;
-  transcriptEl.appendChild(fragment);
+  transcriptEl.insertAdjacentHTML("beforeend", html.join(""));
 }
 
-function restoredAnswer(text: string, steps: StepRow[]): HTMLElement {
-  const { article, flow } = assistantMessage();
-  if (steps.length) {
-    const details = element("details", "steps-collapsed");
-    details.appendChild(element("summary", undefined, steps.length === 1 ? "1 tool step" : `${steps.length} tool steps`));
-    const group = element("div", "steps");
-    for (const step of steps) group.appendChild(stepRow(step));
-    details.appendChild(group);
-    flow.appendChild(details);
-  }
-  const answer = element("div", "markdown answer");
-  renderMarkdown(answer, text);
-  flow.appendChild(answer);
-  return article;
+function stepsHtml(steps: StepRow[]): string {
+  if (!steps.length) return "";
+  const escape = markdown.utils.escapeHtml;
+  const rows = steps.map((step) => {
+    const icon = step.state === "failed" ? "✕" : "✓";
+    const detail = step.state === "failed" && step.detail ? `<div class="step-detail">${escape(step.detail)}</div>` : "";
+    return `<div class="step ${step.state}"><span class="step-icon" aria-hidden="true">${icon}</span>` +
+      `<span class="step-title">${escape(step.title)}</span>${detail}</div>`;
+  });
+  const label = steps.length === 1 ? "1 tool step" : `${steps.length} tool steps`;
+  return `<details class="steps-collapsed"><summary>${label}</summary><div class="steps">${rows.join("")}</div></details>`;
 }
 
 function reset(items: TranscriptItem[]): void {

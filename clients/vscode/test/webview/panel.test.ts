@@ -158,6 +158,45 @@ test("keyboard: Enter sends, Shift+Enter adds a line, Escape stops; the draft su
   await page.close();
 });
 
+test("an opened session renders its messages, tool steps collapsed, the summary divider, and escapes markup", async () => {
+  const page = await openPanel(browser, origin);
+  await post(page, {
+    type: "reset", title: "Billing", items: [
+      { kind: "user", seq: 1, text: "Paste: <img src=x onerror=\"window.__pwned = 1\">" },
+      { kind: "assistant", seq: 2, text: "Noted, *the compose file*.", steps: [] },
+      { kind: "summary", summary: { text: "- (#1–#2) a compose file <script>window.__pwned = 2</script>", firstSeq: 1, lastSeq: 2 } },
+      { kind: "user", seq: 3, text: "Which port?" },
+      {
+        kind: "assistant", seq: 6, text: "Port **8101**.", steps: [
+          { callId: "c1", title: "search: billing port", state: "finished", detail: "" },
+          { callId: "c2", title: "read_file: ../x", state: "failed", detail: "Error: refused <b>path</b>" },
+        ],
+      },
+    ],
+  });
+  await settle(page);
+  assert.equal(await page.locator(".message").count(), 4);
+  assert.equal(await page.locator("#empty").isVisible(), false);
+  const collapsed = page.locator(".steps-collapsed");
+  assert.equal(await collapsed.count(), 1);
+  assert.equal((await collapsed.locator("summary").textContent())?.trim(), "2 tool steps");
+  assert.equal(await collapsed.locator(".step").first().isVisible(), false, "tool steps start collapsed");
+  await collapsed.locator("summary").focus();
+  await page.keyboard.press("Enter");
+  assert.equal(await collapsed.locator(".step.failed .step-detail").innerText(), "Error: refused <b>path</b>");
+  assert.equal(await page.locator(".message.assistant").nth(1).locator(".answer strong").textContent(), "8101");
+  assert.equal((await page.locator(".summary-divider summary").textContent())?.trim(), "Earlier conversation summarized: #1–#2");
+  assert.equal(await page.locator("#transcript img, #transcript script, #transcript b").count(), 0);
+  assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
+
+  // A new chat clears it.
+  await post(page, { type: "reset", title: "New chat", items: [] });
+  await settle(page);
+  assert.equal(await page.locator(".message").count(), 0);
+  assert.equal(await page.locator("#empty").isVisible(), true);
+  await page.close();
+});
+
 for (const theme of ["light", "dark", "high-contrast"] as const) {
   test(`screenshot in the ${theme} theme`, async () => {
     const page = await openPanel(browser, origin, theme);
