@@ -49,8 +49,8 @@ export interface ChatResult {
 export interface ReplyDelta {
   sessionId: string;
   replyId: string;
-  /** The text part this delta belongs to; absent from daemons older than the streamed-text contract. */
-  part?: number;
+  /** The text part (0, 1, …); a part marked by `imprint/replyPreamble` was not the answer. */
+  part: number;
   text: string;
 }
 

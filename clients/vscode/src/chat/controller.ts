@@ -213,7 +213,7 @@ export class ChatController {
   }
 
   private onDelta(params: wire.ReplyDelta): void {
-    if (this.ours(params)) this.post({ type: "delta", part: params.part ?? 0, text: params.text });
+    if (this.ours(params)) this.post({ type: "delta", part: params.part, text: params.text });
   }
 
   private onPreamble(params: wire.ReplyPreamble): void {

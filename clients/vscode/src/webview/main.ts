@@ -301,10 +301,24 @@ function insertSummary(summary: Summary): void {
 
 // -- restored transcripts --------------------------------------------------------------------
 
+/** Stored answers shown as escaped text until they come near the viewport, then as markdown. */
+const pendingMarkdown = new Map<Element, string>();
+const markdownWhenVisible = new IntersectionObserver((entries) => {
+  for (const entry of entries) {
+    if (!entry.isIntersecting) continue;
+    const text = pendingMarkdown.get(entry.target);
+    markdownWhenVisible.unobserve(entry.target);
+    pendingMarkdown.delete(entry.target);
+    if (text === undefined) continue;
+    entry.target.classList.remove("pending");
+    renderMarkdown(entry.target as HTMLElement, text);
+  }
+}, { root: transcriptEl, rootMargin: "1000px 0px" });
+
 /**
- * A stored session is built as one HTML string and parsed once: thousands of messages open in
- * about the time of inserting their plain text. Every text is escaped or rendered by markdown-it
- * with raw HTML off.
+ * A stored session is built as one HTML string and parsed once, its answers as plain text that
+ * becomes markdown as it nears the viewport: thousands of messages open in about the time of
+ * inserting their plain text. Every text is escaped or rendered by markdown-it with raw HTML off.
  */
 function renderItems(items: TranscriptItem[]): void {
   const escape = markdown.utils.escapeHtml;
@@ -318,11 +332,18 @@ function renderItems(items: TranscriptItem[]): void {
         `<div class="markdown summary-text">${markdown.render(text)}</div></details>`);
     } else {
       html.push(`<article class="message assistant"><div class="role">Imprint</div><div class="flow">` +
-        `${stepsHtml(item.steps)}<div class="markdown answer">${markdown.render(item.text)}</div></div></article>`);
+        `${stepsHtml(item.steps)}<div class="markdown answer pending">${escape(item.text)}</div></div></article>`);
     }
   }
   if (items.length) emptyEl.hidden = true;
+  const before = transcriptEl.children.length;
   transcriptEl.insertAdjacentHTML("beforeend", html.join(""));
+  const answers = items.filter((item) => item.kind === "assistant").map((item) => item.text);
+  const pending = [...transcriptEl.children].slice(before).flatMap((child) => [...child.querySelectorAll(".answer.pending")]);
+  pending.forEach((el, index) => {
+    pendingMarkdown.set(el, answers[index]);
+    markdownWhenVisible.observe(el);
+  });
 }
 
 function stepsHtml(steps: StepRow[]): string {
@@ -340,6 +361,8 @@ function stepsHtml(steps: StepRow[]): string {
 
 function reset(items: TranscriptItem[]): void {
   live = undefined;
+  markdownWhenVisible.disconnect();
+  pendingMarkdown.clear();
   for (const child of [...transcriptEl.children]) if (child !== emptyEl) child.remove();
   emptyEl.hidden = false;
   renderItems(items);

@@ -1,12 +1,11 @@
 /**
  * Real parts for the controller tests: the scripted OpenAI-compatible server
  * (`python -m tests.openai_stub_cli`) and the real `imprintd serve --stdio`, spoken to with a
- * plain vscode-jsonrpc connection. Python is `IMPRINT_PYTHON`, else the repository's `.venv`,
- * else `python3` (CI activates its own virtual environment).
+ * plain vscode-jsonrpc connection (Python as test/python.ts chooses it).
  */
 
 import { ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, mkdirSync, rmSync } from "node:fs";
+import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { createInterface } from "node:readline";
@@ -14,22 +13,7 @@ import { pathToFileURL } from "node:url";
 import { MessageConnection, StreamMessageReader, StreamMessageWriter, createMessageConnection } from "vscode-jsonrpc/node";
 import { ChatController } from "../../src/chat/controller";
 import { ToView } from "../../src/chat/view";
-
-// Bundled tests run from clients/vscode/out/<suite>/.
-export const REPO_ROOT = path.resolve(__dirname, "..", "..", "..", "..");
-
-export function python(): string {
-  if (process.env.IMPRINT_PYTHON) return process.env.IMPRINT_PYTHON;
-  const venv = path.join(REPO_ROOT, ".venv", "bin", "python");
-  return existsSync(venv) ? venv : "python3";
-}
-
-function pythonEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith("IMPRINT_")) env[key] = value;
-  const pythonPath = [REPO_ROOT, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter);
-  return { ...env, PYTHONPATH: pythonPath, PYTHONUNBUFFERED: "1", ...extra };
-}
+import { REPO_ROOT, python, pythonEnv } from "../python";
 
 export interface StubReplySpec {
   text?: string;

@@ -11,9 +11,9 @@ import * as path from "node:path";
 import { test } from "node:test";
 import { inflateRawSync } from "node:zlib";
 import { SETTING_KEYS } from "../../src/chat/settings";
+import { REPO_ROOT, python, pythonEnv } from "../python";
 
 const ROOT = path.resolve(__dirname, "..", "..");
-const REPO_ROOT = path.resolve(ROOT, "..", "..");
 const VSIX = path.join(ROOT, "test-output", "imprint.vsix");
 
 /** The entries of a zip archive (a .vsix), from its central directory. */
@@ -42,14 +42,11 @@ function readZip(file: string): Map<string, () => Buffer> {
   return entries;
 }
 
-function python(): string {
-  return process.env.IMPRINT_PYTHON ?? "python3";
-}
-
 test("the .vsix holds the bundles and media, and no sources, tests or node_modules", () => {
   const names = [...readZip(VSIX).keys()];
   for (const required of ["extension/package.json", "extension/dist/extension.js", "extension/dist/webview.js",
-    "extension/media/chat.css", "extension/media/imprint.svg", "extension/README.md", "extension.vsixmanifest"]) {
+    "extension/media/chat.css", "extension/media/imprint.svg", "extension/readme.md", "extension/images/panel-light.png",
+    "extension.vsixmanifest"]) {
     assert.ok(names.includes(required), `${required} missing from ${names.join(", ")}`);
   }
   const forbidden = names.filter((name) => /^extension\/(src|test|bench|out|scripts|node_modules|test-output)\//.test(name) || name.endsWith(".ts") || name.endsWith(".map"));
@@ -81,7 +78,7 @@ test("the contributed settings match the daemon's settings table: keys, defaults
     "print(json.dumps({k: {'default': s.DEFAULTS.get(k), 'type': v.type.__name__} for k, v in s.KEYS.items()}))",
   ].join("\n");
   const daemon = JSON.parse(execFileSync(python(), ["-c", script], {
-    cwd: REPO_ROOT, env: { ...process.env, PYTHONPATH: [REPO_ROOT, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) },
+    cwd: REPO_ROOT, env: pythonEnv(),
   }).toString()) as Record<string, { default: unknown; type: string }>;
   assert.deepEqual(Object.keys(daemon), [...SETTING_KEYS]);
   const properties = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")).contributes.configuration.properties;
@@ -107,7 +104,7 @@ test("the contributed settings match the daemon's settings table: keys, defaults
     "print(json.dumps(out))",
   ].join("\n");
   const verdicts = JSON.parse(execFileSync(python(), ["-c", check, JSON.stringify(bounds)], {
-    cwd: REPO_ROOT, env: { ...process.env, PYTHONPATH: REPO_ROOT },
+    cwd: REPO_ROOT, env: pythonEnv(),
   }).toString()) as Record<string, boolean[]>;
   assert.equal(Object.keys(verdicts).length, 5);
   for (const [key, verdict] of Object.entries(verdicts)) assert.deepEqual(verdict, [true, true, false, false], key);

@@ -184,10 +184,27 @@ test("an opened session renders its messages, tool steps collapsed, the summary 
   await collapsed.locator("summary").focus();
   await page.keyboard.press("Enter");
   assert.equal(await collapsed.locator(".step.failed .step-detail").innerText(), "Error: refused <b>path</b>");
+  // Answers near the viewport become markdown (far ones on scrolling, below).
+  await page.locator(".message.assistant").nth(1).locator(".answer strong").waitFor();
   assert.equal(await page.locator(".message.assistant").nth(1).locator(".answer strong").textContent(), "8101");
+  assert.equal(await page.locator(".message.assistant").nth(0).locator(".answer em").textContent(), "the compose file");
   assert.equal((await page.locator(".summary-divider summary").textContent())?.trim(), "Earlier conversation summarized: #1–#2");
   assert.equal(await page.locator("#transcript img, #transcript script, #transcript b").count(), 0);
   assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
+
+  // A long session: the far answers stay text until scrolled to, then render as markdown.
+  const long = Array.from({ length: 400 }, (_, index) => index % 2
+    ? { kind: "assistant" as const, seq: index + 1, text: `Answer **${index}**`, steps: [] }
+    : { kind: "user" as const, seq: index + 1, text: `Question ${index}` });
+  await post(page, { type: "reset", title: "Long", items: long });
+  await settle(page);
+  await page.locator(".message.assistant").last().locator(".answer strong").waitFor();
+  const first = page.locator(".message.assistant").first().locator(".answer");
+  assert.equal(await first.locator("strong").count(), 0, "far from the viewport: not rendered yet");
+  assert.equal(await first.textContent(), "Answer **1**");
+  await first.scrollIntoViewIfNeeded();
+  await first.locator("strong").waitFor();
+  assert.equal(await first.locator("strong").textContent(), "1");
 
   // A new chat clears it.
   await post(page, { type: "reset", title: "New chat", items: [] });
