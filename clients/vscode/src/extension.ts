@@ -11,11 +11,12 @@ import {
   CloseAction, ErrorAction, LanguageClient, LanguageClientOptions, ServerOptions, State, StaticFeature, TransportKind,
 } from "vscode-languageclient/node";
 import { ChatController } from "./chat/controller";
+import { resolveExecutable } from "./chat/executable";
 import { chatHtml } from "./chat/html";
 import { SettingKey, daemonSettings, describeModel } from "./chat/settings";
 import { ConnectionStatus, FromView, ToView } from "./chat/view";
 
-const INSTALL_HINT = "Install the daemon with `pip install imprintd` (Python 3.11+), or set imprint.serverPath to its full path.";
+const INSTALL_HINT = "Install it with pip (Python 3.11+: `pip install \".[embedded]\"` in an imprintd checkout) so `imprintd` is on PATH, or set its full path.";
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const log = vscode.window.createOutputChannel("Imprint", { log: true });
@@ -59,14 +60,26 @@ export function deactivate(): void {
 }
 
 /** The daemon process and its language client, restarted when it dies. */
+const MAX_RESTARTS = 4;
+const RESTART_WINDOW_MS = 3 * 60 * 1000;
+
 class Daemon {
   private client: LanguageClient | undefined;
+  private restarts: number[] = [];
 
   constructor(private readonly log: vscode.LogOutputChannel, private readonly controller: ChatController) {}
 
   async start(): Promise<void> {
     this.controller.setStatus("starting", "");
-    const client = this.createClient();
+    const configured = vscode.workspace.getConfiguration("imprint").get<string>("serverPath") || "imprintd";
+    const command = resolveExecutable(configured);
+    if (!command) {
+      this.controller.detach(`“${configured}” was not found`);
+      this.log.error(`imprintd not found: “${configured}” is not an executable file or on PATH (${process.env.PATH ?? ""})`);
+      void this.offerInstall(`Imprint could not find its daemon “${configured}”. ${INSTALL_HINT}`);
+      return;
+    }
+    const client = this.createClient(command);
     this.client = client;
     client.onDidChangeState((change) => {
       if (change.newState === State.Running) this.controller.attach(client);
@@ -75,12 +88,13 @@ class Daemon {
       await client.start();
     } catch (error) {
       this.controller.detach(String(error));
-      this.log.appendLine(`imprintd did not start: ${String(error)}`);
-      await this.reportStartFailure(error);
+      this.log.error(`imprintd did not start: ${String(error)}`);
+      void this.offerInstall(`Imprint could not start its daemon (${command}): ${String(error)}`);
     }
   }
 
   async restart(): Promise<void> {
+    this.restarts = [];
     await this.stop();
     await this.start();
   }
@@ -96,9 +110,7 @@ class Daemon {
     void this.client.sendNotification("workspace/didChangeConfiguration", { settings: explicitSettings() });
   }
 
-  private createClient(): LanguageClient {
-    const config = vscode.workspace.getConfiguration("imprint");
-    const command = config.get<string>("serverPath") || "imprintd";
+  private createClient(command: string): LanguageClient {
     // TransportKind.stdio appends --stdio: the daemon runs as `imprintd serve --stdio`.
     const serverOptions: ServerOptions = { command, args: ["serve"], transport: TransportKind.stdio };
     const clientOptions: LanguageClientOptions = {
@@ -109,8 +121,16 @@ class Daemon {
       errorHandler: {
         error: () => ({ action: ErrorAction.Continue }),
         closed: () => {
+          // Restart a daemon that died, but not one that dies again and again (as LanguageClient's default).
+          const now = Date.now();
+          this.restarts = this.restarts.filter((at) => now - at < RESTART_WINDOW_MS);
+          if (this.restarts.length >= MAX_RESTARTS) {
+            this.controller.detach("The Imprint daemon keeps stopping; see “Imprint: Show Log”.");
+            return { action: CloseAction.DoNotRestart, message: "The Imprint daemon stopped 5 times in 3 minutes and will not be restarted. See “Imprint: Show Log”, then “Imprint: Restart Daemon”." };
+          }
+          this.restarts.push(now);
           this.controller.detach("The Imprint daemon stopped; restarting it.");
-          return { action: CloseAction.Restart, message: "The Imprint daemon stopped; restarting it." };
+          return { action: CloseAction.Restart, handled: true };
         },
       },
     };
@@ -119,14 +139,13 @@ class Daemon {
     return client;
   }
 
-  private async reportStartFailure(error: unknown): Promise<void> {
-    const missing = /ENOENT|not found/i.test(String(error));
-    const message = missing
-      ? `Imprint could not find the daemon “${vscode.workspace.getConfiguration("imprint").get("serverPath")}”. ${INSTALL_HINT}`
-      : `Imprint could not start its daemon: ${String(error)}`;
+  private async offerInstall(message: string): Promise<void> {
     const choice = await vscode.window.showErrorMessage(message, "Set path", "Show Log");
-    if (choice === "Set path") await vscode.commands.executeCommand("workbench.action.openSettings", "imprint.serverPath");
     if (choice === "Show Log") this.log.show();
+    if (choice !== "Set path") return;
+    const picked = await vscode.window.showOpenDialog({ title: "The imprintd executable", canSelectMany: false, openLabel: "Use this imprintd" });
+    // Changing the setting restarts the daemon (onDidChangeConfiguration).
+    if (picked?.[0]) await vscode.workspace.getConfiguration("imprint").update("serverPath", picked[0].fsPath, vscode.ConfigurationTarget.Global);
   }
 }
 
@@ -167,10 +186,9 @@ function showStatus(item: vscode.StatusBarItem, state: ConnectionStatus, detail:
   const config = vscode.workspace.getConfiguration("imprint");
   const model = describeModel(config.get("chat.provider"), config.get("chat.model"));
   const icons: Record<ConnectionStatus, string> = {
-    starting: "$(loading~spin) Imprint", ready: "$(comment-discussion) Imprint",
-    answering: "$(sync~spin) Imprint", error: "$(error) Imprint",
+    starting: "$(loading~spin)", ready: "$(comment-discussion)", answering: "$(sync~spin)", error: "$(error)",
   };
-  item.text = icons[state];
+  item.text = `${icons[state]} Imprint · ${state === "ready" ? model : state}`;
   item.tooltip = `Imprint: ${state}${detail ? ` (${detail})` : ""}\nModel: ${model}\nClick to show the log.`;
   item.backgroundColor = state === "error" ? new vscode.ThemeColor("statusBarItem.errorBackground") : undefined;
   void vscode.commands.executeCommand("setContext", "imprint.answering", state === "answering");

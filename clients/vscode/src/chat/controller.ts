@@ -306,10 +306,20 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
   return items;
 }
 
+/** A stored tool call's row title, worded as the daemon words the live step (imprintd/tools). */
 function stepTitle(call: wire.ToolCall): string {
   const args = call.arguments ?? {};
-  const target = ["query", "path", "pattern"].map((key) => args[key]).find((value) => typeof value === "string");
-  return target ? `${call.name}: ${target as string}` : call.name;
+  const text = (key: string) => (typeof args[key] === "string" ? (args[key] as string).trim() : "");
+  if (call.name === "search" && text("query")) return `Searching the workspace for “${text("query")}”`;
+  if (call.name === "conversation_history" && text("query")) return `Searching earlier in this conversation for “${text("query")}”`;
+  if (call.name === "read_file" && text("path")) {
+    const { start_line: start, end_line: end } = args as { start_line?: number; end_line?: number };
+    if (start !== undefined && end !== undefined) return `Reading ${text("path")} lines ${start}–${end}`;
+    if (start !== undefined) return `Reading ${text("path")} from line ${start}`;
+    if (end !== undefined) return `Reading ${text("path")} up to line ${end}`;
+    return `Reading ${text("path")}`;
+  }
+  return call.name;
 }
 
 function firstLine(text: string): string {

@@ -188,7 +188,7 @@ test("sessions are listed, opened with tool steps collapsed, and deleted", async
   assert.equal(reset.title, "Which port does billing use?");
   assert.deepEqual(reset.items, [
     { kind: "user", seq: 1, text: "Which port does billing use?" },
-    { kind: "assistant", seq: 4, text: "It is 8101.", steps: [{ callId: "call_read", title: "read_file: notes.txt", state: "finished", detail: "" }] },
+    { kind: "assistant", seq: 4, text: "It is 8101.", steps: [{ callId: "call_read", title: "Reading notes.txt", state: "finished", detail: "" }] },
   ]);
   assert.equal(panel.controller.sessionId, first);
 
