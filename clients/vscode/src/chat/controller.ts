@@ -49,6 +49,7 @@ export class ChatController {
   /** Everything posted since the last reset, replayed when the webview (re)loads. */
   private transcript: ToView[] = [];
   private title = "New chat";
+  private status: { status: ConnectionStatus; detail: string } = { status: "starting", detail: "" };
   sessionId: string | undefined;
 
   constructor(private readonly options: ControllerOptions) {}
@@ -78,6 +79,7 @@ export class ChatController {
   }
 
   setStatus(status: ConnectionStatus, detail: string): void {
+    this.status = { status, detail };
     this.options.onStatus?.(status, detail);
     this.post({ type: "status", status, detail }, false);
   }
@@ -259,6 +261,7 @@ export class ChatController {
     const kept = this.transcript[0]?.type === "reset" ? this.transcript : [{ type: "reset", title: this.title, items: [] } as ToView, ...this.transcript];
     for (const message of kept) this.options.post(message);
     this.options.post({ type: "busy", busy: this.busy });
+    this.options.post({ type: "status", ...this.status });
   }
 
   private require(): ChatConnection {

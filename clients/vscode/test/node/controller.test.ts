@@ -196,6 +196,7 @@ test("sessions are listed, opened with tool steps collapsed, and deleted", async
   panel.clear();
   await panel.controller.handle({ type: "ready" });
   assert.equal(panel.ofType("reset")[0].items.length, 2);
+  assert.deepEqual(panel.messages.slice(-2), [{ type: "busy", busy: false }, { type: "status", status: "ready", detail: "" }]);
 
   await panel.controller.deleteSession(first);
   assert.equal(panel.controller.sessionId, undefined, "deleting the open session starts a new chat");

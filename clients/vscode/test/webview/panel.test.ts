@@ -229,3 +229,22 @@ for (const theme of ["light", "dark", "high-contrast"] as const) {
     await page.close();
   });
 }
+
+test("screenshots of the empty panel and of a reply in flight (dark theme)", async () => {
+  const page = await openPanel(browser, origin, "dark");
+  await post(page, { type: "reset", title: "New chat", items: [] }, { type: "status", status: "ready", detail: "" });
+  await settle(page);
+  assert.equal(await page.locator("#empty").isVisible(), true);
+  await page.screenshot({ path: path.join(OUTPUT_DIR, "panel-empty-dark.png") });
+
+  const until = CONVERSATION.findIndex((m) => m.type === "summary");
+  await post(page, ...CONVERSATION.slice(0, until + 2),
+    { type: "progress", message: "Writing the answer from the research notes…", percentage: 90, done: false });
+  await settle(page);
+  assert.equal(await page.locator("#empty").isVisible(), false);
+  assert.equal(await page.locator(".message.streaming").getAttribute("aria-busy"), "true");
+  assert.match(await page.locator(".message.streaming .answer").innerText(), /^Billing listens on port 8101/);
+  assert.equal(await page.locator("#stop").isVisible(), true);
+  await page.screenshot({ path: path.join(OUTPUT_DIR, "panel-streaming-dark.png") });
+  await page.close();
+});
