@@ -8,7 +8,8 @@
 import * as path from "node:path";
 import * as vscode from "vscode";
 import {
-  CloseAction, ErrorAction, LanguageClient, LanguageClientOptions, ServerOptions, State, StaticFeature, TransportKind,
+  CloseAction, ErrorAction, LanguageClient, LanguageClientOptions, RevealOutputChannelOn, ServerOptions, State, StaticFeature,
+  TransportKind,
 } from "vscode-languageclient/node";
 import { ChatController } from "./chat/controller";
 import { resolveExecutable } from "./chat/executable";
@@ -117,7 +118,7 @@ class Daemon {
       documentSelector: [],
       initializationOptions: explicitSettings(),
       outputChannel: this.log,
-      revealOutputChannelOn: 4 /* RevealOutputChannelOn.Never */,
+      revealOutputChannelOn: RevealOutputChannelOn.Never,
       errorHandler: {
         error: () => ({ action: ErrorAction.Continue }),
         closed: () => {

@@ -33,6 +33,8 @@ export interface SelectionContext {
 
 interface Reply {
   question: string;
+  /** The transcript the reply belongs to; a new chat or an opened session starts another. */
+  transcript: number;
   cancel: CancellationTokenSource;
   sessionId?: string;
   replyId?: string;
@@ -49,6 +51,7 @@ export class ChatController {
   /** Everything posted since the last reset, replayed when the webview (re)loads. */
   private transcript: ToView[] = [];
   private title = "New chat";
+  private transcriptNumber = 0;
   private status: { status: ConnectionStatus; detail: string } = { status: "starting", detail: "" };
   sessionId: string | undefined;
 
@@ -120,7 +123,7 @@ export class ChatController {
       this.fail(question, "The Imprint daemon is not running. Use “Imprint: Restart Daemon” or check “Imprint: Show Log”.");
       return;
     }
-    const reply: Reply = { question, cancel: new CancellationTokenSource(), sessionId: this.sessionId };
+    const reply: Reply = { question, transcript: this.transcriptNumber, cancel: new CancellationTokenSource(), sessionId: this.sessionId };
     const token = `imprint-vscode-${process.pid}-${++progressTokens}`;
     reply.progress = connection.onProgress(workDoneProgress, token, (value) => this.onProgress(value));
     this.reply = reply;
@@ -133,9 +136,11 @@ export class ChatController {
     if (workspace) params.workspace = workspace;
     try {
       const result = await connection.sendRequest<wire.ChatResult>(wire.CHAT, params, reply.cancel.token);
+      if (!this.current(reply)) return;
       this.sessionId = result.sessionId;
       this.post({ type: "replyEnd", text: result.text, sources: result.sources, stopReason: result.stopReason });
     } catch (error) {
+      if (!this.current(reply)) return;
       // A reply that reached the daemon is in a session even when it failed (the question is stored).
       if (reply.sessionId) this.sessionId = reply.sessionId;
       if (error instanceof ResponseError && error.code === wire.REQUEST_CANCELLED) {
@@ -203,10 +208,15 @@ export class ChatController {
 
   // -- notifications ------------------------------------------------------------------------
 
+  /** True while the panel still shows the transcript `reply` was asked in. */
+  private current(reply: Reply): boolean {
+    return reply.transcript === this.transcriptNumber;
+  }
+
   /** True when a notification belongs to the reply in flight (and adopts its ids). */
   private ours(params: { sessionId: string; replyId: string }): boolean {
     const reply = this.reply;
-    if (!reply) return false;
+    if (!reply || !this.current(reply)) return false;
     if (reply.sessionId && params.sessionId !== reply.sessionId) return false;
     if (reply.replyId && params.replyId !== reply.replyId) return false;
     reply.sessionId = params.sessionId;
@@ -247,6 +257,7 @@ export class ChatController {
   }
 
   private reset(items: TranscriptItem[]): void {
+    this.transcriptNumber++;
     this.transcript = [];
     this.post({ type: "reset", title: this.title, items });
   }

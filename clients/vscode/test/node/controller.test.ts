@@ -161,6 +161,25 @@ test("Stop cancels the request: it answers -32800, the panel goes idle and the q
   assert.equal(panel.ofType("replyEnd")[0].text, "Short one.");
 });
 
+test("New Chat during a reply cancels it; nothing of it reaches the new chat", async () => {
+  await stub.queue({ text: "An answer for the old chat", hold: true });
+  const asked = panel.controller.ask("Old question");
+  await panel.next("delta");
+  panel.controller.newChat();
+  const resetAt = panel.messages.length;
+  await asked;
+  await stub.release();
+  assert.equal(panel.controller.busy, false);
+  assert.equal(panel.controller.sessionId, undefined, "the new chat is not the old session");
+  assert.deepEqual(panel.messages.slice(resetAt).map((m) => m.type).filter((t) => t !== "status"), ["progress", "busy"]);
+  await stub.queue("New answer.");
+  await panel.controller.ask("New question");
+  const sessions = await panel.controller.listSessions();
+  assert.equal(sessions.length, 2);
+  assert.equal(sessions[0].sessionId, panel.controller.sessionId);
+  assert.equal(sessions[0].title, "New question");
+});
+
 test("sessions are listed, opened with tool steps collapsed, and deleted", async () => {
   writeFileSync(path.join(home.workspace, "notes.txt"), "billing: 8101\n");
   await stub.queue(
