@@ -35,6 +35,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   });
   chatView.onMessage = (message) => void controller.handle(message);
   const daemon = new Daemon(log, controller);
+  running = daemon;
 
   context.subscriptions.push(
     log, status, controller,
@@ -51,19 +52,21 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       else if (event.affectsConfiguration("imprint.chat")) daemon.sendSettings();
     }),
     vscode.workspace.onDidGrantWorkspaceTrust(() => void daemon.restart()),
-    { dispose: () => void daemon.stop() },
   );
   void daemon.start();
 }
 
-export function deactivate(): void {
-  // Disposables registered in activate stop the daemon.
+/** VS Code waits for the daemon's `shutdown`/`exit` before the extension host goes. */
+export function deactivate(): Promise<void> | undefined {
+  return running?.stop();
 }
 
-/** The daemon process and its language client, restarted when it dies. */
+let running: Daemon | undefined;
+
 const MAX_RESTARTS = 4;
 const RESTART_WINDOW_MS = 3 * 60 * 1000;
 
+/** The daemon process and its language client, restarted when it dies. */
 class Daemon {
   private client: LanguageClient | undefined;
   private restarts: number[] = [];
@@ -103,7 +106,7 @@ class Daemon {
   async stop(): Promise<void> {
     const client = this.client;
     this.client = undefined;
-    if (client?.isRunning()) await client.stop().catch(() => undefined);
+    await client?.dispose(2000).catch(() => undefined);
   }
 
   sendSettings(): void {

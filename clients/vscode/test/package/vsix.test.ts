@@ -66,6 +66,13 @@ test("the manifest contributes the commands, the chat view and every daemon sett
   assert.equal(manifest.capabilities.untrustedWorkspaces.supported, "limited");
   assert.deepEqual(manifest.capabilities.untrustedWorkspaces.restrictedConfigurations, ["imprint.serverPath"]);
 
+  // Every contributed command is registered by the extension, and nothing else is.
+  const source = readFileSync(path.join(ROOT, "src", "extension.ts"), "utf8");
+  const registered = [...source.matchAll(/registerCommand\("([^"]+)"/g)].map((match) => match[1]).sort();
+  assert.deepEqual(registered, commands);
+  const viewIds = [...source.matchAll(/registerWebviewViewProvider\("([^"]+)"/g)].map((match) => match[1]);
+  assert.deepEqual(viewIds, ["imprint.chat"]);
+
   const properties = manifest.contributes.configuration.properties;
   assert.equal(properties["imprint.serverPath"].default, "imprintd");
   assert.deepEqual(Object.keys(properties).filter((key) => key.startsWith("imprint.chat.")), SETTING_KEYS.map((key) => `imprint.${key}`));
