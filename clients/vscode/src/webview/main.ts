@@ -22,7 +22,9 @@ interface PanelState {
 declare function acquireVsCodeApi(): VsCodeApi;
 
 const vscode = acquireVsCodeApi();
-const markdown = createMarkdown();
+const markdown = createMarkdown(false);
+/** The user's own text keeps its line breaks (Shift+Enter), and a pasted selection its code block. */
+const userMarkdown = createMarkdown(true);
 
 const transcriptEl = byId("transcript");
 const emptyEl = byId("empty");
@@ -68,8 +70,8 @@ function element<K extends keyof HTMLElementTagNameMap>(tag: K, className?: stri
   return el;
 }
 
-function createMarkdown(): MarkdownIt {
-  const md = new MarkdownIt({ html: false, linkify: true, breaks: false });
+function createMarkdown(breaks: boolean): MarkdownIt {
+  const md = new MarkdownIt({ html: false, linkify: true, breaks });
   md.renderer.rules.fence = (tokens, index) => {
     const token = tokens[index];
     const language = token.info.trim().split(/\s+/, 1)[0] ?? "";
@@ -99,7 +101,9 @@ function append(el: HTMLElement): void {
 function userMessage(text: string): HTMLElement {
   const article = element("article", "message user");
   article.appendChild(element("div", "role", "You"));
-  article.appendChild(element("div", "bubble", text));
+  const bubble = element("div", "bubble markdown");
+  bubble.innerHTML = userMarkdown.render(text);
+  article.appendChild(bubble);
   return article;
 }
 
@@ -325,7 +329,7 @@ function renderItems(items: TranscriptItem[]): void {
   const html: string[] = [];
   for (const item of items) {
     if (item.kind === "user") {
-      html.push(`<article class="message user"><div class="role">You</div><div class="bubble">${escape(item.text)}</div></article>`);
+      html.push(`<article class="message user"><div class="role">You</div><div class="bubble markdown">${userMarkdown.render(item.text)}</div></article>`);
     } else if (item.kind === "summary") {
       const { firstSeq, lastSeq, text } = item.summary;
       html.push(`<details class="summary-divider"><summary>Earlier conversation summarized: #${firstSeq}–#${lastSeq}</summary>` +

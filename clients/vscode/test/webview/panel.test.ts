@@ -49,8 +49,9 @@ test("a scripted conversation renders: steps, progress, thinking, summary divide
 
   await post(page, ...CONVERSATION.slice(progressAt + 1));
   await settle(page);
+  await page.context().grantPermissions(["clipboard-read", "clipboard-write"], { origin });
 
-  assert.deepEqual(await texts(page, ".message.user .bubble"), ["Which port does billing use, and how long does its client wait?", "And in staging?"]);
+  assert.deepEqual((await texts(page, ".message.user .bubble")).map((text) => text.trim()), ["Which port does billing use, and how long does its client wait?", "And in staging?"]);
   const steps = page.locator(".message.assistant").first().locator(".step");
   assert.deepEqual(await steps.evaluateAll((rows) => rows.map((row) => row.className)), ["step finished", "step failed", "step finished"]);
   assert.match(await steps.nth(1).innerText(), /Reading \.\.\/etc\/passwd[\s\S]*refused path '\.\.\/etc\/passwd'/);
@@ -69,6 +70,9 @@ test("a scripted conversation renders: steps, progress, thinking, summary divide
   assert.equal(await first.locator(".answer strong").textContent(), "port 8101");
   assert.equal(await first.locator(".code pre code").textContent(), "class BillingClient:\n    TIMEOUT_SECONDS = 7.5\n");
   assert.equal(await first.locator(".code .code-lang").textContent(), "python");
+  await first.locator(".code button.copy").click();
+  await page.locator(".code button.copy", { hasText: "Copied" }).waitFor();
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), "class BillingClient:\n    TIMEOUT_SECONDS = 7.5\n");
   assert.equal(await first.locator(".thinking").count(), 1, "the preamble stays, folded");
 
   assert.deepEqual(await texts(page, ".sources .source-place"), ["deploy/billing.yaml:3–5", "src/billing/client.py:41–42"]);
@@ -127,6 +131,16 @@ test("the CSP blocks inline script without the nonce; the nonce'd bundle runs", 
   assert.ok(violations.some((directive) => directive.startsWith("script-src")), `violations: ${violations}`);
   assert.equal(await page.evaluate(() => (window as unknown as { __inline?: string }).__inline), undefined);
   assert.deepEqual((await posted(page))[0], { type: "ready" }, "the bundle with the nonce ran");
+  await page.close();
+});
+
+test("the user's text keeps its line breaks and a pasted selection shows as a code block", async () => {
+  const page = await openPanel(browser, origin);
+  await post(page, { type: "user", text: "What does this do?\nAnd why?\n\nFrom src/math.py, lines 3–4:\n\n```python\ndef inc(x):\n    return x + 1\n```" });
+  await settle(page);
+  const bubble = page.locator(".message.user .bubble");
+  assert.equal(await bubble.locator("br").count(), 1);
+  assert.equal(await bubble.locator(".code pre code").textContent(), "def inc(x):\n    return x + 1\n");
   await page.close();
 });
 
