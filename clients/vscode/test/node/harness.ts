@@ -123,7 +123,7 @@ export class Daemon {
     const connection = createMessageConnection(new StreamMessageReader(proc.stdout!), new StreamMessageWriter(proc.stdin!));
     const daemon = new Daemon(proc, connection);
     connection.listen();
-    await connection.sendRequest("initialize", {
+    const initialized = connection.sendRequest("initialize", {
       processId: process.pid,
       clientInfo: { name: "imprint-vscode-test" },
       rootUri: null,
@@ -131,6 +131,13 @@ export class Daemon {
       workspaceFolders: [{ uri: pathToFileURL(home.workspace).href, name: "workspace" }],
       initializationOptions,
     });
+    try {
+      await initialized;
+    } catch (error) {
+      daemon.proc.kill("SIGKILL");
+      await daemon.exited;
+      throw new Error(`imprintd did not initialize (${python()} -m imprintd serve --stdio): ${String(error)}\n${daemon.stderr.join("")}`);
+    }
     await connection.sendNotification("initialized", {});
     return daemon;
   }
