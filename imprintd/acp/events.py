@@ -11,6 +11,7 @@ become thought chunks, one line each (ADR 0093: never the answer).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,19 +49,27 @@ def tool_kind(tool: str) -> wire.ToolKind:
     return TOOL_KINDS.get(tool, "other")
 
 
-def location(root: Path | None, path: str, line: int | None = None) -> wire.ToolCallLocation:
-    """A workspace path as an ACP location: absolute, the line 0-based as Zed reads it."""
-    absolute = (root / path) if root is not None else Path(path)
-    return wire.ToolCallLocation(path=str(absolute), line=(line - 1) if line else UNSET)
+def location(root: Path | None, path: str, line: int | None = None) -> list[wire.ToolCallLocation]:
+    """A workspace path as an ACP location (absolute; the line 0-based, as Zed reads it).
+
+    No location for a path outside the workspace: the tools refuse those reads, and a client
+    should not be pointed at them.
+    """
+    if root is None:
+        return []
+    absolute = Path(os.path.normpath(root / path))
+    if not absolute.is_relative_to(root):
+        return []
+    return [wire.ToolCallLocation(path=str(absolute), line=(line - 1) if line else UNSET)]
 
 
 def arguments_location(root: Path | None, tool: str, arguments: Mapping[str, Any]) -> list[wire.ToolCallLocation]:
-    """Where a stored call with these arguments reads, when it reads a file."""
+    """Where a stored call with these arguments reads, when it reads a workspace file."""
     path = arguments.get("path")
     if tool != "read_file" or not isinstance(path, str) or not path:
         return []
     start = arguments.get("start_line")
-    return [location(root, path, start if isinstance(start, int) and not isinstance(start, bool) else None)]
+    return location(root, path, start if isinstance(start, int) and not isinstance(start, bool) else None)
 
 
 def title_location(root: Path | None, step: ToolStep) -> list[wire.ToolCallLocation]:
@@ -69,7 +78,7 @@ def title_location(root: Path | None, step: ToolStep) -> list[wire.ToolCallLocat
     if match is None:
         return []
     start = match["start"] or match["from"]
-    return [location(root, match["path"], int(start) if start else None)]
+    return location(root, match["path"], int(start) if start else None)
 
 
 def file_uri(root: Path | None, path: str, start_line: int, end_line: int) -> str:
