@@ -24,13 +24,13 @@ _FAILED = ("Error:", "There is no tool named")
 
 
 def replay(messages: Sequence[Message], root: Path | None) -> Iterator[wire.SessionUpdate]:
-    results = {m.tool_call_id: m for m in messages if m.role == "tool"}
-    for message in messages:
+    for index, message in enumerate(messages):
         if message.role == "user":
             yield wire.UserMessageChunk(content=text_block(message.content))
         elif message.role == "assistant" and message.tool_calls:
             if message.content:
                 yield wire.AgentThoughtChunk(content=text_block(message.content))
+            results = _results_after(messages, index)
             for call in message.tool_calls:
                 result = results.get(call.id)
                 failed = result is not None and result.content.startswith(_FAILED)
@@ -41,3 +41,16 @@ def replay(messages: Sequence[Message], root: Path | None) -> Iterator[wire.Sess
                     raw_input=call.arguments)
         elif message.role == "assistant" and message.content:
             yield wire.AgentMessageChunk(content=text_block(message.content))
+
+
+def _results_after(messages: Sequence[Message], index: int) -> dict[str, Message]:
+    """The tool results answering the calls of ``messages[index]``: the tool messages right after it.
+
+    Matched there, not session-wide, because models reuse call ids between rounds ("call_0").
+    """
+    results: dict[str, Message] = {}
+    for message in messages[index + 1:]:
+        if message.role != "tool":
+            break
+        results.setdefault(message.tool_call_id or "", message)
+    return results
