@@ -69,8 +69,12 @@ async def test_tool_steps_are_tool_calls_with_kind_status_and_location(agent, st
     assert "'..' segments are not allowed" in detail
     # What the model wrote before calling tools is not the answer; only the result's text is.
     assert texts(updates, "agent_message_chunk") == ["Billing listens on 8101."]
-    thoughts = "".join(texts(updates, "agent_thought_chunk"))
+    thoughts = texts(updates, "agent_thought_chunk")
     assert f"Indexing the workspace: {len(INDEXED)} of {len(INDEXED)} files\n" in thoughts
+    # It is thinking, sent once the round went on to its tool call, before that call starts.
+    preamble = next(u for u in updates if u.session_update == "agent_thought_chunk"
+                    and u.content.text == "Let me read the deployment.")
+    assert updates.index(preamble) == updates.index(read) - 1
     # The order a client shows: the steps, then the answer last.
     kinds = [u.session_update for u in updates]
     assert kinds.index("tool_call") < kinds.index("agent_message_chunk") == len(kinds) - 1
