@@ -245,7 +245,7 @@ PARAMS: dict[str, msgspec.json.Decoder] = {
 def field_message(error: msgspec.ValidationError) -> str:
     """msgspec says "Expected `str`, got `int` - at `$.prompt[0].text`"; say it by the field's name."""
     text = str(error)
-    missing = re.match(r"Object missing required field `(.*)`(?: - at `\$\.?(.*)`)?$", text)
+    missing = re.match(r"Object missing required field `(.*?)`(?: - at `\$\.?(.*)`)?$", text)
     if missing:
         name, where = missing.groups()
         return f"{(where + '.') if where else ''}{name}: required field is missing"
