@@ -169,7 +169,7 @@ def _decode_params(method: str, raw: msgspec.Raw | Any) -> Any:
     if decoder is None:
         return None
     try:
-        return decoder.decode(raw if raw is not UNSET else b"{}")
+        return decoder.decode(b"{}" if raw is UNSET or bytes(raw) == b"null" else raw)
     except msgspec.ValidationError as error:
         raise RpcError(INVALID_PARAMS, f"Invalid params for {method!r}: {wire.field_message(error)}") from None
 
@@ -184,8 +184,8 @@ def _request_problem(message: wire.Envelope) -> str | None:
         return None
     if message.id is None:
         return "A request id must be an integer or a string, not null."
-    if message.params is not UNSET and bytes(message.params)[:1] not in (b"{", b"["):
-        return "\"params\" must be an object or an array."
+    if message.params is not UNSET and bytes(message.params)[:1] not in (b"{", b"[", b"n"):
+        return "\"params\" must be an object or an array."  # (null is taken as no params)
     return None
 
 

@@ -100,9 +100,11 @@ def test_bad_lines_are_answered_and_the_agent_keeps_serving(raw):
     message = raw.read()
     assert error_of(message) == (11, -32602) and "prompt[0].text: required field is missing" in message["error"]["message"]
 
-    raw.request(12, "initialize", {"protocolVersion": 1})
+    raw.send({"jsonrpc": "2.0", "id": 12, "method": "session/list", "params": None})  # null: no params
+    assert raw.read() == {"jsonrpc": "2.0", "id": 12, "result": {"sessions": []}}
+    raw.request(13, "initialize", {"protocolVersion": 1})
     answer = raw.read()
-    assert answer["id"] == 12 and answer["result"]["protocolVersion"] == 1
+    assert answer["id"] == 13 and answer["result"]["protocolVersion"] == 1
     assert raw.close() == 0
     assert raw.lines.empty()  # exactly one answer each: nothing more was written
 
