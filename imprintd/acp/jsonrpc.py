@@ -3,8 +3,9 @@
 What the agent must do whatever it is sent: answer every request exactly once, answer
 invalid JSON with -32700 (id null), a line that is not a JSON-RPC request with -32600, an
 unknown method with -32601, bad params with -32602 naming the field, ignore unknown
-notifications, and keep serving. Internal errors are answered with an incident id; the
-detail goes to the log, never to the client.
+notifications, and keep serving. A request that cannot be carried out (the model cannot be
+reached, the store fails) is -32603 with the cause in words; an unexpected error is -32603
+with an incident id, its detail in the log, never sent to the client.
 
 Handlers are plain functions. One that returns an awaitable is run as its own task, so a
 long ``session/prompt`` never holds up the requests after it; everything up to that point

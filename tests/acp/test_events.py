@@ -77,3 +77,14 @@ def test_stop_reasons_map_to_acp():
     for research_stop in ("token_budget", "time_budget", "no_new_evidence", "context_full"):
         assert stop_reason(research_stop) == "end_turn"
     assert stop_reason("length") == "max_tokens"
+
+
+def test_progress_and_a_written_summary_are_thoughts_one_line_each():
+    acp_events, sent = events()
+    acp_events.progress("Analyzing section 3 of 12", 25)
+    acp_events.summary("- (#1–#4) The user asked about billing …", 1, 12)
+    for notification in sent.notifications:
+        conforms(schema.SessionNotification, notification)
+    assert [(n["update"]["sessionUpdate"], n["update"]["content"]["text"]) for n in sent.notifications] == [
+        ("agent_thought_chunk", "Analyzing section 3 of 12\n"),
+        ("agent_thought_chunk", "Summarized the earlier conversation (messages #1–#12).\n")]

@@ -11,7 +11,7 @@ import acp
 import pytest
 
 from imprintd.store import Store
-from tests.acp.peer import acp_agent, texts
+from tests.acp.peer import acp_agent
 from tests.openai_stub import StubReply
 
 
