@@ -132,7 +132,8 @@ async def test_an_unreachable_model_fails_the_prompt_with_the_cause_and_the_agen
     session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
     with pytest.raises(acp.RequestError) as error:
         await ask(agent, session.session_id, acp.text_block("Is anyone there?"))
-    assert error.value.code == -32603 and "incident" not in str(error.value)
+    assert error.value.code == -32603 and "stream ended" in str(error.value)  # the cause, in words
+    assert "incident" not in str(error.value)
     assert stored_messages(daemon_env, session.session_id) == [("user", "Is anyone there?")]
     stub.queue("Yes.")
     assert (await ask(agent, session.session_id, acp.text_block("Now?"))).stop_reason == "end_turn"
