@@ -29,7 +29,7 @@ from imprintd.acp import wire
 
 logger = logging.getLogger(__name__)
 
-#: A line longer than this is refused (and skipped unread) rather than held in memory.
+#: A line longer than this, its newline included, is refused (and skipped unread) rather than held.
 MAX_LINE = 16 * 1024 * 1024
 
 PARSE_ERROR = -32700
@@ -219,8 +219,8 @@ def read_lines(stream: BinaryIO, deliver: Callable[[bytes | LineTooLong | None],
             if not line:
                 return
             if len(line) > MAX_LINE:
-                length = len(line) + _skip_line(stream)
-                deliver(LineTooLong(length))
+                rest = 0 if line.endswith(b"\n") else _skip_line(stream)
+                deliver(LineTooLong(len(line) + rest))
                 continue
             if line.strip():
                 deliver(line)

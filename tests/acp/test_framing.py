@@ -174,3 +174,16 @@ def test_stdin_closing_mid_prompt_ends_the_agent_cleanly(daemon_env, stub, works
         assert agent.close() == 0
     finally:
         hold.set()
+
+
+def test_the_line_after_an_over_long_one_is_kept_whether_or_not_the_long_one_ended(monkeypatch):
+    import io
+
+    from imprintd.acp import jsonrpc
+
+    monkeypatch.setattr(jsonrpc, "MAX_LINE", 8)
+    stream = io.BytesIO(b"12345678\n" + b"x" * 20 + b"\nkept-1\n" + b"y" * 8 + b"\nkept-2\n\nlast")
+    delivered = []
+    jsonrpc.read_lines(stream, delivered.append)
+    shown = [item.length if isinstance(item, jsonrpc.LineTooLong) else item for item in delivered]
+    assert shown == [9, 21, b"kept-1\n", 9, b"kept-2\n", b"last", None]
