@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("acp", parents=[common], help="speak the Agent Client Protocol on stdin/stdout",
                         description="Run as an ACP agent (Zed, CodeCompanion, avante): newline-delimited "
                                     "JSON-RPC on stdin/stdout, logs on stderr. Settings come from the config "
-                                    "file and IMPRINT_* environment variables.")
+                                    "file, IMPRINT_* environment variables and the options below.")
 
     ask = commands.add_parser("ask", parents=[common], help="ask one question and print the answer",
                               description="Ask one question; the answer streams to stdout, the session id to stderr.")
