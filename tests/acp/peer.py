@@ -114,14 +114,15 @@ class Peer:
 
 
 @asynccontextmanager
-async def acp_agent(env: dict[str, str], log_dir: Path, name: str = "agent") -> AsyncIterator[Peer]:
+async def acp_agent(env: dict[str, str], log_dir: Path, name: str = "agent", *,
+                    args: tuple[str, ...] = ()) -> AsyncIterator[Peer]:
     """A running ``imprintd acp``, initialized; on exit, every message it wrote must have conformed."""
     client = RecordingClient()
     checker = SchemaChecker()
     stderr = log_dir / f"{name}.stderr"
     with open(stderr, "wb") as log:
         async with acp.spawn_agent_process(
-            client, sys.executable, "-m", "imprintd", "acp", env=env,
+            client, sys.executable, "-m", "imprintd", "acp", *args, env=env,
             transport_kwargs={"stderr": log, "shutdown_timeout": 30.0}, observers=[checker.observe],
         ) as (conn, process):
             peer = Peer(conn, process, client, checker, stderr)

@@ -189,10 +189,15 @@ async def test_a_second_prompt_in_a_session_waits_for_the_first(agent, stub, wor
         ("user", "First?"), ("assistant", "First answer."), ("user", "Second?"), ("assistant", "Second answer.")]
 
 
-async def test_settings_come_from_the_imprint_environment(daemon_env, stub, tmp_path, workspace):
+async def test_settings_come_from_the_imprint_environment_and_flags_after_acp(daemon_env, stub, tmp_path,
+                                                                            workspace):
     env = {**daemon_env, "IMPRINT_CHAT_MAX_TOKENS": "77"}
-    stub.queue("Short.")
-    async with acp_agent(env, tmp_path) as agent:
+    stub.queue("Short.", "Shorter.")
+    async with acp_agent(env, tmp_path, "from-env") as agent:
         session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
         await ask(agent, session.session_id, acp.text_block("Hi"))
     assert stub.requests[-1]["max_tokens"] == 77
+    async with acp_agent(env, tmp_path, "from-flag", args=("--set", "chat.max_tokens=66")) as agent:
+        session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+        await ask(agent, session.session_id, acp.text_block("Hi"))
+    assert stub.requests[-1]["max_tokens"] == 66  # a flag wins over the environment
