@@ -7,6 +7,7 @@ The workspace and the scripted coordinator are the research end-to-end test's (i
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import acp
 
@@ -120,3 +121,22 @@ async def test_a_research_stop_answers_with_sources_as_resource_links(daemon_env
     assert "Writing the answer from the research notes…\n" in thoughts
     searches = [u for u in tool_updates(updates) if u.session_update == "tool_call" and u.kind == "search"]
     assert searches[0].title == "Searching the workspace for “billing port”" and searches[0].locations is None
+
+
+async def test_text_cut_off_by_the_time_budget_is_thinking_and_the_answer_from_notes_follows(
+        daemon_env, stub, tmp_path, workspace):
+    hold = threading.Event()
+    stub.queue(StubReply(text="Let me think about billing for a long while", hold=hold),
+               "From what I have: nothing about billing yet.")
+    env = {**daemon_env, "IMPRINT_CHAT_RESEARCH_TIME_BUDGET": "3"}
+    try:
+        async with acp_agent(env, tmp_path) as agent:
+            session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+            answer = await ask(agent, session.session_id, "Which port does billing use?")
+            updates = agent.take_updates(session.session_id)
+    finally:
+        hold.set()
+    assert answer.stop_reason == "end_turn"  # the time budget stopped research; the answer from notes ends the turn
+    assert "tools" not in stub.requests[-1]  # the tools-free final request wrote the answer
+    assert texts(updates, "agent_thought_chunk")[-2:] == ["Let", "Writing the answer from the research notes…\n"]
+    assert texts(updates, "agent_message_chunk") == ["From what I have: nothing about billing yet."]
