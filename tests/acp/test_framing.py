@@ -12,7 +12,7 @@ import threading
 import pytest
 from acp import schema
 
-from tests.acp.peer import SchemaChecker
+from tests.acp.peer import SchemaChecker, conforms
 from tests.openai_stub import StubReply
 
 TIMEOUT_S = 60
@@ -54,7 +54,12 @@ class RawAgent:
     def read(self) -> dict:
         line = self.lines.get(timeout=TIMEOUT_S)
         assert line.endswith(b"\n") and line.count(b"\n") == 1
-        return json.loads(line)
+        message = json.loads(line)
+        assert message["jsonrpc"] == "2.0"
+        if "error" in message:
+            assert "result" not in message and "id" in message
+            conforms(schema.Error, message["error"])
+        return message
 
     def close(self) -> int:
         self.process.stdin.close()
