@@ -67,11 +67,11 @@ class TextBlock(_Wire, tag_field="type", tag="text"):
 
 
 class ImageBlock(_Wire, tag_field="type", tag="image"):
-    mime_type: str = ""
+    """Decoded only to be refused by name: promptCapabilities says image is false."""
 
 
 class AudioBlock(_Wire, tag_field="type", tag="audio"):
-    mime_type: str = ""
+    """Decoded only to be refused by name: promptCapabilities says audio is false."""
 
 
 class ResourceLinkBlock(_Wire, tag_field="type", tag="resource_link"):
