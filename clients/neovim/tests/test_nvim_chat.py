@@ -79,6 +79,14 @@ def test_a_direct_answer_streams_into_the_chat_buffer_and_the_result_text_stays(
 def test_research_folds_the_preamble_shows_tool_steps_and_progress_and_ends_with_the_result(editor, stub, workspace):
     write_repo(workspace)
     stub.queue(*[researcher] * 6)
+    # Registered after the plugin's own LspProgress autocmd, so it sees the winbar it set.
+    editor.lua("""
+        _G.test_winbars = {}
+        vim.api.nvim_create_autocmd('LspProgress', { callback = function()
+          local win = require('imprint.chat')._state.win
+          if win then table.insert(_G.test_winbars, vim.wo[win].winbar) end
+        end })
+    """)
 
     editor.command("Imprint Which port does billing use?")
     [done] = editor.wait_done(1)
@@ -105,6 +113,8 @@ def test_research_folds_the_preamble_shows_tool_steps_and_progress_and_ends_with
     assert f"Reading {PORT_FILE}" in messages
     assert "Writing the answer from the research notes…" in messages
     assert progress[-1]["kind"] == "end"
+    winbars = editor.lua("return _G.test_winbars")
+    assert f"%#ImprintWinbar#Imprint · Which port does billing use? · Reading {PORT_FILE}" in winbars
     # The winbar is back to its idle text.
     assert editor.lua("return vim.wo[require('imprint.chat')._state.win].winbar") == \
         "%#ImprintWinbar#Imprint · Which port does billing use?"
@@ -171,6 +181,16 @@ def test_the_selection_goes_with_the_question_as_a_fenced_block(editor, stub, wo
     lines = editor.chat_lines()
     assert lines[:3] == ["## You", "", "What does this return?"] and "```python" in lines
     assert lines[-1] == "It reads PORT from the environment."
+
+    # Without a question, vim.ui.input asks for one (dressing.nvim, snacks.input show it).
+    stub.queue("It imports os.")
+    editor.lua("vim.ui.input = function(opts, on_confirm) _G.test_prompt = opts.prompt on_confirm('And this?') end")
+    editor.command("wincmd p")  # asking focused the chat; back to the file
+    assert editor.lua("return vim.fn.expand('%')") == "app.py"
+    editor.command("1ImprintAsk")
+    editor.wait_done(2)
+    assert editor.lua("return _G.test_prompt") == "Ask Imprint: "
+    assert stub.requests[1]["messages"][-1]["content"] == "And this?\n\n`app.py` line 1:\n```python\nimport os\n```"
 
 
 def test_settings_go_as_initialization_options_change_at_runtime_and_a_refusal_is_an_error(
