@@ -101,3 +101,28 @@ def test_imprint_log_opens_the_daemons_log(editor, options, stub):
     editor.command("ImprintLog")
     assert editor.lua("return vim.api.nvim_buf_get_name(0)") == options["log_file"]
     assert any("imprintd" in line for line in editor.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)"))
+
+
+def test_the_chat_follows_the_reply_unless_the_user_moved_up_to_read(editor, stub):
+    cursor = "return vim.api.nvim_win_get_cursor(require('imprint.chat')._state.win)[1]"
+    stub.queue("Line one.\n\nLine two.\n\nLine three.")
+    editor.command("Imprint Follow me")
+    editor.wait_done(1)
+    assert editor.lua(cursor) == len(editor.chat_lines())  # followed to the end
+
+    release = threading.Event()
+    stub.queue(StubReply(text="Words\n\nthat come later", hold=release))  # the first delta is three lines
+    try:
+        editor.command("Imprint Now wait")
+        editor.wait("vim.api.nvim_buf_get_lines(require('imprint.chat').buffer(), -2, -1, false)[1] == 'that'",
+                    "the first delta")
+        # The chat is the current window (asking focused it) and follows the stream.
+        assert editor.lua("return vim.api.nvim_get_current_win() == require('imprint.chat')._state.win")
+        editor.wait(f"({cursor.removeprefix('return ')}) == vim.api.nvim_buf_line_count(require('imprint.chat').buffer())",
+                    "the cursor to follow the first delta")
+        editor.lua("vim.api.nvim_win_set_cursor(0, { 3, 0 })")  # up, to reread the first question
+    finally:
+        release.set()
+    editor.wait_done(2)
+    assert editor.chat_lines()[-3:] == ["Words", "", "that come later"]
+    assert editor.lua(cursor) == 3

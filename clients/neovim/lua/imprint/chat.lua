@@ -207,10 +207,30 @@ function M.close()
   state.input_win, state.win = nil, nil
 end
 
-function M.scroll_to_end()
+--- The line the chat window's cursor was last put on by following the reply.
+local followed_line = 0
+
+local function chat_window()
   local win = state.win
   if win and api.nvim_win_is_valid(win) and api.nvim_win_get_buf(win) == state.buf then
-    api.nvim_win_set_cursor(win, { api.nvim_buf_line_count(state.buf), 0 })
+    return win
+  end
+  return nil
+end
+
+function M.scroll_to_end()
+  local win = chat_window()
+  if win then
+    followed_line = api.nvim_buf_line_count(state.buf)
+    api.nvim_win_set_cursor(win, { followed_line, 0 })
+  end
+end
+
+--- Keep the end of the reply in view, unless the user moved up in the chat to read.
+local function follow()
+  local win = chat_window()
+  if win and (api.nvim_get_current_win() ~= win or api.nvim_win_get_cursor(win)[1] >= followed_line) then
+    M.scroll_to_end()
   end
 end
 
@@ -224,9 +244,7 @@ local function schedule_scroll()
   scroll_pending = true
   vim.schedule(function()
     scroll_pending = false
-    if state.win and api.nvim_win_is_valid(state.win) and api.nvim_get_current_win() ~= state.win then
-      M.scroll_to_end()
-    end
+    follow()
   end)
 end
 
@@ -465,7 +483,7 @@ local function finish(reply, status, err)
   state.progress = nil
   vim.bo[state.buf].modifiable = false
   update_winbar()
-  M.scroll_to_end()
+  follow()
   api.nvim_exec_autocmds("User", {
     pattern = "ImprintReplyDone",
     modeline = false,
@@ -512,6 +530,7 @@ function M.ask(question)
   M.open()
   local reply = begin_exchange(question)
   state.reply = reply
+  M.scroll_to_end() -- a new question shows its answer
   if not state.title then
     state.title = question:match("^[^\n]*"):sub(1, 60)
   end
