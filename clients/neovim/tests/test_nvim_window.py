@@ -126,3 +126,12 @@ def test_the_chat_follows_the_reply_unless_the_user_moved_up_to_read(editor, stu
     editor.wait_done(2)
     assert editor.chat_lines()[-3:] == ["Words", "", "that come later"]
     assert editor.lua(cursor) == 3
+
+
+def test_the_log_folder_is_made_when_missing(bare_editor, options, stub, tmp_path):
+    log_file = tmp_path / "state" / "nvim" / "imprintd.log"  # as on a fresh machine: no folder yet
+    bare_editor.lua("require('imprint').setup(...)", {**options, "log_file": str(log_file)})
+    stub.queue("Started.")
+    bare_editor.command("Imprint Do you start?")
+    assert bare_editor.wait_done(1)[0]["status"] == "done"
+    assert log_file.is_file()

@@ -135,8 +135,11 @@ end
 --- The daemon's full command line.
 function M.command()
   local cmd = vim.deepcopy(M.options.cmd)
-  if M.options.log_file then
-    vim.list_extend(cmd, { "--log-file", M.options.log_file })
+  local log_file = M.options.log_file
+  if log_file then
+    -- The daemon cannot start when its log's folder is missing (a fresh ~/.local/state).
+    vim.fn.mkdir(vim.fs.dirname(log_file), "p")
+    vim.list_extend(cmd, { "--log-file", log_file })
   end
   return cmd
 end
