@@ -212,7 +212,8 @@ class _Ranking:
     window_scores: dict[Window, float]
     found: dict[Window, dict[str, int]]
     windows_by_entry: dict[int, list[Window]]
-    own: list[float]
+    own: dict[int, float]  # entry position → its best window's score (matching messages only)
+    smoothed: dict[int, float]  # entry position → S, for every candidate
     order: list[int]  # entry positions, best first
 
 
@@ -337,35 +338,36 @@ class ConversationHistory:
             by_entry.setdefault(position, []).append(window)
         if not by_entry:
             return None
-        own = [0.0] * len(self._entries)
-        for position, windows in by_entry.items():
-            own[position] = max(window_scores[w] for w in windows)
-        smoothed = _smooth(own)
-        candidates = [i for i, score in enumerate(smoothed) if score > 0 and self._entries[i].searchable]
+        own = {position: max(window_scores[w] for w in windows) for position, windows in by_entry.items()}
+        smoothed = {i: score for i, score in _smooth(own, len(self._entries)).items()
+                    if score > 0 and self._entries[i].searchable}
         # Ties: the later message first (rounded so index and scan agree to the last digit).
-        order = sorted(candidates, key=lambda i: (-round(smoothed[i], 9), -self._entries[i].seq))
-        return _Ranking(idf, window_scores, lookup.hits, by_entry, own, order)
+        order = sorted(smoothed, key=lambda i: (-round(smoothed[i], 9), -self._entries[i].seq))
+        return _Ranking(idf, window_scores, lookup.hits, by_entry, own, smoothed, order)
 
     # -- filling the budget --------------------------------------------------------------
     def _fill(self, query: str, ranking: _Ranking) -> SearchResult:
         shown: dict[int, _Shown] = {}
         rank_of: dict[int, int] = {}
         dates: dict[int, float] = {}
+        used = _Layout(self, len(self._heading(query)), dates)
         for rank, position in enumerate(ranking.order):
+            if OUTPUT_LIMIT - used.length < MIN_ROOM:
+                break
             if rank % 64 == 0:  # dates of the next candidates, in one look-up
                 seqs = [self._entries[p].seq for p in ranking.order[rank : rank + 64]]
                 dates.update(self.index.dates(seqs))
-            room = OUTPUT_LIMIT - len(self._print(query, shown, rank_of, dates))
-            if room < MIN_ROOM:
-                break
             choice = self._choose(position, ranking)
             if choice is None:
                 continue
-            fitted = self._fit(query, shown, rank_of, dates, position, rank, choice, ranking)
+            fitted = self._fit(used, position, choice, ranking)
             if fitted is not None:
                 shown[position] = fitted
                 rank_of[position] = rank
+                used.add(position, fitted)
         text = self._print(query, shown, rank_of, dates)
+        if len(text) > OUTPUT_LIMIT:  # not expected: the layout counts exactly what is printed
+            text = text[: OUTPUT_LIMIT - 1] + "…"
         places = tuple(
             Place(self._entries[p].seq, start, end)
             for p in sorted(shown, key=rank_of.__getitem__)
@@ -376,10 +378,18 @@ class ConversationHistory:
     def _choose(self, position: int, ranking: _Ranking) -> _Shown | None:
         """How a candidate is shown if it fits; ``None`` to skip it."""
         text = self._entries[position].text
-        if ranking.own[position] > 0:
+        if position in ranking.own:
             if len(text) <= WHOLE_MATCH_CHARS:
                 return _Shown(True, ((0, len(text)),))
-            return _Shown(False, self._places(ranking.windows_by_entry[position], ranking))
+            places = self._places(ranking.windows_by_entry[position], ranking)
+            own = ranking.own[position]
+            if ranking.smoothed[position] - own > own and len(text) <= NEIGHBOUR_PASTE_CHARS:
+                # Chosen mostly through its neighbours, as a reply to the question before it
+                # is: where it begins answers that question, so it is shown too.
+                head = (0, _cut_end(text, 0, WHOLE_NEIGHBOUR_CHARS))
+                rest = [(max(start, head[1]), end) for start, end in places if end > head[1]]
+                return _Shown(False, (head, *rest[: PLACES_PER_MESSAGE - 1]))
+            return _Shown(False, places)
         # Chosen only through its neighbours.
         if len(text) <= WHOLE_NEIGHBOUR_CHARS:
             return _Shown(True, ((0, len(text)),))
@@ -387,20 +397,15 @@ class ConversationHistory:
             return None
         return _Shown(False, ((0, _cut_end(text, 0, WHOLE_NEIGHBOUR_CHARS)),))
 
-    def _fit(self, query: str, shown: dict[int, _Shown], rank_of: dict[int, int], dates: Mapping[int, float],
-             position: int, rank: int, choice: _Shown, ranking: _Ranking) -> _Shown | None:
+    def _fit(self, used: _Layout, position: int, choice: _Shown, ranking: _Ranking) -> _Shown | None:
         """``choice`` if it fits in what is left; else its best place shortened to the room left."""
-        trial_ranks = {**rank_of, position: rank}
-        if len(self._print(query, {**shown, position: choice}, trial_ranks, dates)) <= OUTPUT_LIMIT:
+        if used.with_(position, choice) <= OUTPUT_LIMIT:
             return choice
         # What the message costs with an empty quote, and a margin for its offsets' digits.
-        empty = _Shown(False, ((0, 0),))
-        overhead = len(self._print(query, {**shown, position: empty}, trial_ranks, dates))
-        length = OUTPUT_LIMIT - overhead - 14
+        length = OUTPUT_LIMIT - used.with_(position, _Shown(False, ((0, 0),))) - 14
         while length >= MIN_QUOTE:
-            span = self._best_place(position, ranking, length)
-            fitted = _Shown(False, (span,))
-            over = len(self._print(query, {**shown, position: fitted}, trial_ranks, dates)) - OUTPUT_LIMIT
+            fitted = _Shown(False, (self._best_place(position, ranking, length),))
+            over = used.with_(position, fitted) - OUTPUT_LIMIT
             if over <= 0:
                 return fitted
             length -= over
@@ -446,11 +451,15 @@ class ConversationHistory:
         return tuple(spans)
 
     # -- printing -------------------------------------------------------------------------
+    @staticmethod
+    def _heading(query: str) -> str:
+        return (f"Earlier in this conversation, for “{_shorten(query)}” (best match first; consecutive "
+                "messages together; read a message exactly with message and offset):")
+
     def _print(self, query: str, shown: Mapping[int, _Shown], rank_of: Mapping[int, int],
                dates: Mapping[int, float]) -> str:
         """Consecutive messages together in conversation order; groups by their best member."""
-        heading = (f"Earlier in this conversation, for “{_shorten(query)}” (best match first; consecutive "
-                   "messages together; read a message exactly with message and offset):")
+        heading = self._heading(query)
         groups: list[list[int]] = []
         for position in sorted(shown):
             seq = self._entries[position].seq
@@ -516,6 +525,33 @@ class ConversationHistory:
         return start, _cut_end(text, start, length)
 
 
+class _Layout:
+    """The printed length of the messages chosen so far, kept as they are added.
+
+    The output is the heading, then groups separated by a blank line, each group's messages
+    one a line: heading + Σ blocks + one newline per message + one more per group.
+    """
+
+    def __init__(self, history: ConversationHistory, heading: int, dates: Mapping[int, float]) -> None:
+        self._history = history
+        self._dates = dates
+        self._seqs: set[int] = set()
+        self.length = heading
+
+    def _cost(self, position: int, shown: _Shown) -> int:
+        seq = self._history._entries[position].seq
+        joins = (seq - 1 in self._seqs) + (seq + 1 in self._seqs)  # groups it merges into
+        return len(self._history._block(position, shown, self._dates)) + 1 + (1 - joins)
+
+    def with_(self, position: int, shown: _Shown) -> int:
+        """The length with ``shown`` added."""
+        return self.length + self._cost(position, shown)
+
+    def add(self, position: int, shown: _Shown) -> None:
+        self.length += self._cost(position, shown)
+        self._seqs.add(self._history._entries[position].seq)
+
+
 def search_by_scan(history: ConversationHistory, query: str) -> str:
     """``history.search(query)`` without the index: every window re-tokenized (bench baseline)."""
     return history.search_places(query, scan=True).text
@@ -546,14 +582,24 @@ def _window_score(wanted: Sequence[str], found: Mapping[str, int], idf: Mapping[
     return bm25 * (matched / all_idf) if all_idf else 0.0
 
 
-def _smooth(own: Sequence[float]) -> list[float]:
-    """S(i) = own(i) + ½·(own(i−1) + own(i+1)) + ¼·(own(i−2) + own(i+2)), in conversation order."""
-    n = len(own)
+#: Neighbourhood smoothing: the share of a message's own score its neighbours get, by distance.
+_NEIGHBOUR_WEIGHTS = ((0, 1.0), (-1, 0.5), (1, 0.5), (-2, 0.25), (2, 0.25))
 
-    def at(i: int) -> float:
-        return own[i] if 0 <= i < n else 0.0
 
-    return [at(i) + 0.5 * (at(i - 1) + at(i + 1)) + 0.25 * (at(i - 2) + at(i + 2)) for i in range(n)]
+def _smooth(own: Mapping[int, float], count: int) -> dict[int, float]:
+    """S(i) = own(i) + ½·(own(i−1) + own(i+1)) + ¼·(own(i−2) + own(i+2)), in conversation order.
+
+    ``own`` holds the matching positions only; so does the work (not the whole conversation).
+    """
+    smoothed: dict[int, float] = {}
+    # Added in conversation order, so every path (index or scan) sums in the same order.
+    for position in sorted(own):
+        score = own[position]
+        for distance, weight in _NEIGHBOUR_WEIGHTS:
+            i = position + distance
+            if 0 <= i < count:
+                smoothed[i] = smoothed.get(i, 0.0) + weight * score
+    return smoothed
 
 
 def _overlap(a: Window, b: Window) -> bool:

@@ -3,9 +3,10 @@
 A message is indexed as 700-character windows (a new one every 350 characters, so a passage
 is never split between two), each with the Snowball stems of its words and their counts, and
 the window's length in words (BM25's document length). A tool result's query and a tool
-call's arguments count as words of the message's first window; so do its date's month, day
-and year (as ``date:m11``, ``date:d29``, ``date:y2026``, which no word of a text can be, so
-they match only a query that names a month and a number).
+call's arguments count as words of the message's first window; so does the local date it
+was stored, as ``date:11-29`` (month and day) and ``date:2026-11`` (year and month), which no
+word of a text can be (":" splits words), so they match only a query that names a month and a
+number.
 
 Two indexes give the same answers:
 
@@ -29,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import apsw
 import snowballstemmer
@@ -97,27 +98,27 @@ def date_label(created_at: float) -> str:
 
 
 def date_terms(created_at: float) -> list[str]:
-    """The month, day and year of a message's date as index terms."""
+    """A message's date as index terms: its month and day (``date:11-29``), its year and month
+    (``date:2026-11``)."""
     day = local_date(created_at)
-    return [f"date:m{day.tm_mon}", f"date:d{day.tm_mday}", f"date:y{day.tm_year}"]
+    return [f"date:{day.tm_mon}-{day.tm_mday}", f"date:{day.tm_year}-{day.tm_mon}"]
 
 
 def query_date_terms(query: str) -> list[str]:
     """Date terms a query asks for: only when it names a month and a number, or an ISO date.
 
-    "what did I say on November 12" → month 11 and day 12; a bare "12" matches text only, so a
-    port or a count is never taken for a day.
+    "what did I say on November 12" → the 12th of November of any year; "in November 2026" →
+    that month; a bare "12" matches text only, so a port or a count is never taken for a day.
     """
     terms: list[str] = []
     for year, month, day in _ISO_DATE.findall(query):
-        terms += [f"date:y{int(year)}", f"date:m{int(month)}", f"date:d{int(day)}"]
+        terms += [f"date:{int(month)}-{int(day)}", f"date:{int(year)}-{int(month)}"]
     words = [match.group().lower() for match in WORD.finditer(query)]
     months = [_MONTHS[word] for word in words if word in _MONTHS]
     numbers = [int(word) for word in words if word.isdigit() and len(word) <= 4]
-    if months and numbers:
-        terms += [f"date:m{month}" for month in months]
-        terms += [f"date:d{n}" for n in numbers if 1 <= n <= 31]
-        terms += [f"date:y{n}" for n in numbers if 1970 <= n <= 2199]
+    for month in months:
+        terms += [f"date:{month}-{n}" for n in numbers if 1 <= n <= 31]
+        terms += [f"date:{n}-{month}" for n in numbers if 1970 <= n <= 2199]
     return list(dict.fromkeys(terms))
 
 
@@ -167,10 +168,10 @@ class IndexedMessage:
     created_at: float | None = None
 
 
-@dataclass(frozen=True)
-class Window:
+class Window(NamedTuple):
     """A window of message ``seq``: characters ``start:end``, ``words`` words long."""
 
+    # A tuple rather than a dataclass: a query hashes thousands of them.
     seq: int
     start: int
     end: int
