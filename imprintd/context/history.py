@@ -41,6 +41,7 @@ from imprintd.context.history_index import (
     Window,
     date_label,
     query_date_terms,
+    restrict_common,
     stem,
     stems,  # noqa: F401 (re-exported: the words the index is made of)
     windows_of,
@@ -217,6 +218,41 @@ class _Ranking:
     order: list[int]  # entry positions, best first
 
 
+class _Entries:
+    """The messages as the tool shows them, each described when first needed: a long
+    conversation's first query pays for the messages it shows, not for all of them."""
+
+    def __init__(self, messages: list[Message]) -> None:
+        self._messages = messages
+        self._described: dict[int, _Entry] = {}
+        self._calls: dict[str, ToolCall] | None = None
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __bool__(self) -> bool:
+        return bool(self._messages)
+
+    def searchable(self, position: int) -> bool:
+        """Whether the message at ``position`` is searched (not an earlier lookup), cheaply."""
+        message = self._messages[position]
+        if message.role == "tool" or message.tool_calls:
+            return self[position].searchable
+        return True
+
+    def __getitem__(self, position: int) -> _Entry:
+        position = position + len(self._messages) if position < 0 else position
+        entry = self._described.get(position)
+        if entry is None:
+            if self._calls is None:
+                self._calls = calls_by_id(self._messages)
+            message = self._messages[position]
+            entry = _Entry(message.seq, describe_message(message, self._calls), message.content,  # type: ignore[arg-type]
+                           not _is_lookback(message, self._calls))
+            self._described[position] = entry
+        return entry
+
+
 class ConversationHistory:
     """The earlier messages of one conversation, searchable and readable by number.
 
@@ -225,21 +261,25 @@ class ConversationHistory:
     """
 
     def __init__(self, messages: Sequence[Message], index: HistoryIndex | None = None) -> None:
-        calls = calls_by_id(messages)
-        self._messages = indexed_messages(messages)
-        self._entries = [
-            _Entry(m.seq, describe_message(message, calls), m.text, m.searchable)
-            for m, message in zip(self._messages, _numbered(messages), strict=True)
-        ]
-        self._by_seq = {entry.seq: i for i, entry in enumerate(self._entries)}
+        self._numbered = _numbered(messages)
+        self._entries = _Entries(self._numbered)
+        self._by_seq = {message.seq: i for i, message in enumerate(self._numbered)}
         self._index = index
+        self._indexed: list[IndexedMessage] | None = None
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._numbered)
 
     @property
     def seqs(self) -> list[int]:
-        return [entry.seq for entry in self._entries]
+        return [message.seq for message in self._numbered]  # type: ignore[misc]
+
+    @property
+    def _messages(self) -> list[IndexedMessage]:
+        """The messages as an index takes them (only to build one here, or to scan)."""
+        if self._indexed is None:
+            self._indexed = indexed_messages(self._numbered)
+        return self._indexed
 
     # -- reading ------------------------------------------------------------------------
     def read(self, seq: int, offset: int = 0) -> str:
@@ -319,7 +359,7 @@ class ConversationHistory:
                     hits[window] = found
                     for term in found:
                         df[term] += 1
-        return IndexLookup(windows, words / windows if windows else 0.0, df, hits)
+        return restrict_common(IndexLookup(windows, words / windows if windows else 0.0, df, hits), wanted)
 
     # -- ranking ------------------------------------------------------------------------
     def _rank(self, wanted: Sequence[str], lookup: IndexLookup) -> _Ranking | None:
@@ -332,7 +372,7 @@ class ConversationHistory:
         for window, found in lookup.hits.items():
             position = self._by_seq.get(window.seq)
             # The index holds the whole session; quote only the messages handed in.
-            if position is None or not self._entries[position].searchable:
+            if position is None or not self._entries.searchable(position):
                 continue
             window_scores[window] = _window_score(wanted, found, idf, all_idf, window.words, lookup.average_words)
             by_entry.setdefault(position, []).append(window)
@@ -340,9 +380,9 @@ class ConversationHistory:
             return None
         own = {position: max(window_scores[w] for w in windows) for position, windows in by_entry.items()}
         smoothed = {i: score for i, score in _smooth(own, len(self._entries)).items()
-                    if score > 0 and self._entries[i].searchable}
+                    if score > 0 and self._entries.searchable(i)}
         # Ties: the later message first (rounded so index and scan agree to the last digit).
-        order = sorted(smoothed, key=lambda i: (-round(smoothed[i], 9), -self._entries[i].seq))
+        order = sorted(smoothed, key=lambda i: (-round(smoothed[i], 9), -i))
         return _Ranking(idf, window_scores, lookup.hits, by_entry, own, smoothed, order)
 
     # -- filling the budget --------------------------------------------------------------
@@ -558,14 +598,16 @@ def search_by_scan(history: ConversationHistory, query: str) -> str:
 
 
 def _numbered(messages: Sequence[Message]) -> list[Message]:
-    """The messages ``indexed_messages`` keeps, in the same order."""
+    """The messages ``indexed_messages`` keeps (stored ones, each number once), in the same order."""
+    kept = [m for m in messages if m.seq is not None and m.role != "system"]
+    if all(a.seq < b.seq for a, b in zip(kept, kept[1:])):  # type: ignore[operator]
+        return kept  # as the store returns them: no number twice
     seen: set[int] = set()
     out = []
-    for message in messages:
-        if message.seq is None or message.role == "system" or message.seq in seen:
-            continue
-        seen.add(message.seq)
-        out.append(message)
+    for message in kept:
+        if message.seq not in seen:
+            seen.add(message.seq)  # type: ignore[arg-type]
+            out.append(message)
     return out
 
 

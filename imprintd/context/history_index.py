@@ -17,12 +17,14 @@ Two indexes give the same answers:
   transaction that stores the messages, so a reply reads it and never rebuilds it. A session
   stored before the index existed is indexed once, the first time it is extended or searched.
 
-A query asks ``lookup(terms)`` for every window holding any of the terms, with the document
-frequencies, the number of windows and their average length; ranking is ``history.py``'s.
+A query asks ``lookup(terms)`` for the windows holding its terms (a very common term only where
+``COMMON_WINDOWS`` says), with the document frequencies, the number of windows and their
+average length; ranking is ``history.py``'s.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -34,6 +36,12 @@ from typing import Any, NamedTuple, Protocol
 
 import apsw
 import snowballstemmer
+
+#: A term in more windows than this is *common*: it is looked up only in the windows the
+#: query's other terms found, or, when every term is that common, in the newest this many
+#: windows holding it. Its weight is small anyway (BM25's idf), and a query's cost then stays
+#: flat as the conversation grows instead of growing with every window that says "service".
+COMMON_WINDOWS = 1_000
 
 WINDOW_CHARS = 700
 WINDOW_STEP = 350
@@ -217,6 +225,28 @@ class IndexLookup:
     hits: dict[Window, dict[str, int]] = field(default_factory=dict)
 
 
+def restrict_common(lookup: IndexLookup, terms: Sequence[str]) -> IndexLookup:
+    """``lookup`` with common terms kept only where ``COMMON_WINDOWS`` says (the reference rule:
+    the in-memory index and the scan apply it to a full lookup, SQLite's index while reading)."""
+    common = {term for term in terms if lookup.df.get(term, 0) > COMMON_WINDOWS}
+    if not common:
+        return lookup
+    rare = {w for w, found in lookup.hits.items() if any(term not in common for term in found)}
+    if rare:
+        keep = {term: rare for term in common}
+    else:
+        keep = {term: set(sorted((w for w, found in lookup.hits.items() if term in found),
+                                 reverse=True)[:COMMON_WINDOWS])
+                for term in common}
+    hits: dict[Window, dict[str, int]] = {}
+    for window, found in lookup.hits.items():
+        kept = {term: n for term, n in found.items() if term not in common or window in keep[term]}
+        if kept:
+            hits[window] = kept
+    lookup.hits = hits
+    return lookup
+
+
 class HistoryIndex(Protocol):
     """What ``ConversationHistory`` needs from an index."""
 
@@ -277,7 +307,7 @@ class MemoryHistoryIndex:
                 found.df[term] = len(postings)
                 for window, count in postings.items():
                     found.hits.setdefault(window, {})[term] = count
-            return found
+        return restrict_common(found, terms)
 
     def dates(self, seqs: Iterable[int]) -> dict[int, float]:
         with self._lock:
@@ -357,6 +387,10 @@ def catch_up(db: apsw.Connection, session_id: str, to_index: Indexer) -> None:
     )
 
 
+def _marks(values: Sequence[object]) -> str:
+    return ", ".join("?" * len(values))
+
+
 class SqliteHistoryIndex:
     """One stored session's index, read from the data database through its store."""
 
@@ -367,6 +401,7 @@ class SqliteHistoryIndex:
 
     def lookup(self, terms: Sequence[str]) -> IndexLookup:
         self._ensure_current()
+        terms = list(dict.fromkeys(terms))
         with self._store.reading() as db:
             row = db.execute(
                 "SELECT id, windows, words FROM history_sessions WHERE session_id = ?", (self._session_id,)
@@ -375,27 +410,49 @@ class SqliteHistoryIndex:
                 return IndexLookup(0, 0.0, dict.fromkeys(terms, 0))
             history_id, windows, words = row
             found = IndexLookup(windows, words / windows if windows else 0.0, df=dict.fromkeys(terms, 0))
-            marks = ", ".join("?" * len(terms))
-            rows = db.execute(
-                "SELECT p.term, p.count, w.seq, w.start_char, w.end_char, w.words"
-                " FROM history_postings p JOIN history_windows w"
-                " ON w.history_id = p.history_id AND w.window = p.window"
-                f" WHERE p.history_id = ? AND p.term IN ({marks})",
+            if not terms:
+                return found
+            found.df.update(db.execute(
+                "SELECT term, count(*) FROM history_postings"
+                f" WHERE history_id = ? AND term IN ({_marks(terms)}) GROUP BY term",
                 (history_id, *terms),
-            ) if terms else ()
-            for term, count, seq, start, end, length in rows:
-                found.df[term] += 1
-                found.hits.setdefault(Window(seq, start, end, length), {})[term] = count
+            ).fetchall())
+            rare = [t for t in terms if 0 < found.df[t] <= COMMON_WINDOWS]
+            common = [t for t in terms if found.df[t] > COMMON_WINDOWS]
+            seen: set[int] = set()
+            if rare:
+                seen = self._read(db, found, f"p.term IN ({_marks(rare)})", (history_id, *rare))
+            if common and seen:
+                self._read(db, found, f"p.term IN ({_marks(common)}) AND p.window IN (SELECT value FROM json_each(?))",
+                           (history_id, *common, json.dumps(sorted(seen))))
+            elif common:
+                for term in common:
+                    self._read(db, found, "p.term = ? ORDER BY p.window DESC LIMIT ?",
+                               (history_id, term, COMMON_WINDOWS))
         return found
+
+    @staticmethod
+    def _read(db: apsw.Connection, found: IndexLookup, where: str, params: tuple) -> set[int]:
+        """Add the postings matching ``where`` to ``found``; returns their window numbers."""
+        numbers: set[int] = set()
+        rows = db.execute(
+            "SELECT p.window, p.term, p.count, w.seq, w.start_char, w.end_char, w.words"
+            " FROM history_postings p JOIN history_windows w ON w.history_id = p.history_id AND w.window = p.window"
+            f" WHERE p.history_id = ? AND {where}",
+            params,
+        )
+        for number, term, count, seq, start, end, length in rows:
+            numbers.add(number)
+            found.hits.setdefault(Window(seq, start, end, length), {})[term] = count
+        return numbers
 
     def dates(self, seqs: Iterable[int]) -> dict[int, float]:
         wanted = list(seqs)
         if not wanted:
             return {}
         with self._store.reading() as db:
-            marks = ", ".join("?" * len(wanted))
             rows = db.execute(
-                f"SELECT seq, created_at FROM messages WHERE session_id = ? AND seq IN ({marks})",
+                f"SELECT seq, created_at FROM messages WHERE session_id = ? AND seq IN ({_marks(wanted)})",
                 (self._session_id, *wanted),
             ).fetchall()
         return dict(rows)
