@@ -244,3 +244,27 @@ def test_a_stored_search_stays_within_the_budget_on_a_long_session(db):
     history = ConversationHistory(db.messages(session.id), db.history_index(session.id))
     text = history.search("invoice queue")
     assert OUTPUT_LIMIT - 120 <= len(text) <= OUTPUT_LIMIT
+
+
+def test_common_terms_are_looked_up_where_rarer_ones_hit_alike_in_every_index(db, monkeypatch):
+    # 30 windows say "service"; with the threshold at 10 it is common.
+    monkeypatch.setattr(history_index, "COMMON_WINDOWS", 10)
+    session = db.create_session()
+    messages = [user(f"The service note {i}: all fine with the service.") for i in range(30)]
+    messages[5] = user("The quokka service moved to eu-west-2.")
+    stored = db.extend(session.id, messages)
+    index = db.history_index(session.id)
+    memory = history_index.MemoryHistoryIndex(history_module.indexed_messages(stored))
+
+    # A rarer term: "service" counts only in the windows "quokka" found.
+    for lookup in (index.lookup(["quokka", "servic"]), memory.lookup(["quokka", "servic"])):
+        assert lookup.df == {"quokka": 1, "servic": 30}
+        assert [(w.seq, found) for w, found in lookup.hits.items()] == [(6, {"quokka": 1, "servic": 1})]
+    # Only common terms: the newest ten windows holding it.
+    for lookup in (index.lookup(["servic"]), memory.lookup(["servic"])):
+        assert sorted(w.seq for w in lookup.hits) == list(range(21, 31))
+    # The scan applies the same rule, so all three answer alike.
+    history = ConversationHistory(stored, index)
+    for query in ("quokka service", "service", "service note"):
+        assert history.search_places(query) == history.search_places(query, scan=True)
+        assert history.search_places(query).places == ConversationHistory(stored, memory).search_places(query).places
