@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import history_adr0141 as adr0141  # noqa: E402
 
-from imprintd.context.history import ConversationHistory, search_by_scan  # noqa: E402
+from imprintd.context.history import ConversationHistory  # noqa: E402
 from imprintd.store import Store  # noqa: E402
 from imprintd.messages import Message, ToolCall, assistant, tool_result, user  # noqa: E402
 

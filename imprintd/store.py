@@ -444,7 +444,8 @@ class Store:
 
     def history_index(self, session_id: str) -> HistoryIndex:
         """The session's conversation_history index, kept in this database."""
-        self.session(session_id)  # raises SessionNotFound
+        with self._lock:
+            self._require(session_id)
         return SqliteHistoryIndex(self, session_id, _to_index)
 
     def _require(self, session_id: str) -> None:

@@ -20,8 +20,9 @@ tool cannot reach another conversation, workspace or user.
 - ``read(seq, offset)`` returns one message exactly, 4,000 characters at a time, and says
   where to continue.
 
-``search_by_scan`` re-tokenizes every window per query instead of using the index and gives
-the same answer; it is the baseline of ``bench/bench_history_search.py``.
+``search_by_scan`` (``search_places(query, scan=True)``) re-tokenizes every window per query
+instead of using the index and gives the same answer; it is the baseline of
+``bench/bench_history_search.py``.
 """
 
 from __future__ import annotations
@@ -152,20 +153,16 @@ def indexed_messages(messages: Sequence[Message], calls: Mapping[str, ToolCall] 
     ``created_at``: when each was stored, by seq, for its date.
     """
     calls = {**(calls or {}), **calls_by_id(messages)}
-    seen: set[int] = set()
     out = []
-    for message in messages:
-        if message.seq is None or message.role == "system" or message.seq in seen:
-            continue
-        seen.add(message.seq)
+    for message in _numbered(messages):
         extra = ""
         if message.role == "tool" and message.tool_call_id in calls:
             call = calls[message.tool_call_id]
             extra = f"{call.name} {call_subject(call)}"
         elif message.tool_calls:
             extra = " ".join(f"{c.name} {call_subject(c)}" for c in message.tool_calls)
-        out.append(IndexedMessage(message.seq, message.content, extra, not _is_lookback(message, calls),
-                                  (created_at or {}).get(message.seq)))
+        out.append(IndexedMessage(message.seq, message.content, extra,  # type: ignore[arg-type]
+                                  not _is_lookback(message, calls), (created_at or {}).get(message.seq)))
     return out
 
 

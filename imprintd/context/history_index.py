@@ -29,7 +29,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple, Protocol
@@ -345,9 +345,9 @@ CREATE TABLE history_postings (
 ) STRICT, WITHOUT ROWID;
 """
 
-#: Builds the ``IndexedMessage`` list for stored rows: given the messages from the database in
-#: order, and a way to find tool calls stored earlier. Supplied by ``history.py``.
-Indexer = Any
+#: ``to_index(db, session_id, after_seq)``: the session's stored messages after ``after_seq``, in
+#: order, as ``IndexedMessage``s (the store supplies it: it knows its messages table).
+Indexer = Callable[[apsw.Connection, str, int], list[IndexedMessage]]
 
 
 def create_tables(db: apsw.Connection) -> None:
@@ -395,6 +395,7 @@ class SqliteHistoryIndex:
     """One stored session's index, read from the data database through its store."""
 
     def __init__(self, store: Any, session_id: str, to_index: Indexer) -> None:
+        # ``store``: an ``imprintd.store.Store`` (not imported: the store imports this module).
         self._store = store
         self._session_id = session_id
         self._to_index = to_index
