@@ -702,7 +702,8 @@ SPEC = ToolSpec(
         "properties": {
             "query": {
                 "type": "string",
-                "description": "Words to look for in earlier messages, such as a name, number or phrase they used.",
+                "description": ("Words to look for in earlier messages, such as a name, number or phrase they "
+                                "used; a month and day (\"November 12\") also finds that day's messages."),
             },
             "message": {
                 "type": "integer",
