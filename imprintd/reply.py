@@ -56,7 +56,8 @@ async def run_reply(chat, store: ConversationStore, info: SessionInfo, reply_id:
     earlier = stored[:-1]
 
     workspace_tools: list[Tool] = await chat.workspace_tools(request.workspace, events)
-    history_tool = [ConversationHistoryTool(ConversationHistory(earlier))] if should_offer(earlier, True) else []
+    history_tool = ([ConversationHistoryTool(ConversationHistory(earlier, store.history_index(info.id)))]
+                    if should_offer(earlier, True) else [])
     tools = [*workspace_tools, *history_tool]
     specs = [tool.spec for tool in tools]
     tool_lines = ((prompts.TOOL_STRATEGY,) if workspace_tools else ()) + ((STRATEGY_LINE,) if history_tool else ())
