@@ -263,8 +263,9 @@ def main() -> None:
         for fact, index in facts:
             fact.seq = stored[index].seq
         chars = sum(len(m.content) for m in stored)
-        days = len({time.strftime("%F", time.localtime(t)) for (t,) in store.connection.execute(
-            "SELECT created_at FROM messages")})
+        with store.reading() as db:
+            days = len({time.strftime("%F", time.localtime(t)) for (t,) in db.execute(
+                "SELECT created_at FROM messages")})
         kinds = sorted({fact.kind for fact, _ in facts})
         print(f"conversation: {len(stored)} messages, {chars:,} characters, {days} dated sessions; "
               f"{len(facts)} questions ({', '.join(f'{k} {sum(f.kind == k for f, _ in facts)}' for k in kinds)})")

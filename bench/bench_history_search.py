@@ -187,7 +187,8 @@ def timed(function, *args) -> tuple[float, object]:
 def store_conversation(directory: str, messages: list[Message]) -> tuple[Store, str, float]:
     """The conversation stored a reply at a time; returns the store, session and seconds spent indexing."""
     store = Store.open(Path(directory) / "bench.sqlite3")
-    store.connection.pragma("synchronous", "OFF")  # a quicker setup; queries are what is measured
+    with store.reading() as db:
+        db.pragma("synchronous", "OFF")  # a quicker setup; queries are what is measured
     session = store.create_session()
     batch: list[Message] = []
     for message in messages:  # one extend per user turn, as replies store them

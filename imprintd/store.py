@@ -297,17 +297,13 @@ class Store:
     # -- plumbing for other modules --
 
     @property
-    def connection(self) -> apsw.Connection:
-        """The apsw connection, for other modules' tables; write through ``transaction()``."""
-        return self._db
-
-    @property
     def path(self) -> Path:
         return self._path
 
     @contextmanager
     def reading(self) -> Iterator[apsw.Connection]:
-        """Hold the store's lock to read several statements from the connection."""
+        """Hold the store's lock to read several statements from the connection (other
+        modules' tables, such as the history index's); write through ``transaction()``."""
         with self._lock:
             yield self._db
 
@@ -326,11 +322,6 @@ class Store:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    def integrity_check(self) -> str:
-        """SQLite's ``PRAGMA integrity_check``: ``"ok"``, or the problems found, one a line."""
-        with self._lock:
-            return "\n".join(str(row[0]) for row in self._db.execute("PRAGMA integrity_check"))
 
     # -- ConversationStore --
 

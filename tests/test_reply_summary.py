@@ -25,6 +25,7 @@ from imprintd.context import summary as summaries
 from imprintd.context.history import STRATEGY_LINE, TOOL_NAME
 from imprintd.context.summary import EXAMPLE, HEADING, PROGRESS, RETRY_AFTER_MESSAGES, SUMMARIZER_SYSTEM
 from imprintd.store import SessionNotFound, StoredSummary
+from tests.helpers import connection_of
 from tests.recording import RecordingEvents
 from tests.standin import Hang, Request, StandInModel, call
 from tests.test_reply import make_chat, tool_turn, workspace  # noqa: F401 (a fixture)
@@ -762,7 +763,7 @@ async def test_the_summary_is_stored_with_its_session_and_deleted_with_it(model,
     chat.delete_session(sid)
     with pytest.raises(SessionNotFound):
         chat.store.summary(sid)
-    rows = chat.store.connection.execute(
+    rows = connection_of(chat.store).execute(
         "SELECT count(*) FROM chat_summaries WHERE session_id = ?", (sid,)).fetchone()[0]
     assert rows == 0
 

@@ -27,6 +27,7 @@ from imprintd.store import (
     StoreError,
     StoredSummary,
 )
+from tests.helpers import connection_of, integrity_check
 
 
 class Ticks:
@@ -223,12 +224,12 @@ def test_open_uses_the_data_dir(isolated_dirs):
 
 
 def test_pragmas_are_set(db):
-    connection = db.connection
+    connection = connection_of(db)
     assert connection.pragma("journal_mode") == "wal"
     assert connection.pragma("synchronous") == 2  # FULL
     assert connection.pragma("foreign_keys") == 1
     assert connection.pragma("busy_timeout") == 5_000
-    assert db.integrity_check() == "ok"
+    assert integrity_check(db) == "ok"
 
 
 def test_delete_cascades_messages_and_summary(db):
@@ -241,7 +242,7 @@ def test_delete_cascades_messages_and_summary(db):
     db.save_summary(other.id, StoredSummary(text="s", first_seq=1, last_seq=2))
 
     def count(table: str, session_id: str) -> int:
-        return db.connection.execute(
+        return connection_of(db).execute(
             f"SELECT count(*) FROM {table} WHERE session_id = ?", (session_id,)
         ).fetchone()[0]
 
@@ -249,7 +250,7 @@ def test_delete_cascades_messages_and_summary(db):
     db.delete_session(session.id)
     assert count("messages", session.id) == 0
     assert count("chat_summaries", session.id) == 0
-    assert db.connection.execute("SELECT count(*) FROM sessions WHERE id = ?", (session.id,)).fetchone()[0] == 0
+    assert connection_of(db).execute("SELECT count(*) FROM sessions WHERE id = ?", (session.id,)).fetchone()[0] == 0
     assert count("messages", other.id) == 4 and count("chat_summaries", other.id) == 1
 
 
@@ -257,7 +258,7 @@ def test_writes_are_committed_before_returning(db):
     session = db.create_session()
     db.append(session.id, user("committed?"))
     db.save_summary(session.id, StoredSummary(text="s", first_seq=1, last_seq=1))
-    assert not db.connection.in_transaction
+    assert not connection_of(db).in_transaction
     # A second connection sees the rows without the first one doing anything more.
     reader = apsw.Connection(str(db.path))
     try:
@@ -283,8 +284,8 @@ def test_reopening_keeps_data(isolated_dirs):
 
 def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
     with Store.open() as opened:
-        assert opened.connection.pragma("user_version") == len(MIGRATIONS) == 2
-        tables = {row[0] for row in opened.connection.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+        assert connection_of(opened).pragma("user_version") == len(MIGRATIONS) == 2
+        tables = {row[0] for row in connection_of(opened).execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
         assert {"sessions", "messages", "chat_summaries", "history_sessions", "history_windows",
                 "history_postings"} <= tables
 
@@ -297,8 +298,8 @@ def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
     monkeypatch.setattr(store_module, "MIGRATIONS", [*MIGRATIONS, migration_next])
     for _ in range(2):
         with Store.open() as opened:
-            assert opened.connection.pragma("user_version") == 3
-            assert opened.connection.execute("SELECT count(*) FROM later").fetchone() == (0,)
+            assert connection_of(opened).pragma("user_version") == 3
+            assert connection_of(opened).execute("SELECT count(*) FROM later").fetchone() == (0,)
     assert runs == [1]
 
 
@@ -355,14 +356,14 @@ def test_transaction_rolls_back_on_error(db):
             connection.execute("DELETE FROM sessions")
             raise RuntimeError("abandon")
     assert [s.id for s in db.sessions()] == [session.id]
-    assert not db.connection.in_transaction
+    assert not connection_of(db).in_transaction
 
 
 def test_tool_calls_are_stored_as_json(db):
     session = db.create_session()
     db.append(session.id, exchange_with_tool()[1])
     db.append(session.id, user("no calls"))
-    rows = db.connection.execute("SELECT tool_calls FROM messages ORDER BY seq").fetchall()
+    rows = connection_of(db).execute("SELECT tool_calls FROM messages ORDER BY seq").fetchall()
     assert rows == [('[{"id":"call_1","name":"search_workspace","arguments":{"query":"billing port","limit":3}}]',),
                     ("[]",)]
 

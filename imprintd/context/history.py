@@ -268,10 +268,6 @@ class ConversationHistory:
         return len(self._numbered)
 
     @property
-    def seqs(self) -> list[int]:
-        return [message.seq for message in self._numbered]  # type: ignore[misc]
-
-    @property
     def _messages(self) -> list[IndexedMessage]:
         """The messages as an index takes them (only to build one here, or to scan)."""
         if self._indexed is None:

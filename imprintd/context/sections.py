@@ -547,15 +547,6 @@ class SectionArchive:
         self._evict()
         return sections
 
-    def add(self, sections: ReplySections) -> None:
-        """Keep a registry built elsewhere under its ``reply_id`` (the oldest evicted as needed)."""
-        if sections.reply_id is None:
-            raise ValueError("only a ReplySections with a reply_id can be archived")
-        self._replies[sections.reply_id] = sections
-        self._replies.move_to_end(sections.reply_id)
-        self._expired.pop(sections.reply_id, None)
-        self._evict()
-
     def get(self, reply_id: str) -> ReplySections:
         """The registry of reply ``reply_id``; SectionError when it is unknown or expired."""
         sections = self._replies.get(reply_id)

@@ -18,6 +18,7 @@ from imprintd.context.history import OUTPUT_LIMIT, ConversationHistory, query_te
 from imprintd.messages import ToolCall, assistant, tool_result, user
 from imprintd.store import MEMORY_MESSAGE_LIMIT, MIGRATIONS, MemoryStore, Store
 from tests.context.test_history import compose_paste
+from tests.helpers import connection_of
 
 NOV_29 = time.mktime((2026, 11, 29, 10, 0, 0, 0, 0, -1))  # local time, as the headers show it
 DEC_3 = time.mktime((2026, 12, 3, 18, 30, 0, 0, 0, -1))
@@ -186,25 +187,25 @@ def test_a_session_stored_before_the_index_is_indexed_once_when_first_searched(m
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (session.id, seq, message.role, message.content,
                      msgspec.json.encode(message.tool_calls).decode(), message.tool_call_id, message.name, NOV_29))
-        assert old.connection.pragma("user_version") == 1
+        assert connection_of(old).pragma("user_version") == 1
     monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
     tokenized = count_tokenizing(monkeypatch)
     with Store.open(clock=clock) as upgraded:
-        assert upgraded.connection.pragma("user_version") == 2
-        assert upgraded.connection.execute("SELECT count(*) FROM history_windows").fetchone() == (0,)
+        assert connection_of(upgraded).pragma("user_version") == 2
+        assert connection_of(upgraded).execute("SELECT count(*) FROM history_windows").fetchone() == (0,)
         history = ConversationHistory(upgraded.messages(session.id), upgraded.history_index(session.id))
         assert "8101" in history.search("billing port")
         assert sorted(tokenized) == list(range(1, 9))  # every stored message, once
         assert "Postgres 16" in history.search("Postgres")
         assert sorted(tokenized) == list(range(1, 9))  # and not again
-        windows = upgraded.connection.execute("SELECT count(*) FROM history_windows").fetchone()[0]
+        windows = connection_of(upgraded).execute("SELECT count(*) FROM history_windows").fetchone()[0]
         # The paste's windows, and one for each other message (#6, a call without text, is
         # found by its query).
         assert windows == len(history_index.window_spans(compose_paste())) + 7
     with Store.open(clock=clock) as again:  # extending an old session indexes what it lacks too
         second = again.create_session()
         again.append(second.id, user("hello"))
-        assert again.connection.execute(
+        assert connection_of(again).execute(
             "SELECT last_seq FROM history_sessions JOIN sessions ON sessions.id = session_id WHERE session_id = ?",
             (second.id,)).fetchone() == (1,)
 
@@ -214,12 +215,12 @@ def test_deleting_a_session_deletes_its_index(db):
     db.extend(session.id, conversation())
     kept = db.create_session()
     db.append(kept.id, user("billing is on 8101"))
-    counts = [db.connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    counts = [connection_of(db).execute(f"SELECT count(*) FROM {table}").fetchone()[0]
               for table in ("history_sessions", "history_windows", "history_postings")]
     assert all(count > 0 for count in counts)
     db.delete_session(session.id)
-    assert db.connection.execute("SELECT count(*) FROM history_sessions").fetchone() == (1,)
-    assert db.connection.execute("SELECT count(*) FROM history_windows").fetchone() == (1,)
+    assert connection_of(db).execute("SELECT count(*) FROM history_sessions").fetchone() == (1,)
+    assert connection_of(db).execute("SELECT count(*) FROM history_windows").fetchone() == (1,)
     history = ConversationHistory(db.messages(kept.id), db.history_index(kept.id))
     assert "#1 user" in history.search("billing")
 

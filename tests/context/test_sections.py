@@ -453,9 +453,7 @@ def test_the_archive_reads_recent_replies_and_expires_old_ones():
         archive.read("zz", ids["r2"], 0, 4)
     with pytest.raises(SectionError, match="unknown source id"):
         archive.read("r3", ids["r2"], 0, 4)  # a source of another reply
-    built = ReplySections("r5")
-    source_id = built.register("kept elsewhere", "user message")
-    archive.add(built)
+    source_id = archive.open("r5").register("kept elsewhere", "user message")
     assert archive.read("r5", source_id, 5, 9) == "elsewhere"
     with pytest.raises(SectionError, match="reply 'r2' has expired"):
         archive.get("r2")

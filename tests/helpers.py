@@ -1,0 +1,51 @@
+"""Helpers tests share (fixtures live in ``conftest.py``): chats on the stand-in model, one
+way to ask for a reply, scripted tool turns, and a look inside a store's database.
+
+Test modules import from here, never from one another.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apsw
+
+from imprintd import settings as settings_mod
+from imprintd.chat import Chat, ReplyRequest
+from imprintd.models.base import Completion, Model
+from imprintd.reply import ReplyOutcome
+from imprintd.store import Store
+from tests.recording import RecordingEvents
+
+
+def make_chat(model: Model, **settings: Any) -> Chat:
+    """A Chat on ``model`` with the default settings and ``settings`` (dotted keys) applied."""
+    resolved = settings_mod.load({}, environ={}).apply(settings, "test")
+    return Chat(resolved, model_factory=lambda chat_settings: model)
+
+
+def tool_turn(*calls) -> Completion:
+    """A model turn that only calls tools."""
+    return Completion(text="", tool_calls=tuple(calls))
+
+
+async def ask(chat: Chat, text: str, session_id: str | None = None, *, workspace=None,
+              events: RecordingEvents | None = None, **kwargs: Any) -> tuple[ReplyOutcome, RecordingEvents]:
+    """One reply to ``text`` (in session ``session_id``, on ``workspace`` if given): its outcome and events."""
+    events = events or RecordingEvents()
+    request = ReplyRequest(text=text, session_id=session_id,
+                           workspace=str(workspace) if workspace else None, **kwargs)
+    outcome = await chat.reply(request, events)
+    return outcome, events
+
+
+def connection_of(store: Store) -> apsw.Connection:
+    """The store's SQLite connection, to look at its tables (only tests look past its methods)."""
+    with store.reading() as db:
+        return db
+
+
+def integrity_check(store: Store) -> str:
+    """SQLite's ``PRAGMA integrity_check``: ``"ok"``, or the problems found, one a line."""
+    with store.reading() as db:
+        return "\n".join(str(row[0]) for row in db.execute("PRAGMA integrity_check"))
