@@ -3,12 +3,16 @@
 Tools are built for one reply from that reply's session and workspace; nothing here is a
 global registry (ADR 0093: "No global tool registry is mutated"). Results carry structure
 (hits, sources) so research notes (ADR 0127) are built from it, never parsed from text.
+
+A tool's arguments are declared once, as a msgspec Struct: ``tool_spec`` turns it into the
+JSON schema the model is offered, and ``parse_arguments`` checks a call against it, with an
+error that names the argument and what it accepts, worded from that same schema.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -59,6 +63,89 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
 
 class ToolError(Exception):
     """A call that cannot be run as asked; the message is shown to the model and the client."""
+
+
+Arguments = TypeVar("Arguments", bound=msgspec.Struct)
+
+
+def tool_spec(name: str, description: str, arguments: type[msgspec.Struct]) -> ToolSpec:
+    """The ToolSpec offered to the model for a tool whose arguments are the Struct ``arguments``."""
+    return ToolSpec(name=name, description=description, parameters=parameters_schema(arguments))
+
+
+def parameters_schema(arguments: type[msgspec.Struct]) -> dict[str, Any]:
+    """The JSON schema of ``arguments`` as a tool's parameters.
+
+    Each property reads type, limits, then description; defaults are left out (descriptions
+    say them in words) and so are the Struct's title and docstring (the tool has its own).
+    ``forbid_unknown_fields=True`` is ``"additionalProperties": false``.
+    """
+    (reference,), definitions = msgspec.json.schema_components([arguments])
+    schema = dict(definitions[reference["$ref"].rsplit("/", 1)[1]])
+    schema.pop("title", None)
+    schema.pop("description", None)
+    schema["properties"] = {name: _property(fragment) for name, fragment in schema["properties"].items()}
+    return schema
+
+
+def _property(fragment: Mapping[str, Any]) -> dict[str, Any]:
+    ordered = {key: value for key, value in fragment.items() if key not in ("description", "default")}
+    if "description" in fragment:
+        ordered["description"] = fragment["description"]
+    return ordered
+
+
+def parse_arguments(tool: str, arguments: Mapping[str, Any], struct: type[Arguments]) -> Arguments:
+    """A call's ``arguments`` as ``struct``; ToolError naming what is wrong and what is accepted."""
+    try:
+        return msgspec.convert(dict(arguments), struct)
+    except msgspec.ValidationError as error:
+        raise ToolError(_what_is_wrong(tool, arguments, struct) or f"{tool}: {error}") from None
+
+
+def _what_is_wrong(tool: str, arguments: Mapping[str, Any], struct: type[msgspec.Struct]) -> str | None:
+    """The first problem with ``arguments``: unknown names, missing ones, then each value in turn."""
+    fields = msgspec.structs.fields(struct)
+    names = [field.encode_name for field in fields]
+    unknown = sorted(set(arguments) - set(names))
+    if unknown and struct.__struct_config__.forbid_unknown_fields:
+        return f"{tool} takes only {_listed(names)}, not {', '.join(unknown)}"
+    missing = [field for field in fields if field.required and field.encode_name not in arguments]
+    if missing:
+        return f"{tool} needs " + "; ".join(f"{field.encode_name} ({accepted(field.type)})" for field in missing)
+    for field in fields:
+        if field.encode_name not in arguments:
+            continue
+        value = arguments[field.encode_name]
+        try:
+            msgspec.convert(value, field.type)
+        except msgspec.ValidationError:
+            return f"{tool}: {field.encode_name} must be {accepted(field.type)}, not {value!r}"
+    return None
+
+
+_TYPE_WORDS = {"integer": "an integer", "string": "a string", "number": "a number", "boolean": "true or false"}
+
+
+def accepted(annotation: Any) -> str:
+    """What a value of ``annotation`` may be, in words from its JSON schema: "an integer, 1 or more"."""
+    schema = msgspec.json.schema(annotation)
+    kind = schema.get("type")
+    words = _TYPE_WORDS.get(kind, f"a JSON {kind}") if isinstance(kind, str) else "a value of the described type"
+    if kind == "string" and schema.get("minLength") == 1:
+        return "a non-empty string"
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is not None and high is not None:
+        return f"{words} from {low} to {high}"
+    if low is not None:
+        return f"{words}, {low} or more"
+    if high is not None:
+        return f"{words}, at most {high}"
+    return words
+
+
+def _listed(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 class Tool(Protocol):

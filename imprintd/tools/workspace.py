@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
+import msgspec
 
-from imprintd.messages import ToolSpec
-from imprintd.tools.base import Hit, Source, Tool, ToolError, ToolResult
+from imprintd.tools.base import Hit, Source, Tool, ToolError, ToolResult, parse_arguments, tool_spec
 from imprintd.tools.index import BINARY_PROBE_BYTES, WorkspaceIndex
 from imprintd.tools.paths import normalized, resolve_in_workspace
 
@@ -36,22 +36,18 @@ def format_hits(hits: Sequence[Hit]) -> str:
                        for hit in hits)
 
 
+class SearchArguments(msgspec.Struct, frozen=True, kw_only=True):
+    query: Annotated[str, msgspec.Meta(description="Words to look for, e.g. \"billing port config\".")]
+
+
 class SearchTool:
     """``search``: full-text search of the workspace's indexed text files."""
 
-    spec = ToolSpec(
-        name="search",
-        description=(
-            "Search the workspace's text files for passages about the query. Returns the best "
-            "passages with their file path and line range; use read_file to read more around one."
-        ),
-        parameters={
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "Words to look for, e.g. \"billing port config\"."},
-            },
-            "required": ["query"],
-        },
+    spec = tool_spec(
+        "search",
+        "Search the workspace's text files for passages about the query. Returns the best "
+        "passages with their file path and line range; use read_file to read more around one.",
+        SearchArguments,
     )
 
     def __init__(self, index: WorkspaceIndex, limit: int = SEARCH_LIMIT) -> None:
@@ -62,10 +58,9 @@ class SearchTool:
         return f"Searching the workspace for “{arguments.get('query', '')}”"
 
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
-        query = arguments.get("query")
-        if not isinstance(query, str) or not query.strip():
-            raise ToolError("search needs a non-empty string \"query\"")
-        query = query.strip()
+        query = parse_arguments("search", arguments, SearchArguments).query.strip()
+        if not query:
+            raise ToolError(f"search: query must be the words to look for, not {arguments['query']!r}")
         # SQLite work off the event loop: other replies and short requests keep being served.
         hits = await anyio.to_thread.run_sync(self.index.search, query, self.limit)
         if not hits:
@@ -78,19 +73,18 @@ class SearchTool:
         )
 
 
-def _int_argument(arguments: Mapping[str, Any], name: str) -> int | None:
-    value = arguments.get(name)
-    if value is None:
-        return None
-    # bool is an int in Python; a model writing true for a line number is a mistake.
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise ToolError(f"read_file: {name} must be an integer, got {value!r}")
-    if value < 1:
-        raise ToolError(f"read_file: {name} must be 1 or more, got {value}")
-    return value
+class ReadFileArguments(msgspec.Struct, frozen=True, kw_only=True):
+    path: Annotated[str, msgspec.Meta(description="Path relative to the workspace root, e.g. \"src/app.py\".")]
+    start_line: Annotated[int, msgspec.Meta(ge=1, description="First line to read (default 1).")] = 1
+    end_line: msgspec.UnsetType | Annotated[
+        int, msgspec.Meta(ge=1, description="Last line to read (default: the end).")] = msgspec.UNSET
+
+    @classmethod
+    def parse(cls, arguments: Mapping[str, Any]) -> ReadFileArguments:
+        """Models write null for "not given" and 2.0 for a line number: both are taken as meant."""
+        lenient = {name: int(value) if isinstance(value, float) and value.is_integer() else value
+                   for name, value in arguments.items() if value is not None}
+        return parse_arguments("read_file", lenient, cls)
 
 
 class _Read:
@@ -145,22 +139,12 @@ def read_lines(path: Path, start: int, end: int | None, limit: int = READ_LIMIT)
 class ReadFileTool:
     """``read_file``: a bounded read of one workspace file by path and line range."""
 
-    spec = ToolSpec(
-        name="read_file",
-        description=(
-            f"Read a text file of the workspace by its relative path, optionally from start_line to "
-            f"end_line (1-based, inclusive). Returns at most {READ_LIMIT:,} characters of whole "
-            "lines and says where to continue."
-        ),
-        parameters={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Path relative to the workspace root, e.g. \"src/app.py\"."},
-                "start_line": {"type": "integer", "minimum": 1, "description": "First line to read (default 1)."},
-                "end_line": {"type": "integer", "minimum": 1, "description": "Last line to read (default: the end)."},
-            },
-            "required": ["path"],
-        },
+    spec = tool_spec(
+        "read_file",
+        f"Read a text file of the workspace by its relative path, optionally from start_line to "
+        f"end_line (1-based, inclusive). Returns at most {READ_LIMIT:,} characters of whole "
+        "lines and says where to continue.",
+        ReadFileArguments,
     )
 
     def __init__(self, root: Path, limit: int = READ_LIMIT) -> None:
@@ -179,16 +163,15 @@ class ReadFileTool:
         return f"Reading {path}"
 
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
-        return await anyio.to_thread.run_sync(self._run, dict(arguments))
+        return await anyio.to_thread.run_sync(self._run, ReadFileArguments.parse(arguments))
 
-    def _run(self, arguments: dict[str, Any]) -> ToolResult:
-        relative = arguments.get("path")
-        start = _int_argument(arguments, "start_line") or 1
-        end = _int_argument(arguments, "end_line")
+    def _run(self, arguments: ReadFileArguments) -> ToolResult:
+        relative, start = arguments.path, arguments.start_line
+        end = None if arguments.end_line is msgspec.UNSET else arguments.end_line
         if end is not None and end < start:
             raise ToolError(f"read_file: end_line {end} is before start_line {start}")
-        resolved = resolve_in_workspace(self.root, relative)  # type: ignore[arg-type]
-        shown = normalized(relative)  # type: ignore[arg-type]
+        resolved = resolve_in_workspace(self.root, relative)
+        shown = normalized(relative)
         if not resolved.is_file():
             raise ToolError(f"no file {shown} in the workspace")
         try:
