@@ -31,7 +31,9 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from imprintd.context.history_index import (
     WORD,
@@ -47,8 +49,8 @@ from imprintd.context.history_index import (
     stems,  # noqa: F401 (re-exported: the words the index is made of)
     windows_of,
 )
-from imprintd.messages import Message, ToolCall, ToolSpec
-from imprintd.tools.base import ToolError, ToolResult
+from imprintd.messages import Message, ToolCall
+from imprintd.tools.base import ToolError, ToolResult, parse_arguments, tool_spec
 
 TOOL_NAME = "conversation_history"
 
@@ -278,7 +280,7 @@ class ConversationHistory:
     def read(self, seq: int, offset: int = 0) -> str:
         """Message ``seq`` from character ``offset``, at most 4,000 characters, and where to go on."""
         entry = self._entry(seq)
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        if offset < 0:
             raise HistoryError(f"offset must be a whole number of characters, 0 or more (got {offset!r})")
         total = len(entry.text)
         if total == 0:
@@ -299,8 +301,6 @@ class ConversationHistory:
         return head + entry.text[offset:end] + tail
 
     def _entry(self, seq: int) -> _Entry:
-        if isinstance(seq, bool) or not isinstance(seq, int):
-            raise HistoryError(f"a message is read by its number, such as 12 (got {seq!r})")
         index = self._by_seq.get(seq)
         if index is None:
             if not self._entries:
@@ -667,8 +667,8 @@ def _is_lookback(message: Message, calls: Mapping[str, ToolCall]) -> bool:
     return bool(message.tool_calls) and all(c.name == TOOL_NAME for c in message.tool_calls)
 
 
-def _check_query(query: Any) -> list[str]:
-    if not isinstance(query, str) or not query.strip():
+def _check_query(query: str) -> list[str]:
+    if not query.strip():
         raise HistoryError("the query is empty: give the words to look for")
     return query_terms(query)
 
@@ -690,31 +690,36 @@ def _nothing_found(query: str, messages: int) -> str:
 
 # --- the tool ------------------------------------------------------------------------------
 
-SPEC = ToolSpec(
-    name=TOOL_NAME,
-    description=DESCRIPTION,
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {
-                "type": "string",
-                "description": ("Words to look for in earlier messages, such as a name, number or phrase they "
-                                "used; a month and day (\"November 12\") also finds that day's messages."),
-            },
-            "message": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "The number of one earlier message to read exactly, such as 12.",
-            },
-            "offset": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "With message: the character to start reading from (default 0).",
-            },
-        },
-        "additionalProperties": False,
-    },
-)
+class HistoryArguments(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A search (``query``) or a read (``message`` from ``offset``); which one is checked in ``parse``."""
+
+    query: msgspec.UnsetType | Annotated[str, msgspec.Meta(description=(
+        "Words to look for in earlier messages, such as a name, number or phrase they "
+        "used; a month and day (\"November 12\") also finds that day's messages."))] = msgspec.UNSET
+    message: msgspec.UnsetType | Annotated[int, msgspec.Meta(
+        ge=1, description="The number of one earlier message to read exactly, such as 12.")] = msgspec.UNSET
+    offset: Annotated[int, msgspec.Meta(
+        ge=0, description="With message: the character to start reading from (default 0).")] = 0
+
+    @classmethod
+    def parse(cls, arguments: Mapping[str, Any]) -> HistoryArguments:
+        """Checked arguments. Leniently first: null means not given, and a number written as
+        text ("12", "#12") or as 12.0 is taken as 12, as small models write them."""
+        lenient = {name: _lenient(name, value) for name, value in arguments.items() if value is not None}
+        parsed = parse_arguments(TOOL_NAME, lenient, cls)
+        searching, reading = parsed.query is not msgspec.UNSET, parsed.message is not msgspec.UNSET
+        if searching and reading:
+            raise ToolError(f"{TOOL_NAME}: give either query (to search) or message (to read), not both")
+        if not searching and not reading:
+            raise ToolError(f"{TOOL_NAME}: give query (words to search for) or message (a number to read)")
+        if searching and not parsed.query.strip():  # type: ignore[union-attr]
+            raise ToolError(f"{TOOL_NAME}: query must be the words to look for, not {parsed.query!r}")
+        if searching and parsed.offset:
+            raise ToolError(f"{TOOL_NAME}: offset goes with message, not with query")
+        return parsed
+
+
+SPEC = tool_spec(TOOL_NAME, DESCRIPTION, HistoryArguments)
 
 
 class ConversationHistoryTool:
@@ -735,41 +740,23 @@ class ConversationHistoryTool:
         return "Looking back through this conversation"
 
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
-        query, message, offset = _parse(arguments)
-        if query is not None:
-            found = self.history.search_places(query)
+        parsed = HistoryArguments.parse(arguments)
+        if isinstance(parsed.query, str):
+            found = self.history.search_places(parsed.query)
             return ToolResult(
                 text=found.text,
-                subject=query.strip(),
+                subject=parsed.query.strip(),
                 evidence=tuple(f"history:{p.seq}:{p.start}" for p in found.places),
             )
-        assert message is not None
-        text = self.history.read(message, offset)
+        message, offset = parsed.message, parsed.offset
+        text = self.history.read(message, offset)  # type: ignore[arg-type]
         return ToolResult(text=text, subject=f"message #{message}", evidence=(f"history:{message}:{offset}",))
 
 
-def _parse(arguments: Mapping[str, Any]) -> tuple[str | None, int | None, int]:
-    unknown = sorted(set(arguments) - {"query", "message", "offset"})
-    if unknown:
-        raise ToolError(f"{TOOL_NAME} takes query, or message with an optional offset; not {', '.join(unknown)}")
-    query, raw_message, raw_offset = arguments.get("query"), arguments.get("message"), arguments.get("offset")
-    if query is not None and raw_message is not None:
-        raise ToolError(f"{TOOL_NAME}: give either query (to search) or message (to read), not both")
-    if query is None and raw_message is None:
-        raise ToolError(f"{TOOL_NAME}: give query (words to search for) or message (a number to read)")
-    if query is not None:
-        if not isinstance(query, str) or not query.strip():
-            raise ToolError(f"{TOOL_NAME}: query must be the words to look for, not {query!r}")
-        if raw_offset not in (None, 0):
-            raise ToolError(f"{TOOL_NAME}: offset goes with message, not with query")
-        return query, None, 0
-    message = _as_int(raw_message)
-    if message is None or message < 1:
-        raise ToolError(f"{TOOL_NAME}: message must be a message number such as 12, not {raw_message!r}")
-    offset = 0 if raw_offset is None else _as_int(raw_offset)
-    if offset is None or offset < 0:
-        raise ToolError(f"{TOOL_NAME}: offset must be a whole number of characters, 0 or more, not {raw_offset!r}")
-    return None, message, offset
+def _lenient(name: str, value: Any) -> Any:
+    """A number argument as an int when ``_as_int`` can read it; anything else as it came."""
+    number = _as_int(value) if name in ("message", "offset") else None
+    return value if number is None else number
 
 
 def _as_int(value: Any) -> int | None:

@@ -77,13 +77,16 @@ def parameters_schema(arguments: type[msgspec.Struct]) -> dict[str, Any]:
     """The JSON schema of ``arguments`` as a tool's parameters.
 
     Each property reads type, limits, then description; defaults are left out (descriptions
-    say them in words) and so are the Struct's title and docstring (the tool has its own).
+    say them in words) and so are the Struct's title and docstring (the tool has its own) and
+    an empty ``required``.
     ``forbid_unknown_fields=True`` is ``"additionalProperties": false``.
     """
     (reference,), definitions = msgspec.json.schema_components([arguments])
     schema = dict(definitions[reference["$ref"].rsplit("/", 1)[1]])
     schema.pop("title", None)
     schema.pop("description", None)
+    if not schema.get("required"):
+        schema.pop("required", None)
     schema["properties"] = {name: _property(fragment) for name, fragment in schema["properties"].items()}
     return schema
 

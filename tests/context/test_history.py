@@ -236,26 +236,26 @@ def test_tool_titles():
 
 
 @pytest.mark.parametrize(
-    "arguments",
+    ("arguments", "message"),
     [
-        {},
-        {"query": "x", "message": 1},
-        {"query": ""},
-        {"query": 5},
-        {"message": "twelve"},
-        {"message": 0},
-        {"message": True},
-        {"message": 1, "offset": -3},
-        {"message": 1, "offset": "far"},
-        {"query": "port", "offset": 100},
-        {"query": "port", "path": "a.py"},
-        {"message": 99},
-        {"message": 1, "offset": 1_000_000},
+        ({}, "give query (words to search for) or message (a number to read)"),
+        ({"query": "x", "message": 1}, "give either query (to search) or message (to read), not both"),
+        ({"query": ""}, "query must be the words to look for, not ''"),
+        ({"query": 5}, "query must be a string, not 5"),
+        ({"message": "twelve"}, "message must be an integer, 1 or more, not 'twelve'"),
+        ({"message": 0}, "message must be an integer, 1 or more, not 0"),
+        ({"message": True}, "message must be an integer, 1 or more, not True"),
+        ({"message": 1, "offset": -3}, "offset must be an integer, 0 or more, not -3"),
+        ({"message": 1, "offset": "far"}, "offset must be an integer, 0 or more, not 'far'"),
+        ({"query": "port", "offset": 100}, "offset goes with message, not with query"),
+        ({"query": "port", "path": "a.py"}, "conversation_history takes only query, message and offset, not path"),
+        ({"message": 99}, "there is no message #99"),
+        ({"message": 1, "offset": 1_000_000}, "offset 1000000 is past the end of message #1"),
     ],
 )
-async def test_tool_refuses_bad_arguments(arguments):
+async def test_tool_refuses_bad_arguments_naming_what_is_accepted(arguments, message):
     tool = ConversationHistoryTool(ConversationHistory(session()))
-    with pytest.raises(ToolError):
+    with pytest.raises(ToolError, match=re.escape(message)):
         await tool.run(arguments)
 
 
@@ -263,6 +263,8 @@ async def test_tool_takes_a_number_written_as_text():
     tool = ConversationHistoryTool(ConversationHistory(session()))
     result = await tool.run({"message": "#3"})
     assert result.text.startswith("#3 user")
+    # null is "not given", and 3.0 is 3
+    assert (await tool.run({"message": 3.0, "offset": None, "query": None})).text == result.text
 
 
 def test_offered_only_with_earlier_messages_and_tools():
