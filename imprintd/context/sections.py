@@ -21,7 +21,7 @@ import inspect
 import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import anyio
 import msgspec
@@ -29,7 +29,7 @@ import msgspec
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, ToolSpec
 from imprintd.models.base import Completion, Model, ModelError
-from imprintd.tools.base import ToolError, ToolResult
+from imprintd.tools.base import ToolError, ToolResult, parse_arguments, tool_spec
 
 __all__ = [
     "OVERLAP_CHARS", "WORKER_CONTEXT_TOKENS", "WORKER_TIMEOUT_S", "NOTES_MAX_TOKENS",
@@ -478,9 +478,6 @@ class ReplySections:
     def read(self, source_id: str, start: int, length: int) -> str:
         """Exactly ``text[start:start + length]`` of source ``source_id``, or SectionError."""
         original = self._original(source_id)
-        for name, value in (("start", start), ("length", length)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise SectionError(f"{name} must be an integer, not {value!r}")
         size = len(original.text)
         if start < 0:
             raise SectionError(f"start must be 0 or more, not {start}")
@@ -512,8 +509,6 @@ class ReplySections:
         self.sections_used += 1
 
     def _original(self, source_id: str) -> _Original:
-        if not isinstance(source_id, str):
-            raise SectionError(f"source_id must be a string, not {source_id!r}")
         original = self._originals.get(source_id)
         if original is None:
             raise SectionError(f"unknown source id {source_id!r}: this reply analyzed no source with that id")
@@ -576,25 +571,20 @@ class SectionArchive:
 
 
 # -- the coordinator's tool ----------------------------------------------------------------------------
-READ_CHAT_SECTION_SPEC = ToolSpec(
-    name="read_chat_section",
-    description=(
-        "Reread exact characters of a source that was too long to show whole and was analyzed in "
-        "sections (its notes name the source id). Returns the original text of characters "
-        f"start to start+length, at most {READ_MAX_CHARS} characters per read. Use it to check a "
-        "detail the notes mention before relying on it."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "source_id": {"type": "string", "description": "The source id named in the analysis notes."},
-            "start": {"type": "integer", "minimum": 0, "description": "First character to read (0-based)."},
-            "length": {"type": "integer", "minimum": 1, "maximum": READ_MAX_CHARS,
-                       "description": f"How many characters to read, 1 to {READ_MAX_CHARS}."},
-        },
-        "required": ["source_id", "start", "length"],
-        "additionalProperties": False,
-    },
+class ReadChatSectionArguments(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    source_id: Annotated[str, msgspec.Meta(description="The source id named in the analysis notes.")]
+    start: Annotated[int, msgspec.Meta(ge=0, description="First character to read (0-based).")]
+    length: Annotated[int, msgspec.Meta(ge=1, le=READ_MAX_CHARS,
+                                        description=f"How many characters to read, 1 to {READ_MAX_CHARS}.")]
+
+
+READ_CHAT_SECTION_SPEC = tool_spec(
+    "read_chat_section",
+    "Reread exact characters of a source that was too long to show whole and was analyzed in "
+    "sections (its notes name the source id). Returns the original text of characters "
+    f"start to start+length, at most {READ_MAX_CHARS} characters per read. Use it to check a "
+    "detail the notes mention before relying on it.",
+    ReadChatSectionArguments,
 )
 
 
@@ -616,13 +606,8 @@ class ReadChatSectionTool:
             return "Rereading part of an analyzed source"
 
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
-        missing = [name for name in ("source_id", "start", "length") if name not in arguments]
-        if missing:
-            raise ToolError(f"read_chat_section needs {', '.join(missing)}")
-        unknown = sorted(set(arguments) - {"source_id", "start", "length"})
-        if unknown:
-            raise ToolError(f"read_chat_section takes only source_id, start and length, not {', '.join(unknown)}")
-        source_id, start, length = arguments["source_id"], arguments["start"], arguments["length"]
+        parsed = parse_arguments(READ_CHAT_SECTION_SPEC.name, arguments, ReadChatSectionArguments)
+        source_id, start, length = parsed.source_id, parsed.start, parsed.length
         try:
             text = self._sections.read(source_id, start, length)
             label = self._sections.label(source_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -67,9 +68,14 @@ async def test_search_without_hits_is_ok_and_adds_no_evidence(index):
     assert result.evidence == () and result.hits == ()
 
 
-@pytest.mark.parametrize("arguments", [{}, {"query": ""}, {"query": 7}, {"query": "?!"}])
-async def test_search_refuses_bad_queries(index, arguments):
-    with pytest.raises(ToolError):
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({}, "search needs query (a string)"),
+    ({"query": " "}, "search: query must be the words to look for, not ' '"),
+    ({"query": 7}, "search: query must be a string, not 7"),
+    ({"query": "?!"}, "the query '?!' has no words to search for"),
+])
+async def test_search_refuses_bad_queries(index, arguments, message):
+    with pytest.raises(ToolError, match=re.escape(message)):
         await SearchTool(index).run(arguments)
 
 
@@ -127,21 +133,26 @@ async def test_empty_file_reads_as_empty_with_no_evidence(root):
     ({"path": "blob.bin"}, "binary"),
     ({"path": "latin1.txt"}, "not UTF-8"),
     ({"path": "src/app.py", "start_line": 400}, "past its end"),
-    ({"path": "src/app.py", "start_line": 0}, "1 or more"),
-    ({"path": "src/app.py", "start_line": True}, "integer"),
-    ({"path": "src/app.py", "start_line": "3"}, "integer"),
+    ({"path": "src/app.py", "start_line": 0}, "read_file: start_line must be an integer, 1 or more, not 0"),
+    ({"path": "src/app.py", "start_line": True}, "start_line must be an integer, 1 or more, not True"),
+    ({"path": "src/app.py", "start_line": "3"}, "start_line must be an integer, 1 or more, not '3'"),
+    ({"path": "src/app.py", "end_line": 2.5}, "end_line must be an integer, 1 or more, not 2.5"),
     ({"path": "src/app.py", "start_line": 5, "end_line": 4}, "before start_line"),
     ({"path": "../x"}, "'..'"),
-    ({}, "string"),
+    ({}, "read_file needs path (a string)"),
+    ({"path": None}, "read_file needs path (a string)"),
+    ({"path": 7}, "read_file: path must be a string, not 7"),
 ])
 async def test_read_refusals(root, arguments, message):
-    with pytest.raises(ToolError, match=message):
+    with pytest.raises(ToolError, match=re.escape(message)):
         await ReadFileTool(root).run(arguments)
 
 
-async def test_float_line_numbers_that_are_whole_are_accepted(root):
+async def test_float_line_numbers_that_are_whole_and_nulls_are_accepted(root):
     result = await ReadFileTool(root).run({"path": "src/app.py", "start_line": 2.0, "end_line": 2})
-    assert result.text.startswith("line 2:")
+    assert result.text.startswith("line 2:") and "\n" not in result.text
+    unbounded = await ReadFileTool(root).run({"path": "src/small.py", "start_line": None, "end_line": None})
+    assert unbounded.text == "PORT = 8443\nHOST = 'gateway'"
 
 
 def test_workspace_tools(index, root):
