@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from imprintd import __version__
 from imprintd import settings as settings_mod
+from imprintd.redact import MaskSecrets
 
 DESCRIPTION = """\
 Imprint's chat daemon. Editors start `imprintd serve` (or `imprintd --stdio`) like a
@@ -65,6 +67,11 @@ def _cli_values(args: argparse.Namespace) -> dict[str, str]:
     return values
 
 
+#: Where the remote provider's API key comes from (``models.remote.API_KEY_ENV``; not imported
+#: from there so that starting the CLI does not load httpx).
+API_KEY_ENV = "IMPRINT_CHAT_API_KEY"
+
+
 def _configure_logging(args: argparse.Namespace, command: str) -> None:
     """The daemon logs what it does (editors keep its stderr); shell commands only warn.
 
@@ -75,6 +82,10 @@ def _configure_logging(args: argparse.Namespace, command: str) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if getattr(args, "log_file", None):
         handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
+    # The API key never reaches a log line, whoever wrote it (a server's error body can echo it).
+    masking = MaskSecrets([os.environ.get(API_KEY_ENV, "")])
+    for handler in handlers:
+        handler.addFilter(masking)
     logging.basicConfig(level=level, handlers=handlers, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not verbose:
         logging.getLogger("pygls").setLevel(logging.WARNING)

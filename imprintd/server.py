@@ -74,9 +74,10 @@ def build_server(chat: Chat) -> LanguageServer:
             server.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=error))
 
     def apply_editor_settings(values: Any) -> None:
-        if not isinstance(values, dict):
-            return
-        values = values.get("imprint", values)
+        if not values:
+            return  # nothing sent: null, {}, or an empty Lua table encoded as []
+        if isinstance(values, dict):
+            values = values.get("imprint", values)
         before = len(chat.resolved.errors)
         chat.update_settings(chat.resolved.apply(values, "editor"))
         report_settings_errors(chat.resolved.errors[before:])
