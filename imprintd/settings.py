@@ -70,7 +70,9 @@ def _is_http_url(value: str) -> bool:
         url = httpx.URL(value)
     except (httpx.InvalidURL, TypeError, ValueError):
         return False
-    return url.scheme in ("http", "https") and bool(url.host)
+    # httpx parses a port past 65535 and a host with a space, then fails to connect on them.
+    return (url.scheme in ("http", "https") and bool(url.host) and (url.port is None or 0 < url.port < 65536)
+            and not any(character.isspace() for character in value))
 
 
 def _between(low: float, high: float) -> Callable[[Any], bool]:

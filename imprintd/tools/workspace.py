@@ -116,7 +116,7 @@ class _Read:
 
 
 def read_lines(handle: BinaryIO, start: int, end: int | None, limit: int = READ_LIMIT,
-               max_bytes: int = READ_SCAN_BYTES) -> _Read:
+               max_bytes: int | None = None) -> _Read:
     """Whole lines ``start..end`` of a text file within ``limit`` characters, and its line count.
 
     Bounded in memory and work whatever the file: at most ``max_bytes`` of it are read (the
@@ -127,7 +127,7 @@ def read_lines(handle: BinaryIO, start: int, end: int | None, limit: int = READ_
     kept: list[str] = []
     used = total = 0
     full = cut_line = False
-    budget = max_bytes
+    budget = READ_SCAN_BYTES if max_bytes is None else max_bytes
     for raw, whole in _bounded_lines(handle, budget):
         total += 1
         if full or total < start or (end is not None and total > end):
@@ -263,7 +263,7 @@ class ReadFileTool:
         if not read.lines and read.complete:
             raise ToolError(f"{path} has {read.total} lines; start_line {read.start} is past its end")
         if not read.lines:
-            raise ToolError(f"start_line {read.start} of {path} is past the first {_SCAN_MIB} MiB "
+            raise ToolError(f"start_line {read.start} of {path} is past the first {_scan_size()} "
                             f"({read.total} lines), which is all read_file reads of a file")
         text = "\n".join(read.lines)
         last_wanted = min(end, read.total) if end is not None else read.total
@@ -273,7 +273,7 @@ class ReadFileTool:
             text += (f"\n{CONTINUATION_PREFIX} {following} of {count}: "
                      f"call read_file with start_line {following}")
         elif not read.complete and (end is None or end > read.end):
-            text += f"\n(read_file reads only the first {_SCAN_MIB} MiB of a file; this is where they end.)"
+            text += f"\n(read_file reads only the first {_scan_size()} of a file; this is where they end.)"
         source = Source(path=path, start_line=read.start, end_line=read.end)
         return ToolResult(
             text=text,
@@ -283,7 +283,9 @@ class ReadFileTool:
         )
 
 
-_SCAN_MIB = READ_SCAN_BYTES // (1024 * 1024)
+def _scan_size() -> str:
+    mib = READ_SCAN_BYTES / (1024 * 1024)
+    return f"{mib:g} MiB"
 
 
 def workspace_tools(index: WorkspaceIndex, root: Path) -> list[Tool]:
