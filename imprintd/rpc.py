@@ -255,7 +255,7 @@ def read_frames(stream: BinaryIO, deliver: Callable[[bytes | JsonRpcException | 
                     announced = match.group(1)
                     digits = announced.lstrip(b"0")
                     # int() refuses over 4300 digits; anything past 19 is unskippable anyway.
-                    length = int(digits) if len(digits) <= 19 else MAX_SKIP_LENGTH + 1
+                    length = int(digits or b"0") if len(digits) <= 19 else MAX_SKIP_LENGTH + 1
             if length is None:
                 deliver(JsonRpcInvalidRequest("A frame must start with a Content-Length header."))
                 continue
