@@ -196,7 +196,7 @@ def sparse(path: Path, head: str, size: int) -> None:
 
 @pytest.mark.parametrize("start_line", [None, 401])
 async def test_read_file_on_a_sparse_file_is_binary_and_bounded_in_memory(ws, start_line):
-    head = "".join(f"line {n}\n" for n in range(1, 401))
+    head = "".join(f"line {n}\n" for n in range(1, 2001))  # past the old 8 KiB NUL probe
     sparse(ws / "big.log", head, 256 * 1024 * 1024)
     arguments = {"path": "big.log"} if start_line is None else {"path": "big.log", "start_line": start_line}
     tracemalloc.start()
