@@ -207,21 +207,23 @@ def mask(text: str, *secrets: str | None) -> str:
 
 class MaskSecrets(logging.Filter):
     """A log handler filter that masks known secret values in every record it passes on,
-    tracebacks included (a server's error text can echo the API key it was sent)."""
+    tracebacks included (a server's error text can echo the API key it was sent), and the
+    password of any ``scheme://user:PASSWORD@host`` URL (a ``chat.base_url`` may carry one)."""
 
     def __init__(self, secrets: Sequence[str]) -> None:
         super().__init__()
         self.secrets = [secret for secret in secrets if secret]
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not self.secrets:
-            return True
         message = record.getMessage()
-        masked = mask(message, *self.secrets)
+        masked = self._mask(message)
         if masked != message:
             record.msg, record.args = masked, ()
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = mask(record.exc_text, *self.secrets)
+            record.exc_text = self._mask(record.exc_text)
         return True
+
+    def _mask(self, text: str) -> str:
+        return _URL_PASSWORD.sub(_keep_lead, mask(text, *self.secrets))

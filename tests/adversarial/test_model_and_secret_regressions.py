@@ -97,6 +97,14 @@ def test_the_log_filter_masks_the_key_in_messages_arguments_and_tracebacks():
     assert KEY not in text and text.count(MARK) == 2
 
 
+def test_the_log_filter_masks_a_password_in_a_url():
+    from imprintd.redact import MaskSecrets
+
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "openai:%s#m", ("https://u:hunter2@h/v1",), None)
+    MaskSecrets([]).filter(record)
+    assert record.getMessage() == f"openai:https://u:{MARK}@h/v1#m"
+
+
 def test_the_cli_masks_the_key_named_by_the_remote_provider():
     assert getattr(cli, "API_KEY_ENV", None) == remote.API_KEY_ENV
 
