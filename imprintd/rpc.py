@@ -175,7 +175,7 @@ class ImprintProtocol(LanguageServerProtocol):
             logger.warning("dropping malformed message %r: %s", raw.get("method"), error)
             return  # notifications and responses are never answered
         msg_id = None if error.path == "id" else raw["id"]
-        if error.path.startswith("params") and "nested" not in error.why:
+        if error.path.startswith("params") and not error.too_deep:
             self.send_error(msg_id, JsonRpcInvalidParams(f"Invalid params: {error}"))
         else:
             self.send_error(msg_id, JsonRpcInvalidRequest(f"Invalid message: {error}"))

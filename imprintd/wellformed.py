@@ -29,12 +29,17 @@ _MAYBE_SURROGATE_TEXT = re.compile(r"\\u[dD][89abcdefABCDEF]|[\ud800-\udfff]")
 
 
 class Malformed(ValueError):
-    """Decoded JSON that must not be used; ``path`` names where (``params.text``), ``why`` what."""
+    """Decoded JSON that must not be used; ``path`` names where (``params.text``), ``why`` what.
 
-    def __init__(self, path: str, why: str) -> None:
+    ``too_deep`` tells the nesting limit (a fault of the message's shape) from a bad string
+    (a fault of one value).
+    """
+
+    def __init__(self, path: str, why: str, *, too_deep: bool = False) -> None:
         super().__init__(f"{path}: {why}" if path else why)
         self.path = path
         self.why = why
+        self.too_deep = too_deep
 
 
 def may_need_check(raw: bytes | str) -> bool:
@@ -60,7 +65,8 @@ def check(value: Any, root: str = "") -> None:
             _check_text(current, path)
         elif isinstance(current, dict | list):
             if depth >= MAX_NESTING:
-                raise Malformed(path, f"nested more than {MAX_NESTING} levels deep (arrays and objects)")
+                raise Malformed(_printable(path), f"nested more than {MAX_NESTING} levels deep (arrays and objects)",
+                                too_deep=True)
             if isinstance(current, dict):
                 for key, item in reversed(current.items()):
                     child = f"{path}.{key}" if path else str(key)
