@@ -21,7 +21,8 @@ Failures raise ``ModelError`` naming the cause (refused connection, unknown host
 429, 5xx, a stream cut short, no answer within the read timeout, a stream chunk that is not
 JSON or not of the ``chat.completion.chunk`` shape); nothing waits forever. The API key comes
 from ``IMPRINT_CHAT_API_KEY`` and is only ever put in the Authorization header: a server that
-echoes it in an error body has it masked in the message, which goes to the client and the log.
+echoes it (in an error body, the reply's text or a tool call's arguments) has it masked
+before the text goes on to the client, the store or the log.
 """
 
 from __future__ import annotations
@@ -151,12 +152,47 @@ class _PartialCall:
     arguments: list[str] = field(default_factory=list)
 
 
+class _SecretMask:
+    """Masks one secret in streamed text, even split across pieces.
+
+    Text is passed on at once except a tail that could be the start of the secret, held
+    until the next piece shows whether it is; so a reply that never begins the secret is
+    never held back.
+    """
+
+    def __init__(self, secret: str | None) -> None:
+        self.secret = secret or ""
+        self.pending = ""
+
+    def feed(self, piece: str) -> str:
+        if not self.secret:
+            return piece
+        text = mask(self.pending + piece, self.secret)
+        keep = _longest_prefix_suffix(text, self.secret)
+        self.pending = text[len(text) - keep:] if keep else ""
+        return text[: len(text) - keep]
+
+    def finish(self) -> str:
+        text, self.pending = self.pending, ""
+        return text
+
+
+def _longest_prefix_suffix(text: str, secret: str) -> int:
+    """The length of the longest end of ``text`` that is a proper start of ``secret``."""
+    for length in range(min(len(text), len(secret) - 1), 0, -1):
+        if secret.startswith(text[-length:]):
+            return length
+    return 0
+
+
 @dataclass
 class _Stream:
     """What has arrived of one streamed reply."""
 
     filter: VisibleTextFilter
     on_text: TextCallback | None
+    #: The API key: a server that writes it into the reply has it masked before anything sees it.
+    secret: _SecretMask = field(default_factory=lambda: _SecretMask(None))
     raw: list[str] = field(default_factory=list)
     shown: list[str] = field(default_factory=list)
     calls: dict[int, _PartialCall] = field(default_factory=dict)
@@ -166,7 +202,7 @@ class _Stream:
 
     def text(self, piece: str) -> None:
         self.raw.append(piece)
-        self.show(self.filter.feed(piece))
+        self.show(self.filter.feed(self.secret.feed(piece)))
 
     def show(self, visible: str) -> None:
         if visible:
@@ -204,6 +240,7 @@ class _Stream:
 
     def parsed(self, tools: Sequence[ToolSpec]) -> ParsedOutput:
         """Visible text, the calls (native deltas first, then any written as text), and errors."""
+        self.show(self.filter.feed(self.secret.finish()))
         last, from_text = self.filter.finish()
         self.show(last)
         names = {tool.name for tool in tools}
@@ -211,8 +248,8 @@ class _Stream:
         for index in sorted(self.calls):
             partial = self.calls[index]
             ident = partial.id or new_call_id()
-            result = call_from_object({"name": partial.name, "arguments": "".join(partial.arguments)},
-                                      names, lambda: ident)
+            arguments = mask("".join(partial.arguments), self.secret.secret)
+            result = call_from_object({"name": partial.name, "arguments": arguments}, names, lambda: ident)
             if isinstance(result, str):
                 errors.append(result)
             else:
@@ -315,7 +352,8 @@ class RemoteModel:
                 f"prompt of about {prompt_tokens} tokens plus {max_tokens} output tokens "
                 f"exceeds the {self.n_ctx}-token context (chat.n_ctx)"
             )
-        stream = _Stream(filter=VisibleTextFilter(tools, "native"), on_text=on_text)
+        stream = _Stream(filter=VisibleTextFilter(tools, "native"), on_text=on_text,
+                         secret=_SecretMask(self._api_key))
         body = self.request_body(messages, tools, max_tokens)
         with anyio.move_on_after(timeout):
             async with inference_lock():

@@ -84,6 +84,44 @@ def test_a_401_body_echoing_the_key_reaches_neither_client_nor_log(daemon_env, s
         client.kill()
 
 
+@pytest.mark.parametrize("cuts", [[], [3], [3, 10, 11], list(range(1, 60))])
+def test_the_key_written_into_the_reply_is_masked_even_split_across_pieces(cuts):
+    text = f"Your key is {KEY}, and {KEY[:6]} is only its start. sk"
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    masker = remote._SecretMask(KEY)
+    out = "".join(masker.feed(piece) for piece in pieces) + masker.finish()
+    assert out == f"Your key is {MARK}, and {KEY[:6]} is only its start. sk"
+
+
+def test_the_key_echoed_in_a_streamed_reply_or_tool_call_reaches_neither_client_nor_store(daemon_env, stub, workspace):
+    def chunk(delta):
+        return json.dumps({"choices": [{"index": 0, "delta": delta}]})
+
+    call = {"index": 0, "id": "c1", "function": {"name": "search", "arguments": json.dumps({"query": KEY})}}
+    stub.queue(StubReply(raw_events=[chunk({"tool_calls": [call]}),
+                                     json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+                                     "[DONE]"]),
+               StubReply(raw_events=[chunk({"content": "The key is " + KEY[:9]}), chunk({"content": KEY[9:] + "."}),
+                                     "[DONE]"]))
+    client = RawClient({**daemon_env, "IMPRINT_CHAT_API_KEY": KEY})
+    try:
+        client.initialize()
+        request_id = client.request("imprint/chat", {"text": "hi", "workspace": str(workspace)})
+        seen = []
+        while (message := client.next()) is not None:
+            seen.append(message)
+            if message.get("id") == request_id:
+                break
+        assert seen[-1]["result"]["text"] == f"The key is {MARK}."
+        session = client.response(client.request("imprint/session", {"sessionId": seen[-1]["result"]["sessionId"]}))
+        wire = json.dumps(seen, ensure_ascii=False) + json.dumps(session, ensure_ascii=False)
+        assert KEY not in wire and KEY not in client.stderr_text()
+        assert f"“{MARK}”" in wire  # the tool step's title, with the query masked
+        assert stub.requests[1]["messages"][-2]["tool_calls"][0]["function"]["arguments"] == json.dumps({"query": MARK})
+    finally:
+        client.kill()
+
+
 def test_the_log_filter_masks_the_key_in_messages_arguments_and_tracebacks():
     from imprintd.redact import MaskSecrets
 
