@@ -123,10 +123,15 @@ def _sessions(resolved: settings_mod.Resolved) -> int:
     from datetime import datetime
 
     from imprintd.chat import Chat
+    from imprintd.store import StoreError
 
     chat = Chat(resolved)
     try:
-        listed = chat.sessions()
+        try:
+            listed = chat.sessions()
+        except StoreError as error:  # e.g. a data dir that cannot be used: say which and why
+            print(f"imprintd: {error}", file=sys.stderr)
+            return 1
         if not listed:
             print("No sessions yet. Start one with: imprintd ask \"QUESTION\"")
         for info in listed:

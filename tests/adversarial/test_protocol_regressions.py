@@ -125,6 +125,14 @@ def test_a_lone_surrogate_in_an_lsp_param_or_the_method_is_refused(raw):
     still_serves(raw)
 
 
+def test_a_lone_surrogate_in_initialize_params_is_32602_and_initialize_can_be_retried(raw):
+    raw.send_bytes(body({"id": 1, "method": "initialize",
+                         "params": {"processId": None, "rootUri": "file:///ws/\udc80", "capabilities": {}}}))
+    error = raw.response(1)["error"]
+    assert error["code"] == -32602 and "params.rootUri" in error["message"]
+    assert "capabilities" in raw.initialize()["result"]
+
+
 def test_a_valid_surrogate_pair_is_text_like_any_other(raw, stub):
     stub.queue("Smile back.")
     raw.initialize()
@@ -182,6 +190,16 @@ def test_a_data_dir_that_cannot_be_used_is_32803_naming_it(daemon_env, tmp_path,
             assert "IMPRINT_DATA_DIR" in error["message"]
     finally:
         client.kill()
+
+
+def test_the_cli_names_a_data_dir_that_cannot_be_used(daemon_env):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "imprintd", "sessions"], capture_output=True, text=True,
+                          env={**daemon_env, "IMPRINT_DATA_DIR": "/dev/null"}, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "the data folder /dev/null cannot be used" in done.stderr
 
 
 def test_a_cache_dir_that_cannot_be_used_is_32803_naming_it(daemon_env, workspace, stub):
