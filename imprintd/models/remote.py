@@ -40,7 +40,6 @@ import httpx
 import msgspec
 
 from imprintd import wellformed
-
 from imprintd.messages import Message, ToolSpec
 from imprintd.models.base import (
     Completion,

@@ -91,7 +91,7 @@ class Churn:
             except OSError:
                 pass  # the daemon or another swap got there first: churn on
 
-    def __enter__(self) -> Churn:
+    def __enter__(self) -> Churn:  # noqa: PYI034
         self.thread.start()
         return self
 

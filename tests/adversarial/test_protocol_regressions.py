@@ -196,7 +196,7 @@ def test_the_cli_names_a_data_dir_that_cannot_be_used(daemon_env):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "imprintd", "sessions"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "imprintd", "sessions"], capture_output=True, text=True, check=False,
                           env={**daemon_env, "IMPRINT_DATA_DIR": "/dev/null"}, timeout=60)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "the data folder /dev/null cannot be used" in done.stderr
