@@ -105,6 +105,12 @@ class CaseMaker:
                                   f"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\nContent-Length: {len(body)}"])
         return Case(f"header {header!r}", frame(body, header=header), answers=[(message["id"], None)])
 
+    def odd_valid_id(self) -> Case:
+        n = self.new_id()
+        msg_id = self.rng.choice([-n, 2**62 + n, f"é中-{n}", f"{n}", f"{n} " + "x" * 500, f"😀{n}"])
+        message = {"jsonrpc": "2.0", "id": msg_id, "method": "imprint/sessions"}
+        return Case(f"id {msg_id!r:.30}", frame(dumps(message)), answers=[(msg_id, None)])
+
     def padded_length(self) -> Case:
         message = self.request("imprint/sessions", {})
         body = dumps(message) + b" " * self.rng.randint(1, 50)  # trailing white space is still JSON
@@ -284,7 +290,7 @@ class CaseMaker:
 
     def all_makers(self) -> list[Callable[[], Case]]:
         return [getattr(self, name) for name in (
-            "no_content_length", "empty_body", "odd_but_valid_header", "padded_length", "truncated", "garbage",
+            "no_content_length", "empty_body", "odd_but_valid_header", "odd_valid_id", "padded_length", "truncated", "garbage",
             "invalid_utf8", "huge_integer", "not_an_object", "bad_id", "bad_version", "bad_method",
             "bad_params_container", "neither_request_nor_response", "stray_response", "unknown_method",
             "unknown_notification", "second_initialize", "bad_lsp_params", "wrong_field", "missing_field",
