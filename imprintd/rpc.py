@@ -22,6 +22,7 @@ import functools
 import json
 import logging
 import re
+import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO, TypeVar
@@ -346,6 +347,40 @@ def _field_message(error: msgspec.ValidationError) -> str:
         problem, field = match.groups()
         return f"{field or 'params'}: {problem[0].lower()}{problem[1:]}"
     return f"params: {text[0].lower()}{text[1:]}"
+
+
+#: Seconds worker threads get to finish once the daemon is done serving.
+EXIT_GRACE_S = 5.0
+
+
+def leave_despite_busy_threads(code: int, grace: float = EXIT_GRACE_S) -> None:
+    """End the process with ``code`` now if worker threads are still busy after ``grace`` seconds.
+
+    Python waits for every non-daemon thread at exit, and anyio's worker threads are not
+    daemons: one stuck in a read of a hung file system, or a local model still generating,
+    would keep the daemon alive after ``exit`` or EOF. Everything that must be saved was
+    saved before this (a reply is acknowledged only once stored); the log is flushed first.
+    """
+    import os
+    import threading
+    import time
+
+    deadline = time.monotonic() + grace
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    busy = [t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon
+            and t.is_alive()]
+    if not busy:
+        return
+    logger.warning("exiting with %d worker thread(s) still busy: %s", len(busy), ", ".join(busy))
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def run_stdio(server, stdin: BinaryIO, stdout: BinaryIO, *, watch_interval: float = 1.0) -> int:

@@ -24,7 +24,7 @@ from imprintd.context.history import ConversationHistory, HistoryError
 from imprintd.context.sections import SectionError
 from imprintd.models.base import ModelError
 from imprintd.research.loop import ReplyFailed
-from imprintd.rpc import ImprintProtocol, msgspec_handler, run_stdio
+from imprintd.rpc import ImprintProtocol, leave_despite_busy_threads, msgspec_handler, run_stdio
 from imprintd.store import SessionNotFound, StoreError
 from imprintd.wire_events import WireEvents
 
@@ -212,4 +212,6 @@ def serve(chat: Chat) -> int:
     stdin = open(sys.stdin.fileno(), "rb", closefd=False)  # noqa: SIM115 (lives as long as the process)
     stdout = sys.stdout.buffer
     sys.stdout = sys.stderr  # stdout carries protocol only; a stray print goes to the log
-    return run_stdio(build_server(chat), stdin, stdout)
+    code = run_stdio(build_server(chat), stdin, stdout)
+    leave_despite_busy_threads(code)  # no worker thread may hold the process after exit or EOF
+    return code

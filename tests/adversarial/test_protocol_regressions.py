@@ -248,3 +248,32 @@ def test_a_length_over_the_limit_that_can_be_skipped_still_is(raw):
     raw.send_bytes(b" " * size, length=size)
     assert "exceeds" in raw.response(None)["error"]["message"]
     still_serves(raw)
+
+
+# -- item 8: no thread may hold the process at exit ------------------------------------------
+
+def test_a_stuck_worker_thread_does_not_hold_the_process_at_exit():
+    import subprocess
+    import sys
+
+    program = ("import logging, sys, threading\n"
+               "from imprintd.rpc import leave_despite_busy_threads\n"
+               "logging.basicConfig()\n"
+               "threading.Thread(target=threading.Event().wait, name='stuck reader').start()\n"
+               "leave_despite_busy_threads(3, grace=0.2)\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 3
+    assert "1 worker thread(s) still busy: stuck reader" in done.stderr
+
+
+def test_finished_worker_threads_leave_the_normal_exit_alone():
+    import subprocess
+    import sys
+
+    program = ("import threading\n"
+               "from imprintd.rpc import leave_despite_busy_threads\n"
+               "threading.Thread(target=lambda: None).start()\n"
+               "leave_despite_busy_threads(3, grace=30)\n"
+               "print('returned')\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "returned"
