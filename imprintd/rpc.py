@@ -135,7 +135,7 @@ class ImprintProtocol(LanguageServerProtocol):
         try:
             raw = json.loads(body)
         except RecursionError:
-            self.send_error(None, JsonRpcInvalidRequest(_too_deep()))
+            self.send_error(None, JsonRpcInvalidRequest(wellformed.TOO_DEEP))
             return
         except (ValueError, UnicodeDecodeError) as error:
             self.send_error(None, JsonRpcParseError(f"Invalid JSON: {error}"))
@@ -172,14 +172,13 @@ class ImprintProtocol(LanguageServerProtocol):
 
     def _refuse_malformed(self, raw: dict, error: wellformed.Malformed) -> None:
         """Answer a message ``wellformed.check`` refused: -32602 for a bad param, else -32600."""
-        if "method" in raw and "id" not in raw or "method" not in raw:
+        answer = wellformed.refusal(raw, error)
+        if answer is None:
             logger.warning("dropping malformed message %r: %s", raw.get("method"), error)
             return  # notifications and responses are never answered
-        msg_id = None if error.path == "id" else raw["id"]
-        if error.path.startswith("params") and not error.too_deep:
-            self.send_error(msg_id, JsonRpcInvalidParams(f"Invalid params: {error}"))
-        else:
-            self.send_error(msg_id, JsonRpcInvalidRequest(f"Invalid message: {error}"))
+        msg_id, code, message = answer
+        refused = JsonRpcInvalidParams if code == wellformed.INVALID_PARAMS else JsonRpcInvalidRequest
+        self.send_error(msg_id, refused(message))
 
     def _structure(self, raw: dict) -> Any:
         """LSP messages become lsprotocol types; ``imprint/*`` params stay plain JSON for msgspec."""
@@ -203,11 +202,6 @@ def _valid_id(raw: Any) -> int | str | None:
     if not _is_id(msg_id) or isinstance(msg_id, str) and wellformed.has_lone_surrogate(msg_id):
         return None  # a string id with a lone surrogate cannot be written back
     return msg_id
-
-
-def _too_deep() -> str:
-    return (f"The message is nested more than {wellformed.MAX_NESTING} levels deep "
-            "(arrays and objects); it was not read.")
 
 
 def _envelope_problem(raw: Any) -> str | None:
@@ -316,7 +310,7 @@ def msgspec_handler(params_type: type[P]) -> Callable[[Callable[..., Awaitable[A
             try:
                 return msgspec.convert(raw, params_type, strict=True)
             except msgspec.ValidationError as error:
-                raise JsonRpcInvalidParams(f"Invalid params: {_field_message(error)}") from None
+                raise JsonRpcInvalidParams(f"Invalid params: {wellformed.field_message(error)}") from None
 
         if asyncio.iscoroutinefunction(handler):
 
@@ -333,20 +327,6 @@ def msgspec_handler(params_type: type[P]) -> Callable[[Callable[..., Awaitable[A
         return adapter
 
     return decorate
-
-
-def _field_message(error: msgspec.ValidationError) -> str:
-    """msgspec says "Expected `str`, got `int` - at `$.text`"; say it with the param's name."""
-    text = str(error)
-    match = re.match(r"Object missing required field `(.*)`(?: - at `\$\.?(.*)`)?$", text)
-    if match:
-        name, where = match.groups()
-        return f"{(where + '.') if where else ''}{name}: required field is missing"
-    match = re.search(r"(.*) - at `\$\.?(.*)`$", text)
-    if match:
-        problem, field = match.groups()
-        return f"{field or 'params'}: {problem[0].lower()}{problem[1:]}"
-    return f"params: {text[0].lower()}{text[1:]}"
 
 
 #: Seconds worker threads get to finish once the daemon is done serving.

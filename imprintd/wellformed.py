@@ -5,8 +5,9 @@ consumer after it (cattrs, msgspec, logging, ``json.dumps``) recurses, so a 2 KB
 nested arrays would end the process with ``RecursionError``. And lone surrogates
 (``"\\udc80"`` escaped, or the bytes ``ED A0 80``, which ``json.loads`` lets through with
 ``surrogatepass``): Python strings hold them, but SQLite, UTF-8 output and every client do
-not. Both are found here once, where input is decoded (client messages in ``rpc``, model
-stream chunks in ``models.remote``), so no handler has to think about them.
+not. Both are found here once, where input is decoded (client messages in ``rpc`` and
+``acp.jsonrpc``, model stream chunks in ``models.remote``), so no handler has to think about
+them. Both front doors also name a param msgspec refused the same way (``field_message``).
 
 The walk is iterative and skipped entirely when a cheap look at the raw text shows it is
 not needed, so ordinary messages pay next to nothing.
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+import msgspec
 
 #: Arrays and objects nested deeper than this are refused. LSP's deepest messages (client
 #: capabilities) nest about 8 levels; 64 leaves room and stays far from the recursion limit.
@@ -90,3 +93,41 @@ def _check_text(text: str, path: str) -> None:
 def _printable(path: str) -> str:
     """``path`` fit to put in a message: a surrogate in a key would make the message unsendable."""
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", path)
+
+
+#: JSON-RPC's codes for a refused message: the message itself, or one of its params.
+INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
+
+TOO_DEEP = (f"The message is nested more than {MAX_NESTING} levels deep (arrays and objects); "
+            "it was not read.")
+
+
+def refusal(raw: dict, error: Malformed) -> tuple[Any, int, str] | None:
+    """How to answer a message ``check`` refused: (id, code, message); None when it is a
+    notification or a response, which are never answered. A bad param is -32602, anything
+    else (nesting, the id or method itself) -32600; an id that is itself bad is answered null."""
+    if "method" not in raw or "id" not in raw:
+        return None
+    msg_id = None if error.path == "id" else raw["id"]
+    if error.path.startswith("params") and not error.too_deep:
+        return msg_id, INVALID_PARAMS, f"Invalid params: {error}"
+    return msg_id, INVALID_REQUEST, f"Invalid message: {error}"
+
+
+def field_message(error: msgspec.ValidationError) -> str:
+    """msgspec says "Expected `str`, got `int` - at `$.prompt[0].text`"; say it by the field's name."""
+    text = str(error)
+    missing = re.match(r"Object missing required field `(.*?)`(?: - at `\$\.?(.*)`)?$", text)
+    if missing:
+        name, where = missing.groups()
+        return f"{(where + '.') if where else ''}{name}: required field is missing"
+    tagged = re.match(r"Invalid value '(.*)' - at `\$\.?(.*)`$", text)
+    if tagged:
+        value, where = tagged.groups()
+        return f"{where}: {value!r} is not a type that is accepted"
+    located = re.search(r"(.*) - at `\$\.?(.*)`$", text)
+    if located:
+        problem, where = located.groups()
+        return f"{where or 'params'}: {problem[0].lower()}{problem[1:]}"
+    return f"params: {text[0].lower()}{text[1:]}"
