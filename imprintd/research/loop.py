@@ -234,17 +234,19 @@ class _Loop:
             names = ", ".join(tools) or "none"
             result = ToolResult(ok=False, text=f"There is no tool named {call.name!r}; the tools are: {names}.")
             events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=f"Calling {call.name}",
-                                      state="failed", detail=result.text))
+                                      state="failed", detail=result.text, arguments=dict(call.arguments)))
             return result
         title = _title(tool, call)
-        events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=title, state="started"))
+        events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=title, state="started",
+                                  arguments=dict(call.arguments)))
         try:
             result = await tool.run(call.arguments)
         except ToolError as error:
             result = ToolResult(ok=False, text=f"Error: {error}")
         state = "finished" if result.ok else "failed"
         detail = "" if result.ok else result.text
-        events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=title, state=state, detail=detail))
+        events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=title, state=state, detail=detail,
+                                  arguments=dict(call.arguments)))
         self.results[key] = result
         return result
 
