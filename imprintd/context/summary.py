@@ -340,7 +340,7 @@ def summary_block(state: StoredSummary | None, material: Sequence[str], *, looku
 
 async def update_summary(model: Model, *, state: StoredSummary | None, messages: Sequence[Message],
                          to_cover: Sequence[Message], message_count: int,
-                         events: ReplyEvents) -> SummaryOutcome:
+                         events: ReplyEvents, timeout: float = SUMMARY_TIMEOUT_S) -> SummaryOutcome:
     """One attempt to cover ``to_cover``: one model request, new bullets appended, one event.
 
     Cancellation propagates (nothing is written). Any other failure returns the previous
@@ -354,16 +354,19 @@ async def update_summary(model: Model, *, state: StoredSummary | None, messages:
     request = fit_summarizer_request(model, so_far, to_cover, context=messages)
     if request is None:
         return _failed(state, numbers, message_count, "the summary request does not fit the model")
-    with anyio.move_on_after(SUMMARY_TIMEOUT_S + _DEADLINE_GRACE_S) as guard:
+    timeout = max(0.0, min(timeout, SUMMARY_TIMEOUT_S))
+    if timeout <= 0:
+        return _failed(state, numbers, message_count, "no time left in the reply's time budget")
+    with anyio.move_on_after(timeout + _DEADLINE_GRACE_S) as guard:
         try:
             completion = await model.complete(request, (), max_tokens=SUMMARY_OUTPUT_TOKENS,
-                                              timeout=SUMMARY_TIMEOUT_S)
+                                              timeout=timeout)
         except ModelError as error:
             return _failed(state, numbers, message_count, f"the model failed: {error}")
     if guard.cancelled_caught or completion.finish_reason == "deadline":
         # A partial summary would replace the summary so far with whatever was written
         # before the deadline (ADR 0141): keep the previous one instead.
-        return _failed(state, numbers, message_count, f"no summary within {SUMMARY_TIMEOUT_S} seconds")
+        return _failed(state, numbers, message_count, f"no summary within {timeout:g} seconds")
     written = bullets(completion.text)
     if completion.finish_reason == "length" and len(written) > 1:
         written = written[:-1]  # the last bullet was cut off by the output limit
