@@ -204,3 +204,90 @@ async def test_the_final_answer_after_an_analyzed_question_has_no_reread_guidanc
     assert "read_chat_section" not in final.text
     coordinator = [r for r in model.requests if r.tools][0]
     assert "read_chat_section" in coordinator.text  # the coordinator itself was told how to reread
+
+
+# --- budgets and long input (issue 12 items 1 and 2, issue 11's time budget) --------------------
+
+
+def paste_of(lines: int) -> str:
+    return ("Which port does service alpha199 listen on? Here is the inventory:\n"
+            + "".join(f"line {n}: service alpha{n} listens on port {9000 + n} FACT-{n}\n" for n in range(lines)))
+
+
+def section_notes(request) -> str:
+    """A worker's notes: the facts of the section it was shown."""
+    import re
+
+    shown = request.messages[-1].content.split("<<<", 1)[1]
+    return "notes: " + " ".join(re.findall(r"FACT-\d+", shown)[-3:])
+
+
+async def test_a_paste_the_token_budget_cannot_cover_is_answered_from_the_sections_read(workspace):
+    model = StandInModel(n_ctx=2048)
+    chat = make_chat(model, **{"chat.n_ctx": 2048, "chat.max_tokens": 256, "chat.research_token_budget": 6000})
+
+    def reply(request):
+        if request.max_tokens == 384:
+            return section_notes(request)
+        return "alpha199 is not in the sections I read [1]." if not request.tools else tool_turn(
+            call("search", query="alpha"))
+
+    model.queue(*[reply] * 40)
+    paste = paste_of(400)
+    outcome, events = await ask(chat, paste, workspace)
+
+    workers = [r for r in model.requests if r.max_tokens == 384]
+    analysis = [m for m in events.progress_messages if not m.startswith("Indexing")]
+    planned = int(analysis[1].rsplit(" of ", 1)[1])
+    assert 2 <= len(workers) < planned  # some sections were read, not all
+    # Up front, before any worker ran: what will not be read and the setting that would read it.
+    announce = analysis[0]
+    assert announce.startswith(f"The user message needs {planned} sections: the research token budget (6,000 tokens")
+    assert "chat.research_token_budget = " in announce and "will not be read" in announce
+    assert outcome.stop_reason == "token_budget"
+    # The final answer was written from the notes of the sections read, not the raw paste.
+    final = model.requests[-1]
+    assert final.tools == [] and paste not in final.text
+    assert "[Section analysis]" in final.text and "FACT-1 " in final.text.replace("\n", " ")
+    assert "were NOT read" in final.text
+    # The reply says exactly which characters were not read, and is no "nothing to report".
+    [read_to] = {int(m) for m in __import__("re").findall(r"only characters 0–(\d+) were read", final.text)}
+    assert read_to < len(paste)
+    assert outcome.text.startswith("alpha199 is not in the sections I read")
+    assert (f"Characters {read_to:,}–{len(paste):,} of your message ({len(paste):,} characters) were not read: "
+            f"the research token budget ran out after {len(workers)} of {planned} sections. "
+            "Raising chat.research_token_budget would let them be read.") in outcome.text
+    assert "nothing to report" not in outcome.text
+    assert events.streamed == outcome.text
+    assert chat.store.messages(outcome.session_id)[-1].content == outcome.text
+
+
+async def test_the_time_budget_bounds_section_analysis_and_the_final_answer(workspace):
+    model = StandInModel(n_ctx=2048)
+    chat = make_chat(model, **{"chat.n_ctx": 2048, "chat.max_tokens": 256, "chat.research_time_budget": 2})
+    model.queue(section_notes, Hang("half a note"), Hang("The answer that never ends"))
+    started = anyio.current_time()
+    with anyio.fail_after(20):
+        outcome, events = await ask(chat, paste_of(400), workspace)
+    elapsed = anyio.current_time() - started
+    first, second, final = model.requests
+    # Research may use the budget less the final answer's 20% share; the final answer the rest.
+    assert first.timeout == pytest.approx(1.6, abs=0.3) and second.timeout <= first.timeout
+    assert final.tools == [] and final.timeout <= 2 - (second.timeout - 0) + 0.3
+    assert outcome.stop_reason == "time_budget"
+    assert elapsed < 2 + 1.5  # the whole reply, not 2 s plus a fixed 120 s for the final answer
+    assert "the research time budget ran out after 1 of" in outcome.text
+    assert "Raising chat.research_time_budget would let them be read." in outcome.text
+
+
+async def test_a_model_that_never_answers_ends_the_reply_within_the_time_budget(model, workspace):
+    chat = make_chat(model, **{"chat.research_time_budget": 2})
+    model.queue(Hang("Thinking"), Hang("Still thinking"))
+    started = anyio.current_time()
+    with anyio.fail_after(20):
+        outcome, _ = await ask(chat, "Which port does billing use?", workspace)
+    coordinator, final = model.requests
+    assert coordinator.timeout == pytest.approx(1.6, abs=0.3)  # 2 s less the final answer's share
+    assert final.timeout == pytest.approx(0.4, abs=0.3)
+    assert anyio.current_time() - started < 2 + 1.5
+    assert outcome.stop_reason == "time_budget" and outcome.text.strip()
