@@ -368,15 +368,45 @@ async def update_summary(model: Model, *, state: StoredSummary | None, messages:
         # before the deadline (ADR 0141): keep the previous one instead.
         return _failed(state, numbers, message_count, f"no summary within {timeout:g} seconds")
     written = bullets(completion.text)
-    if completion.finish_reason == "length" and len(written) > 1:
+    last = max(numbers)
+    if completion.finish_reason == "length":
         written = written[:-1]  # the last bullet was cut off by the output limit
-    if not written:
-        return _failed(state, numbers, message_count, "the model wrote no bullets")
+        # Only the exchanges whose bullets were written are covered; the rest stay in the
+        # prompt (or wait for the next summary).
+        last = covered_by(written, to_cover)
+    if not written or last is None:
+        return _failed(state, numbers, message_count, "the model wrote no complete bullet")
     text = append_bullets(so_far, "\n".join(written))
     first = state.first_seq if so_far and state is not None else min(numbers)
-    new = StoredSummary(text=text, first_seq=first, last_seq=max(numbers), retry_at=None)
+    new = StoredSummary(text=text, first_seq=first, last_seq=last, retry_at=None)
     events.summary(new.text, new.first_seq, new.last_seq)
     return SummaryOutcome(ok=True, state=new)
+
+
+_CITED = re.compile(r"#(\d+)(?:\s*[–—-]\s*#?(\d+))?")
+
+
+def covered_by(written: Sequence[str], to_cover: Sequence[Message]) -> int | None:
+    """The last message number covered by the bullets ``written`` of a cut-off summary.
+
+    The exchanges of ``to_cover`` up to the last one a bullet cites (``(#12)``, ``(#3–#4)``)
+    are covered; bullets that cite no number cover one exchange each, in order. None when no
+    exchange is covered.
+    """
+    groups = [[m.seq for m in group if m.seq is not None] for group in exchanges(to_cover)]
+    cited: set[int] = set()
+    for bullet in written:
+        for match in _CITED.finditer(bullet):
+            first = int(match.group(1))
+            last = int(match.group(2) or first)
+            cited.update(range(first, min(last, first + 10_000) + 1))
+    if cited:
+        reached = [index for index, group in enumerate(groups) if cited & set(group)]
+        count = reached[-1] + 1 if reached else 0
+    else:
+        count = min(len(written), len(groups))
+    covered = [seq for group in groups[:count] for seq in group]
+    return max(covered) if covered else None
 
 
 def _failed(state: StoredSummary | None, numbers: Sequence[int], message_count: int, reason: str) -> SummaryOutcome:
