@@ -99,12 +99,29 @@ async def test_an_answer_cut_short_keeps_what_it_wrote_and_adds_the_strongest_fi
     assert "…" not in outcome.text.split("\n")[0]  # cut after a whole sentence: no ellipsis
 
 
-async def test_a_final_turn_that_asks_for_tools_or_fails_ends_with_the_findings(model, workspace):
+async def test_a_final_turn_that_fails_ends_with_the_findings(model, workspace):
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
     model.queue(*researcher(MANY_CALLS, Fail("the model crashed")))
-    outcome, _ = await ask(chat, "Tell me about billing", workspace)
-    assert outcome.text.startswith("I couldn't write a full answer. The strongest findings")
+    outcome, events = await ask(chat, "Tell me about billing", workspace)
+    assert outcome.text.startswith("I couldn't write a full answer. The strongest findings of the research:\n- ")
+    assert "port: 8101" in outcome.text or "billing" in outcome.text.split("\n")[1]
     assert outcome.stop_reason == "token_budget"  # a bounded stop is never a failed reply
+    assert events.streamed == outcome.text
+
+
+async def test_a_final_turn_that_asks_for_tools_keeps_its_text_and_adds_the_findings(model, workspace):
+    # A provider that parses a call even with no tools offered returns it as a tool call.
+    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    model.queue(*researcher(MANY_CALLS, Completion(text="Billing is deployed behind the gateway [1].",
+                                                   tool_calls=(call("search", call_id="x", query="owner"),))))
+    outcome, events = await ask(chat, "Tell me about billing", workspace)
+    assert outcome.text.startswith("Billing is deployed behind the gateway [1].\n\n(The answer was cut short. "
+                                   "The strongest findings of the research:)\n- ")
+    findings = [line for line in outcome.text.split("Sources:")[0].splitlines() if line.startswith("- ")]
+    assert findings[0].startswith("- from docs/deploy.md (file): # Deploying The billing service") and len(findings) == 2
+    assert "search" not in outcome.text.split("\n")[0]  # nothing of the call is shown
+    assert "\n\nSources:\n[1] docs/deploy.md" in outcome.text
+    assert events.streamed == outcome.text
 
 
 async def test_a_spoken_reply_gets_no_sources_list(model, workspace):
@@ -291,3 +308,71 @@ async def test_a_model_that_never_answers_ends_the_reply_within_the_time_budget(
     assert final.timeout == pytest.approx(0.4, abs=0.3)
     assert anyio.current_time() - started < 2 + 1.5
     assert outcome.stop_reason == "time_budget" and outcome.text.strip()
+
+
+async def test_notes_come_from_this_reply_only_never_from_earlier_replies(model, workspace):
+    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 256})
+    # The first reply reads billing's config and answers within its budget.
+    model.queue(tool_turn(call("read_file", path="services/billing.yaml")), "Found it.")
+    first, _ = await ask(chat, "Which port does billing use?", workspace)
+    stored = chat.store.messages(first.session_id)
+    assert any(m.role == "tool" and "port: 8101" in m.content for m in stored)
+    # The second reply searches the docs until its budget stops it.
+    rounds = [tool_turn(call("search", call_id=f"d{n}", query=f"rollout {n}")) for n in range(12)]
+
+    def reply(request):
+        return rounds.pop(0) if request.tools else "Rollouts take 5 minutes [1]."
+
+    model.queue(*[reply] * 14)
+    second, _ = await ask(chat, "How long do rollouts take?", workspace, session_id=first.session_id)
+    assert second.stop_reason == "token_budget"
+    final = model.requests[-1]
+    assert final.tools == []
+    notes = final.messages[-1].content.split("Research notes:\n", 1)[1]
+    assert "Rollouts take 5 minutes" in notes
+    assert "8101" not in notes and "billing.yaml" not in notes  # the earlier reply's read is not a note
+    assert all("port: 8101" not in m.content for m in final.messages)
+
+
+async def test_research_that_fills_the_context_is_answered_from_notes(model, workspace):
+    (workspace / "big.log").write_text("".join(f"{n:04d} gateway timeout on node-{n % 7}\n" for n in range(400)),
+                                       encoding="utf-8")
+    model.n_ctx = 2048
+    chat = make_chat(model, **{"chat.n_ctx": 2048, "chat.max_tokens": 768, "chat.analysis_workers": 0})
+
+    def reply(request):
+        if request.tools:
+            return tool_turn(call("read_file", path="big.log"))
+        return "Node timeouts fill the log [1]."
+
+    model.queue(*[reply] * 4)
+    outcome, events = await ask(chat, "What does big.log say?", workspace)
+    assert outcome.stop_reason == "context_full"
+    coordinator = [r for r in model.requests if r.tools]
+    assert len(coordinator) == 1  # the second round did not fit beside the first one's result
+    final = model.requests[-1]
+    assert final.tools == [] and "0000 gateway timeout on node-0" in final.messages[-1].content
+    assert outcome.text.startswith("Node timeouts fill the log [1].\n\nSources:\n[1] big.log")
+    assert events.streamed == outcome.text
+
+
+async def test_the_final_answer_has_its_own_120_seconds_at_most(model, workspace, monkeypatch):
+    from imprintd.research import answer as answer_mod
+    from imprintd.research import clock as clock_mod
+
+    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512,
+                               "chat.research_time_budget": 3600})
+    model.queue(*researcher(MANY_CALLS, "Billing listens on 8101 [1]."))
+    await ask(chat, "Which port does billing use?", workspace)
+    assert model.requests[-1].tools == [] and model.requests[-1].timeout == pytest.approx(120, abs=1)
+
+    # A final turn that runs into that deadline keeps what it wrote and adds the findings.
+    monkeypatch.setattr(clock_mod, "FINAL_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(answer_mod, "FINAL_TIMEOUT_S", 0.3)
+    model.replies.clear()
+    model.queue(*researcher(MANY_CALLS, Hang("Billing listens on")))
+    with anyio.fail_after(20):
+        outcome, events = await ask(chat, "Which port does billing use?", workspace)
+    assert model.requests[-1].timeout == pytest.approx(0.3, abs=0.01)
+    assert outcome.text.startswith("Billing listens on…\n\n(The answer was cut short. The strongest findings")
+    assert events.streamed == outcome.text

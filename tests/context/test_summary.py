@@ -228,6 +228,18 @@ def test_the_summary_block_with_and_without_lookup_guidance():
     assert summary_block(None, []) == ""
 
 
+def test_the_covered_material_list_shows_the_latest_twelve_and_counts_the_rest():
+    state = StoredSummary(text="- (#1–#40) Many searches.", first_seq=1, last_seq=40)
+    material = [f"#{n} tool result: search for “topic {n}” (900 characters)" for n in range(1, 21)]
+    block = summary_block(state, material)
+    lines = block.splitlines()
+    assert "Covered material: (the latest 12; 8 earlier not listed)" in lines
+    listed = [line for line in lines if line.startswith("- #")]
+    assert listed == [f"- {item}" for item in material[8:]]
+    exactly = summary_block(state, material[:12])
+    assert "Covered material:" in exactly.splitlines() and "earlier not listed" not in exactly
+
+
 # --- what it writes -----------------------------------------------------------------------------
 
 
