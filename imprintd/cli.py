@@ -137,7 +137,7 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
     from imprintd.store import StoreError
 
     chat = Chat(resolved)
-    events = _PrintEvents()
+    events = _PrintEvents(live=sys.stdout.isatty())
     request = ReplyRequest(text=args.question, session_id=args.session, persist=not args.no_persist,
                            style="spoken" if args.spoken else "written",
                            workspace=os.path.abspath(args.workspace) if args.workspace else None)
@@ -164,18 +164,31 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
 
 
 class _PrintEvents:
-    """Reply text to stdout as it streams; progress and tool steps to stderr."""
+    """Reply text to stdout as it streams, on a terminal; progress and tool steps to stderr.
 
-    def __init__(self) -> None:
+    Streamed text can turn out to be preamble (a research round that went on to call tools),
+    so piped output gets only the answer, written once the reply is done.
+    """
+
+    def __init__(self, live: bool) -> None:
+        self.live = live
+        #: What was printed of the current part.
         self.printed = ""
 
     def begin(self, session_id: str, reply_id: str) -> None:
         pass
 
     def text(self, delta: str) -> None:
+        if not self.live:
+            return
         self.printed += delta
         sys.stdout.write(delta)
         sys.stdout.flush()
+
+    def text_was_preamble(self) -> None:
+        if self.printed:
+            sys.stdout.write("\n\n")  # the answer starts on its own paragraph
+            self.printed = ""
 
     def progress(self, message: str, percentage: int | None = None) -> None:
         print(f"[{message}]", file=sys.stderr)

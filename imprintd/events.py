@@ -3,6 +3,10 @@
 The server implements ``ReplyEvents`` with ``imprint/replyDelta`` notifications and LSP
 work-done progress; the CLI prints; tests record. Reply text and progress are separate
 channels on purpose (ADR 0093): notes and progress are never shown or spoken as the answer.
+
+Reply text streams in parts: a research round may write text and then call tools, so its
+text turns out to be preamble, not the answer. ``text_was_preamble`` says so once it is
+known, and the next text starts a new part; what was never called preamble is the answer.
 """
 
 from __future__ import annotations
@@ -29,7 +33,14 @@ class ReplyEvents(Protocol):
         """The reply has its ids; the question is stored. Comes before every other event."""
 
     def text(self, delta: str) -> None:
-        """A piece of the answer, in order."""
+        """A piece of the reply's text, in order; it belongs to the current part."""
+
+    def text_was_preamble(self) -> None:
+        """The text streamed since the last call was not the answer.
+
+        The research round that wrote it went on to call tools, or was cut off by a stop
+        and the final answer from notes follows. Text after this call starts a new part.
+        """
 
     def progress(self, message: str, percentage: int | None = None) -> None:
         """Long work under way ("Analyzing section 3 of 12")."""

@@ -20,11 +20,12 @@ READ_CHAT_SECTION = "imprint/read_chat_section"
 CONVERSATION_HISTORY = "imprint/conversation_history"
 # Notifications (server to client)
 REPLY_DELTA = "imprint/replyDelta"
+REPLY_PREAMBLE = "imprint/replyPreamble"
 TOOL_STEP = "imprint/toolStep"
 SUMMARY_UPDATED = "imprint/summaryUpdated"
 
 REQUESTS = (CHAT, SESSIONS, SESSION, DELETE_SESSION, SUMMARY, READ_CHAT_SECTION, CONVERSATION_HISTORY)
-NOTIFICATIONS = (REPLY_DELTA, TOOL_STEP, SUMMARY_UPDATED)
+NOTIFICATIONS = (REPLY_DELTA, REPLY_PREAMBLE, TOOL_STEP, SUMMARY_UPDATED)
 
 Style = Literal["written", "spoken"]
 StopReason = Literal["answer", "length", "token_budget", "time_budget", "no_new_evidence", "context_full"]
@@ -65,9 +66,20 @@ class ChatResult(Wire):
 
 
 class ReplyDelta(Wire):
+    """The next piece of a reply's text, in ``part`` (0, 1, …)."""
+
     session_id: str
     reply_id: str
+    part: int
     text: str
+
+
+class ReplyPreamble(Wire):
+    """Part ``part`` of the streamed text was preamble, not the answer; text goes on in ``part + 1``."""
+
+    session_id: str
+    reply_id: str
+    part: int
 
 
 class ToolStepNotice(Wire):

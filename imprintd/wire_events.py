@@ -35,6 +35,9 @@ class WireEvents:
         self._pending: list[tuple[str, int | None]] = []
         self.session_id = ""
         self.reply_id = ""
+        #: The part the next delta belongs to, and whether any text went out in it yet.
+        self.part = 0
+        self._part_has_text = False
 
     def _notify(self, method: str, params: msgspec.Struct) -> None:
         self._server.protocol.notify(method, msgspec.to_builtins(params))
@@ -45,7 +48,17 @@ class WireEvents:
 
     def text(self, delta: str) -> None:
         if delta:
-            self._notify(wire.REPLY_DELTA, wire.ReplyDelta(session_id=self.session_id, reply_id=self.reply_id, text=delta))
+            self._part_has_text = True
+            self._notify(wire.REPLY_DELTA, wire.ReplyDelta(session_id=self.session_id, reply_id=self.reply_id,
+                                                           part=self.part, text=delta))
+
+    def text_was_preamble(self) -> None:
+        if not self._part_has_text:
+            return  # nothing was shown, so nothing needs taking back
+        self._notify(wire.REPLY_PREAMBLE, wire.ReplyPreamble(session_id=self.session_id, reply_id=self.reply_id,
+                                                             part=self.part))
+        self.part += 1
+        self._part_has_text = False
 
     def tool_step(self, step: ToolStep) -> None:
         self._notify(

@@ -18,6 +18,9 @@ class RecordingEvents:
     def text(self, delta: str) -> None:
         self.log.append(("text", delta))
 
+    def text_was_preamble(self) -> None:
+        self.log.append(("preamble", None))
+
     def progress(self, message: str, percentage: int | None = None) -> None:
         self.log.append(("progress", message))
 
@@ -30,6 +33,19 @@ class RecordingEvents:
     @property
     def streamed(self) -> str:
         return "".join(payload for kind, payload in self.log if kind == "text")
+
+    @property
+    def parts(self) -> list[tuple[str, str]]:
+        """The streamed text by part, each as ("preamble" or "answer", its text); empty parts left out."""
+        parts, current = [], ""
+        for kind, payload in self.log:
+            if kind == "text":
+                current += payload
+            elif kind == "preamble":
+                if current:
+                    parts.append(("preamble", current))
+                current = ""
+        return parts + ([("answer", current)] if current else [])
 
     @property
     def progress_messages(self) -> list[str]:

@@ -33,8 +33,27 @@ class FakeProgress:
 
 def fake_server(answer: bool):
     capabilities = types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=True))
-    return SimpleNamespace(work_done_progress=FakeProgress(answer),
-                           protocol=SimpleNamespace(client_capabilities=capabilities, notify=lambda *a: None))
+    notified: list[tuple[str, object]] = []
+    return SimpleNamespace(work_done_progress=FakeProgress(answer), notified=notified,
+                           protocol=SimpleNamespace(client_capabilities=capabilities,
+                                                    notify=lambda method, params: notified.append((method, params))))
+
+
+def test_deltas_are_numbered_by_part_and_only_a_part_with_text_is_called_preamble():
+    server = fake_server(answer=True)
+    events = WireEvents(server)
+    events.begin("s1", "r1")
+    events.text_was_preamble()  # a round that wrote nothing before its tool call: nothing to take back
+    events.text("Let me look.")
+    events.text_was_preamble()
+    events.text("Port ")
+    events.text("8101.")
+    assert server.notified == [
+        ("imprint/replyDelta", {"sessionId": "s1", "replyId": "r1", "part": 0, "text": "Let me look."}),
+        ("imprint/replyPreamble", {"sessionId": "s1", "replyId": "r1", "part": 0}),
+        ("imprint/replyDelta", {"sessionId": "s1", "replyId": "r1", "part": 1, "text": "Port "}),
+        ("imprint/replyDelta", {"sessionId": "s1", "replyId": "r1", "part": 1, "text": "8101."}),
+    ]
 
 
 async def test_progress_begins_reports_and_ends_once_the_token_exists():

@@ -154,10 +154,12 @@ class _Loop:
             finally:
                 self.budget.settle(reservation, completion)
             if completion.finish_reason == "deadline":
+                self.scope.events.text_was_preamble()  # the final answer from notes follows
                 return self._stop("time_budget")
             if not completion.tool_calls and not completion.tool_call_error:
                 self.outcome.answer = completion
                 return self._stop("length" if completion.finish_reason == "length" else "answer")
+            self.scope.events.text_was_preamble()  # the round goes on to its tool calls
             found_new = await self._run_calls(completion, {tool.spec.name: tool for tool in tools})
             if self.cut is not None:
                 return self._stop(self.cut)

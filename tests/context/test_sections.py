@@ -33,6 +33,9 @@ class RecordingEvents:
     def text(self, delta: str) -> None:
         self.texts.append(delta)
 
+    def text_was_preamble(self) -> None:
+        self.texts.append("<preamble>")
+
     def progress(self, message: str, percentage: int | None = None) -> None:
         self.progress_calls.append((message, percentage))
 

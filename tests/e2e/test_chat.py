@@ -42,6 +42,27 @@ async def test_chat_streams_the_answer_and_stores_both_messages(client, stub):
     ]
 
 
+async def test_text_before_a_tool_call_streams_as_a_preamble_part_and_the_answer_as_the_next(client, stub, tmp_path):
+    (tmp_path / "workspace" / "billing.yaml").write_text("billing:\n  port: 8101\n")
+    stub.queue(StubReply(text="Let me look for the billing config.",
+                         tool_calls=[{"name": "search", "arguments": {"query": "billing port"}}]),
+               "Billing listens on 8101.")
+    result = await chat(client, text="Which port does billing use?")
+    assert result.text == "Billing listens on 8101." and result.stopReason == "answer"
+    events = [(m, p) for m, p in client.notifications if getattr(p, "replyId", None) == result.replyId]
+    kinds = [m if m != "imprint/toolStep" else f"toolStep:{p.state}" for m, p in events]
+    first_step = kinds.index("toolStep:started")
+    assert kinds[kinds.index("imprint/replyPreamble") + 1] == "toolStep:started"
+    assert all(k == "imprint/replyDelta" for k in kinds[:first_step - 1])
+    preamble = [p for m, p in events if m == "imprint/replyPreamble"]
+    assert [p.part for p in preamble] == [0]
+    parts: dict[int, str] = {}
+    for m, p in events:
+        if m == "imprint/replyDelta":
+            parts[p.part] = parts.get(p.part, "") + p.text
+    assert parts == {0: "Let me look for the billing config.", 1: "Billing listens on 8101."}
+
+
 async def test_a_follow_up_sends_the_earlier_exchange(client, stub):
     stub.queue("It is Paris.", "About two million people.")
     first = await chat(client, text="Capital of France?")

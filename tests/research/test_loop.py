@@ -89,6 +89,35 @@ async def test_a_tool_round_appends_the_call_and_its_result_then_answers(model: 
     assert outcome.steps[0].result.hits[0].path == "src/billing_port.py"
 
 
+async def test_text_of_a_round_that_calls_tools_is_marked_preamble_and_the_answer_is_a_new_part(model: StandInModel):
+    events = RecordingEvents()
+    model.queue(Completion(text="Let me look that up.", tool_calls=(call("search", query="billing port"),)),
+                "Billing uses 8101.")
+    await research(scope(model, events), system=SYSTEM, history=[], question=msg.user("Port?", seq=1),
+                   tools=[FakeSearch()])
+    assert events.parts == [("preamble", "Let me look that up."), ("answer", "Billing uses 8101.")]
+    # The preamble is known before the tool runs, so a client can fold it before the step shows.
+    assert events.kinds().index("preamble") < events.kinds().index("tool_step")
+
+
+async def test_text_cut_off_by_the_time_budget_is_preamble(model: StandInModel):
+    events = RecordingEvents()
+    model.queue(Hang("I will start by"))
+    outcome = await research(scope(model, events, time_budget=0.5), system=SYSTEM, history=[],
+                             question=msg.user("q", seq=1), tools=[FakeSearch()])
+    assert outcome.stop == "time_budget"
+    assert events.parts == [("preamble", "I will start by")]
+
+
+async def test_a_plain_answer_is_one_answer_part(model: StandInModel):
+    events = RecordingEvents()
+    model.queue("Just the answer.")
+    await research(scope(model, events), system=SYSTEM, history=[], question=msg.user("q", seq=1),
+                   tools=[FakeSearch()])
+    assert events.parts == [("answer", "Just the answer.")]
+    assert "preamble" not in events.kinds()
+
+
 async def test_an_identical_call_is_answered_from_the_earlier_result_and_stagnation_stops(model: StandInModel):
     search = FakeSearch()
     model.queue(tool_turn(call("search", query="port")), tool_turn(call("search", query="port", call_id="c2")),

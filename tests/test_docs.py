@@ -1,0 +1,102 @@
+"""The repository explains itself: its docs link only to what ships, and docs/decisions.md's numbers are the code's.
+
+Every table headed ``| Number | Value | In the code |`` in docs/decisions.md names a constant as a
+path under ``imprintd`` (``context.sections.WORKER_TIMEOUT_S``, ``settings.DEFAULTS.chat.n_ctx``);
+the first number of its Value cell must equal that constant.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", ROOT / "protocol.md", *sorted((ROOT / "docs").glob("*.md"))]
+DECISIONS = ROOT / "docs" / "decisions.md"
+
+#: Linked docs written on other branches at the same time as this test; each is checked like
+#: any other link as soon as it exists. Remove an entry once its branch is merged.
+ARRIVING = {ROOT / "docs" / "conversation-search.md"}
+
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+_NUMBERS_HEADER = "| Number | Value | In the code |"
+_FIRST_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation out, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    return {_slug(line.lstrip("#")) for line in path.read_text("utf-8").splitlines() if line.startswith("#")}
+
+
+def _links(path: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", path.read_text("utf-8"), flags=re.DOTALL)  # code blocks hold no links
+    return [target for target in _LINK.findall(text) if not re.match(r"[a-z]+:", target)]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_links_stay_in_the_repository_and_resolve(doc):
+    for target in _links(doc):
+        file_part, _, anchor = target.partition("#")
+        linked = (doc.parent / file_part).resolve() if file_part else doc
+        assert linked.is_relative_to(ROOT), f"{doc.name} links {target}, outside the repository"
+        if linked in ARRIVING and not linked.exists():
+            continue
+        assert linked.exists(), f"{doc.name} links {target}, which does not exist"
+        if anchor:
+            assert anchor in _anchors(linked), f"{doc.name} links {target}: {linked.name} has no such heading"
+
+
+def _resolve(path: str):
+    """``imprintd.<path>``: the longest importable module prefix, then attributes."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module("imprintd." + ".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            value = getattr(value, name)
+        return value
+    raise AssertionError(f"no module of imprintd.{path}")
+
+
+def _number_rows() -> list[tuple[str, str, str]]:
+    rows, in_table = [], False
+    for line in DECISIONS.read_text("utf-8").splitlines():
+        if line.strip() == _NUMBERS_HEADER:
+            in_table = True
+            continue
+        if not line.startswith("|"):
+            in_table = False
+            continue
+        if in_table and not line.startswith("| ---"):
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            assert len(cells) == 3 and re.fullmatch(r"`[\w.]+`", cells[2]), f"malformed numbers row: {line}"
+            rows.append((cells[0], cells[1], cells[2].strip("`")))
+    return rows
+
+
+ROWS = _number_rows()
+
+
+def test_every_rule_has_its_numbers_table():
+    tables = DECISIONS.read_text("utf-8").count(_NUMBERS_HEADER)
+    assert tables >= 6 and len(ROWS) >= tables
+
+
+@pytest.mark.parametrize(("meaning", "value", "path"), ROWS, ids=[row[2] for row in ROWS])
+def test_decisions_numbers_are_the_codes(meaning, value, path):
+    found = _FIRST_NUMBER.search(value)
+    assert found, f"{meaning!r}: no number in {value!r}"
+    stated = float(found.group().replace(",", ""))
+    actual = _resolve(path)
+    assert isinstance(actual, (int, float)) and not isinstance(actual, bool), f"{path} is {actual!r}, not a number"
+    assert stated == actual, f"docs/decisions.md says {meaning} is {value}; imprintd.{path} is {actual}"
