@@ -492,29 +492,35 @@ async def analyze(
     )
 
 
-def _announce(events: ReplyEvents, label: str, ranges: Sequence[tuple[int, int]], prompts: Sequence[int],
-              to_read: int, budget: Budget | None, total: int) -> None:
-    """Before any worker runs: say what the section limit or the token budget will leave unread.
+def _affordable(prompts: Sequence[int], count: int, remaining: int) -> int:
+    """How many of the first ``count`` sections the token budget left is sure to pay for.
 
     A section's cost is estimated as its planned prompt (notes at their largest) plus the whole
-    notes allowance, with no credit for a shared prefix: so at least the sections named are read.
+    notes allowance, with no credit for a shared prefix or unused output: at least that many are read.
     """
-    remaining = getattr(budget, "remaining", None)
+    spent = 0
+    for index in range(count):
+        spent += prompts[index] + NOTES_MAX_TOKENS
+        if spent > remaining:
+            return index
+    return count
+
+
+def _announce(events: ReplyEvents, label: str, ranges: Sequence[tuple[int, int]], prompts: Sequence[int],
+              to_read: int, budget: Budget | None, total: int) -> None:
+    """Before any worker runs: say what the section limit or the token budget will leave unread."""
+    remaining, budget_total = getattr(budget, "remaining", None), getattr(budget, "total", None)
     affordable = to_read
-    if isinstance(remaining, int):
-        spent = 0
-        for index in range(to_read):
-            spent += prompts[index] + NOTES_MAX_TOKENS
-            if spent > remaining:
-                affordable = index
-                break
+    if isinstance(remaining, int) and isinstance(budget_total, int):
+        affordable = _affordable(prompts, to_read, remaining)
     if affordable == len(ranges):
         return
     covered = ranges[affordable - 1][1] if affordable else 0
     if affordable < to_read:
-        needed = sum(prompts) + NOTES_MAX_TOKENS * len(ranges) + (budget.total - remaining)  # type: ignore[union-attr]
-        needed = -(-needed // 1024) * 1024
-        why = (f"the research token budget ({budget.total:,} tokens, {remaining:,} left) covers about "  # type: ignore[union-attr]
+        spent = budget_total - remaining
+        needed = spent + sum(prompts) + NOTES_MAX_TOKENS * len(ranges)
+        needed = -(-needed // 1024) * 1024  # a round figure to set
+        why = (f"the research token budget ({budget_total:,} tokens, {remaining:,} left) covers about "
                f"{affordable}; chat.research_token_budget = {needed:,} would cover all of it")
     else:
         why = (f"this reply may analyze {to_read} more; a larger chat.analysis_context (larger sections, "
