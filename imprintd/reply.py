@@ -6,10 +6,10 @@
 3. Research (``research/loop.py``): fit, charge, generate, run tools, until an answer or a stop.
 4. A stop other than an answer writes the final answer from notes, with Sources (ADR 0127).
    Characters a section analysis left unread are named after the answer.
-
-``chat.research_time_budget`` bounds steps 2–4 together (``research/clock.py``), keeping a
-share for the final answer.
 5. The reply and its tool exchanges are stored; only then is the reply acknowledged.
+
+``chat.research_time_budget`` bounds steps 2–4 together (``research/clock.py``), from when the
+workspace index is up to date, keeping a share for the final answer.
 
 A cancelled or failed reply keeps the stored question and stores nothing else.
 """
@@ -57,11 +57,11 @@ async def run_reply(chat, store: ConversationStore, info: SessionInfo, reply_id:
     events.begin(info.id, reply_id)
     model = chat.model()
     settings = chat.settings
-    clock = ReplyClock(settings.research_time_budget)
     stored = store.messages(info.id)
     earlier = stored[:-1]
 
     workspace_tools: list[Tool] = await chat.workspace_tools(request.workspace, events)
+    clock = ReplyClock(settings.research_time_budget)  # indexing is not the reply's to bound
     offered = should_offer(earlier, tools_offered=bool(workspace_tools))
     history_tool = [ConversationHistoryTool(ConversationHistory(earlier))] if offered else []
     tools = [*workspace_tools, *history_tool]

@@ -1,14 +1,14 @@
 """The reply's time budget: ``chat.research_time_budget`` bounds the whole reply.
 
-The clock starts when the reply starts. Everything the reply does before its answer counts
-against it: the running summary (ADR 0141), coordinator rounds and their tools, section
+The clock starts when the reply's workspace index is up to date. Everything the reply does
+after that counts against it: the running summary (ADR 0141), coordinator rounds and their tools, section
 analysis (ADR 0093) and the final answer written from notes (ADR 0127). A share of the
 budget is kept for that final answer: research (summary, rounds, section workers) may use
 the budget less this reserve, and the final answer gets whatever is left of the whole
 budget, at most its own 120 seconds. So a reply ends within about the budget, whatever the
 model does.
 
-    clock = ReplyClock(300.0)    # at the start of the reply
+    clock = ReplyClock(300.0)    # once the reply's tools are ready
     clock.research_left()        # seconds research may still use (≤ 0: stop)
     clock.final_left()           # seconds the final answer may use
 
