@@ -289,10 +289,10 @@ async def test_the_time_budget_bounds_section_analysis_and_the_final_answer(work
     elapsed = anyio.current_time() - started
     first, second, final = model.requests
     # Research may use the budget less the final answer's 20% share; the final answer the rest.
-    assert first.timeout == pytest.approx(1.6, abs=0.3) and second.timeout <= first.timeout
-    assert final.tools == [] and final.timeout <= 2 - (second.timeout - 0) + 0.3
+    assert 1.0 <= first.timeout <= 1.6 and second.timeout <= first.timeout
+    assert final.tools == [] and 0 < final.timeout <= 0.4 + 0.05
     assert outcome.stop_reason == "time_budget"
-    assert elapsed < 2 + 1.5  # the whole reply, not 2 s plus a fixed 120 s for the final answer
+    assert elapsed < 2 + 5  # the whole reply (and indexing), not 2 s plus a fixed 120 s for the final answer
     assert "the research time budget ran out after 1 of" in outcome.text
     assert "Raising chat.research_time_budget would let them be read." in outcome.text
 
@@ -304,9 +304,9 @@ async def test_a_model_that_never_answers_ends_the_reply_within_the_time_budget(
     with anyio.fail_after(20):
         outcome, _ = await ask(chat, "Which port does billing use?", workspace)
     coordinator, final = model.requests
-    assert coordinator.timeout == pytest.approx(1.6, abs=0.3)  # 2 s less the final answer's share
-    assert final.timeout == pytest.approx(0.4, abs=0.3)
-    assert anyio.current_time() - started < 2 + 1.5
+    assert 1.0 <= coordinator.timeout <= 1.6  # 2 s less the final answer's share
+    assert 0 < final.timeout <= 0.4 + 0.05
+    assert anyio.current_time() - started < 2 + 5  # not 2 s plus a fixed 120 s
     assert outcome.stop_reason == "time_budget" and outcome.text.strip()
 
 
