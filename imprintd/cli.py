@@ -1,4 +1,4 @@
-"""The ``imprintd`` command: ``serve`` (the daemon, default), ``ask``, ``sessions``, ``config``."""
+"""The ``imprintd`` command: ``serve`` (the daemon, default), ``acp``, ``ask``, ``sessions``, ``config``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from imprintd import settings as settings_mod
 DESCRIPTION = """\
 Imprint's chat daemon. Editors start `imprintd serve` (or `imprintd --stdio`) like a
 language server and speak JSON-RPC with LSP framing on stdin/stdout; see protocol.md.
+Agent Client Protocol clients (Zed, CodeCompanion, avante) start `imprintd acp`.
 From a shell, `imprintd ask "QUESTION"` answers once and prints the answer."""
 
 
@@ -35,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", parents=[common], help="run the daemon on stdin/stdout (the default)",
                                 description="Run the daemon: JSON-RPC with LSP framing on stdin/stdout.")
     serve.add_argument("--stdio", action="store_true", help="accepted for LSP clients; stdio is the only transport")
+
+    commands.add_parser("acp", parents=[common], help="speak the Agent Client Protocol on stdin/stdout",
+                        description="Run as an ACP agent (Zed, CodeCompanion, avante): newline-delimited "
+                                    "JSON-RPC on stdin/stdout, logs on stderr. Settings come from the config "
+                                    "file, IMPRINT_* environment variables and the options below.")
 
     ask = commands.add_parser("ask", parents=[common], help="ask one question and print the answer",
                               description="Ask one question; the answer streams to stdout, the session id to stderr.")
@@ -65,13 +71,17 @@ def _cli_values(args: argparse.Namespace) -> dict[str, str]:
     return values
 
 
+#: Commands that run as a long-lived process an editor starts (and whose stderr it keeps).
+_DAEMONS = ("serve", "acp")
+
+
 def _configure_logging(args: argparse.Namespace, command: str) -> None:
     """The daemon logs what it does (editors keep its stderr); shell commands only warn.
 
     ``-v`` adds debug detail; ``--log-file`` also writes the log to a file, at the same level.
     """
     verbose = getattr(args, "verbose", False)
-    level = logging.DEBUG if verbose else logging.INFO if command == "serve" else logging.WARNING
+    level = logging.DEBUG if verbose else logging.INFO if command in _DAEMONS else logging.WARNING
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if getattr(args, "log_file", None):
         handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
@@ -85,6 +95,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = args.command or "serve"
     _configure_logging(args, command)
     resolved = settings_mod.load(_cli_values(args))
+    if command == "acp":
+        from imprintd.acp import serve as serve_acp
+        from imprintd.chat import Chat
+
+        for error in resolved.errors:  # no client message for it in ACP: the log says it
+            logging.getLogger("imprintd.acp").error("settings: %s", error)
+        return serve_acp(Chat(resolved))
     if command != "serve" and resolved.errors:
         for error in resolved.errors:
             print(f"imprintd: {error}", file=sys.stderr)

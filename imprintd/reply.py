@@ -63,7 +63,8 @@ async def run_reply(chat, store: ConversationStore, info: SessionInfo, reply_id:
     workspace_tools: list[Tool] = await chat.workspace_tools(request.workspace, events)
     clock = ReplyClock(settings.research_time_budget)  # indexing is not the reply's to bound
     offered = should_offer(earlier, tools_offered=bool(workspace_tools))
-    history_tool = [ConversationHistoryTool(ConversationHistory(earlier))] if offered else []
+    history_tool = ([ConversationHistoryTool(ConversationHistory(earlier, store.history_index(info.id)))]
+                    if offered else [])
     tools = [*workspace_tools, *history_tool]
     specs = [tool.spec for tool in tools]
     tool_lines = ((prompts.TOOL_STRATEGY,) if workspace_tools else ()) + ((STRATEGY_LINE,) if history_tool else ())

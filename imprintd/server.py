@@ -167,7 +167,7 @@ def build_server(chat: Chat) -> LanguageServer:
         if (params.query is None) == (params.message is None):
             raise JsonRpcInvalidParams("Invalid params: give either query (to search) or message (to read), not both")
         store, info = _locate(chat, params.session_id)
-        history = ConversationHistory(store.messages(info.id))
+        history = ConversationHistory(store.messages(info.id), store.history_index(info.id))
         try:
             text = history.search(params.query) if params.query is not None else history.read(
                 params.message, params.offset)

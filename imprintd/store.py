@@ -1,14 +1,16 @@
 """Conversations kept in SQLite, and ephemeral ones kept in memory (DESIGN.md, "Storage").
 
 ``Store`` is the one database in the data dir, opened with apsw: sessions, their messages
-(numbered by a per-session ``seq``) and ADR 0141's ``chat_summaries`` (the running summary's
-text, the messages it covers and the retry point after a failed attempt). The schema moves
+(numbered by a per-session ``seq``), ADR 0141's ``chat_summaries`` (the running summary's
+text, the messages it covers and the retry point after a failed attempt) and the
+``conversation_history`` index (``context/history_index.py``), written in the same
+transaction as the messages it indexes. The schema moves
 forward by ``PRAGMA user_version`` through the numbered functions in ``MIGRATIONS``; a
 database written by a newer imprintd is refused rather than guessed at.
 
 ``MemoryStore`` holds sessions created with persistence off (ADR 0141's voice case): the
 same API, nothing on disk, at most 400 messages a session and 4,000 characters a tool
-result.
+result, and an in-memory history index per session.
 
 Both implement ``ConversationStore``, which is all the reply path needs.
 """
@@ -29,6 +31,9 @@ from typing import Protocol, runtime_checkable
 import apsw
 import msgspec
 
+from imprintd.context import history_index
+from imprintd.context.history import calls_by_id, indexed_messages
+from imprintd.context.history_index import HistoryIndex, MemoryHistoryIndex, SqliteHistoryIndex
 from imprintd.messages import Message, ToolCall
 from imprintd.settings import data_dir
 
@@ -89,6 +94,7 @@ class ConversationStore(Protocol):
     def messages(self, session_id: str) -> list[Message]: ...
     def summary(self, session_id: str) -> StoredSummary | None: ...
     def save_summary(self, session_id: str, summary: StoredSummary) -> None: ...
+    def history_index(self, session_id: str) -> HistoryIndex: ...
 
 
 # --- helpers shared by both stores -------------------------------------------------------
@@ -159,8 +165,15 @@ def _migration_1_conversations(db: apsw.Connection) -> None:
 # Migration N (1-based) takes the schema from version N-1 to N; user_version is the number
 # applied. Append only, never reorder or edit a released entry. A migration runs its DDL on
 # ``db`` and does not commit (the caller does, once for all pending ones).
+def _migration_2_history_index(db: apsw.Connection) -> None:
+    """The conversation_history index (issue 13). Sessions stored before it are indexed the
+    first time they are extended or searched, not here, so upgrading stays quick."""
+    history_index.create_tables(db)
+
+
 MIGRATIONS: list[Migration] = [
     _migration_1_conversations,
+    _migration_2_history_index,
 ]
 
 
@@ -293,6 +306,12 @@ class Store:
         return self._path
 
     @contextmanager
+    def reading(self) -> Iterator[apsw.Connection]:
+        """Hold the store's lock to read several statements from the connection."""
+        with self._lock:
+            yield self._db
+
+    @contextmanager
     def transaction(self) -> Iterator[apsw.Connection]:
         """Hold the store's lock in a ``BEGIN IMMEDIATE`` transaction; commit on success."""
         with self._lock, immediate(self._db) as db:
@@ -382,6 +401,8 @@ class Store:
                 stored.append(msgspec.structs.replace(message, seq=seq))
             db.execute("UPDATE sessions SET updated_at = ?, title = ? WHERE id = ?",
                        (now, new_title, session_id))
+            # Indexed in the same transaction: the index never lags what is stored.
+            history_index.catch_up(db, session_id, _to_index)
         return stored
 
     def messages(self, session_id: str) -> list[Message]:
@@ -421,9 +442,36 @@ class Store:
                  summary.retry_at, self._clock()),
             )
 
+    def history_index(self, session_id: str) -> HistoryIndex:
+        """The session's conversation_history index, kept in this database."""
+        with self._lock:
+            self._require(session_id)
+        return SqliteHistoryIndex(self, session_id, _to_index)
+
     def _require(self, session_id: str) -> None:
         if self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
             raise SessionNotFound(session_id)
+
+
+def _to_index(db: apsw.Connection, session_id: str, after_seq: int) -> list[history_index.IndexedMessage]:
+    """The session's stored messages after ``after_seq``, as the history index takes them."""
+    rows = db.execute(
+        "SELECT seq, role, content, tool_calls, tool_call_id, name, created_at FROM messages"
+        " WHERE session_id = ? AND seq > ? ORDER BY seq",
+        (session_id, after_seq),
+    ).fetchall()
+    messages = [_message_from_row(row[:6]) for row in rows]
+    created_at = {row[0]: row[6] for row in rows}
+    known = calls_by_id(messages)
+    if any(m.role == "tool" and m.tool_call_id not in known for m in messages):
+        # A result whose call was stored earlier: its query is found through that call.
+        earlier = db.execute(
+            "SELECT tool_calls FROM messages WHERE session_id = ? AND seq <= ? AND tool_calls != '[]'"
+            " ORDER BY seq DESC LIMIT 50",
+            (session_id, after_seq),
+        ).fetchall()
+        known = {call.id: call for (calls,) in earlier for call in _decode_tool_calls(calls)} | known
+    return indexed_messages(messages, known, created_at)
 
 
 def _configure(db: apsw.Connection, path: Path) -> None:
@@ -454,6 +502,7 @@ class _MemorySession:
     messages: deque[Message] = field(default_factory=lambda: deque(maxlen=MEMORY_MESSAGE_LIMIT))
     next_seq: int = 1
     summary: StoredSummary | None = None
+    index: MemoryHistoryIndex = field(default_factory=MemoryHistoryIndex)
 
 
 def clip_tool_result(content: str, limit: int = MEMORY_TOOL_RESULT_LIMIT) -> str:
@@ -471,7 +520,8 @@ class MemoryStore:
 
     A session keeps its newest ``MEMORY_MESSAGE_LIMIT`` messages (the oldest drop out, seq
     numbers keep counting) and tool results clipped to ``MEMORY_TOOL_RESULT_LIMIT``
-    characters. Everything is gone when the object is.
+    characters; its history index follows, dropping what drops out. Everything is gone when
+    the object is.
     """
 
     def __init__(self, *, clock: Clock = time.time) -> None:
@@ -512,13 +562,18 @@ class MemoryStore:
         stored: list[Message] = []
         with self._lock:
             held = self._get(session_id)
+            calls = calls_by_id(held.messages)
             for message in messages:
                 content = clip_tool_result(message.content) if message.role == "tool" else message.content
                 stored.append(msgspec.structs.replace(message, content=content, seq=held.next_seq))
                 held.next_seq += 1
+                if len(held.messages) == held.messages.maxlen:
+                    held.index.remove(held.messages[0].seq)
                 held.messages.append(stored[-1])  # the deque drops the oldest past the limit
                 title = held.info.title or (title_from(content) if message.role == "user" else "")
                 held.info = msgspec.structs.replace(held.info, title=title)
+            kept = [m for m in stored if m.seq >= held.messages[0].seq]
+            held.index.add(indexed_messages(kept, calls, dict.fromkeys((m.seq for m in kept), now)))
             held.info = msgspec.structs.replace(held.info, updated_at=now, message_count=len(held.messages))
         return stored
 
@@ -534,6 +589,10 @@ class MemoryStore:
         _check_summary(summary)
         with self._lock:
             self._get(session_id).summary = summary
+
+    def history_index(self, session_id: str) -> HistoryIndex:
+        with self._lock:
+            return self._get(session_id).index
 
     def _get(self, session_id: str) -> _MemorySession:
         held = self._sessions.get(session_id)

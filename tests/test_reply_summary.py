@@ -717,6 +717,36 @@ async def test_a_persist_false_session_keeps_its_summary_in_memory_and_writes_no
     assert not data_dir.exists()  # nothing at all was written there
 
 
+@pytest.mark.parametrize("persist", [True, False])
+async def test_a_reply_searches_the_sessions_index_and_rebuilds_nothing(model, workspace, monkeypatch, persist):
+    # Issue 13: the index is kept with the session; a reply tokenizes only what it stores.
+    from imprintd.context import history as history_module
+    from imprintd.context import history_index
+
+    chat = small_chat(model)
+    store, sid = new_session(chat, persist=persist)
+    earlier = len(store.messages(sid))
+    tokenized: list[int] = []
+    original = history_index.windows_of
+
+    def counting(message):
+        tokenized.append(message.seq)
+        return original(message)
+
+    monkeypatch.setattr(history_index, "windows_of", counting)
+    monkeypatch.setattr(history_module, "windows_of", counting)
+    script(model, dispatch(billing_lookup))
+
+    outcome, events = await ask(chat, BILLING_QUESTION, sid, workspace=workspace)
+
+    assert outcome.text == BILLING_ANSWER and events.steps[0].tool == TOOL_NAME
+    result = coordinator_requests(model)[-1].messages[-1]
+    assert result.role == "tool" and 'ports: ["8101:8101"]' in result.content
+    # Only the question and the reply's own messages were indexed, each once, as they were stored.
+    stored = store.messages(sid)
+    assert sorted(tokenized) == [m.seq for m in stored[earlier:]]
+
+
 # --- storage ---------------------------------------------------------------------------------
 
 

@@ -283,20 +283,21 @@ def test_reopening_keeps_data(isolated_dirs):
 
 def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
     with Store.open() as opened:
-        assert opened.connection.pragma("user_version") == len(MIGRATIONS) == 1
+        assert opened.connection.pragma("user_version") == len(MIGRATIONS) == 2
         tables = {row[0] for row in opened.connection.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
-        assert {"sessions", "messages", "chat_summaries"} <= tables
+        assert {"sessions", "messages", "chat_summaries", "history_sessions", "history_windows",
+                "history_postings"} <= tables
 
     runs: list[int] = []
 
-    def migration_3(connection: apsw.Connection) -> None:
+    def migration_next(connection: apsw.Connection) -> None:
         runs.append(1)
         connection.execute("CREATE TABLE later (x INTEGER)")
 
-    monkeypatch.setattr(store_module, "MIGRATIONS", [*MIGRATIONS, migration_3])
+    monkeypatch.setattr(store_module, "MIGRATIONS", [*MIGRATIONS, migration_next])
     for _ in range(2):
         with Store.open() as opened:
-            assert opened.connection.pragma("user_version") == 2
+            assert opened.connection.pragma("user_version") == 3
             assert opened.connection.execute("SELECT count(*) FROM later").fetchone() == (0,)
     assert runs == [1]
 

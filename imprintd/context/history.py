@@ -1,52 +1,73 @@
-"""The ``conversation_history`` tool: look back through this conversation (ADR 0141).
+"""The ``conversation_history`` tool: look back through this conversation (ADR 0141, issue 13).
 
-A ``ConversationHistory`` is built once per reply from the earlier messages handed to that
-reply (the user's, the assistant's and tool results, summarized or not), each numbered by
-its stored ``seq``. It holds nothing else, so the tool cannot reach another conversation,
-workspace or user.
+A ``ConversationHistory`` holds the earlier messages handed to one reply (the user's, the
+assistant's and tool results, summarized or not), each numbered by its stored ``seq``, and
+the session's index (``history_index.py``: kept in the data database, or in memory for a
+persist-false session, updated when messages are stored). It quotes nothing else, so the
+tool cannot reach another conversation, workspace or user.
 
-- ``search(query)`` is lexical: the words of the query, rarer words weighted more (IDF over
-  windows), matched exactly or by a shared stem (Snowball English), over 700-character
-  windows of each message (a new window every 350 characters, so a passage is never split
-  between two). Messages rank by their best windows; the best two show up to three places
-  each, so a long paste shows the place that names it and the place asked about. Each
-  place is quoted with its message number, role and character offsets so it can be read
-  exactly. The output stays within 4,000 characters.
+- ``search(query)`` is lexical (rarer words weigh more, shared Snowball stems match) over
+  700-character windows of each message, ranked as ``docs/conversation-search.md`` explains:
+  1. a window scores BM25 (k 1.2, b 0.3) times its *coverage*, the idf share of the query's
+     terms it matches; a message scores its best window;
+  2. neighbourhood smoothing in conversation order, S(i) = own(i) + ½·own(i±1) + ¼·own(i±2),
+     so an answer that shares no word with the query is found through the question before it;
+  3. the 4,000 characters are filled walking down the ranking: a matching message whole if
+     short, else up to three places (the place that names a paste and the place asked about);
+     a message chosen only through its neighbours whole if short, else its beginning;
+  4. consecutive messages print together, each after a ``#12 user (2026-11-29):`` header;
+     partial quotes keep their ``[#12 offset a–b]`` line so they can be read exactly.
 - ``read(seq, offset)`` returns one message exactly, 4,000 characters at a time, and says
   where to continue.
 
-The search runs on an inverted index (stem → windows, with document frequencies) built on
-the first query of the reply; ``search_by_scan`` re-tokenizes every window per query and
-gives the same answer. It is kept as the baseline of ``bench/bench_history_search.py``.
+``search_by_scan`` (``search_places(query, scan=True)``) re-tokenizes every window per query
+instead of using the index and gives the same answer; it is the baseline of
+``bench/bench_history_search.py``.
 """
 
 from __future__ import annotations
 
 import math
-import re
-import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-import snowballstemmer
-
+from imprintd.context.history_index import (
+    WORD,
+    HistoryIndex,
+    IndexedMessage,
+    IndexLookup,
+    MemoryHistoryIndex,
+    Window,
+    date_label,
+    query_date_terms,
+    restrict_common,
+    stem,
+    stems,  # noqa: F401 (re-exported: the words the index is made of)
+    windows_of,
+)
 from imprintd.messages import Message, ToolCall, ToolSpec
 from imprintd.tools.base import ToolError, ToolResult
 
 TOOL_NAME = "conversation_history"
 
-WINDOW_CHARS = 700
-WINDOW_STEP = 350
 OUTPUT_LIMIT = 4_000
 READ_CHARS = 4_000
-TOP_MESSAGES = 2
+#: BM25's term-frequency saturation and length normalization (light: windows are similar sizes).
+K1 = 1.2
+B = 0.3
+#: A matching message this short is shown whole; a longer one shows up to three places.
+WHOLE_MATCH_CHARS = 700
 PLACES_PER_MESSAGE = 3
-#: How far a window edge moves to avoid cutting a word in two (long unbroken runs, such as
-#: base64, are cut anyway rather than growing a window without bound).
-SNAP_LIMIT = 40
+PLACE_CHARS = 500
+#: A message chosen only through its neighbours: whole if this short, else its beginning...
+WHOLE_NEIGHBOUR_CHARS = 400
+#: ...unless it is a long paste, which says nothing about the query where it begins.
+NEIGHBOUR_PASTE_CHARS = 2_000
+#: Filling stops when less room than this is left; no quote is shortened below MIN_QUOTE.
+MIN_ROOM = 120
+MIN_QUOTE = 80
 
 STRATEGY_LINE = (
     "When the user refers to something earlier in this conversation that is not shown here, "
@@ -58,10 +79,6 @@ DESCRIPTION = (
     "to you. Search by words (query), or read one message by its number (message), 4,000 "
     "characters at a time from a character offset (offset)."
 )
-
-# Letters and digits; "_", "-", "." and ":" split identifiers, so "BILLING_PORT" matches
-# "billing port".
-_WORD = re.compile(r"[^\W_]+")
 
 # Dropped from a query (unless nothing else is left): they match everywhere and would let a
 # window full of "the" outrank the one with the word asked about.
@@ -77,38 +94,16 @@ class HistoryError(ToolError):
     """A search or read that cannot be done as asked; the message says why."""
 
 
-# --- words and stems -----------------------------------------------------------------------
-
-_local = threading.local()
-
-
-def _stemmer() -> Any:
-    # Snowball stemmers keep state while stemming a word: one per thread.
-    stemmer = getattr(_local, "stemmer", None)
-    if stemmer is None:
-        stemmer = _local.stemmer = snowballstemmer.stemmer("english")
-    return stemmer
-
-
-@lru_cache(maxsize=200_000)
-def stem(word: str) -> str:
-    """The Snowball English stem of ``word``, lower-cased ("billed" and "billing" → "bill")."""
-    word = word.lower()
-    if word.isdigit() or len(word) > 30:
-        return word  # numbers and long identifiers match exactly
-    return _stemmer().stemWord(word)
-
-
-def stems(text: str) -> list[str]:
-    """The stem of every word of ``text``, in order."""
-    return [stem(match.group()) for match in _WORD.finditer(text)]
-
-
 def query_stems(query: str) -> list[str]:
     """The distinct stems a query searches for, stop words left out unless nothing else is left."""
-    words = [match.group().lower() for match in _WORD.finditer(query)]
+    words = [match.group().lower() for match in WORD.finditer(query)]
     content = [word for word in words if word not in _STOPWORDS] or words
     return list(dict.fromkeys(stem(word) for word in content))
+
+
+def query_terms(query: str) -> list[str]:
+    """The query's stems, and its date terms when it names a month and a number."""
+    return query_stems(query) + query_date_terms(query)
 
 
 # --- what a message is called ---------------------------------------------------------------
@@ -150,33 +145,43 @@ def describe_message(message: Message, calls: Mapping[str, ToolCall]) -> str:
     return message.role
 
 
+def indexed_messages(messages: Sequence[Message], calls: Mapping[str, ToolCall] | None = None,
+                     created_at: Mapping[int, float] | None = None) -> list[IndexedMessage]:
+    """The stored messages of ``messages`` as the index takes them (system and unnumbered left out).
+
+    ``calls``: tool calls made before ``messages`` (a tool result's query is found in its call);
+    ``created_at``: when each was stored, by seq, for its date.
+    """
+    calls = {**(calls or {}), **calls_by_id(messages)}
+    out = []
+    for message in _numbered(messages):
+        extra = ""
+        if message.role == "tool" and message.tool_call_id in calls:
+            call = calls[message.tool_call_id]
+            extra = f"{call.name} {call_subject(call)}"
+        elif message.tool_calls:
+            extra = " ".join(f"{c.name} {call_subject(c)}" for c in message.tool_calls)
+        out.append(IndexedMessage(message.seq, message.content, extra,  # type: ignore[arg-type]
+                                  not _is_lookback(message, calls), (created_at or {}).get(message.seq)))
+    return out
+
+
 # --- the history ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class _Entry:
-    """One earlier message as the tool sees it."""
+    """One earlier message as the tool shows it."""
 
     seq: int
     label: str
     text: str
-    #: Words the message is found by besides its text: a tool result's query, a call's arguments.
-    extra: str
-    #: False for earlier conversation_history calls and results: they only quote other
-    #: messages, and would outrank the originals for the same words. They can still be read.
-    searchable: bool = True
-
-
-@dataclass(frozen=True)
-class _Window:
-    entry: int
-    start: int
-    end: int
+    searchable: bool
 
 
 @dataclass(frozen=True)
 class Place:
-    """A quoted place: ``text == message content[start:end]``."""
+    """A quoted place: ``text == message content[start:end]`` (the whole message when shown whole)."""
 
     seq: int
     start: int
@@ -189,43 +194,89 @@ class SearchResult:
     places: tuple[Place, ...]
 
 
-# window id → {query stem: term frequency}, plus document frequencies and the window count.
-_Matches = dict[int, dict[str, int]]
+@dataclass(frozen=True)
+class _Shown:
+    """How one chosen message is printed: whole, or these ``(start, end)`` places."""
+
+    whole: bool
+    spans: tuple[tuple[int, int], ...]
+
+
+@dataclass
+class _Ranking:
+    """One query's scores: by window, by message (own and smoothed), and the order to show."""
+
+    idf: dict[str, float]
+    window_scores: dict[Window, float]
+    found: dict[Window, dict[str, int]]
+    windows_by_entry: dict[int, list[Window]]
+    own: dict[int, float]  # entry position → its best window's score (matching messages only)
+    smoothed: dict[int, float]  # entry position → S, for every candidate
+    order: list[int]  # entry positions, best first
+
+
+class _Entries:
+    """The messages as the tool shows them, each described when first needed: a long
+    conversation's first query pays for the messages it shows, not for all of them."""
+
+    def __init__(self, messages: list[Message]) -> None:
+        self._messages = messages
+        self._described: dict[int, _Entry] = {}
+        self._calls: dict[str, ToolCall] | None = None
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __bool__(self) -> bool:
+        return bool(self._messages)
+
+    def searchable(self, position: int) -> bool:
+        """Whether the message at ``position`` is searched (not an earlier lookup), cheaply."""
+        message = self._messages[position]
+        if message.role == "tool" or message.tool_calls:
+            return self[position].searchable
+        return True
+
+    def __getitem__(self, position: int) -> _Entry:
+        position = position + len(self._messages) if position < 0 else position
+        entry = self._described.get(position)
+        if entry is None:
+            if self._calls is None:
+                self._calls = calls_by_id(self._messages)
+            message = self._messages[position]
+            entry = _Entry(message.seq, describe_message(message, self._calls), message.content,  # type: ignore[arg-type]
+                           not _is_lookback(message, self._calls))
+            self._described[position] = entry
+        return entry
 
 
 class ConversationHistory:
-    """The earlier messages of one conversation, searchable and readable by number."""
+    """The earlier messages of one conversation, searchable and readable by number.
 
-    def __init__(self, messages: Sequence[Message]) -> None:
-        calls = calls_by_id(messages)
-        self._entries: list[_Entry] = []
-        self._by_seq: dict[int, int] = {}
-        for message in messages:
-            # Only stored messages have a number to quote and read back.
-            if message.seq is None or message.role == "system" or message.seq in self._by_seq:
-                continue
-            extra = ""
-            if message.role == "tool" and message.tool_call_id in calls:
-                extra = f"{calls[message.tool_call_id].name} {call_subject(calls[message.tool_call_id])}"
-            elif message.tool_calls:
-                extra = " ".join(f"{c.name} {call_subject(c)}" for c in message.tool_calls)
-            self._by_seq[message.seq] = len(self._entries)
-            self._entries.append(_Entry(message.seq, describe_message(message, calls), message.content, extra,
-                                        searchable=not _is_lookback(message, calls)))
-        self._windows: list[_Window] = [
-            _Window(index, start, end)
-            for index, entry in enumerate(self._entries)
-            if entry.searchable
-            for start, end in _window_spans(entry.text)
-        ]
-        self._index: tuple[dict[str, dict[int, int]], int] | None = None
+    ``index`` is the session's index (the store's); without one, an in-memory index of
+    ``messages`` is built on the first query.
+    """
+
+    def __init__(self, messages: Sequence[Message], index: HistoryIndex | None = None) -> None:
+        self._numbered = _numbered(messages)
+        self._entries = _Entries(self._numbered)
+        self._by_seq = {message.seq: i for i, message in enumerate(self._numbered)}
+        self._index = index
+        self._indexed: list[IndexedMessage] | None = None
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._numbered)
 
     @property
     def seqs(self) -> list[int]:
-        return [entry.seq for entry in self._entries]
+        return [message.seq for message in self._numbered]  # type: ignore[misc]
+
+    @property
+    def _messages(self) -> list[IndexedMessage]:
+        """The messages as an index takes them (only to build one here, or to scan)."""
+        if self._indexed is None:
+            self._indexed = indexed_messages(self._numbered)
+        return self._indexed
 
     # -- reading ------------------------------------------------------------------------
     def read(self, seq: int, offset: int = 0) -> str:
@@ -266,7 +317,7 @@ class ConversationHistory:
 
     # -- searching ----------------------------------------------------------------------
     def search(self, query: str) -> str:
-        """The best two messages for ``query``, up to three quoted places each (indexed)."""
+        """The best matches for ``query`` and their neighbours, within 4,000 characters."""
         return self.search_places(query).text
 
     def search_places(self, query: str, *, scan: bool = False) -> SearchResult:
@@ -274,151 +325,216 @@ class ConversationHistory:
         wanted = _check_query(query)
         if not wanted:
             raise HistoryError(f"the query {query!r} has no words to search for")
-        matches, df, total = self._scan(wanted) if scan else self._lookup(wanted)
-        return self._render(query.strip(), wanted, matches, df, total)
+        lookup = self._scan(wanted) if scan else self.index.lookup(wanted)
+        ranking = self._rank(wanted, lookup)
+        if ranking is None:
+            return SearchResult(_nothing_found(query.strip(), len(self._entries)), ())
+        return self._fill(query.strip(), ranking)
+
+    @property
+    def index(self) -> HistoryIndex:
+        """The index searched: the store's, or one built from the messages on first use."""
+        if self._index is None:
+            self._index = MemoryHistoryIndex(self._messages)
+        return self._index
 
     def build_index(self) -> None:
-        """Build the inverted index (stem → {window: frequency}); done once, on the first query."""
-        postings: dict[str, dict[int, int]] = {}
-        for window_id, window in enumerate(self._windows):
-            for term, count in self._count(window).items():
-                postings.setdefault(term, {})[window_id] = count
-        self._index = (postings, len(self._windows))
+        """Build the in-memory index now (when none was given); otherwise the first query does."""
+        _ = self.index
 
-    def _count(self, window: _Window) -> Counter[str]:
-        entry = self._entries[window.entry]
-        counts = Counter(stems(entry.text[window.start : window.end]))
-        if entry.extra and window.start == 0:
-            # A tool result is found by its query, a call by its arguments: they count as
-            # words of the message's first window.
-            counts.update(stems(entry.extra))
-        return counts
-
-    def _lookup(self, wanted: Sequence[str]) -> tuple[_Matches, dict[str, int], int]:
-        if self._index is None:
-            self.build_index()
-        assert self._index is not None
-        postings, total = self._index
-        matches: _Matches = {}
-        df: dict[str, int] = {}
-        for term in wanted:
-            windows = postings.get(term, {})
-            df[term] = len(windows)
-            for window_id, count in windows.items():
-                matches.setdefault(window_id, {})[term] = count
-        return matches, df, total
-
-    def _scan(self, wanted: Sequence[str]) -> tuple[_Matches, dict[str, int], int]:
-        matches: _Matches = {}
+    def _scan(self, wanted: Sequence[str]) -> IndexLookup:
+        """What the index would return, by re-tokenizing every window of every message."""
+        windows = words = 0
         df = dict.fromkeys(wanted, 0)
-        for window_id, window in enumerate(self._windows):
-            counts = self._count(window)
-            found = {term: counts[term] for term in wanted if counts[term]}
-            if found:
-                matches[window_id] = found
-                for term in found:
-                    df[term] += 1
-        return matches, df, len(self._windows)
+        hits: dict[Window, dict[str, int]] = {}
+        for message in self._messages:
+            for window, counts in windows_of(message):
+                windows += 1
+                words += window.words
+                found = {term: counts[term] for term in wanted if counts[term]}
+                if found:
+                    hits[window] = found
+                    for term in found:
+                        df[term] += 1
+        return restrict_common(IndexLookup(windows, words / windows if windows else 0.0, df, hits), wanted)
 
-    # -- ranking and quoting ------------------------------------------------------------
-    def _render(
-        self, query: str, wanted: Sequence[str], matches: _Matches, df: Mapping[str, int], total: int
-    ) -> SearchResult:
-        idf = {term: math.log(1 + total / df[term]) for term in wanted if df.get(term)}
-        scores = {window_id: _score(found, idf) for window_id, found in matches.items()}
-        by_entry: dict[int, list[int]] = {}
-        for window_id in scores:
-            by_entry.setdefault(self._windows[window_id].entry, []).append(window_id)
+    # -- ranking ------------------------------------------------------------------------
+    def _rank(self, wanted: Sequence[str], lookup: IndexLookup) -> _Ranking | None:
+        total = lookup.windows
+        idf = {term: math.log(1 + (total - lookup.df[term] + 0.5) / (lookup.df[term] + 0.5))
+               for term in wanted if lookup.df.get(term)}
+        all_idf = sum(idf.values())
+        window_scores: dict[Window, float] = {}
+        by_entry: dict[int, list[Window]] = {}
+        for window, found in lookup.hits.items():
+            position = self._by_seq.get(window.seq)
+            # The index holds the whole session; quote only the messages handed in.
+            if position is None or not self._entries.searchable(position):
+                continue
+            window_scores[window] = _window_score(wanted, found, idf, all_idf, window.words, lookup.average_words)
+            by_entry.setdefault(position, []).append(window)
         if not by_entry:
-            return SearchResult(_nothing_found(query, len(self._entries)), ())
+            return None
+        own = {position: max(window_scores[w] for w in windows) for position, windows in by_entry.items()}
+        smoothed = {i: score for i, score in _smooth(own, len(self._entries)).items()
+                    if score > 0 and self._entries.searchable(i)}
+        # Ties: the later message first (rounded so index and scan agree to the last digit).
+        order = sorted(smoothed, key=lambda i: (-round(smoothed[i], 9), -i))
+        return _Ranking(idf, window_scores, lookup.hits, by_entry, own, smoothed, order)
 
-        def rank(entry: int) -> tuple[float, float, int]:
-            best = sorted((scores[w] for w in by_entry[entry]), reverse=True)
-            return (round(best[0], 9), round(sum(best[:PLACES_PER_MESSAGE]), 9), self._entries[entry].seq)
+    # -- filling the budget --------------------------------------------------------------
+    def _fill(self, query: str, ranking: _Ranking) -> SearchResult:
+        shown: dict[int, _Shown] = {}
+        rank_of: dict[int, int] = {}
+        dates: dict[int, float] = {}
+        used = _Layout(self, len(self._heading(query)), dates)
+        for rank, position in enumerate(ranking.order):
+            if OUTPUT_LIMIT - used.length < MIN_ROOM:
+                break
+            if rank % 64 == 0:  # dates of the next candidates, in one look-up
+                seqs = [self._entries[p].seq for p in ranking.order[rank : rank + 64]]
+                dates.update(self.index.dates(seqs))
+            choice = self._choose(position, ranking)
+            if choice is None:
+                continue
+            fitted = self._fit(used, position, choice, ranking)
+            if fitted is not None:
+                shown[position] = fitted
+                rank_of[position] = rank
+                used.add(position, fitted)
+        text = self._print(query, shown, rank_of, dates)
+        if len(text) > OUTPUT_LIMIT:  # not expected: the layout counts exactly what is printed
+            text = text[: OUTPUT_LIMIT - 1] + "…"
+        places = tuple(
+            Place(self._entries[p].seq, start, end)
+            for p in sorted(shown, key=rank_of.__getitem__)
+            for start, end in shown[p].spans
+        )
+        return SearchResult(text, places)
 
-        chosen = sorted(by_entry, key=rank, reverse=True)[:TOP_MESSAGES]
-        picks = [(entry, self._places(by_entry[entry], matches, scores, idf)) for entry in chosen]
-        return self._quote(query, picks, matches, idf)
+    def _choose(self, position: int, ranking: _Ranking) -> _Shown | None:
+        """How a candidate is shown if it fits; ``None`` to skip it."""
+        text = self._entries[position].text
+        if position in ranking.own:
+            if len(text) <= WHOLE_MATCH_CHARS:
+                return _Shown(True, ((0, len(text)),))
+            places = self._places(ranking.windows_by_entry[position], ranking)
+            own = ranking.own[position]
+            if ranking.smoothed[position] - own > own and len(text) <= NEIGHBOUR_PASTE_CHARS:
+                # Chosen mostly through its neighbours, as a reply to the question before it
+                # is: where it begins answers that question, so it is shown too.
+                head = (0, _cut_end(text, 0, WHOLE_NEIGHBOUR_CHARS))
+                rest = [(max(start, head[1]), end) for start, end in places if end > head[1]]
+                return _Shown(False, (head, *rest[: PLACES_PER_MESSAGE - 1]))
+            return _Shown(False, places)
+        # Chosen only through its neighbours.
+        if len(text) <= WHOLE_NEIGHBOUR_CHARS:
+            return _Shown(True, ((0, len(text)),))
+        if len(text) > NEIGHBOUR_PASTE_CHARS:
+            return None
+        return _Shown(False, ((0, _cut_end(text, 0, WHOLE_NEIGHBOUR_CHARS)),))
 
-    def _places(self, window_ids: list[int], matches: _Matches, scores: Mapping[int, float],
-                idf: Mapping[str, float]) -> list[int]:
-        """Up to three windows that do not overlap: the best, then those showing query words
-        the earlier ones did not (the place that names a paste, then the place asked about),
-        or nearly as good as the best."""
-        best = max(window_ids, key=lambda w: (scores[w], -w))
-        picked, shown = [best], set(matches[best])
-        candidates = sorted(window_ids, key=lambda w: (-scores[w], w))
+    def _fit(self, used: _Layout, position: int, choice: _Shown, ranking: _Ranking) -> _Shown | None:
+        """``choice`` if it fits in what is left; else its best place shortened to the room left."""
+        if used.with_(position, choice) <= OUTPUT_LIMIT:
+            return choice
+        # What the message costs with an empty quote, and a margin for its offsets' digits.
+        length = OUTPUT_LIMIT - used.with_(position, _Shown(False, ((0, 0),))) - 14
+        while length >= MIN_QUOTE:
+            fitted = _Shown(False, (self._best_place(position, ranking, length),))
+            over = used.with_(position, fitted) - OUTPUT_LIMIT
+            if over <= 0:
+                return fitted
+            length -= over
+        return None
+
+    def _best_place(self, position: int, ranking: _Ranking, length: int) -> tuple[int, int]:
+        text = self._entries[position].text
+        windows = ranking.windows_by_entry.get(position)
+        if not windows:  # a neighbour: its beginning
+            return 0, _cut_end(text, 0, length)
+        best = max(windows, key=lambda w: (ranking.window_scores[w], -w.start))
+        return self._excerpt(best, ranking.found[best], ranking.idf, length)
+
+    def _places(self, windows: list[Window], ranking: _Ranking) -> tuple[tuple[int, int], ...]:
+        """Up to three places that do not overlap: the best window, then those showing query words
+        the earlier ones did not (the place that names a paste, then the place asked about), or
+        nearly as good as the best."""
+        scores, found, idf = ranking.window_scores, ranking.found, ranking.idf
+        best = max(windows, key=lambda w: (scores[w], -w.start))
+        picked, seen = [best], set(found[best])
+        candidates = sorted(windows, key=lambda w: (-scores[w], w.start))
         while len(picked) < PLACES_PER_MESSAGE:
-            free = [w for w in candidates if all(not self._overlap(w, p) for p in picked)]
+            free = [w for w in candidates if all(not _overlap(w, p) for p in picked)]
             if not free:
                 break
 
-            def gain(w: int) -> float:
-                return sum(idf[t] for t in matches[w] if t not in shown)
+            def gain(w: Window) -> float:
+                return sum(idf.get(t, 0.0) for t in found[w] if t not in seen)
 
-            following = max(free, key=lambda w: (gain(w), scores[w], -w))
+            following = max(free, key=lambda w: (gain(w), scores[w], -w.start))
             if gain(following) <= 0 and scores[following] < 0.75 * scores[best]:
                 break
             picked.append(following)
-            shown.update(matches[following])
-        return sorted(picked, key=lambda w: self._windows[w].start)
-
-    def _overlap(self, a: int, b: int) -> bool:
-        wa, wb = self._windows[a], self._windows[b]
-        return wa.start < wb.end and wb.start < wa.end
-
-    def _quote(self, query: str, picks: list[tuple[int, list[int]]], matches: _Matches,
-               idf: Mapping[str, float]) -> SearchResult:
-        heading = (
-            f"Earlier in this conversation, for “{_shorten(query)}” (best match first; read a message "
-            "exactly with message and offset):\n"
-        )
-        headers = [
-            f"\n#{self._entries[e].seq} {_shorten(self._entries[e].label)}, {len(self._entries[e].text):,} characters"
-            for e, _ in picks
-        ]
-        count = sum(len(windows) for _, windows in picks)
-        # Each place: "\n[#12 offset 1234–5678]\n" + quote. Offsets have at most 7 digits each.
-        place_overhead = len("\n[#0000000 offset 0000000–0000000]\n")
-        fixed = len(heading) + sum(len(h) for h in headers) + count * place_overhead
-        length = min(WINDOW_CHARS, max(80, (OUTPUT_LIMIT - fixed) // max(1, count)))
-        parts = [heading]
-        places: list[Place] = []
-        for (entry_index, windows), header in zip(picks, headers, strict=True):
-            entry = self._entries[entry_index]
-            parts.append(header)
-            previous_end = 0
-            for window_id in windows:
-                start, end = self._excerpt(window_id, matches[window_id], idf, length)
-                start = max(start, previous_end)  # never quote the same characters twice
-                if start >= end:
-                    continue
+            seen.update(found[following])
+        spans: list[tuple[int, int]] = []
+        previous_end = 0
+        for window in sorted(picked, key=lambda w: w.start):
+            start, end = self._excerpt(window, found[window], idf, PLACE_CHARS)
+            start = max(start, previous_end)  # never quote the same characters twice
+            if start < end:
+                spans.append((start, end))
                 previous_end = end
-                parts.append(f"\n[#{entry.seq} offset {start}–{end}]\n{entry.text[start:end]}")
-                places.append(Place(entry.seq, start, end))
-        text = "".join(parts)
-        if len(text) > OUTPUT_LIMIT:  # not expected: headings are shortened, offsets have few digits
-            text = text[: OUTPUT_LIMIT - 1] + "…"
-        return SearchResult(text, tuple(places))
+        return tuple(spans)
 
-    def _excerpt(self, window_id: int, found: Mapping[str, int], idf: Mapping[str, float],
+    # -- printing -------------------------------------------------------------------------
+    @staticmethod
+    def _heading(query: str) -> str:
+        return (f"Earlier in this conversation, for “{_shorten(query)}” (best match first; consecutive "
+                "messages together; read a message exactly with message and offset):")
+
+    def _print(self, query: str, shown: Mapping[int, _Shown], rank_of: Mapping[int, int],
+               dates: Mapping[int, float]) -> str:
+        """Consecutive messages together in conversation order; groups by their best member."""
+        heading = self._heading(query)
+        groups: list[list[int]] = []
+        for position in sorted(shown):
+            seq = self._entries[position].seq
+            if groups and self._entries[groups[-1][-1]].seq == seq - 1:
+                groups[-1].append(position)
+            else:
+                groups.append([position])
+        groups.sort(key=lambda group: min(rank_of[p] for p in group))
+        blocks = ["\n".join(self._block(p, shown[p], dates) for p in group) for group in groups]
+        return "\n\n".join([heading, *blocks])
+
+    def _block(self, position: int, shown: _Shown, dates: Mapping[int, float]) -> str:
+        entry = self._entries[position]
+        date = f" ({date_label(dates[entry.seq])})" if entry.seq in dates else ""
+        header = f"#{entry.seq} {_shorten(entry.label)}{date}"
+        if shown.whole:
+            return f"{header}:\n{entry.text}" if entry.text else f"{header}: (no text)"
+        places = "".join(f"\n[#{entry.seq} offset {start}–{end}]\n{entry.text[start:end]}"
+                         for start, end in shown.spans)
+        return f"{header}, {len(entry.text):,} characters:{places}"
+
+    def _excerpt(self, window: Window, found: Mapping[str, int], idf: Mapping[str, float],
                  length: int) -> tuple[int, int]:
         """``length`` characters around the stretch of the window densest in query words.
 
         The quote may reach past the window's edges (within the message), so a word near an
         edge is shown with what surrounds it.
         """
-        window = self._windows[window_id]
-        text = self._entries[window.entry].text
+        text = self._entries[self._by_seq[window.seq]].text
         if len(text) <= length:
             return 0, len(text)
         hits = [
             (window.start + m.start(), stem(m.group()))
-            for m in _WORD.finditer(text[window.start : window.end])
+            for m in WORD.finditer(text[window.start : window.end])
             if stem(m.group()) in found
         ]
-        if not hits:  # matched only by a tool result's query: quote its beginning
-            return window.start, min(len(text), window.start + length)
+        if not hits:  # matched only by a tool result's query or the date: quote its beginning
+            return window.start, _cut_end(text, window.start, length)
         # The stretch of three quarters of ``length`` showing the most query weight: each
         # distinct word counts once, so "billing" beats nine mentions of "ports" (two pointers).
         span = length * 3 // 4
@@ -441,15 +557,111 @@ class ConversationHistory:
         if newline != -1 and start > 0 and text[start - 1] != "\n":
             start = newline + 1
         start = max(0, min(start, len(text) - length))
-        end = start + length
-        # End at a line break when one is near the end, rather than mid-word.
-        cut = text.rfind("\n", start + length * 3 // 4, end)
-        return start, (cut if cut != -1 and end < len(text) else end)
+        if start > 0 and text[start - 1].isalnum() and text[start].isalnum():
+            start = _next_word(text, start, first)  # begin at a word, not inside one
+        return start, _cut_end(text, start, length)
+
+
+class _Layout:
+    """The printed length of the messages chosen so far, kept as they are added.
+
+    The output is the heading, then groups separated by a blank line, each group's messages
+    one a line: heading + Σ blocks + one newline per message + one more per group.
+    """
+
+    def __init__(self, history: ConversationHistory, heading: int, dates: Mapping[int, float]) -> None:
+        self._history = history
+        self._dates = dates
+        self._seqs: set[int] = set()
+        self.length = heading
+
+    def _cost(self, position: int, shown: _Shown) -> int:
+        seq = self._history._entries[position].seq
+        joins = (seq - 1 in self._seqs) + (seq + 1 in self._seqs)  # groups it merges into
+        return len(self._history._block(position, shown, self._dates)) + 1 + (1 - joins)
+
+    def with_(self, position: int, shown: _Shown) -> int:
+        """The length with ``shown`` added."""
+        return self.length + self._cost(position, shown)
+
+    def add(self, position: int, shown: _Shown) -> None:
+        self.length += self._cost(position, shown)
+        self._seqs.add(self._history._entries[position].seq)
 
 
 def search_by_scan(history: ConversationHistory, query: str) -> str:
     """``history.search(query)`` without the index: every window re-tokenized (bench baseline)."""
     return history.search_places(query, scan=True).text
+
+
+def _numbered(messages: Sequence[Message]) -> list[Message]:
+    """The messages ``indexed_messages`` keeps (stored ones, each number once), in the same order."""
+    kept = [m for m in messages if m.seq is not None and m.role != "system"]
+    if all(a.seq < b.seq for a, b in zip(kept, kept[1:])):  # type: ignore[operator]
+        return kept  # as the store returns them: no number twice
+    seen: set[int] = set()
+    out = []
+    for message in kept:
+        if message.seq not in seen:
+            seen.add(message.seq)  # type: ignore[arg-type]
+            out.append(message)
+    return out
+
+
+def _window_score(wanted: Sequence[str], found: Mapping[str, int], idf: Mapping[str, float], all_idf: float,
+                  words: int, average_words: float) -> float:
+    """BM25 saturation times coverage (the idf share of the query's terms the window matches)."""
+    norm = K1 * (1 - B + B * (words / average_words if average_words else 1.0))
+    bm25 = matched = 0.0
+    for term in wanted:  # in query order, so every path sums in the same order
+        count = found.get(term)
+        if count and term in idf:
+            bm25 += idf[term] * count * (K1 + 1) / (count + norm)
+            matched += idf[term]
+    return bm25 * (matched / all_idf) if all_idf else 0.0
+
+
+#: Neighbourhood smoothing: the share of a message's own score its neighbours get, by distance.
+_NEIGHBOUR_WEIGHTS = ((0, 1.0), (-1, 0.5), (1, 0.5), (-2, 0.25), (2, 0.25))
+
+
+def _smooth(own: Mapping[int, float], count: int) -> dict[int, float]:
+    """S(i) = own(i) + ½·(own(i−1) + own(i+1)) + ¼·(own(i−2) + own(i+2)), in conversation order.
+
+    ``own`` holds the matching positions only; so does the work (not the whole conversation).
+    """
+    smoothed: dict[int, float] = {}
+    # Added in conversation order, so every path (index or scan) sums in the same order.
+    for position in sorted(own):
+        score = own[position]
+        for distance, weight in _NEIGHBOUR_WEIGHTS:
+            i = position + distance
+            if 0 <= i < count:
+                smoothed[i] = smoothed.get(i, 0.0) + weight * score
+    return smoothed
+
+
+def _overlap(a: Window, b: Window) -> bool:
+    return a.start < b.end and b.start < a.end
+
+
+def _cut_end(text: str, start: int, length: int) -> int:
+    """Where a quote of ``length`` characters from ``start`` ends: at a line break near the end
+    if there is one, else at a space, rather than mid-word."""
+    end = min(len(text), start + length)
+    if end >= len(text):
+        return end
+    for mark in ("\n", " "):
+        cut = text.rfind(mark, start + length * 3 // 4, end)
+        if cut != -1:
+            return cut
+    return end
+
+
+def _next_word(text: str, start: int, limit: int) -> int:
+    """The start of the first whole word at or after ``start`` (not past ``limit``)."""
+    space = text.find(" ", start, limit)
+    return space + 1 if space != -1 else start
 
 
 def _is_lookback(message: Message, calls: Mapping[str, ToolCall]) -> bool:
@@ -462,12 +674,7 @@ def _is_lookback(message: Message, calls: Mapping[str, ToolCall]) -> bool:
 def _check_query(query: Any) -> list[str]:
     if not isinstance(query, str) or not query.strip():
         raise HistoryError("the query is empty: give the words to look for")
-    return query_stems(query)
-
-
-def _score(found: Mapping[str, int], idf: Mapping[str, float]) -> float:
-    # Rarer words weigh more; repeats add less and less.
-    return sum(idf[term] * (1.0 + math.log(count)) for term, count in found.items())
+    return query_terms(query)
 
 
 def _shorten(text: str, limit: int = 160) -> str:
@@ -485,35 +692,6 @@ def _nothing_found(query: str, messages: int) -> str:
     )
 
 
-def _window_spans(text: str) -> list[tuple[int, int]]:
-    """700-character windows every 350 characters, widened to whole words, covering all of ``text``."""
-    length = len(text)
-    if length <= WINDOW_CHARS:
-        return [(0, length)]
-    spans = []
-    for start in range(0, length - WINDOW_STEP, WINDOW_STEP):
-        spans.append((_snap_back(text, start), _snap_forward(text, min(length, start + WINDOW_CHARS))))
-    return spans
-
-
-def _is_word(char: str) -> bool:
-    return char.isalnum()
-
-
-def _snap_back(text: str, start: int) -> int:
-    limit = max(0, start - SNAP_LIMIT)
-    while start > limit and _is_word(text[start - 1]) and _is_word(text[start]):
-        start -= 1
-    return start
-
-
-def _snap_forward(text: str, end: int) -> int:
-    limit = min(len(text), end + SNAP_LIMIT)
-    while end < limit and _is_word(text[end - 1]) and _is_word(text[end]):
-        end += 1
-    return end
-
-
 # --- the tool ------------------------------------------------------------------------------
 
 SPEC = ToolSpec(
@@ -524,7 +702,8 @@ SPEC = ToolSpec(
         "properties": {
             "query": {
                 "type": "string",
-                "description": "Words to look for in earlier messages, such as a name, number or phrase they used.",
+                "description": ("Words to look for in earlier messages, such as a name, number or phrase they "
+                                "used; a month and day (\"November 12\") also finds that day's messages."),
             },
             "message": {
                 "type": "integer",

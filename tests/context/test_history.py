@@ -50,6 +50,11 @@ def session() -> list[Message]:
     ]
 
 
+def shown(history: ConversationHistory, query: str) -> list[int]:
+    """The messages a search shows, best first (each once)."""
+    return list(dict.fromkeys(place.seq for place in history.search_places(query).places))
+
+
 def places(text: str) -> list[tuple[int, int, int]]:
     return [(int(a), int(b), int(c)) for a, b, c in PLACE.findall(text)]
 
@@ -147,15 +152,15 @@ def test_results_are_numbered_by_stored_seq_and_see_only_the_messages_handed_in(
 def test_tool_results_are_searchable_by_their_query_and_named_by_it():
     history = ConversationHistory(session())
     text = history.search("retention policy")  # words only the call's query used
-    assert "#7 tool result: search for “retention policy”" in text
-    assert places(text)[0][0] in (6, 7)
+    assert "#7 tool result: search for “retention policy”:\ndocs/ops.md: Logs are kept" in text
+    assert shown(history, "retention policy")[0] in (6, 7)
 
 
 def test_words_match_by_shared_stem():
     history = ConversationHistory([user("The customer was billed twice in March.", seq=1),
                                    assistant("I will look at it.", seq=2)])
     text = history.search("billing")
-    assert places(text)[0][0] == 1 and "billed twice" in text
+    assert shown(history, "billing")[0] == 1 and "#1 user:\nThe customer was billed twice in March." in text
 
 
 def test_rarer_words_weigh_more():
@@ -163,17 +168,20 @@ def test_rarer_words_weigh_more():
     rare = user("The deploy of quokka failed.", seq=9)
     plain = user("Another deploy, another deploy, deploy again.", seq=10)
     history = ConversationHistory([*common, rare, plain])
-    text = history.search("deploy quokka")
-    assert places(text)[0][0] == 9
+    assert shown(history, "deploy quokka")[0] == 9
 
 
 def test_output_stays_within_the_limit_for_many_long_matches():
     long = " ".join(f"billing port {i} " + "filler " * 80 for i in range(60))
     history = ConversationHistory([user(long, seq=1), user(long, seq=2), user(long, seq=3)])
-    text = history.search("billing port")
-    assert len(text) <= OUTPUT_LIMIT
-    assert {seq for seq, _, _ in places(text)} == {3, 2}  # the best two (ties go to the newer)
-    assert len(places(text)) <= 6
+    found = history.search_places("billing port")
+    assert 3_500 < len(found.text) <= OUTPUT_LIMIT  # the budget is used, not exceeded
+    assert found.text.count("\n[#") == len(found.places)
+    # Smoothing: #2 has a match on either side, so it leads; ties go to the newer (#3 before #1).
+    assert [p.seq for p in found.places][:4] == [2, 2, 2, 3]
+    assert {p.seq for p in found.places} == {1, 2, 3}
+    for place in found.places:  # exact quotes, each after its offset line
+        assert f"[#{place.seq} offset {place.start}–{place.end}]\n{long[place.start:place.end]}" in found.text
 
 
 def test_indexed_search_and_plain_scan_agree():
@@ -211,7 +219,9 @@ async def test_tool_searches_and_reads_with_subject_and_evidence():
 
     found = await tool.run({"query": "billing port"})
     assert isinstance(found, ToolResult) and found.ok and found.subject == "billing port"
-    assert found.evidence == tuple(f"history:{seq}:{start}" for seq, start, _ in places(found.text))
+    expected = tool.history.search_places("billing port").places
+    assert found.evidence == tuple(f"history:{p.seq}:{p.start}" for p in expected)
+    assert found.evidence[0].startswith("history:1:") and "history:2:0" in found.evidence
 
     read = await tool.run({"message": 1, "offset": 4000})
     assert read.subject == "message #1" and read.evidence == ("history:1:4000",)
@@ -273,3 +283,96 @@ def test_a_very_long_query_still_leaves_room_for_the_quotes():
     text = history.search(query)
     assert len(text) <= OUTPUT_LIMIT
     assert places(text) and all(end > start for _, start, end in places(text))
+
+
+# --- issue 13: ranking by neighbourhood, filling the budget, compact printing ------------------
+
+
+def chatter(first: int, count: int) -> list[Message]:
+    """Short turns about nothing the tests ask for."""
+    lines = ["Morning! How was the weekend?", "Quiet, thanks. Yours?", "Busy, lots of errands.",
+             "Sounds tiring.", "It was fine in the end.", "Good to hear."]
+    return [(user if i % 2 == 0 else assistant)(lines[i % len(lines)], seq=first + i) for i in range(count)]
+
+
+def test_an_answer_that_shares_no_word_with_the_query_is_found_through_its_question():
+    messages = [*chatter(1, 20),
+                user("What made you start counselling?", seq=21),
+                assistant("Honestly, after the burnout in 2019 a friend recommended someone.", seq=22),
+                *chatter(23, 20)]
+    history = ConversationHistory(messages)
+    found = history.search_places("start counselling")
+    # The question matches; the answer right after it comes next, before the one before it.
+    assert [p.seq for p in found.places][:3] == [21, 22, 20]
+    assert ("#21 user:\nWhat made you start counselling?\n"
+            "#22 assistant:\nHonestly, after the burnout in 2019 a friend recommended someone.") in found.text
+    assert len(found.text) <= OUTPUT_LIMIT
+
+
+def test_a_window_matching_every_query_word_beats_one_repeating_a_rare_word():
+    messages = [*chatter(1, 10),
+                user("billing billing billing billing, billing again", seq=11),
+                *chatter(12, 10),
+                user("The staging port for billing is 8101.", seq=22),
+                *chatter(23, 10)]
+    for i in range(33, 41):  # "staging" and "port" are common in this conversation
+        messages.append(user(f"Staging port note {i}: nothing changed on staging.", seq=i))
+    history = ConversationHistory(messages)
+    assert shown(history, "billing port staging")[0] == 22
+
+
+def test_the_whole_budget_is_filled_with_matching_messages():
+    messages = []
+    for i in range(1, 81):
+        messages.append(user(f"Invoice {i} went to customer {i * 7} with a total of {i * 13} euros.", seq=2 * i - 1))
+        messages.append(assistant("Noted.", seq=2 * i))
+    history = ConversationHistory(messages)
+    found = history.search_places("invoice total")
+    assert OUTPUT_LIMIT - 120 <= len(found.text) <= OUTPUT_LIMIT
+    assert len({p.seq for p in found.places}) > 20  # far more than the best two
+    for place in found.places:  # every message shown whole and exactly
+        message = next(m for m in messages if m.seq == place.seq)
+        assert (place.start, place.end) == (0, len(message.content))
+        assert f"#{place.seq} {message.role}:\n{message.content}" in found.text
+
+
+def test_groups_print_in_conversation_order_and_by_their_best_member():
+    messages = [*chatter(1, 30)]
+    messages[2] = user("A small note on the quokka.", seq=3)
+    messages[19] = user("The quokka migration to eu-west-2 is done: quokka lives there now.", seq=20)
+    history = ConversationHistory(messages)
+    text = history.search("quokka migration")
+    # The best group (around #20) first, its members in conversation order; then #3's group.
+    order = [int(n) for n in re.findall(r"^#(\d+) ", text, flags=re.MULTILINE)]
+    assert order == [18, 19, 20, 21, 22, 1, 2, 3, 4, 5]
+    assert "\n\n#1 user:" in text  # groups are separated by a blank line
+
+
+def test_a_neighbour_is_shown_by_its_beginning_and_a_long_paste_neighbour_is_skipped():
+    answer = "The fix: " + "raise the buffer sizes and reload; " * 40  # 1,409 characters, no query word
+    paste = "\n".join(f"line {i}: upstream keepalive 32" for i in range(200))  # long, no query word
+    messages = [*chatter(1, 10),
+                user("Why does nginx drop uploads?", seq=11), assistant(answer, seq=12),
+                *chatter(13, 10),
+                user("Here is the nginx error log from today:", seq=23), user(paste, seq=24),
+                *chatter(25, 10)]
+    history = ConversationHistory(messages)
+    found = history.search_places("nginx")
+    by_seq = {p.seq: p for p in found.places}
+    assert by_seq[12].start == 0 and 300 <= by_seq[12].end <= 400  # the answer's beginning
+    assert f"[#12 offset 0–{by_seq[12].end}]\n{answer[:by_seq[12].end]}" in found.text
+    assert "#12 assistant, 1,409 characters:" in found.text
+    assert 24 not in by_seq  # a long paste chosen only as a neighbour says nothing where it begins
+
+
+def test_a_message_that_does_not_fit_shows_its_best_place_shortened_to_the_room_left():
+    filler = "words about nothing in particular. " * 16  # ~560 characters: whole when matched
+    messages = [user(f"Release {i} of quokka shipped. " + filler, seq=i) for i in range(1, 11)]
+    history = ConversationHistory(messages)
+    found = history.search_places("quokka release")
+    assert len(found.text) <= OUTPUT_LIMIT
+    whole = [p for p in found.places if p.end - p.start == len(messages[p.seq - 1].content)]
+    cut = [p for p in found.places if p not in whole]
+    assert len(whole) >= 5 and len(cut) == 1  # the last one, shortened to what was left
+    assert f"[#{cut[0].seq} offset {cut[0].start}–{cut[0].end}]" in found.text
+    assert "quokka" in messages[cut[0].seq - 1].content[cut[0].start:cut[0].end]

@@ -1,0 +1,182 @@
+--- The one imprintd client: started with vim.lsp.start (attached to no buffer), settings as
+--- initializationOptions, runtime settings changes as workspace/didChangeConfiguration, and
+--- the daemon's notifications routed to the chat.
+local config = require("imprint.config")
+
+local M = {}
+
+M.NAME = "imprintd"
+
+--- @type integer|nil
+M.client_id = nil
+
+--- Functions waiting for the client to finish `initialize`.
+local waiting = {}
+
+local LEVELS = { [1] = vim.log.levels.ERROR, [2] = vim.log.levels.WARN, [3] = vim.log.levels.INFO, [4] = vim.log.levels.DEBUG }
+
+--- A Lua `{}` encodes as JSON `[]`, which the daemon refuses where it expects an object.
+local function object(value)
+  if next(value) == nil then
+    return vim.empty_dict()
+  end
+  return value
+end
+M.object = object
+
+local function chat()
+  return require("imprint.chat")
+end
+
+local handlers = {
+  ["imprint/replyDelta"] = function(_, params)
+    chat().on_delta(params)
+  end,
+  ["imprint/replyPreamble"] = function(_, params)
+    chat().on_preamble(params)
+  end,
+  ["imprint/toolStep"] = function(_, params)
+    chat().on_tool_step(params)
+  end,
+  ["imprint/summaryUpdated"] = function(_, params)
+    chat().on_summary(params)
+  end,
+  -- A refused setting (or any daemon message) reaches the user through vim.notify.
+  ["window/showMessage"] = function(_, params)
+    vim.notify("imprintd: " .. params.message, LEVELS[params.type] or vim.log.levels.INFO)
+  end,
+}
+
+--- The handlers given to vim.lsp.start (exposed for the benchmark).
+M.handlers = handlers
+
+local function flush_waiting(client, err)
+  local pending = waiting
+  waiting = {}
+  for _, fn in ipairs(pending) do
+    fn(client, err)
+  end
+end
+
+--- The running client, or nil.
+--- @return vim.lsp.Client|nil
+function M.get()
+  local client = M.client_id and vim.lsp.get_client_by_id(M.client_id)
+  if client and not client:is_stopped() then
+    return client
+  end
+  return nil
+end
+
+--- Start the daemon unless it runs. Returns the client id, or nil and why not.
+--- @return integer|nil, string|nil
+function M.start()
+  if M.get() then
+    return M.client_id
+  end
+  local cmd = config.command()
+  if vim.fn.executable(cmd[1]) ~= 1 then
+    return nil, ("cannot start the daemon: '%s' is not an executable on PATH. Install it with "
+      .. "`pip install imprintd`, or set `cmd` in require('imprint').setup()"):format(cmd[1])
+  end
+  local root = config.root_dir()
+  local id = vim.lsp.start({
+    name = M.NAME,
+    cmd = cmd,
+    cmd_env = config.options.cmd_env,
+    root_dir = root,
+    init_options = object(config.options.settings),
+    settings = object(config.options.settings),
+    handlers = handlers,
+    on_init = function(client)
+      flush_waiting(client, nil)
+    end,
+    on_exit = function(code, signal, client_id)
+      vim.schedule(function()
+        if client_id == M.client_id then
+          M.client_id = nil
+          flush_waiting(nil, ("the daemon exited (code %d) before it answered initialize; "
+            .. ":ImprintLog shows why"):format(code))
+          chat().on_daemon_exit(code, signal)
+        end
+      end)
+    end,
+  }, { attach = false, silent = true, reuse_client = function() return false end })
+  if not id then
+    return nil, ("cannot start the daemon with `%s`; :ImprintLog and :checkhealth imprint show why")
+      :format(table.concat(cmd, " "))
+  end
+  M.client_id = id
+  return id
+end
+
+--- Call `fn(client)` once the daemon has answered initialize (starting it if needed);
+--- `fn(nil, err)` when it cannot be started.
+--- @param fn fun(client: vim.lsp.Client|nil, err: string|nil)
+function M.with_client(fn)
+  local _, err = M.start()
+  if err then
+    fn(nil, err)
+    return
+  end
+  local client = M.get()
+  if client and client.initialized then
+    fn(client)
+  else
+    table.insert(waiting, fn)
+  end
+end
+
+--- Send a request once the client is ready; `callback(err, result)` gets a table error
+--- `{ message = ... }` when the daemon cannot be started.
+--- @return nil
+function M.request(method, params, callback, on_sent)
+  M.with_client(function(client, err)
+    if not client then
+      callback({ message = err })
+      return
+    end
+    local ok, request_id = client:request(method, params, function(rpc_err, result)
+      callback(rpc_err, result)
+    end)
+    if not ok then
+      callback({ message = "the daemon is not running; :ImprintRestart starts it again" })
+    elseif on_sent then
+      on_sent(request_id)
+    end
+  end)
+end
+
+function M.cancel(request_id)
+  local client = M.get()
+  if client and request_id then
+    client:cancel_request(request_id)
+  end
+end
+
+--- Merge `settings` into the current ones and send them to the running daemon.
+function M.update_settings(settings)
+  config.options.settings = vim.tbl_deep_extend("force", config.options.settings, settings)
+  local client = M.get()
+  if client then
+    client.settings = object(config.options.settings)
+    client:notify("workspace/didChangeConfiguration", { settings = object(config.options.settings) })
+  end
+end
+
+--- Stop the daemon (gracefully: shutdown, then exit).
+function M.stop()
+  local client = M.get()
+  M.client_id = nil
+  if client then
+    client:stop()
+  end
+end
+
+--- The folder the running daemon researches (its first workspace folder).
+function M.root_dir()
+  local client = M.get()
+  return (client and client.root_dir) or config.root_dir()
+end
+
+return M

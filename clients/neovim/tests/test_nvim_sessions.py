@@ -1,0 +1,125 @@
+"""Sessions and sources through the plugin against the real daemon: :ImprintSessions lists
+with vim.ui.select and opens one into the chat, :ImprintDelete deletes, :ImprintNew starts
+over, :ImprintSources fills the quickfix list, <CR> on a source opens the file at its line."""
+
+from __future__ import annotations
+
+from test_nvim_chat import PORT_FILE, PREAMBLE, researcher, write_repo
+
+PICK_BY_TITLE = """
+local title = ...
+_G.test_select = nil
+vim.ui.select = function(items, opts, on_choice)
+  local shown = {}
+  for _, item in ipairs(items) do table.insert(shown, opts.format_item and opts.format_item(item) or item) end
+  _G.test_select = { prompt = opts.prompt, shown = shown }
+  for _, item in ipairs(items) do
+    if type(item) == 'table' and item.title == title then return on_choice(item) end
+    if item == title then return on_choice(item) end
+  end
+  on_choice(nil)
+end
+"""
+
+
+def ask(editor, question: str, count: int) -> dict:
+    editor.command("Imprint " + question)
+    done = editor.wait_done(count)[-1]
+    assert done["status"] == "done", editor.notes()
+    return done
+
+
+def test_sessions_open_into_the_chat_and_delete(editor, stub):
+    stub.queue("Paris.", "Berlin.")
+    first = ask(editor, "Capital of France?", 1)
+    editor.command("ImprintNew")
+    assert editor.chat_lines() == [""]
+    second = ask(editor, "Capital of Germany?", 2)
+    assert first["sessionId"] != second["sessionId"]
+
+    # Pick the first session: the chat shows its transcript and follow-ups continue it.
+    editor.lua(PICK_BY_TITLE, "Capital of France?")
+    editor.command("ImprintSessions")
+    editor.wait(f"require('imprint.chat').session_id() == '{first['sessionId']}'", "the picked session to open")
+    picked = editor.lua("return _G.test_select")
+    assert picked["prompt"] == "Imprint sessions"
+    assert [line.split("  ", 1)[1] for line in picked["shown"]] == [
+        "Capital of Germany?  (2 messages)", "Capital of France?  (2 messages)"]
+    assert editor.chat_lines() == ["## You", "", "Capital of France?", "", "## Imprint", "", "Paris."]
+    stub.queue("About 2.1 million.")
+    assert ask(editor, "How many people live there?", 3)["sessionId"] == first["sessionId"]
+    assert [m["content"] for m in stub.requests[-1]["messages"] if m["role"] != "system"] == [
+        "Capital of France?", "Paris.", "How many people live there?"]
+
+    # Delete the open session (answering the confirmation): gone from the daemon and the chat.
+    editor.lua(PICK_BY_TITLE, "Delete")
+    editor.command("ImprintDelete")
+    editor.wait("require('imprint.chat').session_id() == nil", "the deleted session to close")
+    assert editor.chat_lines() == [""]
+    listed = editor.request("imprint/sessions")["sessions"]
+    assert [s["sessionId"] for s in listed] == [second["sessionId"]]
+    # With a bang and an id, no question is asked.
+    editor.lua("vim.ui.select = function() error('asked') end")
+    editor.command("ImprintDelete! " + second["sessionId"])
+    editor.wait("#vim.tbl_filter(function(n) return n[1]:find('deleted session') end, _G.test_notes) == 2",
+                "the second deletion")
+    assert editor.request("imprint/sessions")["sessions"] == []
+
+
+def test_an_opened_research_session_shows_thinking_and_steps_and_its_sources_open(editor, stub, workspace):
+    write_repo(workspace)
+    stub.queue(*[researcher] * 6)
+    done = ask(editor, "Which port does billing use?", 1)
+    live = editor.chat_lines()
+    editor.command("ImprintNew")
+
+    editor.lua(PICK_BY_TITLE, "Which port does billing use?")
+    editor.command("ImprintSessions")
+    editor.wait(f"require('imprint.chat').session_id() == '{done['sessionId']}'", "the session to open")
+    # The stored session reads as the live chat did: thinking, the step, the answer with Sources.
+    assert editor.chat_lines() == live
+    assert editor.tool_lines() == [(9, f"  ✓ Reading {PORT_FILE}", True)]
+    assert "> " + PREAMBLE in editor.chat_lines()
+
+    # :ImprintSources: the quickfix list holds the cited file and lines.
+    editor.command("ImprintSources")
+    items = editor.lua("""
+        return vim.tbl_map(function(i) return { vim.api.nvim_buf_get_name(i.bufnr), i.lnum, i.end_lnum, i.text } end,
+          vim.fn.getqflist())
+    """)
+    assert len(items) == 1
+    path, lnum, end_lnum, text = items[0]
+    assert path == str(workspace / PORT_FILE)
+    sources_line = next(line for line in editor.chat_lines() if line.startswith("[1] "))
+    start, end = sources_line.split(":", 1)[1].split(" ")[0].split("-")
+    assert (lnum, end_lnum) == (int(start), int(end))
+    assert lnum <= 11 <= end_lnum  # "port: 8101" is line 11
+    assert text.startswith("[1] ")
+
+    # <CR> on the [1] citation in the answer opens the file at the cited line.
+    editor.command("cclose")
+    editor.lua("vim.api.nvim_set_current_win(require('imprint.chat')._state.win)")
+    row = editor.chat_lines().index("Billing listens on 8101 [1].") + 1
+    editor.lua("vim.api.nvim_win_set_cursor(0, { ..., 24 })", row)
+    editor.command('execute "normal \\<CR>"')
+    assert editor.lua("return { vim.api.nvim_buf_get_name(0), vim.api.nvim_win_get_cursor(0)[1] }") == [
+        str(workspace / PORT_FILE), int(start)]
+
+
+def test_sources_of_a_live_answer_reach_the_quickfix_list_and_gd_opens_them(editor, stub, workspace):
+    write_repo(workspace)
+    stub.queue(*[researcher] * 6)
+    ask(editor, "Which port does billing use?", 1)
+
+    editor.command("ImprintSources")
+    [item] = editor.lua("return vim.fn.getqflist()")
+    assert editor.lua("return vim.api.nvim_buf_get_name(...)", item["bufnr"]) == str(workspace / PORT_FILE)
+    assert item["lnum"] <= 11 <= item["end_lnum"]
+
+    editor.command("cclose")
+    editor.lua("vim.api.nvim_set_current_win(require('imprint.chat')._state.win)")
+    row = next(i for i, line in enumerate(editor.chat_lines(), start=1) if line.startswith("[1] "))
+    editor.lua("vim.api.nvim_win_set_cursor(0, { ..., 0 })", row)
+    editor.command('execute "normal gd"')
+    assert editor.lua("return { vim.api.nvim_buf_get_name(0), vim.api.nvim_win_get_cursor(0)[1] }") == [
+        str(workspace / PORT_FILE), item["lnum"]]

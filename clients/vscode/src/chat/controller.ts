@@ -1,0 +1,358 @@
+/**
+ * The chat panel's logic: turns user actions into imprintd requests and the daemon's
+ * notifications into panel updates (`ToView` messages).
+ *
+ * It knows nothing of VS Code: the extension wires it to a `LanguageClient` and a webview,
+ * tests wire it to a plain `vscode-jsonrpc` connection to the real daemon and a recorder.
+ */
+
+import { CancellationTokenSource, ResponseError } from "vscode-jsonrpc";
+import { ChatConnection, Disposable, WorkDoneProgressValue, workDoneProgress } from "./connection";
+import { ConnectionStatus, FromView, StepRow, ToView, TranscriptItem } from "./view";
+import * as wire from "../protocol";
+
+export interface ControllerOptions {
+  /** Where panel updates go (the webview's postMessage, or a test's recorder). */
+  post(message: ToView): void;
+  /** The folder to research, or undefined (untrusted workspace, no folder open). */
+  workspace(): string | undefined;
+  /** Opens a cited file at its lines (the editor); tests record it. */
+  openSource?(path: string, startLine: number, endLine: number): void;
+  /** Status changes, for the status bar. */
+  onStatus?(status: ConnectionStatus, detail: string): void;
+}
+
+/** What an editor selection contributes to a question. */
+export interface SelectionContext {
+  path: string;
+  startLine: number;
+  endLine: number;
+  text: string;
+  languageId?: string;
+}
+
+interface Reply {
+  question: string;
+  /** The transcript the reply belongs to; a new chat or an opened session starts another. */
+  transcript: number;
+  cancel: CancellationTokenSource;
+  sessionId?: string;
+  replyId?: string;
+  progress?: Disposable;
+}
+
+let progressTokens = 0;
+
+export class ChatController {
+  private connection: ChatConnection | undefined;
+  private handlers: Disposable[] = [];
+  private reply: Reply | undefined;
+  private failedQuestion: string | undefined;
+  /** Everything posted since the last reset, replayed when the webview (re)loads. */
+  private transcript: ToView[] = [];
+  private title = "New chat";
+  private transcriptNumber = 0;
+  private status: { status: ConnectionStatus; detail: string } = { status: "starting", detail: "" };
+  sessionId: string | undefined;
+
+  constructor(private readonly options: ControllerOptions) {}
+
+  get busy(): boolean {
+    return this.reply !== undefined;
+  }
+
+  /** Use `connection` from now on (a freshly started or restarted daemon). */
+  attach(connection: ChatConnection): void {
+    this.disposeHandlers();
+    this.connection = connection;
+    this.handlers = [
+      connection.onNotification(wire.REPLY_DELTA, (p: wire.ReplyDelta) => this.onDelta(p)),
+      connection.onNotification(wire.REPLY_PREAMBLE, (p: wire.ReplyPreamble) => this.onPreamble(p)),
+      connection.onNotification(wire.TOOL_STEP, (p: wire.ToolStep) => this.onToolStep(p)),
+      connection.onNotification(wire.SUMMARY_UPDATED, (p: wire.SummaryUpdated) => this.onSummary(p)),
+    ];
+    this.setStatus("ready", "");
+  }
+
+  /** The daemon is gone (crashed or stopping); a reply in flight fails with `reason`. */
+  detach(reason: string): void {
+    this.disposeHandlers();
+    this.connection = undefined;
+    this.setStatus("error", reason);
+  }
+
+  setStatus(status: ConnectionStatus, detail: string): void {
+    this.status = { status, detail };
+    this.options.onStatus?.(status, detail);
+    this.post({ type: "status", status, detail }, false);
+  }
+
+  /** A message from the webview. */
+  async handle(message: FromView): Promise<void> {
+    switch (message.type) {
+      case "ready":
+        this.replay();
+        break;
+      case "send":
+        await this.ask(message.text);
+        break;
+      case "stop":
+        this.stop();
+        break;
+      case "retry":
+        if (this.failedQuestion !== undefined) await this.ask(this.failedQuestion);
+        break;
+      case "newChat":
+        this.newChat();
+        break;
+      case "openSource":
+        this.options.openSource?.(message.path, message.startLine, message.endLine);
+        break;
+    }
+  }
+
+  /** Asks `text` in the current session (a new one when there is none). Resolves when the reply ends. */
+  async ask(text: string): Promise<void> {
+    const question = text.trim();
+    if (!question || this.reply) return;
+    const connection = this.connection;
+    this.post({ type: "user", text: question });
+    if (this.transcript.length === 1) this.title = firstLine(question);
+    this.post({ type: "replyStart" });
+    if (!connection) {
+      this.fail(question, "The Imprint daemon is not running. Use “Imprint: Restart Daemon” or check “Imprint: Show Log”.");
+      return;
+    }
+    const reply: Reply = { question, transcript: this.transcriptNumber, cancel: new CancellationTokenSource(), sessionId: this.sessionId };
+    const token = `imprint-vscode-${process.pid}-${++progressTokens}`;
+    reply.progress = connection.onProgress(workDoneProgress, token, (value) => this.onProgress(value));
+    this.reply = reply;
+    this.failedQuestion = undefined;
+    this.post({ type: "busy", busy: true }, false);
+    this.setStatus("answering", "");
+    const params: wire.ChatParams = { text: question, workDoneToken: token };
+    if (this.sessionId) params.sessionId = this.sessionId;
+    const workspace = this.options.workspace();
+    if (workspace) params.workspace = workspace;
+    try {
+      const result = await connection.sendRequest<wire.ChatResult>(wire.CHAT, params, reply.cancel.token);
+      if (!this.current(reply)) return;
+      this.sessionId = result.sessionId;
+      this.post({ type: "replyEnd", text: result.text, sources: result.sources, stopReason: result.stopReason });
+    } catch (error) {
+      if (!this.current(reply)) return;
+      // A reply that reached the daemon is in a session even when it failed (the question is stored).
+      if (reply.sessionId) this.sessionId = reply.sessionId;
+      if (error instanceof ResponseError && error.code === wire.REQUEST_CANCELLED) {
+        this.post({ type: "replyCancelled" });
+      } else {
+        this.fail(question, describeError(error), error instanceof ResponseError ? error.code : undefined);
+      }
+    } finally {
+      reply.progress?.dispose();
+      reply.cancel.dispose();
+      this.reply = undefined;
+      this.post({ type: "progress", message: "", done: true }, false);
+      this.post({ type: "busy", busy: false }, false);
+      if (this.connection) this.setStatus("ready", "");
+    }
+  }
+
+  /** Asks about an editor selection: its file name and lines go with the question. */
+  askAboutSelection(question: string, selection: SelectionContext): Promise<void> {
+    const fence = selection.text.includes("```") ? "````" : "```";
+    const where = selection.startLine === selection.endLine
+      ? `${selection.path}, line ${selection.startLine}`
+      : `${selection.path}, lines ${selection.startLine}–${selection.endLine}`;
+    const text = `${question.trim()}\n\nFrom ${where}:\n\n${fence}${selection.languageId ?? ""}\n${selection.text}\n${fence}`;
+    return this.ask(text);
+  }
+
+  /** Cancels the reply in flight (`$/cancelRequest`); it ends with -32800. */
+  stop(): void {
+    this.reply?.cancel.cancel();
+  }
+
+  newChat(): void {
+    this.stop();
+    this.sessionId = undefined;
+    this.failedQuestion = undefined;
+    this.title = "New chat";
+    this.reset([]);
+  }
+
+  async listSessions(): Promise<wire.SessionInfo[]> {
+    const result = await this.require().sendRequest<wire.SessionsResult>(wire.SESSIONS, {});
+    return result.sessions;
+  }
+
+  /** Shows a stored session (tool exchanges as collapsed step rows) and continues it. */
+  async openSession(sessionId: string): Promise<void> {
+    const result = await this.require().sendRequest<wire.SessionResult>(wire.SESSION, { sessionId });
+    this.stop();
+    this.sessionId = sessionId;
+    this.failedQuestion = undefined;
+    this.title = result.session.title || "Chat";
+    this.reset(transcriptOf(result));
+  }
+
+  async deleteSession(sessionId: string): Promise<void> {
+    await this.require().sendRequest<wire.DeleteSessionResult>(wire.DELETE_SESSION, { sessionId });
+    if (sessionId === this.sessionId) this.newChat();
+  }
+
+  dispose(): void {
+    this.stop();
+    this.disposeHandlers();
+  }
+
+  // -- notifications ------------------------------------------------------------------------
+
+  /** True while the panel still shows the transcript `reply` was asked in. */
+  private current(reply: Reply): boolean {
+    return reply.transcript === this.transcriptNumber;
+  }
+
+  /** True when a notification belongs to the reply in flight (and adopts its ids). */
+  private ours(params: { sessionId: string; replyId: string }): boolean {
+    const reply = this.reply;
+    if (!reply || !this.current(reply)) return false;
+    if (reply.sessionId && params.sessionId !== reply.sessionId) return false;
+    if (reply.replyId && params.replyId !== reply.replyId) return false;
+    reply.sessionId = params.sessionId;
+    reply.replyId = params.replyId;
+    return true;
+  }
+
+  private onDelta(params: wire.ReplyDelta): void {
+    if (this.ours(params)) this.post({ type: "delta", part: params.part, text: params.text });
+  }
+
+  private onPreamble(params: wire.ReplyPreamble): void {
+    if (this.ours(params)) this.post({ type: "preamble", part: params.part });
+  }
+
+  private onToolStep(params: wire.ToolStep): void {
+    if (!this.ours(params)) return;
+    this.post({ type: "toolStep", callId: params.callId, title: params.title, state: params.state, detail: params.detail });
+  }
+
+  private onSummary(params: wire.SummaryUpdated): void {
+    if (this.ours(params)) this.post({ type: "summary", summary: params.summary });
+  }
+
+  private onProgress(value: WorkDoneProgressValue): void {
+    if (value.kind === "end") {
+      this.post({ type: "progress", message: "", done: true }, false);
+    } else {
+      this.post({ type: "progress", message: value.message ?? "", percentage: value.percentage, done: false }, false);
+    }
+  }
+
+  // -- plumbing -----------------------------------------------------------------------------
+
+  private fail(question: string, message: string, code?: number): void {
+    this.failedQuestion = question;
+    this.post({ type: "replyError", message, code });
+  }
+
+  private reset(items: TranscriptItem[]): void {
+    this.transcriptNumber++;
+    this.transcript = [];
+    this.post({ type: "reset", title: this.title, items });
+  }
+
+  /** Posts to the panel; `keep` messages are replayed when the webview reloads. */
+  private post(message: ToView, keep = true): void {
+    if (keep) this.transcript.push(message);
+    this.options.post(message);
+  }
+
+  private replay(): void {
+    const kept = this.transcript[0]?.type === "reset" ? this.transcript : [{ type: "reset", title: this.title, items: [] } as ToView, ...this.transcript];
+    for (const message of kept) this.options.post(message);
+    this.options.post({ type: "busy", busy: this.busy });
+    this.options.post({ type: "status", ...this.status });
+  }
+
+  private require(): ChatConnection {
+    if (!this.connection) throw new Error("The Imprint daemon is not running.");
+    return this.connection;
+  }
+
+  private disposeHandlers(): void {
+    for (const handler of this.handlers) handler.dispose();
+    this.handlers = [];
+  }
+}
+
+/** A stored session as panel items: tool exchanges fold into their assistant turn's step rows. */
+export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
+  const items: TranscriptItem[] = [];
+  const steps = new Map<string, StepRow>();
+  let pending: StepRow[] = [];
+  for (const message of result.messages) {
+    if (message.role === "user") {
+      pending = [];
+      items.push({ kind: "user", seq: message.seq, text: message.content });
+    } else if (message.role === "tool") {
+      const step = message.toolCallId ? steps.get(message.toolCallId) : undefined;
+      if (step && message.content.startsWith("Error")) {
+        step.state = "failed";
+        step.detail = firstLine(message.content);
+      }
+    } else if (message.toolCalls.length > 0) {
+      for (const call of message.toolCalls) {
+        const row: StepRow = { callId: call.id, title: stepTitle(call), state: "finished", detail: "" };
+        steps.set(call.id, row);
+        pending.push(row);
+      }
+    } else {
+      items.push({ kind: "assistant", seq: message.seq, text: message.content, steps: pending });
+      pending = [];
+    }
+  }
+  if (result.summary) {
+    const at = items.findIndex((item) => item.kind !== "summary" && item.seq > result.summary!.lastSeq);
+    const divider: TranscriptItem = { kind: "summary", summary: result.summary };
+    if (at < 0) items.push(divider); else items.splice(at, 0, divider);
+  }
+  return items;
+}
+
+/** A stored tool call's row title, worded as the daemon words the live step (imprintd/tools). */
+function stepTitle(call: wire.ToolCall): string {
+  const args = call.arguments ?? {};
+  const text = (key: string) => (typeof args[key] === "string" ? (args[key] as string).trim() : "");
+  if (call.name === "search" && text("query")) return `Searching the workspace for “${text("query")}”`;
+  if (call.name === "conversation_history" && text("query")) return `Searching earlier in this conversation for “${text("query")}”`;
+  if (call.name === "read_file" && text("path")) {
+    const { start_line: start, end_line: end } = args as { start_line?: number; end_line?: number };
+    if (start !== undefined && end !== undefined) return `Reading ${text("path")} lines ${start}–${end}`;
+    if (start !== undefined) return `Reading ${text("path")} from line ${start}`;
+    if (end !== undefined) return `Reading ${text("path")} up to line ${end}`;
+    return `Reading ${text("path")}`;
+  }
+  return call.name;
+}
+
+function firstLine(text: string): string {
+  const line = text.split("\n", 1)[0];
+  return line.length > 80 ? `${line.slice(0, 79)}…` : line;
+}
+
+function describeError(error: unknown): string {
+  if (error instanceof ResponseError) {
+    if (error.code === -32097 /* PendingResponseRejected */ || /disposed|closed/i.test(error.message)) {
+      return "The Imprint daemon stopped while answering. It is being restarted; your question is kept in the session.";
+    }
+    return error.message;
+  }
+  if (error instanceof Error) {
+    if (/disposed|closed|EPIPE|not running/i.test(error.message)) {
+      return "The Imprint daemon stopped while answering. It is being restarted; your question is kept in the session.";
+    }
+    return error.message;
+  }
+  return String(error);
+}

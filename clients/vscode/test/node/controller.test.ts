@@ -1,0 +1,297 @@
+/**
+ * The chat controller against the real `imprintd serve --stdio` and the scripted model server:
+ * what the panel is told, what went over the wire, what reached the model and what was stored.
+ */
+
+import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import * as path from "node:path";
+import { afterEach, beforeEach, test } from "node:test";
+import { CancellationToken, ProgressType } from "vscode-jsonrpc";
+import { ChatConnection, WorkDoneProgressValue } from "../../src/chat/connection";
+import { daemonSettings } from "../../src/chat/settings";
+import * as wire from "../../src/protocol";
+import { Daemon, Home, RecordedPanel, Stub } from "./harness";
+
+let stub: Stub;
+let home: Home;
+let daemon: Daemon;
+let panel: RecordedPanel;
+
+beforeEach(async () => {
+  stub = await Stub.start();
+  home = new Home();
+  daemon = await Daemon.start(home, stub);
+  panel = new RecordedPanel(home.workspace);
+  panel.controller.attach(daemon.connection);
+});
+
+afterEach(async () => {
+  panel.controller.dispose();
+  await daemon.stop();
+  stub.stop();
+  home.remove();
+});
+
+function lastUserContent(request: { messages: { role: string; content: string | null }[] }): string {
+  return [...request.messages].reverse().find((message) => message.role === "user")?.content ?? "";
+}
+
+function session(sessionId: string): Promise<wire.SessionResult> {
+  return daemon.connection.sendRequest<wire.SessionResult>(wire.SESSION, { sessionId });
+}
+
+test("a question streams deltas, the result's text replaces them, and the exchange is stored", async () => {
+  await stub.queue("Billing listens on port 8101 behind the gateway.");
+  await panel.controller.ask("Which port does billing use?");
+
+  const types = panel.messages.map((message) => message.type).filter((type) => type !== "status");
+  assert.deepEqual(types.slice(0, 2), ["user", "replyStart"]);
+  const deltas = panel.ofType("delta");
+  assert.ok(deltas.length >= 2, `expected streamed deltas, got ${deltas.length}`);
+  assert.equal(deltas.map((delta) => delta.text).join(""), "Billing listens on port 8101 behind the gateway.");
+  assert.ok(deltas.every((delta) => delta.part === 0));
+  const [end] = panel.ofType("replyEnd");
+  assert.equal(end.text, "Billing listens on port 8101 behind the gateway.");
+  assert.equal(end.stopReason, "answer");
+  assert.ok(types.indexOf("replyEnd") > types.lastIndexOf("delta"));
+  assert.deepEqual(panel.ofType("busy").map((message) => message.busy), [true, false]);
+  assert.equal(panel.controller.busy, false);
+
+  const [request] = await stub.requests();
+  assert.equal(lastUserContent(request), "Which port does billing use?");
+  assert.ok(panel.controller.sessionId);
+  const stored = await session(panel.controller.sessionId!);
+  assert.deepEqual(stored.messages.map((m) => [m.role, m.content]), [
+    ["user", "Which port does billing use?"], ["assistant", "Billing listens on port 8101 behind the gateway."]]);
+  assert.equal(stored.session.workspace, home.workspace);
+
+  // A follow-up continues the same session.
+  await stub.queue("Yes, only that port.");
+  await panel.controller.ask("Only that one?");
+  const followUp = await session(panel.controller.sessionId!);
+  assert.equal(followUp.messages.length, 4);
+  assert.equal((await stub.requests()).length, 2);
+});
+
+test("tool steps show as rows, progress runs on the client's token, and tool output reaches the model", async () => {
+  writeFileSync(path.join(home.workspace, "notes.txt"), "The billing service listens on 8101.\n");
+  await stub.queue(
+    { text: "Let me read the notes.", toolCalls: [{ id: "call_read", name: "read_file", arguments: { path: "notes.txt" } }] },
+    { toolCalls: [{ id: "call_bad", name: "read_file", arguments: { path: "../outside.txt" } }] },
+    "The notes say 8101.",
+  );
+  const progress: { token: string | number; value: WorkDoneProgressValue }[] = [];
+  const connection = daemon.connection;
+  const spying: ChatConnection = {
+    sendRequest: <R>(method: string, params: object, token?: CancellationToken): Promise<R> =>
+      token === undefined ? connection.sendRequest<R>(method, params) : connection.sendRequest<R>(method, params, token),
+    sendNotification: (method, params) => connection.sendNotification(method, params),
+    onNotification: (method, handler) => connection.onNotification(method, handler),
+    onProgress: <P>(type: ProgressType<P>, token: string | number, handler: (value: P) => void) =>
+      connection.onProgress(type, token, (value: P) => {
+        progress.push({ token, value: value as WorkDoneProgressValue });
+        handler(value);
+      }),
+  };
+  panel.controller.attach(spying);
+  await panel.controller.ask("What do the notes say about billing?");
+
+  const steps = panel.ofType("toolStep");
+  assert.deepEqual(steps.map((step) => [step.callId, step.state]), [
+    ["call_read", "started"], ["call_read", "finished"], ["call_bad", "started"], ["call_bad", "failed"]]);
+  assert.equal(steps[0].title, "Reading notes.txt");
+  assert.match(steps[3].detail, /\.\./);
+  assert.equal(panel.ofType("replyEnd")[0].text, "The notes say 8101.");
+
+  // Begin, reports, end, all on the one token the controller created for this request.
+  assert.ok(progress.length >= 2);
+  assert.equal(new Set(progress.map((entry) => entry.token)).size, 1);
+  assert.equal(progress[0].value.kind, "begin");
+  assert.equal(progress.at(-1)!.value.kind, "end");
+  assert.ok(panel.ofType("progress").some((p) => !p.done && p.message === "Reading notes.txt"));
+  assert.equal(panel.ofType("progress").at(-1)!.done, true);
+
+  const requests = await stub.requests();
+  assert.equal(requests.length, 3);
+  const toolMessages = requests[1].messages.filter((message) => message.role === "tool");
+  assert.ok(toolMessages.some((message) => (message.content ?? "").includes("listens on 8101")), "the file's text reached the model");
+});
+
+test("the streamed-text contract: preamble parts are marked and the answer comes in a later part", async () => {
+  writeFileSync(path.join(home.workspace, "notes.txt"), "billing: 8101\n");
+  await stub.queue(
+    { text: "I will look at the notes first.", toolCalls: [{ id: "call_read", name: "read_file", arguments: { path: "notes.txt" } }] },
+    "Billing uses 8101.",
+  );
+  await panel.controller.ask("Which port?");
+  const preambles = panel.ofType("preamble");
+  const deltas = panel.ofType("delta");
+  const textOf = (part: number) => deltas.filter((delta) => delta.part === part).map((delta) => delta.text).join("");
+  assert.equal(textOf(0), "I will look at the notes first.");
+  assert.deepEqual(preambles.map((p) => p.part), [0]);
+  assert.equal(textOf(1), "Billing uses 8101.");
+  // The preamble notice comes after part 0's text and before part 1's.
+  const order = panel.messages.filter((m) => m.type === "delta" || m.type === "preamble")
+    .map((m) => (m.type === "preamble" ? "preamble" : `part ${m.part}`));
+  assert.deepEqual([...new Set(order)], ["part 0", "preamble", "part 1"]);
+  assert.equal(panel.ofType("replyEnd")[0].text, "Billing uses 8101.");
+});
+
+test("Stop cancels the request: it answers -32800, the panel goes idle and the question stays stored", async () => {
+  await stub.queue({ text: "This answer will never finish", hold: true });
+  const asked = panel.controller.ask("Tell me a long story");
+  await panel.next("delta");
+  assert.equal(panel.controller.busy, true);
+  await panel.controller.handle({ type: "stop" });
+  await asked;
+  await stub.release();
+
+  assert.equal(panel.ofType("replyCancelled").length, 1);
+  assert.equal(panel.ofType("replyError").length, 0);
+  assert.equal(panel.ofType("replyEnd").length, 0);
+  assert.equal(panel.controller.busy, false);
+  assert.deepEqual(panel.ofType("busy").map((message) => message.busy), [true, false]);
+  const stored = await session(panel.controller.sessionId!);
+  assert.deepEqual(stored.messages.map((m) => [m.role, m.content]), [["user", "Tell me a long story"]]);
+
+  // The daemon keeps serving: the next question in the same session is answered.
+  await stub.queue("Short one.");
+  await panel.controller.ask("A short one then");
+  assert.equal(panel.ofType("replyEnd")[0].text, "Short one.");
+});
+
+test("New Chat during a reply cancels it; nothing of it reaches the new chat", async () => {
+  await stub.queue({ text: "An answer for the old chat", hold: true });
+  const asked = panel.controller.ask("Old question");
+  await panel.next("delta");
+  panel.controller.newChat();
+  const resetAt = panel.messages.length;
+  await asked;
+  await stub.release();
+  assert.equal(panel.controller.busy, false);
+  assert.equal(panel.controller.sessionId, undefined, "the new chat is not the old session");
+  assert.deepEqual(panel.messages.slice(resetAt).map((m) => m.type).filter((t) => t !== "status"), ["progress", "busy"]);
+  await stub.queue("New answer.");
+  await panel.controller.ask("New question");
+  const sessions = await panel.controller.listSessions();
+  assert.equal(sessions.length, 2);
+  assert.equal(sessions[0].sessionId, panel.controller.sessionId);
+  assert.equal(sessions[0].title, "New question");
+});
+
+test("sessions are listed, opened with tool steps collapsed, and deleted", async () => {
+  writeFileSync(path.join(home.workspace, "notes.txt"), "billing: 8101\n");
+  await stub.queue(
+    { toolCalls: [{ id: "call_read", name: "read_file", arguments: { path: "notes.txt" } }] },
+    "It is 8101.",
+    "Second chat answer.",
+  );
+  await panel.controller.ask("Which port does billing use?");
+  const first = panel.controller.sessionId!;
+  panel.controller.newChat();
+  assert.equal(panel.controller.sessionId, undefined);
+  assert.deepEqual(panel.messages.at(-1), { type: "reset", title: "New chat", items: [] });
+  await panel.controller.ask("Another question");
+  const second = panel.controller.sessionId!;
+  assert.notEqual(first, second);
+
+  const sessions = await panel.controller.listSessions();
+  assert.deepEqual(sessions.map((s) => s.sessionId), [second, first]);
+  assert.equal(sessions[1].title, "Which port does billing use?");
+  assert.equal(sessions[1].messageCount, 4);
+
+  panel.clear();
+  await panel.controller.openSession(first);
+  const [reset] = panel.ofType("reset");
+  assert.equal(reset.title, "Which port does billing use?");
+  assert.deepEqual(reset.items, [
+    { kind: "user", seq: 1, text: "Which port does billing use?" },
+    { kind: "assistant", seq: 4, text: "It is 8101.", steps: [{ callId: "call_read", title: "Reading notes.txt", state: "finished", detail: "" }] },
+  ]);
+  assert.equal(panel.controller.sessionId, first);
+
+  // A reloaded webview gets the transcript again.
+  panel.clear();
+  await panel.controller.handle({ type: "ready" });
+  assert.equal(panel.ofType("reset")[0].items.length, 2);
+  assert.deepEqual(panel.messages.slice(-2), [{ type: "busy", busy: false }, { type: "status", status: "ready", detail: "" }]);
+
+  await panel.controller.deleteSession(first);
+  assert.equal(panel.controller.sessionId, undefined, "deleting the open session starts a new chat");
+  assert.deepEqual((await panel.controller.listSessions()).map((s) => s.sessionId), [second]);
+  await assert.rejects(session(first), (error: { code: number }) => error.code === wire.INVALID_PARAMS);
+});
+
+test("a setting change reaches the daemon (the model request shows it) and a refused one is reported by key", async () => {
+  const shown: { type: number; message: string }[] = [];
+  daemon.connection.onNotification("window/showMessage", (params: { type: number; message: string }) => {
+    shown.push(params);
+  });
+  const settings = daemonSettings((key) => ({ "chat.max_tokens": 77, "chat.analysis_workers": 99 } as Record<string, unknown>)[key]);
+  assert.deepEqual(settings, { chat: { max_tokens: 77, analysis_workers: 99 } });
+  await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings });
+  await stub.queue("ok");
+  await panel.controller.ask("hi");
+  const [request] = await stub.requests();
+  assert.equal(request.max_tokens, 77);
+  const refusal = shown.find((message) => message.message.includes("chat.analysis_workers"));
+  assert.ok(refusal, `no refusal among ${JSON.stringify(shown)}`);
+  assert.equal(refusal.type, 1 /* Error */);
+  assert.match(refusal.message, /99/);
+});
+
+test("a failed reply shows the daemon's message with its code, and Retry asks again", async () => {
+  await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: { chat: { base_url: "http://127.0.0.1:9/v1" } } });
+  await panel.controller.ask("Is anyone there?");
+  const [error] = panel.ofType("replyError");
+  assert.equal(error.code, wire.REQUEST_FAILED);
+  assert.match(error.message, /127\.0\.0\.1:9|refused|connect/i);
+  assert.equal(panel.controller.busy, false);
+
+  await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: { chat: { base_url: stub.baseUrl } } });
+  await stub.queue("Yes, here.");
+  await panel.controller.handle({ type: "retry" });
+  assert.equal(panel.ofType("replyEnd")[0].text, "Yes, here.");
+  assert.equal(lastUserContent((await stub.requests())[0]), "Is anyone there?");
+});
+
+test("Ask About Selection sends the selection with its file name and lines", async () => {
+  await stub.queue("It adds one.");
+  await panel.controller.askAboutSelection("What does this do?", {
+    path: "src/math.py", startLine: 3, endLine: 4, text: "def inc(x):\n    return x + 1", languageId: "python",
+  });
+  const content = lastUserContent((await stub.requests())[0]);
+  assert.match(content, /^What does this do\?/);
+  assert.ok(content.includes("From src/math.py, lines 3–4:"));
+  assert.ok(content.includes("```python\ndef inc(x):\n    return x + 1\n```"));
+});
+
+test("the daemon killed mid-reply: the error shows, a restarted daemon serves, the question is kept", async () => {
+  await stub.queue({ text: "Halfway through the answer", hold: true });
+  const asked = panel.controller.ask("What happens if the daemon dies?");
+  await panel.next("delta");
+  assert.equal(panel.controller.sessionId, undefined, "a new session's id comes with its notifications");
+  daemon.connection.onClose(() => panel.controller.detach("The Imprint daemon stopped; restarting it."));
+  await daemon.kill();
+  await asked;
+  await stub.release();
+
+  const [error] = panel.ofType("replyError");
+  assert.match(error.message, /stopped while answering/);
+  assert.equal(panel.controller.busy, false);
+  assert.equal(panel.ofType("status").at(-1)!.status, "error");
+  const kept = panel.controller.sessionId;
+  assert.ok(kept, "the session id came with the streamed delta");
+
+  daemon = await Daemon.start(home, stub);
+  panel.controller.attach(daemon.connection);
+  assert.equal(panel.ofType("status").at(-1)!.status, "ready");
+  const stored = await session(kept);
+  assert.deepEqual(stored.messages.map((m) => [m.role, m.content]), [["user", "What happens if the daemon dies?"]]);
+
+  await stub.queue("It restarts and answers.");
+  await panel.controller.handle({ type: "retry" });
+  assert.equal(panel.ofType("replyEnd")[0].text, "It restarts and answers.");
+  assert.equal(panel.controller.sessionId, kept);
+});

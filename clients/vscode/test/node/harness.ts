@@ -1,0 +1,205 @@
+/**
+ * Real parts for the controller tests: the scripted OpenAI-compatible server
+ * (`python -m tests.openai_stub_cli`) and the real `imprintd serve --stdio`, spoken to with a
+ * plain vscode-jsonrpc connection (Python as test/python.ts chooses it).
+ */
+
+import { ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
+import { createInterface } from "node:readline";
+import { pathToFileURL } from "node:url";
+import { MessageConnection, StreamMessageReader, StreamMessageWriter, createMessageConnection } from "vscode-jsonrpc/node";
+import { ChatController } from "../../src/chat/controller";
+import { ToView } from "../../src/chat/view";
+import { REPO_ROOT, python, pythonEnv } from "../python";
+
+export interface StubReplySpec {
+  text?: string;
+  toolCalls?: { id?: string; name: string; arguments?: Record<string, unknown> }[];
+  hold?: boolean;
+}
+
+export interface ModelRequest {
+  model: string;
+  max_tokens?: number;
+  messages: { role: string; content: string | null }[];
+  tools?: unknown[];
+  [key: string]: unknown;
+}
+
+/** The scripted model server, driven over its stdin/stdout command lines. */
+export class Stub {
+  private waiting: ((line: string) => void)[] = [];
+
+  private constructor(private readonly proc: ChildProcess, readonly baseUrl: string, lines: AsyncIterator<string>) {
+    void (async () => {
+      for (;;) {
+        const next = await lines.next();
+        if (next.done) break;
+        this.waiting.shift()?.(next.value);
+      }
+    })();
+  }
+
+  static async start(): Promise<Stub> {
+    const proc = spawn(python(), ["-m", "tests.openai_stub_cli"], { cwd: REPO_ROOT, env: pythonEnv(), stdio: ["pipe", "pipe", "inherit"] });
+    const lines = createInterface({ input: proc.stdout! })[Symbol.asyncIterator]();
+    const first = await lines.next();
+    if (first.done) throw new Error(`the stub model server did not start (${python()} -m tests.openai_stub_cli)`);
+    return new Stub(proc, JSON.parse(first.value).baseUrl, lines);
+  }
+
+  private command<R>(command: object): Promise<R> {
+    return new Promise((resolve, reject) => {
+      this.waiting.push((line) => {
+        const answer = JSON.parse(line);
+        if (answer.error) reject(new Error(answer.error)); else resolve(answer as R);
+      });
+      this.proc.stdin!.write(JSON.stringify(command) + "\n");
+    });
+  }
+
+  queue(...replies: (StubReplySpec | string)[]): Promise<unknown> {
+    return this.command({ cmd: "queue", replies: replies.map((reply) => (typeof reply === "string" ? { text: reply } : reply)) });
+  }
+
+  async requests(): Promise<ModelRequest[]> {
+    return (await this.command<{ requests: ModelRequest[] }>({ cmd: "requests" })).requests;
+  }
+
+  release(): Promise<unknown> {
+    return this.command({ cmd: "release" });
+  }
+
+  stop(): void {
+    this.proc.stdin!.end();
+  }
+}
+
+/** A temporary home for one daemon's data, cache, config and workspace. */
+export class Home {
+  readonly root = mkdtempSync(path.join(tmpdir(), "imprint-vscode-"));
+  readonly workspace = path.join(this.root, "workspace");
+
+  constructor() {
+    mkdirSync(this.workspace);
+  }
+
+  env(stub: Stub): Record<string, string> {
+    return {
+      IMPRINT_DATA_DIR: path.join(this.root, "data"),
+      IMPRINT_CACHE_DIR: path.join(this.root, "cache"),
+      IMPRINT_CONFIG: path.join(this.root, "config.toml"),
+      IMPRINT_CHAT_PROVIDER: "openai",
+      IMPRINT_CHAT_BASE_URL: stub.baseUrl,
+      IMPRINT_CHAT_MODEL: "stub",
+      IMPRINT_CHAT_N_CTX: "8192",
+    };
+  }
+
+  remove(): void {
+    rmSync(this.root, { recursive: true, force: true });
+  }
+}
+
+/** The real daemon over real stdio. */
+export class Daemon {
+  readonly stderr: string[] = [];
+  readonly exited: Promise<number | null>;
+
+  private constructor(readonly proc: ChildProcess, readonly connection: MessageConnection) {
+    proc.stderr!.on("data", (chunk) => this.stderr.push(String(chunk)));
+    // As LanguageClient does: a closed stream disposes the connection, which rejects pending requests.
+    connection.onClose(() => connection.dispose());
+    this.exited = new Promise((resolve) => proc.on("exit", (code) => resolve(code)));
+  }
+
+  static async start(home: Home, stub: Stub, initializationOptions: object = {}): Promise<Daemon> {
+    const proc = spawn(python(), ["-m", "imprintd", "serve", "--stdio"], {
+      cwd: REPO_ROOT, env: pythonEnv(home.env(stub)), stdio: ["pipe", "pipe", "pipe"],
+    });
+    const connection = createMessageConnection(new StreamMessageReader(proc.stdout!), new StreamMessageWriter(proc.stdin!));
+    const daemon = new Daemon(proc, connection);
+    connection.listen();
+    const initialized = connection.sendRequest("initialize", {
+      processId: process.pid,
+      clientInfo: { name: "imprint-vscode-test" },
+      rootUri: null,
+      capabilities: { window: { workDoneProgress: true, showMessage: {} } },
+      workspaceFolders: [{ uri: pathToFileURL(home.workspace).href, name: "workspace" }],
+      initializationOptions,
+    });
+    try {
+      await initialized;
+    } catch (error) {
+      daemon.proc.kill("SIGKILL");
+      await daemon.exited;
+      throw new Error(`imprintd did not initialize (${python()} -m imprintd serve --stdio): ${String(error)}\n${daemon.stderr.join("")}`);
+    }
+    await connection.sendNotification("initialized", {});
+    return daemon;
+  }
+
+  kill(): Promise<number | null> {
+    this.proc.kill("SIGKILL");
+    return this.exited;
+  }
+
+  async stop(): Promise<void> {
+    if (this.proc.exitCode !== null || this.proc.signalCode !== null) {
+      this.connection.dispose();
+      return;
+    }
+    try {
+      await this.connection.sendRequest("shutdown");
+      await this.connection.sendNotification("exit");
+    } catch {
+      this.proc.kill("SIGKILL");
+    }
+    await this.exited;
+    this.connection.dispose();
+  }
+}
+
+/** A controller whose panel updates are recorded, with waits on what arrives. */
+export class RecordedPanel {
+  readonly messages: ToView[] = [];
+  readonly opened: { path: string; startLine: number; endLine: number }[] = [];
+  private watchers: { test: (message: ToView) => boolean; resolve: (message: ToView) => void }[] = [];
+  readonly controller: ChatController;
+
+  constructor(workspace: string | undefined) {
+    this.controller = new ChatController({
+      post: (message) => this.record(message),
+      workspace: () => workspace,
+      openSource: (file, startLine, endLine) => this.opened.push({ path: file, startLine, endLine }),
+    });
+  }
+
+  private record(message: ToView): void {
+    this.messages.push(message);
+    this.watchers = this.watchers.filter((watcher) => {
+      if (!watcher.test(message)) return true;
+      watcher.resolve(message);
+      return false;
+    });
+  }
+
+  /** The first message (already posted or still to come) that passes `test`. */
+  next<T extends ToView["type"]>(type: T, test: (message: Extract<ToView, { type: T }>) => boolean = () => true, since = 0): Promise<Extract<ToView, { type: T }>> {
+    const matches = (message: ToView): boolean => message.type === type && test(message as Extract<ToView, { type: T }>);
+    const found = this.messages.slice(since).find(matches);
+    if (found) return Promise.resolve(found as Extract<ToView, { type: T }>);
+    return new Promise((resolve) => this.watchers.push({ test: matches, resolve: resolve as (message: ToView) => void }));
+  }
+
+  ofType<T extends ToView["type"]>(type: T): Extract<ToView, { type: T }>[] {
+    return this.messages.filter((message) => message.type === type) as Extract<ToView, { type: T }>[];
+  }
+
+  clear(): void {
+    this.messages.length = 0;
+  }
+}

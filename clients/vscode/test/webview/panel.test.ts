@@ -1,0 +1,264 @@
+/**
+ * The chat webview in headless Chromium: a scripted conversation renders as expected, model
+ * text can never become markup or script, the CSP blocks inline script without the nonce, the
+ * keyboard works, drafts survive a reload, and screenshots are written for a person to look at.
+ */
+
+import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
+import { Server } from "node:http";
+import * as path from "node:path";
+import { after, before, test } from "node:test";
+import { Browser, Page } from "playwright-core";
+import { CONVERSATION } from "./conversation";
+import { OUTPUT_DIR, launchBrowser, openPanel, post, posted, servePanel, settle } from "./page";
+
+let browser: Browser;
+let server: Server;
+let origin: string;
+
+before(async () => {
+  ({ server, origin } = await servePanel());
+  browser = await launchBrowser();
+  mkdirSync(OUTPUT_DIR, { recursive: true });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.close();
+});
+
+function texts(page: Page, selector: string): Promise<string[]> {
+  return page.locator(selector).allTextContents();
+}
+
+test("a scripted conversation renders: steps, progress, thinking, summary divider, answer, sources, error", async () => {
+  const page = await openPanel(browser, origin);
+  // Post up to the progress report and look at the reply while it runs.
+  const progressAt = CONVERSATION.findIndex((m) => m.type === "progress");
+  await post(page, ...CONVERSATION.slice(0, progressAt + 1));
+  await settle(page);
+  assert.equal(await page.locator(".message.streaming .progress").isVisible(), true);
+  assert.match(await page.locator(".message.streaming .progress").innerText(), /Searching the workspace for “billing port”\s*40%/);
+  assert.equal(await page.locator("#stop").isVisible(), true);
+  assert.equal(await page.locator("#send").isDisabled(), true);
+  // The preamble folded into a collapsed "Thinking" block.
+  assert.equal(await page.locator(".thinking").count(), 1);
+  assert.equal(await page.locator(".thinking").getAttribute("open"), null);
+  assert.equal((await page.locator(".thinking .thinking-text").textContent())?.trim(), "I'll search the deploy files and the billing client first.");
+
+  await post(page, ...CONVERSATION.slice(progressAt + 1));
+  await settle(page);
+  await page.context().grantPermissions(["clipboard-read", "clipboard-write"], { origin });
+
+  assert.deepEqual((await texts(page, ".message.user .bubble")).map((text) => text.trim()), ["Which port does billing use, and how long does its client wait?", "And in staging?"]);
+  const steps = page.locator(".message.assistant").first().locator(".step");
+  assert.deepEqual(await steps.evaluateAll((rows) => rows.map((row) => row.className)), ["step finished", "step failed", "step finished"]);
+  assert.match(await steps.nth(1).innerText(), /Reading \.\.\/etc\/passwd[\s\S]*refused path '\.\.\/etc\/passwd'/);
+  assert.equal(await page.locator(".progress").count(), 0, "progress is gone once the reply ends");
+
+  const divider = page.locator(".summary-divider");
+  assert.equal((await divider.locator("summary").textContent())?.trim(), "Earlier conversation summarized: #1–#12");
+  assert.equal(await divider.locator(".summary-text").isVisible(), false);
+  await divider.locator("summary").click();
+  assert.equal(await divider.locator(".summary-text").isVisible(), true);
+  assert.match(await divider.locator(".summary-text").innerText(), /billing runs on 8101/);
+
+  // The result's text replaced the streamed answer: one answer, rendered as markdown with a code block.
+  const first = page.locator(".message.assistant").first();
+  assert.equal(await first.locator(".answer").count(), 1);
+  assert.equal(await first.locator(".answer strong").textContent(), "port 8101");
+  assert.equal(await first.locator(".code pre code").textContent(), "class BillingClient:\n    TIMEOUT_SECONDS = 7.5\n");
+  assert.equal(await first.locator(".code .code-lang").textContent(), "python");
+  await first.locator(".code button.copy").click();
+  await page.locator(".code button.copy", { hasText: "Copied" }).waitFor();
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), "class BillingClient:\n    TIMEOUT_SECONDS = 7.5\n");
+  assert.equal(await first.locator(".thinking").count(), 1, "the preamble stays, folded");
+
+  assert.deepEqual(await texts(page, ".sources .source-place"), ["deploy/billing.yaml:3–5", "src/billing/client.py:41–42"]);
+  await page.locator(".sources .source").nth(1).click();
+  assert.deepEqual((await posted(page)).at(-1), { type: "openSource", path: "src/billing/client.py", startLine: 41, endLine: 42 });
+
+  const error = page.locator(".message.assistant").nth(1).locator(".error");
+  assert.equal(await error.getAttribute("role"), "alert");
+  assert.match(await error.innerText(), /connection refused/);
+  await error.locator("button.retry").click();
+  assert.deepEqual((await posted(page)).at(-1), { type: "retry" });
+  assert.equal(await page.locator("#stop").isVisible(), false);
+  assert.equal(await page.locator("#transcript").getAttribute("aria-live"), "polite");
+  await page.close();
+});
+
+test("markup in model or user text renders as text and runs nothing", async () => {
+  const page = await openPanel(browser, origin);
+  const hostile = `Look: <img src=x onerror="window.__pwned = 'img'"> and <script>window.__pwned = 'script'</script> and [x](javascript:window.__pwned='link')`;
+  await post(page,
+    { type: "user", text: hostile },
+    { type: "replyStart" },
+    { type: "delta", part: 0, text: hostile },
+  );
+  await settle(page);
+  await post(page, { type: "replyEnd", text: hostile, sources: [], stopReason: "answer" }, { type: "summary", summary: { text: hostile, firstSeq: 1, lastSeq: 2 } });
+  await settle(page);
+  await page.locator(".summary-divider summary").click();
+  await settle(page);
+
+  assert.equal(await page.locator("#transcript img").count(), 0);
+  assert.equal(await page.locator("#transcript script").count(), 0);
+  assert.equal(await page.locator(".answer a[href^='javascript']").count(), 0);
+  assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: string }).__pwned), undefined);
+  assert.ok((await page.locator(".answer").innerText()).includes("<img src=x onerror="));
+  assert.ok((await page.locator(".message.user .bubble").innerText()).includes("<script>window.__pwned = 'script'</script>"));
+  await page.close();
+});
+
+test("the CSP blocks inline script without the nonce; the nonce'd bundle runs", async () => {
+  const page = await openPanel(browser, origin);
+  const violations = await page.evaluate(() => new Promise<string[]>((resolve) => {
+    const seen: string[] = [];
+    document.addEventListener("securitypolicyviolation", (event) => {
+      seen.push(event.violatedDirective);
+      resolve(seen);
+    });
+    const script = document.createElement("script");
+    script.textContent = "window.__inline = 'ran'";
+    document.body.appendChild(script);
+    const handler = document.createElement("div");
+    handler.setAttribute("onclick", "window.__inline = 'handler'");
+    document.body.appendChild(handler);
+    handler.click();
+  }));
+  assert.ok(violations.some((directive) => directive.startsWith("script-src")), `violations: ${violations}`);
+  assert.equal(await page.evaluate(() => (window as unknown as { __inline?: string }).__inline), undefined);
+  assert.deepEqual((await posted(page))[0], { type: "ready" }, "the bundle with the nonce ran");
+  await page.close();
+});
+
+test("the user's text keeps its line breaks and a pasted selection shows as a code block", async () => {
+  const page = await openPanel(browser, origin);
+  await post(page, { type: "user", text: "What does this do?\nAnd why?\n\nFrom src/math.py, lines 3–4:\n\n```python\ndef inc(x):\n    return x + 1\n```" });
+  await settle(page);
+  const bubble = page.locator(".message.user .bubble");
+  assert.equal(await bubble.locator("br").count(), 1);
+  assert.equal(await bubble.locator(".code pre code").textContent(), "def inc(x):\n    return x + 1\n");
+  await page.close();
+});
+
+test("keyboard: Enter sends, Shift+Enter adds a line, Escape stops; the draft survives a reload", async () => {
+  const page = await openPanel(browser, origin);
+  const input = page.locator("#input");
+  await input.focus();
+  await page.keyboard.type("first line");
+  await page.keyboard.press("Shift+Enter");
+  await page.keyboard.type("second line");
+  assert.equal(await input.inputValue(), "first line\nsecond line");
+  await page.keyboard.press("Enter");
+  assert.deepEqual((await posted(page)).at(-1), { type: "send", text: "first line\nsecond line" });
+  assert.equal(await input.inputValue(), "");
+
+  await post(page, { type: "busy", busy: true });
+  await settle(page);
+  await page.keyboard.type("typed while answering");
+  await page.keyboard.press("Enter");
+  assert.notDeepEqual((await posted(page)).at(-1), { type: "send", text: "typed while answering" }, "no second send while busy");
+  await page.keyboard.press("Escape");
+  assert.deepEqual((await posted(page)).at(-1), { type: "stop" });
+  await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => document.activeElement?.id), "stop", "Stop is reachable from the keyboard");
+
+  await page.reload();
+  await page.waitForFunction(() => (window as unknown as { __posted: { type: string }[] }).__posted.some((m) => m.type === "ready"));
+  assert.equal(await page.locator("#input").inputValue(), "typed while answering", "the draft is restored after a reload");
+  await page.close();
+});
+
+test("an opened session renders its messages, tool steps collapsed, the summary divider, and escapes markup", async () => {
+  const page = await openPanel(browser, origin);
+  await post(page, {
+    type: "reset", title: "Billing", items: [
+      { kind: "user", seq: 1, text: "Paste: <img src=x onerror=\"window.__pwned = 1\">" },
+      { kind: "assistant", seq: 2, text: "Noted, *the compose file*.", steps: [] },
+      { kind: "summary", summary: { text: "- (#1–#2) a compose file <script>window.__pwned = 2</script>", firstSeq: 1, lastSeq: 2 } },
+      { kind: "user", seq: 3, text: "Which port?" },
+      {
+        kind: "assistant", seq: 6, text: "Port **8101**.", steps: [
+          { callId: "c1", title: "search: billing port", state: "finished", detail: "" },
+          { callId: "c2", title: "read_file: ../x", state: "failed", detail: "Error: refused <b>path</b>" },
+        ],
+      },
+    ],
+  });
+  await settle(page);
+  assert.equal(await page.locator(".message").count(), 4);
+  assert.equal(await page.locator("#empty").isVisible(), false);
+  const collapsed = page.locator(".steps-collapsed");
+  assert.equal(await collapsed.count(), 1);
+  assert.equal((await collapsed.locator("summary").textContent())?.trim(), "2 tool steps");
+  assert.equal(await collapsed.locator(".step").first().isVisible(), false, "tool steps start collapsed");
+  await collapsed.locator("summary").focus();
+  await page.keyboard.press("Enter");
+  assert.equal(await collapsed.locator(".step.failed .step-detail").innerText(), "Error: refused <b>path</b>");
+  // Answers near the viewport become markdown (far ones on scrolling, below).
+  await page.locator(".message.assistant").nth(1).locator(".answer strong").waitFor();
+  assert.equal(await page.locator(".message.assistant").nth(1).locator(".answer strong").textContent(), "8101");
+  assert.equal(await page.locator(".message.assistant").nth(0).locator(".answer em").textContent(), "the compose file");
+  assert.equal((await page.locator(".summary-divider summary").textContent())?.trim(), "Earlier conversation summarized: #1–#2");
+  assert.equal(await page.locator("#transcript img, #transcript script, #transcript b").count(), 0);
+  assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
+
+  // A long session: the far answers stay text until scrolled to, then render as markdown.
+  const long = Array.from({ length: 400 }, (_, index) => index % 2
+    ? { kind: "assistant" as const, seq: index + 1, text: `Answer **${index}**`, steps: [] }
+    : { kind: "user" as const, seq: index + 1, text: `Question ${index}` });
+  await post(page, { type: "reset", title: "Long", items: long });
+  await settle(page);
+  await page.locator(".message.assistant").last().locator(".answer strong").waitFor();
+  const first = page.locator(".message.assistant").first().locator(".answer");
+  assert.equal(await first.locator("strong").count(), 0, "far from the viewport: not rendered yet");
+  assert.equal(await first.textContent(), "Answer **1**");
+  await first.scrollIntoViewIfNeeded();
+  await first.locator("strong").waitFor();
+  assert.equal(await first.locator("strong").textContent(), "1");
+
+  // A new chat clears it.
+  await post(page, { type: "reset", title: "New chat", items: [] });
+  await settle(page);
+  assert.equal(await page.locator(".message").count(), 0);
+  assert.equal(await page.locator("#empty").isVisible(), true);
+  await page.close();
+});
+
+for (const theme of ["light", "dark", "high-contrast"] as const) {
+  test(`screenshot in the ${theme} theme`, async () => {
+    const page = await openPanel(browser, origin, theme);
+    await post(page, ...CONVERSATION);
+    await settle(page);
+    await page.locator(".thinking summary").click();
+    await page.locator("#input").fill("How is the timeout configured in staging?");
+    const file = path.join(OUTPUT_DIR, `panel-${theme}.png`);
+    await page.screenshot({ path: file });
+    const background = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    const expected = { light: "rgb(248, 248, 248)", dark: "rgb(24, 24, 24)", "high-contrast": "rgb(0, 0, 0)" }[theme];
+    assert.equal(background, expected, "the panel follows the theme's variables");
+    await page.close();
+  });
+}
+
+test("screenshots of the empty panel and of a reply in flight (dark theme)", async () => {
+  const page = await openPanel(browser, origin, "dark");
+  await post(page, { type: "reset", title: "New chat", items: [] }, { type: "status", status: "ready", detail: "" });
+  await settle(page);
+  assert.equal(await page.locator("#empty").isVisible(), true);
+  await page.screenshot({ path: path.join(OUTPUT_DIR, "panel-empty-dark.png") });
+
+  const until = CONVERSATION.findIndex((m) => m.type === "summary");
+  await post(page, ...CONVERSATION.slice(0, until + 2),
+    { type: "progress", message: "Writing the answer from the research notes…", percentage: 90, done: false });
+  await settle(page);
+  assert.equal(await page.locator("#empty").isVisible(), false);
+  assert.equal(await page.locator(".message.streaming").getAttribute("aria-busy"), "true");
+  assert.match(await page.locator(".message.streaming .answer").innerText(), /^Billing listens on port 8101/);
+  assert.equal(await page.locator("#stop").isVisible(), true);
+  await page.screenshot({ path: path.join(OUTPUT_DIR, "panel-streaming-dark.png") });
+  await page.close();
+});

@@ -1,0 +1,265 @@
+"""The ACP methods, as thin handlers over the core ``chat.Chat`` (the one the LSP server uses).
+
+An ACP session is a stored Imprint session: ``session/new`` creates it with ``cwd`` as its
+workspace, ``session/prompt`` asks the core for a reply in it, ``session/load`` replays it,
+``session/list`` and ``session/delete`` work on the same store. Nothing here decides
+anything about a reply.
+
+Each prompt runs as its own task. ``session/cancel`` cancels it (the core keeps the
+question and stores nothing else) and the prompt answers ``{stopReason: "cancelled"}``. A
+prompt sent while another runs in the same session waits for it, so replies in one
+session never interleave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import apsw
+
+from imprintd import __version__
+from imprintd.acp import wire
+from imprintd.acp.events import SESSION_UPDATE, AcpEvents, stop_reason
+from imprintd.acp.jsonrpc import INVALID_PARAMS, INTERNAL_ERROR, RESOURCE_NOT_FOUND, Connection, RpcError
+from imprintd.acp.replay import replay
+from imprintd.chat import Chat, ReplyRequest, WorkspaceMissing
+from imprintd.models.base import ModelError
+from imprintd.research.loop import ReplyFailed
+from imprintd.store import SessionNotFound, StoreError
+
+logger = logging.getLogger(__name__)
+
+AGENT_CAPABILITIES = {
+    "loadSession": True,
+    "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+    "mcpCapabilities": {"http": False, "sse": False},
+    "sessionCapabilities": {"list": {}, "delete": {}},
+}
+
+
+class Agent:
+    def __init__(self, chat: Chat, connection: Connection) -> None:
+        self.chat = chat
+        self.connection = connection
+        self._cwd: dict[str, Path] = {}  # the folder each session researches, as the client last said
+        self._prompts: dict[str, list[asyncio.Task]] = {}  # running and waiting replies by session
+
+    @property
+    def requests(self):
+        return {
+            "initialize": self.initialize,
+            "session/new": self.new_session,
+            "session/load": self.load_session,
+            "session/list": self.list_sessions,
+            "session/delete": self.delete_session,
+            "session/prompt": self.prompt,
+        }
+
+    @property
+    def notifications(self):
+        return {"session/cancel": self.cancel}
+
+    # -- setup ------------------------------------------------------------------
+    def initialize(self, params: wire.InitializeParams) -> wire.InitializeResult:
+        client = (params.client_info or {}).get("name", "an unnamed client")
+        logger.info("initialize from %s (protocol %r)", client, params.protocol_version)
+        return wire.InitializeResult(
+            protocol_version=wire.PROTOCOL_VERSION, agent_capabilities=AGENT_CAPABILITIES,
+            agent_info=wire.Implementation(name="imprintd", title="Imprint", version=__version__), auth_methods=[])
+
+    # -- sessions ---------------------------------------------------------------
+    def new_session(self, params: wire.NewSessionParams) -> wire.NewSessionResult:
+        root = _folder(params.cwd)
+        info = _store_call(lambda: self.chat.store.create_session(workspace=str(root)))
+        self._cwd[info.id] = root
+        _log_mcp(info.id, params.mcp_servers)
+        logger.info("session %s on %s", info.id, root)
+        return wire.NewSessionResult(session_id=info.id)
+
+    def load_session(self, params: wire.LoadSessionParams) -> None:
+        root = _folder(params.cwd)
+        store, info = self._locate(params.session_id)
+        messages = _store_call(lambda: store.messages(info.id))
+        self._cwd[info.id] = root
+        _log_mcp(info.id, params.mcp_servers)
+        for update in replay(messages, root):
+            self.connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=info.id, update=update))
+        return None
+
+    def list_sessions(self, params: wire.ListSessionsParams) -> wire.ListSessionsResult:
+        if params.cursor is not None:
+            raise RpcError(INVALID_PARAMS, "cursor: this agent lists every session in one page and gave no cursor.")
+        wanted = _folder(params.cwd) if params.cwd is not None else None
+        listed = []
+        for info in _store_call(self.chat.sessions):
+            # ACP needs each session's folder; a session asked with none, or never asked, is left out.
+            if not info.workspace or not info.message_count:
+                continue
+            if wanted is not None and Path(info.workspace) != wanted:
+                continue
+            listed.append(wire.SessionListing(
+                session_id=info.id, cwd=info.workspace, title=info.title or wire.UNSET,
+                updated_at=datetime.fromtimestamp(info.updated_at, UTC).isoformat()))
+        return wire.ListSessionsResult(sessions=listed)
+
+    def delete_session(self, params: wire.SessionParams) -> dict:
+        self._locate(params.session_id)
+        self._cancel_prompts(params.session_id)
+        _store_call(lambda: self.chat.delete_session(params.session_id))
+        self._cwd.pop(params.session_id, None)
+        logger.info("session %s deleted", params.session_id)
+        return {}
+
+    def _locate(self, session_id: str):
+        try:
+            return self.chat.locate(session_id)
+        except SessionNotFound as error:
+            raise RpcError(RESOURCE_NOT_FOUND, f"sessionId: {error}") from None
+        except (StoreError, apsw.Error) as error:
+            raise RpcError(INTERNAL_ERROR, f"The session store failed: {error}") from None
+
+    # -- prompts ----------------------------------------------------------------
+    def prompt(self, params: wire.PromptParams):
+        """Start the reply now (so a cancel right behind it finds it); answer when it ends."""
+        _, info = self._locate(params.session_id)
+        root = self._cwd.get(info.id) or (Path(info.workspace) if info.workspace else None)
+        question = question_text(params.prompt, root)
+        events = AcpEvents(self.connection, info.id, root)
+        request = ReplyRequest(text=question, session_id=info.id, workspace=str(root) if root else None)
+        waiting = list(self._prompts.get(info.id, ()))
+        reply = asyncio.ensure_future(self._reply_after(waiting, request, events))
+        self._prompts.setdefault(info.id, []).append(reply)
+        return self._answer(info.id, reply, events)
+
+    async def _reply_after(self, earlier: Sequence[asyncio.Task], request: ReplyRequest, events: AcpEvents):
+        if earlier:
+            await asyncio.wait(earlier)
+        return await self.chat.reply(request, events)
+
+    async def _answer(self, session_id: str, reply: asyncio.Task, events: AcpEvents) -> wire.PromptResult:
+        try:
+            await asyncio.wait([reply])  # a cancelled reply is an answer, not an error of ours
+        except asyncio.CancelledError:  # the agent is shutting down
+            reply.cancel()
+            raise
+        finally:
+            running = self._prompts.get(session_id, [])
+            if reply in running:
+                running.remove(reply)
+            if not running:
+                self._prompts.pop(session_id, None)
+        if reply.cancelled():
+            logger.info("prompt in session %s cancelled", session_id)
+            return wire.PromptResult(stop_reason="cancelled")
+        error = reply.exception()
+        if error is not None:
+            raise _reply_error(error)
+        outcome = reply.result()
+        events.finish(outcome)
+        return wire.PromptResult(stop_reason=stop_reason(outcome.stop_reason))
+
+    def cancel(self, params: wire.SessionParams) -> None:
+        if not self._cancel_prompts(params.session_id):
+            logger.info("session/cancel for %s: no prompt is running", params.session_id)
+
+    def _cancel_prompts(self, session_id: str) -> int:
+        running = self._prompts.get(session_id, [])
+        for reply in running:
+            reply.cancel()
+        return len(running)
+
+
+def question_text(blocks: Sequence[wire.ContentBlock], root: Path | None) -> str:
+    """The question the core is asked: text and named links in order, attached resources after.
+
+    Links are named by their path in the workspace (what the tools read); an embedded text
+    resource (a file or selection the editor attached) follows the question with its URI.
+    """
+    inline: list[str] = []
+    attached: list[str] = []
+    for index, block in enumerate(blocks):
+        if isinstance(block, wire.TextBlock):
+            inline.append(block.text)
+        elif isinstance(block, wire.ResourceLinkBlock):
+            inline.append(f"{block.name} ({_shown_path(block.uri, root)})")
+        elif isinstance(block, wire.EmbeddedResourceBlock):
+            attached.append(_attachment(block.resource, root))
+        else:
+            kind = "image" if isinstance(block, wire.ImageBlock) else "audio"
+            raise RpcError(INVALID_PARAMS, f"prompt[{index}]: {kind} content is not supported "
+                                           "(promptCapabilities); send text, resource or resource_link blocks.")
+    question = _join(inline).strip()
+    text = "\n\n".join(part for part in [question, *attached] if part)
+    if not text.strip():
+        raise RpcError(INVALID_PARAMS, "prompt: it holds no text; send at least one non-empty text or resource block.")
+    return text
+
+
+def _join(pieces: list[str]) -> str:
+    """Pieces of one message: a space between two that would otherwise run together."""
+    joined = ""
+    for piece in pieces:
+        if joined and piece and not joined[-1].isspace() and not piece[0].isspace():
+            joined += " "
+        joined += piece
+    return joined
+
+
+def _attachment(resource: wire.ResourceContents, root: Path | None) -> str:
+    where = _shown_path(resource.uri, root)
+    if resource.text is not None:
+        return f"Attached {where}:\n```\n{resource.text}\n```"
+    kind = f" ({resource.mime_type})" if resource.mime_type else ""
+    return f"Attached {where}{kind}: binary content, not read."
+
+
+def _shown_path(uri: str, root: Path | None) -> str:
+    """A file URI as the workspace-relative path the tools take, when it is inside the workspace."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        return uri
+    path = Path(unquote(parsed.path))
+    fragment = f"#{parsed.fragment}" if parsed.fragment else ""
+    if root is not None and path.is_relative_to(root):
+        return f"{path.relative_to(root).as_posix()}{fragment}"
+    return f"{path}{fragment}"
+
+
+def _folder(cwd: str) -> Path:
+    """``cwd`` as a resolved folder; -32602 naming it when it is not an absolute path to a folder."""
+    path = Path(cwd)
+    if not path.is_absolute():
+        raise RpcError(INVALID_PARAMS, f"cwd: {cwd!r} is not an absolute path; ACP sends the workspace folder's absolute path.")
+    if not path.is_dir():
+        raise RpcError(INVALID_PARAMS, f"cwd: the workspace folder {cwd} does not exist or is not a folder.")
+    return path.resolve()
+
+
+def _log_mcp(session_id: str, servers: Sequence[wire.McpServer]) -> None:
+    if servers:
+        names = ", ".join(server.name or "(unnamed)" for server in servers)
+        logger.info("session %s: the client offered MCP servers (%s); imprintd does not use MCP servers", session_id,
+                    names)
+
+
+def _store_call(call):
+    try:
+        return call()
+    except (StoreError, apsw.Error) as error:
+        raise RpcError(INTERNAL_ERROR, f"The session store failed: {error}") from None
+
+
+def _reply_error(error: BaseException) -> BaseException:
+    """The core's failures in words; anything else stays an internal error (logged, not shown)."""
+    if isinstance(error, SessionNotFound):
+        return RpcError(RESOURCE_NOT_FOUND, f"sessionId: {error}")
+    if isinstance(error, WorkspaceMissing):
+        return RpcError(INVALID_PARAMS, f"cwd: {error}")
+    if isinstance(error, (ModelError, ReplyFailed, StoreError, apsw.Error)):
+        return RpcError(INTERNAL_ERROR, str(error))
+    return error

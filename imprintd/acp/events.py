@@ -1,0 +1,165 @@
+"""ReplyEvents as ACP ``session/update`` notifications, for one prompt.
+
+An ACP chunk cannot be taken back, and text the model streams may turn out not to be the
+answer (a research round that goes on to call tools, a preamble cut by a stop). So each
+part's text is held until it is settled: ``text_was_preamble()`` sends it as an
+``agent_thought_chunk``; when the reply returns, ``finish`` sends the result's text (the
+answer, Sources list included) as the ``agent_message_chunk`` and then one ``resource_link``
+per source. Tool steps become ``tool_call`` / ``tool_call_update``; progress and summaries
+become thought chunks, one line each (ADR 0093: never the answer).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from msgspec import UNSET
+
+from imprintd.acp import wire
+from imprintd.events import ToolStep
+
+SESSION_UPDATE = "session/update"
+
+#: How each tool shows in an ACP client (its icon and grouping).
+TOOL_KINDS: dict[str, wire.ToolKind] = {
+    "search": "search",
+    "conversation_history": "search",
+    "read_file": "read",
+    "read_chat_section": "read",
+}
+
+#: ACP's stop reasons for the core's: an answer and every research stop end the turn.
+STOP_REASONS: dict[str, wire.StopReason] = {"length": "max_tokens"}
+
+# ReadFileTool.title writes "Reading PATH", optionally with " lines A–B", " from line A" or
+# " up to line B". A tool step carries no arguments, so the path a live read_file call
+# touches is read back from its title (tests pin the two together).
+_READING = re.compile(r"^Reading (?P<path>.+?)(?: lines (?P<start>\d+)–\d+| from line (?P<from>\d+)| up to line \d+)?$")
+
+
+def stop_reason(core_stop: str) -> wire.StopReason:
+    return STOP_REASONS.get(core_stop, "end_turn")
+
+
+def tool_kind(tool: str) -> wire.ToolKind:
+    return TOOL_KINDS.get(tool, "other")
+
+
+def location(root: Path | None, path: str, line: int | None = None) -> list[wire.ToolCallLocation]:
+    """A workspace path as an ACP location (absolute; the line 0-based, as Zed reads it).
+
+    No location for a path outside the workspace: the tools refuse those reads, and a client
+    should not be pointed at them.
+    """
+    if root is None:
+        return []
+    absolute = Path(os.path.normpath(root / path))
+    if not absolute.is_relative_to(root):
+        return []
+    return [wire.ToolCallLocation(path=str(absolute), line=(line - 1) if line else UNSET)]
+
+
+def arguments_location(root: Path | None, tool: str, arguments: Mapping[str, Any]) -> list[wire.ToolCallLocation]:
+    """Where a stored call with these arguments reads, when it reads a workspace file."""
+    path = arguments.get("path")
+    if tool != "read_file" or not isinstance(path, str) or not path:
+        return []
+    start = arguments.get("start_line")
+    return location(root, path, start if isinstance(start, int) and not isinstance(start, bool) else None)
+
+
+def title_location(root: Path | None, step: ToolStep) -> list[wire.ToolCallLocation]:
+    """Where a live read_file step reads, from its title."""
+    match = _READING.match(step.title) if step.tool == "read_file" else None
+    if match is None:
+        return []
+    start = match["start"] or match["from"]
+    return location(root, match["path"], int(start) if start else None)
+
+
+def file_uri(root: Path | None, path: str, start_line: int, end_line: int) -> str:
+    """A file URI with the line range as Zed writes it: ``file:///abs/path#L10:12`` (1-based)."""
+    absolute = (root / path) if root is not None else Path(path)
+    return f"{absolute.as_uri()}#L{start_line}:{end_line}"
+
+
+def text_block(text: str) -> wire.TextBlock:
+    return wire.TextBlock(text=text)
+
+
+class AcpEvents:
+    """One prompt's ReplyEvents, sent as ``session/update`` on ``connection``."""
+
+    def __init__(self, connection, session_id: str, root: Path | None) -> None:
+        self._connection = connection
+        self.session_id = session_id
+        self.root = root
+        self.reply_id = ""
+        self._part: list[str] = []
+        self._calls = 0
+        self._open: dict[str, str] = {}  # the model's call id -> our toolCallId for a started step
+
+    def update(self, update: wire.SessionUpdate) -> None:
+        self._connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=self.session_id, update=update))
+
+    def thought(self, text: str) -> None:
+        if text:
+            self.update(wire.AgentThoughtChunk(content=text_block(text)))
+
+    # -- ReplyEvents ----------------------------------------------------------------
+    def begin(self, session_id: str, reply_id: str) -> None:
+        self.reply_id = reply_id
+
+    def text(self, delta: str) -> None:
+        self._part.append(delta)
+
+    def text_was_preamble(self) -> None:
+        """The text since the last call was not the answer: it is shown as thinking."""
+        self.thought("".join(self._part))
+        self._part.clear()
+
+    def progress(self, message: str, percentage: int | None = None) -> None:
+        self.thought(message + "\n")
+
+    def summary(self, text: str, first_seq: int, last_seq: int) -> None:
+        self.thought(f"Summarized the earlier conversation (messages #{first_seq}–#{last_seq}).\n")
+
+    def tool_step(self, step: ToolStep) -> None:
+        if step.state == "started":
+            self.update(wire.ToolCallStart(
+                tool_call_id=self._new_call_id(step), title=step.title, kind=tool_kind(step.tool),
+                status="in_progress", locations=title_location(self.root, step) or UNSET))
+            return
+        status: wire.ToolCallStatus = "completed" if step.state == "finished" else "failed"
+        detail = [wire.ToolCallContent(content=text_block(step.detail))] if step.detail else UNSET
+        call_id = self._open.pop(step.call_id, None)
+        if call_id is None:  # failed before it started (an unknown tool): one update says it all
+            self.update(wire.ToolCallStart(tool_call_id=self._new_call_id(step, opened=False), title=step.title,
+                                           kind=tool_kind(step.tool), status=status, content=detail))
+            return
+        self.update(wire.ToolCallUpdate(tool_call_id=call_id, status=status, content=detail))
+
+    def _new_call_id(self, step: ToolStep, *, opened: bool = True) -> str:
+        # The model's call ids repeat between rounds and replies ("call_0"); ACP's must not
+        # within a session, so each step is numbered within its reply.
+        self._calls += 1
+        call_id = f"{self.reply_id}-{self._calls}-{step.call_id}"
+        if opened:
+            self._open[step.call_id] = call_id
+        return call_id
+
+    # -- the end of the reply -------------------------------------------------------
+    def finish(self, outcome) -> None:
+        """Send the answer: the result's text, then a link to each source's lines."""
+        self._part.clear()  # streamed answer text: the result's text replaces it
+        if outcome.text:
+            self.update(wire.AgentMessageChunk(content=text_block(outcome.text)))
+        for source in outcome.sources:
+            self.update(wire.AgentMessageChunk(content=wire.ResourceLinkBlock(
+                uri=file_uri(self.root, source.path, source.start_line, source.end_line),
+                name=f"{source.path}:{source.start_line}-{source.end_line}",
+                title=f"[{source.number}] {source.label}")))

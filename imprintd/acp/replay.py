@@ -1,0 +1,56 @@
+"""``session/load``: a stored session replayed as the ``session/update`` notifications a client shows.
+
+Exactly what was stored, in order: a user message is a ``user_message_chunk``; an assistant
+message that called tools is its text as thinking (it was not the answer) and a finished
+``tool_call`` for each call, ``failed`` when its stored result is an error; the answer is an
+``agent_message_chunk``. Sources were never stored apart from the answer's ``Sources:`` list,
+so they come back as that text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from msgspec import UNSET
+
+from imprintd.acp import wire
+from imprintd.acp.events import arguments_location, text_block, tool_kind
+from imprintd.context.history import describe_call
+from imprintd.messages import Message
+
+#: How a stored tool result that reported a failure begins (``research/loop.py``).
+_FAILED = ("Error:", "There is no tool named")
+
+
+def replay(messages: Sequence[Message], root: Path | None) -> Iterator[wire.SessionUpdate]:
+    for index, message in enumerate(messages):
+        if message.role == "user":
+            yield wire.UserMessageChunk(content=text_block(message.content))
+        elif message.role == "assistant" and message.tool_calls:
+            if message.content:
+                yield wire.AgentThoughtChunk(content=text_block(message.content))
+            results = _results_after(messages, index)
+            for call in message.tool_calls:
+                result = results.get(call.id)
+                failed = result is not None and result.content.startswith(_FAILED)
+                yield wire.ToolCallStart(
+                    tool_call_id=f"{message.seq}-{call.id}", title=describe_call(call), kind=tool_kind(call.name),
+                    status="failed" if failed else "completed",
+                    locations=arguments_location(root, call.name, call.arguments) or UNSET,
+                    raw_input=call.arguments)
+        elif message.role == "assistant" and message.content:
+            yield wire.AgentMessageChunk(content=text_block(message.content))
+
+
+def _results_after(messages: Sequence[Message], index: int) -> dict[str, Message]:
+    """The tool results answering the calls of ``messages[index]``: the tool messages right after it.
+
+    Matched there, not session-wide, because models reuse call ids between rounds ("call_0").
+    """
+    results: dict[str, Message] = {}
+    for message in messages[index + 1:]:
+        if message.role != "tool":
+            break
+        results.setdefault(message.tool_call_id or "", message)
+    return results

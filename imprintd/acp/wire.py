@@ -1,0 +1,260 @@
+"""The Agent Client Protocol's messages as msgspec Structs: what a client sends, what we send.
+
+Only the parts of ACP v1 this agent speaks are modelled. Incoming params are decoded
+strictly (a wrong type answers -32602 naming the field) and unknown fields are ignored, so
+a newer client's additions do not break us. Outgoing messages are encoded camelCase with
+unset optional fields left out. Each decoder is built once, at import.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET, Raw, Struct, UnsetType
+
+PROTOCOL_VERSION = 1
+
+StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+ToolKind = Literal["read", "edit", "delete", "move", "search", "execute", "think", "fetch", "other"]
+ToolCallStatus = Literal["pending", "in_progress", "completed", "failed"]
+
+
+class _Wire(Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """camelCase on the wire; optional fields we send are left out when unset."""
+
+
+# --- the JSON-RPC envelope ------------------------------------------------------------------
+
+
+class Envelope(Struct, kw_only=True):
+    """One JSON-RPC 2.0 message; ``UNSET`` tells a missing key from a null one."""
+
+    jsonrpc: str | UnsetType = UNSET
+    id: int | str | None | UnsetType = UNSET
+    method: str | UnsetType = UNSET
+    params: Raw | UnsetType = UNSET
+    result: Raw | UnsetType = UNSET
+    error: Raw | UnsetType = UNSET
+
+
+class ErrorObject(_Wire):
+    code: int
+    message: str
+
+
+class Response(Struct, kw_only=True):
+    """A result or an error (exactly one is set) for request ``id``."""
+
+    jsonrpc: str = "2.0"
+    id: int | str | None
+    result: Any | UnsetType = UNSET
+    error: ErrorObject | UnsetType = UNSET
+
+
+class Notification(Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    method: str
+    params: Any
+
+
+# --- content blocks -------------------------------------------------------------------------
+
+
+class TextBlock(_Wire, tag_field="type", tag="text"):
+    text: str
+
+
+class ImageBlock(_Wire, tag_field="type", tag="image"):
+    """Decoded only to be refused by name: promptCapabilities says image is false."""
+
+
+class AudioBlock(_Wire, tag_field="type", tag="audio"):
+    """Decoded only to be refused by name: promptCapabilities says audio is false."""
+
+
+class ResourceLinkBlock(_Wire, tag_field="type", tag="resource_link"):
+    uri: str
+    name: str
+    title: str | UnsetType = UNSET
+    description: str | UnsetType = UNSET
+    mime_type: str | UnsetType = UNSET
+
+
+class ResourceContents(_Wire):
+    """An embedded resource's contents: ``text`` for text, ``blob`` (base64) for anything else."""
+
+    uri: str
+    text: str | None = None
+    blob: str | None = None
+    mime_type: str | None = None
+
+
+class EmbeddedResourceBlock(_Wire, tag_field="type", tag="resource"):
+    resource: ResourceContents
+
+
+ContentBlock = TextBlock | ImageBlock | AudioBlock | ResourceLinkBlock | EmbeddedResourceBlock
+OutBlock = TextBlock | ResourceLinkBlock
+
+
+# --- requests and their results -------------------------------------------------------------
+
+
+class InitializeParams(_Wire):
+    # Integer in ACP v1; a client sending something else is still answered with ours.
+    protocol_version: int | str
+    client_capabilities: dict[str, Any] | None = None
+    client_info: dict[str, Any] | None = None
+
+
+class Implementation(_Wire):
+    name: str
+    title: str
+    version: str
+
+
+class InitializeResult(_Wire):
+    protocol_version: int
+    agent_capabilities: dict[str, Any]
+    agent_info: Implementation
+    auth_methods: list[Any]
+
+
+class McpServer(_Wire):
+    """An MCP server the client offers; accepted, named in the log, and not used."""
+
+    name: str = ""
+
+
+class NewSessionParams(_Wire):
+    cwd: str
+    mcp_servers: list[McpServer] = []
+    additional_directories: list[str] | None = None
+
+
+class NewSessionResult(_Wire):
+    session_id: str
+
+
+class LoadSessionParams(_Wire):
+    session_id: str
+    cwd: str
+    mcp_servers: list[McpServer] = []
+
+
+class ListSessionsParams(_Wire):
+    cwd: str | None = None
+    cursor: str | None = None
+
+
+class SessionListing(_Wire):
+    session_id: str
+    cwd: str
+    title: str | UnsetType = UNSET
+    updated_at: str | UnsetType = UNSET
+
+
+class ListSessionsResult(_Wire):
+    sessions: list[SessionListing]
+
+
+class SessionParams(_Wire):
+    """``session/delete`` and ``session/cancel``: just the session."""
+
+    session_id: str
+
+
+class PromptParams(_Wire):
+    session_id: str
+    prompt: list[ContentBlock]
+
+
+class PromptResult(_Wire):
+    stop_reason: StopReason
+
+
+# --- session/update -------------------------------------------------------------------------
+
+
+class UserMessageChunk(_Wire, tag_field="sessionUpdate", tag="user_message_chunk"):
+    content: OutBlock
+
+
+class AgentMessageChunk(_Wire, tag_field="sessionUpdate", tag="agent_message_chunk"):
+    content: OutBlock
+
+
+class AgentThoughtChunk(_Wire, tag_field="sessionUpdate", tag="agent_thought_chunk"):
+    content: OutBlock
+
+
+class ToolCallLocation(_Wire):
+    path: str
+    line: int | UnsetType = UNSET
+
+
+class ToolCallContent(_Wire, tag_field="type", tag="content"):
+    content: OutBlock
+
+
+class ToolCallStart(_Wire, tag_field="sessionUpdate", tag="tool_call"):
+    tool_call_id: str
+    title: str
+    kind: ToolKind
+    status: ToolCallStatus
+    locations: list[ToolCallLocation] | UnsetType = UNSET
+    content: list[ToolCallContent] | UnsetType = UNSET
+    raw_input: dict[str, Any] | UnsetType = UNSET
+
+
+class ToolCallUpdate(_Wire, tag_field="sessionUpdate", tag="tool_call_update"):
+    tool_call_id: str
+    status: ToolCallStatus
+    content: list[ToolCallContent] | UnsetType = UNSET
+
+
+SessionUpdate = (UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | ToolCallStart
+                 | ToolCallUpdate)
+
+
+class SessionNotification(_Wire):
+    session_id: str
+    update: SessionUpdate
+
+
+# --- decoding -------------------------------------------------------------------------------
+
+envelope_decoder = msgspec.json.Decoder(Envelope)
+any_decoder = msgspec.json.Decoder()
+encoder = msgspec.json.Encoder()
+
+#: Params decoders by method, built once.
+PARAMS: dict[str, msgspec.json.Decoder] = {
+    "initialize": msgspec.json.Decoder(InitializeParams),
+    "session/new": msgspec.json.Decoder(NewSessionParams),
+    "session/load": msgspec.json.Decoder(LoadSessionParams),
+    "session/list": msgspec.json.Decoder(ListSessionsParams),
+    "session/delete": msgspec.json.Decoder(SessionParams),
+    "session/prompt": msgspec.json.Decoder(PromptParams),
+    "session/cancel": msgspec.json.Decoder(SessionParams),
+}
+
+
+def field_message(error: msgspec.ValidationError) -> str:
+    """msgspec says "Expected `str`, got `int` - at `$.prompt[0].text`"; say it by the field's name."""
+    text = str(error)
+    missing = re.match(r"Object missing required field `(.*?)`(?: - at `\$\.?(.*)`)?$", text)
+    if missing:
+        name, where = missing.groups()
+        return f"{(where + '.') if where else ''}{name}: required field is missing"
+    tagged = re.match(r"Invalid value '(.*)' - at `\$\.?(.*)`$", text)
+    if tagged:
+        value, where = tagged.groups()
+        return f"{where}: {value!r} is not a type this agent accepts"
+    located = re.search(r"(.*) - at `\$\.?(.*)`$", text)
+    if located:
+        problem, where = located.groups()
+        return f"{where or 'params'}: {problem[0].lower()}{problem[1:]}"
+    return f"params: {text[0].lower()}{text[1:]}"

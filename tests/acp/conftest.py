@@ -1,0 +1,22 @@
+"""Fixtures for ACP tests: the scripted OpenAI-compatible model and an ``imprintd acp`` peer."""
+
+from __future__ import annotations
+
+import pytest
+import pytest_asyncio
+
+from tests.acp.peer import acp_agent
+from tests.e2e.conftest import daemon_env, stub  # noqa: F401 (the same model and environment as e2e)
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    root = tmp_path / "workspace"
+    root.mkdir()
+    return root
+
+
+@pytest_asyncio.fixture
+async def agent(daemon_env, tmp_path):  # noqa: F811
+    async with acp_agent(daemon_env, tmp_path) as peer:
+        yield peer

@@ -1,0 +1,138 @@
+"""An independent ACP peer for the tests: the official Python SDK (``agent-client-protocol``) as
+the client, driving a real ``imprintd acp`` process over its stdio.
+
+Every message the agent writes is checked against the SDK's schema models, strictly: it must
+validate, and dumping the validated model must give back exactly what was sent (the SDK
+quietly drops or defaults fields it cannot read; a round trip catches that).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import acp
+from acp import schema
+from acp.connection import StreamDirection, StreamEvent
+from pydantic import BaseModel
+
+#: What each request the client sends is answered with, by method.
+RESULTS: dict[str, type[BaseModel] | None] = {
+    "initialize": schema.InitializeResponse,
+    "session/new": schema.NewSessionResponse,
+    "session/load": schema.LoadSessionResponse,  # or null
+    "session/list": schema.ListSessionsResponse,
+    "session/delete": schema.DeleteSessionResponse,
+    "session/prompt": schema.PromptResponse,
+}
+
+
+def conforms(model: type[BaseModel], value: Any) -> None:
+    """``value`` is a valid ``model`` and nothing of it was dropped, added or defaulted."""
+    parsed = model.model_validate(value)
+    assert parsed.model_dump(mode="json", by_alias=True, exclude_unset=True) == value, (model.__name__, value)
+
+
+class SchemaChecker:
+    """Records every message both ways and checks each one the agent wrote."""
+
+    def __init__(self) -> None:
+        self.sent: dict[int | str, str] = {}  # request id -> method
+        self.received: list[dict] = []
+        self.problems: list[str] = []
+
+    def observe(self, event: StreamEvent) -> None:
+        message = event.message
+        if event.direction is StreamDirection.OUTGOING:
+            if "method" in message and "id" in message:
+                self.sent[message["id"]] = message["method"]
+            return
+        self.received.append(message)
+        try:
+            self.check(message)
+        except Exception as error:  # noqa: BLE001 (collected; the test fails on them at the end)
+            self.problems.append(f"{message}: {error}")
+
+    def check(self, message: dict) -> None:
+        assert message.get("jsonrpc") == "2.0"
+        if "method" in message:
+            assert message["method"] == "session/update" and "id" not in message, "the agent sends no requests"
+            conforms(schema.SessionNotification, message["params"])
+            return
+        method = self.sent[message["id"]]
+        if "error" in message:
+            assert "result" not in message
+            conforms(schema.Error, message["error"])
+            return
+        model = RESULTS[method]
+        if message["result"] is None:
+            assert method == "session/load", f"{method} answered null"
+        else:
+            conforms(model, message["result"])
+
+
+class RecordingClient:
+    """An ACP client that records every ``session/update`` and offers nothing else."""
+
+    def __init__(self) -> None:
+        self.updates: list[tuple[str, Any]] = []
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append((session_id, update))
+
+    def on_connect(self, conn) -> None:
+        pass
+
+
+class Peer:
+    def __init__(self, conn: acp.ClientSideConnection, process, client: RecordingClient, checker: SchemaChecker,
+                 stderr: Path) -> None:
+        self.conn = conn
+        self.process = process
+        self.client = client
+        self.checker = checker
+        self.stderr = stderr
+
+    def updates(self, session_id: str) -> list[Any]:
+        return [update for sid, update in self.client.updates if sid == session_id]
+
+    def take_updates(self, session_id: str) -> list[Any]:
+        """The updates of ``session_id`` since the last call, for asserting one prompt at a time."""
+        taken = self.updates(session_id)
+        self.client.updates = [(sid, update) for sid, update in self.client.updates if sid != session_id]
+        return taken
+
+    async def delete_session(self, session_id: str) -> Any:
+        # The SDK 0.12.1 client has the schema for session/delete but no method to send it.
+        return await self.conn._conn.send_request("session/delete", {"sessionId": session_id})
+
+    def log(self) -> str:
+        return self.stderr.read_text(encoding="utf-8", errors="replace")
+
+
+@asynccontextmanager
+async def acp_agent(env: dict[str, str], log_dir: Path, name: str = "agent", *,
+                    args: tuple[str, ...] = ()) -> AsyncIterator[Peer]:
+    """A running ``imprintd acp``, initialized; on exit, every message it wrote must have conformed."""
+    client = RecordingClient()
+    checker = SchemaChecker()
+    stderr = log_dir / f"{name}.stderr"
+    with open(stderr, "wb") as log:
+        async with acp.spawn_agent_process(
+            client, sys.executable, "-m", "imprintd", "acp", *args, env=env,
+            transport_kwargs={"stderr": log, "shutdown_timeout": 30.0}, observers=[checker.observe],
+        ) as (conn, process):
+            peer = Peer(conn, process, client, checker, stderr)
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION,
+                                  client_info=schema.Implementation(name="imprint-tests", version="1"))
+            yield peer
+    assert not checker.problems, "\n".join(checker.problems)
+    assert process.returncode == 0, peer.log()
+
+
+def texts(updates, kind: str) -> list[str]:
+    """The text of each ``kind`` chunk (``agent_message_chunk``, ``agent_thought_chunk`` …)."""
+    return [u.content.text for u in updates if u.session_update == kind and u.content.type == "text"]

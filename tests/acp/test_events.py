@@ -1,0 +1,90 @@
+"""AcpEvents on its own: the mappings no scripted model reaches, checked against the SDK's schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+from acp import schema
+
+from imprintd.acp.events import AcpEvents, stop_reason
+from imprintd.events import ToolStep
+from imprintd.reply import ReplyOutcome
+from imprintd.tools.workspace import ReadFileTool
+from tests.acp.peer import conforms
+
+
+class Sent:
+    """A Connection stand-in that keeps each notification as the JSON the agent would write."""
+
+    def __init__(self) -> None:
+        self.notifications: list[dict] = []
+
+    def notify(self, method: str, params) -> None:
+        assert method == "session/update"
+        self.notifications.append(msgspec.json.decode(msgspec.json.encode(params)))
+
+
+def events(root: Path | None = None) -> tuple[AcpEvents, Sent]:
+    sent = Sent()
+    acp_events = AcpEvents(sent, "session-1", root)
+    acp_events.begin("session-1", "reply-1")
+    return acp_events, sent
+
+
+def test_a_step_that_fails_before_it_starts_is_one_failed_tool_call():
+    acp_events, sent = events()
+    acp_events.tool_step(ToolStep(call_id="call_0", tool="ghost", title="Calling ghost", state="failed",
+                                  detail="There is no tool named 'ghost'."))
+    [notification] = sent.notifications
+    conforms(schema.SessionNotification, notification)
+    update = notification["update"]
+    assert (update["sessionUpdate"], update["status"], update["kind"]) == ("tool_call", "failed", "other")
+    assert update["content"] == [{"type": "content", "content": {"type": "text", "text": "There is no tool named 'ghost'."}}]
+
+
+def test_every_read_file_title_gives_its_location(tmp_path):
+    """The live location is read back from ReadFileTool's title: every form of it must parse."""
+    root = tmp_path.resolve()
+    tool = ReadFileTool(root)
+    cases = [({"path": "src/app.py"}, None), ({"path": "src/app.py", "start_line": 5, "end_line": 9}, 4),
+             ({"path": "src/app.py", "start_line": 5}, 4), ({"path": "src/app.py", "end_line": 9}, None),
+             ({"path": "docs/a file – with dashes.md", "start_line": 2, "end_line": 3}, 1)]
+    for arguments, line in cases:
+        acp_events, sent = events(root)
+        acp_events.tool_step(ToolStep(call_id="c", tool="read_file", title=tool.title(arguments), state="started"))
+        update = sent.notifications[0]["update"]
+        expected = {"path": str(root / arguments["path"])} | ({"line": line} if line is not None else {})
+        assert update["locations"] == [expected], arguments
+
+
+def test_preamble_text_is_a_thought_and_only_the_result_is_the_message():
+    acp_events, sent = events()
+    acp_events.text("Let me look ")
+    acp_events.text("that up.")
+    acp_events.text_was_preamble()
+    acp_events.text_was_preamble()  # nothing new streamed: nothing sent
+    acp_events.text("Billing listens")
+    acp_events.finish(ReplyOutcome(session_id="session-1", reply_id="reply-1", text="Billing listens on 8101."))
+    for notification in sent.notifications:
+        conforms(schema.SessionNotification, notification)
+    assert [(n["update"]["sessionUpdate"], n["update"]["content"]["text"]) for n in sent.notifications] == [
+        ("agent_thought_chunk", "Let me look that up."), ("agent_message_chunk", "Billing listens on 8101.")]
+
+
+def test_stop_reasons_map_to_acp():
+    assert stop_reason("answer") == "end_turn"
+    for research_stop in ("token_budget", "time_budget", "no_new_evidence", "context_full"):
+        assert stop_reason(research_stop) == "end_turn"
+    assert stop_reason("length") == "max_tokens"
+
+
+def test_progress_and_a_written_summary_are_thoughts_one_line_each():
+    acp_events, sent = events()
+    acp_events.progress("Analyzing section 3 of 12", 25)
+    acp_events.summary("- (#1–#4) The user asked about billing …", 1, 12)
+    for notification in sent.notifications:
+        conforms(schema.SessionNotification, notification)
+    assert [(n["update"]["sessionUpdate"], n["update"]["content"]["text"]) for n in sent.notifications] == [
+        ("agent_thought_chunk", "Analyzing section 3 of 12\n"),
+        ("agent_thought_chunk", "Summarized the earlier conversation (messages #1–#12).\n")]

@@ -1,0 +1,142 @@
+"""Research over ACP: tool steps as ``tool_call`` / ``tool_call_update``, progress as thoughts,
+and a research stop's answer with its sources as ``resource_link`` blocks.
+
+The workspace and the scripted coordinator are the research end-to-end test's (issue 6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import acp
+
+from tests.acp.peer import acp_agent, texts
+from tests.e2e.test_research_e2e import (
+    FILES,
+    INDEXED,
+    MORE_READS,
+    PORT_FACT,
+    PORT_FILE,
+    TIMEOUT_FACT,
+    TIMEOUT_FILE,
+    Coordinator,
+    answer_citing,
+    call,
+    first_hit,
+    line_of,
+    write_workspace,
+)
+from tests.openai_stub import StubReply
+
+QUESTION = "Which port does the billing service listen on, and how long does its client wait before timing out?"
+
+
+async def ask(agent, session_id: str, text: str):
+    return await asyncio.wait_for(agent.conn.prompt(session_id=session_id, prompt=[acp.text_block(text)]), 120)
+
+
+def tool_updates(updates) -> list:
+    return [u for u in updates if u.session_update in ("tool_call", "tool_call_update")]
+
+
+async def test_tool_steps_are_tool_calls_with_kind_status_and_location(agent, stub, tmp_path):
+    workspace = tmp_path / "workspace"
+    write_workspace(workspace)
+    stub.queue(
+        StubReply(text="Let me read the deployment.",
+                  tool_calls=[call("read_file", "call_0", path=PORT_FILE, start_line=2, end_line=4)]),
+        StubReply(tool_calls=[call("read_file", "call_0", path="../outside.txt")]),
+        "Billing listens on 8101.",
+    )
+    session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+
+    answer = await ask(agent, session.session_id, "Which port does billing use?")
+
+    assert answer.stop_reason == "end_turn"
+    updates = agent.take_updates(session.session_id)
+    steps = tool_updates(updates)
+    assert [(u.session_update, u.status) for u in steps] == [
+        ("tool_call", "in_progress"), ("tool_call_update", "completed"),
+        ("tool_call", "in_progress"), ("tool_call_update", "failed")]
+    read, done, refused, failed = steps
+    assert read.title == f"Reading {PORT_FILE} lines 2–4" and read.kind == "read"
+    assert [(loc.path, loc.line) for loc in read.locations] == [(str(workspace.resolve() / PORT_FILE), 1)]
+    assert done.tool_call_id == read.tool_call_id and done.content is None
+    # The model reused the id "call_0"; ACP's ids stay distinct within the session.
+    assert refused.tool_call_id != read.tool_call_id and failed.tool_call_id == refused.tool_call_id
+    assert refused.title == "Reading ../outside.txt" and refused.locations is None  # never point outside
+    detail = failed.content[0].content.text
+    assert "'..' segments are not allowed" in detail
+    # What the model wrote before calling tools is not the answer; only the result's text is.
+    assert texts(updates, "agent_message_chunk") == ["Billing listens on 8101."]
+    thoughts = texts(updates, "agent_thought_chunk")
+    assert f"Indexing the workspace: {len(INDEXED)} of {len(INDEXED)} files\n" in thoughts
+    # It is thinking, sent once the round went on to its tool call, before that call starts.
+    preamble = next(u for u in updates if u.session_update == "agent_thought_chunk"
+                    and u.content.text == "Let me read the deployment.")
+    assert updates.index(preamble) == updates.index(read) - 1
+    # The order a client shows: the steps, then the answer last.
+    kinds = [u.session_update for u in updates]
+    assert kinds.index("tool_call") < kinds.index("agent_message_chunk") == len(kinds) - 1
+
+
+async def test_a_research_stop_answers_with_sources_as_resource_links(daemon_env, stub, tmp_path):
+    workspace = tmp_path / "workspace"
+    write_workspace(workspace)
+    env = {**daemon_env, "IMPRINT_CHAT_N_CTX": "32768", "IMPRINT_CHAT_MAX_TOKENS": "256",
+           "IMPRINT_CHAT_RESEARCH_TOKEN_BUDGET": "4096"}
+    steps = [
+        lambda r: [call("search", "s_port", query="billing port")],
+        lambda r: [call("read_file", "r_port",
+                        path=first_hit(r, lambda h: h["path"].endswith(".yaml") and "billing" in h["path"])["path"])],
+        lambda r: [call("search", "s_timeout", query="billing client timeout")],
+        lambda r: [call("read_file", "r_timeout",
+                        path=first_hit(r, lambda h: h["path"].endswith("client.py"))["path"])],
+    ]
+    stub.queue(*[Coordinator(steps, answer_citing([PORT_FACT, TIMEOUT_FACT]), MORE_READS)] * (len(FILES) + 10))
+
+    async with acp_agent(env, tmp_path) as agent:
+        session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+        answer = await ask(agent, session.session_id, QUESTION)
+        updates = agent.take_updates(session.session_id)
+
+    assert answer.stop_reason == "end_turn"  # the token budget stopped research; the turn still ended
+    messages = [u.content for u in updates if u.session_update == "agent_message_chunk"]
+    text, *links = messages
+    assert text.type == "text" and text.text.startswith("Billing listens on 8101")
+    assert "\n\nSources:\n" in text.text  # the result's text whole, the daemon's Sources list included
+    assert len(links) == 2 and all(link.type == "resource_link" for link in links)
+    root = workspace.resolve()
+    for link in links:
+        path = PORT_FILE if PORT_FILE in link.uri else TIMEOUT_FILE
+        fact = PORT_FACT if path == PORT_FILE else TIMEOUT_FACT
+        uri, lines = link.uri.split("#L")
+        start, end = (int(n) for n in lines.split(":"))
+        assert uri == (root / path).as_uri()
+        assert start <= line_of(path, fact) <= end
+        assert link.name == f"{path}:{start}-{end}"
+        assert link.title.startswith("[") and path in link.title
+    thoughts = "".join(texts(updates, "agent_thought_chunk"))
+    assert "Writing the answer from the research notes…\n" in thoughts
+    searches = [u for u in tool_updates(updates) if u.session_update == "tool_call" and u.kind == "search"]
+    assert searches[0].title == "Searching the workspace for “billing port”" and searches[0].locations is None
+
+
+async def test_text_cut_off_by_the_time_budget_is_thinking_and_the_answer_from_notes_follows(
+        daemon_env, stub, tmp_path, workspace):
+    hold = threading.Event()
+    stub.queue(StubReply(text="Let me think about billing for a long while", hold=hold),
+               "From what I have: nothing about billing yet.")
+    env = {**daemon_env, "IMPRINT_CHAT_RESEARCH_TIME_BUDGET": "3"}
+    try:
+        async with acp_agent(env, tmp_path) as agent:
+            session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+            answer = await ask(agent, session.session_id, "Which port does billing use?")
+            updates = agent.take_updates(session.session_id)
+    finally:
+        hold.set()
+    assert answer.stop_reason == "end_turn"  # the time budget stopped research; the answer from notes ends the turn
+    assert "tools" not in stub.requests[-1]  # the tools-free final request wrote the answer
+    assert texts(updates, "agent_thought_chunk")[-2:] == ["Let", "Writing the answer from the research notes…\n"]
+    assert texts(updates, "agent_message_chunk") == ["From what I have: nothing about billing yet."]
