@@ -29,6 +29,7 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
     n_ctx: int = 8192
     max_tokens: int = 1024
     analysis_workers: int = 2
+    analysis_context: int = 4096
     research_token_budget: int = 65536
     research_time_budget: float = 300.0
 
@@ -94,10 +95,13 @@ KEYS: dict[str, Key] = {
             _between(16, 32_768)),
         Key("chat.analysis_workers", int, "an integer from 0 to 8", "section-analysis workers; 0 turns analysis off",
             _between(0, 8)),
+        Key("chat.analysis_context", int, "an integer from 1024 to 65536",
+            "tokens of one section worker's context (at most chat.n_ctx); larger sections, fewer of them",
+            _between(1024, 65_536)),
         Key("chat.research_token_budget", int, "an integer from 1024 to 16777216",
             "tokens research may spend on one reply", _between(1024, 16_777_216)),
-        Key("chat.research_time_budget", float, "a number of seconds from 1 to 3600",
-            "seconds research may take on one reply", _between(1, 3600)),
+        Key("chat.research_time_budget", float, "a number of seconds from 1 to 86400",
+            "seconds one reply may take, section analysis and the final answer included", _between(1, 86_400)),
     )
 }
 
