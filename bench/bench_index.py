@@ -85,7 +85,7 @@ def connect(path: Path) -> apsw.Connection:
 def prepared_chunks(root: Path, workspace: str) -> list[tuple]:
     rows: list[tuple] = []
     for seen in scan_workspace(root):
-        text = read_text_file(root / seen.path, seen.size)
+        text = read_text_file(root, seen.path, seen.size)
         if text is None:
             continue
         for chunk in chunk_lines(split_lines(text)):

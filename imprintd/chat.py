@@ -19,7 +19,7 @@ from imprintd.context.sections import SectionArchive
 from imprintd.events import ReplyEvents
 from imprintd.models.base import Model
 from imprintd.settings import ChatSettings, Resolved
-from imprintd.store import ConversationStore, MemoryStore, SessionInfo, SessionNotFound, Store
+from imprintd.store import ConversationStore, MemoryStore, SessionInfo, SessionNotFound, Store, StoreError
 from imprintd.tools.base import Tool
 from imprintd.tools.index import WorkspaceIndex
 from imprintd.tools.workspace import workspace_tools
@@ -106,7 +106,11 @@ class Chat:
 
     def _index_path(self) -> Path:
         folder = settings_mod.cache_dir()
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as error:  # IMPRINT_CACHE_DIR=/dev/null, a read-only folder
+            raise StoreError(f"the cache folder {folder} cannot be used: {error.strerror or error}. "
+                             "Set IMPRINT_CACHE_DIR to a folder this user can write.") from None
         return folder / "workspace-index.sqlite3"
 
     def model(self) -> Model:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from imprintd import __version__
 from imprintd import settings as settings_mod
+from imprintd.redact import MaskSecrets
 
 DESCRIPTION = """\
 Imprint's chat daemon. Editors start `imprintd serve` (or `imprintd --stdio`) like a
@@ -71,6 +73,10 @@ def _cli_values(args: argparse.Namespace) -> dict[str, str]:
     return values
 
 
+#: Where the remote provider's API key comes from (``models.remote.API_KEY_ENV``; not imported
+#: from there so that starting the CLI does not load httpx).
+API_KEY_ENV = "IMPRINT_CHAT_API_KEY"
+
 #: Commands that run as a long-lived process an editor starts (and whose stderr it keeps).
 _DAEMONS = ("serve", "acp")
 
@@ -85,6 +91,10 @@ def _configure_logging(args: argparse.Namespace, command: str) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if getattr(args, "log_file", None):
         handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
+    # The API key never reaches a log line, whoever wrote it (a server's error body can echo it).
+    masking = MaskSecrets([os.environ.get(API_KEY_ENV, "")])
+    for handler in handlers:
+        handler.addFilter(masking)
     logging.basicConfig(level=level, handlers=handlers, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not verbose:
         logging.getLogger("pygls").setLevel(logging.WARNING)
@@ -129,10 +139,15 @@ def _sessions(resolved: settings_mod.Resolved) -> int:
     from datetime import datetime
 
     from imprintd.chat import Chat
+    from imprintd.store import StoreError
 
     chat = Chat(resolved)
     try:
-        listed = chat.sessions()
+        try:
+            listed = chat.sessions()
+        except StoreError as error:  # e.g. a data dir that cannot be used: say which and why
+            print(f"imprintd: {error}", file=sys.stderr)
+            return 1
         if not listed:
             print("No sessions yet. Start one with: imprintd ask \"QUESTION\"")
         for info in listed:

@@ -11,7 +11,7 @@ known, and the next text starts a new part; what was never called preamble is th
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -26,6 +26,8 @@ class ToolStep(msgspec.Struct, frozen=True, kw_only=True):
     title: str
     state: StepState
     detail: str = ""
+    #: The call's arguments as the model sent them (a client can point at the file a read touches).
+    arguments: dict[str, Any] = {}
 
 
 class ReplyEvents(Protocol):

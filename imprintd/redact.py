@@ -11,8 +11,10 @@ database password" without repeating the password. It recognises:
 - passwords in URLs (``scheme://user:PASSWORD@host`` keeps the user and the host);
 - assignments whose name says secret (``password``, ``passwd``, ``passphrase``, ``secret``,
   ``token``, ``api_key``/``apikey``, ``access_key``, ``secret_key``, ``private_key``,
-  ``client_secret``) in env, YAML, JSON and TOML forms, quoted or not; and "password: X"
-  anywhere in a line (as a summary bullet may write it).
+  ``client_secret``, and ``pass`` as a whole part of the name: ``DB_PASS``) in env, YAML,
+  JSON, TOML and query-string forms, quoted or not, the value whole (``Tr0ub4dor&3x`` is one
+  value; only in a query string does ``&`` end it); and "password: X" anywhere in a line (as
+  a summary bullet may write it).
 
 It is tuned against false positives that would make summaries useless: prose ("the token
 budget is 65536", "password policy", "tokens per second"), library names ("sk-learn"), plain
@@ -22,7 +24,9 @@ they are. Redaction is idempotent.
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Sequence
 
 MARK = "[REDACTED]"
 PRIVATE_KEY_MARK = "[REDACTED PRIVATE KEY]"
@@ -85,14 +89,22 @@ _SECRET_WORDS = (
 # An identifier whose last component is a secret word: "DB_PASSWORD", "apiKey", "github.token".
 # Components end in a separator; the last may be camelCase ("githubToken"). Written without
 # nested optional repeats, so a long word cannot make the regex backtrack exponentially.
-_NAME = r"(?P<name>(?:[A-Za-z0-9]+[_.\-])*[A-Za-z0-9]*?" + _SECRET_WORDS + r")"
+# "pass" is a secret word only as a whole component ("DB_PASS", "smtp.pass", "dbPass"), so
+# "compass" and "bypass" stay; the camelCase form is matched case-sensitively for that reason.
+_PASS_NAME = r"(?:[A-Za-z0-9]+[_.\-])*pass|(?-i:[A-Za-z0-9]*[a-z0-9]Pass)"
+_NAME = r"(?P<name>(?:[A-Za-z0-9]+[_.\-])*[A-Za-z0-9]*?" + _SECRET_WORDS + "|" + _PASS_NAME + r")"
 # A value: quoted (kept quoted) or a bare run that does not end in punctuation of the syntax.
-_VALUE = r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|<[^>\n]*>|[^\s'\"&]*[^\s'\",;&)}\]])"
+# The bare run is the whole run up to white space, "&" included: "Tr0ub4dor&3x" is one secret.
+_VALUE = r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|<[^>\n]*>|[^\s'\"]*[^\s'\",;)}\]])"
+# In a query string ("?api_key=X&user=me") "&" starts the next parameter instead.
+_QUERY_VALUE = r"(?P<value>[^\s'\"&#]*[^\s'\",;&#)}\]])"
 
-# "=" forms (env, TOML, query strings, CLI flags) may start anywhere after a boundary;
-# "==" is a comparison, not an assignment.
+# Query-string parameters: after "?" or "&".
+_ASSIGN_QUERY = re.compile(r"(?<=[?&])(?P<lead>)" + _NAME + r"(?P<sep>=)" + _QUERY_VALUE, re.IGNORECASE)
+# Other "=" forms (env, TOML, CLI flags) may start anywhere after a boundary; "==" is a
+# comparison, not an assignment.
 _ASSIGN_EQ = re.compile(
-    r"(?<![A-Za-z0-9_.\-])(?P<lead>(?:--)?[\"']?)" + _NAME + r"(?P<sep>[\"']?[ \t]*=(?!=)[ \t]*)" + _VALUE,
+    r"(?<![A-Za-z0-9_.\-?&])(?P<lead>(?:--)?[\"']?)" + _NAME + r"(?P<sep>[\"']?[ \t]*=(?!=)[ \t]*)" + _VALUE,
     re.IGNORECASE,
 )
 # ":" forms (YAML, JSON) only where a key can start: a line start (after indentation and a
@@ -129,6 +141,7 @@ def redact(text: str) -> str:
     text = _AUTH_HEADER.sub(_keep_lead, text)
     text = _BEARER.sub(_keep_lead, text)
     text = _URL_PASSWORD.sub(_keep_lead, text)
+    text = _ASSIGN_QUERY.sub(_assignment, text)
     text = _ASSIGN_EQ.sub(_assignment, text)
     text = _ASSIGN_COLON.sub(_assignment, text)
     text = _PASSWORD_COLON.sub(_assignment, text)
@@ -179,3 +192,38 @@ def _is_secret_value(name: str, value: str) -> bool:
     if name.lower().endswith("token") and value.isdigit():
         return False
     return True
+
+
+def mask(text: str, *secrets: str | None) -> str:
+    """``text`` with every occurrence of each given secret (the daemon's own API key) masked.
+
+    Unlike ``redact``, which guesses secrets by their shape, this knows the exact value.
+    """
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, MARK)
+    return text
+
+
+class MaskSecrets(logging.Filter):
+    """A log handler filter that masks known secret values in every record it passes on,
+    tracebacks included (a server's error text can echo the API key it was sent), and the
+    password of any ``scheme://user:PASSWORD@host`` URL (a ``chat.base_url`` may carry one)."""
+
+    def __init__(self, secrets: Sequence[str]) -> None:
+        super().__init__()
+        self.secrets = [secret for secret in secrets if secret]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = self._mask(message)
+        if masked != message:
+            record.msg, record.args = masked, ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self._mask(record.exc_text)
+        return True
+
+    def _mask(self, text: str) -> str:
+        return _URL_PASSWORD.sub(_keep_lead, mask(text, *self.secrets))

@@ -5,7 +5,11 @@
    the summary, the oldest exchanges are summarized; on failure ADR 0140's dropping stands.
 3. Research (``research/loop.py``): fit, charge, generate, run tools, until an answer or a stop.
 4. A stop other than an answer writes the final answer from notes, with Sources (ADR 0127).
+   Characters a section analysis left unread are named after the answer.
 5. The reply and its tool exchanges are stored; only then is the reply acknowledged.
+
+``chat.research_time_budget`` bounds steps 2–4 together (``research/clock.py``), from when the
+workspace index is up to date, keeping a share for the final answer.
 
 A cancelled or failed reply keeps the stored question and stores nothing else.
 """
@@ -24,7 +28,8 @@ from imprintd.context.history import STRATEGY_LINE, ConversationHistory, Convers
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
 from imprintd.models.base import Model
-from imprintd.research.answer import final_answer
+from imprintd.research.answer import coverage_note, final_answer
+from imprintd.research.clock import ReplyClock
 from imprintd.research.loop import ReplyScope, research
 from imprintd.store import ConversationStore, SessionInfo, StoredSummary
 from imprintd.tools.base import Tool
@@ -56,34 +61,41 @@ async def run_reply(chat, store: ConversationStore, info: SessionInfo, reply_id:
     earlier = stored[:-1]
 
     workspace_tools: list[Tool] = await chat.workspace_tools(request.workspace, events)
+    clock = ReplyClock(settings.research_time_budget)  # indexing is not the reply's to bound
+    offered = should_offer(earlier, tools_offered=bool(workspace_tools))
     history_tool = ([ConversationHistoryTool(ConversationHistory(earlier, store.history_index(info.id)))]
-                    if should_offer(earlier, True) else [])
+                    if offered else [])
     tools = [*workspace_tools, *history_tool]
     specs = [tool.spec for tool in tools]
     tool_lines = ((prompts.TOOL_STRATEGY,) if workspace_tools else ()) + ((STRATEGY_LINE,) if history_tool else ())
 
     summary = await _summary_step(model, store, info, stored, request.style, tool_lines, specs,
-                                  settings.max_tokens, events)
+                                  settings.max_tokens, events, clock)
     covered = summary.last_seq if summary and summary.text else 0
-    block = _summary_block(summary, earlier)
+    block = _summary_block(summary, earlier, lookup_guidance=offered)
     system = msg.system(prompts.system_prompt(style=request.style, tool_lines=tool_lines, summary_block=block))
     history = [m for m in earlier if (m.seq or 0) > covered]
 
     scope = ReplyScope(model=model, events=events, sections=chat.sections.open(reply_id),
                        max_tokens=settings.max_tokens, analysis_workers=settings.analysis_workers,
-                       token_budget=settings.research_token_budget, time_budget=settings.research_time_budget)
+                       token_budget=settings.research_token_budget, time_budget=settings.research_time_budget,
+                       clock=clock, analysis_context=settings.analysis_context)
     outcome = await research(scope, system=system, history=history, question=question, tools=tools)
 
     sources: tuple[SourceRef, ...] = ()
+    coverage = coverage_note(outcome.analyses)
     if outcome.answer is not None:
         text = outcome.answer.text
+        if coverage:
+            events.text("\n\n" + coverage)
+            text += "\n\n" + coverage
     else:
         final = await final_answer(
             model, events,
             system_prompt=prompts.system_prompt(style=request.style),
             summary_block=_summary_block(summary, earlier, lookup_guidance=False),
             earlier=history, question=_final_question(outcome), steps=outcome.steps,
-            style=request.style, max_tokens=settings.max_tokens)
+            style=request.style, max_tokens=settings.max_tokens, timeout=clock.final_left(), coverage=coverage)
         text = final.text
         sources = tuple(_source_refs(final.cited))
     store.extend(info.id, [*outcome.exchange, msg.assistant(text)])  # the reply, all or nothing
@@ -93,8 +105,11 @@ async def run_reply(chat, store: ConversationStore, info: SessionInfo, reply_id:
 
 async def _summary_step(model: Model, store: ConversationStore, info: SessionInfo, stored: Sequence[Message],
                         style: str, tool_lines: tuple[str, ...], specs, max_tokens: int,
-                        events: ReplyEvents) -> StoredSummary | None:
-    """Summarize the oldest exchanges when the conversation's text no longer fits (ADR 0141)."""
+                        events: ReplyEvents, clock: ReplyClock) -> StoredSummary | None:
+    """Summarize the oldest exchanges when the conversation's text no longer fits (ADR 0141).
+
+    Within its own 120 s and the time research has left (the reply's time budget).
+    """
     state = store.summary(info.id)
     earlier, question = list(stored[:-1]), stored[-1]
     # Messages added so far is the question's number: a persist-false session keeps only its
@@ -109,8 +124,9 @@ async def _summary_step(model: Model, store: ConversationStore, info: SessionInf
         max_tokens=max_tokens))
     if not to_cover:
         return state
+    timeout = min(summaries.SUMMARY_TIMEOUT_S, clock.research_left())
     outcome = await summaries.update_summary(model, state=state, messages=earlier, to_cover=to_cover,
-                                             message_count=count, events=events)
+                                             message_count=count, events=events, timeout=timeout)
     if outcome.state is not None:
         store.save_summary(info.id, outcome.state)
     return outcome.state

@@ -6,8 +6,10 @@ and JSON-RPC specs require of a daemon that must keep serving whatever it is sen
 - the lifecycle: -32002 before ``initialize``, -32600 for a second ``initialize`` and for
   any request after ``shutdown``; ``exit`` ends with 0 after ``shutdown`` and 1 without;
 - malformed input: a ``Content-Length`` over ``MAX_CONTENT_LENGTH`` is refused without
-  allocating it, invalid JSON gets -32700 with id null, a message that is not a JSON-RPC
-  request gets -32600, invalid params get one -32602 that names the field;
+  allocating it (and one over ``MAX_SKIP_LENGTH``, which cannot be skipped, ends the
+  connection), invalid JSON gets -32700 with id null, a message that is not a JSON-RPC
+  request (a bad id, nesting deeper than ``wellformed.MAX_NESTING``) gets -32600, invalid
+  params get one -32602 that names the field, a lone surrogate in any string param included;
 - internal errors never carry a traceback or a path to the client (they go to the log);
 - the one adapter between pygls and msgspec: ``msgspec_handler`` decodes ``imprint/*``
   params into Structs (naming the bad field) and encodes results to camelCase JSON.
@@ -20,6 +22,7 @@ import functools
 import json
 import logging
 import re
+import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO, TypeVar
@@ -38,13 +41,18 @@ from pygls.exceptions import (
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage
 
+from imprintd import wellformed
+
 logger = logging.getLogger(__name__)
 
 #: Frames larger than this are refused (and skipped unread) rather than allocated.
 MAX_CONTENT_LENGTH = 16 * 1024 * 1024
+#: A frame announcing more than this is not skipped: no client sends one, so the length is
+#: garbage and skipping it would swallow every later frame. The connection ends instead.
+MAX_SKIP_LENGTH = 256 * 1024 * 1024
 #: A header line longer than this is not a header: the stream is out of sync.
 MAX_HEADER_LINE = 8 * 1024
-_CONTENT_LENGTH = re.compile(rb"^content-length:\s*(\d+)\s*$", re.IGNORECASE)
+_CONTENT_LENGTH = re.compile(rb"^content-length:[ \t]*(\d+)[ \t]*$", re.IGNORECASE)
 
 P = TypeVar("P", bound=msgspec.Struct)
 
@@ -81,6 +89,11 @@ class ImprintProtocol(LanguageServerProtocol):
         is_request = method is not None and msg_id is not None
         if method == types.EXIT:
             self.exit_code = 0 if self._shutdown else 1
+            return
+        if method == types.CANCEL_REQUEST and not _is_id(getattr(message.params, "id", None)):
+            # Only an int or string can name a request; anything else names none (and an
+            # object or array would not even be hashable).
+            logger.warning("ignoring $/cancelRequest whose id is not an integer or a string")
             return
         if is_request and self._shutdown:
             self.send_error(msg_id, JsonRpcInvalidRequest("The server is shutting down; only 'exit' is accepted."))
@@ -121,18 +134,26 @@ class ImprintProtocol(LanguageServerProtocol):
         """Decode one frame's body and dispatch it; every failure gets the spec's answer."""
         try:
             raw = json.loads(body)
+        except RecursionError:
+            self.send_error(None, JsonRpcInvalidRequest(wellformed.TOO_DEEP))
+            return
         except (ValueError, UnicodeDecodeError) as error:
             self.send_error(None, JsonRpcParseError(f"Invalid JSON: {error}"))
             return
         problem = _envelope_problem(raw)
         if problem:
-            msg_id = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), (int, str)) else None
             is_notification = isinstance(raw, dict) and "method" in raw and "id" not in raw
             if not is_notification:
-                self.send_error(msg_id, JsonRpcInvalidRequest(problem))
+                self.send_error(_valid_id(raw), JsonRpcInvalidRequest(problem))
             else:
                 logger.warning("dropping invalid notification: %s", problem)
             return
+        if wellformed.may_need_check(body):
+            try:
+                wellformed.check(raw)
+            except wellformed.Malformed as error:
+                self._refuse_malformed(raw, error)
+                return
         try:
             message = self._structure(raw)
         except JsonRpcException as error:
@@ -142,8 +163,22 @@ class ImprintProtocol(LanguageServerProtocol):
             else:
                 logger.warning("dropping message %r with invalid params: %s", raw.get("method"), detail)
             return
-        self.handle_message(message)
+        try:
+            self.handle_message(message)
+        except Exception:  # a bug must cost one answer, never the daemon
+            logger.exception("failed to dispatch %r", raw.get("method"))
+            if "id" in raw and "method" in raw:
+                self.send_error(raw["id"], JsonRpcInternalError("The request could not be dispatched."))
 
+    def _refuse_malformed(self, raw: dict, error: wellformed.Malformed) -> None:
+        """Answer a message ``wellformed.check`` refused: -32602 for a bad param, else -32600."""
+        answer = wellformed.refusal(raw, error)
+        if answer is None:
+            logger.warning("dropping malformed message %r: %s", raw.get("method"), error)
+            return  # notifications and responses are never answered
+        msg_id, code, message = answer
+        refused = JsonRpcInvalidParams if code == wellformed.INVALID_PARAMS else JsonRpcInvalidRequest
+        self.send_error(msg_id, refused(message))
 
     def _structure(self, raw: dict) -> Any:
         """LSP messages become lsprotocol types; ``imprint/*`` params stay plain JSON for msgspec."""
@@ -156,13 +191,26 @@ class ImprintProtocol(LanguageServerProtocol):
         return JsonRPCNotification(method=method, jsonrpc="2.0", params=params)
 
 
+def _is_id(value: Any) -> bool:
+    """JSON-RPC ids are integers or strings; a bool is neither, though Python calls it an int."""
+    return isinstance(value, int | str) and not isinstance(value, bool)
+
+
+def _valid_id(raw: Any) -> int | str | None:
+    """The id to answer an invalid message with: its own when that is a valid id, else null."""
+    msg_id = raw.get("id") if isinstance(raw, dict) else None
+    if not _is_id(msg_id) or isinstance(msg_id, str) and wellformed.has_lone_surrogate(msg_id):
+        return None  # a string id with a lone surrogate cannot be written back
+    return msg_id
+
+
 def _envelope_problem(raw: Any) -> str | None:
     """Why ``raw`` is not a JSON-RPC 2.0 message, or None when it is one."""
     if not isinstance(raw, dict):
         return "A message must be a JSON object (batches are not supported)."
     if raw.get("jsonrpc") != "2.0":
         return "A message must have \"jsonrpc\": \"2.0\"."
-    if "id" in raw and not isinstance(raw["id"], (int, str)) or isinstance(raw.get("id"), bool):
+    if "id" in raw and not _is_id(raw["id"]):
         return "A request id must be an integer or a string."
     if "method" in raw:
         if not isinstance(raw["method"], str):
@@ -190,6 +238,7 @@ def read_frames(stream: BinaryIO, deliver: Callable[[bytes | JsonRpcException | 
     try:
         while True:
             length: int | None = None
+            announced = b""
             while True:
                 line = stream.readline(MAX_HEADER_LINE + 1)
                 if not line:
@@ -198,10 +247,22 @@ def read_frames(stream: BinaryIO, deliver: Callable[[bytes | JsonRpcException | 
                     break
                 match = _CONTENT_LENGTH.match(line.rstrip(b"\r\n"))
                 if match:
-                    length = int(match.group(1))
+                    announced = match.group(1)
+                    digits = announced.lstrip(b"0")
+                    # int() refuses over 4300 digits; anything past 19 is unskippable anyway.
+                    length = int(digits or b"0") if len(digits) <= 19 else MAX_SKIP_LENGTH + 1
             if length is None:
                 deliver(JsonRpcInvalidRequest("A frame must start with a Content-Length header."))
                 continue
+            if length > MAX_SKIP_LENGTH:
+                # Skipping would swallow every later frame while waiting for bytes that never
+                # come; a stream this broken cannot be resynchronized, so it ends (exit 1).
+                logger.error("a frame announced %s bytes, more than the %d a frame may be skipped by; "
+                             "the input stream is broken, closing it", _shown_length(announced), MAX_SKIP_LENGTH)
+                deliver(JsonRpcInvalidRequest(
+                    f"A Content-Length over {MAX_SKIP_LENGTH} bytes cannot be skipped; the connection is closed."
+                ))
+                return
             if length > MAX_CONTENT_LENGTH:
                 deliver(JsonRpcInvalidRequest(
                     f"A message of {length} bytes exceeds the limit of {MAX_CONTENT_LENGTH} bytes; it was skipped."
@@ -217,6 +278,11 @@ def read_frames(stream: BinaryIO, deliver: Callable[[bytes | JsonRpcException | 
         logger.info("input closed: %s", error)
     finally:
         deliver(None)
+
+
+def _shown_length(announced: bytes) -> str:
+    digits = announced.decode()
+    return digits if len(digits) <= 40 else f"{digits[:20]}… ({len(digits)} digits)"
 
 
 def _skip(stream: BinaryIO, length: int) -> bool:
@@ -244,7 +310,7 @@ def msgspec_handler(params_type: type[P]) -> Callable[[Callable[..., Awaitable[A
             try:
                 return msgspec.convert(raw, params_type, strict=True)
             except msgspec.ValidationError as error:
-                raise JsonRpcInvalidParams(f"Invalid params: {_field_message(error)}") from None
+                raise JsonRpcInvalidParams(f"Invalid params: {wellformed.field_message(error)}") from None
 
         if asyncio.iscoroutinefunction(handler):
 
@@ -263,18 +329,38 @@ def msgspec_handler(params_type: type[P]) -> Callable[[Callable[..., Awaitable[A
     return decorate
 
 
-def _field_message(error: msgspec.ValidationError) -> str:
-    """msgspec says "Expected `str`, got `int` - at `$.text`"; say it with the param's name."""
-    text = str(error)
-    match = re.match(r"Object missing required field `(.*)`(?: - at `\$\.?(.*)`)?$", text)
-    if match:
-        name, where = match.groups()
-        return f"{(where + '.') if where else ''}{name}: required field is missing"
-    match = re.search(r"(.*) - at `\$\.?(.*)`$", text)
-    if match:
-        problem, field = match.groups()
-        return f"{field or 'params'}: {problem[0].lower()}{problem[1:]}"
-    return f"params: {text[0].lower()}{text[1:]}"
+#: Seconds worker threads get to finish once the daemon is done serving.
+EXIT_GRACE_S = 5.0
+
+
+def leave_despite_busy_threads(code: int, grace: float = EXIT_GRACE_S) -> None:
+    """End the process with ``code`` now if worker threads are still busy after ``grace`` seconds.
+
+    Python waits for every non-daemon thread at exit, and anyio's worker threads are not
+    daemons: one stuck in a read of a hung file system, or a local model still generating,
+    would keep the daemon alive after ``exit`` or EOF. Everything that must be saved was
+    saved before this (a reply is acknowledged only once stored); the log is flushed first.
+    """
+    import os
+    import threading
+    import time
+
+    deadline = time.monotonic() + grace
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    busy = [t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon
+            and t.is_alive()]
+    if not busy:
+        return
+    logger.warning("exiting with %d worker thread(s) still busy: %s", len(busy), ", ".join(busy))
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def run_stdio(server, stdin: BinaryIO, stdout: BinaryIO, *, watch_interval: float = 1.0) -> int:

@@ -24,7 +24,7 @@ from imprintd.context.history import ConversationHistory, HistoryError
 from imprintd.context.sections import SectionError
 from imprintd.models.base import ModelError
 from imprintd.research.loop import ReplyFailed
-from imprintd.rpc import ImprintProtocol, msgspec_handler, run_stdio
+from imprintd.rpc import ImprintProtocol, leave_despite_busy_threads, msgspec_handler, run_stdio
 from imprintd.store import SessionNotFound, StoreError
 from imprintd.wire_events import WireEvents
 
@@ -74,9 +74,10 @@ def build_server(chat: Chat) -> LanguageServer:
             server.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=error))
 
     def apply_editor_settings(values: Any) -> None:
-        if not isinstance(values, dict):
-            return
-        values = values.get("imprint", values)
+        if not values:
+            return  # nothing sent: null, {}, or an empty Lua table encoded as []
+        if isinstance(values, dict):
+            values = values.get("imprint", values)
         before = len(chat.resolved.errors)
         chat.update_settings(chat.resolved.apply(values, "editor"))
         report_settings_errors(chat.resolved.errors[before:])
@@ -211,4 +212,6 @@ def serve(chat: Chat) -> int:
     stdin = open(sys.stdin.fileno(), "rb", closefd=False)  # noqa: SIM115 (lives as long as the process)
     stdout = sys.stdout.buffer
     sys.stdout = sys.stderr  # stdout carries protocol only; a stray print goes to the log
-    return run_stdio(build_server(chat), stdin, stdout)
+    code = run_stdio(build_server(chat), stdin, stdout)
+    leave_despite_busy_threads(code)  # no worker thread may hold the process after exit or EOF
+    return code

@@ -29,6 +29,7 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
     n_ctx: int = 8192
     max_tokens: int = 1024
     analysis_workers: int = 2
+    analysis_context: int = 4096
     research_token_budget: int = 65536
     research_time_budget: float = 300.0
 
@@ -58,6 +59,23 @@ class Key:
     check: Callable[[Any], bool] = lambda value: True
 
 
+def _is_http_url(value: str) -> bool:
+    """Whether httpx, which will send the requests, reads ``value`` as an http(s) URL with a host.
+
+    Asked here so a URL it cannot parse (``http://[::1``) is refused as a setting, naming it,
+    instead of failing every reply later.
+    """
+    import httpx  # only when a URL is checked: ``imprintd config`` need not load it otherwise
+
+    try:
+        url = httpx.URL(value)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return False
+    # httpx parses a port past 65535 and a host with a space, then fails to connect on them.
+    return (url.scheme in ("http", "https") and bool(url.host) and (url.port is None or 0 < url.port < 65536)
+            and not any(character.isspace() for character in value))
+
+
 def _between(low: float, high: float) -> Callable[[Any], bool]:
     return lambda value: low <= value <= high
 
@@ -69,18 +87,21 @@ KEYS: dict[str, Key] = {
             lambda v: v in ("local", "openai")),
         Key("chat.model", str, "a GGUF path (local) or a model name (openai); empty for the embedded default",
             "the chat model"),
-        Key("chat.base_url", str, "an http(s) URL", "OpenAI-compatible server for provider openai",
-            lambda v: v.startswith(("http://", "https://"))),
+        Key("chat.base_url", str, "an http(s) URL with a host, e.g. http://127.0.0.1:8080/v1",
+            "OpenAI-compatible server for provider openai", lambda v: _is_http_url(v)),
         Key("chat.n_ctx", int, "an integer from 512 to 1048576", "context window in tokens",
             _between(512, 1_048_576)),
         Key("chat.max_tokens", int, "an integer from 16 to 32768", "output allowance of a reply in tokens",
             _between(16, 32_768)),
         Key("chat.analysis_workers", int, "an integer from 0 to 8", "section-analysis workers; 0 turns analysis off",
             _between(0, 8)),
+        Key("chat.analysis_context", int, "an integer from 1024 to 65536",
+            "tokens of one section worker's context (at most chat.n_ctx); larger sections, fewer of them",
+            _between(1024, 65_536)),
         Key("chat.research_token_budget", int, "an integer from 1024 to 16777216",
             "tokens research may spend on one reply", _between(1024, 16_777_216)),
-        Key("chat.research_time_budget", float, "a number of seconds from 1 to 3600",
-            "seconds research may take on one reply", _between(1, 3600)),
+        Key("chat.research_time_budget", float, "a number of seconds from 1 to 86400",
+            "seconds one reply may take, section analysis and the final answer included", _between(1, 86_400)),
     )
 }
 
@@ -133,7 +154,17 @@ class Resolved:
     errors: tuple[str, ...] = ()
 
     def apply(self, values: Mapping[str, Any], source: str, *, from_text: bool = False) -> Resolved:
-        """Layer ``values`` from ``source`` on top; refused values keep the previous one."""
+        """Layer ``values`` from ``source`` on top; refused values keep the previous one.
+
+        ``values`` that are not an object at all (an editor sending ``{"imprint": 5}``) are
+        refused as a whole, named; None means nothing was sent.
+        """
+        if values is None:
+            return self
+        if not isinstance(values, Mapping):
+            error = (f"settings from {source} must be an object such as {{\"chat\": {{\"n_ctx\": 4096}}}}, "
+                     f"got {_shown(values)}; all of them were ignored")
+            return Resolved(self.settings, self.origins, self.errors + (error,))
         settings, origins, errors = self.settings, dict(self.origins), list(self.errors)
         for key, value in flatten(values).items():
             try:
@@ -143,6 +174,11 @@ class Resolved:
                 errors.append(f"{error} (from {source}; keeping {settings.get(key)!r})"
                               if key in KEYS else f"{error} (from {source})")
         return Resolved(settings, origins, tuple(errors))
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:79] + "…"
 
 
 def config_file() -> Path:

@@ -268,14 +268,16 @@ class Store:
     @classmethod
     def open(cls, path: Path | None = None, *, clock: Clock = time.time) -> Store:
         """Open (creating if needed) the database; default ``data_dir()/imprint.sqlite3``."""
-        if path is None:
-            directory = data_dir()
+        path = data_dir() / DB_NAME if path is None else path
+        try:
             # 0700: only this user reads the conversations (existing dirs are left as they are).
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path = directory / DB_NAME
-        else:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _create_private_file(path)
+            _create_private_file(path)
+        except OSError as error:  # IMPRINT_DATA_DIR=/dev/null, a read-only or unreadable folder
+            raise StoreError(
+                f"the data folder {path.parent} cannot be used: {error.strerror or error}. "
+                "Set IMPRINT_DATA_DIR to a folder this user can write."
+            ) from None
         try:
             db = apsw.Connection(str(path))
         except apsw.Error as error:

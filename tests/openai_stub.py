@@ -22,6 +22,11 @@ class StubReply:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {"name":..., "arguments": {...}}
     #: Block after the first piece until the test releases it (for cancellation tests).
     hold: threading.Event | None = None
+    #: Send these ``data:`` payloads verbatim instead of a well-formed stream (malformed chunks).
+    raw_events: list[str] | None = None
+    #: Answer with this HTTP status and body instead of a stream (error replies).
+    status: int = 200
+    body: str = ""
 
 
 Script = StubReply | str | Callable[[dict], "StubReply | str"]
@@ -57,6 +62,9 @@ class OpenAIStub:
                 reply = script(request) if callable(script) else script
                 if isinstance(reply, str):
                     reply = StubReply(text=reply)
+                if reply.status != 200:
+                    self._send_json(reply.status, reply.body.encode())
+                    return
                 self._stream(reply)
 
             def _send_json(self, status: int, body: bytes) -> None:
@@ -82,6 +90,12 @@ class OpenAIStub:
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 try:
+                    if reply.raw_events is not None:
+                        for data in reply.raw_events:
+                            self._event(data)
+                        self.wfile.write(b"0\r\n\r\n")
+                        self.wfile.flush()
+                        return
                     self._event(self._chunk({"role": "assistant", "content": ""}))
                     words = reply.text.split(" ") if reply.text else []
                     for index, word in enumerate(words):

@@ -99,12 +99,29 @@ async def test_an_answer_cut_short_keeps_what_it_wrote_and_adds_the_strongest_fi
     assert "…" not in outcome.text.split("\n")[0]  # cut after a whole sentence: no ellipsis
 
 
-async def test_a_final_turn_that_asks_for_tools_or_fails_ends_with_the_findings(model, workspace):
+async def test_a_final_turn_that_fails_ends_with_the_findings(model, workspace):
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
     model.queue(*researcher(MANY_CALLS, Fail("the model crashed")))
-    outcome, _ = await ask(chat, "Tell me about billing", workspace)
-    assert outcome.text.startswith("I couldn't write a full answer. The strongest findings")
+    outcome, events = await ask(chat, "Tell me about billing", workspace)
+    assert outcome.text.startswith("I couldn't write a full answer. The strongest findings of the research:\n- ")
+    assert "port: 8101" in outcome.text or "billing" in outcome.text.split("\n")[1]
     assert outcome.stop_reason == "token_budget"  # a bounded stop is never a failed reply
+    assert events.streamed == outcome.text
+
+
+async def test_a_final_turn_that_asks_for_tools_keeps_its_text_and_adds_the_findings(model, workspace):
+    # A provider that parses a call even with no tools offered returns it as a tool call.
+    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    model.queue(*researcher(MANY_CALLS, Completion(text="Billing is deployed behind the gateway [1].",
+                                                   tool_calls=(call("search", call_id="x", query="owner"),))))
+    outcome, events = await ask(chat, "Tell me about billing", workspace)
+    assert outcome.text.startswith("Billing is deployed behind the gateway [1].\n\n(The answer was cut short. "
+                                   "The strongest findings of the research:)\n- ")
+    findings = [line for line in outcome.text.split("Sources:")[0].splitlines() if line.startswith("- ")]
+    assert findings[0].startswith("- from docs/deploy.md (file): # Deploying The billing service") and len(findings) == 2
+    assert "search" not in outcome.text.split("\n")[0]  # nothing of the call is shown
+    assert "\n\nSources:\n[1] docs/deploy.md" in outcome.text
+    assert events.streamed == outcome.text
 
 
 async def test_a_spoken_reply_gets_no_sources_list(model, workspace):
@@ -204,3 +221,158 @@ async def test_the_final_answer_after_an_analyzed_question_has_no_reread_guidanc
     assert "read_chat_section" not in final.text
     coordinator = [r for r in model.requests if r.tools][0]
     assert "read_chat_section" in coordinator.text  # the coordinator itself was told how to reread
+
+
+# --- budgets and long input (issue 12 items 1 and 2, issue 11's time budget) --------------------
+
+
+def paste_of(lines: int) -> str:
+    return ("Which port does service alpha199 listen on? Here is the inventory:\n"
+            + "".join(f"line {n}: service alpha{n} listens on port {9000 + n} FACT-{n}\n" for n in range(lines)))
+
+
+def section_notes(request) -> str:
+    """A worker's notes: the facts of the section it was shown."""
+    import re
+
+    shown = request.messages[-1].content.split("<<<", 1)[1]
+    return "notes: " + " ".join(re.findall(r"FACT-\d+", shown)[-3:])
+
+
+async def test_a_paste_the_token_budget_cannot_cover_is_answered_from_the_sections_read(workspace):
+    model = StandInModel(n_ctx=2048)
+    chat = make_chat(model, **{"chat.n_ctx": 2048, "chat.max_tokens": 256, "chat.research_token_budget": 6000})
+
+    def reply(request):
+        if request.max_tokens == 384:
+            return section_notes(request)
+        return "alpha199 is not in the sections I read [1]." if not request.tools else tool_turn(
+            call("search", query="alpha"))
+
+    model.queue(*[reply] * 40)
+    paste = paste_of(400)
+    outcome, events = await ask(chat, paste, workspace)
+
+    workers = [r for r in model.requests if r.max_tokens == 384]
+    analysis = [m for m in events.progress_messages if not m.startswith("Indexing")]
+    planned = int(analysis[1].rsplit(" of ", 1)[1])
+    assert 2 <= len(workers) < planned  # some sections were read, not all
+    # Up front, before any worker ran: what will not be read and the setting that would read it.
+    announce = analysis[0]
+    assert announce.startswith(f"The user message needs {planned} sections: the research token budget (6,000 tokens")
+    assert "chat.research_token_budget = " in announce and "will not be read" in announce
+    assert outcome.stop_reason == "token_budget"
+    # The final answer was written from the notes of the sections read, not the raw paste.
+    final = model.requests[-1]
+    assert final.tools == [] and paste not in final.text
+    assert "[Section analysis]" in final.text and "FACT-1 " in final.text.replace("\n", " ")
+    assert "were NOT read" in final.text
+    # The reply says exactly which characters were not read, and is no "nothing to report".
+    [read_to] = {int(m) for m in __import__("re").findall(r"only characters 0–(\d+) were read", final.text)}
+    assert read_to < len(paste)
+    assert outcome.text.startswith("alpha199 is not in the sections I read")
+    assert (f"Characters {read_to:,}–{len(paste):,} of your message ({len(paste):,} characters) were not read: "
+            f"the research token budget ran out after {len(workers)} of {planned} sections. "
+            "Raising chat.research_token_budget would let them be read.") in outcome.text
+    assert "nothing to report" not in outcome.text
+    assert events.streamed == outcome.text
+    assert chat.store.messages(outcome.session_id)[-1].content == outcome.text
+
+
+async def test_the_time_budget_bounds_section_analysis_and_the_final_answer(workspace):
+    model = StandInModel(n_ctx=2048)
+    chat = make_chat(model, **{"chat.n_ctx": 2048, "chat.max_tokens": 256, "chat.research_time_budget": 2})
+    model.queue(section_notes, Hang("half a note"), Hang("The answer that never ends"))
+    started = anyio.current_time()
+    with anyio.fail_after(20):
+        outcome, events = await ask(chat, paste_of(400), workspace)
+    elapsed = anyio.current_time() - started
+    first, second, final = model.requests
+    # Research may use the budget less the final answer's 20% share; the final answer the rest.
+    assert 1.0 <= first.timeout <= 1.6 and second.timeout <= first.timeout
+    assert final.tools == [] and 0 < final.timeout <= 0.4 + 0.05
+    assert outcome.stop_reason == "time_budget"
+    assert elapsed < 2 + 5  # the whole reply (and indexing), not 2 s plus a fixed 120 s for the final answer
+    assert "the research time budget ran out after 1 of" in outcome.text
+    assert "Raising chat.research_time_budget would let them be read." in outcome.text
+
+
+async def test_a_model_that_never_answers_ends_the_reply_within_the_time_budget(model, workspace):
+    chat = make_chat(model, **{"chat.research_time_budget": 2})
+    model.queue(Hang("Thinking"), Hang("Still thinking"))
+    started = anyio.current_time()
+    with anyio.fail_after(20):
+        outcome, _ = await ask(chat, "Which port does billing use?", workspace)
+    coordinator, final = model.requests
+    assert 1.0 <= coordinator.timeout <= 1.6  # 2 s less the final answer's share
+    assert 0 < final.timeout <= 0.4 + 0.05
+    assert anyio.current_time() - started < 2 + 5  # not 2 s plus a fixed 120 s
+    assert outcome.stop_reason == "time_budget" and outcome.text.strip()
+
+
+async def test_notes_come_from_this_reply_only_never_from_earlier_replies(model, workspace):
+    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 256})
+    # The first reply reads billing's config and answers within its budget.
+    model.queue(tool_turn(call("read_file", path="services/billing.yaml")), "Found it.")
+    first, _ = await ask(chat, "Which port does billing use?", workspace)
+    stored = chat.store.messages(first.session_id)
+    assert any(m.role == "tool" and "port: 8101" in m.content for m in stored)
+    # The second reply searches the docs until its budget stops it.
+    rounds = [tool_turn(call("search", call_id=f"d{n}", query=f"rollout {n}")) for n in range(12)]
+
+    def reply(request):
+        return rounds.pop(0) if request.tools else "Rollouts take 5 minutes [1]."
+
+    model.queue(*[reply] * 14)
+    second, _ = await ask(chat, "How long do rollouts take?", workspace, session_id=first.session_id)
+    assert second.stop_reason == "token_budget"
+    final = model.requests[-1]
+    assert final.tools == []
+    notes = final.messages[-1].content.split("Research notes:\n", 1)[1]
+    assert "Rollouts take 5 minutes" in notes
+    assert "8101" not in notes and "billing.yaml" not in notes  # the earlier reply's read is not a note
+    assert all("port: 8101" not in m.content for m in final.messages)
+
+
+async def test_research_that_fills_the_context_is_answered_from_notes(model, workspace):
+    (workspace / "big.log").write_text("".join(f"{n:04d} gateway timeout on node-{n % 7}\n" for n in range(400)),
+                                       encoding="utf-8")
+    model.n_ctx = 2048
+    chat = make_chat(model, **{"chat.n_ctx": 2048, "chat.max_tokens": 768, "chat.analysis_workers": 0})
+
+    def reply(request):
+        if request.tools:
+            return tool_turn(call("read_file", path="big.log"))
+        return "Node timeouts fill the log [1]."
+
+    model.queue(*[reply] * 4)
+    outcome, events = await ask(chat, "What does big.log say?", workspace)
+    assert outcome.stop_reason == "context_full"
+    coordinator = [r for r in model.requests if r.tools]
+    assert len(coordinator) == 1  # the second round did not fit beside the first one's result
+    final = model.requests[-1]
+    assert final.tools == [] and "0000 gateway timeout on node-0" in final.messages[-1].content
+    assert outcome.text.startswith("Node timeouts fill the log [1].\n\nSources:\n[1] big.log")
+    assert events.streamed == outcome.text
+
+
+async def test_the_final_answer_has_its_own_120_seconds_at_most(model, workspace, monkeypatch):
+    from imprintd.research import answer as answer_mod
+    from imprintd.research import clock as clock_mod
+
+    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512,
+                               "chat.research_time_budget": 3600})
+    model.queue(*researcher(MANY_CALLS, "Billing listens on 8101 [1]."))
+    await ask(chat, "Which port does billing use?", workspace)
+    assert model.requests[-1].tools == [] and model.requests[-1].timeout == pytest.approx(120, abs=1)
+
+    # A final turn that runs into that deadline keeps what it wrote and adds the findings.
+    monkeypatch.setattr(clock_mod, "FINAL_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(answer_mod, "FINAL_TIMEOUT_S", 0.3)
+    model.replies.clear()
+    model.queue(*researcher(MANY_CALLS, Hang("Billing listens on")))
+    with anyio.fail_after(20):
+        outcome, events = await ask(chat, "Which port does billing use?", workspace)
+    assert model.requests[-1].timeout == pytest.approx(0.3, abs=0.01)
+    assert outcome.text.startswith("Billing listens on…\n\n(The answer was cut short. The strongest findings")
+    assert events.streamed == outcome.text

@@ -679,14 +679,19 @@ async def test_the_history_tool_is_offered_only_with_earlier_messages(model, wor
     assert info.persist is persist
 
 
-async def test_the_history_tool_is_offered_without_a_workspace_too(model):
-    chat = make_chat(model)
+async def test_without_tools_offered_the_history_tool_and_its_guidance_are_not_offered(model):
+    # ADR 0141: offered whenever there are earlier messages *and tools are offered*. A reply
+    # without a workspace offers no tools, so neither the tool nor the lookup guidance.
+    chat = small_chat(model)
+    store, sid = new_session(chat)
+    seeded = StoredSummary(text="- (#1–#2) The user pasted the staging compose file.", first_seq=1, last_seq=2)
+    store.save_summary(sid, seeded)
     script(model, dispatch(answer("Hello.")))
-    first, _ = await ask(chat, "Hi there", persist=False)
-    await ask(chat, "What did I just say?", first.session_id)
-    opening, follow_up = model.requests
-    assert opening.tools == []
-    assert [t.name for t in follow_up.tools] == [TOOL_NAME] and STRATEGY_LINE in follow_up.system
+    await ask(chat, "What did I paste?", sid)
+    [request] = model.requests
+    assert request.tools == []
+    assert STRATEGY_LINE not in request.system and "use conversation_history" not in request.system
+    assert seeded.text in request.system  # the summary itself is still there
 
 
 # --- persist-false sessions ------------------------------------------------------------------

@@ -34,7 +34,7 @@ def test_sources_layer_in_order_and_each_value_says_where_it_came_from(monkeypat
     ("key", "value", "accepted"),
     [("chat.analysis_workers", 9, "0 to 8"), ("chat.analysis_workers", -1, "0 to 8"),
      ("chat.n_ctx", "big", "512 to 1048576"), ("chat.provider", "ollama", '"local" or "openai"'),
-     ("chat.max_tokens", True, "16 to 32768"), ("chat.research_time_budget", 0, "1 to 3600"),
+     ("chat.max_tokens", True, "16 to 32768"), ("chat.research_time_budget", 0, "1 to 86400"),
      ("chat.base_url", "ftp://x", "http(s) URL")],
 )
 def test_a_refused_value_names_key_value_and_range_and_the_previous_value_stays(key, value, accepted):

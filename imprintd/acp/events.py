@@ -12,7 +12,6 @@ become thought chunks, one line each (ADR 0093: never the answer).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -34,12 +33,6 @@ TOOL_KINDS: dict[str, wire.ToolKind] = {
 
 #: ACP's stop reasons for the core's: an answer and every research stop end the turn.
 STOP_REASONS: dict[str, wire.StopReason] = {"length": "max_tokens"}
-
-# ReadFileTool.title writes "Reading PATH", optionally with " lines A–B", " from line A" or
-# " up to line B". A tool step carries no arguments, so the path a live read_file call
-# touches is read back from its title (tests pin the two together).
-_READING = re.compile(r"^Reading (?P<path>.+?)(?: lines (?P<start>\d+)–\d+| from line (?P<from>\d+)| up to line \d+)?$")
-
 
 def stop_reason(core_stop: str) -> wire.StopReason:
     return STOP_REASONS.get(core_stop, "end_turn")
@@ -64,21 +57,12 @@ def location(root: Path | None, path: str, line: int | None = None) -> list[wire
 
 
 def arguments_location(root: Path | None, tool: str, arguments: Mapping[str, Any]) -> list[wire.ToolCallLocation]:
-    """Where a stored call with these arguments reads, when it reads a workspace file."""
+    """Where a call with these arguments reads, when it reads a workspace file."""
     path = arguments.get("path")
     if tool != "read_file" or not isinstance(path, str) or not path:
         return []
     start = arguments.get("start_line")
     return location(root, path, start if isinstance(start, int) and not isinstance(start, bool) else None)
-
-
-def title_location(root: Path | None, step: ToolStep) -> list[wire.ToolCallLocation]:
-    """Where a live read_file step reads, from its title."""
-    match = _READING.match(step.title) if step.tool == "read_file" else None
-    if match is None:
-        return []
-    start = match["start"] or match["from"]
-    return location(root, match["path"], int(start) if start else None)
 
 
 def file_uri(root: Path | None, path: str, start_line: int, end_line: int) -> str:
@@ -132,7 +116,7 @@ class AcpEvents:
         if step.state == "started":
             self.update(wire.ToolCallStart(
                 tool_call_id=self._new_call_id(step), title=step.title, kind=tool_kind(step.tool),
-                status="in_progress", locations=title_location(self.root, step) or UNSET))
+                status="in_progress", locations=arguments_location(self.root, step.tool, step.arguments) or UNSET))
             return
         status: wire.ToolCallStatus = "completed" if step.state == "finished" else "failed"
         detail = [wire.ToolCallContent(content=text_block(step.detail))] if step.detail else UNSET

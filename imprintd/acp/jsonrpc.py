@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import threading
 import uuid
@@ -25,6 +26,7 @@ from typing import Any, BinaryIO
 import msgspec
 from msgspec import UNSET
 
+from imprintd import wellformed
 from imprintd.acp import wire
 
 logger = logging.getLogger(__name__)
@@ -95,6 +97,8 @@ class Dispatcher:
             self.connection.fail(None, INVALID_REQUEST,
                                  f"A message of {line.length} bytes exceeds the limit of {MAX_LINE} bytes; it was skipped.")
             return
+        if wellformed.may_need_check(line) and self._refused_as_malformed(line):
+            return
         try:
             message = wire.envelope_decoder.decode(line)
         except msgspec.ValidationError as error:
@@ -116,6 +120,26 @@ class Dispatcher:
             self._notification(message.method, message.params)
         else:
             self._request(message.id, message.method, message.params)
+
+    def _refused_as_malformed(self, line: bytes) -> bool:
+        """Refuse a line nested too deep or holding a lone surrogate (see ``wellformed``); True if refused."""
+        try:
+            raw = json.loads(line)
+        except RecursionError:
+            self.connection.fail(None, INVALID_REQUEST, wellformed.TOO_DEEP)
+            return True
+        except ValueError:
+            return False  # not JSON: the envelope decoder names it
+        try:
+            wellformed.check(raw)
+        except wellformed.Malformed as error:
+            answer = wellformed.refusal(raw, error) if isinstance(raw, dict) else (None, INVALID_REQUEST, str(error))
+            if answer is None:
+                logger.warning("dropping a malformed notification: %s", error)
+            else:
+                self.connection.fail(*answer)
+            return True
+        return False
 
     # -- requests ---------------------------------------------------------------
     def _request(self, request_id: int | str, method: str, raw: msgspec.Raw | Any) -> None:
@@ -172,7 +196,7 @@ def _decode_params(method: str, raw: msgspec.Raw | Any) -> Any:
     try:
         return decoder.decode(b"{}" if raw is UNSET or bytes(raw) == b"null" else raw)
     except msgspec.ValidationError as error:
-        raise RpcError(INVALID_PARAMS, f"Invalid params for {method!r}: {wire.field_message(error)}") from None
+        raise RpcError(INVALID_PARAMS, f"Invalid params for {method!r}: {wellformed.field_message(error)}") from None
 
 
 def _request_problem(message: wire.Envelope) -> str | None:
@@ -194,7 +218,7 @@ def _envelope_problem(error: msgspec.ValidationError) -> str:
     text = str(error)
     if text.startswith("Expected `object`"):
         return "A message must be a JSON object (batches are not supported)."
-    return f"Not a JSON-RPC 2.0 message: {wire.field_message(error)}"
+    return f"Not a JSON-RPC 2.0 message: {wellformed.field_message(error)}"
 
 
 def _salvaged_id(line: bytes) -> int | str | None:

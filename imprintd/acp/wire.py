@@ -8,7 +8,6 @@ unset optional fields left out. Each decoder is built once, at import.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 import msgspec
@@ -240,21 +239,3 @@ PARAMS: dict[str, msgspec.json.Decoder] = {
     "session/prompt": msgspec.json.Decoder(PromptParams),
     "session/cancel": msgspec.json.Decoder(SessionParams),
 }
-
-
-def field_message(error: msgspec.ValidationError) -> str:
-    """msgspec says "Expected `str`, got `int` - at `$.prompt[0].text`"; say it by the field's name."""
-    text = str(error)
-    missing = re.match(r"Object missing required field `(.*?)`(?: - at `\$\.?(.*)`)?$", text)
-    if missing:
-        name, where = missing.groups()
-        return f"{(where + '.') if where else ''}{name}: required field is missing"
-    tagged = re.match(r"Invalid value '(.*)' - at `\$\.?(.*)`$", text)
-    if tagged:
-        value, where = tagged.groups()
-        return f"{where}: {value!r} is not a type this agent accepts"
-    located = re.search(r"(.*) - at `\$\.?(.*)`$", text)
-    if located:
-        problem, where = located.groups()
-        return f"{where or 'params'}: {problem[0].lower()}{problem[1:]}"
-    return f"params: {text[0].lower()}{text[1:]}"

@@ -16,7 +16,11 @@ prompt once per removed piece, at most once per earlier message". Here the exact
 taken once at the start; each removal subtracts the model's cached per-message counts,
 and one exact count confirms the result when the running total says it fits (if the exact
 count disagrees and the prompt is still over, removal goes on from the exact figure).
-So ``measurements`` is at most the number of removed pieces plus two, and usually two.
+Per-message counts can also be pessimistic (a real template's joins add less than a message
+counted alone), so the running total may ask for more removals than needed: after the last
+one, when an exact count came in under the running total, the pieces removed last are put
+back, newest first, while the exact count says they fit. So ``measurements`` is at most the number of removed pieces plus the pieces put back
+plus three, and usually two.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ class Fitted(msgspec.Struct, frozen=True, kw_only=True):
     dropped_exchanges: int
     #: How many exact ``count_prompt`` calls fitting made.
     measurements: int
+    #: Pieces removed and then put back because the exact count had room for them.
+    restored: int = 0
 
 
 def research_pieces(history: Sequence[Message]) -> list[list[int]]:
@@ -122,6 +128,8 @@ def fit_prompt(
     # goes with them: by then every tool exchange has already gone in step 1.
     plan = [("research", piece) for piece in research_pieces(history)]
     plan += [("exchange", piece) for piece in exchange_pieces(history)]
+    removed: list[tuple[str, list[int]]] = []  # in the order removed
+    pessimistic = False  # an exact count came in under the running total: too much may have gone
     for kind, piece in plan:
         if total <= limit:
             break
@@ -131,13 +139,32 @@ def fit_prompt(
         for index in live:
             kept[index] = False
         dropped[kind] += 1
+        removed.append((kind, live))
         # Cached per-message counts keep a long session cheap; the exact count confirms.
         total -= sum(model.count_message(history[index]) for index in live)
         exact = False
         if total <= limit:
-            total, exact = measure(), True
+            estimate, total, exact = total, measure(), True
+            pessimistic = pessimistic or total < estimate
     if not exact:
-        total = measure()
+        estimate, total = total, measure()
+        pessimistic = pessimistic or total < estimate
+    restored = 0
+    while pessimistic and removed and total <= limit:
+        # Put back the piece removed last while it fits: the history is then what removal
+        # would have left had it stopped one piece earlier, so it stays well formed.
+        kind, live = removed[-1]
+        for index in live:
+            kept[index] = True
+        with_it = measure()
+        if with_it > limit:
+            for index in live:
+                kept[index] = False
+            break
+        removed.pop()
+        dropped[kind] -= 1
+        restored += 1
+        total = with_it
     return Fitted(
         messages=_assemble(system, history, kept, current),
         prompt_tokens=total,
@@ -145,6 +172,7 @@ def fit_prompt(
         dropped_tool_exchanges=dropped["research"],
         dropped_exchanges=dropped["exchange"],
         measurements=measurements,
+        restored=restored,
     )
 
 

@@ -7,9 +7,15 @@ tools, and each rewrites its own bounded notes as its sections arrive. The coord
 sees the notes (``Analysis.coordinator_text``) instead of the original, and may reread exact
 character ranges of the original with ``read_chat_section`` (``ReadChatSectionTool``).
 
-Every limit of the record is a constant below and fails explicitly (``AnalysisError``,
-naming the limit and how far coverage got): never is partial coverage returned as complete.
-Originals live in memory only, under random ids, per reply (``ReplySections``); a bounded
+What the reply may spend bounds how much is read (issue 12; protocol.md, "Long input"):
+before any worker runs, the plan's cost is estimated against what is left of the research
+token budget, and a progress message says up front what will not be covered and which
+setting would cover it. Sections are then read in order from the start until the source is
+covered or the token budget, the time budget (``time_left``) or the 64 sections per reply
+run out: the notes of the sections read are kept, never discarded, and the ``Analysis``
+says exactly which characters were not read (``cut``, ``read_to``). Other limits and worker
+failures stop analysis explicitly (``AnalysisError``, naming the limit and how far coverage
+got): never is partial coverage returned as complete. Originals live in memory only, under random ids, per reply (``ReplySections``); a bounded
 process-wide ``SectionArchive`` keeps recent replies' registries for ``imprint/read_chat_section``.
 Progress goes through ``ReplyEvents.progress``, never the reply text. With analysis off
 (0 workers) tool results are clipped to a 4,000-character prefix, as before the record.
@@ -18,6 +24,7 @@ Progress goes through ``ReplyEvents.progress``, never the reply text. With analy
 from __future__ import annotations
 
 import inspect
+import math
 import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +36,7 @@ import msgspec
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, ToolSpec
 from imprintd.models.base import Completion, Model, ModelError
+from imprintd.research.budget import BudgetExhausted
 from imprintd.tools.base import ToolError, ToolResult, parse_arguments, tool_spec
 
 __all__ = [
@@ -44,7 +52,8 @@ __all__ = [
 # -- the record's limits -------------------------------------------------------------------
 #: Characters each section repeats from the end of the previous one.
 OVERLAP_CHARS = 64
-#: A worker's context: min(this, model.n_ctx) tokens, output headroom included.
+#: A worker's context by default: min(this, model.n_ctx) tokens, output headroom included
+#: (``chat.analysis_context`` sets it; larger sections let 64 of them reach 1,000,000 characters).
 WORKER_CONTEXT_TOKENS = 4096
 #: Seconds one worker request may take (waiting for the inference lock included).
 WORKER_TIMEOUT_S = 120.0
@@ -81,6 +90,14 @@ PLAN_MARGIN_TOKENS = 8
 #: ``kind`` of the user's own message; a tool result's kind is ``tool_kind(name)``.
 USER_KIND = "user"
 
+#: Why reading stopped before the end of a source, and the setting that would read further.
+CUT_REASONS = {
+    "token_budget": ("the research token budget ran out", "chat.research_token_budget"),
+    "time_budget": ("the research time budget ran out", "chat.research_time_budget"),
+    "section_limit": ("this reply reached its limit of sections analyzed",
+                      "chat.analysis_context (larger sections; the context chat.n_ctx must allow them)"),
+}
+
 WORKER_SYSTEM_PROMPT = (
     "You take notes for another assistant who must answer a question about a source that is "
     "too long for it to read. You see the source one section at a time, together with your "
@@ -107,7 +124,10 @@ class SectionError(ValueError):
 class Budget(Protocol):
     """What analysis needs of a research budget (ADR 0157; ``imprintd/research/budget.py``).
 
-    ``reserve`` may raise (budget spent); the exception propagates. Either may be async.
+    ``reserve`` raises BudgetExhausted when the request does not fit what remains (reading
+    then stops, keeping the notes of the sections read); other exceptions propagate. Either
+    may be async. ``remaining`` and ``total``, when the budget has them, give the up-front
+    estimate of what will be read.
     """
 
     def reserve(self, model: Model, messages: Sequence[Message], tools: Sequence[ToolSpec],
@@ -209,7 +229,14 @@ def plan_sections(
     model: Model, text: str, *, question: str, label: str, worker_context: int,
 ) -> list[tuple[int, int]]:
     """Sections of ``text`` sized so every worker prompt, with notes at their largest and
-    ``NOTES_MAX_TOKENS`` of output, fits ``worker_context`` tokens.
+    ``NOTES_MAX_TOKENS`` of output, fits ``worker_context`` tokens (see ``_plan``)."""
+    return _plan(model, text, question=question, label=label, worker_context=worker_context)[0]
+
+
+def _plan(
+    model: Model, text: str, *, question: str, label: str, worker_context: int,
+) -> tuple[list[tuple[int, int]], list[int]]:
+    """The sections of ``plan_sections`` and each one's measured worker prompt (notes at their largest).
 
     Each section is measured with the model's exact ``count_prompt`` of the full worker
     request; one that is over shrinks by the density just measured and is measured again.
@@ -234,6 +261,7 @@ def plan_sections(
             f"context beside {NOTES_MAX_TOKENS} output tokens; no section was analyzed")
     chars_per_token = 4.0  # optimistic first guess; corrected by every measurement
     ranges: list[tuple[int, int]] = []
+    prompts: list[int] = []
     start = 0
     while start < len(text):
         max_chars = max(MIN_SECTION_CHARS, int(available * chars_per_token * 0.97))
@@ -250,10 +278,11 @@ def plan_sections(
                     f"notes and {NOTES_MAX_TOKENS} output tokens; no section was analyzed")
             max_chars = max(MIN_SECTION_CHARS, min(max_chars - 1, int(available * chars_per_token * 0.95)))
         ranges.append((start, end))
+        prompts.append(used)
         if end >= len(text):
             break
         start = end - OVERLAP_CHARS
-    return ranges
+    return ranges, prompts
 
 
 # -- results -------------------------------------------------------------------------------------------
@@ -266,18 +295,51 @@ class WorkerNotes(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Analysis(msgspec.Struct, frozen=True, kw_only=True):
-    """A complete section analysis of one source."""
+    """A section analysis of one source: complete, or cut short by a budget or the section limit.
+
+    A cut analysis read ``sections`` in order from the start, so characters ``0..read_to``
+    were read and ``read_to..total_chars`` were not; ``cut`` says why (a key of CUT_REASONS).
+    """
 
     source_id: str
     kind: str
     label: str
     total_chars: int
-    #: ``(start, end)`` character ranges, in order; section ``n`` is ``sections[n - 1]``.
+    #: ``(start, end)`` character ranges read, in order; section ``n`` is ``sections[n - 1]``.
     sections: tuple[tuple[int, int], ...]
     workers: tuple[WorkerNotes, ...]
     #: For the user's own message: its first HEAD_CHARS and last TAIL_CHARS characters.
     head: str = ""
     tail: str = ""
+    #: Sections the whole source needed (0: as many as were read).
+    planned: int = 0
+    #: Why reading stopped before the end ("" when the whole source was read).
+    cut: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return not self.cut
+
+    @property
+    def read_to(self) -> int:
+        """Characters ``0..read_to`` were read (all of them when complete)."""
+        if not self.cut:
+            return self.total_chars
+        return self.sections[-1][1] if self.sections else 0
+
+    @property
+    def needed(self) -> int:
+        return self.planned or len(self.sections)
+
+    def unread_sentence(self) -> str:
+        """Which characters were not read and why, and the setting that would read them; "" if complete."""
+        if not self.cut:
+            return ""
+        reason, setting = CUT_REASONS[self.cut]
+        where = "your message" if self.kind == USER_KIND else f"the {self.label}"
+        return (f"Characters {self.read_to:,}–{self.total_chars:,} of {where} "
+                f"({self.total_chars:,} characters) were not read: {reason} after {len(self.sections)} of "
+                f"{self.needed} sections. Raising {setting} would let them be read.")
 
     def coordinator_text(self, *, reread: bool = True) -> str:
         """What the coordinator sees instead of the original.
@@ -286,11 +348,19 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True):
         offers no tools (the final answer written from notes).
         """
         phrase = _kind_phrase(self.kind)
-        header = (
-            f"[Section analysis] {phrase[0].upper()}{phrase[1:]} was too long to show whole: "
-            f"{self.total_chars} characters, read in {len(self.sections)} overlapping sections by "
-            f"{len(self.workers)} note-taking worker{'s' if len(self.workers) != 1 else ''}, whose "
-            "notes follow.")
+        workers = f"{len(self.workers)} note-taking worker{'s' if len(self.workers) != 1 else ''}"
+        if self.complete:
+            header = (
+                f"[Section analysis] {phrase[0].upper()}{phrase[1:]} was too long to show whole: "
+                f"{self.total_chars} characters, read in {len(self.sections)} overlapping sections by "
+                f"{workers}, whose notes follow.")
+        else:
+            header = (
+                f"[Section analysis] {phrase[0].upper()}{phrase[1:]} was too long to show whole: "
+                f"{self.total_chars} characters, of which only characters 0–{self.read_to} were read, in "
+                f"{len(self.sections)} of the {self.needed} sections it needs, by {workers}, whose notes "
+                f"follow. Characters {self.read_to}–{self.total_chars} were NOT read "
+                f"({CUT_REASONS[self.cut][0]}): say so in the answer.")
         if reread:
             header += (
                 f" The original is kept as source id \"{self.source_id}\": reread exact "
@@ -315,6 +385,9 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # -- analysis -----------------------------------------------------------------------------------------
+TimeLeft = Callable[[], float]
+
+
 async def analyze(
     model: Model,
     source: str,
@@ -325,15 +398,23 @@ async def analyze(
     events: ReplyEvents,
     sections: ReplySections,
     budget: Budget | None = None,
+    time_left: TimeLeft | None = None,
+    worker_context: int = WORKER_CONTEXT_TOKENS,
 ) -> Analysis:
-    """Analyze ``source`` completely with ``workers`` sequential note-taking workers, or raise.
+    """Analyze ``source`` with ``workers`` sequential note-taking workers, as far as the reply may.
 
     ``kind`` is ``USER_KIND`` for the user's own oversized message (its head and tail then
     stand in for the question, and are kept for the coordinator) or ``tool_kind(name)``
     for a tool result. The original is registered in ``sections`` (this reply's registry,
-    which also counts sections against the per-reply limit). Raises AnalysisError when a
-    limit or a worker failure stops complete coverage; a cancellation of the calling task
-    stops the running worker and propagates, and no further section starts.
+    which also counts sections against the per-reply limit). ``time_left`` says how many
+    seconds research may still use; ``worker_context`` is ``chat.analysis_context``.
+
+    Sections are read in order. The token budget (``BudgetExhausted`` from ``budget``), the
+    time budget and the per-reply section limit end reading early: the Analysis then holds the
+    notes of the sections read and says what was not read (``cut``). Before the first worker,
+    a progress message says what the token budget or section limit will leave unread. Raises
+    AnalysisError when another limit or a worker failure stops coverage; a cancellation of
+    the calling task stops the running worker and propagates, and no further section starts.
     """
     if not 1 <= workers <= MAX_WORKERS:
         raise ValueError(f"workers must be from 1 to {MAX_WORKERS}, not {workers}")
@@ -346,35 +427,50 @@ async def analyze(
             f"{MAX_SOURCE_CHARS:,} allowed; no section was analyzed")
     head, tail = _excerpts(source) if kind == USER_KIND else ("", "")
     worker_question = _bounded(source if kind == USER_KIND else question)
-    worker_context = min(WORKER_CONTEXT_TOKENS, model.n_ctx)
+    context = min(worker_context, model.n_ctx)
     # Tokenizing up to a million characters is blocking work: keep it off the event loop.
-    ranges = await anyio.to_thread.run_sync(
-        lambda: plan_sections(model, source, question=worker_question, label=label,
-                              worker_context=worker_context))
-    sections.check_room(len(ranges))
+    ranges, prompts = await anyio.to_thread.run_sync(
+        lambda: _plan(model, source, question=worker_question, label=label, worker_context=context))
+    room = sections.room()
+    to_read = min(len(ranges), room)
+    _announce(events, label, ranges, prompts, to_read, budget, len(source))
     source_id = sections.register(source, label)
 
     notes = [""] * workers
     covered: list[list[int]] = [[] for _ in range(workers)]
-    for index, (start, end) in enumerate(ranges):
+    seconds: list[float] = []
+    cut = "" if to_read == len(ranges) else "section_limit"
+    for index, (start, end) in enumerate(ranges[:to_read]):
         number, worker = index + 1, index % workers
+        left = time_left() if time_left is not None else math.inf
+        if left <= 0 or (seconds and left < sum(seconds) / len(seconds)):
+            cut = "time_budget"  # the next section would not finish in time: keep what was read
+            break
         events.progress(f"Analyzing section {number} of {len(ranges)}", 100 * index // len(ranges))
-        sections.count_section()
         messages = worker_messages(
             question=worker_question, notes=notes[worker], text=source[start:end], number=number,
             count=len(ranges), start=start, end=end, label=label, total=len(source))
         stopped = f"section analysis of the {label} stopped at section {number} of {len(ranges)}"
         coverage = _coverage(ranges, index, len(source))
         prompt_tokens = model.count_prompt(messages)
-        if prompt_tokens + NOTES_MAX_TOKENS > worker_context:
+        if prompt_tokens + NOTES_MAX_TOKENS > context:
             raise AnalysisError(
                 f"{stopped}: its prompt of {prompt_tokens} tokens plus {NOTES_MAX_TOKENS} output "
-                f"tokens exceeds the {worker_context}-token worker context; {coverage}")
+                f"tokens exceeds the {context}-token worker context; {coverage}")
+        timeout = min(WORKER_TIMEOUT_S, left)
         try:
-            completion = await _run_worker(model, messages, budget)
+            completion = await _run_worker(model, messages, budget, timeout)
+        except BudgetExhausted:
+            cut = "token_budget"  # nothing was charged for this section: keep what was read
+            break
         except ModelError as error:
+            sections.count_section()
             raise AnalysisError(f"{stopped}: worker {worker + 1} failed: {error}; {coverage}") from error
+        sections.count_section()
         if completion.finish_reason == "deadline":
+            if timeout < WORKER_TIMEOUT_S:
+                cut = "time_budget"  # the reply's time ran out mid-section: that section is unread
+                break
             raise AnalysisError(
                 f"{stopped}: worker {worker + 1} did not finish within the {WORKER_TIMEOUT_S:g}-second "
                 f"limit; {coverage}")
@@ -383,24 +479,65 @@ async def analyze(
             raise AnalysisError(f"{stopped}: worker {worker + 1} returned empty notes; {coverage}")
         notes[worker] = rewritten
         covered[worker].append(number)
+        if time_left is not None:
+            seconds.append(left - time_left())  # what this section took of the reply's time
 
+    read = sum(len(numbers) for numbers in covered)
     return Analysis(
         source_id=source_id, kind=kind, label=label, total_chars=len(source),
-        sections=tuple(ranges),
+        sections=tuple(ranges[:read]),
         workers=tuple(WorkerNotes(worker=index + 1, sections=tuple(covered[index]), notes=notes[index])
                       for index in range(workers) if covered[index]),
-        head=head, tail=tail,
+        head=head, tail=tail, planned=len(ranges), cut=cut,
     )
 
 
-async def _run_worker(model: Model, messages: list[Message], budget: Budget | None) -> Completion:
+def _affordable(prompts: Sequence[int], count: int, remaining: int) -> int:
+    """How many of the first ``count`` sections the token budget left is sure to pay for.
+
+    A section's cost is estimated as its planned prompt (notes at their largest) plus the whole
+    notes allowance, with no credit for a shared prefix or unused output: at least that many are read.
+    """
+    spent = 0
+    for index in range(count):
+        spent += prompts[index] + NOTES_MAX_TOKENS
+        if spent > remaining:
+            return index
+    return count
+
+
+def _announce(events: ReplyEvents, label: str, ranges: Sequence[tuple[int, int]], prompts: Sequence[int],
+              to_read: int, budget: Budget | None, total: int) -> None:
+    """Before any worker runs: say what the section limit or the token budget will leave unread."""
+    remaining, budget_total = getattr(budget, "remaining", None), getattr(budget, "total", None)
+    affordable = to_read
+    if isinstance(remaining, int) and isinstance(budget_total, int):
+        affordable = _affordable(prompts, to_read, remaining)
+    if affordable == len(ranges):
+        return
+    covered = ranges[affordable - 1][1] if affordable else 0
+    if affordable < to_read:
+        spent = budget_total - remaining
+        needed = spent + sum(prompts) + NOTES_MAX_TOKENS * len(ranges)
+        needed = -(-needed // 1024) * 1024  # a round figure to set
+        why = (f"the research token budget ({budget_total:,} tokens, {remaining:,} left) covers about "
+               f"{affordable}; chat.research_token_budget = {needed:,} would cover all of it")
+    else:
+        why = (f"this reply may analyze {to_read} more; a larger chat.analysis_context (larger sections, "
+               "within chat.n_ctx) would cover more")
+    events.progress(f"The {label} needs {len(ranges)} sections: {why}. Characters {covered:,}–{total:,} "
+                    "will not be read.")
+
+
+async def _run_worker(model: Model, messages: list[Message], budget: Budget | None,
+                      timeout: float) -> Completion:
     """One worker request under the budget: reserve before, settle after (with no output on failure)."""
     reservation = None
     if budget is not None:
         reservation = await _resolve(budget.reserve(model, messages, (), NOTES_MAX_TOKENS))
     try:
         completion = await model.complete(
-            messages, (), max_tokens=NOTES_MAX_TOKENS, timeout=WORKER_TIMEOUT_S)
+            messages, (), max_tokens=NOTES_MAX_TOKENS, timeout=timeout)
     except BaseException:
         if budget is not None:
             # Settle even while being cancelled: the reservation must not leak.
@@ -492,20 +629,12 @@ class ReplySections:
                 f"length {length} is too long: at most {READ_MAX_CHARS} characters per read")
         return original.text[start:start + length]
 
-    def check_room(self, needed: int) -> None:
-        """Raise AnalysisError unless ``needed`` more sections fit this reply's limit."""
-        if needed > MAX_SECTIONS:
-            raise AnalysisError(
-                f"section analysis stopped: the source needs {needed} sections, more than the "
-                f"{MAX_SECTIONS} allowed per reply; no section was analyzed")
-        if self.sections_used + needed > MAX_SECTIONS:
-            raise AnalysisError(
-                f"section analysis stopped: the source needs {needed} sections, but this reply has "
-                f"already analyzed {self.sections_used} of the {MAX_SECTIONS} allowed per reply; "
-                "no section of it was analyzed")
+    def room(self) -> int:
+        """Sections this reply may still analyze (limit MAX_SECTIONS, all analyses together)."""
+        return max(0, MAX_SECTIONS - self.sections_used)
 
     def count_section(self) -> None:
-        """Count one section as analyzed (it is counted when it starts, whatever its outcome)."""
+        """Count one section as analyzed (a worker request that ran, whatever its outcome)."""
         self.sections_used += 1
 
     def _original(self, source_id: str) -> _Original:

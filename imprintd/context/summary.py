@@ -340,7 +340,7 @@ def summary_block(state: StoredSummary | None, material: Sequence[str], *, looku
 
 async def update_summary(model: Model, *, state: StoredSummary | None, messages: Sequence[Message],
                          to_cover: Sequence[Message], message_count: int,
-                         events: ReplyEvents) -> SummaryOutcome:
+                         events: ReplyEvents, timeout: float = SUMMARY_TIMEOUT_S) -> SummaryOutcome:
     """One attempt to cover ``to_cover``: one model request, new bullets appended, one event.
 
     Cancellation propagates (nothing is written). Any other failure returns the previous
@@ -354,26 +354,59 @@ async def update_summary(model: Model, *, state: StoredSummary | None, messages:
     request = fit_summarizer_request(model, so_far, to_cover, context=messages)
     if request is None:
         return _failed(state, numbers, message_count, "the summary request does not fit the model")
-    with anyio.move_on_after(SUMMARY_TIMEOUT_S + _DEADLINE_GRACE_S) as guard:
+    timeout = max(0.0, min(timeout, SUMMARY_TIMEOUT_S))
+    if timeout <= 0:
+        return _failed(state, numbers, message_count, "no time left in the reply's time budget")
+    with anyio.move_on_after(timeout + _DEADLINE_GRACE_S) as guard:
         try:
             completion = await model.complete(request, (), max_tokens=SUMMARY_OUTPUT_TOKENS,
-                                              timeout=SUMMARY_TIMEOUT_S)
+                                              timeout=timeout)
         except ModelError as error:
             return _failed(state, numbers, message_count, f"the model failed: {error}")
     if guard.cancelled_caught or completion.finish_reason == "deadline":
         # A partial summary would replace the summary so far with whatever was written
         # before the deadline (ADR 0141): keep the previous one instead.
-        return _failed(state, numbers, message_count, f"no summary within {SUMMARY_TIMEOUT_S} seconds")
+        return _failed(state, numbers, message_count, f"no summary within {timeout:g} seconds")
     written = bullets(completion.text)
-    if completion.finish_reason == "length" and len(written) > 1:
+    last = max(numbers)
+    if completion.finish_reason == "length":
         written = written[:-1]  # the last bullet was cut off by the output limit
-    if not written:
-        return _failed(state, numbers, message_count, "the model wrote no bullets")
+        # Only the exchanges whose bullets were written are covered; the rest stay in the
+        # prompt (or wait for the next summary).
+        last = covered_by(written, to_cover)
+    if not written or last is None:
+        return _failed(state, numbers, message_count, "the model wrote no complete bullet")
     text = append_bullets(so_far, "\n".join(written))
     first = state.first_seq if so_far and state is not None else min(numbers)
-    new = StoredSummary(text=text, first_seq=first, last_seq=max(numbers), retry_at=None)
+    new = StoredSummary(text=text, first_seq=first, last_seq=last, retry_at=None)
     events.summary(new.text, new.first_seq, new.last_seq)
     return SummaryOutcome(ok=True, state=new)
+
+
+_CITED = re.compile(r"#(\d+)(?:\s*[–—-]\s*#?(\d+))?")
+
+
+def covered_by(written: Sequence[str], to_cover: Sequence[Message]) -> int | None:
+    """The last message number covered by the bullets ``written`` of a cut-off summary.
+
+    The exchanges of ``to_cover`` up to the last one a bullet cites (``(#12)``, ``(#3–#4)``)
+    are covered; bullets that cite no number cover one exchange each, in order. None when no
+    exchange is covered.
+    """
+    groups = [[m.seq for m in group if m.seq is not None] for group in exchanges(to_cover)]
+    cited: set[int] = set()
+    for bullet in written:
+        for match in _CITED.finditer(bullet):
+            first = int(match.group(1))
+            last = int(match.group(2) or first)
+            cited.update(range(first, min(last, first + 10_000) + 1))
+    if cited:
+        reached = [index for index, group in enumerate(groups) if cited & set(group)]
+        count = reached[-1] + 1 if reached else 0
+    else:
+        count = min(len(written), len(groups))
+    covered = [seq for group in groups[:count] for seq in group]
+    return max(covered) if covered else None
 
 
 def _failed(state: StoredSummary | None, numbers: Sequence[int], message_count: int, reason: str) -> SummaryOutcome:

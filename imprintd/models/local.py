@@ -19,7 +19,8 @@
   a JSON call is parsed from the text (``toolcalls.py``).
 * **Prefix reuse (ADR 0157).** ``Llama.generate`` keeps the evaluated prefix of the previous
   prompt and evaluates only the rest; ``Usage.evaluated_tokens`` is what llama.cpp actually
-  evaluated for this prompt, measured at its ``eval`` call. Rendering is deterministic (the
+  evaluated for this prompt, measured at its ``eval`` call, and ``reusable_prefix`` says
+  beforehand how much of a prompt it holds, which the research budget charges by. Rendering is deterministic (the
   template's ``strftime_now`` returns the date the model was loaded) so equal leading messages
   give equal leading tokens.
 
@@ -431,6 +432,24 @@ class LocalModel:
     # -- counting -------------------------------------------------------------------------------
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
         return len(self.prompt_tokens(messages, tools))
+
+    def reusable_prefix(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> tuple[int, int]:
+        """(prompt tokens, how many of them llama.cpp holds evaluated already) for this prompt now.
+
+        Mirrors ``Llama.generate``: the longest common prefix of the tokens it evaluated last
+        and the prompt, less one when that is the whole prompt (one token is replayed to get
+        fresh logits). Generating the prompt now would evaluate the rest; the research budget
+        charges that (ADR 0157, issue 12). Another request before this one changes the answer.
+        """
+        tokens = self.prompt_tokens(messages, tools)
+        llama = self.load().llama
+        held = llama.input_ids[: llama.n_tokens].tolist()
+        common = 0
+        for before, now in zip(held, tokens):
+            if before != now:
+                break
+            common += 1
+        return len(tokens), common - 1 if common and common == len(tokens) else common
 
     def count_text(self, text: str) -> int:
         if not text:

@@ -18,8 +18,11 @@ context are not available locally; ``chat.n_ctx`` is the budget:
   ``count_prompt == PROMPT_OVERHEAD + tools + sum(count_message)`` exactly.
 
 Failures raise ``ModelError`` naming the cause (refused connection, unknown host, 401, 404,
-429, 5xx, a stream cut short, no answer within the read timeout); nothing waits forever. The
-API key comes from ``IMPRINT_CHAT_API_KEY`` and is only ever put in the Authorization header.
+429, 5xx, a stream cut short, no answer within the read timeout, a stream chunk that is not
+JSON or not of the ``chat.completion.chunk`` shape); nothing waits forever. The API key comes
+from ``IMPRINT_CHAT_API_KEY`` and is only ever put in the Authorization header: a server that
+echoes it (in an error body, the reply's text or a tool call's arguments) has it masked
+before the text goes on to the client, the store or the log.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from typing import Any
 
 import anyio
 import httpx
+import msgspec
 
+from imprintd import wellformed
 from imprintd.messages import Message, ToolSpec
 from imprintd.models.base import (
     Completion,
@@ -46,6 +51,7 @@ from imprintd.models.base import (
     report_usage,
 )
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter, call_from_object, new_call_id
+from imprintd.redact import mask
 
 API_KEY_ENV = "IMPRINT_CHAT_API_KEY"
 #: UTF-8 bytes per estimated token (ADR 0093's remote estimate).
@@ -77,6 +83,65 @@ def to_openai_message(message: Message) -> dict[str, Any]:
     return out
 
 
+# -- the chat.completion.chunk shape, as far as it is read ------------------------------------
+# Every field optional and unknown fields ignored (servers differ); a field of the wrong type
+# makes the chunk malformed, reported by name rather than failing somewhere inside.
+class _FunctionDelta(msgspec.Struct, kw_only=True):
+    name: str | None = None
+    arguments: str | dict | None = None
+
+
+class _CallDelta(msgspec.Struct, kw_only=True):
+    index: int | None = None
+    id: str | None = None
+    function: _FunctionDelta | None = None
+
+
+class _Delta(msgspec.Struct, kw_only=True):
+    content: str | None = None
+    tool_calls: list[_CallDelta] | None = None
+
+
+class _Choice(msgspec.Struct, kw_only=True):
+    index: int = 0
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _Chunk(msgspec.Struct, kw_only=True):
+    choices: list[_Choice] | None = None
+    usage: Any = None  # read only when it is an object; anything else is ignored
+
+
+def parse_chunk(data: str) -> _Chunk:
+    """One ``data:`` payload of the stream, or ModelError naming what is wrong with it."""
+    try:
+        raw = json.loads(data)
+    except (json.JSONDecodeError, RecursionError):
+        raise ModelError(f"the server sent a stream chunk that is not JSON: {data[:120]!r}") from None
+    if not isinstance(raw, dict):
+        raise ModelError(f"the server sent an unexpected stream chunk: {data[:120]!r}")
+    if raw.get("error"):
+        raise ModelError(f"the server reported an error mid-reply: {_error_text(raw)}")
+    try:
+        if wellformed.may_need_check(data):
+            wellformed.check(raw, "chunk")
+        return msgspec.convert(raw, _Chunk)
+    except (wellformed.Malformed, msgspec.ValidationError) as error:
+        raise ModelError(f"the server sent a malformed stream chunk ({_chunk_problem(error)}): "
+                         f"{data[:120]!r}") from None
+
+
+def _chunk_problem(error: Exception) -> str:
+    """msgspec's "Expected `array`, got `str` - at `$.choices`" as "choices: expected `array`, got `str`"."""
+    text = str(error)
+    if " - at `$" in text:
+        problem, _, where = text.rpartition(" - at `$")
+        where = where.rstrip("`").lstrip(".")
+        return f"{where or 'chunk'}: {problem[:1].lower()}{problem[1:]}"
+    return text
+
+
 @dataclass
 class _PartialCall:
     """One tool call being assembled from stream deltas."""
@@ -86,12 +151,47 @@ class _PartialCall:
     arguments: list[str] = field(default_factory=list)
 
 
+class _SecretMask:
+    """Masks one secret in streamed text, even split across pieces.
+
+    Text is passed on at once except a tail that could be the start of the secret, held
+    until the next piece shows whether it is; so a reply that never begins the secret is
+    never held back.
+    """
+
+    def __init__(self, secret: str | None) -> None:
+        self.secret = secret or ""
+        self.pending = ""
+
+    def feed(self, piece: str) -> str:
+        if not self.secret:
+            return piece
+        text = mask(self.pending + piece, self.secret)
+        keep = _longest_prefix_suffix(text, self.secret)
+        self.pending = text[len(text) - keep:] if keep else ""
+        return text[: len(text) - keep]
+
+    def finish(self) -> str:
+        text, self.pending = self.pending, ""
+        return text
+
+
+def _longest_prefix_suffix(text: str, secret: str) -> int:
+    """The length of the longest end of ``text`` that is a proper start of ``secret``."""
+    for length in range(min(len(text), len(secret) - 1), 0, -1):
+        if secret.startswith(text[-length:]):
+            return length
+    return 0
+
+
 @dataclass
 class _Stream:
     """What has arrived of one streamed reply."""
 
     filter: VisibleTextFilter
     on_text: TextCallback | None
+    #: The API key: a server that writes it into the reply has it masked before anything sees it.
+    secret: _SecretMask = field(default_factory=lambda: _SecretMask(None))
     raw: list[str] = field(default_factory=list)
     shown: list[str] = field(default_factory=list)
     calls: dict[int, _PartialCall] = field(default_factory=dict)
@@ -101,7 +201,7 @@ class _Stream:
 
     def text(self, piece: str) -> None:
         self.raw.append(piece)
-        self.show(self.filter.feed(piece))
+        self.show(self.filter.feed(self.secret.feed(piece)))
 
     def show(self, visible: str) -> None:
         if visible:
@@ -109,34 +209,37 @@ class _Stream:
             if self.on_text is not None:
                 self.on_text(visible)
 
-    def apply(self, chunk: dict[str, Any]) -> None:
+    def apply(self, chunk: _Chunk) -> None:
         """Take one ``chat.completion.chunk``."""
-        if isinstance(chunk.get("usage"), dict):
-            self.server_usage = chunk["usage"]
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
+        if isinstance(chunk.usage, dict):
+            self.server_usage = chunk.usage
+        for choice in chunk.choices or ():
+            if choice.index != 0:
                 continue
-            delta = choice.get("delta") or {}
-            if isinstance(delta.get("content"), str) and delta["content"]:
-                self.text(delta["content"])
-            for part in delta.get("tool_calls") or ():
+            delta = choice.delta or _Delta()
+            if delta.content:
+                self.text(delta.content)
+            for part in delta.tool_calls or ():
                 self.call_delta(part)
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
+            if choice.finish_reason:
+                self.finish = choice.finish_reason
 
-    def call_delta(self, part: dict[str, Any]) -> None:
+    def call_delta(self, part: _CallDelta) -> None:
         # The id and name come in the first delta of a call; later deltas carry only more
         # argument text under the same index.
-        index = part.get("index", len(self.calls))
+        index = part.index if part.index is not None else len(self.calls)
         call = self.calls.setdefault(index, _PartialCall())
-        call.id = call.id or part.get("id") or ""
-        function = part.get("function") or {}
-        call.name = call.name or function.get("name") or ""
-        if isinstance(function.get("arguments"), str):
-            call.arguments.append(function["arguments"])
+        call.id = call.id or part.id or ""
+        function = part.function or _FunctionDelta()
+        call.name = call.name or function.name or ""
+        if isinstance(function.arguments, dict):  # a server that sends the object, not its text
+            call.arguments.append(json.dumps(function.arguments, ensure_ascii=False))
+        elif function.arguments:
+            call.arguments.append(function.arguments)
 
     def parsed(self, tools: Sequence[ToolSpec]) -> ParsedOutput:
         """Visible text, the calls (native deltas first, then any written as text), and errors."""
+        self.show(self.filter.feed(self.secret.finish()))
         last, from_text = self.filter.finish()
         self.show(last)
         names = {tool.name for tool in tools}
@@ -144,8 +247,8 @@ class _Stream:
         for index in sorted(self.calls):
             partial = self.calls[index]
             ident = partial.id or new_call_id()
-            result = call_from_object({"name": partial.name, "arguments": "".join(partial.arguments)},
-                                      names, lambda: ident)
+            arguments = mask("".join(partial.arguments), self.secret.secret)
+            result = call_from_object({"name": partial.name, "arguments": arguments}, names, lambda: ident)
             if isinstance(result, str):
                 errors.append(result)
             else:
@@ -248,7 +351,8 @@ class RemoteModel:
                 f"prompt of about {prompt_tokens} tokens plus {max_tokens} output tokens "
                 f"exceeds the {self.n_ctx}-token context (chat.n_ctx)"
             )
-        stream = _Stream(filter=VisibleTextFilter(tools, "native"), on_text=on_text)
+        stream = _Stream(filter=VisibleTextFilter(tools, "native"), on_text=on_text,
+                         secret=_SecretMask(self._api_key))
         body = self.request_body(messages, tools, max_tokens)
         with anyio.move_on_after(timeout):
             async with inference_lock():
@@ -281,6 +385,16 @@ class RemoteModel:
         return Usage(prompt_tokens=prompt_tokens, evaluated_tokens=evaluated, generated_tokens=generated)
 
     async def _stream(self, body: dict[str, Any], stream: _Stream) -> None:
+        try:
+            await self._stream_unmasked(body, stream)
+        except ModelError as error:
+            # Error bodies are the server's words, and some echo the key they were sent.
+            masked = mask(str(error), self._api_key)
+            if masked != str(error):
+                raise type(error)(masked) from None
+            raise
+
+    async def _stream_unmasked(self, body: dict[str, Any], stream: _Stream) -> None:
         timeout = httpx.Timeout(connect=self._connect_timeout, read=self._read_timeout,
                                 write=self._read_timeout, pool=self._connect_timeout)
         started = time.monotonic()
@@ -313,15 +427,7 @@ class RemoteModel:
             if data == "[DONE]":
                 stream.done = True
                 return
-            try:
-                chunk = json.loads(data)
-            except json.JSONDecodeError:
-                raise ModelError(f"the server sent a stream chunk that is not JSON: {data[:120]!r}") from None
-            if not isinstance(chunk, dict):
-                raise ModelError(f"the server sent an unexpected stream chunk: {data[:120]!r}")
-            if chunk.get("error"):
-                raise ModelError(f"the server reported an error mid-reply: {_error_text(chunk)}")
-            stream.apply(chunk)
+            stream.apply(parse_chunk(data))
 
     def _status_message(self, response: httpx.Response) -> str:
         status = response.status_code

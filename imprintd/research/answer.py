@@ -1,9 +1,11 @@
 """The final answer after research stops on a budget, stagnation or a full context (ADR 0127).
 
-The reserved answer is one request with no tools, its own output allowance and a 120 s
-deadline: the system prompt without the tool strategy (and the summary without the
-lookup guidance), up to six earlier messages, and the question with numbered notes. The
-daemon, not the model, appends the Sources of the notes the answer cites. An answer that
+The reserved answer is one request with no tools and its own output allowance, within what
+is left of the reply's time budget (its reserved share at least, at most 120 s;
+``research/clock.py``): the system prompt without the tool strategy (and the summary
+without the lookup guidance), up to six earlier messages, and the question with numbered
+notes. The daemon, not the model, appends what section analysis left unread (``coverage``)
+and the Sources of the notes the answer cites. An answer that
 stops early or asks for tools keeps what it wrote and gains the strongest findings; no
 answer at all becomes the four strongest findings. A bounded stop is never a failed reply.
 """
@@ -18,14 +20,14 @@ import msgspec
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
 from imprintd.models.base import Completion, Model, ModelError
-from imprintd.models.toolcalls import HERMES_OPEN
+from imprintd.models.toolcalls import HERMES_OPEN, opening_state
 from imprintd.research import notes as notes_mod
+from imprintd.research.clock import FINAL_TIMEOUT_S
 from imprintd.research.notes import Note, ToolStepRecord
 
 logger = logging.getLogger(__name__)
 
-#: The final turn's own deadline (ADR 0101, kept by ADR 0127).
-FINAL_TIMEOUT_S = 120.0
+__all__ = ["FINAL_TIMEOUT_S", "FinalAnswer", "final_answer", "coverage_note"]
 
 
 class FinalAnswer(msgspec.Struct, frozen=True, kw_only=True):
@@ -35,7 +37,9 @@ class FinalAnswer(msgspec.Struct, frozen=True, kw_only=True):
 
 async def final_answer(model: Model, events: ReplyEvents, *, system_prompt: str, summary_block: str,
                        earlier: Sequence[Message], question: str, steps: Sequence[ToolStepRecord],
-                       style: str, max_tokens: int) -> FinalAnswer:
+                       style: str, max_tokens: int, timeout: float = FINAL_TIMEOUT_S,
+                       coverage: str = "") -> FinalAnswer:
+    """The answer from notes, within ``timeout`` seconds; ``coverage`` (what was not read) is appended."""
     notes = notes_mod.build_notes(steps)
     digest_text, included = notes_mod.digest(notes)
     request = _fitted_request(model, system_prompt=system_prompt, summary_block=summary_block,
@@ -43,17 +47,19 @@ async def final_answer(model: Model, events: ReplyEvents, *, system_prompt: str,
                               style=style, max_tokens=max_tokens)
     events.progress("Writing the answer from the research notes…")
     completion: Completion | None = None
-    stream = _UntilToolCall(events)
+    json_mode = not model.native_tools  # a template without tools is asked for calls as JSON text
+    stream = _UntilToolCall(events, json_mode=json_mode)
     if request is not None:
         try:
-            completion = await model.complete(request, (), max_tokens=max_tokens, timeout=FINAL_TIMEOUT_S,
-                                              on_text=stream.feed)
+            completion = await model.complete(request, (), max_tokens=max_tokens,
+                                              timeout=min(timeout, FINAL_TIMEOUT_S), on_text=stream.feed)
         except ModelError as error:
             logger.warning("the final answer failed: %s", error)
     written = completion.text if completion is not None else ""
-    asked_for_tools = HERMES_OPEN in written
+    call_start = _markup(written, json_mode, final=True)[0]
+    asked_for_tools = call_start is not None
     if asked_for_tools:
-        written = written[: written.index(HERMES_OPEN)].rstrip()
+        written = written[:call_start].rstrip()
     else:
         stream.flush()
     if completion is None or not written.strip():
@@ -64,6 +70,10 @@ async def final_answer(model: Model, events: ReplyEvents, *, system_prompt: str,
         _stream_rest(events, written, text)
     else:
         text = written
+    if coverage:
+        addition = "\n\n" + coverage
+        events.text(addition)
+        text += addition
     cited = notes_mod.cited_notes(text, included)
     if style != "spoken" and cited:
         addition = "\n\n" + notes_mod.sources_block(cited)
@@ -72,16 +82,48 @@ async def final_answer(model: Model, events: ReplyEvents, *, system_prompt: str,
     return FinalAnswer(text=text, cited=tuple(cited) if style != "spoken" else ())
 
 
+def coverage_note(analyses) -> str:
+    """What the reply's section analyses left unread, in words; "" when every source was read whole."""
+    return "\n".join(a.unread_sentence() for a in analyses if a.cut)
+
+
+def _markup(text: str, json_mode: bool, *, final: bool = False) -> tuple[int | None, int]:
+    """Where tool-call markup starts in ``text`` (None: nowhere), and how much of it is surely not markup.
+
+    Native templates write ``<tool_call>``; a template without tools was taught to write a bare
+    or fenced JSON object ``{"name": …}`` (``toolcalls.opening_state``). Unless ``final``, a
+    tail that may still become markup is not yet safe.
+    """
+    start = text.find(HERMES_OPEN)
+    found = start if start >= 0 else None
+    safe = len(text) if final else len(text) - next(
+        (n for n in range(min(len(HERMES_OPEN) - 1, len(text)), 0, -1) if HERMES_OPEN.startswith(text[-n:])), 0)
+    if json_mode:
+        for index, char in enumerate(text):
+            if char not in "{[`" or (found is not None and index >= found):
+                continue
+            state = opening_state(text[index:])
+            if state == "yes":
+                found = index
+                break
+            if state == "maybe" and not final:
+                safe = min(safe, index)
+                break
+    return found, safe
+
+
 class _UntilToolCall:
     """Streams the final answer's text up to any tool-call markup the model writes.
 
     The final turn offers no tools, so providers parse no calls in it: a model that asks for
-    a tool anyway (ADR 0127) writes ``<tool_call>…`` as text. What could still be the start
-    of that marker, or whitespace before it, is held back until the next piece shows it is not.
+    a tool anyway (ADR 0127) writes ``<tool_call>…`` (or, in JSON mode, a ``{"name": …}``
+    object) as text. What could still be the start of that markup, or whitespace before it,
+    is held back until the next piece shows it is not.
     """
 
-    def __init__(self, events: ReplyEvents) -> None:
+    def __init__(self, events: ReplyEvents, *, json_mode: bool = False) -> None:
         self._events = events
+        self._json = json_mode
         self._pending = ""
         self._stopped = False
 
@@ -89,15 +131,13 @@ class _UntilToolCall:
         if self._stopped:
             return
         self._pending += piece
-        start = self._pending.find(HERMES_OPEN)
-        if start >= 0:
+        start, safe = _markup(self._pending, self._json)
+        if start is not None:
             self._stopped = True
             self._events.text(self._pending[:start].rstrip())
             self._pending = ""
             return
-        held = next((n for n in range(min(len(HERMES_OPEN) - 1, len(self._pending)), 0, -1)
-                     if HERMES_OPEN.startswith(self._pending[-n:])), 0)
-        cut = len(self._pending) - held
+        cut = safe
         while cut > 0 and self._pending[cut - 1].isspace():  # it may end where the marker starts
             cut -= 1
         self._events.text(self._pending[:cut])

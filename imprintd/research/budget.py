@@ -1,9 +1,17 @@
 """The research token budget, charged for the work each request does (ADR 0157).
 
-A research request (coordinator round or section worker) is charged its formatted prompt
-tokens past the leading messages it shares with the previous request on the same model
-and tool offer, less 16 tokens kept charged for the next turn's header that a rendered
-prefix adds, plus its whole output allowance, reserved before it starts. When it finishes,
+A research request (coordinator round or section worker) is charged the prompt tokens the
+model will actually evaluate, plus its whole output allowance, reserved before it starts.
+What the model holds is the prefix of the last request it ran, whatever that request was
+(a section worker replaces a coordinator round's prefix, and the reverse):
+
+* a model that can say so (``reusable_prefix``: the local provider, from llama.cpp's own
+  evaluated tokens) is charged exactly the tokens past that prefix;
+* any other (remote) is charged its formatted prompt tokens past the leading messages it
+  shares with the previous request of this reply to that model, when both offered the same
+  tools (tool schemas render first), less 16 tokens kept charged for the next turn's header
+  that a rendered prefix adds.
+ When it finishes,
 the allowance it did not generate is refunded. A request starts only when its charge and
 whole allowance fit in what remains, so no request crosses the budget.
 
@@ -98,13 +106,14 @@ class ResearchBudget:
         self.refunded = 0
         self.ledger: list[LedgerEntry] = []
         self.reservations: list[Reservation] = []  # every request reserved, in order
-        # The last request reserved per (model id, tool offer): the prefix a next request on
-        # the same pair can share. Keyed by both, as the record words it, so a coordinator
-        # round still shares with the previous round after section workers (no tools) ran;
-        # ADR 0157 lists a model used by other work between rounds as an invalidation case.
-        self._previous: dict[tuple[str, bytes], tuple[int, tuple[Message, ...]]] = {}
+        # The last request reserved per model: (its number, its tool offer, its messages). A
+        # model holds the prefix of the last request it ran, so a coordinator round after
+        # section workers shares nothing with the round before them (issue 12).
+        self._previous: dict[str, tuple[int, bytes, tuple[Message, ...]]] = {}
+        #: The request that did not fit, if one was refused (research stops on it).
+        self.refused: BudgetExhausted | None = None
         self._open: dict[int, Reservation] = {}
-        self._keys: dict[int, tuple[str, bytes]] = {}
+        self._keys: dict[int, str] = {}
         self._count = 0
 
     @property
@@ -114,11 +123,15 @@ class ResearchBudget:
 
     def measure(self, model: Model, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> tuple[int, int, int]:
         """(whole prompt, shared prefix, charge) for a request, without reserving it."""
+        exact = getattr(model, "reusable_prefix", None)
+        if callable(exact):
+            prompt, held = exact(messages, tools)
+            return prompt, held, max(0, prompt - held)
         prompt = model.count_prompt(messages, tools)
         shared = 0
-        previous = self._previous.get((model.model_id, _tools_key(tools)))
-        if previous is not None:
-            common = _common_leading(previous[1], messages)
+        previous = self._previous.get(model.model_id)
+        if previous is not None and previous[1] == _tools_key(tools):
+            common = _common_leading(previous[2], messages)
             if common:
                 shared = model.count_prompt(messages[:common], tools)  # the one extra count
         return prompt, shared, max(0, prompt - max(0, shared - HEADER_TOKENS))
@@ -130,7 +143,8 @@ class ResearchBudget:
             raise ValueError(f"an output allowance cannot be negative ({max_tokens})")
         prompt, shared, charge = self.measure(model, messages, tools)
         if charge + max_tokens > self.remaining:
-            raise BudgetExhausted(charge + max_tokens, charge, max_tokens, self.remaining)
+            self.refused = BudgetExhausted(charge + max_tokens, charge, max_tokens, self.remaining)
+            raise self.refused
         self._count += 1
         reservation = Reservation(number=self._count, model_id=model.model_id, prompt_tokens=prompt,
                                   shared_tokens=shared, prompt_charge=charge, allowance=max_tokens)
@@ -140,8 +154,8 @@ class ResearchBudget:
                                        amount=reservation.charge, remaining=self.remaining))
         self._open[reservation.number] = reservation
         self.reservations.append(reservation)
-        self._keys[reservation.number] = key = (model.model_id, _tools_key(tools))
-        self._previous[key] = (reservation.number, tuple(messages))
+        self._keys[reservation.number] = model.model_id
+        self._previous[model.model_id] = (reservation.number, _tools_key(tools), tuple(messages))
         return reservation
 
     def settle(self, reservation: Reservation, completion: Completion | None) -> None:

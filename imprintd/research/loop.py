@@ -7,6 +7,12 @@ when it does not (ADR 0093); the user's own oversized message is analyzed the sa
 Research stops on an answer, the token budget, the time budget, two rounds without new
 evidence, or a full context; every stop but an answer is followed by the final answer
 written from notes (``research/answer.py``, ADR 0127).
+
+The time budget (``research/clock.py``) bounds the whole reply: rounds and section workers
+get only the time research has left, keeping the final answer's share. An analysis that a
+budget cuts short keeps the notes of the sections read (``sections.analyze``) and research
+stops on that budget; the final answer is written from those notes and says which
+characters were not read.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from imprintd.events import ReplyEvents, ToolStep
 from imprintd.messages import Message, ToolCall
 from imprintd.models.base import Completion, Model
 from imprintd.research.budget import BudgetExhausted, ResearchBudget
+from imprintd.research.clock import ReplyClock
 from imprintd.research.notes import ToolStepRecord
 from imprintd.tools.base import Tool, ToolError, ToolResult
 
@@ -53,6 +60,10 @@ class Research(msgspec.Struct, kw_only=True):
     question: Message | None = None
     #: The analysis that stands in for an oversized question, if there was one.
     question_analysis: sec.Analysis | None = None
+    #: Every section analysis of this reply, in order (complete or cut short).
+    analyses: list[sec.Analysis] = msgspec.field(default_factory=list)
+    #: The reply's token budget, with its ledger of every request reserved and settled.
+    budget: ResearchBudget | None = None
 
 
 class ReplyScope(msgspec.Struct, kw_only=True):
@@ -65,6 +76,18 @@ class ReplyScope(msgspec.Struct, kw_only=True):
     analysis_workers: int
     token_budget: int
     time_budget: float
+    #: The reply's clock, started with the reply; None: research starts one of ``time_budget``.
+    clock: ReplyClock | None = None
+    #: ``chat.analysis_context``: the most tokens of one section worker's context.
+    analysis_context: int = sec.WORKER_CONTEXT_TOKENS
+
+
+class _Cut(Exception):
+    """A budget ran out while analyzing: research stops on it (the notes read are kept)."""
+
+    def __init__(self, stop: Stop) -> None:
+        super().__init__(stop)
+        self.stop = stop
 
 
 async def research(scope: ReplyScope, *, system: Message, history: Sequence[Message],
@@ -82,16 +105,17 @@ class _Loop:
         #: What the user asked, as written: an oversized question is replaced in ``current`` by
         #: its analysis, but workers on a tool result still need the question itself.
         self.asked = question.content
-        self.outcome = Research(stop="answer", question=question)
         self.budget = ResearchBudget(scope.token_budget)
+        self.outcome = Research(stop="answer", question=question, budget=self.budget)
+        self.clock = scope.clock or ReplyClock(scope.time_budget)
         self.seen: set[str] = set()
         #: Each call run in this reply, by its name and arguments: its result, and the text
         #: the model was shown for it (whole, analyzed or clipped), for an identical call.
         self.results: dict[str, ToolResult] = {}
         self.shown: dict[str, str] = {}
-        #: The budget ran out while a tool result was being analyzed: research stops on it.
-        self.budget_spent = False
-        self.started = anyio.current_time()
+        self.analyzed: dict[str, sec.Analysis] = {}
+        #: A budget ran out while a tool result was being analyzed: research stops on it.
+        self.cut: Stop | None = None
 
     @property
     def model(self) -> Model:
@@ -108,13 +132,13 @@ class _Loop:
         while True:
             try:
                 fitted = await self._fit()
-            except BudgetExhausted:  # spent while analyzing the oversized question
-                return self._stop("token_budget")
+            except _Cut as cut:  # a budget ran out while analyzing the oversized question
+                return self._stop(cut.stop)
             if fitted is None:
                 return self._stop("context_full")
             tools = self.offered()
             specs = [tool.spec for tool in tools]
-            left = self.scope.time_budget - (anyio.current_time() - self.started)
+            left = self.clock.research_left()
             if left <= 0:
                 return self._stop("time_budget")
             try:
@@ -137,8 +161,8 @@ class _Loop:
                 return self._stop("length" if completion.finish_reason == "length" else "answer")
             self.scope.events.text_was_preamble()  # the round goes on to its tool calls
             found_new = await self._run_calls(completion, {tool.spec.name: tool for tool in tools})
-            if self.budget_spent:
-                return self._stop("token_budget")
+            if self.cut is not None:
+                return self._stop(self.cut)
             stale_rounds = 0 if found_new else stale_rounds + 1
             if stale_rounds >= NO_NEW_EVIDENCE_PATIENCE:
                 return self._stop("no_new_evidence")
@@ -160,7 +184,7 @@ class _Loop:
     async def _fit(self) -> Fitted | None:
         """Fit this round's prompt; analyze an oversized question once; None when full.
 
-        BudgetExhausted propagates when analyzing the question spends the research budget.
+        Raises _Cut when a budget ends the question's analysis before its end.
         """
         fitted = await self._fit_offered()
         if fitted.fits:
@@ -177,17 +201,22 @@ class _Loop:
         analysis = await self._analyze(question.content, sec.USER_KIND, question.content)
         self.current[0] = msg.user(analysis.coordinator_text(), seq=question.seq)
         self.outcome.question_analysis = analysis
+        if analysis.cut in ("token_budget", "time_budget"):
+            raise _Cut(analysis.cut)
         fitted = await self._fit_offered()  # the offer now includes read_chat_section
         return fitted if fitted.fits else None
 
     async def _analyze(self, text: str, kind: str, question: str) -> sec.Analysis:
-        """A complete analysis; ReplyFailed when one cannot be had, BudgetExhausted when spent."""
+        """An analysis, complete or cut short by a budget; ReplyFailed when none can be had."""
         try:
-            return await sec.analyze(
+            analysis = await sec.analyze(
                 self.model, text, kind=kind, question=question, workers=self.scope.analysis_workers,
-                events=self.scope.events, sections=self.scope.sections, budget=self.budget)
+                events=self.scope.events, sections=self.scope.sections, budget=self.budget,
+                time_left=self.clock.research_left, worker_context=self.scope.analysis_context)
         except sec.AnalysisError as error:
             raise ReplyFailed(str(error)) from None
+        self.outcome.analyses.append(analysis)
+        return analysis
 
     # -- tools ------------------------------------------------------------------
     async def _run_calls(self, completion: Completion, tools: dict[str, Tool]) -> bool:
@@ -208,21 +237,25 @@ class _Loop:
             key = _call_key(call)
             repeated = key in self.results
             result = self.results[key] if repeated else await self._run(call, tools, key)
-            # Notes see the result itself, so a repeat merges with the first into one note.
-            self.outcome.steps.append(ToolStepRecord(call=call, result=result))
             new = set(result.evidence) - self.seen
             self.seen |= new
             found_new = found_new or bool(new)
             if repeated:
                 # Answered from the earlier call: the model is shown what it was shown then
                 # (an oversized result is not analyzed a second time).
+                # Notes see the result itself, so a repeat merges with the first into one note.
+                self.outcome.steps.append(ToolStepRecord(call=call, result=result,
+                                                         analysis=self.analyzed.get(key)))
                 self.outcome.exchange.append(msg.tool_result(call, f"{REPEATED}\n{result.text}"))
                 self.current.append(msg.tool_result(call, f"{REPEATED}\n{self.shown[key]}"))
                 continue
             self.outcome.exchange.append(msg.tool_result(call, result.text))
-            shown = await self._for_prompt(call, result)
+            shown, analysis = await self._for_prompt(call, result)
+            self.outcome.steps.append(ToolStepRecord(call=call, result=result, analysis=analysis))
             if key in self.results:
                 self.shown[key] = shown
+                if analysis is not None:
+                    self.analyzed[key] = analysis
             self.current.append(msg.tool_result(call, shown))
         return found_new
 
@@ -234,24 +267,30 @@ class _Loop:
             names = ", ".join(tools) or "none"
             result = ToolResult(ok=False, text=f"There is no tool named {call.name!r}; the tools are: {names}.")
             events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=f"Calling {call.name}",
-                                      state="failed", detail=result.text))
+                                      state="failed", detail=result.text, arguments=dict(call.arguments)))
             return result
         title = _title(tool, call)
-        events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=title, state="started"))
+        events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=title, state="started",
+                                  arguments=dict(call.arguments)))
         try:
             result = await tool.run(call.arguments)
         except ToolError as error:
             result = ToolResult(ok=False, text=f"Error: {error}")
         state = "finished" if result.ok else "failed"
         detail = "" if result.ok else result.text
-        events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=title, state=state, detail=detail))
+        events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=title, state=state, detail=detail,
+                                  arguments=dict(call.arguments)))
         self.results[key] = result
         return result
 
-    async def _for_prompt(self, call: ToolCall, result: ToolResult) -> str:
-        """The result whole when it fits, analyzed in sections when not (clipped with analysis off)."""
+    async def _for_prompt(self, call: ToolCall, result: ToolResult) -> tuple[str, sec.Analysis | None]:
+        """The result whole when it fits, analyzed in sections when not (clipped with analysis off).
+
+        Returns the text the model is shown and the analysis that wrote it, if any. An analysis
+        a budget cut short ends research after this round (``self.cut``); its notes are kept.
+        """
         if call.name == "read_chat_section" or not result.ok:
-            return result.text  # rereads are bounded already; analyzing them again would loop
+            return result.text, None  # rereads are bounded already; analyzing them again would loop
         specs = [tool.spec for tool in self.offered()]
         base = self.model.count_prompt([self.system, *self.current], specs) + self.scope.max_tokens
 
@@ -260,15 +299,11 @@ class _Loop:
 
         prepared = sec.prepare_tool_result(result.text, workers=self.scope.analysis_workers, fits=fits)
         if prepared is not None:
-            return prepared
-        try:
-            analysis = await self._analyze(result.text, sec.tool_kind(call.name), self.asked)
-        except BudgetExhausted:
-            # Research ends after this round (ADR 0157); no coordinator round reads a clipped
-            # result, and the final answer's notes are built from the whole one.
-            self.budget_spent = True
-            return sec.clip_tool_result(result.text)
-        return analysis.coordinator_text()
+            return prepared, None
+        analysis = await self._analyze(result.text, sec.tool_kind(call.name), self.asked)
+        if analysis.cut in ("token_budget", "time_budget"):
+            self.cut = analysis.cut  # research ends after this round; the final answer reads the notes
+        return analysis.coordinator_text(), analysis
 
 
 def _call_key(call: ToolCall) -> str:

@@ -2,7 +2,9 @@
 
 When research ends on a budget, stagnation or a full context, this reply's tool steps
 become notes: search hits split by hit id (a passage returned by several searches is one
-note and ranks first), other tool results one note each, named by tool and subject; empty
+note and ranks first), other tool results one note each, named by tool and subject; a
+result too long to show whole becomes the notes its section workers wrote, one note per
+worker, whose label says which characters they cover and which were not read; empty
 reads, errors and calls not run add nothing. Notes are built from the results' structure
 (``ToolResult.hits``, ``sources``, ``evidence``), never parsed from the text the model read.
 
@@ -21,6 +23,7 @@ from typing import Literal
 
 import msgspec
 
+from imprintd.context.sections import CUT_REASONS, Analysis
 from imprintd.messages import Message, ToolCall, system, user
 from imprintd.tools.base import Hit, Source, ToolResult
 from imprintd.tools.workspace import CONTINUATION_PREFIX
@@ -43,6 +46,8 @@ class ToolStepRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     call: ToolCall
     result: ToolResult | None = None
+    #: The section analysis the model was shown instead of an oversized result, if any.
+    analysis: Analysis | None = None
 
 
 class Note(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +109,13 @@ def build_notes(steps: Sequence[ToolStepRecord]) -> list[Note]:
         result = record.result
         if result is None or not result.ok or _is_empty(result):
             continue
+        subject = result.subject or _subject_of(record.call)
+        label = f"{record.call.name} {subject}".strip()
+        if record.analysis is not None:
+            # Its notes, not its first characters: they cover every section that was read.
+            for position, draft in enumerate(_analysis_drafts(record.analysis, label, result, step)):
+                _merge(drafts, ("analysis", label, str(position), draft.text), draft, step)
+            continue
         if result.hits:
             for position, hit in enumerate(result.hits):
                 _merge(drafts, ("hit", hit.id), _hit_draft(hit, step, position), step)
@@ -111,8 +123,6 @@ def build_notes(steps: Sequence[ToolStepRecord]) -> list[Note]:
         text = _clean(_CONTINUATION.sub("", result.text))
         if not text:
             continue
-        subject = result.subject or _subject_of(record.call)
-        label = f"{record.call.name} {subject}".strip()
         draft = _Draft(label=label, text=text, sources=result.sources, kind=record.call.name,
                        step=step, position=0)
         # The same call with the same answer twice is one note, like a repeated hit.
@@ -121,6 +131,25 @@ def build_notes(steps: Sequence[ToolStepRecord]) -> list[Note]:
     return [Note(number=number, label=d.label, text=d.text, sources=d.sources, kind=d.kind,
                  times=len(d.steps))
             for number, d in enumerate(ranked, start=1)]
+
+
+def _analysis_drafts(analysis: Analysis, label: str, result: ToolResult, step: int) -> list[_Draft]:
+    """One draft per worker's notes on an analyzed result; the first says what was not read."""
+    drafts = []
+    for position, worker in enumerate(analysis.workers):
+        first, last = worker.sections[0], worker.sections[-1]
+        span = f"{label}, notes on sections {first}–{last} of {analysis.needed}"
+        drafts.append(_Draft(label=span, text=_clean(worker.notes), sources=result.sources,
+                             kind=label.split(" ", 1)[0], step=step, position=position))
+    if analysis.cut:
+        unread = (f"characters {analysis.read_to}–{analysis.total_chars} of this result were not read "
+                  f"({CUT_REASONS[analysis.cut][0]})")
+        if drafts:
+            drafts[0].text = f"{drafts[0].text}\n({unread})"
+        else:
+            drafts.append(_Draft(label=label, text=f"({unread})", sources=(), kind=label.split(" ", 1)[0],
+                                 step=step, position=0))
+    return drafts
 
 
 def _merge(drafts: dict[tuple[str, ...], _Draft], key: tuple[str, ...], draft: _Draft, step: int) -> None:

@@ -31,13 +31,14 @@ from pathlib import Path
 import apsw
 import msgspec
 
-from imprintd.store import immediate
+from imprintd.store import StoreError, immediate
 from imprintd.tools.base import Hit, ToolError
-from imprintd.tools.paths import is_secret_name
+from imprintd.tools.paths import is_secret_name, is_shown_name, open_regular_file
 
 #: Files larger than this are recorded but not read (generated data, logs, dumps).
 MAX_FILE_BYTES = 1 << 20
-#: A NUL byte in this many leading bytes marks a binary file (as git and grep decide).
+#: A NUL byte in this many leading bytes marks a binary file (as git and grep decide); a
+#: NUL anywhere in what is read does too, so no NUL ever reaches the model as text.
 BINARY_PROBE_BYTES = 8192
 CHUNK_LINES = 40
 CHUNK_OVERLAP = 5
@@ -169,7 +170,8 @@ class IgnoreRules:
     @classmethod
     def for_root(cls, root: Path) -> IgnoreRules:
         try:
-            text = (root / ".gitignore").read_text("utf-8", errors="replace")
+            with open_regular_file(root, ".gitignore") as handle:  # a FIFO here must not hang the scan
+                text = handle.read(MAX_FILE_BYTES).decode("utf-8", errors="replace")
         except OSError:
             return cls()
         return cls(text.splitlines())
@@ -191,10 +193,12 @@ class IgnoreRules:
 
 
 def scan_workspace(root: Path, rules: IgnoreRules | None = None) -> Iterator[_Seen]:
-    """Every candidate file under ``root``: not ignored, not secret, not a symlink.
+    """Every candidate file under ``root``: not ignored, not secret, not a symlink, not a
+    name with control characters or undecodable bytes.
 
     Symlinks are never followed: a link may lead outside the workspace (its content would
-    then reach search results) or loop.
+    then reach search results) or loop. A name with a newline would forge lines of the
+    search result (``[hit …] path:lines``); ``read_file`` refuses such names too.
     """
     rules = rules or IgnoreRules.for_root(root)
     stack: list[tuple[str, str]] = [(str(root), "")]
@@ -208,7 +212,7 @@ def scan_workspace(root: Path, rules: IgnoreRules | None = None) -> Iterator[_Se
             relative = f"{prefix}{entry.name}"
             # Only the entry's own name: its folders were checked on the way down, so this
             # is ``is_secret_path(relative)`` without rechecking every parent.
-            if entry.is_symlink() or is_secret_name(entry.name):
+            if entry.is_symlink() or is_secret_name(entry.name) or not is_shown_name(entry.name):
                 continue
             try:
                 if entry.is_dir(follow_symlinks=False):
@@ -222,16 +226,25 @@ def scan_workspace(root: Path, rules: IgnoreRules | None = None) -> Iterator[_Se
                 continue
 
 
-def read_text_file(path: Path, size: int) -> str | None:
-    """The file's text, or None for a binary, undecodable or oversized file."""
+def read_text_file(root: Path, relative: str, size: int, mtime_ns: int | None = None) -> str | None:
+    """The text of the workspace file ``relative``, or None for a binary, undecodable or
+    oversized file, or one that is no longer the regular file the scan saw.
+
+    Opened with ``paths.open_regular_file`` (no symlink followed, a FIFO refused without
+    waiting); a file whose size or mtime differ from the scan's is left for the next update,
+    which will see the change.
+    """
     if size > MAX_FILE_BYTES:
         return None
     try:
-        with open(path, "rb") as handle:
+        with open_regular_file(root, relative) as handle:
+            opened = os.fstat(handle.fileno())
+            if opened.st_size != size or mtime_ns is not None and opened.st_mtime_ns != mtime_ns:
+                return None
             data = handle.read(MAX_FILE_BYTES + 1)
     except OSError:
         return None
-    if len(data) > MAX_FILE_BYTES or b"\x00" in data[:BINARY_PROBE_BYTES]:
+    if len(data) > MAX_FILE_BYTES or b"\x00" in data:
         return None
     try:
         return data.decode("utf-8-sig")
@@ -341,14 +354,27 @@ def _drop_chunks(conn: apsw.Connection, ranges: Sequence[tuple[int, int]]) -> No
 
 
 def open_index_db(path: Path | str) -> apsw.Connection:
-    """A connection for the index on ``path``: WAL, busy timeout, schema present."""
-    conn = apsw.Connection(str(path))
-    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-    conn.pragma("journal_mode", "wal")
-    # NORMAL, unlike the store's FULL: the index is a cache rebuilt from the files, so a
-    # commit lost to power failure costs a re-read, not a message.
-    conn.pragma("synchronous", "NORMAL")
-    migrate_workspace_index(conn)
+    """A connection for the index on ``path``: WAL, busy timeout, schema present.
+
+    Raises StoreError naming the file when it cannot be opened or used (a cache dir that is
+    not a writable folder), so the client hears which file and why.
+    """
+    try:
+        conn = apsw.Connection(str(path))
+    except apsw.Error as error:
+        raise StoreError(f"cannot open the workspace index {path}: {error}. "
+                         "Set IMPRINT_CACHE_DIR to a folder this user can write.") from None
+    try:
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        conn.pragma("journal_mode", "wal")
+        # NORMAL, unlike the store's FULL: the index is a cache rebuilt from the files, so a
+        # commit lost to power failure costs a re-read, not a message.
+        conn.pragma("synchronous", "NORMAL")
+        migrate_workspace_index(conn)
+    except apsw.Error as error:
+        conn.close()
+        raise StoreError(f"cannot use the workspace index {path}: {error}. It is a cache: "
+                         "delete it, or set IMPRINT_CACHE_DIR to another folder.") from None
     return conn
 
 
@@ -431,7 +457,7 @@ class WorkspaceIndex:
         return [(seen, self._chunks_of(seen)) for seen in batch]
 
     def _chunks_of(self, seen: _Seen) -> list[_Chunk] | None:
-        text = read_text_file(self.root / seen.path, seen.size)
+        text = read_text_file(self.root, seen.path, seen.size, seen.mtime_ns)
         return None if text is None else chunk_lines(split_lines(text))
 
     # Statement order matters for speed. FTS5 flushes its pending in-memory index to a new

@@ -4,13 +4,23 @@ Every path a tool receives comes from the model, so it is treated as hostile: it
 relative, stay inside the workspace after every symlink is resolved, and name nothing
 secret-bearing. ``resolve_in_workspace`` is the one gate for reads; ``is_secret_path`` is
 shared with the indexer so that search never shows what a read would refuse.
+
+The workspace itself may be hostile too, and it changes under the daemon: a file scanned or
+resolved a moment ago may be a symlink to outside, a FIFO or a folder by the time it is
+opened. ``open_regular_file`` is how every workspace file is opened (index, ``.gitignore``,
+``read_file``): no symlink followed on the way, nothing that can block, nothing but a
+regular file accepted, checked on the opened file itself.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
+import stat
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from imprintd.tools.base import ToolError
 
@@ -154,3 +164,84 @@ def normalized(relative: str) -> str:
     the path the model and the user asked about, and it is known to be contained.
     """
     return "/".join(check_relative(relative))
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+# O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
+_FILE_FLAGS = (os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+_DIR_FLAGS = os.O_RDONLY | _NOFOLLOW | _DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+_HAS_OPENAT = os.open in os.supports_dir_fd and bool(_NOFOLLOW and _DIRECTORY)
+
+
+class NotRegularFile(OSError):
+    """What was opened is a folder, FIFO, socket or device, not a regular file."""
+
+
+def open_regular_file(root: Path, relative: str | Sequence[str]) -> BinaryIO:
+    """The regular file ``relative`` under the real folder ``root``, open for binary reading.
+
+    Each folder on the way is opened relative to the one before with ``O_NOFOLLOW``, and the
+    file itself with ``O_NOFOLLOW | O_NONBLOCK``, so a symlink swapped in for any component
+    since it was checked fails (``ELOOP``/``ENOTDIR``) instead of leading outside, and a FIFO
+    or device opens without waiting; ``fstat`` on the open file then refuses anything but a
+    regular file (``NotRegularFile``). Raises OSError.
+    """
+    # Split on "/" only: the scan joins names with it, and "\\" is a character of a POSIX name.
+    parts = [p for p in (relative.split("/") if isinstance(relative, str) else relative) if p not in ("", ".")]
+    if not parts:
+        raise NotRegularFile(f"{relative!r} names the folder itself")
+    if ".." in parts:
+        raise OSError(f"{relative!r} leaves the folder")
+    fd = _open_beneath(Path(root), parts) if _HAS_OPENAT else _open_checked(Path(root), parts)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(f"{'/'.join(parts)!r} is {_kind(mode)}, not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_beneath(root: Path, parts: list[str]) -> int:
+    folder = os.open(root, _DIR_FLAGS & ~_NOFOLLOW)  # the root was resolved: it is real
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, _DIR_FLAGS, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        return os.open(parts[-1], _FILE_FLAGS, dir_fd=folder)
+    finally:
+        os.close(folder)
+
+
+def _open_checked(root: Path, parts: list[str]) -> int:
+    """Without ``openat`` (Windows): open, then check the opened path still lies in ``root``."""
+    path = root.joinpath(*parts)
+    if path.is_symlink() or not path.resolve().is_relative_to(root.resolve()):
+        raise OSError(f"{'/'.join(parts)!r} leads outside the workspace")
+    return os.open(path, _FILE_FLAGS)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a plain file"
+
+
+def is_shown_name(name: str) -> bool:
+    """Whether a file or folder name may appear in a tool result: no control characters
+    (a newline would forge result lines) and valid Unicode (a name that is not UTF-8 comes
+    back from the OS with surrogate escapes, which SQLite and the wire refuse)."""
+    return _CONTROL.search(name) is None and _SURROGATE.search(name) is None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")

@@ -8,19 +8,26 @@ evidence) for research notes (ADR 0127); ``text`` is only what the model reads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import codecs
+import errno
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 import anyio
 import msgspec
 
 from imprintd.tools.base import Hit, Source, Tool, ToolError, ToolResult, parse_arguments, tool_spec
-from imprintd.tools.index import BINARY_PROBE_BYTES, WorkspaceIndex
-from imprintd.tools.paths import normalized, resolve_in_workspace
+from imprintd.tools.index import WorkspaceIndex
+from imprintd.tools.paths import NotRegularFile, normalized, open_regular_file, resolve_in_workspace
 
 #: Characters of file text one read_file call returns.
 READ_LIMIT = 4_000
+#: Bytes of a file read_file looks at (for its lines and its line count); lines past them
+#: are out of its reach. Bounds the work and memory of a read whatever the file's size.
+READ_SCAN_BYTES = 8 * 1024 * 1024
+#: Bytes of one line kept; the rest of a longer line is read past, and the line shown cut.
+MAX_LINE_BYTES = 64 * 1024
 SEARCH_LIMIT = 8
 #: How a bounded read ends; ADR 0127's notes drop this line (it is protocol, not content).
 CONTINUATION_PREFIX = "… continues at line"
@@ -90,50 +97,93 @@ class ReadFileArguments(msgspec.Struct, frozen=True, kw_only=True):
 class _Read:
     """The outcome of one bounded read, before it is worded."""
 
-    def __init__(self, lines: list[str], start: int, total: int, cut_line: bool) -> None:
+    def __init__(self, lines: list[str], start: int, total: int, cut_line: bool, complete: bool = True) -> None:
         self.lines = lines
         self.start = start
-        self.total = total
+        self.total = total  # lines seen; all of the file's lines only when ``complete``
         self.cut_line = cut_line  # the only line shown was longer than the limit
+        self.complete = complete  # False: the file goes on past READ_SCAN_BYTES
 
     @property
     def end(self) -> int:
         return self.start + len(self.lines) - 1
 
 
-def read_lines(path: Path, start: int, end: int | None, limit: int = READ_LIMIT) -> _Read:
+def read_lines(handle: BinaryIO, start: int, end: int | None, limit: int = READ_LIMIT,
+               max_bytes: int | None = None) -> _Read:
     """Whole lines ``start..end`` of a text file within ``limit`` characters, and its line count.
 
-    Streams the file, so a large file costs time but never memory. Raises ToolError for a
-    binary or non-UTF-8 file.
+    Bounded in memory and work whatever the file: at most ``max_bytes`` of it are read (the
+    count of a longer file is "at least"), at most ``MAX_LINE_BYTES`` of any line are kept.
+    Raises ToolError for a file with a NUL byte anywhere in what is read (binary; a sparse
+    file's holes are NULs) or a line that is not UTF-8.
     """
     kept: list[str] = []
-    used = 0
-    total = 0
-    full = False
-    cut_line = False
-    with open(path, "rb") as handle:
-        if b"\x00" in handle.read(BINARY_PROBE_BYTES):
-            raise ToolError("it is a binary file, not text")
-        handle.seek(0)
-        for number, raw in enumerate(handle, start=1):
-            total = number
-            if full or number < start or (end is not None and number > end):
-                continue
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
-            except UnicodeDecodeError:
-                raise ToolError(f"line {number} is not UTF-8 text; it is not a text file") from None
-            cost = len(line) + (1 if kept else 0)
-            if used + cost > limit:
-                if not kept:  # one line longer than the limit: show its start, marked as cut
-                    kept.append(line[: limit - 1] + "…")
-                    cut_line = True
-                full = True
-                continue
-            kept.append(line)
-            used += cost
-    return _Read(kept, start, total, cut_line)
+    used = total = 0
+    full = cut_line = False
+    budget = READ_SCAN_BYTES if max_bytes is None else max_bytes
+    for raw, whole in _bounded_lines(handle, budget):
+        total += 1
+        if full or total < start or (end is not None and total > end):
+            continue
+        line = _decode_line(raw, total, whole)
+        cost = len(line) + (1 if kept else 0)
+        if used + cost > limit:
+            if not kept:  # one line longer than the limit: show its start, marked as cut
+                kept.append(line[: limit - 1] + "…")
+                cut_line = True
+            full = True
+            continue
+        kept.append(line)
+        used += cost
+    complete = handle.read(1) == b""
+    return _Read(kept, start, total, cut_line, complete)
+
+
+def _bounded_lines(handle: BinaryIO, budget: int) -> Iterator[tuple[bytes, bool]]:
+    """The file's lines as bytes, within ``budget`` bytes: (at most ``MAX_LINE_BYTES`` of
+    the line, whether that is the whole line)."""
+    while budget > 0:
+        raw = handle.readline(min(MAX_LINE_BYTES, budget))
+        if not raw:
+            return
+        budget -= len(raw)
+        _refuse_nul(raw)
+        whole = True
+        if not raw.endswith(b"\n"):
+            budget, whole = _skip_rest_of_line(handle, budget)
+        yield raw, whole
+
+
+def _skip_rest_of_line(handle: BinaryIO, budget: int) -> tuple[int, bool]:
+    """Read past the rest of an overlong line without keeping it: (budget left, whether
+    there was nothing to skip)."""
+    nothing = True
+    while budget > 0:
+        piece = handle.readline(min(1 << 16, budget))
+        if not piece:
+            break
+        nothing = False
+        budget -= len(piece)
+        _refuse_nul(piece)
+        if piece.endswith(b"\n"):
+            break
+    return budget, nothing
+
+
+def _refuse_nul(data: bytes) -> None:
+    if b"\x00" in data:
+        raise ToolError("it is a binary file (it holds NUL bytes), not text")
+
+
+def _decode_line(raw: bytes, number: int, whole: bool) -> str:
+    # An overlong line was cut at a byte count, perhaps inside a character: the incremental
+    # decoder leaves such an incomplete tail out instead of calling the line undecodable.
+    decoder = codecs.getincrementaldecoder("utf-8-sig" if number == 1 else "utf-8")()
+    try:
+        return decoder.decode(raw, final=whole).rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise ToolError(f"line {number} is not UTF-8 text; it is not a text file") from None
 
 
 class ReadFileTool:
@@ -172,28 +222,41 @@ class ReadFileTool:
             raise ToolError(f"read_file: end_line {end} is before start_line {start}")
         resolved = resolve_in_workspace(self.root, relative)
         shown = normalized(relative)
-        if not resolved.is_file():
-            raise ToolError(f"no file {shown} in the workspace")
+        real_root = self.root.resolve()
         try:
-            read = read_lines(resolved, start, end, self.limit)
+            # The resolved path holds no symlink; one found on the way now was swapped in
+            # since, and is refused rather than followed.
+            with open_regular_file(real_root, resolved.relative_to(real_root).parts) as handle:
+                read = read_lines(handle, start, end, self.limit)
         except ToolError as error:
             raise ToolError(f"cannot read {shown}: {error}") from None
+        except (FileNotFoundError, NotRegularFile):
+            raise ToolError(f"no file {shown} in the workspace") from None
         except OSError as error:
+            if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise ToolError(f"refused path {shown!r}: it changed while being opened (a symbolic link "
+                                "or a file now stands on its way); links are not followed") from None
             raise ToolError(f"cannot read {shown}: {error.strerror or error}") from None
         return self._result(shown, read, end)
 
     @staticmethod
     def _result(path: str, read: _Read, end: int | None) -> ToolResult:
-        if read.total == 0:
+        if read.total == 0 and read.complete:
             return ToolResult(text=f"{path} is empty.", subject=path)
-        if not read.lines:
+        if not read.lines and read.complete:
             raise ToolError(f"{path} has {read.total} lines; start_line {read.start} is past its end")
+        if not read.lines:
+            raise ToolError(f"start_line {read.start} of {path} is past the first {_scan_size()} "
+                            f"({read.total} lines), which is all read_file reads of a file")
         text = "\n".join(read.lines)
         last_wanted = min(end, read.total) if end is not None else read.total
+        count = f"{read.total}" if read.complete else f"at least {read.total}"
         if read.end < last_wanted:
             following = read.end + 1
-            text += (f"\n{CONTINUATION_PREFIX} {following} of {read.total}: "
+            text += (f"\n{CONTINUATION_PREFIX} {following} of {count}: "
                      f"call read_file with start_line {following}")
+        elif not read.complete and (end is None or end > read.end):
+            text += f"\n(read_file reads only the first {_scan_size()} of a file; this is where they end.)"
         source = Source(path=path, start_line=read.start, end_line=read.end)
         return ToolResult(
             text=text,
@@ -201,6 +264,11 @@ class ReadFileTool:
             evidence=(f"{path}:{read.start}-{read.end}",),
             sources=(source,),
         )
+
+
+def _scan_size() -> str:
+    mib = READ_SCAN_BYTES / (1024 * 1024)
+    return f"{mib:g} MiB"
 
 
 def workspace_tools(index: WorkspaceIndex, root: Path) -> list[Tool]:

@@ -10,7 +10,6 @@ from acp import schema
 from imprintd.acp.events import AcpEvents, stop_reason
 from imprintd.events import ToolStep
 from imprintd.reply import ReplyOutcome
-from imprintd.tools.workspace import ReadFileTool
 from tests.acp.peer import conforms
 
 
@@ -43,17 +42,18 @@ def test_a_step_that_fails_before_it_starts_is_one_failed_tool_call():
     assert update["content"] == [{"type": "content", "content": {"type": "text", "text": "There is no tool named 'ghost'."}}]
 
 
-def test_every_read_file_title_gives_its_location(tmp_path):
-    """The live location is read back from ReadFileTool's title: every form of it must parse."""
+def test_a_live_read_file_step_points_at_the_file_and_line_it_reads(tmp_path):
     root = tmp_path.resolve()
-    tool = ReadFileTool(root)
     cases = [({"path": "src/app.py"}, None), ({"path": "src/app.py", "start_line": 5, "end_line": 9}, 4),
-             ({"path": "src/app.py", "start_line": 5}, 4), ({"path": "src/app.py", "end_line": 9}, None),
-             ({"path": "docs/a file – with dashes.md", "start_line": 2, "end_line": 3}, 1)]
+             ({"path": "../outside.py"}, "none"), ({"path": 7}, "none")]
     for arguments, line in cases:
         acp_events, sent = events(root)
-        acp_events.tool_step(ToolStep(call_id="c", tool="read_file", title=tool.title(arguments), state="started"))
+        acp_events.tool_step(ToolStep(call_id="c", tool="read_file", title="Reading", state="started",
+                                      arguments=arguments))
         update = sent.notifications[0]["update"]
+        if line == "none":
+            assert "locations" not in update, arguments
+            continue
         expected = {"path": str(root / arguments["path"])} | ({"line": line} if line is not None else {})
         assert update["locations"] == [expected], arguments
 

@@ -114,6 +114,23 @@ def test_bad_lines_are_answered_and_the_agent_keeps_serving(raw):
     assert raw.lines.empty()  # exactly one answer each: nothing more was written
 
 
+def test_deep_nesting_and_lone_surrogates_are_refused_and_the_agent_keeps_serving(raw):
+    raw.write(b"[" * 100_000 + b"]" * 100_000 + b"\n")  # every JSON decoder after this one recurses
+    message = raw.read()
+    assert error_of(message) == (None, -32600) and "nested more than" in message["error"]["message"]
+    raw.write(b'{"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"protocolVersion": 1, '
+              b'"clientCapabilities": {"x": ' + b"[" * 200 + b"]" * 200 + b"}}}\n")
+    message = raw.read()
+    assert error_of(message) == (2, -32600) and "nested more than" in message["error"]["message"]
+    raw.write(b'{"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": {"sessionId": "s", '
+              b'"prompt": [{"type": "text", "text": "a\\udc80b"}]}}\n')
+    message = raw.read()
+    assert error_of(message) == (3, -32602) and "prompt[0].text" in message["error"]["message"]
+    raw.request(4, "initialize", {"protocolVersion": 1})
+    assert raw.read()["id"] == 4
+    assert raw.close() == 0
+
+
 def test_a_line_over_the_limit_is_refused_unread_and_the_next_is_served(raw):
     from imprintd.acp.jsonrpc import MAX_LINE
 

@@ -241,12 +241,41 @@ def test_measurements_stay_bounded_when_counts_are_not_additive():
             model = SkewedModel(n_ctx=n_ctx, skew=skew)
             fitted = fit_prompt(model, system=SYSTEM, history=history, current=current,
                                 max_tokens=MAX_TOKENS)
-            assert fitted.measurements == model.prompt_counts <= pieces + 2
+            assert fitted.measurements == model.prompt_counts <= pieces + fitted.restored + 3
             most = max(most, fitted.measurements)
             assert fitted.prompt_tokens == model.count_prompt(fitted.messages)
             assert fitted.fits == (fitted.prompt_tokens + MAX_TOKENS <= n_ctx)
             assert_well_formed(kept_history(fitted, current))
     assert most > 2  # an optimistic running total was caught by the exact count, and removal went on
+
+
+def ideal_fit(model, history, current) -> list[Message]:
+    """Brute force: the messages left by removing the fewest pieces, in ADR 0140's order, that fit."""
+    plan = research_pieces(history) + exchange_pieces(history)
+    kept = [True] * len(history)
+    for piece in [[], *plan]:
+        for index in piece:
+            kept[index] = False
+        messages = [SYSTEM, *(m for m, keep in zip(history, kept) if keep), *current]
+        if model.count_prompt(messages) + MAX_TOKENS <= model.n_ctx:
+            return messages
+    return messages
+
+
+def test_pessimistic_counts_remove_no_more_than_must_go():
+    history = [m for n in "abcdefgh" for m in exchange(n, research_tokens=40)]
+    current = [user("now")]
+    probe = StandInModel()
+    base = total(probe, [SYSTEM, *history, *current])
+    restored = 0
+    for skew in (-30, -8, -3, 0, 3, 8):
+        for n_ctx in range(base // 3, base + MAX_TOKENS, 23):
+            model = SkewedModel(n_ctx=n_ctx, skew=skew)
+            fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
+            assert fitted.messages == ideal_fit(SkewedModel(n_ctx=n_ctx, skew=skew), history, current), (skew, n_ctx)
+            assert_well_formed(kept_history(fitted, current))
+            restored += fitted.restored
+    assert restored > 0  # pessimistic totals did remove too much, and it was put back
 
 
 def test_a_400_message_session_fits_with_two_exact_counts():

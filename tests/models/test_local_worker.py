@@ -18,7 +18,7 @@ from imprintd.models.local import (
     read_gguf_string,
     template_renders_tools,
 )
-from tests.models.conftest import HAS_LLAMA_CPP, needs_real_model
+from tests.models.conftest import needs_real_model
 
 SEARCH = ToolSpec(name="search", description="Search.", parameters={"type": "object", "properties": {}})
 END = -1
@@ -125,7 +125,7 @@ CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_e
 STRICT = "{% if tools %}{{ raise_exception('no tools here') }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}"
 
 
-@pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed")
+@needs_real_model
 def test_template_renders_tools():
     assert template_renders_tools(QWEN_LIKE)
     assert not template_renders_tools(CHATML)
@@ -184,7 +184,7 @@ class TemplateOnly:
         return list(range(len(text.split())))
 
 
-@pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed")
+@needs_real_model
 def test_native_template_gets_schemas_calls_and_tool_messages():
     from imprintd.messages import ToolCall, assistant, system, tool_result, user
 

@@ -69,6 +69,9 @@ class RecordingModel:
     def count_text(self, text: str) -> int:
         return self.model.count_text(text)
 
+    def reusable_prefix(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> tuple[int, int]:
+        return self.model.reusable_prefix(messages, tools)
+
     async def complete(self, messages, tools=(), *, max_tokens, timeout=None, on_text=None) -> Completion:
         request = Request(list(messages), list(tools), max_tokens, self.model.count_prompt(messages, tools))
         self.requests.append(request)

