@@ -213,11 +213,12 @@ class ReadFileTool:
         return f"Reading {path}"
 
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
-        return await anyio.to_thread.run_sync(self._run, ReadFileArguments.parse(arguments))
+        return await anyio.to_thread.run_sync(self._run, dict(arguments))
 
-    def _run(self, arguments: ReadFileArguments) -> ToolResult:
-        relative, start = arguments.path, arguments.start_line
-        end = None if arguments.end_line is msgspec.UNSET else arguments.end_line
+    def _run(self, arguments: Mapping[str, Any]) -> ToolResult:
+        parsed = ReadFileArguments.parse(arguments)
+        relative, start = parsed.path, parsed.start_line
+        end = None if parsed.end_line is msgspec.UNSET else parsed.end_line
         if end is not None and end < start:
             raise ToolError(f"read_file: end_line {end} is before start_line {start}")
         resolved = resolve_in_workspace(self.root, relative)
