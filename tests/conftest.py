@@ -1,4 +1,6 @@
-"""Shared fixtures: an isolated data and config dir for every test, and the stand-in model."""
+"""Shared fixtures: an isolated data and config dir for every test, the stand-in model, and a
+small workspace. Shared helpers that are not fixtures are in ``tests/helpers.py``; test modules
+never import one another."""
 
 from __future__ import annotations
 
@@ -23,3 +25,17 @@ def isolated_dirs(tmp_path, monkeypatch):
 @pytest.fixture
 def model() -> StandInModel:
     return StandInModel()
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    """A small shop workspace: a billing service on port 8101 and a deploy doc."""
+    root = tmp_path / "shop"
+    (root / "services").mkdir(parents=True)
+    (root / "services" / "billing.yaml").write_text(
+        "name: billing\nimage: shop/billing:2.3\nport: 8101\nreplicas: 2\n", encoding="utf-8")
+    (root / "docs").mkdir()
+    (root / "docs" / "deploy.md").write_text(
+        "# Deploying\n\nThe billing service is deployed behind the gateway.\nRollouts take 5 minutes.\n",
+        encoding="utf-8")
+    return root

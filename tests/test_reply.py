@@ -9,33 +9,11 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from imprintd import settings as settings_mod
-from imprintd.chat import Chat, ReplyRequest
+from imprintd.chat import ReplyRequest
 from imprintd.models.base import Completion
+from tests.helpers import ask, make_chat, tool_turn
 from tests.recording import RecordingEvents
 from tests.standin import Fail, Hang, StandInModel, call
-
-
-@pytest.fixture
-def workspace(tmp_path):
-    root = tmp_path / "shop"
-    (root / "services").mkdir(parents=True)
-    (root / "services" / "billing.yaml").write_text(
-        "name: billing\nimage: shop/billing:2.3\nport: 8101\nreplicas: 2\n", encoding="utf-8")
-    (root / "docs").mkdir()
-    (root / "docs" / "deploy.md").write_text(
-        "# Deploying\n\nThe billing service is deployed behind the gateway.\nRollouts take 5 minutes.\n",
-        encoding="utf-8")
-    return root
-
-
-def make_chat(model: StandInModel, **settings) -> Chat:
-    resolved = settings_mod.load({}, environ={}).apply(settings, "test")
-    return Chat(resolved, model_factory=lambda chat_settings: model)
-
-
-def tool_turn(*calls) -> Completion:
-    return Completion(text="", tool_calls=tuple(calls))
 
 
 def researcher(calls, final):
@@ -55,19 +33,13 @@ MANY_CALLS = [call("search", call_id=f"c{n}", query=q) for n, q in
               enumerate(["billing", "gateway", "replicas", "image", "deploy", "rollout", "port", "docs", "name"])]
 
 
-async def ask(chat: Chat, text: str, workspace, events=None, **kwargs):
-    events = events or RecordingEvents()
-    outcome = await chat.reply(ReplyRequest(text=text, workspace=str(workspace), **kwargs), events)
-    return outcome, events
-
-
 async def test_a_budget_stop_writes_the_answer_from_notes_with_sources(model, workspace):
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
     calls = [call("search", query="billing port"), call("read_file", call_id="c2", path="services/billing.yaml")]
     calls += [call("search", call_id=f"c{n}", query=f"deploy {n}") for n in range(3, 12)]
     model.queue(*researcher(calls, "Billing listens on port 8101 [1].\n\n- Deployed behind the gateway [2]."
                                    "\n\nThe notes do not say who owns it."))
-    outcome, events = await ask(chat, "Which port does billing use?", workspace)
+    outcome, events = await ask(chat, "Which port does billing use?", workspace=workspace)
     assert outcome.stop_reason == "token_budget"
 
     final = model.requests[-1]
@@ -94,7 +66,7 @@ async def test_a_budget_stop_writes_the_answer_from_notes_with_sources(model, wo
 async def test_an_answer_cut_short_keeps_what_it_wrote_and_adds_the_strongest_findings(model, workspace):
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
     model.queue(*researcher(MANY_CALLS, Completion(text="Billing runs two replicas.", finish_reason="length")))
-    outcome, _ = await ask(chat, "Tell me about billing", workspace)
+    outcome, _ = await ask(chat, "Tell me about billing", workspace=workspace)
     assert outcome.text.startswith("Billing runs two replicas.\n\n(The answer was cut short.")
     assert "…" not in outcome.text.split("\n")[0]  # cut after a whole sentence: no ellipsis
 
@@ -102,7 +74,7 @@ async def test_an_answer_cut_short_keeps_what_it_wrote_and_adds_the_strongest_fi
 async def test_a_final_turn_that_fails_ends_with_the_findings(model, workspace):
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
     model.queue(*researcher(MANY_CALLS, Fail("the model crashed")))
-    outcome, events = await ask(chat, "Tell me about billing", workspace)
+    outcome, events = await ask(chat, "Tell me about billing", workspace=workspace)
     assert outcome.text.startswith("I couldn't write a full answer. The strongest findings of the research:\n- ")
     assert "port: 8101" in outcome.text or "billing" in outcome.text.split("\n")[1]
     assert outcome.stop_reason == "token_budget"  # a bounded stop is never a failed reply
@@ -114,7 +86,7 @@ async def test_a_final_turn_that_asks_for_tools_keeps_its_text_and_adds_the_find
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
     model.queue(*researcher(MANY_CALLS, Completion(text="Billing is deployed behind the gateway [1].",
                                                    tool_calls=(call("search", call_id="x", query="owner"),))))
-    outcome, events = await ask(chat, "Tell me about billing", workspace)
+    outcome, events = await ask(chat, "Tell me about billing", workspace=workspace)
     assert outcome.text.startswith("Billing is deployed behind the gateway [1].\n\n(The answer was cut short. "
                                    "The strongest findings of the research:)\n- ")
     findings = [line for line in outcome.text.split("Sources:")[0].splitlines() if line.startswith("- ")]
@@ -127,7 +99,7 @@ async def test_a_final_turn_that_asks_for_tools_keeps_its_text_and_adds_the_find
 async def test_a_spoken_reply_gets_no_sources_list(model, workspace):
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
     model.queue(*researcher(MANY_CALLS, "Billing uses port 8101 [1]."))
-    outcome, _ = await ask(chat, "Which port?", workspace, style="spoken")
+    outcome, _ = await ask(chat, "Which port?", workspace=workspace, style="spoken")
     assert "Sources:" not in outcome.text and outcome.sources == ()
     assert "two or three plain sentences" in model.requests[-1].messages[-1].content
 
@@ -146,7 +118,7 @@ async def test_workspace_tools_refuse_paths_outside_and_report_a_failed_step(mod
     (tmp_path / "secret.txt").write_text("TOP SECRET", encoding="utf-8")
     chat = make_chat(model)
     model.queue(tool_turn(call("read_file", path="../secret.txt")), "I can't read that.")
-    outcome, events = await ask(chat, "Read ../secret.txt", workspace)
+    outcome, events = await ask(chat, "Read ../secret.txt", workspace=workspace)
     assert events.steps[-1].state == "failed"
     assert "TOP SECRET" not in model.requests[1].text
     assert outcome.text == "I can't read that."
@@ -155,12 +127,12 @@ async def test_workspace_tools_refuse_paths_outside_and_report_a_failed_step(mod
 async def test_indexing_reports_progress_and_a_missing_workspace_is_named(model, workspace, tmp_path):
     chat = make_chat(model)
     model.queue("ok")
-    _, events = await ask(chat, "hello", workspace)
+    _, events = await ask(chat, "hello", workspace=workspace)
     assert any(message.startswith("Indexing the workspace:") for message in events.progress_messages)
     from imprintd.chat import WorkspaceMissing
 
     with pytest.raises(WorkspaceMissing, match="nowhere"):
-        await ask(chat, "hello", tmp_path / "nowhere")
+        await ask(chat, "hello", workspace=tmp_path / "nowhere")
     assert len(chat.sessions()) == 1  # the refused request stored nothing
 
 
@@ -170,7 +142,7 @@ async def test_a_final_turn_that_writes_a_tool_call_as_text_is_cut_short_without
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
     model.queue(*researcher(MANY_CALLS, 'Billing runs two replicas [1]. \n<tool_call>\n'
                                         '{"name": "search", "arguments": {"query": "billing owner"}}\n</tool_call>'))
-    outcome, events = await ask(chat, "Tell me about billing", workspace)
+    outcome, events = await ask(chat, "Tell me about billing", workspace=workspace)
     assert outcome.text.startswith("Billing runs two replicas [1].\n\n(The answer was cut short.")
     assert "tool_call" not in outcome.text and "tool_call" not in events.streamed
     assert events.streamed == outcome.text
@@ -195,7 +167,7 @@ def test_the_final_answer_stream_holds_back_a_marker_split_across_pieces():
 async def test_a_follow_up_researches_the_workspace_its_session_started_on(model, workspace):
     chat = make_chat(model)
     model.queue("first", "second")
-    first, _ = await ask(chat, "What is in here?", workspace)
+    first, _ = await ask(chat, "What is in here?", workspace=workspace)
     assert chat.store.session(first.session_id).workspace == str(workspace.resolve())
     await chat.reply(ReplyRequest(text="And now?", session_id=first.session_id), RecordingEvents())
     assert {tool.name for tool in model.requests[1].tools} >= {"search", "read_file"}
@@ -214,7 +186,7 @@ async def test_the_final_answer_after_an_analyzed_question_has_no_reread_guidanc
 
     model.queue(*[reply] * 40)
     paste = "Which port does billing use? Here is the config:\n" + "setting: value\n" * 1200
-    outcome, _ = await ask(chat, paste, workspace)
+    outcome, _ = await ask(chat, paste, workspace=workspace)
     assert outcome.stop_reason == "no_new_evidence"
     final = model.requests[-1]
     assert final.tools == [] and "[Section analysis]" in final.messages[-1].content
@@ -251,7 +223,7 @@ async def test_a_paste_the_token_budget_cannot_cover_is_answered_from_the_sectio
 
     model.queue(*[reply] * 40)
     paste = paste_of(400)
-    outcome, events = await ask(chat, paste, workspace)
+    outcome, events = await ask(chat, paste, workspace=workspace)
 
     workers = [r for r in model.requests if r.max_tokens == 384]
     analysis = [m for m in events.progress_messages if not m.startswith("Indexing")]
@@ -285,7 +257,7 @@ async def test_the_time_budget_bounds_section_analysis_and_the_final_answer(work
     model.queue(section_notes, Hang("half a note"), Hang("The answer that never ends"))
     started = anyio.current_time()
     with anyio.fail_after(20):
-        outcome, events = await ask(chat, paste_of(400), workspace)
+        outcome, events = await ask(chat, paste_of(400), workspace=workspace)
     elapsed = anyio.current_time() - started
     first, second, final = model.requests
     # Research may use the budget less the final answer's 20% share; the final answer the rest.
@@ -302,7 +274,7 @@ async def test_a_model_that_never_answers_ends_the_reply_within_the_time_budget(
     model.queue(Hang("Thinking"), Hang("Still thinking"))
     started = anyio.current_time()
     with anyio.fail_after(20):
-        outcome, _ = await ask(chat, "Which port does billing use?", workspace)
+        outcome, _ = await ask(chat, "Which port does billing use?", workspace=workspace)
     coordinator, final = model.requests
     assert 1.0 <= coordinator.timeout <= 1.6  # 2 s less the final answer's share
     assert 0 < final.timeout <= 0.4 + 0.05
@@ -314,7 +286,7 @@ async def test_notes_come_from_this_reply_only_never_from_earlier_replies(model,
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 256})
     # The first reply reads billing's config and answers within its budget.
     model.queue(tool_turn(call("read_file", path="services/billing.yaml")), "Found it.")
-    first, _ = await ask(chat, "Which port does billing use?", workspace)
+    first, _ = await ask(chat, "Which port does billing use?", workspace=workspace)
     stored = chat.store.messages(first.session_id)
     assert any(m.role == "tool" and "port: 8101" in m.content for m in stored)
     # The second reply searches the docs until its budget stops it.
@@ -324,7 +296,7 @@ async def test_notes_come_from_this_reply_only_never_from_earlier_replies(model,
         return rounds.pop(0) if request.tools else "Rollouts take 5 minutes [1]."
 
     model.queue(*[reply] * 14)
-    second, _ = await ask(chat, "How long do rollouts take?", workspace, session_id=first.session_id)
+    second, _ = await ask(chat, "How long do rollouts take?", workspace=workspace, session_id=first.session_id)
     assert second.stop_reason == "token_budget"
     final = model.requests[-1]
     assert final.tools == []
@@ -346,7 +318,7 @@ async def test_research_that_fills_the_context_is_answered_from_notes(model, wor
         return "Node timeouts fill the log [1]."
 
     model.queue(*[reply] * 4)
-    outcome, events = await ask(chat, "What does big.log say?", workspace)
+    outcome, events = await ask(chat, "What does big.log say?", workspace=workspace)
     assert outcome.stop_reason == "context_full"
     coordinator = [r for r in model.requests if r.tools]
     assert len(coordinator) == 1  # the second round did not fit beside the first one's result
@@ -363,7 +335,7 @@ async def test_the_final_answer_has_its_own_120_seconds_at_most(model, workspace
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512,
                                "chat.research_time_budget": 3600})
     model.queue(*researcher(MANY_CALLS, "Billing listens on 8101 [1]."))
-    await ask(chat, "Which port does billing use?", workspace)
+    await ask(chat, "Which port does billing use?", workspace=workspace)
     assert model.requests[-1].tools == [] and model.requests[-1].timeout == pytest.approx(120, abs=1)
 
     # A final turn that runs into that deadline keeps what it wrote and adds the findings.
@@ -372,7 +344,7 @@ async def test_the_final_answer_has_its_own_120_seconds_at_most(model, workspace
     model.replies.clear()
     model.queue(*researcher(MANY_CALLS, Hang("Billing listens on")))
     with anyio.fail_after(20):
-        outcome, events = await ask(chat, "Which port does billing use?", workspace)
+        outcome, events = await ask(chat, "Which port does billing use?", workspace=workspace)
     assert model.requests[-1].timeout == pytest.approx(0.3, abs=0.01)
     assert outcome.text.startswith("Billing listens on…\n\n(The answer was cut short. The strongest findings")
     assert events.streamed == outcome.text

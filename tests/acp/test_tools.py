@@ -12,7 +12,7 @@ import threading
 import acp
 
 from tests.acp.peer import acp_agent, texts
-from tests.e2e.test_research_e2e import (
+from tests.e2e.research_repo import (
     FILES,
     INDEXED,
     MORE_READS,

@@ -19,20 +19,9 @@ from imprintd.context.history import (
 )
 from imprintd.messages import Message, ToolCall, assistant, tool_result, user
 from imprintd.tools.base import ToolError, ToolResult
+from tests.conversations import compose_paste
 
 PLACE = re.compile(r"\[#(\d+) offset (\d+)–(\d+)\]\n")
-
-
-def compose_paste() -> str:
-    """A ~9,000-character compose file whose billing block sits deep inside it."""
-    lines = ["Here is the compose file for staging, please keep it in mind.", "services:"]
-    for i in range(110):
-        lines += [f"  svc{i}:", f"    image: registry.local/svc{i}:1.{i}", "    ports:",
-                  f'      - "{8000 + i}:{8000 + i}"']
-        if i == 80:
-            lines += ["  billing:", "    image: registry.local/billing:2.1", "    ports:", '      - "8101:8101"',
-                      "    environment:", "      INVOICE_QUEUE: invoices-eu"]
-    return "\n".join(lines)
 
 
 def session() -> list[Message]:

@@ -17,7 +17,7 @@ from imprintd.context import history_index
 from imprintd.context.history import OUTPUT_LIMIT, ConversationHistory, query_terms
 from imprintd.messages import ToolCall, assistant, tool_result, user
 from imprintd.store import MEMORY_MESSAGE_LIMIT, MIGRATIONS, MemoryStore, Store
-from tests.context.test_history import compose_paste
+from tests.conversations import compose_paste
 from tests.helpers import connection_of
 
 NOV_29 = time.mktime((2026, 11, 29, 10, 0, 0, 0, 0, -1))  # local time, as the headers show it

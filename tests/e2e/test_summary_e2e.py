@@ -11,25 +11,14 @@ params are refused, and the summary goes with its session.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from pygls.exceptions import JsonRpcException
 
-from imprintd.context.summary import HEADING, PROGRESS, SUMMARIZER_SYSTEM
-from tests.openai_stub import StubReply
-from tests.test_reply_summary import BILLING_QUESTION, COMPOSE, FOLLOW_UPS, PASTE, PASTE_REPLY
+from imprintd.context.summary import HEADING, PROGRESS
+from tests.conversations import BILLING_QUESTION, COMPOSE, FOLLOW_UPS, PASTE
+from tests.e2e.summary_script import MAX_TOKENS, N_CTX, PORTS, QUERY, is_summarizer, model
 
-# By the remote estimate (three bytes a token) the paste and the five follow-ups fit in 3,072
-# tokens with a 256-token answer allowance (the fifth follow-up's prompt needs 2,925), and the
-# billing question does not (3,201): the first summary is written at the billing question.
-N_CTX = 3072
-MAX_TOKENS = 256
-QUERY = "billing port"
 INVALID_PARAMS = -32602
-
-_LINE = re.compile(r"^#(\d+) (user|assistant|tool)", re.MULTILINE)
-_PORTS = re.compile(r'ports: \["8101:8101"\]')
 
 
 @pytest.fixture
@@ -41,40 +30,6 @@ def daemon_env(daemon_env):
 
 async def request(client, method: str, **params):
     return await client.protocol.send_request_async(method, params)
-
-
-def is_summarizer(body: dict) -> bool:
-    return "tools" not in body and body["messages"][0]["content"] == SUMMARIZER_SYSTEM
-
-
-def bullets(body: dict) -> str:
-    """One bullet per exchange of the summarizer's transcript, citing message numbers."""
-    groups: list[list[int]] = []
-    for number, role in _LINE.findall(body["messages"][-1]["content"]):
-        if role == "user" or not groups:
-            groups.append([int(number)])
-        else:
-            groups[-1].append(int(number))
-    lines = []
-    for group in groups:
-        span = f"#{group[0]}" if len(group) == 1 else f"#{group[0]}–#{group[-1]}"
-        what = "pasted the staging compose file" if group[0] == 1 else f"talked about topic {group[0]}"
-        lines.append(f"- ({span}) The user {what}.")
-    return "\n".join(lines)
-
-
-def model(body: dict) -> StubReply | str:
-    """The scripted model as a function of each request."""
-    if is_summarizer(body):
-        return bullets(body)
-    last = body["messages"][-1]
-    if last["role"] == "tool":
-        quoted = _PORTS.search(last["content"])
-        return f"Billing listens on 8101: the compose file you pasted has `{quoted.group() if quoted else '?'}`."
-    if last["content"] == BILLING_QUESTION:
-        return StubReply(tool_calls=[{"id": "call_hist", "name": "conversation_history",
-                                      "arguments": {"query": QUERY}}])
-    return {PASTE: PASTE_REPLY, **dict(FOLLOW_UPS)}.get(last["content"], "ok")
 
 
 def progress_messages(client) -> list[str]:
@@ -132,7 +87,7 @@ async def test_a_pasted_compose_file_is_summarized_and_looked_up_again(client, s
     assert coordinator["messages"][-1] == {"role": "user", "content": BILLING_QUESTION}
     result = after_tool["messages"][-1]
     assert result["role"] == "tool" and result["tool_call_id"] == "call_hist"
-    assert "8101" in result["content"] and _PORTS.search(result["content"])
+    assert "8101" in result["content"] and PORTS.search(result["content"])
 
     # The session methods return the summary.
     stored = await request(client, "imprint/summary", sessionId=sid)

@@ -200,7 +200,8 @@ async def test_every_coordinator_and_worker_request_of_a_research_run_is_reserve
     from imprintd.context import sections as sec
     from imprintd.research.loop import research
     from imprintd.tools.base import ToolResult
-    from tests.research.test_loop import SYSTEM, FakeSearch, scope, tool_turn
+    from tests.helpers import tool_turn
+    from tests.research.fakes import SYSTEM, FakeSearch, scope
     from tests.standin import count_text
 
     model = StandInModel(n_ctx=2048)

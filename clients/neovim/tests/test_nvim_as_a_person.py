@@ -6,7 +6,7 @@ clients/neovim/test-output/ (git-ignored) for the README and for review."""
 from __future__ import annotations
 
 from conftest import PLUGIN
-from test_nvim_chat import ANSWER, PORT_FILE, PREAMBLE, researcher, write_repo
+from repo_script import ANSWER, PORT_FILE, researcher, write_repo
 
 OUTPUT = PLUGIN / "test-output"
 

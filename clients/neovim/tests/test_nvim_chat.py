@@ -5,46 +5,9 @@ a refused value as an ERROR notification)."""
 
 from __future__ import annotations
 
+from repo_script import ANSWER, PORT_FILE, PREAMBLE, researcher, write_repo
+
 from tests.openai_stub import StubReply
-
-PORT_FILE = "deploy/billing.yaml"
-BILLING = "\n".join([
-    "# Deployment of the billing service.",
-    "apiVersion: apps/v1",
-    "kind: Deployment",
-    "metadata:",
-    "  name: billing",
-    "spec:",
-    "  template:",
-    "    spec:",
-    "      containers:",
-    "        - name: billing",
-    "          port: 8101",
-]) + "\n"
-PREAMBLE = "Let me read the billing deployment first."
-ANSWER = "Billing listens on 8101 [1]."
-
-
-def write_repo(root):
-    (root / "deploy").mkdir()
-    (root / PORT_FILE).write_text(BILLING, encoding="utf-8")
-    (root / "README.md").write_text("# shop\n\nA small shop backend.\n", encoding="utf-8")
-
-
-def rounds_done(request: dict) -> int:
-    messages = request["messages"]
-    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    return sum(1 for m in messages[last_user + 1:] if m["role"] == "assistant" and m.get("tool_calls"))
-
-
-def researcher(request: dict):
-    """Reads the deployment (saying so first), then repeats the read until research stops on
-    no new evidence; the tools-free final request is answered citing note 1."""
-    if "tools" not in request:
-        return ANSWER
-    done = rounds_done(request)
-    read = {"name": "read_file", "id": f"read_{done}", "arguments": {"path": PORT_FILE}}
-    return StubReply(text=PREAMBLE if done == 0 else "", tool_calls=[read])
 
 
 def test_a_direct_answer_streams_into_the_chat_buffer_and_the_result_text_stays(editor, stub):

@@ -4,7 +4,7 @@ over, :ImprintSources fills the quickfix list, <CR> on a source opens the file a
 
 from __future__ import annotations
 
-from test_nvim_chat import PORT_FILE, PREAMBLE, researcher, write_repo
+from repo_script import PORT_FILE, PREAMBLE, researcher, write_repo
 
 PICK_BY_TITLE = """
 local title = ...

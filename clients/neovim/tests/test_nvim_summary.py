@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_summary_e2e import BILLING_QUESTION, FOLLOW_UPS, MAX_TOKENS, N_CTX, PASTE, model
+from tests.conversations import BILLING_QUESTION, FOLLOW_UPS, PASTE
+from tests.e2e.summary_script import MAX_TOKENS, N_CTX, model
 
 HEAD = "> **Summary of messages #"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from test_nvim_chat import PREAMBLE, researcher, write_repo
+from repo_script import PREAMBLE, researcher, write_repo
 from tests.openai_stub import StubReply
 
 FOLD_AT_THINKING = """
