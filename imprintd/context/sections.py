@@ -598,9 +598,6 @@ class ReplySections:
         self._originals[source_id] = _Original(text, label)
         return source_id
 
-    def __contains__(self, source_id: object) -> bool:
-        return source_id in self._originals
-
     @property
     def chars(self) -> int:
         """Characters of all originals kept."""
