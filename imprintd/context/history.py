@@ -707,12 +707,12 @@ class HistoryArguments(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         text ("12", "#12") or as 12.0 is taken as 12, as small models write them."""
         lenient = {name: _lenient(name, value) for name, value in arguments.items() if value is not None}
         parsed = parse_arguments(TOOL_NAME, lenient, cls)
-        searching, reading = parsed.query is not msgspec.UNSET, parsed.message is not msgspec.UNSET
+        searching, reading = isinstance(parsed.query, str), isinstance(parsed.message, int)
         if searching and reading:
             raise ToolError(f"{TOOL_NAME}: give either query (to search) or message (to read), not both")
         if not searching and not reading:
             raise ToolError(f"{TOOL_NAME}: give query (words to search for) or message (a number to read)")
-        if searching and not parsed.query.strip():  # type: ignore[union-attr]
+        if isinstance(parsed.query, str) and not parsed.query.strip():
             raise ToolError(f"{TOOL_NAME}: query must be the words to look for, not {parsed.query!r}")
         if searching and parsed.offset:
             raise ToolError(f"{TOOL_NAME}: offset goes with message, not with query")
@@ -749,7 +749,8 @@ class ConversationHistoryTool:
                 evidence=tuple(f"history:{p.seq}:{p.start}" for p in found.places),
             )
         message, offset = parsed.message, parsed.offset
-        text = self.history.read(message, offset)  # type: ignore[arg-type]
+        assert isinstance(message, int)  # parse took either a query or a message
+        text = self.history.read(message, offset)
         return ToolResult(text=text, subject=f"message #{message}", evidence=(f"history:{message}:{offset}",))
 
 
