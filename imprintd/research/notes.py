@@ -19,16 +19,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
-
 import msgspec
 
 from imprintd.context.sections import CUT_REASONS, Analysis
-from imprintd.messages import Message, ToolCall, system, user
+from imprintd.messages import Message, Style, ToolCall, system, user
 from imprintd.tools.base import Hit, Source, ToolResult
 from imprintd.tools.workspace import CONTINUATION_PREFIX
-
-Style = Literal["written", "spoken"]
 
 DIGEST_LIMIT = 6_000
 NOTE_LIMIT = 700
