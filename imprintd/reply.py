@@ -1,4 +1,4 @@
-"""One reply, as data flows through it (DESIGN.md, "The reply").
+"""One reply, as data flows through it (docs/architecture.md, "One reply").
 
 1. The question is stored first (committed before any model work), so nothing said is lost.
 2. Summary step (ADR 0141): only when the conversation's own text no longer fits beside

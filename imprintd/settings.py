@@ -1,4 +1,4 @@
-"""One fully-defaulted Settings object, and where each value came from (DESIGN.md, "Settings").
+"""One fully-defaulted Settings object, and where each value came from (README, "Settings").
 
 Sources, lowest first: defaults, the user's TOML config file, the environment
 (``IMPRINT_`` + key upper-cased with dots as underscores), CLI flags, then the editor

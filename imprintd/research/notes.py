@@ -1,4 +1,5 @@
-"""Research notes and the final answer written from them (ADR 0127).
+"""Research notes and the final answer written from them (docs/decisions.md, "Final answer
+from notes"; ADR 0127).
 
 When research ends on a budget, stagnation or a full context, this reply's tool steps
 become notes: search hits split by hit id (a passage returned by several searches is one
