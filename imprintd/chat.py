@@ -1,11 +1,13 @@
 """The chat service: settings, sessions (stored or in memory), the model, and replies.
 
-This is the core the server and the CLI share; it never imports either. A handler asks
-it for sessions or a reply and translates the answer to the wire.
+This is the core every front door shares (the LSP-framed server, ``imprintd acp``, the CLI);
+it never imports one. A handler asks it for a reply, a session, a summary, a history search
+or a section read, and translates the answer to its wire. See docs/architecture.md.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -15,11 +17,14 @@ import anyio
 import msgspec
 
 from imprintd import settings as settings_mod
+from imprintd.context.history import ConversationHistory, HistoryError
 from imprintd.context.sections import SectionArchive
 from imprintd.events import ReplyEvents
+from imprintd.messages import Message
 from imprintd.models.base import Model
 from imprintd.settings import ChatSettings, Resolved
-from imprintd.store import ConversationStore, MemoryStore, SessionInfo, SessionNotFound, Store, StoreError
+from imprintd.reply import ReplyContext, ReplyOutcome, ReplyRequest, run_reply
+from imprintd.store import ConversationStore, MemoryStore, SessionInfo, SessionNotFound, Store, StoreError, StoredSummary
 from imprintd.tools.base import Tool
 from imprintd.tools.index import WorkspaceIndex
 from imprintd.tools.workspace import workspace_tools
@@ -52,12 +57,21 @@ def _index_progress(events: ReplyEvents):
     return report
 
 
-class ReplyRequest(msgspec.Struct, frozen=True, kw_only=True):
+class SessionView(msgspec.Struct, frozen=True, kw_only=True):
+    """A session as stored: its info, numbered messages (tool exchanges included) and summary."""
+
+    info: SessionInfo
+    messages: list[Message]
+    summary: StoredSummary | None
+
+
+class SectionText(msgspec.Struct, frozen=True, kw_only=True):
+    """Exact characters ``start``..``end`` of an analyzed original of ``total`` characters."""
+
     text: str
-    session_id: str | None = None
-    style: str = "written"
-    persist: bool = True
-    workspace: str | None = None
+    start: int
+    end: int
+    total: int
 
 
 def _default_model_factory(chat: ChatSettings) -> Model:
@@ -172,11 +186,36 @@ class Chat:
         store, _ = self.locate(session_id)
         store.delete_session(session_id)
 
-    # -- replies ------------------------------------------------------------
-    async def reply(self, request: ReplyRequest, events: ReplyEvents):
-        """Answer ``request`` in its session; see ``imprintd.reply`` for the steps."""
-        from imprintd.reply import run_reply
+    def session(self, session_id: str) -> SessionView:
+        store, info = self.locate(session_id)
+        return SessionView(info=info, messages=store.messages(info.id), summary=store.summary(info.id))
 
+    def summary(self, session_id: str) -> StoredSummary | None:
+        """The session's running summary; None before one was written."""
+        store, info = self.locate(session_id)
+        return store.summary(info.id)
+
+    def conversation_history(self, session_id: str, *, query: str | None = None, message: int | None = None,
+                             offset: int = 0) -> str:
+        """Search (``query``) or read one message (``message`` from ``offset``), as the model's tool does.
+
+        HistoryError when both or neither are given, or the read is out of range.
+        """
+        if (query is None) == (message is None):
+            raise HistoryError("give either query (to search) or message (to read), not both")
+        store, info = self.locate(session_id)
+        history = ConversationHistory(store.messages(info.id), store.history_index(info.id))
+        return history.search(query) if query is not None else history.read(message, offset)
+
+    def read_chat_section(self, reply_id: str, source_id: str, start: int, length: int) -> SectionText:
+        """Exact characters of an original a reply analyzed in sections; SectionError if gone or out of range."""
+        text = self.sections.read(reply_id, source_id, start, length)
+        total = self.sections.get(reply_id).length(source_id)
+        return SectionText(text=text, start=start, end=start + len(text), total=total)
+
+    # -- replies ------------------------------------------------------------
+    async def reply(self, request: ReplyRequest, events: ReplyEvents) -> ReplyOutcome:
+        """Answer ``request`` in its session; see ``imprintd.reply`` for the steps."""
         root = self.workspace_root(request.workspace)  # refuse a bad request before anything is stored
         if request.session_id:
             store, info = self.locate(request.session_id)
@@ -187,4 +226,7 @@ class Chat:
             store = self.store if request.persist else self.memory
             info = store.create_session(workspace=str(root) if root else None)
         reply_id = uuid.uuid4().hex
-        return await run_reply(self, store, info, reply_id, request, events)
+        context = ReplyContext(store=store, session=info, reply_id=reply_id, request=request, settings=self.settings,
+                               load_model=self.model, sections=self.sections.open(reply_id),
+                               workspace_tools=functools.partial(self.workspace_tools, request.workspace))
+        return await run_reply(context, events)

@@ -1,5 +1,7 @@
 """How the core tells a client what a reply is doing, without knowing about the wire.
 
+See docs/architecture.md, "One reply" (the text and progress channels).
+
 The server implements ``ReplyEvents`` with ``imprint/replyDelta`` notifications and LSP
 work-done progress; the CLI prints; tests record. Reply text and progress are separate
 channels on purpose (ADR 0093): notes and progress are never shown or spoken as the answer.

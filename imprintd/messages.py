@@ -12,6 +12,8 @@ from typing import Any, Literal
 import msgspec
 
 Role = Literal["system", "user", "assistant", "tool"]
+#: How an answer is written: "spoken" answers are two or three plain sentences.
+Style = Literal["written", "spoken"]
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):

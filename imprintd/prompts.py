@@ -1,7 +1,7 @@
 """The system prompt and the tool strategy, kept byte-stable so llama.cpp reuses its prefix.
 
 Nothing here varies between the rounds of one reply (no times, no counters): the prompt's
-leading part must render identically each round (ADR 0157, and the models issue). Parts
+leading part must render identically each round (docs/decisions.md, "Research budget"). Parts
 that do vary (the summary block) go after the fixed instructions.
 """
 

@@ -10,6 +10,13 @@ from typing import Annotated, Literal
 
 import msgspec
 
+# The core defines these vocabularies; the wire uses them as they are.
+from imprintd import reply
+from imprintd.events import StepState
+from imprintd.messages import Message, Style
+from imprintd.research.loop import Stop as StopReason
+from imprintd.store import SessionInfo, StoredSummary
+
 # Requests
 CHAT = "imprint/chat"
 SESSIONS = "imprint/sessions"
@@ -27,8 +34,6 @@ SUMMARY_UPDATED = "imprint/summaryUpdated"
 REQUESTS = (CHAT, SESSIONS, SESSION, DELETE_SESSION, SUMMARY, READ_CHAT_SECTION, CONVERSATION_HISTORY)
 NOTIFICATIONS = (REPLY_DELTA, REPLY_PREAMBLE, TOOL_STEP, SUMMARY_UPDATED)
 
-Style = Literal["written", "spoken"]
-StopReason = Literal["answer", "length", "token_budget", "time_budget", "no_new_evidence", "context_full"]
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 
@@ -56,6 +61,11 @@ class SourceRef(Wire):
     start_line: int
     end_line: int
 
+    @classmethod
+    def from_core(cls, source: reply.SourceRef) -> SourceRef:
+        return cls(number=source.number, label=source.label, path=source.path, start_line=source.start_line,
+                   end_line=source.end_line)
+
 
 class ChatResult(Wire):
     session_id: str
@@ -63,6 +73,12 @@ class ChatResult(Wire):
     text: str
     sources: list[SourceRef]
     stop_reason: StopReason
+
+    @classmethod
+    def from_core(cls, outcome: reply.ReplyOutcome) -> ChatResult:
+        return cls(session_id=outcome.session_id, reply_id=outcome.reply_id, text=outcome.text,
+                   sources=[SourceRef.from_core(source) for source in outcome.sources],
+                   stop_reason=outcome.stop_reason)
 
 
 class ReplyDelta(Wire):
@@ -88,7 +104,7 @@ class ToolStepNotice(Wire):
     call_id: str
     tool: str
     title: str
-    state: Literal["started", "finished", "failed"]
+    state: StepState
     detail: str = ""
 
 
@@ -96,6 +112,12 @@ class SummaryInfo(Wire):
     text: str
     first_seq: int
     last_seq: int
+
+    @classmethod
+    def from_core(cls, summary: StoredSummary | None) -> SummaryInfo | None:
+        if summary is None or not summary.text:
+            return None  # no summary, or only the retry point of a failed first attempt
+        return cls(text=summary.text, first_seq=summary.first_seq, last_seq=summary.last_seq)
 
 
 class SummaryUpdated(Wire):
@@ -122,6 +144,11 @@ class SessionInfoWire(Wire):
     message_count: int
     persist: bool
 
+    @classmethod
+    def from_core(cls, info: SessionInfo) -> SessionInfoWire:
+        return cls(session_id=info.id, title=info.title, workspace=info.workspace, created_at=info.created_at,
+                   updated_at=info.updated_at, message_count=info.message_count, persist=info.persist)
+
 
 class SessionsResult(Wire):
     sessions: list[SessionInfoWire]
@@ -140,6 +167,13 @@ class MessageWire(Wire):
     tool_calls: list[ToolCallWire] = []
     tool_call_id: str | None = None
     name: str | None = None
+
+    @classmethod
+    def from_core(cls, message: Message) -> MessageWire:
+        assert message.seq is not None and message.role != "system", "only stored messages go on the wire"
+        return cls(seq=message.seq, role=message.role, content=message.content,
+                   tool_calls=[ToolCallWire(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls],
+                   tool_call_id=message.tool_call_id, name=message.name)
 
 
 class SessionResult(Wire):

@@ -1,4 +1,4 @@
-"""Secrets out of everything the summarizer reads and writes (ADR 0060, as cited by ADR 0141).
+"""Secrets out of everything the summarizer reads and writes (docs/decisions.md, "Running summary").
 
 ``redact(text)`` replaces what looks like a credential with a ``[REDACTED]`` marker and keeps
 everything around it, so a summary can still say "the user pasted the compose file with the

@@ -1,4 +1,4 @@
-"""One reply, as data flows through it (DESIGN.md, "The reply").
+"""One reply, as data flows through it (docs/architecture.md, "One reply").
 
 1. The question is stored first (committed before any model work), so nothing said is lost.
 2. Summary step (ADR 0141): only when the conversation's own text no longer fits beside
@@ -16,7 +16,8 @@ A cancelled or failed reply keeps the stored question and stores nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 import anyio
 import msgspec
@@ -25,14 +26,44 @@ from imprintd import messages as msg
 from imprintd import prompts
 from imprintd.context import summary as summaries
 from imprintd.context.history import STRATEGY_LINE, ConversationHistory, ConversationHistoryTool, should_offer
+from imprintd.context.sections import ReplySections
 from imprintd.events import ReplyEvents
-from imprintd.messages import Message
+from imprintd.messages import Message, Style
 from imprintd.models.base import Model
 from imprintd.research.answer import coverage_note, final_answer
 from imprintd.research.clock import ReplyClock
-from imprintd.research.loop import ReplyScope, research
+from imprintd.research.loop import ReplyScope, Stop, research
+from imprintd.settings import ChatSettings
 from imprintd.store import ConversationStore, SessionInfo, StoredSummary
 from imprintd.tools.base import Tool
+
+
+class ReplyRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A question to answer, as a front door hands it to ``Chat.reply``."""
+
+    text: str
+    session_id: str | None = None
+    style: Style = "written"
+    persist: bool = True
+    workspace: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplyContext:
+    """What one reply works with, prepared by ``Chat.reply``; nothing here reaches back into it."""
+
+    store: ConversationStore
+    session: SessionInfo
+    reply_id: str
+    request: ReplyRequest
+    settings: ChatSettings
+    #: The chat model, loaded on first use (after the question is stored: a model that cannot
+    #: be loaded fails the reply, not the question).
+    load_model: Callable[[], Model]
+    #: Search and read tools over the request's workspace, its index brought up to date.
+    workspace_tools: Callable[[ReplyEvents], Awaitable[list[Tool]]]
+    #: This reply's analyzed originals (``read_chat_section``).
+    sections: ReplySections
 
 
 class SourceRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,19 +79,19 @@ class ReplyOutcome(msgspec.Struct, frozen=True, kw_only=True):
     reply_id: str
     text: str
     sources: tuple[SourceRef, ...] = ()
-    stop_reason: str = "answer"
+    stop_reason: Stop = "answer"
 
 
-async def run_reply(chat, store: ConversationStore, info: SessionInfo, reply_id: str, request,
-                    events: ReplyEvents) -> ReplyOutcome:
+async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
+    store, info, reply_id, request = context.store, context.session, context.reply_id, context.request
     question = store.append(info.id, msg.user(request.text))
     events.begin(info.id, reply_id)
-    model = chat.model()
-    settings = chat.settings
+    model = context.load_model()
+    settings = context.settings
     stored = store.messages(info.id)
     earlier = stored[:-1]
 
-    workspace_tools: list[Tool] = await chat.workspace_tools(request.workspace, events)
+    workspace_tools = await context.workspace_tools(events)
     clock = ReplyClock(settings.research_time_budget)  # indexing is not the reply's to bound
     offered = should_offer(earlier, tools_offered=bool(workspace_tools))
     history_tool = ([ConversationHistoryTool(ConversationHistory(earlier, store.history_index(info.id)))]
@@ -76,7 +107,7 @@ async def run_reply(chat, store: ConversationStore, info: SessionInfo, reply_id:
     system = msg.system(prompts.system_prompt(style=request.style, tool_lines=tool_lines, summary_block=block))
     history = [m for m in earlier if (m.seq or 0) > covered]
 
-    scope = ReplyScope(model=model, events=events, sections=chat.sections.open(reply_id),
+    scope = ReplyScope(model=model, events=events, sections=context.sections,
                        max_tokens=settings.max_tokens, analysis_workers=settings.analysis_workers,
                        token_budget=settings.research_token_budget, time_budget=settings.research_time_budget,
                        clock=clock, analysis_context=settings.analysis_context)

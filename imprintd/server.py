@@ -1,14 +1,18 @@
 """The LSP-framed JSON-RPC server: lifecycle, settings from the editor, and thin handlers.
 
-Each handler decodes its params (``rpc.msgspec_handler``), asks the core (``chat.Chat``)
-and encodes the answer. Nothing here decides anything about a reply.
+Each handler below serves one method of protocol.md: its params arrive decoded
+(``rpc.msgspec_handler``), it asks the core (``chat.Chat``) and converts the answer to the
+wire. Core exceptions become JSON-RPC errors in one place, ``CORE_ERRORS``, applied where
+handlers are registered. Nothing here decides anything about a reply.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -20,7 +24,7 @@ from pygls.lsp.server import LanguageServer
 from imprintd import __version__
 from imprintd import protocol as wire
 from imprintd.chat import Chat, ReplyRequest, WorkspaceMissing
-from imprintd.context.history import ConversationHistory, HistoryError
+from imprintd.context.history import HistoryError
 from imprintd.context.sections import SectionError
 from imprintd.models.base import ModelError
 from imprintd.research.loop import ReplyFailed
@@ -38,171 +42,158 @@ class RequestFailed(JsonRpcException):
     CODE = REQUEST_FAILED
 
 
-def _unknown_session(error: SessionNotFound) -> JsonRpcInvalidParams:
-    return JsonRpcInvalidParams(f"sessionId: {error}")
+#: Core exceptions and the JSON-RPC error each becomes (protocol.md, "Errors"); the first match
+#: wins, so SessionNotFound comes before StoreError, its base. Anything else is -32603.
+CORE_ERRORS: tuple[tuple[tuple[type[Exception], ...], Callable[[Exception], JsonRpcException]], ...] = (
+    ((SessionNotFound,), lambda error: JsonRpcInvalidParams(f"sessionId: {error}")),
+    ((WorkspaceMissing,), lambda error: JsonRpcInvalidParams(f"workspace: {error}")),
+    ((HistoryError, SectionError), lambda error: JsonRpcInvalidParams(str(error))),
+    ((ModelError, ReplyFailed, StoreError, apsw.Error), lambda error: RequestFailed(str(error))),
+)
 
 
-def _locate(chat: Chat, session_id: str):
-    """The store and info of ``session_id``; an unknown id is invalid params naming it."""
-    try:
-        return chat.locate(session_id)
-    except SessionNotFound as error:
-        raise _unknown_session(error) from None
+def _as_rpc_error(error: Exception) -> JsonRpcException | None:
+    for kinds, to_rpc in CORE_ERRORS:
+        if isinstance(error, kinds):
+            return to_rpc(error)
+    return None
 
 
-def _database_failures(handler):
-    """A database that cannot be used answers -32803 saying why (protocol.md), not -32603."""
+def _answering_core_errors(handler):
+    """``handler`` with core exceptions raised as the JSON-RPC errors of ``CORE_ERRORS``."""
+    if inspect.iscoroutinefunction(handler):
+
+        @functools.wraps(handler)
+        async def async_wrapped(*args):
+            try:
+                return await handler(*args)
+            except Exception as error:
+                rpc_error = _as_rpc_error(error)
+                if rpc_error is None:
+                    raise
+                raise rpc_error from None
+
+        return async_wrapped
 
     @functools.wraps(handler)
-    def wrapped(params):
+    def wrapped(*args):
         try:
-            return handler(params)
-        except SessionNotFound:
-            raise  # each handler answers it as invalid params
-        except (StoreError, apsw.Error) as error:
-            raise RequestFailed(str(error)) from None
+            return handler(*args)
+        except Exception as error:
+            rpc_error = _as_rpc_error(error)
+            if rpc_error is None:
+                raise
+            raise rpc_error from None
 
     return wrapped
 
 
-def build_server(chat: Chat) -> LanguageServer:
-    server = LanguageServer("imprintd", __version__, protocol_cls=ImprintProtocol)
-    server.on_stop = chat.close
+class ImprintServer(LanguageServer):
+    """The daemon's pygls server: the one ``Chat`` every handler asks, and editor settings."""
 
-    def report_settings_errors(errors: tuple[str, ...]) -> None:
+    def __init__(self, chat: Chat) -> None:
+        super().__init__("imprintd", __version__, protocol_cls=ImprintProtocol)
+        self.chat = chat
+        self.on_stop = chat.close
+
+    def report_settings_errors(self, errors: tuple[str, ...]) -> None:
         for error in errors:
-            server.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=error))
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=error))
 
-    def apply_editor_settings(values: Any) -> None:
+    def apply_editor_settings(self, values: Any) -> None:
         if not values:
             return  # nothing sent: null, {}, or an empty Lua table encoded as []
         if isinstance(values, dict):
             values = values.get("imprint", values)
-        before = len(chat.resolved.errors)
-        chat.update_settings(chat.resolved.apply(values, "editor"))
-        report_settings_errors(chat.resolved.errors[before:])
+        before = len(self.chat.resolved.errors)
+        self.chat.update_settings(self.chat.resolved.apply(values, "editor"))
+        self.report_settings_errors(self.chat.resolved.errors[before:])
 
-    @server.feature(types.INITIALIZE)
-    def initialize(params: types.InitializeParams) -> None:
-        root = params.workspace_folders[0].uri if params.workspace_folders else params.root_uri
-        chat.workspace = _path_from_uri(root) if root else params.root_path
-        report_settings_errors(chat.resolved.errors)
-        apply_editor_settings(params.initialization_options)
 
-    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:
-        apply_editor_settings(params.settings)
+# -- lifecycle and settings ---------------------------------------------------------------------
+def initialize(server: ImprintServer, params: types.InitializeParams) -> None:
+    root = params.workspace_folders[0].uri if params.workspace_folders else params.root_uri
+    server.chat.workspace = _path_from_uri(root) if root else params.root_path
+    server.report_settings_errors(server.chat.resolved.errors)
+    server.apply_editor_settings(params.initialization_options)
 
-    @server.feature(wire.CHAT)
-    @msgspec_handler(wire.ChatParams)
-    async def chat_reply(params: wire.ChatParams) -> wire.ChatResult:
-        events = WireEvents(server, work_done_token=params.work_done_token)
-        request = ReplyRequest(text=params.text, session_id=params.session_id, style=params.style,
-                               persist=params.persist, workspace=params.workspace)
-        try:
-            outcome = await chat.reply(request, events)
-        except SessionNotFound as error:
-            raise _unknown_session(error) from None
-        except WorkspaceMissing as error:
-            raise JsonRpcInvalidParams(f"workspace: {error}") from None
-        except (ModelError, StoreError, apsw.Error, ReplyFailed) as error:
-            raise RequestFailed(str(error)) from None
-        finally:
-            await events.finish()
-        return wire.ChatResult(
-            session_id=outcome.session_id, reply_id=outcome.reply_id, text=outcome.text,
-            sources=[wire.SourceRef(number=s.number, label=s.label, path=s.path, start_line=s.start_line,
-                                    end_line=s.end_line) for s in outcome.sources],
-            stop_reason=outcome.stop_reason,
-        )
 
-    @server.feature(wire.SESSIONS)
-    @msgspec_handler(wire.SessionsParams)
-    @_database_failures
-    def sessions(params: wire.SessionsParams) -> wire.SessionsResult:
-        return wire.SessionsResult(sessions=[_session_wire(info) for info in chat.sessions()])
+def did_change_configuration(server: ImprintServer, params: types.DidChangeConfigurationParams) -> None:
+    server.apply_editor_settings(params.settings)
 
-    @server.feature(wire.SESSION)
-    @msgspec_handler(wire.SessionParams)
-    @_database_failures
-    def session(params: wire.SessionParams) -> wire.SessionResult:
-        store, info = _locate(chat, params.session_id)
-        return wire.SessionResult(
-            session=_session_wire(info),
-            messages=[_message_wire(m) for m in store.messages(info.id)],
-            summary=_summary_wire(store.summary(info.id)),
-        )
 
-    @server.feature(wire.DELETE_SESSION)
-    @msgspec_handler(wire.SessionParams)
-    @_database_failures
-    def delete_session(params: wire.SessionParams) -> wire.DeleteSessionResult:
-        try:
-            chat.delete_session(params.session_id)
-        except SessionNotFound as error:
-            raise _unknown_session(error) from None
-        return wire.DeleteSessionResult(session_id=params.session_id, deleted=True)
+# -- imprint/* ------------------------------------------------------------------------------------
+async def chat_reply(server: ImprintServer, params: wire.ChatParams) -> wire.ChatResult:
+    events = WireEvents(server, work_done_token=params.work_done_token)
+    request = ReplyRequest(text=params.text, session_id=params.session_id, style=params.style,
+                           persist=params.persist, workspace=params.workspace)
+    try:
+        outcome = await server.chat.reply(request, events)
+    finally:
+        await events.finish()
+    return wire.ChatResult.from_core(outcome)
 
-    @server.feature(wire.SUMMARY)
-    @msgspec_handler(wire.SessionParams)
-    @_database_failures
-    def summary(params: wire.SessionParams) -> wire.SummaryResult:
-        store, info = _locate(chat, params.session_id)
-        return wire.SummaryResult(session_id=info.id, summary=_summary_wire(store.summary(info.id)))
 
-    @server.feature(wire.READ_CHAT_SECTION)
-    @msgspec_handler(wire.ReadChatSectionParams)
-    def read_chat_section(params: wire.ReadChatSectionParams) -> wire.ReadChatSectionResult:
-        try:
-            text = chat.sections.read(params.reply_id, params.source_id, params.start, params.length)
-            total = chat.sections.get(params.reply_id).length(params.source_id)
-        except SectionError as error:
-            raise JsonRpcInvalidParams(str(error)) from None
-        return wire.ReadChatSectionResult(reply_id=params.reply_id, source_id=params.source_id, start=params.start,
-                                          end=params.start + len(text), total=total, text=text)
+def sessions(server: ImprintServer, params: wire.SessionsParams) -> wire.SessionsResult:
+    return wire.SessionsResult(sessions=[wire.SessionInfoWire.from_core(info) for info in server.chat.sessions()])
 
-    @server.feature(wire.CONVERSATION_HISTORY)
-    @msgspec_handler(wire.ConversationHistoryParams)
-    @_database_failures
-    def conversation_history(params: wire.ConversationHistoryParams) -> wire.ConversationHistoryResult:
-        if (params.query is None) == (params.message is None):
-            raise JsonRpcInvalidParams("Invalid params: give either query (to search) or message (to read), not both")
-        store, info = _locate(chat, params.session_id)
-        history = ConversationHistory(store.messages(info.id), store.history_index(info.id))
-        try:
-            text = history.search(params.query) if params.query is not None else history.read(
-                params.message, params.offset)
-        except HistoryError as error:
-            raise JsonRpcInvalidParams(str(error)) from None
-        return wire.ConversationHistoryResult(session_id=info.id, text=text)
 
+def session(server: ImprintServer, params: wire.SessionParams) -> wire.SessionResult:
+    view = server.chat.session(params.session_id)
+    return wire.SessionResult(session=wire.SessionInfoWire.from_core(view.info),
+                              messages=[wire.MessageWire.from_core(m) for m in view.messages],
+                              summary=wire.SummaryInfo.from_core(view.summary))
+
+
+def delete_session(server: ImprintServer, params: wire.SessionParams) -> wire.DeleteSessionResult:
+    server.chat.delete_session(params.session_id)
+    return wire.DeleteSessionResult(session_id=params.session_id, deleted=True)
+
+
+def summary(server: ImprintServer, params: wire.SessionParams) -> wire.SummaryResult:
+    return wire.SummaryResult(session_id=params.session_id,
+                              summary=wire.SummaryInfo.from_core(server.chat.summary(params.session_id)))
+
+
+def read_chat_section(server: ImprintServer, params: wire.ReadChatSectionParams) -> wire.ReadChatSectionResult:
+    read = server.chat.read_chat_section(params.reply_id, params.source_id, params.start, params.length)
+    return wire.ReadChatSectionResult(reply_id=params.reply_id, source_id=params.source_id, start=read.start,
+                                      end=read.end, total=read.total, text=read.text)
+
+
+def conversation_history(server: ImprintServer,
+                         params: wire.ConversationHistoryParams) -> wire.ConversationHistoryResult:
+    text = server.chat.conversation_history(params.session_id, query=params.query, message=params.message,
+                                            offset=params.offset)
+    return wire.ConversationHistoryResult(session_id=params.session_id, text=text)
+
+
+#: Each method and its handler; ``imprint/*`` params and results are msgspec Structs.
+LSP_HANDLERS = ((types.INITIALIZE, initialize), (types.WORKSPACE_DID_CHANGE_CONFIGURATION, did_change_configuration))
+IMPRINT_HANDLERS = (
+    (wire.CHAT, wire.ChatParams, chat_reply),
+    (wire.SESSIONS, wire.SessionsParams, sessions),
+    (wire.SESSION, wire.SessionParams, session),
+    (wire.DELETE_SESSION, wire.SessionParams, delete_session),
+    (wire.SUMMARY, wire.SessionParams, summary),
+    (wire.READ_CHAT_SECTION, wire.ReadChatSectionParams, read_chat_section),
+    (wire.CONVERSATION_HISTORY, wire.ConversationHistoryParams, conversation_history),
+)
+
+
+def build_server(chat: Chat) -> ImprintServer:
+    server = ImprintServer(chat)
+    for method, lsp_handler in LSP_HANDLERS:
+        server.feature(method)(functools.partial(lsp_handler, server))
+    for method, params_type, handler in IMPRINT_HANDLERS:
+        bound = _answering_core_errors(functools.partial(handler, server))
+        server.feature(method)(msgspec_handler(params_type)(bound))
     return server
 
 
 def _path_from_uri(uri: str) -> str | None:
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme == "file" else None
-
-
-def _session_wire(info) -> wire.SessionInfoWire:
-    return wire.SessionInfoWire(
-        session_id=info.id, title=info.title, workspace=info.workspace, created_at=info.created_at,
-        updated_at=info.updated_at, message_count=info.message_count, persist=info.persist,
-    )
-
-
-def _message_wire(message) -> wire.MessageWire:
-    return wire.MessageWire(
-        seq=message.seq, role=message.role, content=message.content,
-        tool_calls=[wire.ToolCallWire(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls],
-        tool_call_id=message.tool_call_id, name=message.name,
-    )
-
-
-def _summary_wire(summary) -> wire.SummaryInfo | None:
-    if summary is None or not summary.text:
-        return None  # no summary, or only the retry point of a failed first attempt
-    return wire.SummaryInfo(text=summary.text, first_seq=summary.first_seq, last_seq=summary.last_seq)
 
 
 def serve(chat: Chat) -> int:

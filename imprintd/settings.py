@@ -1,4 +1,4 @@
-"""One fully-defaulted Settings object, and where each value came from (DESIGN.md, "Settings").
+"""One fully-defaulted Settings object, and where each value came from (README, "Settings").
 
 Sources, lowest first: defaults, the user's TOML config file, the environment
 (``IMPRINT_`` + key upper-cased with dots as underscores), CLI flags, then the editor
@@ -14,49 +14,14 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
+import msgspec.inspect
 import platformdirs
+from msgspec import Meta
 
 APP_NAME = "imprint"
-
-
-class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
-    provider: str = "local"
-    model: str = ""
-    base_url: str = "http://127.0.0.1:8080/v1"
-    n_ctx: int = 8192
-    max_tokens: int = 1024
-    analysis_workers: int = 2
-    analysis_context: int = 4096
-    research_token_budget: int = 65536
-    research_time_budget: float = 300.0
-
-
-class Settings(msgspec.Struct, frozen=True, kw_only=True):
-    chat: ChatSettings = ChatSettings()
-
-    def get(self, key: str) -> Any:
-        section, name = key.split(".", 1)
-        return getattr(getattr(self, section), name)
-
-    def replace(self, key: str, value: Any) -> Settings:
-        section, name = key.split(".", 1)
-        return msgspec.structs.replace(
-            self, **{section: msgspec.structs.replace(getattr(self, section), **{name: value})}
-        )
-
-
-@dataclass(frozen=True)
-class Key:
-    """One setting: its type, what is accepted, and a line of help."""
-
-    name: str
-    type: type
-    accepted: str
-    help: str
-    check: Callable[[Any], bool] = lambda value: True
 
 
 def _is_http_url(value: str) -> bool:
@@ -76,33 +41,81 @@ def _is_http_url(value: str) -> bool:
             and not any(character.isspace() for character in value))
 
 
-def _between(low: float, high: float) -> Callable[[Any], bool]:
-    return lambda value: low <= value <= high
+class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Every ``chat.*`` setting, declared once: type, default, range and a line of help.
+
+    ``KEYS`` (what is accepted, how a refusal reads), ``imprintd config``, and the tests that
+    check the README's table and protocol.md's list are all derived from these fields.
+    """
+
+    provider: Annotated[Literal["local", "openai"], Meta(description="where the chat model runs")] = "local"
+    model: Annotated[str, Meta(
+        description="the chat model; empty: the embedded SmolLM2-135M-Instruct",
+        extra={"accepted": "a GGUF path (local) or a model name (openai); empty for the embedded default"})] = ""
+    base_url: Annotated[str, Meta(
+        description="OpenAI-compatible server for provider openai",
+        extra={"accepted": "an http(s) URL with a host, e.g. http://127.0.0.1:8080/v1",
+               "check": _is_http_url})] = "http://127.0.0.1:8080/v1"
+    n_ctx: Annotated[int, Meta(ge=512, le=1_048_576, description="context window in tokens")] = 8192
+    max_tokens: Annotated[int, Meta(ge=16, le=32_768, description="output allowance of each model turn in tokens")] = 1024
+    analysis_workers: Annotated[int, Meta(
+        ge=0, le=8, description="section-analysis workers; 0 turns analysis off")] = 2
+    analysis_context: Annotated[int, Meta(
+        ge=1024, le=65_536,
+        description="tokens of one section worker's context (at most chat.n_ctx); larger sections, fewer of them")] = 4096
+    research_token_budget: Annotated[int, Meta(
+        ge=1024, le=16_777_216, description="tokens research may spend on one reply")] = 65536
+    research_time_budget: Annotated[float, Meta(
+        ge=1, le=86_400, description="seconds one reply may take, section analysis and the final answer included",
+        extra={"unit": "seconds"})] = 300.0
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    chat: ChatSettings = ChatSettings()
+
+    def get(self, key: str) -> Any:
+        section, name = key.split(".", 1)
+        return getattr(getattr(self, section), name)
+
+    def replace(self, key: str, value: Any) -> Settings:
+        section, name = key.split(".", 1)
+        return msgspec.structs.replace(
+            self, **{section: msgspec.structs.replace(getattr(self, section), **{name: value})}
+        )
+
+
+@dataclass(frozen=True)
+class Key:
+    """One setting as read from its field: its type, what is accepted, and a line of help."""
+
+    name: str
+    type: type
+    accepted: str
+    help: str
+    check: Callable[[Any], bool] = lambda value: True
+    #: The accepted values or range in a few words (``512–1048576``, ``local, openai``); "" for free text.
+    bounds: str = ""
+
+
+def _key(section: str, field: msgspec.inspect.Field) -> Key:
+    declared = field.type
+    assert isinstance(declared, msgspec.inspect.Metadata), f"{field.name} needs a Meta with its description"
+    kind, extra = declared.type, declared.extra or {}
+    name, help_text = f"{section}.{field.name}", declared.extra_json_schema["description"]
+    if isinstance(kind, msgspec.inspect.LiteralType):
+        values = kind.values
+        return Key(name, str, " or ".join(f'"{v}"' for v in values), help_text, lambda v: v in values,
+                   ", ".join(values))
+    if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
+        low, high = kind.ge, kind.le
+        number = "an integer" if isinstance(kind, msgspec.inspect.IntType) else f"a number of {extra['unit']}"
+        return Key(name, int if isinstance(kind, msgspec.inspect.IntType) else float, f"{number} from {low} to {high}",
+                   help_text, lambda v: low <= v <= high, f"{low}–{high}")
+    return Key(name, str, extra["accepted"], help_text, extra.get("check", lambda value: True))
 
 
 KEYS: dict[str, Key] = {
-    key.name: key
-    for key in (
-        Key("chat.provider", str, '"local" or "openai"', "where the chat model runs",
-            lambda v: v in ("local", "openai")),
-        Key("chat.model", str, "a GGUF path (local) or a model name (openai); empty for the embedded default",
-            "the chat model"),
-        Key("chat.base_url", str, "an http(s) URL with a host, e.g. http://127.0.0.1:8080/v1",
-            "OpenAI-compatible server for provider openai", lambda v: _is_http_url(v)),
-        Key("chat.n_ctx", int, "an integer from 512 to 1048576", "context window in tokens",
-            _between(512, 1_048_576)),
-        Key("chat.max_tokens", int, "an integer from 16 to 32768", "output allowance of a reply in tokens",
-            _between(16, 32_768)),
-        Key("chat.analysis_workers", int, "an integer from 0 to 8", "section-analysis workers; 0 turns analysis off",
-            _between(0, 8)),
-        Key("chat.analysis_context", int, "an integer from 1024 to 65536",
-            "tokens of one section worker's context (at most chat.n_ctx); larger sections, fewer of them",
-            _between(1024, 65_536)),
-        Key("chat.research_token_budget", int, "an integer from 1024 to 16777216",
-            "tokens research may spend on one reply", _between(1024, 16_777_216)),
-        Key("chat.research_time_budget", float, "a number of seconds from 1 to 86400",
-            "seconds one reply may take, section analysis and the final answer included", _between(1, 86_400)),
-    )
+    key.name: key for key in (_key("chat", field) for field in msgspec.inspect.type_info(ChatSettings).fields)
 }
 
 DEFAULTS = Settings()

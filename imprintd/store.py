@@ -1,4 +1,4 @@
-"""Conversations kept in SQLite, and ephemeral ones kept in memory (DESIGN.md, "Storage").
+"""Conversations kept in SQLite, and ephemeral ones kept in memory (docs/architecture.md, "Storage").
 
 ``Store`` is the one database in the data dir, opened with apsw: sessions, their messages
 (numbered by a per-session ``seq``), ADR 0141's ``chat_summaries`` (the running summary's
@@ -166,7 +166,7 @@ def _migration_1_conversations(db: apsw.Connection) -> None:
 # applied. Append only, never reorder or edit a released entry. A migration runs its DDL on
 # ``db`` and does not commit (the caller does, once for all pending ones).
 def _migration_2_history_index(db: apsw.Connection) -> None:
-    """The conversation_history index (issue 13). Sessions stored before it are indexed the
+    """The conversation_history index (docs/conversation-search.md). Sessions stored before it are indexed the
     first time they are extended or searched, not here, so upgrading stays quick."""
     history_index.create_tables(db)
 

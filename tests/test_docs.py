@@ -94,3 +94,35 @@ def test_decisions_numbers_are_the_codes(meaning, value, path):
     actual = _resolve(path)
     assert isinstance(actual, (int, float)) and not isinstance(actual, bool), f"{path} is {actual!r}, not a number"
     assert stated == actual, f"docs/decisions.md says {meaning} is {value}; imprintd.{path} is {actual}"
+
+
+def _settings_rows(path: Path) -> dict[str, tuple[str, str]]:
+    """The Settings table of ``path``: key → (default cell, accepted cell)."""
+    rows = {}
+    for line in path.read_text("utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].startswith("`chat."):
+            rows[cells[0].strip("`")] = (cells[1], cells[2])
+    return rows
+
+
+def _default_cell(value) -> str:
+    if isinstance(value, str):
+        return f"`{value}`" if value else "empty"
+    return f"{value:g}"
+
+
+@pytest.mark.parametrize("doc", [ROOT / "README.md", ROOT / "protocol.md"], ids=lambda p: p.name)
+def test_the_settings_tables_say_what_the_settings_struct_declares(doc):
+    from imprintd import settings
+
+    rows = _settings_rows(doc)
+    assert list(rows) == list(settings.KEYS), f"{doc.name}'s settings table names other keys"
+    for name, key in settings.KEYS.items():
+        default, accepted = rows[name]
+        assert default == _default_cell(settings.DEFAULTS.get(name)), f"{doc.name}: {name} default"
+        if key.type is str and key.bounds:
+            assert accepted == ", ".join(f"`{value}`" for value in key.bounds.split(", ")), f"{doc.name}: {name}"
+        elif key.bounds:
+            unit = " s" if key.type is float else ""
+            assert accepted == key.bounds + unit, f"{doc.name}: {name} accepts {key.accepted}"

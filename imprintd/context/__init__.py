@@ -1,2 +1,2 @@
-"""Keeping a small context useful: fitting (ADR 0140), section analysis (ADR 0093), and the
-running summary and history search (ADR 0141). Import from the submodules."""
+"""Keeping a small context useful: fitting, section analysis, the running summary and history
+search (docs/architecture.md, "context/: what the model sees"). Import from the submodules."""

@@ -1,4 +1,4 @@
-"""Fitting a prompt to the model's context: ADR 0140 (amending ADR 0093's fitting).
+"""Fitting a prompt to the model's context (docs/decisions.md, "Fitting"; ADR 0140 amending ADR 0093).
 
 When the system prompt, tool schemas, earlier history, the current turn and the output
 allowance do not fit ``model.n_ctx``, earlier history goes a piece at a time:

@@ -1,4 +1,4 @@
-"""The running summary of what no longer fits (ADR 0141, amending ADR 0140).
+"""The running summary of what no longer fits (docs/decisions.md, "Running summary"; ADR 0141).
 
 At the start of a reply, before research, the reply checks whether the conversation's own
 text (the user's and the assistant's messages after what the summary covers, without tool

@@ -1,1 +1,2 @@
-"""Research: the loop, its token budget (ADR 0157), and notes for the final answer (ADR 0127)."""
+"""Research: the loop, its token budget, and notes for the final answer (docs/architecture.md,
+"research/: rounds, budget and the final answer")."""

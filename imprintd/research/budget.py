@@ -1,4 +1,5 @@
-"""The research token budget, charged for the work each request does (ADR 0157).
+"""The research token budget, charged for the work each request does (docs/decisions.md,
+"Research budget"; ADR 0157).
 
 A research request (coordinator round or section worker) is charged the prompt tokens the
 model will actually evaluate, plus its whole output allowance, reserved before it starts.
@@ -108,7 +109,7 @@ class ResearchBudget:
         self.reservations: list[Reservation] = []  # every request reserved, in order
         # The last request reserved per model: (its number, its tool offer, its messages). A
         # model holds the prefix of the last request it ran, so a coordinator round after
-        # section workers shares nothing with the round before them (issue 12).
+        # section workers shares nothing with the round before them.
         self._previous: dict[str, tuple[int, bytes, tuple[Message, ...]]] = {}
         #: The request that did not fit, if one was refused (research stops on it).
         self.refused: BudgetExhausted | None = None

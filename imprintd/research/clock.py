@@ -1,5 +1,7 @@
 """The reply's time budget: ``chat.research_time_budget`` bounds the whole reply.
 
+See docs/decisions.md, "When research stops".
+
 The clock starts when the reply's workspace index is up to date. Everything the reply does
 after that counts against it: the running summary (ADR 0141), coordinator rounds and their tools, section
 analysis (ADR 0093) and the final answer written from notes (ADR 0127). A share of the

@@ -1,5 +1,7 @@
 """The research loop: rounds of fit, charge, generate and run tools, until an answer or a stop.
 
+See docs/decisions.md, "When research stops", and docs/architecture.md, "One reply".
+
 Each coordinator round fits the prompt (ADR 0140), checks and charges the research token
 budget (ADR 0157), lets the model write or call tools, and runs the calls in the reply's
 own scope. A current tool result is passed whole when it fits and analyzed in sections

@@ -1,4 +1,5 @@
-"""Research notes and the final answer written from them (ADR 0127).
+"""Research notes and the final answer written from them (docs/decisions.md, "Final answer
+from notes"; ADR 0127).
 
 When research ends on a budget, stagnation or a full context, this reply's tool steps
 become notes: search hits split by hit id (a passage returned by several searches is one
@@ -19,16 +20,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
-
 import msgspec
 
 from imprintd.context.sections import CUT_REASONS, Analysis
-from imprintd.messages import Message, ToolCall, system, user
+from imprintd.messages import Message, Style, ToolCall, system, user
 from imprintd.tools.base import Hit, Source, ToolResult
 from imprintd.tools.workspace import CONTINUATION_PREFIX
-
-Style = Literal["written", "spoken"]
 
 DIGEST_LIMIT = 6_000
 NOTE_LIMIT = 700

@@ -1,1 +1,2 @@
-"""Tools the coordinator may call, built for one reply (DESIGN.md, "Tools and scope")."""
+"""Tools the coordinator may call, built for one reply (docs/architecture.md, "tools/: what a reply
+may look at")."""

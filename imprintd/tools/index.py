@@ -1,4 +1,4 @@
-"""The workspace index: text files chunked into SQLite FTS5 (DESIGN.md, "Tools and scope").
+"""The workspace index: text files chunked into SQLite FTS5 (docs/architecture.md, "Storage").
 
 Search runs over an index of the workspace's text files, incremental by mtime and size,
 skipping binaries, ignored and secret-bearing files, and returns structured hits (ADR

@@ -1,4 +1,4 @@
-"""Containment of workspace paths (DESIGN.md, "Tools and scope").
+"""Containment of workspace paths (docs/architecture.md, "tools/: what a reply may look at").
 
 Every path a tool receives comes from the model, so it is treated as hostile: it must be
 relative, stay inside the workspace after every symlink is resolved, and name nothing
