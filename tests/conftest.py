@@ -1,11 +1,16 @@
-"""Shared fixtures: an isolated data and config dir for every test, the stand-in model, and a
-small workspace. Shared helpers that are not fixtures are in ``tests/helpers.py``; test modules
-never import one another."""
+"""Shared fixtures: an isolated data and config dir for every test, the stand-in model, a small
+workspace, and for tests of the real daemon the scripted OpenAI-compatible model on loopback,
+the daemon's environment and a raw JSON-RPC client. Shared helpers that are not fixtures are in
+``tests/helpers.py``; test modules never import one another."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from tests.e2e.rawclient import RawClient
+from tests.openai_stub import OpenAIStub
 from tests.standin import StandInModel
 
 
@@ -16,7 +21,7 @@ def isolated_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("IMPRINT_DATA_DIR", str(data))
     monkeypatch.setenv("IMPRINT_CONFIG", str(tmp_path / "config.toml"))
     monkeypatch.setenv("IMPRINT_CACHE_DIR", str(tmp_path / "cache"))
-    for name in list(__import__("os").environ):
+    for name in list(os.environ):
         if name.startswith("IMPRINT_CHAT_"):
             monkeypatch.delenv(name)
     return data
@@ -39,3 +44,32 @@ def workspace(tmp_path):
         "# Deploying\n\nThe billing service is deployed behind the gateway.\nRollouts take 5 minutes.\n",
         encoding="utf-8")
     return root
+
+
+@pytest.fixture
+def stub():
+    with OpenAIStub() as server:
+        yield server
+
+
+@pytest.fixture
+def daemon_env(tmp_path, stub) -> dict[str, str]:
+    """Environment for a daemon answering through the scripted model, with its own data dir."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("IMPRINT_")}
+    env.update({
+        "IMPRINT_DATA_DIR": str(tmp_path / "data"),
+        "IMPRINT_CONFIG": str(tmp_path / "config.toml"),
+        "IMPRINT_CACHE_DIR": str(tmp_path / "cache"),
+        "IMPRINT_CHAT_PROVIDER": "openai",
+        "IMPRINT_CHAT_BASE_URL": stub.base_url,
+        "IMPRINT_CHAT_MODEL": "stub",
+        "IMPRINT_CHAT_N_CTX": "8192",
+    })
+    return env
+
+
+@pytest.fixture
+def raw(daemon_env):
+    client = RawClient(daemon_env)
+    yield client
+    client.kill()

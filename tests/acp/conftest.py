@@ -6,7 +6,6 @@ import pytest
 import pytest_asyncio
 
 from tests.acp.peer import acp_agent
-from tests.e2e.conftest import daemon_env, stub  # noqa: F401 (the same model and environment as e2e)
 
 
 @pytest.fixture
@@ -17,6 +16,6 @@ def workspace(tmp_path):
 
 
 @pytest_asyncio.fixture
-async def agent(daemon_env, tmp_path):  # noqa: F811
+async def agent(daemon_env, tmp_path):
     async with acp_agent(daemon_env, tmp_path) as peer:
         yield peer

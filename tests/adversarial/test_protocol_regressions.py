@@ -11,8 +11,7 @@ import threading
 
 import pytest
 
-from tests.adversarial.conftest import next_matching, show_messages_until_response
-from tests.e2e.rawclient import RawClient
+from tests.e2e.rawclient import RawClient, next_matching, show_messages_until_response
 from tests.openai_stub import StubReply
 
 
