@@ -13,6 +13,7 @@ export const SETTING_KEYS = [
   "chat.n_ctx",
   "chat.max_tokens",
   "chat.analysis_workers",
+  "chat.analysis_context",
   "chat.research_token_budget",
   "chat.research_time_budget",
 ] as const;
