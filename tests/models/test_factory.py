@@ -12,7 +12,7 @@ from imprintd.models.factory import create_model, describe_model
 from imprintd.models.local import LocalModel
 from imprintd.models.remote import RemoteModel
 from imprintd.settings import ChatSettings
-from tests.models.conftest import needs_real_model
+from tests.models.real_model import needs_real_model
 
 
 def no_embedded(monkeypatch):

@@ -27,7 +27,7 @@ from imprintd.models.base import Model, ModelError, ModelUnavailable, inference_
 from imprintd.models.local import LocalModel
 from imprintd.models.toolcalls import tools_prompt
 from tests.lock import lock_held_elsewhere
-from tests.models.conftest import needs_real_model
+from tests.models.real_model import needs_real_model
 
 SEARCH = ToolSpec(name="search", description="Search the workspace for text.",
                   parameters={"type": "object", "properties": {"query": {"type": "string"}},

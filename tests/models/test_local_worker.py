@@ -18,7 +18,7 @@ from imprintd.models.local import (
     read_gguf_string,
     template_renders_tools,
 )
-from tests.models.conftest import needs_real_model
+from tests.models.real_model import needs_real_model
 
 SEARCH = ToolSpec(name="search", description="Search.", parameters={"type": "object", "properties": {}})
 END = -1

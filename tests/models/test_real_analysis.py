@@ -24,7 +24,7 @@ from imprintd.messages import Message, ToolSpec
 from imprintd.models.base import Completion
 from imprintd.models.embedded import embedded_model_path
 from imprintd.models.local import LocalModel
-from tests.models.conftest import needs_real_model
+from tests.models.real_model import needs_real_model
 from tests.recording import RecordingEvents
 
 N_CTX = 2048

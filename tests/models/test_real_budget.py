@@ -12,7 +12,7 @@ from __future__ import annotations
 from imprintd.context import sections as sec
 from imprintd.messages import ToolCall, ToolSpec, assistant, system, tool_result, user
 from imprintd.research.budget import ResearchBudget
-from tests.models.conftest import needs_real_model
+from tests.models.real_model import needs_real_model
 
 SEARCH = ToolSpec(name="search", description="Search the workspace for a phrase.",
                   parameters={"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})

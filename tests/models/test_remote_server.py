@@ -22,7 +22,7 @@ from imprintd.models.base import ModelError
 from imprintd.models.factory import create_model
 from imprintd.models.remote import RemoteModel
 from imprintd.settings import ChatSettings
-from tests.models.conftest import EMBEDDED_GGUF, missing_real_model, needs_real_model
+from tests.models.real_model import EMBEDDED_GGUF, missing_real_model, needs_real_model
 
 pytestmark = needs_real_model
 
