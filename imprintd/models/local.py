@@ -531,6 +531,7 @@ class LocalModel:
             tool_calls=() if deadline_hit else result.parsed.calls,
             tool_call_error=None if deadline_hit else result.parsed.error,
             finish_reason=finish,
+            wrote_tool_call=result.parsed.wrote_call,
             usage=Usage(prompt_tokens=prompt_tokens, evaluated_tokens=result.evaluated,
                         generated_tokens=result.generated),
         ))
