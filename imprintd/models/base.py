@@ -70,8 +70,10 @@ class Model(Protocol):
     model_id: str
     #: The context window the prompt, tool schemas and output allowance must fit.
     n_ctx: int
-    #: True when the model's own template renders tool schemas and it writes calls natively.
-    native_tools: bool
+    @property
+    def native_tools(self) -> bool:
+        """True when the model's own template renders tool schemas and it writes calls natively."""
+        ...
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
         """Tokens of the fully formatted prompt, generation prompt included (exact for local)."""

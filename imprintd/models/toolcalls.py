@@ -121,7 +121,7 @@ def call_from_object(value: Any, tool_names: Collection[str], new_id: IdFactory 
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as error:
-            return f"the arguments of the {name!r} call are not valid JSON ({error.msg}): {_snippet(arguments)!r}"
+            return f"the arguments of the {name!r} call are not valid JSON ({error.msg}): {_snippet(str(arguments))!r}"
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):

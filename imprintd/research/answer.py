@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import msgspec
 
 from imprintd.events import ReplyEvents
-from imprintd.messages import Message
+from imprintd.messages import Message, Style
 from imprintd.models.base import Completion, Model, ModelError
 from imprintd.research import notes as notes_mod
 from imprintd.research.clock import FINAL_TIMEOUT_S
@@ -36,7 +36,7 @@ class FinalAnswer(msgspec.Struct, frozen=True, kw_only=True):
 
 async def final_answer(model: Model, events: ReplyEvents, *, system_prompt: str, summary_block: str,
                        earlier: Sequence[Message], question: str, steps: Sequence[ToolStepRecord],
-                       style: str, max_tokens: int, timeout: float = FINAL_TIMEOUT_S,
+                       style: Style, max_tokens: int, timeout: float = FINAL_TIMEOUT_S,
                        coverage: str = "") -> FinalAnswer:
     """The answer from notes, within ``timeout`` seconds; ``coverage`` (what was not read) is appended."""
     notes = notes_mod.build_notes(steps)
