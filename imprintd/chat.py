@@ -205,7 +205,10 @@ class Chat:
             raise HistoryError("give either query (to search) or message (to read), not both")
         store, info = self.locate(session_id)
         history = ConversationHistory(store.messages(info.id), store.history_index(info.id))
-        return history.search(query) if query is not None else history.read(message, offset)
+        if query is not None:
+            return history.search(query)
+        assert message is not None  # one of the two, checked above
+        return history.read(message, offset)
 
     def read_chat_section(self, reply_id: str, source_id: str, start: int, length: int) -> SectionText:
         """Exact characters of an original a reply analyzed in sections; SectionError if gone or out of range."""

@@ -7,6 +7,8 @@ that do vary (the summary block) go after the fixed instructions.
 
 from __future__ import annotations
 
+from imprintd.messages import Style
+
 BASE = (
     "You are Imprint, an assistant inside the user's code editor. You answer questions about "
     "the user's own work: the files of their workspace and this conversation. Be direct and "
@@ -22,7 +24,7 @@ TOOL_STRATEGY = (
 )
 
 
-def system_prompt(*, style: str = "written", tool_lines: tuple[str, ...] = (), summary_block: str = "") -> str:
+def system_prompt(*, style: Style = "written", tool_lines: tuple[str, ...] = (), summary_block: str = "") -> str:
     """The system prompt: fixed instructions first, then tool guidance, then the summary."""
     parts = [BASE]
     if style == "spoken":

@@ -135,7 +135,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
 
 
 async def _summary_step(model: Model, store: ConversationStore, info: SessionInfo, stored: Sequence[Message],
-                        style: str, tool_lines: tuple[str, ...], specs, max_tokens: int,
+                        style: Style, tool_lines: tuple[str, ...], specs, max_tokens: int,
                         events: ReplyEvents, clock: ReplyClock) -> StoredSummary | None:
     """Summarize the oldest exchanges when the conversation's text no longer fits (ADR 0141).
 

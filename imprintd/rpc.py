@@ -357,7 +357,8 @@ def leave_despite_busy_threads(code: int, grace: float = EXIT_GRACE_S) -> None:
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
-            stream.flush()
+            if stream is not None:
+                stream.flush()
         except (AttributeError, OSError, ValueError):
             pass
     os._exit(code)

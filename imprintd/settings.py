@@ -101,9 +101,9 @@ def _key(section: str, field: msgspec.inspect.Field) -> Key:
     declared = field.type
     assert isinstance(declared, msgspec.inspect.Metadata), f"{field.name} needs a Meta with its description"
     kind, extra = declared.type, declared.extra or {}
-    name, help_text = f"{section}.{field.name}", declared.extra_json_schema["description"]
+    name, help_text = f"{section}.{field.name}", (declared.extra_json_schema or {})["description"]
     if isinstance(kind, msgspec.inspect.LiteralType):
-        values = kind.values
+        values = tuple(str(value) for value in kind.values)
         return Key(name, str, " or ".join(f'"{v}"' for v in values), help_text, lambda v: v in values,
                    ", ".join(values))
     if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
@@ -114,8 +114,14 @@ def _key(section: str, field: msgspec.inspect.Field) -> Key:
     return Key(name, str, extra["accepted"], help_text, extra.get("check", lambda value: True))
 
 
+def _fields(struct: type[msgspec.Struct]) -> tuple[msgspec.inspect.Field, ...]:
+    info = msgspec.inspect.type_info(struct)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return info.fields
+
+
 KEYS: dict[str, Key] = {
-    key.name: key for key in (_key("chat", field) for field in msgspec.inspect.type_info(ChatSettings).fields)
+    key.name: key for key in (_key("chat", field) for field in _fields(ChatSettings))
 }
 
 DEFAULTS = Settings()

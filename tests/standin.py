@@ -2,7 +2,9 @@
 
 It implements ``imprintd.models.base.Model`` with a deterministic, additive token count
 (so tests can compute exactly what fits) and honours timeouts, cancellation and the
-process-wide inference lock like the real providers. Never used outside tests.
+process-wide inference lock like the real providers. Like them, a reply to a request that
+offers no tools streams through ``VisibleTextFilter``: call markup written anyway stops the
+text and is reported as ``Completion.wrote_tool_call``. Never used outside tests.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import msgspec
 
 from imprintd.messages import Message, ToolCall, ToolSpec
 from imprintd.models.base import Completion, ModelError, TextCallback, Usage, inference_lock
+from imprintd.models.toolcalls import VisibleTextFilter
 
 #: Tokens every message costs beyond its text (role header and end marker).
 MESSAGE_OVERHEAD = 4
@@ -115,26 +118,27 @@ class StandInModel:
         if not self.replies:
             raise AssertionError(f"stand-in model has no scripted reply for request #{len(self.requests)}")
         reply = self.replies.pop(0)
-        written: list[str] = []
+        written = _Written(on_text, None if tools else VisibleTextFilter((), "native" if self.native_tools else "json"))
         with anyio.move_on_after(timeout) as scope:
             async with inference_lock():
                 if self.busy:
                     self.overlapped = True
                 self.busy = True
                 try:
-                    return await self._play(reply, request, prompt_tokens, max_tokens, on_text, written)
+                    return await self._play(reply, request, prompt_tokens, max_tokens, written)
                 finally:
                     self.busy = False
         assert scope.cancel_called
-        text = "".join(written)
+        text, wrote_call = written.finish()
         return Completion(
             text=text,
             finish_reason="deadline",
+            wrote_tool_call=wrote_call,
             usage=Usage(prompt_tokens=prompt_tokens, evaluated_tokens=prompt_tokens,
                         generated_tokens=count_text(text)),
         )
 
-    async def _play(self, reply, request, prompt_tokens, max_tokens, on_text, written) -> Completion:
+    async def _play(self, reply, request, prompt_tokens, max_tokens, written: _Written) -> Completion:
         if callable(reply) and not isinstance(reply, (Hang, Fail)):
             reply = reply(request)
         if isinstance(reply, Fail):
@@ -153,25 +157,49 @@ class StandInModel:
                 break
             budget -= cost
             await anyio.sleep(0)  # a checkpoint between tokens, like the real providers
-            written.append(piece)
-            if on_text:
-                on_text(piece)
+            written.add(piece)
         if isinstance(reply, Hang):
             await anyio.sleep_forever()
-        out = "".join(written)
+        out, wrote_call = written.finish()
         calls = reply.tool_calls if isinstance(reply, Completion) else ()
         return Completion(
             text=out,
             tool_calls=calls,
             finish_reason="tool_calls" if calls and finish == "stop" else finish,
             tool_call_error=reply.tool_call_error if isinstance(reply, Completion) else None,
+            wrote_tool_call=wrote_call,
             usage=Usage(
                 prompt_tokens=prompt_tokens,
                 evaluated_tokens=prompt_tokens,
-                generated_tokens=count_text(out) + count_text(
+                generated_tokens=count_text("".join(written.raw)) + count_text(
                     "".join(msgspec.json.encode(c).decode() for c in calls)),
             ),
         )
+
+
+class _Written:
+    """What a scripted reply has written: the raw pieces and, through the filter, what streamed."""
+
+    def __init__(self, on_text: TextCallback | None, filter: VisibleTextFilter | None) -> None:
+        self.raw: list[str] = []
+        self._on_text = on_text
+        self._filter = filter
+
+    def add(self, piece: str) -> None:
+        self.raw.append(piece)
+        self._show(self._filter.feed(piece) if self._filter else piece)
+
+    def finish(self) -> tuple[str, bool]:
+        """The completion's text and whether call markup was written with no tools offered."""
+        if self._filter is None:
+            return "".join(self.raw), False
+        last, parsed = self._filter.finish()
+        self._show(last)
+        return parsed.text, parsed.wrote_call
+
+    def _show(self, piece: str) -> None:
+        if piece and self._on_text:
+            self._on_text(piece)
 
 
 def call(name: str, call_id: str = "call_1", **arguments) -> ToolCall:

@@ -148,22 +148,6 @@ async def test_a_final_turn_that_writes_a_tool_call_as_text_is_cut_short_without
     assert events.streamed == outcome.text
 
 
-def test_the_final_answer_stream_holds_back_a_marker_split_across_pieces():
-    from imprintd.research.answer import _UntilToolCall
-
-    events = RecordingEvents()
-    stream = _UntilToolCall(events)
-    for piece in ["It is 8101", ".", "\n<tool", "_call>", '{"name": "search"}']:
-        stream.feed(piece)
-    assert events.streamed == "It is 8101."
-    events = RecordingEvents()
-    stream = _UntilToolCall(events)
-    for piece in ["a <", "b", " <tool", "s"]:
-        stream.feed(piece)
-    stream.flush()
-    assert events.streamed == "a <b <tools"
-
-
 async def test_a_follow_up_researches_the_workspace_its_session_started_on(model, workspace):
     chat = make_chat(model)
     model.queue("first", "second")

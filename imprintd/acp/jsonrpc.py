@@ -119,6 +119,7 @@ class Dispatcher:
         elif message.id is UNSET:
             self._notification(message.method, message.params)
         else:
+            assert message.id is not None  # refused above: a request id is never null
             self._request(message.id, message.method, message.params)
 
     def _refused_as_malformed(self, line: bytes) -> bool:

@@ -371,7 +371,8 @@ def catch_up(db: apsw.Connection, session_id: str, to_index: Indexer) -> None:
     messages = to_index(db, session_id, last_seq)
     if not messages:
         return
-    window_rows, posting_rows = [], []
+    window_rows: list[tuple] = []
+    posting_rows: list[tuple] = []
     for message in messages:
         for window, counts in windows_of(message):
             window_rows.append((history_id, next_window, window.seq, window.start, window.end, window.words))

@@ -368,7 +368,7 @@ async def update_summary(model: Model, *, state: StoredSummary | None, messages:
         # before the deadline (ADR 0141): keep the previous one instead.
         return _failed(state, numbers, message_count, f"no summary within {timeout:g} seconds")
     written = bullets(completion.text)
-    last = max(numbers)
+    last: int | None = max(numbers)
     if completion.finish_reason == "length":
         written = written[:-1]  # the last bullet was cut off by the output limit
         # Only the exchanges whose bullets were written are covered; the rest stay in the

@@ -37,7 +37,10 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     ``text`` is what the model wrote, tool-call markup removed. ``finish_reason`` is
     ``"deadline"`` when the request's time ran out; ``text`` then holds what was written
     before it. ``tool_call_error`` names what was wrong with a malformed call, which is
-    not run; the caller tells the model.
+    not run; the caller tells the model. ``wrote_tool_call`` is True when no tools were
+    offered and the model wrote call markup as text anyway (``<tool_call>``, or in JSON mode
+    a ``{"name": …}`` object; ``toolcalls.VisibleTextFilter``): ``text`` and what streamed
+    stop before it, whitespace before it included.
     """
 
     text: str
@@ -45,6 +48,7 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     finish_reason: FinishReason = "stop"
     usage: Usage = Usage(prompt_tokens=0, evaluated_tokens=0, generated_tokens=0)
     tool_call_error: str | None = None
+    wrote_tool_call: bool = False
 
 
 class ModelError(Exception):
@@ -66,8 +70,10 @@ class Model(Protocol):
     model_id: str
     #: The context window the prompt, tool schemas and output allowance must fit.
     n_ctx: int
-    #: True when the model's own template renders tool schemas and it writes calls natively.
-    native_tools: bool
+    @property
+    def native_tools(self) -> bool:
+        """True when the model's own template renders tool schemas and it writes calls natively."""
+        ...
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
         """Tokens of the fully formatted prompt, generation prompt included (exact for local)."""

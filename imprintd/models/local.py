@@ -117,7 +117,8 @@ def template_renders_tools(template: str) -> bool:
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     formatter = Jinja2ChatFormatter(template=template, eos_token="", bos_token="")
-    return _probe_renders_tools(lambda messages, tools: formatter(messages=messages, tools=tools).prompt)
+    # llama-cpp-python types these as its TypedDicts; ours are plain dicts of that shape.
+    return _probe_renders_tools(lambda messages, tools: formatter(messages=messages, tools=tools).prompt)  # type: ignore[arg-type]
 
 
 # GGUF metadata value types and the sizes of the fixed-size ones (gguf.md in llama.cpp).
@@ -257,7 +258,7 @@ class _Loaded:
                generation: bool) -> str:
         formatter = self.with_generation if generation else self.without_generation
         try:
-            return formatter(messages=messages, tools=tools).prompt
+            return formatter(messages=messages, tools=tools).prompt  # type: ignore[arg-type]  # TypedDict-shaped dicts
         except Exception as error:  # jinja2 errors and the template's own raise_exception
             raise ModelError(f"the chat template of {self.path.name} could not render the conversation: "
                              f"{error}") from None
@@ -402,7 +403,7 @@ class LocalModel:
                 template = read_gguf_string(self.model_path, "tokenizer.chat_template")
             except (ModelUnavailable, OSError, ValueError):
                 return False
-            self._native_tools = bool(template) and template_renders_tools(template)
+            self._native_tools = bool(template) and template_renders_tools(template or "")
         return self._native_tools
 
     # -- rendering ----------------------------------------------------------------------------
@@ -531,6 +532,7 @@ class LocalModel:
             tool_calls=() if deadline_hit else result.parsed.calls,
             tool_call_error=None if deadline_hit else result.parsed.error,
             finish_reason=finish,
+            wrote_tool_call=result.parsed.wrote_call,
             usage=Usage(prompt_tokens=prompt_tokens, evaluated_tokens=result.evaluated,
                         generated_tokens=result.generated),
         ))

@@ -255,7 +255,7 @@ class _Stream:
                 calls.append(result)
         calls.extend(from_text.calls)
         return ParsedOutput(text="".join(self.shown), calls=tuple(calls),
-                            error="; ".join(errors) if errors else None)
+                            error="; ".join(errors) if errors else None, wrote_call=from_text.wrote_call)
 
 
 class RemoteModel:
@@ -361,6 +361,7 @@ class RemoteModel:
         # The deadline passed: keep what was written (ADR semantics of the base protocol).
         parsed = stream.parsed(tools)
         return report_usage(self.model_id, Completion(text=parsed.text, finish_reason="deadline",
+                                                      wrote_tool_call=parsed.wrote_call,
                                                       usage=self._usage(stream, prompt_tokens, parsed)))
 
     def _completion(self, stream: _Stream, tools: Sequence[ToolSpec], prompt_tokens: int) -> Completion:
@@ -369,7 +370,8 @@ class RemoteModel:
         if parsed.calls and finish == "stop":
             finish = "tool_calls"
         completion = Completion(text=parsed.text, tool_calls=parsed.calls, finish_reason=finish,
-                                tool_call_error=parsed.error, usage=self._usage(stream, prompt_tokens, parsed))
+                                tool_call_error=parsed.error, wrote_tool_call=parsed.wrote_call,
+                                usage=self._usage(stream, prompt_tokens, parsed))
         return report_usage(self.model_id, completion)
 
     def _usage(self, stream: _Stream, prompt_tokens: int, parsed: ParsedOutput) -> Usage:

@@ -14,6 +14,10 @@ call markup. ``VisibleTextFilter`` applies the same rules while tokens stream in
 only what may still turn out to be markup, so the text shown as it streams is exactly the text
 of the finished completion.
 
+A model offered no tools (the final answer from notes, ADR 0127) may still write a call. Nothing
+is parsed then, but the filter stops the text where the markup starts and reports that it was
+written (``ParsedOutput.wrote_call``), so callers never look for markup themselves.
+
 Everything here is pure: no model, no I/O.
 """
 
@@ -50,6 +54,8 @@ class ParsedOutput:
     text: str
     calls: tuple[ToolCall, ...] = ()
     error: str | None = None
+    #: No tools were offered, yet the model wrote call markup; ``text`` stops before it.
+    wrote_call: bool = False
 
 
 @dataclass
@@ -115,7 +121,7 @@ def call_from_object(value: Any, tool_names: Collection[str], new_id: IdFactory 
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as error:
-            return f"the arguments of the {name!r} call are not valid JSON ({error.msg}): {_snippet(arguments)!r}"
+            return f"the arguments of the {name!r} call are not valid JSON ({error.msg}): {_snippet(str(arguments))!r}"
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
@@ -318,11 +324,14 @@ class VisibleTextFilter:
     def __init__(self, tools: Sequence[ToolSpec], mode: Mode, new_id: IdFactory = new_call_id) -> None:
         self._tools = tuple(tools)
         self._mode: Mode = mode if tools else "none"
+        #: With no tools offered, calls in ``mode`` are not parsed but still cut off the text.
+        self._unoffered: Mode = "none" if tools else mode
         self._new_id = new_id
         self._pending = ""
         self._shown: list[str] = []
         self._started = False
         self._locked = False  # markup has certainly begun: hold everything to the end
+        self._wrote_call = False
 
     def feed(self, piece: str) -> str:
         self._pending += piece
@@ -341,6 +350,11 @@ class VisibleTextFilter:
 
     def finish(self) -> tuple[str, ParsedOutput]:
         """The last visible piece and the whole reply's parsed output."""
+        if self._unoffered != "none":
+            start = unoffered_call_start(self._pending, self._unoffered, final=True)[0]
+            if start is not None:
+                self._wrote_call = True
+                self._pending = self._pending[:start]
         held = parse_tool_calls(self._pending, self._tools, self._mode, self._new_id)
         shown = "".join(self._shown)
         last = held.text
@@ -349,11 +363,18 @@ class VisibleTextFilter:
         last = last.rstrip()
         self._shown.append(last)
         self._pending = ""
-        return last, ParsedOutput(text=shown + last, calls=held.calls, error=held.error)
+        return last, ParsedOutput(text=shown + last, calls=held.calls, error=held.error,
+                                  wrote_call=self._wrote_call)
 
     def _safe_length(self) -> int:
         """How much of the pending text cannot be (the start of) call markup."""
         pending = self._pending
+        if self._unoffered != "none":
+            start, safe = unoffered_call_start(pending, self._unoffered, final=False)
+            if start is not None:
+                self._locked = self._wrote_call = True
+                return _rstrip_length(pending, start)
+            return _rstrip_length(pending, safe)
         if self._mode == "native":
             start = pending.find(HERMES_OPEN)
             if start >= 0:
@@ -369,6 +390,31 @@ class VisibleTextFilter:
                 if state == "maybe":
                     return _rstrip_length(pending, index)
         return _rstrip_length(pending, len(pending))
+
+
+def unoffered_call_start(text: str, mode: Mode, *, final: bool) -> tuple[int | None, int]:
+    """Where call markup starts in text written with no tools offered (None: nowhere), and how
+    much of ``text`` surely is not markup.
+
+    Either mode looks for ``<tool_call>``: a template without tool support may still have been
+    trained on it. In ``json`` mode a bare or fenced ``{"name": …}`` object (``opening_state``)
+    counts too. Unless ``final``, a tail that may still become markup is not yet safe.
+    """
+    start = text.find(HERMES_OPEN)
+    found = start if start >= 0 else None
+    safe = len(text) if final else len(text) - _partial_suffix(text, HERMES_OPEN)
+    if mode == "json":
+        for index in _candidates(text):
+            if found is not None and index >= found:
+                break
+            state = opening_state(text[index:])
+            if state == "yes":
+                found = index
+                break
+            if state == "maybe" and not final:
+                safe = min(safe, index)
+                break
+    return found, safe
 
 
 def _rstrip_length(text: str, end: int) -> int:

@@ -18,9 +18,8 @@ from collections.abc import Sequence
 import msgspec
 
 from imprintd.events import ReplyEvents
-from imprintd.messages import Message
+from imprintd.messages import Message, Style
 from imprintd.models.base import Completion, Model, ModelError
-from imprintd.models.toolcalls import HERMES_OPEN, opening_state
 from imprintd.research import notes as notes_mod
 from imprintd.research.clock import FINAL_TIMEOUT_S
 from imprintd.research.notes import Note, ToolStepRecord
@@ -37,7 +36,7 @@ class FinalAnswer(msgspec.Struct, frozen=True, kw_only=True):
 
 async def final_answer(model: Model, events: ReplyEvents, *, system_prompt: str, summary_block: str,
                        earlier: Sequence[Message], question: str, steps: Sequence[ToolStepRecord],
-                       style: str, max_tokens: int, timeout: float = FINAL_TIMEOUT_S,
+                       style: Style, max_tokens: int, timeout: float = FINAL_TIMEOUT_S,
                        coverage: str = "") -> FinalAnswer:
     """The answer from notes, within ``timeout`` seconds; ``coverage`` (what was not read) is appended."""
     notes = notes_mod.build_notes(steps)
@@ -47,25 +46,19 @@ async def final_answer(model: Model, events: ReplyEvents, *, system_prompt: str,
                               style=style, max_tokens=max_tokens)
     events.progress("Writing the answer from the research notes…")
     completion: Completion | None = None
-    json_mode = not model.native_tools  # a template without tools is asked for calls as JSON text
-    stream = _UntilToolCall(events, json_mode=json_mode)
     if request is not None:
         try:
+            # No tools are offered; a model that writes a call anyway has its text (and what
+            # streamed) stop before the markup and says so in ``wrote_tool_call``.
             completion = await model.complete(request, (), max_tokens=max_tokens,
-                                              timeout=min(timeout, FINAL_TIMEOUT_S), on_text=stream.feed)
+                                              timeout=min(timeout, FINAL_TIMEOUT_S), on_text=events.text)
         except ModelError as error:
             logger.warning("the final answer failed: %s", error)
     written = completion.text if completion is not None else ""
-    call_start = _markup(written, json_mode, final=True)[0]
-    asked_for_tools = call_start is not None
-    if asked_for_tools:
-        written = written[:call_start].rstrip()
-    else:
-        stream.flush()
     if completion is None or not written.strip():
         text = notes_mod.findings_only(included, style=style)
         events.text(text)
-    elif completion.tool_calls or asked_for_tools or completion.finish_reason in ("length", "deadline"):
+    elif completion.tool_calls or completion.wrote_tool_call or completion.finish_reason in ("length", "deadline"):
         text = notes_mod.cut_short(written, included, style=style)
         _stream_rest(events, written, text)
     else:
@@ -85,69 +78,6 @@ async def final_answer(model: Model, events: ReplyEvents, *, system_prompt: str,
 def coverage_note(analyses) -> str:
     """What the reply's section analyses left unread, in words; "" when every source was read whole."""
     return "\n".join(a.unread_sentence() for a in analyses if a.cut)
-
-
-def _markup(text: str, json_mode: bool, *, final: bool = False) -> tuple[int | None, int]:
-    """Where tool-call markup starts in ``text`` (None: nowhere), and how much of it is surely not markup.
-
-    Native templates write ``<tool_call>``; a template without tools was taught to write a bare
-    or fenced JSON object ``{"name": …}`` (``toolcalls.opening_state``). Unless ``final``, a
-    tail that may still become markup is not yet safe.
-    """
-    start = text.find(HERMES_OPEN)
-    found = start if start >= 0 else None
-    safe = len(text) if final else len(text) - next(
-        (n for n in range(min(len(HERMES_OPEN) - 1, len(text)), 0, -1) if HERMES_OPEN.startswith(text[-n:])), 0)
-    if json_mode:
-        for index, char in enumerate(text):
-            if char not in "{[`" or (found is not None and index >= found):
-                continue
-            state = opening_state(text[index:])
-            if state == "yes":
-                found = index
-                break
-            if state == "maybe" and not final:
-                safe = min(safe, index)
-                break
-    return found, safe
-
-
-class _UntilToolCall:
-    """Streams the final answer's text up to any tool-call markup the model writes.
-
-    The final turn offers no tools, so providers parse no calls in it: a model that asks for
-    a tool anyway (ADR 0127) writes ``<tool_call>…`` (or, in JSON mode, a ``{"name": …}``
-    object) as text. What could still be the start of that markup, or whitespace before it,
-    is held back until the next piece shows it is not.
-    """
-
-    def __init__(self, events: ReplyEvents, *, json_mode: bool = False) -> None:
-        self._events = events
-        self._json = json_mode
-        self._pending = ""
-        self._stopped = False
-
-    def feed(self, piece: str) -> None:
-        if self._stopped:
-            return
-        self._pending += piece
-        start, safe = _markup(self._pending, self._json)
-        if start is not None:
-            self._stopped = True
-            self._events.text(self._pending[:start].rstrip())
-            self._pending = ""
-            return
-        cut = safe
-        while cut > 0 and self._pending[cut - 1].isspace():  # it may end where the marker starts
-            cut -= 1
-        self._events.text(self._pending[:cut])
-        self._pending = self._pending[cut:]
-
-    def flush(self) -> None:
-        """The answer is complete without markup: send what was held back."""
-        if not self._stopped:
-            self._events.text(self._pending)
-        self._pending = ""
 
 
 def _stream_rest(events: ReplyEvents, written: str, text: str) -> None:

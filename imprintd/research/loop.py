@@ -29,7 +29,7 @@ import msgspec
 from imprintd import messages as msg
 from imprintd.context import sections as sec
 from imprintd.context.fitting import Fitted, fit_prompt
-from imprintd.events import ReplyEvents, ToolStep
+from imprintd.events import ReplyEvents, StepState, ToolStep
 from imprintd.messages import Message, ToolCall
 from imprintd.models.base import Completion, Model
 from imprintd.research.budget import BudgetExhausted, ResearchBudget
@@ -203,8 +203,9 @@ class _Loop:
         analysis = await self._analyze(question.content, sec.USER_KIND, question.content)
         self.current[0] = msg.user(analysis.coordinator_text(), seq=question.seq)
         self.outcome.question_analysis = analysis
-        if analysis.cut in ("token_budget", "time_budget"):
-            raise _Cut(analysis.cut)
+        stop = _budget_stop(analysis.cut)
+        if stop is not None:
+            raise _Cut(stop)
         fitted = await self._fit_offered()  # the offer now includes read_chat_section
         return fitted if fitted.fits else None
 
@@ -278,7 +279,7 @@ class _Loop:
             result = await tool.run(call.arguments)
         except ToolError as error:
             result = ToolResult(ok=False, text=f"Error: {error}")
-        state = "finished" if result.ok else "failed"
+        state: StepState = "finished" if result.ok else "failed"
         detail = "" if result.ok else result.text
         events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=title, state=state, detail=detail,
                                   arguments=dict(call.arguments)))
@@ -303,9 +304,15 @@ class _Loop:
         if prepared is not None:
             return prepared, None
         analysis = await self._analyze(result.text, sec.tool_kind(call.name), self.asked)
-        if analysis.cut in ("token_budget", "time_budget"):
-            self.cut = analysis.cut  # research ends after this round; the final answer reads the notes
+        stop = _budget_stop(analysis.cut)
+        if stop is not None:
+            self.cut = stop  # research ends after this round; the final answer reads the notes
         return analysis.coordinator_text(), analysis
+
+
+def _budget_stop(cut: str) -> Stop | None:
+    """The stop an analysis cut short by a budget calls for; None when it was read whole or hit the section limit."""
+    return "token_budget" if cut == "token_budget" else "time_budget" if cut == "time_budget" else None
 
 
 def _call_key(call: ToolCall) -> str:

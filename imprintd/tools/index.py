@@ -484,8 +484,8 @@ class WorkspaceIndex:
         }
         # Ids and rowids are allocated here rather than read back one INSERT at a time; the
         # IMMEDIATE transaction holds the write lock, so no other writer can take them.
-        next_id, next_chunk = conn.execute(
-            "SELECT coalesce(max(id), 0) + 1, coalesce(max(last_chunk), 0) + 1 FROM workspace_files").fetchone()
+        next_id, next_chunk = conn.execute(  # an aggregate: always one row
+            "SELECT coalesce(max(id), 0) + 1, coalesce(max(last_chunk), 0) + 1 FROM workspace_files").fetchone() or (1, 1)
         new_rows: list[tuple] = []
         updates: list[tuple] = []
         stale: list[tuple[int, int]] = []

@@ -80,6 +80,65 @@ async def test_missing_gguf_fails_complete_too(tmp_path):
         await LocalModel(tmp_path / "nope.gguf").complete([user("hi")], max_tokens=4, timeout=30)
 
 
+# -- markup written with no tools offered (a scripted llama, no weights) ---------------------
+
+
+class ScriptedLlama:
+    """Stands in for llama-cpp-python's ``Llama``: token i detokenizes to ``pieces[i]``, then the turn ends."""
+
+    END = -1
+
+    def __init__(self, pieces: list[str]) -> None:
+        self.pieces = [piece.encode() for piece in pieces]
+
+    def generate(self, tokens, **kwargs):
+        yield from range(len(self.pieces))
+        yield self.END
+
+    def detokenize(self, tokens, prev_tokens=None, special=False) -> bytes:
+        return self.pieces[tokens[0]]
+
+
+class ScriptedLoaded:
+    """What ``LocalModel.load`` returns, holding a ScriptedLlama."""
+
+    def __init__(self, pieces: list[str], native_tools: bool) -> None:
+        self.llama = ScriptedLlama(pieces)
+        self.native_tools = native_tools
+        self.active = None
+        self.generation_lock = threading.Lock()
+
+    def is_end(self, token: int) -> bool:
+        return token == ScriptedLlama.END
+
+
+def scripted_local(pieces: list[str], *, native_tools: bool) -> LocalModel:
+    model = LocalModel("/unused.gguf", n_ctx=1024)
+    loaded = ScriptedLoaded(pieces, native_tools)
+    model.load = lambda: loaded
+    model.prompt_tokens = lambda messages, tools=(): [1, 2, 3]
+    return model
+
+
+@pytest.mark.parametrize(("native_tools", "markup"), [
+    (True, '<tool_call>\n{"name": "search", "arguments": {"query": "owner"}}\n</tool_call>'),
+    (False, '```json\n{"name": "search", "arguments": {"query": "owner"}}\n```'),
+])
+async def test_markup_written_with_no_tools_offered_stops_the_text_and_is_reported(native_tools, markup):
+    pieces = ["Billing runs", " two replicas [1].", " \n"] + [markup[i:i + 4] for i in range(0, len(markup), 4)]
+    model = scripted_local(pieces, native_tools=native_tools)
+    shown: list[str] = []
+    result = await model.complete([user("Who owns billing?")], max_tokens=200, timeout=60, on_text=shown.append)
+    assert "".join(shown) == result.text == "Billing runs two replicas [1]."
+    assert result.wrote_tool_call and result.tool_calls == () and result.finish_reason == "stop"
+
+
+async def test_a_local_reply_without_markup_reports_none_written():
+    model = scripted_local(["Set it like this:", ' {"port": 8101}.'], native_tools=False)
+    result = await model.complete([user("How?")], max_tokens=200, timeout=60)
+    assert result.text == 'Set it like this: {"port": 8101}.' and not result.wrote_tool_call
+
+
 # -- counts -------------------------------------------------------------------------------
 
 

@@ -187,6 +187,24 @@ async def test_hermes_markup_in_content_is_parsed_and_hidden():
     assert [c.arguments for c in result.tool_calls] == [{"query": "q"}]
 
 
+async def test_markup_written_with_no_tools_offered_stops_the_text_and_is_reported():
+    handler = stream_reply(chunk("Billing runs two replicas [1]. \n<tool_"),
+                           chunk('call>{"name": "search", "arguments": {"query": "owner"}}'),
+                           chunk("</tool_call>"), chunk(finish="stop"))
+    with ScriptedServer(handler) as server:
+        pieces: list[str] = []
+        result = await model_for(server).complete(MESSAGES, max_tokens=64, timeout=60, on_text=pieces.append)
+    assert "tools" not in server.requests[0].body
+    assert "".join(pieces) == result.text == "Billing runs two replicas [1]."
+    assert result.wrote_tool_call and result.tool_calls == () and result.finish_reason == "stop"
+
+
+async def test_a_reply_without_markup_reports_none_written():
+    with ScriptedServer(stream_reply(chunk("a < b <tool"), chunk(finish="stop"))) as server:
+        result = await model_for(server).complete(MESSAGES, max_tokens=64, timeout=60)
+    assert result.text == "a < b <tool" and not result.wrote_tool_call
+
+
 # -- failures, each named ----------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from imprintd.messages import ToolSpec
 from imprintd.models.toolcalls import (
+    ParsedOutput,
     VisibleTextFilter,
     call_from_object,
     format_call,
@@ -274,6 +275,76 @@ def test_filter_releases_plain_text_promptly():
     assert filt.feed("s") == " <tools"
 
 
-def test_filter_without_tools_passes_everything():
+# -- no tools offered: markup is not parsed, but it stops the text and is reported ------------
+
+
+def stream_unoffered(text: str, mode, pieces: int = 1):
+    """``stream`` for a request that offers no tools."""
+    filt = VisibleTextFilter((), mode, ids())
+    shown = [filt.feed(text[i:i + pieces]) for i in range(0, len(text), pieces)]
+    last, parsed = filt.finish()
+    shown.append(last)
+    return "".join(shown), parsed
+
+
+UNOFFERED_CALLS = [
+    ("native", 'Billing runs two replicas [1]. \n<tool_call>\n{"name": "search", "arguments": {}}\n</tool_call>'),
+    ("native", 'Billing runs two replicas [1].<tool_call>{"name": "search"'),  # cut off inside the call
+    ("json", 'Billing runs two replicas [1]. {"name": "search", "arguments": {"query": "billing owner"}}'),
+    ("json", 'Billing runs two replicas [1]. ```json\n{"name": "search", "arguments": {"query": "billing owner"}}\n```'),
+    ("json", 'Billing runs two replicas [1].\n[ {"arguments": {"query": "billing owner"}, "name": "search"}]'),
+    # A template without tool support may still have learnt the Hermes form.
+    ("json", 'Billing runs two replicas [1]. <tool_call>{"name": "search"}</tool_call>'),
+]
+
+
+@pytest.mark.parametrize(("mode", "text"), UNOFFERED_CALLS)
+@pytest.mark.parametrize("size", [1, 3, 1000])
+def test_markup_written_with_no_tools_offered_stops_the_text_and_is_reported(mode, text, size):
+    shown, parsed = stream_unoffered(text, mode, size)
+    assert shown == parsed.text == "Billing runs two replicas [1]."  # the space before the markup too
+    assert parsed.wrote_call and parsed.calls == () and parsed.error is None
+
+
+@pytest.mark.parametrize(("mode", "text"), [
+    ("native", "a < b and <tool is not a call"),
+    ("native", "It ends in <tool_"),  # the reply ended: a marker's start is text
+    ("native", '{"name": "search", "arguments": {}}'),  # JSON is a call only in JSON mode
+    ("json", 'Set it like this: {"port": 8101} [1].'),
+    ("json", "Code: ```python\nprint({1: 2})\n```\nand a {set} and [list] `tick`."),
+    ("json", 'It ends in {"na'),
+    ("none", '<tool_call>{"name": "search"}</tool_call> {"name": "search"}'),  # mode "none" looks for nothing
+])
+@pytest.mark.parametrize("size", [1, 3, 1000])
+def test_text_that_is_not_markup_streams_whole_with_no_tools_offered(mode, text, size):
+    shown, parsed = stream_unoffered(text, mode, size)
+    assert shown == parsed.text == text
+    assert not parsed.wrote_call
+
+
+def test_with_no_tools_offered_text_is_held_only_while_it_may_become_markup():
     filt = VisibleTextFilter((), "native", ids())
-    assert filt.feed("<tool_call>x") == "<tool_call>x"
+    assert filt.feed("Port 8101. <tool") == "Port 8101."   # the space may precede the marker
+    assert filt.feed("s") == " <tools"
+    assert filt.feed(" <tool_call>{") == ""
+    assert filt.feed(' "name": "search"}') == ""           # everything after the marker is held
+    assert filt.finish() == ("", ParsedOutput(text="Port 8101. <tools", wrote_call=True))
+    filt = VisibleTextFilter((), "json", ids())
+    assert filt.feed("Port 8101. {") == "Port 8101."
+    assert filt.feed('"port"') == ' {"port"'
+
+
+def test_with_no_tools_offered_a_marker_split_across_pieces_is_held_back():
+    filt = VisibleTextFilter((), "native", ids())
+    shown = [filt.feed(piece) for piece in ["It is 8101", ".", "\n<tool", "_call>", '{"name": "search"}']]
+    last, parsed = filt.finish()
+    assert "".join(shown) + last == parsed.text == "It is 8101." and parsed.wrote_call
+    filt = VisibleTextFilter((), "native", ids())
+    shown = [filt.feed(piece) for piece in ["a <", "b", " <tool", "s"]]
+    last, parsed = filt.finish()
+    assert "".join(shown) + last == parsed.text == "a <b <tools" and not parsed.wrote_call
+
+
+def test_tools_offered_parse_calls_and_report_no_markup_written():
+    _, parsed = stream('Checking.\n<tool_call>{"name": "search", "arguments": {}}</tool_call>', "native")
+    assert parsed.calls and not parsed.wrote_call

@@ -1,9 +1,7 @@
 """The final answer's own paths (ADR 0127, issue 12 item 10): a request that cannot be prepared,
-a tool call written as JSON text by a template without tool support, and the time it gets."""
+a model that reports writing a tool call as text (``Completion.wrote_tool_call``), and the time it gets."""
 
 from __future__ import annotations
-
-import pytest
 
 from imprintd.research.answer import final_answer
 from imprintd.research.notes import ToolStepRecord
@@ -40,28 +38,26 @@ async def test_a_final_request_that_cannot_be_prepared_gives_the_findings_withou
     assert events.streamed == final.text
 
 
-@pytest.mark.parametrize("markup", [
-    '{"name": "search", "arguments": {"query": "billing owner"}}',
-    '```json\n{"name": "search", "arguments": {"query": "billing owner"}}\n```',
-])
-async def test_a_json_mode_tool_call_in_the_final_turn_is_cut_with_its_text_kept(markup):
-    # A template without tool support was taught to write calls as JSON text; the final turn
-    # offers no tools, so the call arrives as text and must not be shown as the answer.
+async def test_a_final_turn_whose_model_wrote_a_tool_call_is_cut_short_with_its_text_kept():
+    # The final turn offers no tools; a template without tool support writes a call as JSON
+    # text anyway. The model stops its text before the markup (tests/models/test_toolcalls.py)
+    # and reports it; the answer keeps that text and adds the strongest findings.
     model = StandInModel(native_tools=False)
-    model.queue(f"Billing listens on 8101 [1]. {markup}")
+    model.queue('Billing listens on 8101 [1]. {"name": "search", "arguments": {"query": "billing owner"}}')
     events = RecordingEvents()
     final = await answer(model, events)
+    assert model.requests[0].tools == []
     assert final.text.startswith("Billing listens on 8101 [1].\n\n(The answer was cut short. "
                                  "The strongest findings of the research:)\n")
     assert "billing owner" not in final.text and '"name"' not in final.text
     assert events.streamed == final.text
 
 
-async def test_json_that_is_not_a_call_stays_in_a_json_mode_answer():
+async def test_an_answer_without_a_tool_call_is_kept_whole():
     model = StandInModel(native_tools=False)
     model.queue('Set it like this: {"port": 8101} [1].')
     final = await answer(model)
-    assert final.text.startswith('Set it like this: {"port": 8101} [1].\n\nSources:\n[1] services/billing.yaml:1-3')
+    assert final.text == 'Set it like this: {"port": 8101} [1].\n\nSources:\n[1] services/billing.yaml:1-3 (read_file)'
 
 
 async def test_the_final_request_gets_the_time_it_is_given():
