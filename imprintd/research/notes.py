@@ -25,7 +25,6 @@ import msgspec
 from imprintd.context.sections import CUT_REASONS, Analysis
 from imprintd.messages import Message, Style, ToolCall, system, user
 from imprintd.tools.base import Hit, Source, ToolResult
-from imprintd.tools.workspace import CONTINUATION_PREFIX
 
 DIGEST_LIMIT = 6_000
 NOTE_LIMIT = 700
@@ -33,9 +32,6 @@ EARLIER_LIMIT = 6
 ELLIPSIS = "…"
 #: Characters of a finding quoted in a fallback (a line, not a passage).
 FINDING_LIMIT = 240
-#: How a bounded read says where to continue: tool protocol, not content, and a tools-free
-#: final turn must not be invited to call read_file, so notes drop it.
-_CONTINUATION = re.compile(rf"\n?{re.escape(CONTINUATION_PREFIX)} \d+ of \d+: call read_file with start_line \d+\s*$")
 
 
 class ToolStepRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -117,7 +113,9 @@ def build_notes(steps: Sequence[ToolStepRecord]) -> list[Note]:
             for position, hit in enumerate(result.hits):
                 _merge(drafts, ("hit", hit.id), _hit_draft(hit, step, position), step)
             continue
-        text = _clean(_CONTINUATION.sub("", result.text))
+        # A read's continuation line is tool protocol: a tools-free final turn must not be
+        # invited to call read_file, so notes keep only the content.
+        text = _clean(result.content)
         if not text:
             continue
         draft = _Draft(label=label, text=text, sources=result.sources, kind=record.call.name,

@@ -50,7 +50,9 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
     path) for notes and the client. ``evidence`` holds keys of what was seen (hit ids, read
     ranges) so research can tell whether a round found anything new. ``hits`` and
     ``sources`` are the structure notes are built from. ``ok=False`` marks a failed or
-    refused call, whose ``text`` says why; it adds no notes.
+    refused call, whose ``text`` says why; it adds no notes. ``continuation`` is the end of
+    ``text`` that tells the model where to read on: tool protocol, not content, so notes (read
+    by a tools-free final turn) leave it out.
     """
 
     text: str
@@ -59,6 +61,14 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
     evidence: tuple[str, ...] = ()
     hits: tuple[Hit, ...] = ()
     sources: tuple[Source, ...] = ()
+    continuation: str = ""
+
+    @property
+    def content(self) -> str:
+        """``text`` without its continuation line."""
+        if self.continuation and self.text.endswith(self.continuation):
+            return self.text[: -len(self.continuation)].rstrip("\n")
+        return self.text
 
 
 class ToolError(Exception):

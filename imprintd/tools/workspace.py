@@ -29,8 +29,6 @@ READ_SCAN_BYTES = 8 * 1024 * 1024
 #: Bytes of one line kept; the rest of a longer line is read past, and the line shown cut.
 MAX_LINE_BYTES = 64 * 1024
 SEARCH_LIMIT = 8
-#: How a bounded read ends; ADR 0127's notes drop this line (it is protocol, not content).
-CONTINUATION_PREFIX = "… continues at line"
 
 
 def format_hits(hits: Sequence[Hit]) -> str:
@@ -252,10 +250,11 @@ class ReadFileTool:
         text = "\n".join(read.lines)
         last_wanted = min(end, read.total) if end is not None else read.total
         count = f"{read.total}" if read.complete else f"at least {read.total}"
+        continuation = ""
         if read.end < last_wanted:
             following = read.end + 1
-            text += (f"\n{CONTINUATION_PREFIX} {following} of {count}: "
-                     f"call read_file with start_line {following}")
+            continuation = f"… continues at line {following} of {count}: call read_file with start_line {following}"
+            text += "\n" + continuation
         elif not read.complete and (end is None or end > read.end):
             text += f"\n(read_file reads only the first {_scan_size()} of a file; this is where they end.)"
         source = Source(path=path, start_line=read.start, end_line=read.end)
@@ -264,6 +263,7 @@ class ReadFileTool:
             subject=path,
             evidence=(f"{path}:{read.start}-{read.end}",),
             sources=(source,),
+            continuation=continuation,
         )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from imprintd.messages import Message, assistant, tool_result, user
@@ -83,8 +84,10 @@ def test_hits_of_one_search_keep_score_order_and_earlier_searches_come_first():
 
 
 def test_other_tools_become_one_note_named_by_their_subject():
-    text = "def main():\n    run()\n… continues at line 4 of 90: call read_file with start_line 4"
-    notes = build_notes([read_step("src/app.py", text)])
+    continuation = "… continues at line 4 of 90: call read_file with start_line 4"
+    step = read_step("src/app.py", "def main():\n    run()\n" + continuation)
+    step = msgspec.structs.replace(step, result=msgspec.structs.replace(step.result, continuation=continuation))
+    notes = build_notes([step])
     assert len(notes) == 1
     note = notes[0]
     assert note.label == "read_file src/app.py" and note.kind == "read_file"

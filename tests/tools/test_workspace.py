@@ -96,6 +96,7 @@ async def test_read_is_bounded_to_whole_lines_and_says_where_to_continue(root):
     assert all(line.startswith(f"line {n}: ") and line.endswith("x" * 50) for n, line in enumerate(shown, 1))
     following = len(shown) + 1
     assert tail == f"… continues at line {following} of 340: call read_file with start_line {following}"
+    assert result.continuation == tail and result.content == body  # structure, for notes to leave it out
     assert result.sources == (Source(path="src/app.py", start_line=1, end_line=len(shown)),)
 
     again = await ReadFileTool(root).run({"path": "src/app.py", "start_line": following})
@@ -111,7 +112,7 @@ async def test_read_a_line_range(root):
     # An end past the file is clamped; nothing to continue.
     tail = await tool.run({"path": "src/app.py", "start_line": 339, "end_line": 999})
     assert tail.text.split("\n")[-1].startswith("line 340:")
-    assert "continues" not in tail.text
+    assert "continues" not in tail.text and tail.continuation == "" and tail.content == tail.text
 
 
 async def test_a_line_longer_than_the_limit_is_cut_and_marked(root):
