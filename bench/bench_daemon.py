@@ -45,8 +45,12 @@ BARE_PYGLS = textwrap.dedent("""
 
 def daemon_env(data: str, max_tokens: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMPRINT_")}
-    env.update(IMPRINT_DATA_DIR=data, IMPRINT_CONFIG=str(Path(data) / "none.toml"),
-               IMPRINT_CHAT_N_CTX=str(N_CTX), IMPRINT_CHAT_MAX_TOKENS=str(max_tokens))
+    env.update(
+        IMPRINT_DATA_DIR=data,
+        IMPRINT_CONFIG=str(Path(data) / "none.toml"),
+        IMPRINT_CHAT_N_CTX=str(N_CTX),
+        IMPRINT_CHAT_MAX_TOKENS=str(max_tokens),
+    )
     return env
 
 
@@ -89,8 +93,9 @@ def bench_overhead(runs: int, max_tokens: int) -> float:
             super().__setattr__(name, value)
 
     threads, threads_batch = default_threads()
-    llama = BaselineLlama(model_path=str(path), n_ctx=N_CTX, n_threads=threads, n_threads_batch=threads_batch,
-                          verbose=False)
+    llama = BaselineLlama(
+        model_path=str(path), n_ctx=N_CTX, n_threads=threads, n_threads_batch=threads_batch, verbose=False
+    )
     tokens = llama.tokenize(prompt.encode(), add_bos=False, special=True)
     stop_ids = {t for t in llama.tokenize(b"<|im_end|>", add_bos=False, special=True)}
     with tempfile.TemporaryDirectory() as data:
@@ -109,9 +114,11 @@ def bench_overhead(runs: int, max_tokens: int) -> float:
             client.kill()
     same = daemon_text.strip() == direct_text.strip()
     ratio = statistics.median(daemon_times) / statistics.median(direct_times)
-    print(f"reply through imprintd: median {statistics.median(daemon_times) * 1000:.0f} ms; "
-          f"llama-cpp-python direct: median {statistics.median(direct_times) * 1000:.0f} ms "
-          f"({len(tokens)} prompt tokens, same text: {same})")
+    print(
+        f"reply through imprintd: median {statistics.median(daemon_times) * 1000:.0f} ms; "
+        f"llama-cpp-python direct: median {statistics.median(direct_times) * 1000:.0f} ms "
+        f"({len(tokens)} prompt tokens, same text: {same})"
+    )
     print(f"daemon overhead ratio: {ratio:.3f} (target <= 1.10)")
     if not same:
         print(f"  daemon: {daemon_text!r}\n  direct: {direct_text!r}")
@@ -121,8 +128,7 @@ def bench_overhead(runs: int, max_tokens: int) -> float:
 def time_initialize(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(spawn → initialize response, a second round trip on the running process) in seconds."""
     start = time.perf_counter()
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=env)
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     _round_trip(proc, 1)
     cold = time.perf_counter() - start
     warm_start = time.perf_counter()
@@ -158,8 +164,10 @@ def bench_initialize(runs: int) -> tuple[float, float]:
             results["bare"].append(time_initialize(bare, env))
     cold = statistics.median(r[0] for r in results["imprint"]) / statistics.median(r[0] for r in results["bare"])
     warm = statistics.median(r[1] for r in results["imprint"]) / statistics.median(r[1] for r in results["bare"])
-    print(f"initialize, spawn to response: imprintd {statistics.median(r[0] for r in results['imprint']) * 1000:.0f} ms, "
-          f"bare pygls {statistics.median(r[0] for r in results['bare']) * 1000:.0f} ms: ratio {cold:.2f} (target <= 1.5)")
+    print(
+        f"initialize, spawn to response: imprintd {statistics.median(r[0] for r in results['imprint']) * 1000:.0f} ms, "
+        f"bare pygls {statistics.median(r[0] for r in results['bare']) * 1000:.0f} ms: ratio {cold:.2f} (target <= 1.5)"
+    )
     print(f"round trip on a running server (shutdown): ratio {warm:.2f}")
     return cold, warm
 

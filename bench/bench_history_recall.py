@@ -54,30 +54,215 @@ SESSIONS = 16
 DAY = 86_400.0
 START = time.mktime((2026, 10, 5, 9, 0, 0, 0, 0, -1))
 
-FIRST = "Maya Tomas Ines Jonah Priya Lukas Aiko Mateo Zara Felix Nadia Oskar Leila Ravi Elena Hugo Sana Theo Mira Dario".split()
-LAST = "Okafor Lindqvist Moreau Tanaka Haddad Kowalski Brennan Alvarez Novak Castell Ibsen Farrow".split()
-CITIES = ("Lisbon Porto Ghent Leipzig Tromso Bergen Tallinn Ljubljana Graz Turku Aarhus Utrecht Lyon Bilbao "
-          "Krakow Brno Cork Galway Basel Lucerne Innsbruck Salzburg Trieste Verona Zadar Split Riga Vilnius").split()
-JOBS = ("radiographer anaesthetist midwife pharmacist physiotherapist paramedic dietitian audiologist "
-        "orthoptist phlebotomist sonographer perfusionist").split()
-PROJECTS = ("harbor lantern quarry meadow cinder falcon juniper pebble tundra willow saffron comet "
-            "ember glacier orchid prism basalt heron marigold sextant").split()
-DATABASES = "Postgres MariaDB CockroachDB SQLite ClickHouse DuckDB ScyllaDB FoundationDB".split()
-BOOKS = ("The Overstory|Piranesi|Klara and the Sun|The Dispossessed|Middlemarch|Stoner|Gilead|"
-         "The Remains of the Day|Pachinko|Station Eleven|A Gentleman in Moscow|Hamnet").split("|")
-SERVICES = ("billing invoicing ledger payouts checkout catalog inventory shipping search pricing "
-            "loyalty refunds reports audit tenancy identity").split()
-REASONS = ["the endless touring", "a falling-out over money", "a wrist injury", "a new baby",
-           "the move abroad", "burnout after the album", "a day job he loved more", "creative differences"]
-ITEMS = ("kettle desk lamp bike helmet rain jacket blender standing mat coffee grinder backpack "
-         "monitor arm toaster").split()
-CHAT = ("Morning! How is it going?|Fine, thanks. Busy day ahead?|Quite busy, meetings all afternoon.|"
-        "Good luck with them.|Thanks, I will need it.|Any plans for the evening?|Maybe a walk if it stays dry.|"
-        "Sounds nice.|The weather has been odd lately.|True, warm one day and cold the next.|"
-        "I should get back to work.|Talk later then.|Did you sleep well?|Not really, the neighbours were loud.|"
-        "That is annoying.|Coffee first, then the rest of the day.").split("|")
-TOPICS = ("service config deploy cluster node memory cache queue worker schedule retry timeout latency "
-          "release branch commit review test build image volume network proxy gateway certificate port").split()
+FIRST = [
+    "Maya",
+    "Tomas",
+    "Ines",
+    "Jonah",
+    "Priya",
+    "Lukas",
+    "Aiko",
+    "Mateo",
+    "Zara",
+    "Felix",
+    "Nadia",
+    "Oskar",
+    "Leila",
+    "Ravi",
+    "Elena",
+    "Hugo",
+    "Sana",
+    "Theo",
+    "Mira",
+    "Dario",
+]
+LAST = [
+    "Okafor",
+    "Lindqvist",
+    "Moreau",
+    "Tanaka",
+    "Haddad",
+    "Kowalski",
+    "Brennan",
+    "Alvarez",
+    "Novak",
+    "Castell",
+    "Ibsen",
+    "Farrow",
+]
+CITIES = [
+    "Lisbon",
+    "Porto",
+    "Ghent",
+    "Leipzig",
+    "Tromso",
+    "Bergen",
+    "Tallinn",
+    "Ljubljana",
+    "Graz",
+    "Turku",
+    "Aarhus",
+    "Utrecht",
+    "Lyon",
+    "Bilbao",
+    "Krakow",
+    "Brno",
+    "Cork",
+    "Galway",
+    "Basel",
+    "Lucerne",
+    "Innsbruck",
+    "Salzburg",
+    "Trieste",
+    "Verona",
+    "Zadar",
+    "Split",
+    "Riga",
+    "Vilnius",
+]
+JOBS = [
+    "radiographer",
+    "anaesthetist",
+    "midwife",
+    "pharmacist",
+    "physiotherapist",
+    "paramedic",
+    "dietitian",
+    "audiologist",
+    "orthoptist",
+    "phlebotomist",
+    "sonographer",
+    "perfusionist",
+]
+PROJECTS = [
+    "harbor",
+    "lantern",
+    "quarry",
+    "meadow",
+    "cinder",
+    "falcon",
+    "juniper",
+    "pebble",
+    "tundra",
+    "willow",
+    "saffron",
+    "comet",
+    "ember",
+    "glacier",
+    "orchid",
+    "prism",
+    "basalt",
+    "heron",
+    "marigold",
+    "sextant",
+]
+DATABASES = ["Postgres", "MariaDB", "CockroachDB", "SQLite", "ClickHouse", "DuckDB", "ScyllaDB", "FoundationDB"]
+BOOKS = [
+    "The Overstory",
+    "Piranesi",
+    "Klara and the Sun",
+    "The Dispossessed",
+    "Middlemarch",
+    "Stoner",
+    "Gilead",
+    "The Remains of the Day",
+    "Pachinko",
+    "Station Eleven",
+    "A Gentleman in Moscow",
+    "Hamnet",
+]
+SERVICES = [
+    "billing",
+    "invoicing",
+    "ledger",
+    "payouts",
+    "checkout",
+    "catalog",
+    "inventory",
+    "shipping",
+    "search",
+    "pricing",
+    "loyalty",
+    "refunds",
+    "reports",
+    "audit",
+    "tenancy",
+    "identity",
+]
+REASONS = [
+    "the endless touring",
+    "a falling-out over money",
+    "a wrist injury",
+    "a new baby",
+    "the move abroad",
+    "burnout after the album",
+    "a day job he loved more",
+    "creative differences",
+]
+ITEMS = [
+    "kettle",
+    "desk",
+    "lamp",
+    "bike",
+    "helmet",
+    "rain",
+    "jacket",
+    "blender",
+    "standing",
+    "mat",
+    "coffee",
+    "grinder",
+    "backpack",
+    "monitor",
+    "arm",
+    "toaster",
+]
+CHAT = [
+    "Morning! How is it going?",
+    "Fine, thanks. Busy day ahead?",
+    "Quite busy, meetings all afternoon.",
+    "Good luck with them.",
+    "Thanks, I will need it.",
+    "Any plans for the evening?",
+    "Maybe a walk if it stays dry.",
+    "Sounds nice.",
+    "The weather has been odd lately.",
+    "True, warm one day and cold the next.",
+    "I should get back to work.",
+    "Talk later then.",
+    "Did you sleep well?",
+    "Not really, the neighbours were loud.",
+    "That is annoying.",
+    "Coffee first, then the rest of the day.",
+]
+TOPICS = [
+    "service",
+    "config",
+    "deploy",
+    "cluster",
+    "node",
+    "memory",
+    "cache",
+    "queue",
+    "worker",
+    "schedule",
+    "retry",
+    "timeout",
+    "latency",
+    "release",
+    "branch",
+    "commit",
+    "review",
+    "test",
+    "build",
+    "image",
+    "volume",
+    "network",
+    "proxy",
+    "gateway",
+    "certificate",
+    "port",
+]
 
 
 @dataclass
@@ -105,10 +290,14 @@ class Builder:
         for i in range(turns):
             if names and self.rng.random() < 0.25:
                 name = self.rng.choice(names)
-                text = self.rng.choice([f"Had lunch with {name} today, it was nice.",
-                                        f"{name} says hi, by the way.",
-                                        f"I owe {name} a call this week.",
-                                        f"Saw {name} at the market this morning."])
+                text = self.rng.choice(
+                    [
+                        f"Had lunch with {name} today, it was nice.",
+                        f"{name} says hi, by the way.",
+                        f"I owe {name} a call this week.",
+                        f"Saw {name} at the market this morning.",
+                    ]
+                )
             elif self.rng.random() < 0.3:
                 text = " ".join(self.rng.choice(TOPICS) for _ in range(self.rng.randint(8, 30))).capitalize() + "."
             else:
@@ -133,13 +322,21 @@ def build(rng: random.Random) -> tuple[list[tuple[int, Message]], list[tuple[Fac
         kind = i // 20 % 4
         if kind == 0:
             city = cities.pop()
-            fact, question, value = f"My friend {person} just moved to {city} for a new job.", f"Where does {first} live now?", city
+            fact, question, value = (
+                f"My friend {person} just moved to {city} for a new job.",
+                f"Where does {first} live now?",
+                city,
+            )
         elif kind == 1:
             job = jobs.pop() if jobs else "nurse"
             fact, question, value = f"{person} works as a {job} these days.", f"What is {first}'s profession?", job
         elif kind == 2:
             book = books.pop() if books else "Moby Dick"
-            fact, question, value = f"{first} lent me {book}, apparently a must-read.", f"Which novel did {first} recommend?", book
+            fact, question, value = (
+                f"{first} lent me {book}, apparently a must-read.",
+                f"Which novel did {first} recommend?",
+                book,
+            )
         else:
             project, database = PROJECTS[i % 20], rng.choice(DATABASES)
             fact = f"For the {project} project we settled on {database} for storage."
@@ -148,6 +345,7 @@ def build(rng: random.Random) -> tuple[list[tuple[int, Message]], list[tuple[Fac
         def plan() -> None:
             b.facts.append((Fact("restated", question, value), b.say(user(fact))))
             b.say(assistant(rng.choice(["Noted.", "Good to know.", "Got it, I will remember that."])))
+
         return plan
 
     # Every (kind, subject) once, so each question has one answer.
@@ -159,11 +357,16 @@ def build(rng: random.Random) -> tuple[list[tuple[int, Message]], list[tuple[Fac
         kind, subject = answers[i]
         port = ports[i]
         if kind == "port":
-            question, reply = f"Which port should the {subject} service listen on?", f"Use {port}; the one below it is taken."
+            question, reply = (
+                f"Which port should the {subject} service listen on?",
+                f"Use {port}; the one below it is taken.",
+            )
             later, value = f"{subject} service port", str(port)
         elif kind == "timeout":
-            question, reply = (f"What timeout do you suggest for the {subject} client?",
-                               f"{port % 50 + 5} seconds, with two retries and jitter.")
+            question, reply = (
+                f"What timeout do you suggest for the {subject} client?",
+                f"{port % 50 + 5} seconds, with two retries and jitter.",
+            )
             later, value = f"timeout for the {subject} client", f"{port % 50 + 5} seconds"
         elif kind == "ttl":
             question, reply = f"How long should the {subject} cache TTL be?", f"{port % 40 + 2} minutes is plenty."
@@ -177,6 +380,7 @@ def build(rng: random.Random) -> tuple[list[tuple[int, Message]], list[tuple[Fac
             b.say(user(question))
             index = b.say(assistant(reply + b.elaboration(1_200)))
             b.facts.append((Fact("answer", later, value), index))
+
         return plan
 
     settings = [(s, name) for s in SERVICES for name in ("queue depth", "pool size", "flush interval")]
@@ -185,14 +389,17 @@ def build(rng: random.Random) -> tuple[list[tuple[int, Message]], list[tuple[Fac
     def paste(i: int) -> Callable[[], None]:
         (service, setting), port = settings[i], ports[100 + i]
         key = f"{service}_{setting}".upper().replace(" ", "_")
-        lines = [f"{TOPICS[j % len(TOPICS)].upper()}_{SERVICES[j % len(SERVICES)].upper()}_LIMIT={rng.randint(1, 999)}"
-                 for j in range(rng.randint(60, 200))]
+        lines = [
+            f"{TOPICS[j % len(TOPICS)].upper()}_{SERVICES[j % len(SERVICES)].upper()}_LIMIT={rng.randint(1, 999)}"
+            for j in range(rng.randint(60, 200))
+        ]
         lines.insert(rng.randint(20, len(lines) - 1), f"{key}={port}")
         text = "Here is the env file for staging:\n" + "\n".join(lines)
 
         def plan() -> None:
             b.facts.append((Fact("paste", f"{service} {setting} setting", f"{key}={port}"), b.say(user(text))))
             b.say(assistant("Thanks, I have the env file." + b.elaboration(600)))
+
         return plan
 
     def dated(i: int) -> Callable[[], None]:
@@ -204,6 +411,7 @@ def build(rng: random.Random) -> tuple[list[tuple[int, Message]], list[tuple[Fac
             index = b.say(user(f"{past} a new {item} today, finally."))
             b.facts.append((Fact("date", f"what did I {verb} on {month_day}", item), index))
             b.say(assistant("Nice, enjoy it."))
+
         return plan
 
     plans += [restated(i) for i in range(80)] + [answer(i) for i in range(60)]
@@ -264,11 +472,14 @@ def main() -> None:
             fact.seq = stored[index].seq
         chars = sum(len(m.content) for m in stored)
         with store.reading() as db:
-            days = len({time.strftime("%F", time.localtime(t)) for (t,) in db.execute(
-                "SELECT created_at FROM messages")})
+            days = len(
+                {time.strftime("%F", time.localtime(t)) for (t,) in db.execute("SELECT created_at FROM messages")}
+            )
         kinds = sorted({fact.kind for fact, _ in facts})
-        print(f"conversation: {len(stored)} messages, {chars:,} characters, {days} dated sessions; "
-              f"{len(facts)} questions ({', '.join(f'{k} {sum(f.kind == k for f, _ in facts)}' for k in kinds)})")
+        print(
+            f"conversation: {len(stored)} messages, {chars:,} characters, {days} dated sessions; "
+            f"{len(facts)} questions ({', '.join(f'{k} {sum(f.kind == k for f, _ in facts)}' for k in kinds)})"
+        )
 
         build_start = time.perf_counter()
         old = adr0141.ConversationHistory(stored)
@@ -302,10 +513,14 @@ def main() -> None:
     for name, (hits, lengths, times) in results.items():
         every = [h for k in kinds for h in hits[k]]
         cells = "  ".join(f"{sum(hits[k]) / len(hits[k]):>8.0%}" for k in kinds)
-        print(f"{name:<{width}}  {cells}  {sum(every) / len(every):>8.0%}   "
-              f"{statistics.mean(lengths):>10,.0f}   {statistics.mean(times) * 1000:>8.2f}")
-    print(f"(ADR 0141 also builds its index once per reply: {old_build_ms:.1f} ms for this conversation; "
-          "the new ranking reads the index the store keeps)")
+        print(
+            f"{name:<{width}}  {cells}  {sum(every) / len(every):>8.0%}   "
+            f"{statistics.mean(lengths):>10,.0f}   {statistics.mean(times) * 1000:>8.2f}"
+        )
+    print(
+        f"(ADR 0141 also builds its index once per reply: {old_build_ms:.1f} ms for this conversation; "
+        "the new ranking reads the index the store keeps)"
+    )
     old_all = _overall(results["ADR 0141 (best two)"][0])
     new_all = _overall(results["new"][0])
     print(f"recall of the answer's message: {old_all:.0%} -> {new_all:.0%} ({new_all / old_all:.2f}x)")

@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import history_adr0141 as adr0141  # noqa: E402
 
 from imprintd.context.history import ConversationHistory  # noqa: E402
-from imprintd.store import Store  # noqa: E402
 from imprintd.messages import Message, ToolCall, assistant, tool_result, user  # noqa: E402
+from imprintd.store import Store  # noqa: E402
 
 TARGET_MESSAGES = 400
 TARGET_CHARS = 921_024
@@ -53,13 +53,70 @@ QUERIES = [
     "8101",
 ]
 
-WORDS = (
-    "service config deploy cluster node memory cache queue worker schedule retry timeout latency "
-    "throughput budget token model prompt context window summary search index billing invoice "
-    "customer account region replica shard backup restore migration schema table column query "
-    "request response error warning log trace metric alert dashboard release branch commit review "
-    "test coverage build artifact container image volume network proxy gateway certificate domain"
-).split()
+WORDS = [
+    "service",
+    "config",
+    "deploy",
+    "cluster",
+    "node",
+    "memory",
+    "cache",
+    "queue",
+    "worker",
+    "schedule",
+    "retry",
+    "timeout",
+    "latency",
+    "throughput",
+    "budget",
+    "token",
+    "model",
+    "prompt",
+    "context",
+    "window",
+    "summary",
+    "search",
+    "index",
+    "billing",
+    "invoice",
+    "customer",
+    "account",
+    "region",
+    "replica",
+    "shard",
+    "backup",
+    "restore",
+    "migration",
+    "schema",
+    "table",
+    "column",
+    "query",
+    "request",
+    "response",
+    "error",
+    "warning",
+    "log",
+    "trace",
+    "metric",
+    "alert",
+    "dashboard",
+    "release",
+    "branch",
+    "commit",
+    "review",
+    "test",
+    "coverage",
+    "build",
+    "artifact",
+    "container",
+    "image",
+    "volume",
+    "network",
+    "proxy",
+    "gateway",
+    "certificate",
+    "domain",
+]
 
 
 def prose(rng: random.Random, chars: int) -> str:
@@ -93,8 +150,10 @@ def log(rng: random.Random, lines: int) -> str:
     out = []
     for i in range(lines):
         level = rng.choice(["INFO", "WARN", "ERROR", "DEBUG"])
-        out.append(f"2026-11-05T10:{i % 60:02d}:{rng.randint(0, 59):02d}Z {level} {rng.choice(WORDS)} "
-                   f"{rng.choice(WORDS)} id={rng.getrandbits(48):x} took {rng.randint(1, 900)}ms")
+        out.append(
+            f"2026-11-05T10:{i % 60:02d}:{rng.randint(0, 59):02d}Z {level} {rng.choice(WORDS)} "
+            f"{rng.choice(WORDS)} id={rng.getrandbits(48):x} took {rng.randint(1, 900)}ms"
+        )
         if i == lines // 2:
             out.append("Traceback: KeyError: 'tenant' in scheduler.dispatch (scheduler.py:211)")
     return "\n".join(out)
@@ -164,8 +223,9 @@ def _scale(messages: list[Message], target: int) -> list[Message]:
         text = messages[i].content
         if total < target:
             extra = prose(rng, min(target - total, 2000))
-            messages[i] = _with_text(messages[i], text + " " + extra[: target - total - 1] if target - total > 1
-                                     else text + ".")
+            messages[i] = _with_text(
+                messages[i], text + " " + extra[: target - total - 1] if target - total > 1 else text + "."
+            )
         else:
             cut = min(total - target, max(0, len(text) - 200))
             if cut == 0:
@@ -240,27 +300,41 @@ def measure(size: int) -> dict[str, float]:
         old = adr0141.ConversationHistory(messages)
         old.search(query)
         olds.append(time.perf_counter() - start)
-    return {"messages": size, "chars": chars, "scan": statistics.mean(scans) * 1000,
-            "old": statistics.mean(olds) * 1000, "new": statistics.mean(firsts) * 1000,
-            "indexing": indexing * 1000 / size}
+    return {
+        "messages": size,
+        "chars": chars,
+        "scan": statistics.mean(scans) * 1000,
+        "old": statistics.mean(olds) * 1000,
+        "new": statistics.mean(firsts) * 1000,
+        "indexing": indexing * 1000 / size,
+    }
 
 
 def main() -> None:
     rows = []
-    print(f"{'messages':>8} {'characters':>11}  {'plain scan':>10}  {'ADR 0141 first query':>22}"
-          f"  {'new first query':>19}  {'indexing when stored':>21}")
+    print(
+        f"{'messages':>8} {'characters':>11}  {'plain scan':>10}  {'ADR 0141 first query':>22}"
+        f"  {'new first query':>19}  {'indexing when stored':>21}"
+    )
     for size in SIZES:
         row = measure(size)
         rows.append(row)
-        print(f"{row['messages']:>8,} {row['chars']:>11,}  {row['scan']:>7.1f} ms  "
-              f"{row['old']:>8.1f} ms ({row['old'] / row['scan']:>5.2f}x)  "
-              f"{row['new']:>7.2f} ms ({row['new'] / row['scan']:.3f}x)  "
-              f"{row['indexing']:>8.2f} ms/message", flush=True)
+        print(
+            f"{row['messages']:>8,} {row['chars']:>11,}  {row['scan']:>7.1f} ms  "
+            f"{row['old']:>8.1f} ms ({row['old'] / row['scan']:>5.2f}x)  "
+            f"{row['new']:>7.2f} ms ({row['new'] / row['scan']:.3f}x)  "
+            f"{row['indexing']:>8.2f} ms/message",
+            flush=True,
+        )
     first, last = rows[0], rows[-1]
-    print(f"new first query at {first['messages']} messages: {first['new'] / first['scan']:.3f}x a plain scan "
-          "(target <= 0.1x)")
-    print(f"new first query, {last['messages']:,} vs {first['messages']} messages: "
-          f"{last['new'] / first['new']:.2f}x (flat: ~1x; a plain scan grows {last['scan'] / first['scan']:.1f}x)")
+    print(
+        f"new first query at {first['messages']} messages: {first['new'] / first['scan']:.3f}x a plain scan "
+        "(target <= 0.1x)"
+    )
+    print(
+        f"new first query, {last['messages']:,} vs {first['messages']} messages: "
+        f"{last['new'] / first['new']:.2f}x (flat: ~1x; a plain scan grows {last['scan'] / first['scan']:.1f}x)"
+    )
 
 
 if __name__ == "__main__":

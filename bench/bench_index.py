@@ -139,8 +139,9 @@ def main() -> None:
         root.mkdir()
         started = time.perf_counter()
         size = make_workspace(root, args.files, args.kib)
-        print(f"workspace: {args.files:,} files, {size / 1e6:.1f} MB "
-              f"(generated in {time.perf_counter() - started:.1f} s)")
+        print(
+            f"workspace: {args.files:,} files, {size / 1e6:.1f} MB (generated in {time.perf_counter() - started:.1f} s)"
+        )
 
         # (b) raw FTS5: chunks prepared outside the timing, inserted in one transaction.
         # (a) the index from scratch, everything included. Alternated, best of --repeats,
@@ -152,21 +153,25 @@ def main() -> None:
             raw_runs.append(time_raw_inserts(base / f"raw{attempt}.sqlite3", rows))
             index = WorkspaceIndex(base / f"index{attempt}.sqlite3", root)
             outcome: list = []
-            index_runs.append(timed(lambda: outcome.append(index.update())))
+            index_runs.append(timed(lambda index=index, outcome=outcome: outcome.append(index.update())))
             assert outcome[0].chunks == len(rows), (outcome[0].chunks, len(rows))
             if attempt + 1 < args.repeats:
                 index.close()
         stats = outcome[0]
         print(f"chunks: {len(rows):,}; best of {args.repeats} runs each (wall / CPU seconds)")
         best = {}
-        for label, runs in (("(a) WorkspaceIndex.update from scratch", index_runs),
-                            ("(b) raw FTS5 inserts, one transaction ", raw_runs)):
+        for label, runs in (
+            ("(a) WorkspaceIndex.update from scratch", index_runs),
+            ("(b) raw FTS5 inserts, one transaction ", raw_runs),
+        ):
             best[label[:3]] = (min(w for w, _ in runs), min(c for _, c in runs))
             listed = ", ".join(f"{w:.2f}/{c:.2f}" for w, c in runs)
             print(f"{label}: {best[label[:3]][0]:6.2f} s wall, {best[label[:3]][1]:6.2f} s CPU  (runs: {listed})")
         index_seconds = best["(a)"][0]
-        print(f"    ratio a/b: {best['(a)'][0] / best['(b)'][0]:.2f}x wall, "
-              f"{best['(a)'][1] / best['(b)'][1]:.2f}x CPU (target <= 1.5x)")
+        print(
+            f"    ratio a/b: {best['(a)'][0] / best['(b)'][0]:.2f}x wall, "
+            f"{best['(a)'][1] / best['(b)'][1]:.2f}x CPU (target <= 1.5x)"
+        )
 
         # Search: the same expressions through the index and as a raw MATCH.
         rng = random.Random(11)
@@ -180,25 +185,29 @@ def main() -> None:
 
         def run_raw() -> None:
             for query in queries:
-                list(raw.execute(
-                    "SELECT path, start_line, end_line, text FROM raw_chunks "
-                    "WHERE raw_chunks MATCH ? ORDER BY rank LIMIT 8",
-                    (match_expression(query),),
-                ))
+                list(
+                    raw.execute(
+                        "SELECT path, start_line, end_line, text FROM raw_chunks "
+                        "WHERE raw_chunks MATCH ? ORDER BY rank LIMIT 8",
+                        (match_expression(query),),
+                    )
+                )
 
         run_index(), run_raw()  # warm both caches
         search_index = median_seconds(run_index, 5) / len(queries)
         search_raw = median_seconds(run_raw, 5) / len(queries)
         raw.close()
-        print(f"search (3 words, 8 hits): index {search_index * 1e3:.2f} ms, "
-              f"raw MATCH {search_raw * 1e3:.2f} ms, ratio {search_index / search_raw:.2f}x")
+        print(
+            f"search (3 words, 8 hits): index {search_index * 1e3:.2f} ms, "
+            f"raw MATCH {search_raw * 1e3:.2f} ms, ratio {search_index / search_raw:.2f}x"
+        )
 
         # Incremental: nothing changed, then 1% of the files touched.
         started = time.perf_counter()
         again = index.update()
         unchanged_seconds = time.perf_counter() - started
         assert again.indexed == 0 and again.unchanged == stats.scanned
-        touched = sorted(root.rglob("*.py"))[:: 100]
+        touched = sorted(root.rglob("*.py"))[::100]
         for path in touched:
             stat = path.stat()
             os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
@@ -206,8 +215,10 @@ def main() -> None:
         partial = index.update()
         touched_seconds = time.perf_counter() - started
         assert partial.indexed == len(touched)
-        print(f"incremental, unchanged workspace: {unchanged_seconds:.3f} s "
-              f"({unchanged_seconds / index_seconds:.1%} of a full index)")
+        print(
+            f"incremental, unchanged workspace: {unchanged_seconds:.3f} s "
+            f"({unchanged_seconds / index_seconds:.1%} of a full index)"
+        )
         print(f"incremental, {len(touched)} files touched: {touched_seconds:.3f} s")
         index.close()
 

@@ -36,8 +36,26 @@ from imprintd.models.embedded import embedded_model_path  # noqa: E402
 from imprintd.models.local import LocalModel  # noqa: E402
 
 MAX_TOKENS = 128
-SERVICES = ["gateway", "billing", "orders", "catalog", "search", "mailer", "reports", "auth", "inventory",
-            "shipping", "audit", "metrics", "pricing", "cart", "notify", "export", "reviews", "returns"]
+SERVICES = [
+    "gateway",
+    "billing",
+    "orders",
+    "catalog",
+    "search",
+    "mailer",
+    "reports",
+    "auth",
+    "inventory",
+    "shipping",
+    "audit",
+    "metrics",
+    "pricing",
+    "cart",
+    "notify",
+    "export",
+    "reviews",
+    "returns",
+]
 
 
 @dataclass
@@ -88,19 +106,29 @@ class Measured:
 
     async def complete(self, messages, tools=(), *, max_tokens, timeout=None, on_text=None):
         charged, self._charge = self._charge, None
-        kind = ("worker" if not tools and messages[0].content == sec.WORKER_SYSTEM_PROMPT
-                else "coordinator" if tools else "final answer")
+        kind = (
+            "worker"
+            if not tools and messages[0].content == sec.WORKER_SYSTEM_PROMPT
+            else "coordinator"
+            if tools
+            else "final answer"
+        )
         row = Row(kind=kind, prompt=self.model.count_prompt(messages, tools), charged=charged)
         self.rows.append(row)
         started = time.monotonic()
-        completion = await self.model.complete(messages, tools, max_tokens=max_tokens, timeout=timeout,
-                                               on_text=on_text)
+        completion = await self.model.complete(messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text)
         row.seconds = time.monotonic() - started
         usage = completion.usage
-        row.evaluated, row.generated, row.finish = usage.evaluated_tokens, usage.generated_tokens, \
-            completion.finish_reason
-        print(f"  ... {len(self.rows)} {row.kind}: prompt {row.prompt}, charged {row.charged}, evaluated "
-              f"{row.evaluated}, generated {row.generated}, {row.seconds:.1f} s", flush=True)
+        row.evaluated, row.generated, row.finish = (
+            usage.evaluated_tokens,
+            usage.generated_tokens,
+            completion.finish_reason,
+        )
+        print(
+            f"  ... {len(self.rows)} {row.kind}: prompt {row.prompt}, charged {row.charged}, evaluated "
+            f"{row.evaluated}, generated {row.generated}, {row.seconds:.1f} s",
+            flush=True,
+        )
         return completion
 
 
@@ -113,8 +141,9 @@ def paste(chars: int) -> str:
         blocks.append(
             f"# Block {index}: the {name} service, replica group {index // len(SERVICES)}. Ask its owners\n"
             f"# before changing anything below; dependants wait for its health check after a restart.\n"
-            f"[services.{name}-{index}]\nimage = \"shop/{name}:{2 + index % 3}.{index}\"\n"
-            f"port = {8100 + index}\nreplicas = {1 + index % 3}\n\n")
+            f'[services.{name}-{index}]\nimage = "shop/{name}:{2 + index % 3}.{index}"\n'
+            f"port = {8100 + index}\nreplicas = {1 + index % 3}\n\n"
+        )
         index += 1
     return "".join(blocks) + "# Changed on 30 October: billing moved to port 9443 for TLS.\n"
 
@@ -124,40 +153,59 @@ async def run(chars: int, n_ctx: int, time_budget: float, worker_timeout: float,
     model = Measured(LocalModel(path, n_ctx=n_ctx))
     model.model.load()
     resolved = settings_mod.load({}, environ={}).apply(
-        {"chat.n_ctx": n_ctx, "chat.max_tokens": MAX_TOKENS, "chat.research_time_budget": time_budget}, "check")
+        {"chat.n_ctx": n_ctx, "chat.max_tokens": MAX_TOKENS, "chat.research_time_budget": time_budget}, "check"
+    )
     chat = Chat(resolved, model_factory=lambda settings: model)
     config = paste(chars)
     text = f"Here is our config file:\n\n{config}\nWhich port does the billing service use now?"
     progress: list[str] = []
 
     class Events:
-        def begin(self, session_id, reply_id): pass
-        def text(self, delta): pass
-        def progress(self, message, percentage=None): progress.append(message)
-        def tool_step(self, step): pass
-        def summary(self, text, first_seq, last_seq): pass
+        def begin(self, session_id, reply_id):
+            pass
 
-    print(f"model {path.name}, n_ctx {n_ctx}, paste {len(text):,} characters "
-          f"({model.count_text(text):,} tokens), token budget {resolved.settings.chat.research_token_budget:,}, "
-          f"time budget {time_budget:g} s, worker deadline {worker_timeout:g} s", flush=True)
+        def text(self, delta):
+            pass
+
+        def progress(self, message, percentage=None):
+            progress.append(message)
+
+        def tool_step(self, step):
+            pass
+
+        def summary(self, text, first_seq, last_seq):
+            pass
+
+    print(
+        f"model {path.name}, n_ctx {n_ctx}, paste {len(text):,} characters "
+        f"({model.count_text(text):,} tokens), token budget {resolved.settings.chat.research_token_budget:,}, "
+        f"time budget {time_budget:g} s, worker deadline {worker_timeout:g} s",
+        flush=True,
+    )
     started = time.monotonic()
     outcome = await chat.reply(ReplyRequest(text=text, persist=False), Events())
     seconds = time.monotonic() - started
 
     planned = next((int(m.rsplit(" of ", 1)[1]) for m in progress if m.startswith("Analyzing section")), 0)
     workers = [row for row in model.rows if row.kind == "worker"]
-    print(f"{'#':>3}  {'request':<12} {'prompt':>6} {'charged':>7} {'evaluated':>9} {'generated':>9} "
-          f"{'seconds':>7}  finish")
+    print(
+        f"{'#':>3}  {'request':<12} {'prompt':>6} {'charged':>7} {'evaluated':>9} {'generated':>9} "
+        f"{'seconds':>7}  finish"
+    )
     for number, row in enumerate(model.rows, start=1):
         charged = "-" if row.charged is None else str(row.charged)
-        print(f"{number:>3}  {row.kind:<12} {row.prompt:>6} {charged:>7} {row.evaluated:>9} {row.generated:>9} "
-              f"{row.seconds:>7.1f}  {row.finish}")
+        print(
+            f"{number:>3}  {row.kind:<12} {row.prompt:>6} {charged:>7} {row.evaluated:>9} {row.generated:>9} "
+            f"{row.seconds:>7.1f}  {row.finish}"
+        )
     charged_rows = [row for row in model.rows if row.charged is not None]
     off = max((abs(row.charged - row.evaluated) for row in charged_rows), default=0)
     print(f"sections: {len(workers)} read of {planned} planned; stop: {outcome.stop_reason}; {seconds:.0f} s in all")
-    print(f"tokens: charged {sum(r.charged for r in charged_rows):,}, evaluated "
-          f"{sum(r.evaluated for r in charged_rows):,} over {len(charged_rows)} research requests "
-          f"(largest difference {off}); {sum(r.evaluated for r in model.rows):,} evaluated with the final answer")
+    print(
+        f"tokens: charged {sum(r.charged for r in charged_rows):,}, evaluated "
+        f"{sum(r.evaluated for r in charged_rows):,} over {len(charged_rows)} research requests "
+        f"(largest difference {off}); {sum(r.evaluated for r in model.rows):,} evaluated with the final answer"
+    )
     for message in progress:
         if not message.startswith("Analyzing section"):
             print(f"progress: {message}")
@@ -173,12 +221,17 @@ def main() -> int:
     parser.add_argument("--chars", type=int, default=60_000)
     parser.add_argument("--n-ctx", type=int, default=2048)
     parser.add_argument("--time-budget", type=float, default=3600)
-    parser.add_argument("--worker-timeout", type=float, default=sec.WORKER_TIMEOUT_S,
-                        help="one worker's deadline (the record's 120 s; raise it on a busy machine)")
+    parser.add_argument(
+        "--worker-timeout",
+        type=float,
+        default=sec.WORKER_TIMEOUT_S,
+        help="one worker's deadline (the record's 120 s; raise it on a busy machine)",
+    )
     parser.add_argument("--model", type=Path, default=None, help="a GGUF file (default: the embedded SmolLM2)")
     args = parser.parse_args()
-    return asyncio.run(run(args.chars, args.n_ctx, args.time_budget, args.worker_timeout,
-                           args.model or embedded_model_path()))
+    return asyncio.run(
+        run(args.chars, args.n_ctx, args.time_budget, args.worker_timeout, args.model or embedded_model_path())
+    )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ from typing import Any
 
 import snowballstemmer
 
-from imprintd.messages import Message, ToolCall, ToolSpec
-from imprintd.tools.base import ToolError, ToolResult
+from imprintd.messages import Message, ToolCall
+from imprintd.tools.base import ToolError
 
 TOOL_NAME = "conversation_history"
 
@@ -50,10 +50,85 @@ _WORD = re.compile(r"[^\W_]+")
 # Dropped from a query (unless nothing else is left): they match everywhere and would let a
 # window full of "the" outrank the one with the word asked about.
 _STOPWORDS = frozenset(
-    """a an and are as at be been but by can could did do does for from had has have he her his
-    how i if in into is it its me my no not of on or our she so than that the their them then
-    there these they this to us was we were what when where which who why will with would you
-    your about earlier said say told tell paste pasted message messages""".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "been",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "he",
+        "her",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "our",
+        "she",
+        "so",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "us",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "about",
+        "earlier",
+        "said",
+        "say",
+        "told",
+        "tell",
+        "paste",
+        "pasted",
+        "message",
+        "messages",
+    ]
 )
 
 
@@ -194,8 +269,15 @@ class ConversationHistory:
             elif message.tool_calls:
                 extra = " ".join(f"{c.name} {call_subject(c)}" for c in message.tool_calls)
             self._by_seq[message.seq] = len(self._entries)
-            self._entries.append(_Entry(message.seq, describe_message(message, calls), message.content, extra,
-                                        searchable=not _is_lookback(message, calls)))
+            self._entries.append(
+                _Entry(
+                    message.seq,
+                    describe_message(message, calls),
+                    message.content,
+                    extra,
+                    searchable=not _is_lookback(message, calls),
+                )
+            )
         self._windows: list[_Window] = [
             _Window(index, start, end)
             for index, entry in enumerate(self._entries)
@@ -324,8 +406,9 @@ class ConversationHistory:
         picks = [(entry, self._places(by_entry[entry], matches, scores, idf)) for entry in chosen]
         return self._quote(query, picks, matches, idf)
 
-    def _places(self, window_ids: list[int], matches: _Matches, scores: Mapping[int, float],
-                idf: Mapping[str, float]) -> list[int]:
+    def _places(
+        self, window_ids: list[int], matches: _Matches, scores: Mapping[int, float], idf: Mapping[str, float]
+    ) -> list[int]:
         """Up to three windows that do not overlap: the best, then those showing query words
         the earlier ones did not (the place that names a paste, then the place asked about),
         or nearly as good as the best."""
@@ -351,8 +434,9 @@ class ConversationHistory:
         wa, wb = self._windows[a], self._windows[b]
         return wa.start < wb.end and wb.start < wa.end
 
-    def _quote(self, query: str, picks: list[tuple[int, list[int]]], matches: _Matches,
-               idf: Mapping[str, float]) -> SearchResult:
+    def _quote(
+        self, query: str, picks: list[tuple[int, list[int]]], matches: _Matches, idf: Mapping[str, float]
+    ) -> SearchResult:
         heading = (
             f"Earlier in this conversation, for “{_shorten(query)}” (best match first; read a message "
             "exactly with message and offset):\n"
@@ -385,8 +469,9 @@ class ConversationHistory:
             text = text[: OUTPUT_LIMIT - 1] + "…"
         return SearchResult(text, tuple(places))
 
-    def _excerpt(self, window_id: int, found: Mapping[str, int], idf: Mapping[str, float],
-                 length: int) -> tuple[int, int]:
+    def _excerpt(
+        self, window_id: int, found: Mapping[str, int], idf: Mapping[str, float], length: int
+    ) -> tuple[int, int]:
         """``length`` characters around the stretch of the window densest in query words.
 
         The quote may reach past the window's edges (within the message), so a word near an

@@ -22,9 +22,17 @@ from imprintd.context.sections import SectionArchive
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
 from imprintd.models.base import Model
-from imprintd.settings import ChatSettings, Resolved
 from imprintd.reply import ReplyContext, ReplyOutcome, ReplyRequest, run_reply
-from imprintd.store import ConversationStore, MemoryStore, SessionInfo, SessionNotFound, Store, StoreError, StoredSummary
+from imprintd.settings import ChatSettings, Resolved
+from imprintd.store import (
+    ConversationStore,
+    MemoryStore,
+    SessionInfo,
+    SessionNotFound,
+    Store,
+    StoredSummary,
+    StoreError,
+)
 from imprintd.tools.base import Tool
 from imprintd.tools.index import WorkspaceIndex
 from imprintd.tools.workspace import workspace_tools
@@ -51,8 +59,7 @@ def _index_progress(events: ReplyEvents):
         percentage = done * 100 // total if total else 100
         if percentage // 10 != last[0] // 10 or done == total:
             last[0] = percentage
-            anyio.from_thread.run_sync(events.progress, f"Indexing the workspace: {done} of {total} files",
-                                       percentage)
+            anyio.from_thread.run_sync(events.progress, f"Indexing the workspace: {done} of {total} files", percentage)
 
     return report
 
@@ -123,8 +130,10 @@ class Chat:
         try:
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as error:  # IMPRINT_CACHE_DIR=/dev/null, a read-only folder
-            raise StoreError(f"the cache folder {folder} cannot be used: {error.strerror or error}. "
-                             "Set IMPRINT_CACHE_DIR to a folder this user can write.") from None
+            raise StoreError(
+                f"the cache folder {folder} cannot be used: {error.strerror or error}. "
+                "Set IMPRINT_CACHE_DIR to a folder this user can write."
+            ) from None
         return folder / "workspace-index.sqlite3"
 
     def model(self) -> Model:
@@ -195,8 +204,9 @@ class Chat:
         store, info = self.locate(session_id)
         return store.summary(info.id)
 
-    def conversation_history(self, session_id: str, *, query: str | None = None, message: int | None = None,
-                             offset: int = 0) -> str:
+    def conversation_history(
+        self, session_id: str, *, query: str | None = None, message: int | None = None, offset: int = 0
+    ) -> str:
         """Search (``query``) or read one message (``message`` from ``offset``), as the model's tool does.
 
         HistoryError when both or neither are given, or the read is out of range.
@@ -229,7 +239,14 @@ class Chat:
             store = self.store if request.persist else self.memory
             info = store.create_session(workspace=str(root) if root else None)
         reply_id = uuid.uuid4().hex
-        context = ReplyContext(store=store, session=info, reply_id=reply_id, request=request, settings=self.settings,
-                               load_model=self.model, sections=self.sections.open(reply_id),
-                               workspace_tools=functools.partial(self.workspace_tools, request.workspace))
+        context = ReplyContext(
+            store=store,
+            session=info,
+            reply_id=reply_id,
+            request=request,
+            settings=self.settings,
+            load_model=self.model,
+            sections=self.sections.open(reply_id),
+            workspace_tools=functools.partial(self.workspace_tools, request.workspace),
+        )
         return await run_reply(context, events)

@@ -22,40 +22,63 @@ From a shell, `imprintd ask "QUESTION"` answers once and prints the answer."""
 def _parser() -> argparse.ArgumentParser:
     # SUPPRESS: the same options sit on every subcommand; an unset one must not erase a set one.
     common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
-    common.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE",
-                        help="override a setting, e.g. --set chat.n_ctx=4096 (repeatable)")
+    common.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a setting, e.g. --set chat.n_ctx=4096 (repeatable)",
+    )
     common.add_argument("--model", help="chat.model: a GGUF path (local) or a model name (openai)")
     common.add_argument("--provider", choices=("local", "openai"), help="chat.provider")
     common.add_argument("--log-file", help="also write the log to this file")
     common.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
 
-    parser = argparse.ArgumentParser(prog="imprintd", description=DESCRIPTION, parents=[common],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="imprintd", description=DESCRIPTION, parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"imprintd {__version__}")
     parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout (what LSP clients pass)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    serve = commands.add_parser("serve", parents=[common], help="run the daemon on stdin/stdout (the default)",
-                                description="Run the daemon: JSON-RPC with LSP framing on stdin/stdout.")
+    serve = commands.add_parser(
+        "serve",
+        parents=[common],
+        help="run the daemon on stdin/stdout (the default)",
+        description="Run the daemon: JSON-RPC with LSP framing on stdin/stdout.",
+    )
     serve.add_argument("--stdio", action="store_true", help="accepted for LSP clients; stdio is the only transport")
 
-    commands.add_parser("acp", parents=[common], help="speak the Agent Client Protocol on stdin/stdout",
-                        description="Run as an ACP agent (Zed, CodeCompanion, avante): newline-delimited "
-                                    "JSON-RPC on stdin/stdout, logs on stderr. Settings come from the config "
-                                    "file, IMPRINT_* environment variables and the options below.")
+    commands.add_parser(
+        "acp",
+        parents=[common],
+        help="speak the Agent Client Protocol on stdin/stdout",
+        description="Run as an ACP agent (Zed, CodeCompanion, avante): newline-delimited "
+        "JSON-RPC on stdin/stdout, logs on stderr. Settings come from the config "
+        "file, IMPRINT_* environment variables and the options below.",
+    )
 
-    ask = commands.add_parser("ask", parents=[common], help="ask one question and print the answer",
-                              description="Ask one question; the answer streams to stdout, the session id to stderr.")
+    ask = commands.add_parser(
+        "ask",
+        parents=[common],
+        help="ask one question and print the answer",
+        description="Ask one question; the answer streams to stdout, the session id to stderr.",
+    )
     ask.add_argument("question", help="what to ask")
     ask.add_argument("--session", help="continue this session (an id from `imprintd sessions`)")
     ask.add_argument("--workspace", help="a folder the answer may search and read (e.g. --workspace .)")
     ask.add_argument("--spoken", action="store_true", help="ask for a short spoken-style answer")
     ask.add_argument("--no-persist", action="store_true", help="keep this conversation in memory only")
 
-    commands.add_parser("sessions", parents=[common], help="list stored sessions",
-                        description="List stored sessions, newest first.")
-    commands.add_parser("config", parents=[common], help="show the effective settings and where each came from",
-                        description="Show the effective settings, where each value came from, and the model in use.")
+    commands.add_parser(
+        "sessions", parents=[common], help="list stored sessions", description="List stored sessions, newest first."
+    )
+    commands.add_parser(
+        "config",
+        parents=[common],
+        help="show the effective settings and where each came from",
+        description="Show the effective settings, where each value came from, and the model in use.",
+    )
     return parser
 
 
@@ -124,11 +147,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "config":
         from imprintd.models.factory import describe_model
 
-        print(settings_mod.describe(resolved, [
-            ("model in use", describe_model(resolved.settings.chat)),
-            ("config file", str(settings_mod.config_file())),
-            ("data dir", str(settings_mod.data_dir())),
-        ]))
+        print(
+            settings_mod.describe(
+                resolved,
+                [
+                    ("model in use", describe_model(resolved.settings.chat)),
+                    ("config file", str(settings_mod.config_file())),
+                    ("data dir", str(settings_mod.data_dir())),
+                ],
+            )
+        )
         return 0
     if command == "sessions":
         return _sessions(resolved)
@@ -149,7 +177,7 @@ def _sessions(resolved: settings_mod.Resolved) -> int:
             print(f"imprintd: {error}", file=sys.stderr)
             return 1
         if not listed:
-            print("No sessions yet. Start one with: imprintd ask \"QUESTION\"")
+            print('No sessions yet. Start one with: imprintd ask "QUESTION"')
         for info in listed:
             when = datetime.fromtimestamp(info.updated_at).strftime("%Y-%m-%d %H:%M")
             print(f"{info.id}  {when}  {info.message_count:>4} messages  {info.title}")
@@ -170,9 +198,13 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
 
     chat = Chat(resolved)
     events = _PrintEvents(live=sys.stdout.isatty())
-    request = ReplyRequest(text=args.question, session_id=args.session, persist=not args.no_persist,
-                           style="spoken" if args.spoken else "written",
-                           workspace=os.path.abspath(args.workspace) if args.workspace else None)
+    request = ReplyRequest(
+        text=args.question,
+        session_id=args.session,
+        persist=not args.no_persist,
+        style="spoken" if args.spoken else "written",
+        workspace=os.path.abspath(args.workspace) if args.workspace else None,
+    )
     try:
         outcome = anyio.run(chat.reply, request, events)
     except WorkspaceMissing as error:
@@ -189,7 +221,7 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
     if outcome.text and not events.printed:
         sys.stdout.write(outcome.text)
     elif outcome.text.startswith(events.printed) and len(outcome.text) > len(events.printed):
-        sys.stdout.write(outcome.text[len(events.printed):])  # e.g. a Sources list added after the stream
+        sys.stdout.write(outcome.text[len(events.printed) :])  # e.g. a Sources list added after the stream
     sys.stdout.write("\n")
     print(f"session {outcome.session_id}", file=sys.stderr)
     return 0

@@ -63,8 +63,13 @@ class SourceRef(Wire):
 
     @classmethod
     def from_core(cls, source: reply.SourceRef) -> SourceRef:
-        return cls(number=source.number, label=source.label, path=source.path, start_line=source.start_line,
-                   end_line=source.end_line)
+        return cls(
+            number=source.number,
+            label=source.label,
+            path=source.path,
+            start_line=source.start_line,
+            end_line=source.end_line,
+        )
 
 
 class ChatResult(Wire):
@@ -76,9 +81,13 @@ class ChatResult(Wire):
 
     @classmethod
     def from_core(cls, outcome: reply.ReplyOutcome) -> ChatResult:
-        return cls(session_id=outcome.session_id, reply_id=outcome.reply_id, text=outcome.text,
-                   sources=[SourceRef.from_core(source) for source in outcome.sources],
-                   stop_reason=outcome.stop_reason)
+        return cls(
+            session_id=outcome.session_id,
+            reply_id=outcome.reply_id,
+            text=outcome.text,
+            sources=[SourceRef.from_core(source) for source in outcome.sources],
+            stop_reason=outcome.stop_reason,
+        )
 
 
 class ReplyDelta(Wire):
@@ -146,8 +155,15 @@ class SessionInfoWire(Wire):
 
     @classmethod
     def from_core(cls, info: SessionInfo) -> SessionInfoWire:
-        return cls(session_id=info.id, title=info.title, workspace=info.workspace, created_at=info.created_at,
-                   updated_at=info.updated_at, message_count=info.message_count, persist=info.persist)
+        return cls(
+            session_id=info.id,
+            title=info.title,
+            workspace=info.workspace,
+            created_at=info.created_at,
+            updated_at=info.updated_at,
+            message_count=info.message_count,
+            persist=info.persist,
+        )
 
 
 class SessionsResult(Wire):
@@ -171,9 +187,14 @@ class MessageWire(Wire):
     @classmethod
     def from_core(cls, message: Message) -> MessageWire:
         assert message.seq is not None and message.role != "system", "only stored messages go on the wire"
-        return cls(seq=message.seq, role=message.role, content=message.content,
-                   tool_calls=[ToolCallWire(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls],
-                   tool_call_id=message.tool_call_id, name=message.name)
+        return cls(
+            seq=message.seq,
+            role=message.role,
+            content=message.content,
+            tool_calls=[ToolCallWire(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls],
+            tool_call_id=message.tool_call_id,
+            name=message.name,
+        )
 
 
 class SessionResult(Wire):

@@ -75,9 +75,7 @@ _AUTH_HEADER = re.compile(
 # -- passwords in URLs --------------------------------------------------------------------------
 # scheme://user:PASSWORD@host — the password holds no "/" so "http://host:8080/a@b" stays.
 # The scheme is bounded: an unbounded run starting at every word is quadratic on "sk-sk-…".
-_URL_PASSWORD = re.compile(
-    r"(?P<lead>\b[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/@]*:)(?P<value>[^\s/@]+)(?=@[^\s@])"
-)
+_URL_PASSWORD = re.compile(r"(?P<lead>\b[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/@]*:)(?P<value>[^\s/@]+)(?=@[^\s@])")
 
 # -- assignments whose name says secret ---------------------------------------------------------
 # The name must END with one of these words (as a whole component of the identifier), so

@@ -94,23 +94,32 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     workspace_tools = await context.workspace_tools(events)
     clock = ReplyClock(settings.research_time_budget)  # indexing is not the reply's to bound
     offered = should_offer(earlier, tools_offered=bool(workspace_tools))
-    history_tool = ([ConversationHistoryTool(ConversationHistory(earlier, store.history_index(info.id)))]
-                    if offered else [])
+    history_tool = (
+        [ConversationHistoryTool(ConversationHistory(earlier, store.history_index(info.id)))] if offered else []
+    )
     tools = [*workspace_tools, *history_tool]
     specs = [tool.spec for tool in tools]
     tool_lines = ((prompts.TOOL_STRATEGY,) if workspace_tools else ()) + ((STRATEGY_LINE,) if history_tool else ())
 
-    summary = await _summary_step(model, store, info, stored, request.style, tool_lines, specs,
-                                  settings.max_tokens, events, clock)
+    summary = await _summary_step(
+        model, store, info, stored, request.style, tool_lines, specs, settings.max_tokens, events, clock
+    )
     covered = summary.last_seq if summary and summary.text else 0
     block = _summary_block(summary, earlier, lookup_guidance=offered)
     system = msg.system(prompts.system_prompt(style=request.style, tool_lines=tool_lines, summary_block=block))
     history = [m for m in earlier if (m.seq or 0) > covered]
 
-    scope = ReplyScope(model=model, events=events, sections=context.sections,
-                       max_tokens=settings.max_tokens, analysis_workers=settings.analysis_workers,
-                       token_budget=settings.research_token_budget, time_budget=settings.research_time_budget,
-                       clock=clock, analysis_context=settings.analysis_context)
+    scope = ReplyScope(
+        model=model,
+        events=events,
+        sections=context.sections,
+        max_tokens=settings.max_tokens,
+        analysis_workers=settings.analysis_workers,
+        token_budget=settings.research_token_budget,
+        time_budget=settings.research_time_budget,
+        clock=clock,
+        analysis_context=settings.analysis_context,
+    )
     outcome = await research(scope, system=system, history=history, question=question, tools=tools)
 
     sources: tuple[SourceRef, ...] = ()
@@ -122,21 +131,36 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
             text += "\n\n" + coverage
     else:
         final = await final_answer(
-            model, events,
+            model,
+            events,
             system_prompt=prompts.system_prompt(style=request.style),
             summary_block=_summary_block(summary, earlier, lookup_guidance=False),
-            earlier=history, question=_final_question(outcome), steps=outcome.steps,
-            style=request.style, max_tokens=settings.max_tokens, timeout=clock.final_left(), coverage=coverage)
+            earlier=history,
+            question=_final_question(outcome),
+            steps=outcome.steps,
+            style=request.style,
+            max_tokens=settings.max_tokens,
+            timeout=clock.final_left(),
+            coverage=coverage,
+        )
         text = final.text
         sources = tuple(_source_refs(final.cited))
     store.extend(info.id, [*outcome.exchange, msg.assistant(text)])  # the reply, all or nothing
-    return ReplyOutcome(session_id=info.id, reply_id=reply_id, text=text, sources=sources,
-                        stop_reason=outcome.stop)
+    return ReplyOutcome(session_id=info.id, reply_id=reply_id, text=text, sources=sources, stop_reason=outcome.stop)
 
 
-async def _summary_step(model: Model, store: ConversationStore, info: SessionInfo, stored: Sequence[Message],
-                        style: Style, tool_lines: tuple[str, ...], specs, max_tokens: int,
-                        events: ReplyEvents, clock: ReplyClock) -> StoredSummary | None:
+async def _summary_step(
+    model: Model,
+    store: ConversationStore,
+    info: SessionInfo,
+    stored: Sequence[Message],
+    style: Style,
+    tool_lines: tuple[str, ...],
+    specs,
+    max_tokens: int,
+    events: ReplyEvents,
+    clock: ReplyClock,
+) -> StoredSummary | None:
     """Summarize the oldest exchanges when the conversation's text no longer fits (ADR 0141).
 
     Within its own 120 s and the time research has left (the reply's time budget).
@@ -150,14 +174,17 @@ async def _summary_step(model: Model, store: ConversationStore, info: SessionInf
         return state
     block = _summary_block(state, earlier)
     system = msg.system(prompts.system_prompt(style=style, tool_lines=tool_lines, summary_block=block))
-    to_cover = await anyio.to_thread.run_sync(lambda: summaries.plan_coverage(
-        model, system=system, summary=state, messages=earlier, question=question, tools=specs,
-        max_tokens=max_tokens))
+    to_cover = await anyio.to_thread.run_sync(
+        lambda: summaries.plan_coverage(
+            model, system=system, summary=state, messages=earlier, question=question, tools=specs, max_tokens=max_tokens
+        )
+    )
     if not to_cover:
         return state
     timeout = min(summaries.SUMMARY_TIMEOUT_S, clock.research_left())
-    outcome = await summaries.update_summary(model, state=state, messages=earlier, to_cover=to_cover,
-                                             message_count=count, events=events, timeout=timeout)
+    outcome = await summaries.update_summary(
+        model, state=state, messages=earlier, to_cover=to_cover, message_count=count, events=events, timeout=timeout
+    )
     if outcome.state is not None:
         store.save_summary(info.id, outcome.state)
     return outcome.state
@@ -181,6 +208,13 @@ def _source_refs(cited) -> list[SourceRef]:
     refs = []
     for note in cited:
         for source in note.sources:
-            refs.append(SourceRef(number=note.number, label=note.label, path=source.path,
-                                  start_line=source.start_line, end_line=source.end_line))
+            refs.append(
+                SourceRef(
+                    number=note.number,
+                    label=note.label,
+                    path=source.path,
+                    start_line=source.start_line,
+                    end_line=source.end_line,
+                )
+            )
     return refs

@@ -105,9 +105,7 @@ class ImprintProtocol(LanguageServerProtocol):
             self.initialize_received = True
         elif method is not None and not self.initialize_received:
             if is_request:
-                self.send_error(
-                    msg_id, JsonRpcServerNotInitialized(f"Received {method!r} before 'initialize'.")
-                )
+                self.send_error(msg_id, JsonRpcServerNotInitialized(f"Received {method!r} before 'initialize'."))
             return  # notifications before initialize are dropped, as the spec says
         super().handle_message(message)
 
@@ -209,14 +207,14 @@ def _envelope_problem(raw: Any) -> str | None:
     if not isinstance(raw, dict):
         return "A message must be a JSON object (batches are not supported)."
     if raw.get("jsonrpc") != "2.0":
-        return "A message must have \"jsonrpc\": \"2.0\"."
+        return 'A message must have "jsonrpc": "2.0".'
     if "id" in raw and not _is_id(raw["id"]):
         return "A request id must be an integer or a string."
     if "method" in raw:
         if not isinstance(raw["method"], str):
-            return "\"method\" must be a string."
+            return '"method" must be a string.'
         if "params" in raw and not isinstance(raw["params"], (dict, list)):
-            return "\"params\" must be an object or an array."
+            return '"params" must be an object or an array.'
     elif "id" not in raw or not ("result" in raw or "error" in raw):
         return "A message must be a request, a notification or a response."
     return None
@@ -257,16 +255,24 @@ def read_frames(stream: BinaryIO, deliver: Callable[[bytes | JsonRpcException | 
             if length > MAX_SKIP_LENGTH:
                 # Skipping would swallow every later frame while waiting for bytes that never
                 # come; a stream this broken cannot be resynchronized, so it ends (exit 1).
-                logger.error("a frame announced %s bytes, more than the %d a frame may be skipped by; "
-                             "the input stream is broken, closing it", _shown_length(announced), MAX_SKIP_LENGTH)
-                deliver(JsonRpcInvalidRequest(
-                    f"A Content-Length over {MAX_SKIP_LENGTH} bytes cannot be skipped; the connection is closed."
-                ))
+                logger.error(
+                    "a frame announced %s bytes, more than the %d a frame may be skipped by; "
+                    "the input stream is broken, closing it",
+                    _shown_length(announced),
+                    MAX_SKIP_LENGTH,
+                )
+                deliver(
+                    JsonRpcInvalidRequest(
+                        f"A Content-Length over {MAX_SKIP_LENGTH} bytes cannot be skipped; the connection is closed."
+                    )
+                )
                 return
             if length > MAX_CONTENT_LENGTH:
-                deliver(JsonRpcInvalidRequest(
-                    f"A message of {length} bytes exceeds the limit of {MAX_CONTENT_LENGTH} bytes; it was skipped."
-                ))
+                deliver(
+                    JsonRpcInvalidRequest(
+                        f"A message of {length} bytes exceeds the limit of {MAX_CONTENT_LENGTH} bytes; it was skipped."
+                    )
+                )
                 if not _skip(stream, length):
                     return
                 continue
@@ -349,8 +355,9 @@ def leave_despite_busy_threads(code: int, grace: float = EXIT_GRACE_S) -> None:
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join(max(0.0, deadline - time.monotonic()))
-    busy = [t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon
-            and t.is_alive()]
+    busy = [
+        t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon and t.is_alive()
+    ]
     if not busy:
         return
     logger.warning("exiting with %d worker thread(s) still busy: %s", len(busy), ", ".join(busy))
@@ -383,8 +390,10 @@ async def _serve(server, stdin: BinaryIO, watch_interval: float) -> int:
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[bytes | JsonRpcException | None] = asyncio.Queue()
     threading.Thread(
-        target=read_frames, args=(stdin, lambda item: loop.call_soon_threadsafe(inbox.put_nowait, item)),
-        name="imprintd-stdin", daemon=True,
+        target=read_frames,
+        args=(stdin, lambda item: loop.call_soon_threadsafe(inbox.put_nowait, item)),
+        name="imprintd-stdin",
+        daemon=True,
     ).start()
     watcher = asyncio.ensure_future(_watch_client(server, watch_interval, inbox))
     try:

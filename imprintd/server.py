@@ -125,8 +125,13 @@ def did_change_configuration(server: ImprintServer, params: types.DidChangeConfi
 # -- imprint/* ------------------------------------------------------------------------------------
 async def chat_reply(server: ImprintServer, params: wire.ChatParams) -> wire.ChatResult:
     events = WireEvents(server, work_done_token=params.work_done_token)
-    request = ReplyRequest(text=params.text, session_id=params.session_id, style=params.style,
-                           persist=params.persist, workspace=params.workspace)
+    request = ReplyRequest(
+        text=params.text,
+        session_id=params.session_id,
+        style=params.style,
+        persist=params.persist,
+        workspace=params.workspace,
+    )
     try:
         outcome = await server.chat.reply(request, events)
     finally:
@@ -140,9 +145,11 @@ def sessions(server: ImprintServer, params: wire.SessionsParams) -> wire.Session
 
 def session(server: ImprintServer, params: wire.SessionParams) -> wire.SessionResult:
     view = server.chat.session(params.session_id)
-    return wire.SessionResult(session=wire.SessionInfoWire.from_core(view.info),
-                              messages=[wire.MessageWire.from_core(m) for m in view.messages],
-                              summary=wire.SummaryInfo.from_core(view.summary))
+    return wire.SessionResult(
+        session=wire.SessionInfoWire.from_core(view.info),
+        messages=[wire.MessageWire.from_core(m) for m in view.messages],
+        summary=wire.SummaryInfo.from_core(view.summary),
+    )
 
 
 def delete_session(server: ImprintServer, params: wire.SessionParams) -> wire.DeleteSessionResult:
@@ -151,20 +158,29 @@ def delete_session(server: ImprintServer, params: wire.SessionParams) -> wire.De
 
 
 def summary(server: ImprintServer, params: wire.SessionParams) -> wire.SummaryResult:
-    return wire.SummaryResult(session_id=params.session_id,
-                              summary=wire.SummaryInfo.from_core(server.chat.summary(params.session_id)))
+    return wire.SummaryResult(
+        session_id=params.session_id, summary=wire.SummaryInfo.from_core(server.chat.summary(params.session_id))
+    )
 
 
 def read_chat_section(server: ImprintServer, params: wire.ReadChatSectionParams) -> wire.ReadChatSectionResult:
     read = server.chat.read_chat_section(params.reply_id, params.source_id, params.start, params.length)
-    return wire.ReadChatSectionResult(reply_id=params.reply_id, source_id=params.source_id, start=read.start,
-                                      end=read.end, total=read.total, text=read.text)
+    return wire.ReadChatSectionResult(
+        reply_id=params.reply_id,
+        source_id=params.source_id,
+        start=read.start,
+        end=read.end,
+        total=read.total,
+        text=read.text,
+    )
 
 
-def conversation_history(server: ImprintServer,
-                         params: wire.ConversationHistoryParams) -> wire.ConversationHistoryResult:
-    text = server.chat.conversation_history(params.session_id, query=params.query, message=params.message,
-                                            offset=params.offset)
+def conversation_history(
+    server: ImprintServer, params: wire.ConversationHistoryParams
+) -> wire.ConversationHistoryResult:
+    text = server.chat.conversation_history(
+        params.session_id, query=params.query, message=params.message, offset=params.offset
+    )
     return wire.ConversationHistoryResult(session_id=params.session_id, text=text)
 
 

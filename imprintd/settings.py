@@ -37,8 +37,12 @@ def _is_http_url(value: str) -> bool:
     except (httpx.InvalidURL, TypeError, ValueError):
         return False
     # httpx parses a port past 65535 and a host with a space, then fails to connect on them.
-    return (url.scheme in ("http", "https") and bool(url.host) and (url.port is None or 0 < url.port < 65536)
-            and not any(character.isspace() for character in value))
+    return (
+        url.scheme in ("http", "https")
+        and bool(url.host)
+        and (url.port is None or 0 < url.port < 65536)
+        and not any(character.isspace() for character in value)
+    )
 
 
 class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -49,25 +53,45 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     provider: Annotated[Literal["local", "openai"], Meta(description="where the chat model runs")] = "local"
-    model: Annotated[str, Meta(
-        description="the chat model; empty: the embedded SmolLM2-135M-Instruct",
-        extra={"accepted": "a GGUF path (local) or a model name (openai); empty for the embedded default"})] = ""
-    base_url: Annotated[str, Meta(
-        description="OpenAI-compatible server for provider openai",
-        extra={"accepted": "an http(s) URL with a host, e.g. http://127.0.0.1:8080/v1",
-               "check": _is_http_url})] = "http://127.0.0.1:8080/v1"
+    model: Annotated[
+        str,
+        Meta(
+            description="the chat model; empty: the embedded SmolLM2-135M-Instruct",
+            extra={"accepted": "a GGUF path (local) or a model name (openai); empty for the embedded default"},
+        ),
+    ] = ""
+    base_url: Annotated[
+        str,
+        Meta(
+            description="OpenAI-compatible server for provider openai",
+            extra={"accepted": "an http(s) URL with a host, e.g. http://127.0.0.1:8080/v1", "check": _is_http_url},
+        ),
+    ] = "http://127.0.0.1:8080/v1"
     n_ctx: Annotated[int, Meta(ge=512, le=1_048_576, description="context window in tokens")] = 8192
-    max_tokens: Annotated[int, Meta(ge=16, le=32_768, description="output allowance of each model turn in tokens")] = 1024
-    analysis_workers: Annotated[int, Meta(
-        ge=0, le=8, description="section-analysis workers; 0 turns analysis off")] = 2
-    analysis_context: Annotated[int, Meta(
-        ge=1024, le=65_536,
-        description="tokens of one section worker's context (at most chat.n_ctx); larger sections, fewer of them")] = 4096
-    research_token_budget: Annotated[int, Meta(
-        ge=1024, le=16_777_216, description="tokens research may spend on one reply")] = 65536
-    research_time_budget: Annotated[float, Meta(
-        ge=1, le=86_400, description="seconds one reply may take, section analysis and the final answer included",
-        extra={"unit": "seconds"})] = 300.0
+    max_tokens: Annotated[int, Meta(ge=16, le=32_768, description="output allowance of each model turn in tokens")] = (
+        1024
+    )
+    analysis_workers: Annotated[int, Meta(ge=0, le=8, description="section-analysis workers; 0 turns analysis off")] = 2
+    analysis_context: Annotated[
+        int,
+        Meta(
+            ge=1024,
+            le=65_536,
+            description="tokens of one section worker's context (at most chat.n_ctx); larger sections, fewer of them",
+        ),
+    ] = 4096
+    research_token_budget: Annotated[
+        int, Meta(ge=1024, le=16_777_216, description="tokens research may spend on one reply")
+    ] = 65536
+    research_time_budget: Annotated[
+        float,
+        Meta(
+            ge=1,
+            le=86_400,
+            description="seconds one reply may take, section analysis and the final answer included",
+            extra={"unit": "seconds"},
+        ),
+    ] = 300.0
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,13 +128,20 @@ def _key(section: str, field: msgspec.inspect.Field) -> Key:
     name, help_text = f"{section}.{field.name}", (declared.extra_json_schema or {})["description"]
     if isinstance(kind, msgspec.inspect.LiteralType):
         values = tuple(str(value) for value in kind.values)
-        return Key(name, str, " or ".join(f'"{v}"' for v in values), help_text, lambda v: v in values,
-                   ", ".join(values))
+        return Key(
+            name, str, " or ".join(f'"{v}"' for v in values), help_text, lambda v: v in values, ", ".join(values)
+        )
     if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
         low, high = kind.ge, kind.le
         number = "an integer" if isinstance(kind, msgspec.inspect.IntType) else f"a number of {extra['unit']}"
-        return Key(name, int if isinstance(kind, msgspec.inspect.IntType) else float, f"{number} from {low} to {high}",
-                   help_text, lambda v: low <= v <= high, f"{low}–{high}")
+        return Key(
+            name,
+            int if isinstance(kind, msgspec.inspect.IntType) else float,
+            f"{number} from {low} to {high}",
+            help_text,
+            lambda v: low <= v <= high,
+            f"{low}–{high}",
+        )
     return Key(name, str, extra["accepted"], help_text, extra.get("check", lambda value: True))
 
 
@@ -120,9 +151,7 @@ def _fields(struct: type[msgspec.Struct]) -> tuple[msgspec.inspect.Field, ...]:
     return info.fields
 
 
-KEYS: dict[str, Key] = {
-    key.name: key for key in (_key("chat", field) for field in _fields(ChatSettings))
-}
+KEYS: dict[str, Key] = {key.name: key for key in (_key("chat", field) for field in _fields(ChatSettings))}
 
 DEFAULTS = Settings()
 
@@ -181,8 +210,10 @@ class Resolved:
         if values is None:
             return self
         if not isinstance(values, Mapping):
-            error = (f"settings from {source} must be an object such as {{\"chat\": {{\"n_ctx\": 4096}}}}, "
-                     f"got {_shown(values)}; all of them were ignored")
+            error = (
+                f'settings from {source} must be an object such as {{"chat": {{"n_ctx": 4096}}}}, '
+                f"got {_shown(values)}; all of them were ignored"
+            )
             return Resolved(self.settings, self.origins, self.errors + (error,))
         settings, origins, errors = self.settings, dict(self.origins), list(self.errors)
         for key, value in flatten(values).items():
@@ -190,8 +221,11 @@ class Resolved:
                 settings = settings.replace(key, coerce(key, value, from_text=from_text))
                 origins[key] = source
             except SettingsError as error:
-                errors.append(f"{error} (from {source}; keeping {settings.get(key)!r})"
-                              if key in KEYS else f"{error} (from {source})")
+                errors.append(
+                    f"{error} (from {source}; keeping {settings.get(key)!r})"
+                    if key in KEYS
+                    else f"{error} (from {source})"
+                )
         return Resolved(settings, origins, tuple(errors))
 
 
@@ -241,8 +275,11 @@ def load(cli_values: Mapping[str, Any] | None = None, environ: Mapping[str, str]
         try:
             resolved = resolved.apply(tomllib.loads(path.read_text(encoding="utf-8")), f"config file {path}")
         except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as error:
-            resolved = Resolved(resolved.settings, resolved.origins,
-                                resolved.errors + (f"config file {path} could not be read: {error}",))
+            resolved = Resolved(
+                resolved.settings,
+                resolved.origins,
+                resolved.errors + (f"config file {path} could not be read: {error}",),
+            )
     resolved = resolved.apply(from_environment(environ), "environment", from_text=True)
     if cli_values:
         resolved = resolved.apply(cli_values, "command line", from_text=True)

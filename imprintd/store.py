@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import apsw
 import msgspec
@@ -115,8 +115,7 @@ def title_from(content: str) -> str:
 def _check_summary(summary: StoredSummary) -> None:
     if not 1 <= summary.first_seq <= summary.last_seq:
         raise ValueError(
-            f"summary covers #{summary.first_seq}..#{summary.last_seq}; "
-            "expected 1 <= first_seq <= last_seq"
+            f"summary covers #{summary.first_seq}..#{summary.last_seq}; expected 1 <= first_seq <= last_seq"
         )
 
 
@@ -231,14 +230,27 @@ _decode_tool_calls = msgspec.json.Decoder(tuple[ToolCall, ...]).decode
 
 def _session_from_row(row: tuple) -> SessionInfo:
     id_, title, workspace, created_at, updated_at, count = row
-    return SessionInfo(id=id_, title=title, workspace=workspace, created_at=created_at,
-                       updated_at=updated_at, message_count=count, persist=True)
+    return SessionInfo(
+        id=id_,
+        title=title,
+        workspace=workspace,
+        created_at=created_at,
+        updated_at=updated_at,
+        message_count=count,
+        persist=True,
+    )
 
 
 def _message_from_row(row: tuple) -> Message:
     seq, role, content, tool_calls, tool_call_id, name = row
-    return Message(role=role, content=content, tool_calls=_decode_tool_calls(tool_calls),
-                   tool_call_id=tool_call_id, name=name, seq=seq)
+    return Message(
+        role=role,
+        content=content,
+        tool_calls=_decode_tool_calls(tool_calls),
+        tool_call_id=tool_call_id,
+        name=name,
+        seq=seq,
+    )
 
 
 def _create_private_file(path: Path) -> None:
@@ -335,8 +347,15 @@ class Store:
                 "INSERT INTO sessions (id, title, workspace, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
                 (session_id, title, workspace, now, now),
             )
-        return SessionInfo(id=session_id, title=title, workspace=workspace, created_at=now,
-                           updated_at=now, message_count=0, persist=True)
+        return SessionInfo(
+            id=session_id,
+            title=title,
+            workspace=workspace,
+            created_at=now,
+            updated_at=now,
+            message_count=0,
+            persist=True,
+        )
 
     def session(self, session_id: str) -> SessionInfo:
         with self._lock:
@@ -377,23 +396,32 @@ class Store:
             title = db.execute("SELECT title FROM sessions WHERE id = ?", (session_id,)).fetchone()
             if title is None:
                 raise SessionNotFound(session_id)
-            seq = db.execute(
-                "SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
-            ).fetchone()[0]
+            seq = (
+                db.execute(  # an aggregate: always one row
+                    "SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
+                ).fetchone()
+                or (0,)
+            )[0]
             new_title = title[0]
             for message in messages:
                 seq += 1
                 db.execute(
                     "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, name, created_at)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (session_id, seq, message.role, message.content,
-                     msgspec.json.encode(message.tool_calls).decode(),
-                     message.tool_call_id, message.name, now),
+                    (
+                        session_id,
+                        seq,
+                        message.role,
+                        message.content,
+                        msgspec.json.encode(message.tool_calls).decode(),
+                        message.tool_call_id,
+                        message.name,
+                        now,
+                    ),
                 )
                 new_title = new_title or (title_from(message.content) if message.role == "user" else "")
                 stored.append(msgspec.structs.replace(message, seq=seq))
-            db.execute("UPDATE sessions SET updated_at = ?, title = ? WHERE id = ?",
-                       (now, new_title, session_id))
+            db.execute("UPDATE sessions SET updated_at = ?, title = ? WHERE id = ?", (now, new_title, session_id))
             # Indexed in the same transaction: the index never lags what is stored.
             history_index.catch_up(db, session_id, _to_index)
         return stored
@@ -431,8 +459,7 @@ class Store:
                 " ON CONFLICT (session_id) DO UPDATE SET text = excluded.text,"
                 " first_seq = excluded.first_seq, last_seq = excluded.last_seq,"
                 " retry_at = excluded.retry_at, updated_at = excluded.updated_at",
-                (session_id, summary.text, summary.first_seq, summary.last_seq,
-                 summary.retry_at, self._clock()),
+                (session_id, summary.text, summary.first_seq, summary.last_seq, summary.retry_at, self._clock()),
             )
 
     def history_index(self, session_id: str) -> HistoryIndex:
@@ -446,9 +473,15 @@ class Store:
             raise SessionNotFound(session_id)
 
 
+def _seq(message: Message) -> int:
+    """A stored message's number (set on every message a store holds)."""
+    assert message.seq is not None, "only stored messages are numbered"
+    return message.seq
+
+
 def _to_index(db: apsw.Connection, session_id: str, after_seq: int) -> list[history_index.IndexedMessage]:
     """The session's stored messages after ``after_seq``, as the history index takes them."""
-    rows = db.execute(
+    rows: list[tuple[Any, ...]] = db.execute(
         "SELECT seq, role, content, tool_calls, tool_call_id, name, created_at FROM messages"
         " WHERE session_id = ? AND seq > ? ORDER BY seq",
         (session_id, after_seq),
@@ -458,7 +491,7 @@ def _to_index(db: apsw.Connection, session_id: str, after_seq: int) -> list[hist
     known = calls_by_id(messages)
     if any(m.role == "tool" and m.tool_call_id not in known for m in messages):
         # A result whose call was stored earlier: its query is found through that call.
-        earlier = db.execute(
+        earlier: list[tuple[Any, ...]] = db.execute(
             "SELECT tool_calls FROM messages WHERE session_id = ? AND seq <= ? AND tool_calls != '[]'"
             " ORDER BY seq DESC LIMIT 50",
             (session_id, after_seq),
@@ -525,8 +558,15 @@ class MemoryStore:
 
     def create_session(self, *, title: str = "", workspace: str | None = None) -> SessionInfo:
         now = self._clock()
-        info = SessionInfo(id=new_session_id(), title=title, workspace=workspace, created_at=now,
-                           updated_at=now, message_count=0, persist=False)
+        info = SessionInfo(
+            id=new_session_id(),
+            title=title,
+            workspace=workspace,
+            created_at=now,
+            updated_at=now,
+            message_count=0,
+            persist=False,
+        )
         with self._lock:
             self._created += 1
             self._sessions[info.id] = _MemorySession(info=info, order=self._created)
@@ -538,8 +578,7 @@ class MemoryStore:
 
     def sessions(self) -> list[SessionInfo]:
         with self._lock:
-            held = sorted(self._sessions.values(),
-                          key=lambda s: (s.info.updated_at, s.order), reverse=True)
+            held = sorted(self._sessions.values(), key=lambda s: (s.info.updated_at, s.order), reverse=True)
             return [s.info for s in held]
 
     def delete_session(self, session_id: str) -> None:
@@ -561,12 +600,12 @@ class MemoryStore:
                 stored.append(msgspec.structs.replace(message, content=content, seq=held.next_seq))
                 held.next_seq += 1
                 if len(held.messages) == held.messages.maxlen:
-                    held.index.remove(held.messages[0].seq)
+                    held.index.remove(_seq(held.messages[0]))
                 held.messages.append(stored[-1])  # the deque drops the oldest past the limit
                 title = held.info.title or (title_from(content) if message.role == "user" else "")
                 held.info = msgspec.structs.replace(held.info, title=title)
-            kept = [m for m in stored if m.seq >= held.messages[0].seq]
-            held.index.add(indexed_messages(kept, calls, dict.fromkeys((m.seq for m in kept), now)))
+            kept = [m for m in stored if _seq(m) >= _seq(held.messages[0])]
+            held.index.add(indexed_messages(kept, calls, dict.fromkeys((_seq(m) for m in kept), now)))
             held.info = msgspec.structs.replace(held.info, updated_at=now, message_count=len(held.messages))
         return stored
 

@@ -68,8 +68,9 @@ def check(value: Any, root: str = "") -> None:
             _check_text(current, path)
         elif isinstance(current, dict | list):
             if depth >= MAX_NESTING:
-                raise Malformed(_printable(path), f"nested more than {MAX_NESTING} levels deep (arrays and objects)",
-                                too_deep=True)
+                raise Malformed(
+                    _printable(path), f"nested more than {MAX_NESTING} levels deep (arrays and objects)", too_deep=True
+                )
             if isinstance(current, dict):
                 for key, item in reversed(current.items()):
                     child = f"{path}.{key}" if path else str(key)
@@ -86,8 +87,11 @@ def _check_text(text: str, path: str) -> None:
         return
     # Only an unpaired half is wrong; json.loads already joined every escaped pair.
     code = ord(match.group())
-    raise Malformed(_printable(path), f"contains a lone surrogate (U+{code:04X} at character {match.start()}); "
-                                      "text must be valid Unicode (UTF-8 without unpaired surrogates)")
+    raise Malformed(
+        _printable(path),
+        f"contains a lone surrogate (U+{code:04X} at character {match.start()}); "
+        "text must be valid Unicode (UTF-8 without unpaired surrogates)",
+    )
 
 
 def _printable(path: str) -> str:
@@ -99,8 +103,7 @@ def _printable(path: str) -> str:
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
 
-TOO_DEEP = (f"The message is nested more than {MAX_NESTING} levels deep (arrays and objects); "
-            "it was not read.")
+TOO_DEEP = f"The message is nested more than {MAX_NESTING} levels deep (arrays and objects); it was not read."
 
 
 def refusal(raw: dict, error: Malformed) -> tuple[Any, int, str] | None:

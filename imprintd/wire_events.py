@@ -49,14 +49,17 @@ class WireEvents:
     def text(self, delta: str) -> None:
         if delta:
             self._part_has_text = True
-            self._notify(wire.REPLY_DELTA, wire.ReplyDelta(session_id=self.session_id, reply_id=self.reply_id,
-                                                           part=self.part, text=delta))
+            self._notify(
+                wire.REPLY_DELTA,
+                wire.ReplyDelta(session_id=self.session_id, reply_id=self.reply_id, part=self.part, text=delta),
+            )
 
     def text_was_preamble(self) -> None:
         if not self._part_has_text:
             return  # nothing was shown, so nothing needs taking back
-        self._notify(wire.REPLY_PREAMBLE, wire.ReplyPreamble(session_id=self.session_id, reply_id=self.reply_id,
-                                                             part=self.part))
+        self._notify(
+            wire.REPLY_PREAMBLE, wire.ReplyPreamble(session_id=self.session_id, reply_id=self.reply_id, part=self.part)
+        )
         self.part += 1
         self._part_has_text = False
 
@@ -64,8 +67,13 @@ class WireEvents:
         self._notify(
             wire.TOOL_STEP,
             wire.ToolStepNotice(
-                session_id=self.session_id, reply_id=self.reply_id, call_id=step.call_id,
-                tool=step.tool, title=step.title, state=step.state, detail=step.detail,
+                session_id=self.session_id,
+                reply_id=self.reply_id,
+                call_id=step.call_id,
+                tool=step.tool,
+                title=step.title,
+                state=step.state,
+                detail=step.detail,
             ),
         )
         if step.state == "started":
@@ -75,7 +83,8 @@ class WireEvents:
         self._notify(
             wire.SUMMARY_UPDATED,
             wire.SummaryUpdated(
-                session_id=self.session_id, reply_id=self.reply_id,
+                session_id=self.session_id,
+                reply_id=self.reply_id,
                 summary=wire.SummaryInfo(text=text, first_seq=first_seq, last_seq=last_seq),
             ),
         )
@@ -109,8 +118,12 @@ class WireEvents:
         progress = self._server.work_done_progress
         if not self._began:
             self._began = True
-            progress.begin(self._token, types.WorkDoneProgressBegin(
-                title=self._title, message=message, percentage=percentage, cancellable=False))
+            progress.begin(
+                self._token,
+                types.WorkDoneProgressBegin(
+                    title=self._title, message=message, percentage=percentage, cancellable=False
+                ),
+            )
         else:
             progress.report(self._token, types.WorkDoneProgressReport(message=message, percentage=percentage))
 

@@ -38,11 +38,13 @@ def workspace(tmp_path):
     root = tmp_path / "shop"
     (root / "services").mkdir(parents=True)
     (root / "services" / "billing.yaml").write_text(
-        "name: billing\nimage: shop/billing:2.3\nport: 8101\nreplicas: 2\n", encoding="utf-8")
+        "name: billing\nimage: shop/billing:2.3\nport: 8101\nreplicas: 2\n", encoding="utf-8"
+    )
     (root / "docs").mkdir()
     (root / "docs" / "deploy.md").write_text(
         "# Deploying\n\nThe billing service is deployed behind the gateway.\nRollouts take 5 minutes.\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     return root
 
 
@@ -56,15 +58,17 @@ def stub():
 def daemon_env(tmp_path, stub) -> dict[str, str]:
     """Environment for a daemon answering through the scripted model, with its own data dir."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("IMPRINT_")}
-    env.update({
-        "IMPRINT_DATA_DIR": str(tmp_path / "data"),
-        "IMPRINT_CONFIG": str(tmp_path / "config.toml"),
-        "IMPRINT_CACHE_DIR": str(tmp_path / "cache"),
-        "IMPRINT_CHAT_PROVIDER": "openai",
-        "IMPRINT_CHAT_BASE_URL": stub.base_url,
-        "IMPRINT_CHAT_MODEL": "stub",
-        "IMPRINT_CHAT_N_CTX": "8192",
-    })
+    env.update(
+        {
+            "IMPRINT_DATA_DIR": str(tmp_path / "data"),
+            "IMPRINT_CONFIG": str(tmp_path / "config.toml"),
+            "IMPRINT_CACHE_DIR": str(tmp_path / "cache"),
+            "IMPRINT_CHAT_PROVIDER": "openai",
+            "IMPRINT_CHAT_BASE_URL": stub.base_url,
+            "IMPRINT_CHAT_MODEL": "stub",
+            "IMPRINT_CHAT_N_CTX": "8192",
+        }
+    )
     return env
 
 

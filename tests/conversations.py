@@ -161,9 +161,11 @@ volumes:
 """
 
 PASTE = "Here is our staging compose file, keep it around for later:\n\n" + COMPOSE
-PASTE_REPLY = ("Got it: fourteen services on one backend network. The gateway fronts auth, catalog and "
-               "cart; the shop's own services run two to five minor versions apart, and postgres 16.4 "
-               "and redis 7.2 are shared by most of them.")
+PASTE_REPLY = (
+    "Got it: fourteen services on one backend network. The gateway fronts auth, catalog and "
+    "cart; the shop's own services run two to five minor versions apart, and postgres 16.4 "
+    "and redis 7.2 are shared by most of them."
+)
 
 #: Five more exchanges after the paste: a decision, a preference, a reminder, two longer answers.
 FOLLOW_UPS: list[tuple[str, str]] = [
@@ -220,9 +222,19 @@ def compose_paste() -> str:
     """A ~9,000-character compose file whose billing block sits deep inside it."""
     lines = ["Here is the compose file for staging, please keep it in mind.", "services:"]
     for i in range(110):
-        lines += [f"  svc{i}:", f"    image: registry.local/svc{i}:1.{i}", "    ports:",
-                  f'      - "{8000 + i}:{8000 + i}"']
+        lines += [
+            f"  svc{i}:",
+            f"    image: registry.local/svc{i}:1.{i}",
+            "    ports:",
+            f'      - "{8000 + i}:{8000 + i}"',
+        ]
         if i == 80:
-            lines += ["  billing:", "    image: registry.local/billing:2.1", "    ports:", '      - "8101:8101"',
-                      "    environment:", "      INVOICE_QUEUE: invoices-eu"]
+            lines += [
+                "  billing:",
+                "    image: registry.local/billing:2.1",
+                "    ports:",
+                '      - "8101:8101"',
+                "    environment:",
+                "      INVOICE_QUEUE: invoices-eu",
+            ]
     return "\n".join(lines)

@@ -29,12 +29,18 @@ def tool_turn(*calls) -> Completion:
     return Completion(text="", tool_calls=tuple(calls))
 
 
-async def ask(chat: Chat, text: str, session_id: str | None = None, *, workspace=None,
-              events: RecordingEvents | None = None, **kwargs: Any) -> tuple[ReplyOutcome, RecordingEvents]:
+async def ask(
+    chat: Chat,
+    text: str,
+    session_id: str | None = None,
+    *,
+    workspace=None,
+    events: RecordingEvents | None = None,
+    **kwargs: Any,
+) -> tuple[ReplyOutcome, RecordingEvents]:
     """One reply to ``text`` (in session ``session_id``, on ``workspace`` if given): its outcome and events."""
     events = events or RecordingEvents()
-    request = ReplyRequest(text=text, session_id=session_id,
-                           workspace=str(workspace) if workspace else None, **kwargs)
+    request = ReplyRequest(text=text, session_id=session_id, workspace=str(workspace) if workspace else None, **kwargs)
     outcome = await chat.reply(request, events)
     return outcome, events
 

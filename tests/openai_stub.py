@@ -81,8 +81,12 @@ class OpenAIStub:
                 self.wfile.flush()
 
             def _chunk(self, delta: dict, finish: str | None = None) -> dict:
-                return {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "model": "stub",
-                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                return {
+                    "id": "chatcmpl-stub",
+                    "object": "chat.completion.chunk",
+                    "model": "stub",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                }
 
             def _stream(self, reply: StubReply) -> None:
                 self.send_response(200)
@@ -105,10 +109,16 @@ class OpenAIStub:
                     for index, call in enumerate(reply.tool_calls):
                         arguments = json.dumps(call.get("arguments", {}))
                         half = len(arguments) // 2
-                        first = {"index": index, "id": call.get("id", f"call_{index}"), "type": "function",
-                                 "function": {"name": call["name"], "arguments": arguments[:half]}}
+                        first = {
+                            "index": index,
+                            "id": call.get("id", f"call_{index}"),
+                            "type": "function",
+                            "function": {"name": call["name"], "arguments": arguments[:half]},
+                        }
                         self._event(self._chunk({"tool_calls": [first]}))
-                        self._event(self._chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[half:]}}]}))
+                        self._event(
+                            self._chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[half:]}}]})
+                        )
                     self._event(self._chunk({}, "tool_calls" if reply.tool_calls else "stop"))
                     self._event("[DONE]")
                     self.wfile.write(b"0\r\n\r\n")

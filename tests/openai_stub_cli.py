@@ -34,8 +34,10 @@ class StubSession:
         self.release = threading.Event()
 
     def reply_of(self, spec: dict[str, Any]) -> StubReply:
-        calls = [{"id": call.get("id", f"call_{index}"), "name": call["name"], "arguments": call.get("arguments", {})}
-                 for index, call in enumerate(spec.get("toolCalls", []))]
+        calls = [
+            {"id": call.get("id", f"call_{index}"), "name": call["name"], "arguments": call.get("arguments", {})}
+            for index, call in enumerate(spec.get("toolCalls", []))
+        ]
         return StubReply(text=spec.get("text", ""), tool_calls=calls, hold=self.release if spec.get("hold") else None)
 
     def run(self, command: dict[str, Any]) -> dict[str, Any]:

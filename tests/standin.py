@@ -134,8 +134,7 @@ class StandInModel:
             text=text,
             finish_reason="deadline",
             wrote_tool_call=wrote_call,
-            usage=Usage(prompt_tokens=prompt_tokens, evaluated_tokens=prompt_tokens,
-                        generated_tokens=count_text(text)),
+            usage=Usage(prompt_tokens=prompt_tokens, evaluated_tokens=prompt_tokens, generated_tokens=count_text(text)),
         )
 
     async def _play(self, reply, request, prompt_tokens, max_tokens, written: _Written) -> Completion:
@@ -171,8 +170,8 @@ class StandInModel:
             usage=Usage(
                 prompt_tokens=prompt_tokens,
                 evaluated_tokens=prompt_tokens,
-                generated_tokens=count_text("".join(written.raw)) + count_text(
-                    "".join(msgspec.json.encode(c).decode() for c in calls)),
+                generated_tokens=count_text("".join(written.raw))
+                + count_text("".join(msgspec.json.encode(c).decode() for c in calls)),
             ),
         )
 

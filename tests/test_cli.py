@@ -13,8 +13,9 @@ from imprintd.models.embedded import find_embedded_model
 
 def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     environment = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "imprintd", *args], capture_output=True, text=True,
-                          env=environment, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "imprintd", *args], capture_output=True, text=True, env=environment, timeout=timeout
+    )
 
 
 @pytest.mark.parametrize("command", [(), ("serve",), ("ask",), ("sessions",), ("config",)])
@@ -69,7 +70,15 @@ def test_ask_with_a_missing_workspace_names_it_without_a_traceback(tmp_path):
 
 @pytest.mark.skipif(find_embedded_model() is None, reason="the embedded model (imprintd[embedded]) is not installed")
 def test_ask_that_cannot_be_answered_says_why_without_a_traceback():
-    result = run("ask", "word " * 3000, "--set", "chat.analysis_workers=0", "--set", "chat.n_ctx=512",
-                 "--set", "chat.max_tokens=16")
+    result = run(
+        "ask",
+        "word " * 3000,
+        "--set",
+        "chat.analysis_workers=0",
+        "--set",
+        "chat.n_ctx=512",
+        "--set",
+        "chat.max_tokens=16",
+    )
     assert result.returncode == 1 and "chat.analysis_workers = 0" in result.stderr
     assert "Traceback" not in result.stderr

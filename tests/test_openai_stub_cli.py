@@ -12,9 +12,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_commands_queue_replies_report_requests_and_refuse_unknown_ones():
-    proc = subprocess.Popen([sys.executable, "-m", "tests.openai_stub_cli"], cwd=ROOT, text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.openai_stub_cli"],
+        cwd=ROOT,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
+
         def command(payload: dict) -> dict:
             proc.stdin.write(json.dumps(payload) + "\n")
             proc.stdin.flush()

@@ -45,8 +45,10 @@ TRUE_POSITIVES = [
     ("client_secret: 'xyz'", f"client_secret: '{MARK}'"),
     ("  githubToken: abc", f"  githubToken: {MARK}"),
     ("secret: swordfish", f"secret: {MARK}"),
-    ("- (#4–#5) The user gave password: swordfish for staging.",
-     f"- (#4–#5) The user gave password: {MARK} for staging."),
+    (
+        "- (#4–#5) The user gave password: swordfish for staging.",
+        f"- (#4–#5) The user gave password: {MARK} for staging.",
+    ),
     ("Passphrase: correct-horse", f"Passphrase: {MARK}"),
     # JSON
     (

@@ -29,16 +29,23 @@ def researcher(calls, final):
     return [reply] * (len(calls) + 4)
 
 
-MANY_CALLS = [call("search", call_id=f"c{n}", query=q) for n, q in
-              enumerate(["billing", "gateway", "replicas", "image", "deploy", "rollout", "port", "docs", "name"])]
+MANY_CALLS = [
+    call("search", call_id=f"c{n}", query=q)
+    for n, q in enumerate(["billing", "gateway", "replicas", "image", "deploy", "rollout", "port", "docs", "name"])
+]
 
 
 async def test_a_budget_stop_writes_the_answer_from_notes_with_sources(model, workspace):
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
     calls = [call("search", query="billing port"), call("read_file", call_id="c2", path="services/billing.yaml")]
     calls += [call("search", call_id=f"c{n}", query=f"deploy {n}") for n in range(3, 12)]
-    model.queue(*researcher(calls, "Billing listens on port 8101 [1].\n\n- Deployed behind the gateway [2]."
-                                   "\n\nThe notes do not say who owns it."))
+    model.queue(
+        *researcher(
+            calls,
+            "Billing listens on port 8101 [1].\n\n- Deployed behind the gateway [2]."
+            "\n\nThe notes do not say who owns it.",
+        )
+    )
     outcome, events = await ask(chat, "Which port does billing use?", workspace=workspace)
     assert outcome.stop_reason == "token_budget"
 
@@ -57,8 +64,16 @@ async def test_a_budget_stop_writes_the_answer_from_notes_with_sources(model, wo
     assert events.streamed.endswith(outcome.text[-40:])  # the Sources list streamed too
 
     stored = chat.store.messages(outcome.session_id)
-    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant", "tool", "assistant", "tool",
-                                        "assistant"][: len(stored) - 1] + ["assistant"]
+    assert [m.role for m in stored] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ][: len(stored) - 1] + ["assistant"]
     assert stored[0].content == "Which port does billing use?" and stored[-1].content == outcome.text
     assert any(m.role == "tool" and "8101" in m.content for m in stored)
 
@@ -84,13 +99,24 @@ async def test_a_final_turn_that_fails_ends_with_the_findings(model, workspace):
 async def test_a_final_turn_that_asks_for_tools_keeps_its_text_and_adds_the_findings(model, workspace):
     # A provider that parses a call even with no tools offered returns it as a tool call.
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
-    model.queue(*researcher(MANY_CALLS, Completion(text="Billing is deployed behind the gateway [1].",
-                                                   tool_calls=(call("search", call_id="x", query="owner"),))))
+    model.queue(
+        *researcher(
+            MANY_CALLS,
+            Completion(
+                text="Billing is deployed behind the gateway [1].",
+                tool_calls=(call("search", call_id="x", query="owner"),),
+            ),
+        )
+    )
     outcome, events = await ask(chat, "Tell me about billing", workspace=workspace)
-    assert outcome.text.startswith("Billing is deployed behind the gateway [1].\n\n(The answer was cut short. "
-                                   "The strongest findings of the research:)\n- ")
+    assert outcome.text.startswith(
+        "Billing is deployed behind the gateway [1].\n\n(The answer was cut short. "
+        "The strongest findings of the research:)\n- "
+    )
     findings = [line for line in outcome.text.split("Sources:")[0].splitlines() if line.startswith("- ")]
-    assert findings[0].startswith("- from docs/deploy.md (file): # Deploying The billing service") and len(findings) == 2
+    assert (
+        findings[0].startswith("- from docs/deploy.md (file): # Deploying The billing service") and len(findings) == 2
+    )
     assert "search" not in outcome.text.split("\n")[0]  # nothing of the call is shown
     assert "\n\nSources:\n[1] docs/deploy.md" in outcome.text
     assert events.streamed == outcome.text
@@ -140,8 +166,13 @@ async def test_a_final_turn_that_writes_a_tool_call_as_text_is_cut_short_without
     # The final turn offers no tools, so a model that asks for one anyway writes the call as
     # text: providers parse calls only when tools are offered (ADR 0127: "asks for tools again").
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
-    model.queue(*researcher(MANY_CALLS, 'Billing runs two replicas [1]. \n<tool_call>\n'
-                                        '{"name": "search", "arguments": {"query": "billing owner"}}\n</tool_call>'))
+    model.queue(
+        *researcher(
+            MANY_CALLS,
+            "Billing runs two replicas [1]. \n<tool_call>\n"
+            '{"name": "search", "arguments": {"query": "billing owner"}}\n</tool_call>',
+        )
+    )
     outcome, events = await ask(chat, "Tell me about billing", workspace=workspace)
     assert outcome.text.startswith("Billing runs two replicas [1].\n\n(The answer was cut short.")
     assert "tool_call" not in outcome.text and "tool_call" not in events.streamed
@@ -183,8 +214,9 @@ async def test_the_final_answer_after_an_analyzed_question_has_no_reread_guidanc
 
 
 def paste_of(lines: int) -> str:
-    return ("Which port does service alpha199 listen on? Here is the inventory:\n"
-            + "".join(f"line {n}: service alpha{n} listens on port {9000 + n} FACT-{n}\n" for n in range(lines)))
+    return "Which port does service alpha199 listen on? Here is the inventory:\n" + "".join(
+        f"line {n}: service alpha{n} listens on port {9000 + n} FACT-{n}\n" for n in range(lines)
+    )
 
 
 def section_notes(request) -> str:
@@ -202,8 +234,11 @@ async def test_a_paste_the_token_budget_cannot_cover_is_answered_from_the_sectio
     def reply(request):
         if request.max_tokens == 384:
             return section_notes(request)
-        return "alpha199 is not in the sections I read [1]." if not request.tools else tool_turn(
-            call("search", query="alpha"))
+        return (
+            "alpha199 is not in the sections I read [1]."
+            if not request.tools
+            else tool_turn(call("search", query="alpha"))
+        )
 
     model.queue(*[reply] * 40)
     paste = paste_of(400)
@@ -227,9 +262,11 @@ async def test_a_paste_the_token_budget_cannot_cover_is_answered_from_the_sectio
     [read_to] = {int(m) for m in __import__("re").findall(r"only characters 0–(\d+) were read", final.text)}
     assert read_to < len(paste)
     assert outcome.text.startswith("alpha199 is not in the sections I read")
-    assert (f"Characters {read_to:,}–{len(paste):,} of your message ({len(paste):,} characters) were not read: "
-            f"the research token budget ran out after {len(workers)} of {planned} sections. "
-            "Raising chat.research_token_budget would let them be read.") in outcome.text
+    assert (
+        f"Characters {read_to:,}–{len(paste):,} of your message ({len(paste):,} characters) were not read: "
+        f"the research token budget ran out after {len(workers)} of {planned} sections. "
+        "Raising chat.research_token_budget would let them be read."
+    ) in outcome.text
     assert "nothing to report" not in outcome.text
     assert events.streamed == outcome.text
     assert chat.store.messages(outcome.session_id)[-1].content == outcome.text
@@ -291,8 +328,9 @@ async def test_notes_come_from_this_reply_only_never_from_earlier_replies(model,
 
 
 async def test_research_that_fills_the_context_is_answered_from_notes(model, workspace):
-    (workspace / "big.log").write_text("".join(f"{n:04d} gateway timeout on node-{n % 7}\n" for n in range(400)),
-                                       encoding="utf-8")
+    (workspace / "big.log").write_text(
+        "".join(f"{n:04d} gateway timeout on node-{n % 7}\n" for n in range(400)), encoding="utf-8"
+    )
     model.n_ctx = 2048
     chat = make_chat(model, **{"chat.n_ctx": 2048, "chat.max_tokens": 768, "chat.analysis_workers": 0})
 
@@ -316,8 +354,9 @@ async def test_the_final_answer_has_its_own_120_seconds_at_most(model, workspace
     from imprintd.research import answer as answer_mod
     from imprintd.research import clock as clock_mod
 
-    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512,
-                               "chat.research_time_budget": 3600})
+    chat = make_chat(
+        model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512, "chat.research_time_budget": 3600}
+    )
     model.queue(*researcher(MANY_CALLS, "Billing listens on 8101 [1]."))
     await ask(chat, "Which port does billing use?", workspace=workspace)
     assert model.requests[-1].tools == [] and model.requests[-1].timeout == pytest.approx(120, abs=1)

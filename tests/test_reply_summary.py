@@ -247,9 +247,12 @@ async def test_a_stored_summary_stands_in_for_what_it_covers_on_the_next_reply(m
 async def test_a_seeded_summary_is_reused_without_asking_the_model(model, workspace):
     chat = small_chat(model)
     store, sid = new_session(chat)
-    seeded = StoredSummary(text="- (#1–#2) The user pasted the staging compose file.\n"
-                                "- (#3–#4) Traefik goes in front of the gateway next sprint.",
-                           first_seq=1, last_seq=4)
+    seeded = StoredSummary(
+        text="- (#1–#2) The user pasted the staging compose file.\n"
+        "- (#3–#4) Traefik goes in front of the gateway next sprint.",
+        first_seq=1,
+        last_seq=4,
+    )
     store.save_summary(sid, seeded)
     script(model, dispatch(answer("Yes.")))
     outcome, events = await ask(chat, "Is that still the plan?", sid, workspace=workspace)
@@ -270,8 +273,12 @@ async def test_a_summary_out_of_time_falls_back_to_dropping_and_waits_six_messag
     monkeypatch.setattr(summaries, "SUMMARY_TIMEOUT_S", 0.2)
     chat = small_chat(model)
     store, sid = new_session(chat)
-    script(model, dispatch(answer("It was 8101, I think."),
-                           summarize=lambda request: Hang("- (#1–#2) The user pasted a partial")))
+    script(
+        model,
+        dispatch(
+            answer("It was 8101, I think."), summarize=lambda request: Hang("- (#1–#2) The user pasted a partial")
+        ),
+    )
 
     outcome, events = await ask(chat, BILLING_QUESTION, sid, workspace=workspace)
     assert outcome.text == "It was 8101, I think." and outcome.stop_reason == "answer"
@@ -354,10 +361,16 @@ SECRET_PASSWORD = "hunter2-Quokka-77"
 
 async def test_secrets_are_redacted_in_the_summarizer_request_and_the_summary(model, workspace):
     chat = small_chat(model)
-    paste = PASTE.replace('POSTGRES_USER: "shop"',
-                          f'POSTGRES_USER: "shop"\n      POSTGRES_PASSWORD: "{SECRET_PASSWORD}"')
-    follow_ups = [(f"Also, the billing API key is {SECRET_KEY}, and the db password: {SECRET_PASSWORD}",
-                   "Noted; I will not repeat them."), *FOLLOW_UPS[1:]]
+    paste = PASTE.replace(
+        'POSTGRES_USER: "shop"', f'POSTGRES_USER: "shop"\n      POSTGRES_PASSWORD: "{SECRET_PASSWORD}"'
+    )
+    follow_ups = [
+        (
+            f"Also, the billing API key is {SECRET_KEY}, and the db password: {SECRET_PASSWORD}",
+            "Noted; I will not repeat them.",
+        ),
+        *FOLLOW_UPS[1:],
+    ]
     store, sid = new_session(chat, paste=paste, follow_ups=follow_ups)
 
     def leaky(request: Request) -> str:  # a summarizer that repeats secrets despite its instructions
@@ -556,8 +569,11 @@ async def test_the_summary_is_stored_with_its_session_and_deleted_with_it(model,
     chat.delete_session(sid)
     with pytest.raises(SessionNotFound):
         chat.store.summary(sid)
-    rows = connection_of(chat.store).execute(
-        "SELECT count(*) FROM chat_summaries WHERE session_id = ?", (sid,)).fetchone()[0]
+    rows = (
+        connection_of(chat.store)
+        .execute("SELECT count(*) FROM chat_summaries WHERE session_id = ?", (sid,))
+        .fetchone()[0]
+    )
     assert rows == 0
 
 

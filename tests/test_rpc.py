@@ -71,8 +71,12 @@ def test_the_adapter_decodes_camel_case_and_encodes_results():
 
 @pytest.mark.parametrize(
     ("params", "message"),
-    [({}, "sessionId: required field is missing"), ({"sessionId": 1}, "sessionId: expected `str`, got `int`"),
-     ({"sessionId": "s", "count": "2"}, "count: expected `int`, got `str`"), ([], "params: expected `object`")],
+    [
+        ({}, "sessionId: required field is missing"),
+        ({"sessionId": 1}, "sessionId: expected `str`, got `int`"),
+        ({"sessionId": "s", "count": "2"}, "count: expected `int`, got `str`"),
+        ([], "params: expected `object`"),
+    ],
 )
 def test_the_adapter_names_the_bad_field(params, message):
     from pygls.exceptions import JsonRpcInvalidParams
@@ -82,8 +86,10 @@ def test_the_adapter_names_the_bad_field(params, message):
     assert message in error.value.message
 
 
-@pytest.mark.parametrize("method", ["imprint/sessions", "imprint/session", "imprint/summary",
-                                    "imprint/deleteSession", "imprint/conversation_history"])
+@pytest.mark.parametrize(
+    "method",
+    ["imprint/sessions", "imprint/session", "imprint/summary", "imprint/deleteSession", "imprint/conversation_history"],
+)
 def test_a_database_that_cannot_be_used_fails_short_requests_with_32803_saying_why(server, isolated_dirs, method):
     import apsw
 
@@ -92,8 +98,13 @@ def test_a_database_that_cannot_be_used_fails_short_requests_with_32803_saying_w
     newer.pragma("user_version", 99)
     newer.close()
     send(server, {"id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}})
-    params = {} if method == "imprint/sessions" else {"sessionId": "s1", "query": "x"} \
-        if method == "imprint/conversation_history" else {"sessionId": "s1"}
+    params = (
+        {}
+        if method == "imprint/sessions"
+        else {"sessionId": "s1", "query": "x"}
+        if method == "imprint/conversation_history"
+        else {"sessionId": "s1"}
+    )
     send(server, {"id": 2, "method": method, "params": params})
     [reply] = [frame for frame in server.protocol.writer.frames if frame.get("id") == 2]
     assert reply["error"]["code"] == -32803

@@ -9,8 +9,15 @@ from imprintd import settings as s
 
 def test_defaults_are_the_records_numbers():
     chat = s.DEFAULTS.chat
-    assert (chat.provider, chat.model, chat.n_ctx, chat.max_tokens, chat.analysis_workers,
-            chat.research_token_budget, chat.research_time_budget) == ("local", "", 8192, 1024, 2, 65536, 300.0)
+    assert (
+        chat.provider,
+        chat.model,
+        chat.n_ctx,
+        chat.max_tokens,
+        chat.analysis_workers,
+        chat.research_token_budget,
+        chat.research_time_budget,
+    ) == ("local", "", 8192, 1024, 2, 65536, 300.0)
 
 
 def test_sources_layer_in_order_and_each_value_says_where_it_came_from(monkeypatch, tmp_path):
@@ -32,10 +39,15 @@ def test_sources_layer_in_order_and_each_value_says_where_it_came_from(monkeypat
 
 @pytest.mark.parametrize(
     ("key", "value", "accepted"),
-    [("chat.analysis_workers", 9, "0 to 8"), ("chat.analysis_workers", -1, "0 to 8"),
-     ("chat.n_ctx", "big", "512 to 1048576"), ("chat.provider", "ollama", '"local" or "openai"'),
-     ("chat.max_tokens", True, "16 to 32768"), ("chat.research_time_budget", 0, "1 to 86400"),
-     ("chat.base_url", "ftp://x", "http(s) URL")],
+    [
+        ("chat.analysis_workers", 9, "0 to 8"),
+        ("chat.analysis_workers", -1, "0 to 8"),
+        ("chat.n_ctx", "big", "512 to 1048576"),
+        ("chat.provider", "ollama", '"local" or "openai"'),
+        ("chat.max_tokens", True, "16 to 32768"),
+        ("chat.research_time_budget", 0, "1 to 86400"),
+        ("chat.base_url", "ftp://x", "http(s) URL"),
+    ],
 )
 def test_a_refused_value_names_key_value_and_range_and_the_previous_value_stays(key, value, accepted):
     before = s.load({}, environ={}).apply({"chat.analysis_workers": 3}, "editor")

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from pathlib import Path
-
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import apsw
 import msgspec
@@ -24,8 +23,8 @@ from imprintd.store import (
     MemoryStore,
     SessionNotFound,
     Store,
-    StoreError,
     StoredSummary,
+    StoreError,
 )
 from tests.helpers import connection_of, integrity_check
 
@@ -242,9 +241,9 @@ def test_delete_cascades_messages_and_summary(db):
     db.save_summary(other.id, StoredSummary(text="s", first_seq=1, last_seq=2))
 
     def count(table: str, session_id: str) -> int:
-        return connection_of(db).execute(
-            f"SELECT count(*) FROM {table} WHERE session_id = ?", (session_id,)
-        ).fetchone()[0]
+        return (
+            connection_of(db).execute(f"SELECT count(*) FROM {table} WHERE session_id = ?", (session_id,)).fetchone()[0]
+        )
 
     assert count("messages", session.id) == 4 and count("chat_summaries", session.id) == 1
     db.delete_session(session.id)
@@ -285,9 +284,17 @@ def test_reopening_keeps_data(isolated_dirs):
 def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
     with Store.open() as opened:
         assert connection_of(opened).pragma("user_version") == len(MIGRATIONS) == 2
-        tables = {row[0] for row in connection_of(opened).execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
-        assert {"sessions", "messages", "chat_summaries", "history_sessions", "history_windows",
-                "history_postings"} <= tables
+        tables = {
+            row[0] for row in connection_of(opened).execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
+        }
+        assert {
+            "sessions",
+            "messages",
+            "chat_summaries",
+            "history_sessions",
+            "history_windows",
+            "history_postings",
+        } <= tables
 
     runs: list[int] = []
 
@@ -351,10 +358,9 @@ def test_a_file_that_is_not_a_database_is_refused(isolated_dirs):
 
 def test_transaction_rolls_back_on_error(db):
     session = db.create_session()
-    with pytest.raises(RuntimeError):
-        with db.transaction() as connection:
-            connection.execute("DELETE FROM sessions")
-            raise RuntimeError("abandon")
+    with pytest.raises(RuntimeError), db.transaction() as connection:
+        connection.execute("DELETE FROM sessions")
+        raise RuntimeError("abandon")
     assert [s.id for s in db.sessions()] == [session.id]
     assert not connection_of(db).in_transaction
 
@@ -364,8 +370,10 @@ def test_tool_calls_are_stored_as_json(db):
     db.append(session.id, exchange_with_tool()[1])
     db.append(session.id, user("no calls"))
     rows = connection_of(db).execute("SELECT tool_calls FROM messages ORDER BY seq").fetchall()
-    assert rows == [('[{"id":"call_1","name":"search_workspace","arguments":{"query":"billing port","limit":3}}]',),
-                    ("[]",)]
+    assert rows == [
+        ('[{"id":"call_1","name":"search_workspace","arguments":{"query":"billing port","limit":3}}]',),
+        ("[]",),
+    ]
 
 
 # --- the in-memory store ----------------------------------------------------------------------

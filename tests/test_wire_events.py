@@ -34,9 +34,13 @@ class FakeProgress:
 def fake_server(answer: bool):
     capabilities = types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=True))
     notified: list[tuple[str, object]] = []
-    return SimpleNamespace(work_done_progress=FakeProgress(answer), notified=notified,
-                           protocol=SimpleNamespace(client_capabilities=capabilities,
-                                                    notify=lambda method, params: notified.append((method, params))))
+    return SimpleNamespace(
+        work_done_progress=FakeProgress(answer),
+        notified=notified,
+        protocol=SimpleNamespace(
+            client_capabilities=capabilities, notify=lambda method, params: notified.append((method, params))
+        ),
+    )
 
 
 def test_deltas_are_numbered_by_part_and_only_a_part_with_text_is_called_preamble():

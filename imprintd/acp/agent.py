@@ -25,7 +25,7 @@ import apsw
 from imprintd import __version__
 from imprintd.acp import wire
 from imprintd.acp.events import SESSION_UPDATE, AcpEvents, stop_reason
-from imprintd.acp.jsonrpc import INVALID_PARAMS, INTERNAL_ERROR, RESOURCE_NOT_FOUND, Connection, RpcError
+from imprintd.acp.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND, Connection, RpcError
 from imprintd.acp.replay import replay
 from imprintd.chat import Chat, ReplyRequest, WorkspaceMissing
 from imprintd.models.base import ModelError
@@ -69,8 +69,11 @@ class Agent:
         client = (params.client_info or {}).get("name", "an unnamed client")
         logger.info("initialize from %s (protocol %r)", client, params.protocol_version)
         return wire.InitializeResult(
-            protocol_version=wire.PROTOCOL_VERSION, agent_capabilities=AGENT_CAPABILITIES,
-            agent_info=wire.Implementation(name="imprintd", title="Imprint", version=__version__), auth_methods=[])
+            protocol_version=wire.PROTOCOL_VERSION,
+            agent_capabilities=AGENT_CAPABILITIES,
+            agent_info=wire.Implementation(name="imprintd", title="Imprint", version=__version__),
+            auth_methods=[],
+        )
 
     # -- sessions ---------------------------------------------------------------
     def new_session(self, params: wire.NewSessionParams) -> wire.NewSessionResult:
@@ -102,9 +105,14 @@ class Agent:
                 continue
             if wanted is not None and Path(info.workspace) != wanted:
                 continue
-            listed.append(wire.SessionListing(
-                session_id=info.id, cwd=info.workspace, title=info.title or wire.UNSET,
-                updated_at=datetime.fromtimestamp(info.updated_at, UTC).isoformat()))
+            listed.append(
+                wire.SessionListing(
+                    session_id=info.id,
+                    cwd=info.workspace,
+                    title=info.title or wire.UNSET,
+                    updated_at=datetime.fromtimestamp(info.updated_at, UTC).isoformat(),
+                )
+            )
         return wire.ListSessionsResult(sessions=listed)
 
     def delete_session(self, params: wire.SessionParams) -> dict:
@@ -191,8 +199,11 @@ def question_text(blocks: Sequence[wire.ContentBlock], root: Path | None) -> str
             attached.append(_attachment(block.resource, root))
         else:
             kind = "image" if isinstance(block, wire.ImageBlock) else "audio"
-            raise RpcError(INVALID_PARAMS, f"prompt[{index}]: {kind} content is not supported "
-                                           "(promptCapabilities); send text, resource or resource_link blocks.")
+            raise RpcError(
+                INVALID_PARAMS,
+                f"prompt[{index}]: {kind} content is not supported "
+                "(promptCapabilities); send text, resource or resource_link blocks.",
+            )
     question = _join(inline).strip()
     text = "\n\n".join(part for part in [question, *attached] if part)
     if not text.strip():
@@ -234,7 +245,9 @@ def _folder(cwd: str) -> Path:
     """``cwd`` as a resolved folder; -32602 naming it when it is not an absolute path to a folder."""
     path = Path(cwd)
     if not path.is_absolute():
-        raise RpcError(INVALID_PARAMS, f"cwd: {cwd!r} is not an absolute path; ACP sends the workspace folder's absolute path.")
+        raise RpcError(
+            INVALID_PARAMS, f"cwd: {cwd!r} is not an absolute path; ACP sends the workspace folder's absolute path."
+        )
     if not path.is_dir():
         raise RpcError(INVALID_PARAMS, f"cwd: the workspace folder {cwd} does not exist or is not a folder.")
     return path.resolve()
@@ -243,8 +256,9 @@ def _folder(cwd: str) -> Path:
 def _log_mcp(session_id: str, servers: Sequence[wire.McpServer]) -> None:
     if servers:
         names = ", ".join(server.name or "(unnamed)" for server in servers)
-        logger.info("session %s: the client offered MCP servers (%s); imprintd does not use MCP servers", session_id,
-                    names)
+        logger.info(
+            "session %s: the client offered MCP servers (%s); imprintd does not use MCP servers", session_id, names
+        )
 
 
 def _store_call(call):

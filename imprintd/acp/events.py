@@ -34,6 +34,7 @@ TOOL_KINDS: dict[str, wire.ToolKind] = {
 #: ACP's stop reasons for the core's: an answer and every research stop end the turn.
 STOP_REASONS: dict[str, wire.StopReason] = {"length": "max_tokens"}
 
+
 def stop_reason(core_stop: str) -> wire.StopReason:
     return STOP_REASONS.get(core_stop, "end_turn")
 
@@ -114,16 +115,29 @@ class AcpEvents:
 
     def tool_step(self, step: ToolStep) -> None:
         if step.state == "started":
-            self.update(wire.ToolCallStart(
-                tool_call_id=self._new_call_id(step), title=step.title, kind=tool_kind(step.tool),
-                status="in_progress", locations=arguments_location(self.root, step.tool, step.arguments) or UNSET))
+            self.update(
+                wire.ToolCallStart(
+                    tool_call_id=self._new_call_id(step),
+                    title=step.title,
+                    kind=tool_kind(step.tool),
+                    status="in_progress",
+                    locations=arguments_location(self.root, step.tool, step.arguments) or UNSET,
+                )
+            )
             return
         status: wire.ToolCallStatus = "completed" if step.state == "finished" else "failed"
         detail = [wire.ToolCallContent(content=text_block(step.detail))] if step.detail else UNSET
         call_id = self._open.pop(step.call_id, None)
         if call_id is None:  # failed before it started (an unknown tool): one update says it all
-            self.update(wire.ToolCallStart(tool_call_id=self._new_call_id(step, opened=False), title=step.title,
-                                           kind=tool_kind(step.tool), status=status, content=detail))
+            self.update(
+                wire.ToolCallStart(
+                    tool_call_id=self._new_call_id(step, opened=False),
+                    title=step.title,
+                    kind=tool_kind(step.tool),
+                    status=status,
+                    content=detail,
+                )
+            )
             return
         self.update(wire.ToolCallUpdate(tool_call_id=call_id, status=status, content=detail))
 
@@ -143,7 +157,12 @@ class AcpEvents:
         if outcome.text:
             self.update(wire.AgentMessageChunk(content=text_block(outcome.text)))
         for source in outcome.sources:
-            self.update(wire.AgentMessageChunk(content=wire.ResourceLinkBlock(
-                uri=file_uri(self.root, source.path, source.start_line, source.end_line),
-                name=f"{source.path}:{source.start_line}-{source.end_line}",
-                title=f"[{source.number}] {source.label}")))
+            self.update(
+                wire.AgentMessageChunk(
+                    content=wire.ResourceLinkBlock(
+                        uri=file_uri(self.root, source.path, source.start_line, source.end_line),
+                        name=f"{source.path}:{source.start_line}-{source.end_line}",
+                        title=f"[{source.number}] {source.label}",
+                    )
+                )
+            )

@@ -85,8 +85,7 @@ class Connection:
 class Dispatcher:
     """Decodes each line, calls its handler and answers; never lets one message stop the loop."""
 
-    def __init__(self, connection: Connection, requests: dict[str, Handler],
-                 notifications: dict[str, Handler]) -> None:
+    def __init__(self, connection: Connection, requests: dict[str, Handler], notifications: dict[str, Handler]) -> None:
         self.connection = connection
         self.requests = requests
         self.notifications = notifications
@@ -94,8 +93,11 @@ class Dispatcher:
 
     def receive(self, line: bytes | LineTooLong) -> None:
         if isinstance(line, LineTooLong):
-            self.connection.fail(None, INVALID_REQUEST,
-                                 f"A message of {line.length} bytes exceeds the limit of {MAX_LINE} bytes; it was skipped.")
+            self.connection.fail(
+                None,
+                INVALID_REQUEST,
+                f"A message of {line.length} bytes exceeds the limit of {MAX_LINE} bytes; it was skipped.",
+            )
             return
         if wellformed.may_need_check(line) and self._refused_as_malformed(line):
             return
@@ -203,7 +205,7 @@ def _decode_params(method: str, raw: msgspec.Raw | Any) -> Any:
 def _request_problem(message: wire.Envelope) -> str | None:
     """Why a well-formed JSON object is not a JSON-RPC 2.0 message, or None."""
     if message.jsonrpc != "2.0":
-        return "A message must have \"jsonrpc\": \"2.0\"."
+        return 'A message must have "jsonrpc": "2.0".'
     if message.method is UNSET:
         if message.id is UNSET or (message.result is UNSET and message.error is UNSET):
             return "A message must be a request, a notification or a response."
@@ -211,7 +213,7 @@ def _request_problem(message: wire.Envelope) -> str | None:
     if message.id is None:
         return "A request id must be an integer or a string, not null."
     if message.params is not UNSET and bytes(message.params)[:1] not in (b"{", b"[", b"n"):
-        return "\"params\" must be an object or an array."  # (null is taken as no params)
+        return '"params" must be an object or an array.'  # (null is taken as no params)
     return None
 
 
@@ -270,8 +272,10 @@ async def serve_lines(dispatcher: Dispatcher, stdin: BinaryIO) -> None:
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[bytes | LineTooLong | None] = asyncio.Queue()
     threading.Thread(
-        target=read_lines, args=(stdin, lambda item: loop.call_soon_threadsafe(inbox.put_nowait, item)),
-        name="imprintd-acp-stdin", daemon=True,
+        target=read_lines,
+        args=(stdin, lambda item: loop.call_soon_threadsafe(inbox.put_nowait, item)),
+        name="imprintd-acp-stdin",
+        daemon=True,
     ).start()
     try:
         while (line := await inbox.get()) is not None:

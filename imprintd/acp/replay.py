@@ -35,10 +35,13 @@ def replay(messages: Sequence[Message], root: Path | None) -> Iterator[wire.Sess
                 result = results.get(call.id)
                 failed = result is not None and result.content.startswith(_FAILED)
                 yield wire.ToolCallStart(
-                    tool_call_id=f"{message.seq}-{call.id}", title=describe_call(call), kind=tool_kind(call.name),
+                    tool_call_id=f"{message.seq}-{call.id}",
+                    title=describe_call(call),
+                    kind=tool_kind(call.name),
                     status="failed" if failed else "completed",
                     locations=arguments_location(root, call.name, call.arguments) or UNSET,
-                    raw_input=call.arguments)
+                    raw_input=call.arguments,
+                )
         elif message.role == "assistant" and message.content:
             yield wire.AgentMessageChunk(content=text_block(message.content))
 
@@ -49,7 +52,7 @@ def _results_after(messages: Sequence[Message], index: int) -> dict[str, Message
     Matched there, not session-wide, because models reuse call ids between rounds ("call_0").
     """
     results: dict[str, Message] = {}
-    for message in messages[index + 1:]:
+    for message in messages[index + 1 :]:
         if message.role != "tool":
             break
         results.setdefault(message.tool_call_id or "", message)

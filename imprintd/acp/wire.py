@@ -214,8 +214,7 @@ class ToolCallUpdate(_Wire, tag_field="sessionUpdate", tag="tool_call_update"):
     content: list[ToolCallContent] | UnsetType = UNSET
 
 
-SessionUpdate = (UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | ToolCallStart
-                 | ToolCallUpdate)
+SessionUpdate = UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | ToolCallStart | ToolCallUpdate
 
 
 class SessionNotification(_Wire):

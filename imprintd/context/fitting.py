@@ -180,4 +180,4 @@ def _assemble(
     system: Message, history: Sequence[Message], kept: Sequence[bool], current: Sequence[Message]
 ) -> list[Message]:
     """A new list: the system message, the kept history in order, then the current turn."""
-    return [system, *(message for message, keep in zip(history, kept) if keep), *current]
+    return [system, *(message for message, keep in zip(history, kept, strict=True) if keep), *current]

@@ -27,6 +27,7 @@ instead of using the index and gives the same answer; it is the baseline of
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -85,10 +86,85 @@ DESCRIPTION = (
 # Dropped from a query (unless nothing else is left): they match everywhere and would let a
 # window full of "the" outrank the one with the word asked about.
 _STOPWORDS = frozenset(
-    """a an and are as at be been but by can could did do does for from had has have he her his
-    how i if in into is it its me my no not of on or our she so than that the their them then
-    there these they this to us was we were what when where which who why will with would you
-    your about earlier said say told tell paste pasted message messages""".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "been",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "he",
+        "her",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "our",
+        "she",
+        "so",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "us",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "about",
+        "earlier",
+        "said",
+        "say",
+        "told",
+        "tell",
+        "paste",
+        "pasted",
+        "message",
+        "messages",
+    ]
 )
 
 
@@ -147,8 +223,11 @@ def describe_message(message: Message, calls: Mapping[str, ToolCall]) -> str:
     return message.role
 
 
-def indexed_messages(messages: Sequence[Message], calls: Mapping[str, ToolCall] | None = None,
-                     created_at: Mapping[int, float] | None = None) -> list[IndexedMessage]:
+def indexed_messages(
+    messages: Sequence[Message],
+    calls: Mapping[str, ToolCall] | None = None,
+    created_at: Mapping[int, float] | None = None,
+) -> list[IndexedMessage]:
     """The stored messages of ``messages`` as the index takes them (system and unnumbered left out).
 
     ``calls``: tool calls made before ``messages`` (a tool result's query is found in its call);
@@ -163,8 +242,11 @@ def indexed_messages(messages: Sequence[Message], calls: Mapping[str, ToolCall] 
             extra = f"{call.name} {call_subject(call)}"
         elif message.tool_calls:
             extra = " ".join(f"{c.name} {call_subject(c)}" for c in message.tool_calls)
-        out.append(IndexedMessage(message.seq, message.content, extra,  # type: ignore[arg-type]
-                                  not _is_lookback(message, calls), (created_at or {}).get(message.seq)))
+        seq = message.seq
+        assert seq is not None  # ``kept`` holds stored messages only
+        out.append(
+            IndexedMessage(seq, message.content, extra, not _is_lookback(message, calls), (created_at or {}).get(seq))
+        )
     return out
 
 
@@ -246,8 +328,13 @@ class _Entries:
             if self._calls is None:
                 self._calls = calls_by_id(self._messages)
             message = self._messages[position]
-            entry = _Entry(message.seq, describe_message(message, self._calls), message.content,  # type: ignore[arg-type]
-                           not _is_lookback(message, self._calls))
+            assert message.seq is not None  # the history holds stored messages only
+            entry = _Entry(
+                message.seq,
+                describe_message(message, self._calls),
+                message.content,
+                not _is_lookback(message, self._calls),
+            )
             self._described[position] = entry
         return entry
 
@@ -357,8 +444,11 @@ class ConversationHistory:
     # -- ranking ------------------------------------------------------------------------
     def _rank(self, wanted: Sequence[str], lookup: IndexLookup) -> _Ranking | None:
         total = lookup.windows
-        idf = {term: math.log(1 + (total - lookup.df[term] + 0.5) / (lookup.df[term] + 0.5))
-               for term in wanted if lookup.df.get(term)}
+        idf = {
+            term: math.log(1 + (total - lookup.df[term] + 0.5) / (lookup.df[term] + 0.5))
+            for term in wanted
+            if lookup.df.get(term)
+        }
         all_idf = sum(idf.values())
         window_scores: dict[Window, float] = {}
         by_entry: dict[int, list[Window]] = {}
@@ -372,8 +462,11 @@ class ConversationHistory:
         if not by_entry:
             return None
         own = {position: max(window_scores[w] for w in windows) for position, windows in by_entry.items()}
-        smoothed = {i: score for i, score in _smooth(own, len(self._entries)).items()
-                    if score > 0 and self._entries.searchable(i)}
+        smoothed = {
+            i: score
+            for i, score in _smooth(own, len(self._entries)).items()
+            if score > 0 and self._entries.searchable(i)
+        }
         # Ties: the later message first (rounded so index and scan agree to the last digit).
         order = sorted(smoothed, key=lambda i: (-round(smoothed[i], 9), -i))
         return _Ranking(idf, window_scores, lookup.hits, by_entry, own, smoothed, order)
@@ -486,11 +579,14 @@ class ConversationHistory:
     # -- printing -------------------------------------------------------------------------
     @staticmethod
     def _heading(query: str) -> str:
-        return (f"Earlier in this conversation, for “{_shorten(query)}” (best match first; consecutive "
-                "messages together; read a message exactly with message and offset):")
+        return (
+            f"Earlier in this conversation, for “{_shorten(query)}” (best match first; consecutive "
+            "messages together; read a message exactly with message and offset):"
+        )
 
-    def _print(self, query: str, shown: Mapping[int, _Shown], rank_of: Mapping[int, int],
-               dates: Mapping[int, float]) -> str:
+    def _print(
+        self, query: str, shown: Mapping[int, _Shown], rank_of: Mapping[int, int], dates: Mapping[int, float]
+    ) -> str:
         """Consecutive messages together in conversation order; groups by their best member."""
         heading = self._heading(query)
         groups: list[list[int]] = []
@@ -510,12 +606,14 @@ class ConversationHistory:
         header = f"#{entry.seq} {_shorten(entry.label)}{date}"
         if shown.whole:
             return f"{header}:\n{entry.text}" if entry.text else f"{header}: (no text)"
-        places = "".join(f"\n[#{entry.seq} offset {start}–{end}]\n{entry.text[start:end]}"
-                         for start, end in shown.spans)
+        places = "".join(
+            f"\n[#{entry.seq} offset {start}–{end}]\n{entry.text[start:end]}" for start, end in shown.spans
+        )
         return f"{header}, {len(entry.text):,} characters:{places}"
 
-    def _excerpt(self, window: Window, found: Mapping[str, int], idf: Mapping[str, float],
-                 length: int) -> tuple[int, int]:
+    def _excerpt(
+        self, window: Window, found: Mapping[str, int], idf: Mapping[str, float], length: int
+    ) -> tuple[int, int]:
         """``length`` characters around the stretch of the window densest in query words.
 
         The quote may reach past the window's edges (within the message), so a word near an
@@ -593,7 +691,7 @@ def search_by_scan(history: ConversationHistory, query: str) -> str:
 def _numbered(messages: Sequence[Message]) -> list[Message]:
     """The messages ``indexed_messages`` keeps (stored ones, each number once), in the same order."""
     kept = [m for m in messages if m.seq is not None and m.role != "system"]
-    if all(a.seq < b.seq for a, b in zip(kept, kept[1:])):  # type: ignore[operator]
+    if all(a.seq < b.seq for a, b in itertools.pairwise(kept)):  # type: ignore[operator]
         return kept  # as the store returns them: no number twice
     seen: set[int] = set()
     out = []
@@ -604,8 +702,14 @@ def _numbered(messages: Sequence[Message]) -> list[Message]:
     return out
 
 
-def _window_score(wanted: Sequence[str], found: Mapping[str, int], idf: Mapping[str, float], all_idf: float,
-                  words: int, average_words: float) -> float:
+def _window_score(
+    wanted: Sequence[str],
+    found: Mapping[str, int],
+    idf: Mapping[str, float],
+    all_idf: float,
+    words: int,
+    average_words: float,
+) -> float:
     """BM25 saturation times coverage (the idf share of the query's terms the window matches)."""
     norm = K1 * (1 - B + B * (words / average_words if average_words else 1.0))
     bm25 = matched = 0.0
@@ -690,16 +794,31 @@ def _nothing_found(query: str, messages: int) -> str:
 
 # --- the tool ------------------------------------------------------------------------------
 
+
 class HistoryArguments(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A search (``query``) or a read (``message`` from ``offset``); which one is checked in ``parse``."""
 
-    query: msgspec.UnsetType | Annotated[str, msgspec.Meta(description=(
-        "Words to look for in earlier messages, such as a name, number or phrase they "
-        "used; a month and day (\"November 12\") also finds that day's messages."))] = msgspec.UNSET
-    message: msgspec.UnsetType | Annotated[int, msgspec.Meta(
-        ge=1, description="The number of one earlier message to read exactly, such as 12.")] = msgspec.UNSET
-    offset: Annotated[int, msgspec.Meta(
-        ge=0, description="With message: the character to start reading from (default 0).")] = 0
+    query: (
+        msgspec.UnsetType
+        | Annotated[
+            str,
+            msgspec.Meta(
+                description=(
+                    "Words to look for in earlier messages, such as a name, number or phrase they "
+                    'used; a month and day ("November 12") also finds that day\'s messages.'
+                )
+            ),
+        ]
+    ) = msgspec.UNSET
+    message: (
+        msgspec.UnsetType
+        | Annotated[
+            int, msgspec.Meta(ge=1, description="The number of one earlier message to read exactly, such as 12.")
+        ]
+    ) = msgspec.UNSET
+    offset: Annotated[
+        int, msgspec.Meta(ge=0, description="With message: the character to start reading from (default 0).")
+    ] = 0
 
     @classmethod
     def parse(cls, arguments: Mapping[str, Any]) -> HistoryArguments:

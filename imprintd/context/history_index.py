@@ -85,9 +85,20 @@ def stems(text: str) -> list[str]:
 _MONTHS = {
     name: number
     for number, names in enumerate(
-        [("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",),
-         ("june", "jun"), ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"),
-         ("october", "oct"), ("november", "nov"), ("december", "dec")],
+        [
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ],
         start=1,
     )
     for name in names
@@ -235,9 +246,10 @@ def restrict_common(lookup: IndexLookup, terms: Sequence[str]) -> IndexLookup:
     if rare:
         keep = {term: rare for term in common}
     else:
-        keep = {term: set(sorted((w for w, found in lookup.hits.items() if term in found),
-                                 reverse=True)[:COMMON_WINDOWS])
-                for term in common}
+        keep = {
+            term: set(sorted((w for w, found in lookup.hits.items() if term in found), reverse=True)[:COMMON_WINDOWS])
+            for term in common
+        }
     hits: dict[Window, dict[str, int]] = {}
     for window, found in lookup.hits.items():
         kept = {term: n for term, n in found.items() if term not in common or window in keep[term]}
@@ -414,23 +426,30 @@ class SqliteHistoryIndex:
             found = IndexLookup(windows, words / windows if windows else 0.0, df=dict.fromkeys(terms, 0))
             if not terms:
                 return found
-            found.df.update(db.execute(
-                "SELECT term, count(*) FROM history_postings"
-                f" WHERE history_id = ? AND term IN ({_marks(terms)}) GROUP BY term",
-                (history_id, *terms),
-            ).fetchall())
+            found.df.update(
+                db.execute(
+                    "SELECT term, count(*) FROM history_postings"
+                    f" WHERE history_id = ? AND term IN ({_marks(terms)}) GROUP BY term",
+                    (history_id, *terms),
+                ).fetchall()
+            )
             rare = [t for t in terms if 0 < found.df[t] <= COMMON_WINDOWS]
             common = [t for t in terms if found.df[t] > COMMON_WINDOWS]
             seen: set[int] = set()
             if rare:
                 seen = self._read(db, found, f"p.term IN ({_marks(rare)})", (history_id, *rare))
             if common and seen:
-                self._read(db, found, f"p.term IN ({_marks(common)}) AND p.window IN (SELECT value FROM json_each(?))",
-                           (history_id, *common, json.dumps(sorted(seen))))
+                self._read(
+                    db,
+                    found,
+                    f"p.term IN ({_marks(common)}) AND p.window IN (SELECT value FROM json_each(?))",
+                    (history_id, *common, json.dumps(sorted(seen))),
+                )
             elif common:
                 for term in common:
-                    self._read(db, found, "p.term = ? ORDER BY p.window DESC LIMIT ?",
-                               (history_id, term, COMMON_WINDOWS))
+                    self._read(
+                        db, found, "p.term = ? ORDER BY p.window DESC LIMIT ?", (history_id, term, COMMON_WINDOWS)
+                    )
         return found
 
     @staticmethod

@@ -40,13 +40,37 @@ from imprintd.research.budget import BudgetExhausted
 from imprintd.tools.base import ToolError, ToolResult, parse_arguments, tool_spec
 
 __all__ = [
-    "OVERLAP_CHARS", "WORKER_CONTEXT_TOKENS", "WORKER_TIMEOUT_S", "NOTES_MAX_TOKENS",
-    "MAX_SOURCE_CHARS", "MAX_SECTIONS", "MAX_WORKERS", "CLIP_CHARS", "READ_MAX_CHARS",
-    "HEAD_CHARS", "TAIL_CHARS", "ARCHIVE_REPLIES", "ARCHIVE_MAX_CHARS", "USER_KIND",
-    "AnalysisError", "SectionError", "WorkerNotes", "Analysis", "ReplySections", "SectionArchive",
-    "ReadChatSectionTool", "READ_CHAT_SECTION_SPEC", "Budget",
-    "split_sections", "plan_sections", "worker_messages", "analyze",
-    "tool_kind", "kind_label", "clip_tool_result", "prepare_tool_result",
+    "OVERLAP_CHARS",
+    "WORKER_CONTEXT_TOKENS",
+    "WORKER_TIMEOUT_S",
+    "NOTES_MAX_TOKENS",
+    "MAX_SOURCE_CHARS",
+    "MAX_SECTIONS",
+    "MAX_WORKERS",
+    "CLIP_CHARS",
+    "READ_MAX_CHARS",
+    "HEAD_CHARS",
+    "TAIL_CHARS",
+    "ARCHIVE_REPLIES",
+    "ARCHIVE_MAX_CHARS",
+    "USER_KIND",
+    "AnalysisError",
+    "SectionError",
+    "WorkerNotes",
+    "Analysis",
+    "ReplySections",
+    "SectionArchive",
+    "ReadChatSectionTool",
+    "READ_CHAT_SECTION_SPEC",
+    "Budget",
+    "split_sections",
+    "plan_sections",
+    "worker_messages",
+    "analyze",
+    "tool_kind",
+    "kind_label",
+    "clip_tool_result",
+    "prepare_tool_result",
 ]
 
 # -- the record's limits -------------------------------------------------------------------
@@ -94,8 +118,10 @@ USER_KIND = "user"
 CUT_REASONS = {
     "token_budget": ("the research token budget ran out", "chat.research_token_budget"),
     "time_budget": ("the research time budget ran out", "chat.research_time_budget"),
-    "section_limit": ("this reply reached its limit of sections analyzed",
-                      "chat.analysis_context (larger sections; the context chat.n_ctx must allow them)"),
+    "section_limit": (
+        "this reply reached its limit of sections analyzed",
+        "chat.analysis_context (larger sections; the context chat.n_ctx must allow them)",
+    ),
 }
 
 WORKER_SYSTEM_PROMPT = (
@@ -130,8 +156,7 @@ class Budget(Protocol):
     estimate of what will be read.
     """
 
-    def reserve(self, model: Model, messages: Sequence[Message], tools: Sequence[ToolSpec],
-                max_tokens: int) -> Any: ...
+    def reserve(self, model: Model, messages: Sequence[Message], tools: Sequence[ToolSpec], max_tokens: int) -> Any: ...
 
     def settle(self, reservation: Any, completion: Completion | None) -> Any: ...
 
@@ -200,8 +225,16 @@ def _cut(text: str, start: int, max_chars: int) -> int:
 
 # -- worker requests ---------------------------------------------------------------------------------
 def worker_messages(
-    *, question: str, notes: str, text: str, number: int, count: int, start: int, end: int,
-    label: str, total: int,
+    *,
+    question: str,
+    notes: str,
+    text: str,
+    number: int,
+    count: int,
+    start: int,
+    end: int,
+    label: str,
+    total: int,
 ) -> list[Message]:
     """One worker request: the note-taking instruction, then one user message holding the
     question, the worker's notes so far and the section with its number and character range."""
@@ -226,7 +259,12 @@ def _placeholder_notes(model: Model) -> str:
 
 
 def plan_sections(
-    model: Model, text: str, *, question: str, label: str, worker_context: int,
+    model: Model,
+    text: str,
+    *,
+    question: str,
+    label: str,
+    worker_context: int,
 ) -> list[tuple[int, int]]:
     """Sections of ``text`` sized so every worker prompt, with notes at their largest and
     ``NOTES_MAX_TOKENS`` of output, fits ``worker_context`` tokens (see ``_plan``)."""
@@ -234,7 +272,12 @@ def plan_sections(
 
 
 def _plan(
-    model: Model, text: str, *, question: str, label: str, worker_context: int,
+    model: Model,
+    text: str,
+    *,
+    question: str,
+    label: str,
+    worker_context: int,
 ) -> tuple[list[tuple[int, int]], list[int]]:
     """The sections of ``plan_sections`` and each one's measured worker prompt (notes at their largest).
 
@@ -248,8 +291,16 @@ def _plan(
 
     def measure(start: int, end: int, number: int) -> int:
         messages = worker_messages(
-            question=question, notes=notes, text=text[start:end], number=number,
-            count=max(number, MAX_SECTIONS), start=start, end=end, label=label, total=len(text))
+            question=question,
+            notes=notes,
+            text=text[start:end],
+            number=number,
+            count=max(number, MAX_SECTIONS),
+            start=start,
+            end=end,
+            label=label,
+            total=len(text),
+        )
         return model.count_prompt(messages)
 
     fixed = measure(0, 0, 1)
@@ -258,7 +309,8 @@ def _plan(
         raise AnalysisError(
             f"section analysis stopped: the note-taking instructions, question and notes take "
             f"{fixed} tokens, leaving no room for a section in the {worker_context}-token worker "
-            f"context beside {NOTES_MAX_TOKENS} output tokens; no section was analyzed")
+            f"context beside {NOTES_MAX_TOKENS} output tokens; no section was analyzed"
+        )
     chars_per_token = 4.0  # optimistic first guess; corrected by every measurement
     ranges: list[tuple[int, int]] = []
     prompts: list[int] = []
@@ -275,7 +327,8 @@ def _plan(
                 raise AnalysisError(
                     f"section analysis stopped: the {worker_context}-token worker context has no "
                     f"room for a section of {MIN_SECTION_CHARS} characters beside the instructions, "
-                    f"notes and {NOTES_MAX_TOKENS} output tokens; no section was analyzed")
+                    f"notes and {NOTES_MAX_TOKENS} output tokens; no section was analyzed"
+                )
             max_chars = max(MIN_SECTION_CHARS, min(max_chars - 1, int(available * chars_per_token * 0.95)))
         ranges.append((start, end))
         prompts.append(used)
@@ -337,9 +390,11 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True):
             return ""
         reason, setting = CUT_REASONS[self.cut]
         where = "your message" if self.kind == USER_KIND else f"the {self.label}"
-        return (f"Characters {self.read_to:,}–{self.total_chars:,} of {where} "
-                f"({self.total_chars:,} characters) were not read: {reason} after {len(self.sections)} of "
-                f"{self.needed} sections. Raising {setting} would let them be read.")
+        return (
+            f"Characters {self.read_to:,}–{self.total_chars:,} of {where} "
+            f"({self.total_chars:,} characters) were not read: {reason} after {len(self.sections)} of "
+            f"{self.needed} sections. Raising {setting} would let them be read."
+        )
 
     def coordinator_text(self, *, reread: bool = True) -> str:
         """What the coordinator sees instead of the original.
@@ -353,32 +408,39 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True):
             header = (
                 f"[Section analysis] {phrase[0].upper()}{phrase[1:]} was too long to show whole: "
                 f"{self.total_chars} characters, read in {len(self.sections)} overlapping sections by "
-                f"{workers}, whose notes follow.")
+                f"{workers}, whose notes follow."
+            )
         else:
             header = (
                 f"[Section analysis] {phrase[0].upper()}{phrase[1:]} was too long to show whole: "
                 f"{self.total_chars} characters, of which only characters 0–{self.read_to} were read, in "
                 f"{len(self.sections)} of the {self.needed} sections it needs, by {workers}, whose notes "
                 f"follow. Characters {self.read_to}–{self.total_chars} were NOT read "
-                f"({CUT_REASONS[self.cut][0]}): say so in the answer.")
+                f"({CUT_REASONS[self.cut][0]}): say so in the answer."
+            )
         if reread:
             header += (
-                f" The original is kept as source id \"{self.source_id}\": reread exact "
-                f"characters with read_chat_section(source_id=\"{self.source_id}\", start, length), at "
+                f' The original is kept as source id "{self.source_id}": reread exact '
+                f'characters with read_chat_section(source_id="{self.source_id}", start, length), at '
                 f"most {READ_MAX_CHARS} characters per read. Notes can miss or misstate details; "
-                "reread the exact range before relying on one.")
+                "reread the exact range before relying on one."
+            )
         else:
             header += " Notes can miss or misstate details."
         lines = [header]
         if self.head:
             lines += ["", f"Beginning of the message (characters 0–{len(self.head)}):", self.head]
         if self.tail:
-            lines += ["", f"End of the message (characters {self.total_chars - len(self.tail)}–"
-                          f"{self.total_chars}):", self.tail]
+            lines += [
+                "",
+                f"End of the message (characters {self.total_chars - len(self.tail)}–{self.total_chars}):",
+                self.tail,
+            ]
         for worker in self.workers:
             covered = ", ".join(
                 f"{number} ({self.sections[number - 1][0]}–{self.sections[number - 1][1]})"
-                for number in worker.sections)
+                for number in worker.sections
+            )
             label = "section" if len(worker.sections) == 1 else "sections"
             lines += ["", f"Notes of worker {worker.worker} on {label} {covered}:", worker.notes]
         return "\n".join(lines)
@@ -424,13 +486,15 @@ async def analyze(
     if len(source) > MAX_SOURCE_CHARS:
         raise AnalysisError(
             f"section analysis stopped: the {label} is {len(source):,} characters, more than the "
-            f"{MAX_SOURCE_CHARS:,} allowed; no section was analyzed")
+            f"{MAX_SOURCE_CHARS:,} allowed; no section was analyzed"
+        )
     head, tail = _excerpts(source) if kind == USER_KIND else ("", "")
     worker_question = _bounded(source if kind == USER_KIND else question)
     context = min(worker_context, model.n_ctx)
     # Tokenizing up to a million characters is blocking work: keep it off the event loop.
     ranges, prompts = await anyio.to_thread.run_sync(
-        lambda: _plan(model, source, question=worker_question, label=label, worker_context=context))
+        lambda: _plan(model, source, question=worker_question, label=label, worker_context=context)
+    )
     room = sections.room()
     to_read = min(len(ranges), room)
     _announce(events, label, ranges, prompts, to_read, budget, len(source))
@@ -448,15 +512,24 @@ async def analyze(
             break
         events.progress(f"Analyzing section {number} of {len(ranges)}", 100 * index // len(ranges))
         messages = worker_messages(
-            question=worker_question, notes=notes[worker], text=source[start:end], number=number,
-            count=len(ranges), start=start, end=end, label=label, total=len(source))
+            question=worker_question,
+            notes=notes[worker],
+            text=source[start:end],
+            number=number,
+            count=len(ranges),
+            start=start,
+            end=end,
+            label=label,
+            total=len(source),
+        )
         stopped = f"section analysis of the {label} stopped at section {number} of {len(ranges)}"
         coverage = _coverage(ranges, index, len(source))
         prompt_tokens = model.count_prompt(messages)
         if prompt_tokens + NOTES_MAX_TOKENS > context:
             raise AnalysisError(
                 f"{stopped}: its prompt of {prompt_tokens} tokens plus {NOTES_MAX_TOKENS} output "
-                f"tokens exceeds the {context}-token worker context; {coverage}")
+                f"tokens exceeds the {context}-token worker context; {coverage}"
+            )
         timeout = min(WORKER_TIMEOUT_S, left)
         try:
             completion = await _run_worker(model, messages, budget, timeout)
@@ -473,7 +546,8 @@ async def analyze(
                 break
             raise AnalysisError(
                 f"{stopped}: worker {worker + 1} did not finish within the {WORKER_TIMEOUT_S:g}-second "
-                f"limit; {coverage}")
+                f"limit; {coverage}"
+            )
         rewritten = completion.text.strip()
         if not rewritten:
             raise AnalysisError(f"{stopped}: worker {worker + 1} returned empty notes; {coverage}")
@@ -484,11 +558,20 @@ async def analyze(
 
     read = sum(len(numbers) for numbers in covered)
     return Analysis(
-        source_id=source_id, kind=kind, label=label, total_chars=len(source),
+        source_id=source_id,
+        kind=kind,
+        label=label,
+        total_chars=len(source),
         sections=tuple(ranges[:read]),
-        workers=tuple(WorkerNotes(worker=index + 1, sections=tuple(covered[index]), notes=notes[index])
-                      for index in range(workers) if covered[index]),
-        head=head, tail=tail, planned=len(ranges), cut=cut,
+        workers=tuple(
+            WorkerNotes(worker=index + 1, sections=tuple(covered[index]), notes=notes[index])
+            for index in range(workers)
+            if covered[index]
+        ),
+        head=head,
+        tail=tail,
+        planned=len(ranges),
+        cut=cut,
     )
 
 
@@ -506,8 +589,15 @@ def _affordable(prompts: Sequence[int], count: int, remaining: int) -> int:
     return count
 
 
-def _announce(events: ReplyEvents, label: str, ranges: Sequence[tuple[int, int]], prompts: Sequence[int],
-              to_read: int, budget: Budget | None, total: int) -> None:
+def _announce(
+    events: ReplyEvents,
+    label: str,
+    ranges: Sequence[tuple[int, int]],
+    prompts: Sequence[int],
+    to_read: int,
+    budget: Budget | None,
+    total: int,
+) -> None:
     """Before any worker runs: say what the section limit or the token budget will leave unread."""
     remaining, budget_total = getattr(budget, "remaining", None), getattr(budget, "total", None)
     affordable = to_read
@@ -516,28 +606,31 @@ def _announce(events: ReplyEvents, label: str, ranges: Sequence[tuple[int, int]]
     if affordable == len(ranges):
         return
     covered = ranges[affordable - 1][1] if affordable else 0
-    if affordable < to_read:
+    if affordable < to_read and isinstance(remaining, int) and isinstance(budget_total, int):
         spent = budget_total - remaining
         needed = spent + sum(prompts) + NOTES_MAX_TOKENS * len(ranges)
         needed = -(-needed // 1024) * 1024  # a round figure to set
-        why = (f"the research token budget ({budget_total:,} tokens, {remaining:,} left) covers about "
-               f"{affordable}; chat.research_token_budget = {needed:,} would cover all of it")
+        why = (
+            f"the research token budget ({budget_total:,} tokens, {remaining:,} left) covers about "
+            f"{affordable}; chat.research_token_budget = {needed:,} would cover all of it"
+        )
     else:
-        why = (f"this reply may analyze {to_read} more; a larger chat.analysis_context (larger sections, "
-               "within chat.n_ctx) would cover more")
-    events.progress(f"The {label} needs {len(ranges)} sections: {why}. Characters {covered:,}–{total:,} "
-                    "will not be read.")
+        why = (
+            f"this reply may analyze {to_read} more; a larger chat.analysis_context (larger sections, "
+            "within chat.n_ctx) would cover more"
+        )
+    events.progress(
+        f"The {label} needs {len(ranges)} sections: {why}. Characters {covered:,}–{total:,} will not be read."
+    )
 
 
-async def _run_worker(model: Model, messages: list[Message], budget: Budget | None,
-                      timeout: float) -> Completion:
+async def _run_worker(model: Model, messages: list[Message], budget: Budget | None, timeout: float) -> Completion:
     """One worker request under the budget: reserve before, settle after (with no output on failure)."""
     reservation = None
     if budget is not None:
         reservation = await _resolve(budget.reserve(model, messages, (), NOTES_MAX_TOKENS))
     try:
-        completion = await model.complete(
-            messages, (), max_tokens=NOTES_MAX_TOKENS, timeout=timeout)
+        completion = await model.complete(messages, (), max_tokens=NOTES_MAX_TOKENS, timeout=timeout)
     except BaseException:
         if budget is not None:
             # Settle even while being cancelled: the reservation must not leak.
@@ -571,8 +664,7 @@ def _coverage(ranges: Sequence[tuple[int, int]], done: int, total: int) -> str:
     """How far coverage got before section ``done`` (0-based) could not be completed."""
     if done == 0:
         return f"no section of the {len(ranges)} was analyzed"
-    return (f"sections 1–{done} of {len(ranges)} were analyzed (characters 0–{ranges[done - 1][1]} "
-            f"of {total})")
+    return f"sections 1–{done} of {len(ranges)} were analyzed (characters 0–{ranges[done - 1][1]} of {total})"
 
 
 # -- originals: per reply, and recent replies --------------------------------------------------------
@@ -618,13 +710,13 @@ class ReplySections:
         if start >= size:
             raise SectionError(
                 f"start {start} is past the end of the {original.label}, which has {size} characters "
-                f"(the last start is {size - 1})")
+                f"(the last start is {size - 1})"
+            )
         if length <= 0:
             raise SectionError(f"length must be at least 1, not {length}")
         if length > READ_MAX_CHARS:
-            raise SectionError(
-                f"length {length} is too long: at most {READ_MAX_CHARS} characters per read")
-        return original.text[start:start + length]
+            raise SectionError(f"length {length} is too long: at most {READ_MAX_CHARS} characters per read")
+        return original.text[start : start + length]
 
     def room(self) -> int:
         """Sections this reply may still analyze (limit MAX_SECTIONS, all analyses together)."""
@@ -675,8 +767,8 @@ class SectionArchive:
             return sections
         if reply_id in self._expired:
             raise SectionError(
-                f"reply {reply_id!r} has expired: only the sources of the last {self.max_replies} "
-                "replies are kept")
+                f"reply {reply_id!r} has expired: only the sources of the last {self.max_replies} replies are kept"
+            )
         raise SectionError(f"unknown reply id {reply_id!r}: no reply with that id analyzed a source")
 
     def read(self, reply_id: str, source_id: str, start: int, length: int) -> str:
@@ -700,8 +792,9 @@ class SectionArchive:
 class ReadChatSectionArguments(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     source_id: Annotated[str, msgspec.Meta(description="The source id named in the analysis notes.")]
     start: Annotated[int, msgspec.Meta(ge=0, description="First character to read (0-based).")]
-    length: Annotated[int, msgspec.Meta(ge=1, le=READ_MAX_CHARS,
-                                        description=f"How many characters to read, 1 to {READ_MAX_CHARS}.")]
+    length: Annotated[
+        int, msgspec.Meta(ge=1, le=READ_MAX_CHARS, description=f"How many characters to read, 1 to {READ_MAX_CHARS}.")
+    ]
 
 
 READ_CHAT_SECTION_SPEC = tool_spec(
@@ -754,8 +847,10 @@ def clip_tool_result(text: str) -> str:
     """The prior behaviour (analysis off): the first CLIP_CHARS characters, saying it was clipped."""
     if len(text) <= CLIP_CHARS:
         return text
-    return (f"{text[:CLIP_CHARS]}\n[clipped: showing the first {CLIP_CHARS} of {len(text)} characters; "
-            "section analysis is off]")
+    return (
+        f"{text[:CLIP_CHARS]}\n[clipped: showing the first {CLIP_CHARS} of {len(text)} characters; "
+        "section analysis is off]"
+    )
 
 
 def prepare_tool_result(text: str, *, workers: int, fits: Callable[[str], bool]) -> str | None:

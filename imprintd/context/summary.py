@@ -96,20 +96,21 @@ def should_attempt(state: StoredSummary | None, message_count: int) -> bool:
     return state is None or state.retry_at is None or message_count >= state.retry_at
 
 
-def conversation_text(messages: Sequence[Message], summary: StoredSummary | None,
-                      question: Message | None = None) -> list[Message]:
+def conversation_text(
+    messages: Sequence[Message], summary: StoredSummary | None, question: Message | None = None
+) -> list[Message]:
     """The user's and assistant's messages after what the summary covers, without tool exchanges."""
     covered = covered_through(summary)
     return [
-        m for m in _uncovered(messages, covered, question)
-        if m.role in ("user", "assistant") and not m.is_tool_exchange
+        m for m in _uncovered(messages, covered, question) if m.role in ("user", "assistant") and not m.is_tool_exchange
     ]
 
 
 def _uncovered(messages: Sequence[Message], covered: int, question: Message | None) -> list[Message]:
     asked = question.seq if question is not None else None
     return [
-        m for m in messages
+        m
+        for m in messages
         if m.role != "system" and (m.seq is None or m.seq > covered) and (asked is None or m.seq != asked)
     ]
 
@@ -128,9 +129,16 @@ def exchanges(messages: Sequence[Message]) -> list[list[Message]]:
 # --- does it fit, and what to cover ----------------------------------------------------------
 
 
-def conversation_fits(model: Model, *, system: Message, summary: StoredSummary | None,
-                      messages: Sequence[Message], question: Message, tools: Sequence[ToolSpec],
-                      max_tokens: int) -> bool:
+def conversation_fits(
+    model: Model,
+    *,
+    system: Message,
+    summary: StoredSummary | None,
+    messages: Sequence[Message],
+    question: Message,
+    tools: Sequence[ToolSpec],
+    max_tokens: int,
+) -> bool:
     """Does the conversation's own text fit beside the current summary block in ``model.n_ctx``?
 
     ``system`` may already hold the summary block (as the reply builds it); if it does not,
@@ -140,9 +148,16 @@ def conversation_fits(model: Model, *, system: Message, summary: StoredSummary |
     return model.count_prompt(prompt, tools) + max_tokens <= model.n_ctx
 
 
-def plan_coverage(model: Model, *, system: Message, summary: StoredSummary | None,
-                  messages: Sequence[Message], question: Message, tools: Sequence[ToolSpec],
-                  max_tokens: int) -> list[Message] | None:
+def plan_coverage(
+    model: Model,
+    *,
+    system: Message,
+    summary: StoredSummary | None,
+    messages: Sequence[Message],
+    question: Message,
+    tools: Sequence[ToolSpec],
+    max_tokens: int,
+) -> list[Message] | None:
     """The messages the summary should newly cover, in order; None while the text fits.
 
     Covers the oldest uncovered exchanges, whole (tool exchanges included), until the newest
@@ -150,14 +165,23 @@ def plan_coverage(model: Model, *, system: Message, summary: StoredSummary | Non
     room = n_ctx − max_tokens − system − tools − question − 900. Always at least one
     exchange when the text does not fit; an empty list when there is nothing left to cover.
     """
-    if conversation_fits(model, system=system, summary=summary, messages=messages, question=question,
-                         tools=tools, max_tokens=max_tokens):
+    if conversation_fits(
+        model, system=system, summary=summary, messages=messages, question=question, tools=tools, max_tokens=max_tokens
+    ):
         return None
     groups = exchanges(_uncovered(messages, covered_through(summary), question))
     if not groups:
         return []
-    half = headroom(model, system=_without_block(system, summary, messages), question=question, tools=tools,
-                    max_tokens=max_tokens) // 2
+    half = (
+        headroom(
+            model,
+            system=_without_block(system, summary, messages),
+            question=question,
+            tools=tools,
+            max_tokens=max_tokens,
+        )
+        // 2
+    )
     costs = [_text_cost(model, group) for group in groups]
     cover = 1
     remaining = sum(costs[1:])
@@ -167,8 +191,7 @@ def plan_coverage(model: Model, *, system: Message, summary: StoredSummary | Non
     return [m for group in groups[:cover] for m in group]
 
 
-def headroom(model: Model, *, system: Message, question: Message, tools: Sequence[ToolSpec],
-             max_tokens: int) -> int:
+def headroom(model: Model, *, system: Message, question: Message, tools: Sequence[ToolSpec], max_tokens: int) -> int:
     """Room for the conversation's text beside a full-size summary (may be negative)."""
     return model.n_ctx - max_tokens - model.count_prompt([system, question], tools) - SUMMARY_RESERVE_TOKENS
 
@@ -202,9 +225,13 @@ def _block_for(summary: StoredSummary | None, messages: Sequence[Message]) -> st
 # --- the summarizer's request ----------------------------------------------------------------
 
 
-def summarizer_request(summary_so_far: str, to_cover: Sequence[Message], *,
-                       clip_chars: tuple[int, int] = CLIP_LEVELS[0],
-                       context: Sequence[Message] = ()) -> list[Message]:
+def summarizer_request(
+    summary_so_far: str,
+    to_cover: Sequence[Message],
+    *,
+    clip_chars: tuple[int, int] = CLIP_LEVELS[0],
+    context: Sequence[Message] = (),
+) -> list[Message]:
     """The request that asks for one bullet per newly covered exchange, everything redacted.
 
     ``context`` may hold earlier messages, to name tool results whose call is not covered.
@@ -219,7 +246,7 @@ def summarizer_request(summary_so_far: str, to_cover: Sequence[Message], *,
     content = (
         f"Summary so far:\n{so_far}\n\n"
         f"Messages #{first} to #{last}:\n\n{transcript}\n\n"
-        f"Write one bullet per exchange from #{first} to #{last}, in order, each starting with \"- \" "
+        f'Write one bullet per exchange from #{first} to #{last}, in order, each starting with "- " '
         "and citing its message numbers like (#12), in this form:\n"
         f"{EXAMPLE}\n"
         "Write only the new bullets."
@@ -227,8 +254,9 @@ def summarizer_request(summary_so_far: str, to_cover: Sequence[Message], *,
     return [Message(role="system", content=SUMMARIZER_SYSTEM), Message(role="user", content=redact(content))]
 
 
-def fit_summarizer_request(model: Model, summary_so_far: str, to_cover: Sequence[Message], *,
-                           context: Sequence[Message] = ()) -> list[Message] | None:
+def fit_summarizer_request(
+    model: Model, summary_so_far: str, to_cover: Sequence[Message], *, context: Sequence[Message] = ()
+) -> list[Message] | None:
     """The least clipped request that fits the model with its output; None if none does."""
     for clip in CLIP_LEVELS:
         request = summarizer_request(summary_so_far, to_cover, clip_chars=clip, context=context)
@@ -256,7 +284,7 @@ def clip(text: str, head: int, tail: int) -> str:
     if len(text) <= head + tail + marker_room:
         return text
     omitted = len(text) - head - tail
-    return f"{text[:head]}\n[… {omitted:,} characters omitted …]\n{text[len(text) - tail:]}"
+    return f"{text[:head]}\n[… {omitted:,} characters omitted …]\n{text[len(text) - tail :]}"
 
 
 # --- the summary text ------------------------------------------------------------------------
@@ -297,8 +325,9 @@ def covered_material(messages: Sequence[Message]) -> list[str]:
             continue
         if message.role == "user" and len(message.content) > LONG_PASTE_CHARS:
             first = _first_line(message.content)
-            items.append(f"#{message.seq} pasted by the user ({len(message.content):,} characters), "
-                         f"beginning “{first}”")
+            items.append(
+                f"#{message.seq} pasted by the user ({len(message.content):,} characters), beginning “{first}”"
+            )
         elif message.role == "tool":
             call = calls.get(message.tool_call_id or "")
             if (call.name if call else message.name) == TOOL_NAME:
@@ -322,25 +351,33 @@ def summary_block(state: StoredSummary | None, material: Sequence[str], *, looku
     """
     if state is None or not state.text:
         return ""
-    parts = [f"{HEADING} (messages #{state.first_seq}–#{state.last_seq}, summarized; no longer shown):",
-             state.text]
+    parts = [f"{HEADING} (messages #{state.first_seq}–#{state.last_seq}, summarized; no longer shown):", state.text]
     if material:
         shown = list(material[-MATERIAL_LIMIT:])
         more = len(material) - len(shown)
         parts.append("Covered material:" + (f" (the latest {len(shown)}; {more} earlier not listed)" if more else ""))
         parts += [f"- {item}" for item in shown]
     if lookup_guidance:
-        parts.append("The exact words of these messages remain available: use conversation_history "
-                     "to search them or to read a message by its number.")
+        parts.append(
+            "The exact words of these messages remain available: use conversation_history "
+            "to search them or to read a message by its number."
+        )
     return "\n".join(parts)
 
 
 # --- writing it ----------------------------------------------------------------------------
 
 
-async def update_summary(model: Model, *, state: StoredSummary | None, messages: Sequence[Message],
-                         to_cover: Sequence[Message], message_count: int,
-                         events: ReplyEvents, timeout: float = SUMMARY_TIMEOUT_S) -> SummaryOutcome:
+async def update_summary(
+    model: Model,
+    *,
+    state: StoredSummary | None,
+    messages: Sequence[Message],
+    to_cover: Sequence[Message],
+    message_count: int,
+    events: ReplyEvents,
+    timeout: float = SUMMARY_TIMEOUT_S,
+) -> SummaryOutcome:
     """One attempt to cover ``to_cover``: one model request, new bullets appended, one event.
 
     Cancellation propagates (nothing is written). Any other failure returns the previous
@@ -359,8 +396,7 @@ async def update_summary(model: Model, *, state: StoredSummary | None, messages:
         return _failed(state, numbers, message_count, "no time left in the reply's time budget")
     with anyio.move_on_after(timeout + _DEADLINE_GRACE_S) as guard:
         try:
-            completion = await model.complete(request, (), max_tokens=SUMMARY_OUTPUT_TOKENS,
-                                              timeout=timeout)
+            completion = await model.complete(request, (), max_tokens=SUMMARY_OUTPUT_TOKENS, timeout=timeout)
         except ModelError as error:
             return _failed(state, numbers, message_count, f"the model failed: {error}")
     if guard.cancelled_caught or completion.finish_reason == "deadline":

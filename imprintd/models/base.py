@@ -70,6 +70,7 @@ class Model(Protocol):
     model_id: str
     #: The context window the prompt, tool schemas and output allowance must fit.
     n_ctx: int
+
     @property
     def native_tools(self) -> bool:
         """True when the model's own template renders tool schemas and it writes calls natively."""
@@ -108,8 +109,14 @@ class Model(Protocol):
 def report_usage(model_id: str, completion: Completion) -> Completion:
     """Log what a request cost (prompt, actually evaluated, generated) and pass it on."""
     usage = completion.usage
-    logger.info("%s: %d prompt tokens, %d evaluated, %d generated (%s)", model_id, usage.prompt_tokens,
-                usage.evaluated_tokens, usage.generated_tokens, completion.finish_reason)
+    logger.info(
+        "%s: %d prompt tokens, %d evaluated, %d generated (%s)",
+        model_id,
+        usage.prompt_tokens,
+        usage.evaluated_tokens,
+        usage.generated_tokens,
+        completion.finish_reason,
+    )
     return completion
 
 

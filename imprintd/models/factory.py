@@ -30,11 +30,13 @@ def create_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -
     environ = os.environ if environ is None else environ
     if chat.provider == "openai":
         if not chat.model:
-            raise ModelUnavailable("chat.provider is openai but chat.model is empty: "
-                                   "set chat.model to the model name the server at chat.base_url serves")
+            raise ModelUnavailable(
+                "chat.provider is openai but chat.model is empty: "
+                "set chat.model to the model name the server at chat.base_url serves"
+            )
         return RemoteModel(chat.base_url, chat.model, n_ctx=chat.n_ctx, api_key=environ.get(API_KEY_ENV) or None)
     if chat.provider != "local":
-        raise ModelUnavailable(f"chat.provider {chat.provider!r} is not known: use \"local\" or \"openai\"")
+        raise ModelUnavailable(f'chat.provider {chat.provider!r} is not known: use "local" or "openai"')
     if chat.model:
         return LocalModel(chat.model, n_ctx=chat.n_ctx)
     return LocalModel(embedded_model_path(), n_ctx=chat.n_ctx, name=EMBEDDED_NAME)

@@ -68,11 +68,20 @@ MESSAGE_CACHE_SIZE = 8192
 #: The lead-in a non-system message's count is measured after (its content does not matter).
 _LEAD_IN = Message(role="system", content="You are a helpful assistant.")
 #: A tool offered only to learn whether the template renders tools at all.
-_PROBE_TOOL = ToolSpec(name="imprint_probe_tool_5e1c", description="Probe.",
-                       parameters={"type": "object", "properties": {}})
+_PROBE_TOOL = ToolSpec(
+    name="imprint_probe_tool_5e1c", description="Probe.", parameters={"type": "object", "properties": {}}
+)
 #: End-of-turn markers of common templates; those the template uses stop generation too.
-_END_OF_TURN_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-                        "<|end_of_text|>", "</s>", "<|return|>")
+_END_OF_TURN_MARKERS = (
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "</s>",
+    "<|return|>",
+)
 
 
 def default_threads() -> tuple[int, int]:
@@ -144,7 +153,7 @@ def read_gguf_string(path: Path, key: str) -> str | None:
 
         def string_at(at: int) -> tuple[bytes, int]:
             (length,) = struct.unpack_from("<Q", data, at)
-            return data[at + 8: at + 8 + length], at + 8 + length
+            return data[at + 8 : at + 8 + length], at + 8 + length
 
         def skip_value(kind: int, at: int) -> int:
             if kind in _GGUF_SIZES:
@@ -239,8 +248,9 @@ class _Loaded:
         bos = llama._model.token_get_text(bos_id) if bos_id != -1 else ""
         eos = llama._model.token_get_text(eos_id) if eos_id != -1 else ""
         self.with_generation = Formatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=True)
-        self.without_generation = Formatter(template=template, eos_token=eos, bos_token=bos,
-                                            add_generation_prompt=False)
+        self.without_generation = Formatter(
+            template=template, eos_token=eos, bos_token=bos, add_generation_prompt=False
+        )
         self.stop_ids = self._end_of_turn_ids(template)
         self.native_tools = self._renders_tools()
         self.active: _Run | None = None
@@ -254,14 +264,14 @@ class _Loaded:
     def is_end(self, token: int) -> bool:
         return token in self.stop_ids or bool(self._lib.llama_vocab_is_eog(self._vocab, token))
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-               generation: bool) -> str:
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, generation: bool) -> str:
         formatter = self.with_generation if generation else self.without_generation
         try:
             return formatter(messages=messages, tools=tools).prompt  # type: ignore[arg-type]  # TypedDict-shaped dicts
         except Exception as error:  # jinja2 errors and the template's own raise_exception
-            raise ModelError(f"the chat template of {self.path.name} could not render the conversation: "
-                             f"{error}") from None
+            raise ModelError(
+                f"the chat template of {self.path.name} could not render the conversation: {error}"
+            ) from None
 
     def _end_of_turn_ids(self, template: str) -> set[int]:
         ids = set()
@@ -289,7 +299,7 @@ class _Loaded:
                 return
             for start in range(0, len(tokens), llama.n_batch):
                 run.check()
-                batch = tokens[start:start + llama.n_batch]
+                batch = tokens[start : start + llama.n_batch]
                 original(batch)
                 if run.in_prompt:
                     run.evaluated += len(batch)
@@ -355,8 +365,9 @@ class LocalModel:
         try:
             from llama_cpp import Llama
         except ImportError as error:
-            raise ModelUnavailable(f"llama-cpp-python is not installed ({error}); "
-                                   f"run: pip install llama-cpp-python") from None
+            raise ModelUnavailable(
+                f"llama-cpp-python is not installed ({error}); run: pip install llama-cpp-python"
+            ) from None
         extra_buffers = self._extra_buffers
         if extra_buffers is None:
             extra_buffers = not _has_amx()
@@ -383,8 +394,9 @@ class LocalModel:
         template = llama.metadata.get("tokenizer.chat_template")
         if not template:
             llama.close()
-            raise ModelUnavailable(f"the chat model {self.model_path} has no chat template "
-                                   f"(tokenizer.chat_template) in its GGUF metadata")
+            raise ModelUnavailable(
+                f"the chat model {self.model_path} has no chat template (tokenizer.chat_template) in its GGUF metadata"
+            )
         return _Loaded(llama, template, self.model_path)
 
     @property
@@ -407,8 +419,9 @@ class LocalModel:
         return self._native_tools
 
     # -- rendering ----------------------------------------------------------------------------
-    def _template_messages(self, messages: Sequence[Message], tools: Sequence[ToolSpec],
-                           native: bool) -> list[dict[str, Any]]:
+    def _template_messages(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], native: bool
+    ) -> list[dict[str, Any]]:
         out = [_template_message(m, native) for m in messages]
         if tools and not native:
             # The template cannot show tools: describe them at the end of the first system
@@ -446,7 +459,7 @@ class LocalModel:
         llama = self.load().llama
         held = llama.input_ids[: llama.n_tokens].tolist()
         common = 0
-        for before, now in zip(held, tokens):
+        for before, now in zip(held, tokens, strict=False):
             if before != now:
                 break
             common += 1
@@ -486,7 +499,7 @@ class LocalModel:
         base = loaded.render(lead, None, False) if lead else ""
         full = loaded.render(lead + [_template_message(message, native)], None, False)
         if full.startswith(base):
-            return len(loaded.tokenize(full[len(base):]))
+            return len(loaded.tokenize(full[len(base) :]))
         return max(0, len(loaded.tokenize(full)) - len(loaded.tokenize(base)))
 
     # -- generation -------------------------------------------------------------------------------
@@ -506,8 +519,10 @@ class LocalModel:
         tokens = await anyio.to_thread.run_sync(self.prompt_tokens, messages, tools)
         prompt_tokens = len(tokens)
         if prompt_tokens + max_tokens > self.n_ctx:
-            raise ModelError(f"prompt of {prompt_tokens} tokens plus {max_tokens} output tokens "
-                             f"exceeds the {self.n_ctx}-token context")
+            raise ModelError(
+                f"prompt of {prompt_tokens} tokens plus {max_tokens} output tokens "
+                f"exceeds the {self.n_ctx}-token context"
+            )
         mode: Mode = "native" if loaded.native_tools else "json"
         lock = inference_lock()
         acquired = False
@@ -527,18 +542,30 @@ class LocalModel:
         elif result.parsed.calls:
             finish = "tool_calls"
         deadline_hit = finish == "deadline"
-        return report_usage(self.model_id, Completion(
-            text=result.parsed.text,
-            tool_calls=() if deadline_hit else result.parsed.calls,
-            tool_call_error=None if deadline_hit else result.parsed.error,
-            finish_reason=finish,
-            wrote_tool_call=result.parsed.wrote_call,
-            usage=Usage(prompt_tokens=prompt_tokens, evaluated_tokens=result.evaluated,
-                        generated_tokens=result.generated),
-        ))
+        return report_usage(
+            self.model_id,
+            Completion(
+                text=result.parsed.text,
+                tool_calls=() if deadline_hit else result.parsed.calls,
+                tool_call_error=None if deadline_hit else result.parsed.error,
+                finish_reason=finish,
+                wrote_tool_call=result.parsed.wrote_call,
+                usage=Usage(
+                    prompt_tokens=prompt_tokens, evaluated_tokens=result.evaluated, generated_tokens=result.generated
+                ),
+            ),
+        )
 
-    async def _run_worker(self, loaded: _Loaded, run: _Run, tokens: list[int], tools: Sequence[ToolSpec],
-                          mode: Mode, max_tokens: int, on_text: TextCallback | None) -> _Result:
+    async def _run_worker(
+        self,
+        loaded: _Loaded,
+        run: _Run,
+        tokens: list[int],
+        tools: Sequence[ToolSpec],
+        mode: Mode,
+        max_tokens: int,
+        on_text: TextCallback | None,
+    ) -> _Result:
         def deliver(piece: str) -> None:
             # Runs on the event-loop thread; after a cancel nothing more reaches the caller.
             if on_text is not None and not run.stop.is_set():
@@ -567,8 +594,16 @@ class LocalModel:
             # What llama-cpp-python raises when a decode fails (out of context, memory, ...).
             raise ModelError(f"llama.cpp failed while generating: {error}") from error
 
-    def _generate(self, loaded: _Loaded, run: _Run, tokens: list[int], tools: Sequence[ToolSpec],
-                  mode: Mode, max_tokens: int, emit: Callable[[str], None]) -> _Result:
+    def _generate(
+        self,
+        loaded: _Loaded,
+        run: _Run,
+        tokens: list[int],
+        tools: Sequence[ToolSpec],
+        mode: Mode,
+        max_tokens: int,
+        emit: Callable[[str], None],
+    ) -> _Result:
         """The worker: evaluate the prompt, then sample token by token until a stop."""
         llama = loaded.llama
         visible = VisibleTextFilter(tools, mode)
@@ -577,8 +612,13 @@ class LocalModel:
         finish = "stop"
         with loaded.generation_lock:  # llama.cpp state is single-threaded whatever the event loop
             loaded.active = run
-            stream = llama.generate(tokens, temp=self._temperature, top_k=1 if self._temperature == 0 else 40,
-                                    repeat_penalty=1.0, reset=True)
+            stream = llama.generate(
+                tokens,
+                temp=self._temperature,
+                top_k=1 if self._temperature == 0 else 40,
+                repeat_penalty=1.0,
+                reset=True,
+            )
             try:
                 while True:
                     run.check()  # before producing the next token: cancel and deadline
@@ -603,8 +643,7 @@ class LocalModel:
         rest = tail + last
         if rest and finish != "cancelled":
             emit(rest)
-        self.last_usage = Usage(prompt_tokens=len(tokens), evaluated_tokens=run.evaluated,
-                                generated_tokens=generated)
+        self.last_usage = Usage(prompt_tokens=len(tokens), evaluated_tokens=run.evaluated, generated_tokens=generated)
         return _Result(parsed=parsed, finish=finish, evaluated=run.evaluated, generated=generated)
 
 
@@ -618,9 +657,10 @@ def _template_message(message: Message, native: bool) -> dict[str, Any]:
     if native:
         out: dict[str, Any] = {"role": message.role, "content": message.content}
         if message.tool_calls:
-            out["tool_calls"] = [{"id": c.id, "type": "function",
-                                  "function": {"name": c.name, "arguments": c.arguments}}
-                                 for c in message.tool_calls]
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in message.tool_calls
+            ]
         if message.role == "tool":
             out["tool_call_id"] = message.tool_call_id or ""
             out["name"] = message.name or ""

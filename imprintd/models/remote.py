@@ -72,8 +72,11 @@ def to_openai_message(message: Message) -> dict[str, Any]:
     out: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
         out["tool_calls"] = [
-            {"id": call.id, "type": "function",
-             "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)},
+            }
             for call in message.tool_calls
         ]
     if message.role == "tool":
@@ -128,8 +131,9 @@ def parse_chunk(data: str) -> _Chunk:
             wellformed.check(raw, "chunk")
         return msgspec.convert(raw, _Chunk)
     except (wellformed.Malformed, msgspec.ValidationError) as error:
-        raise ModelError(f"the server sent a malformed stream chunk ({_chunk_problem(error)}): "
-                         f"{data[:120]!r}") from None
+        raise ModelError(
+            f"the server sent a malformed stream chunk ({_chunk_problem(error)}): {data[:120]!r}"
+        ) from None
 
 
 def _chunk_problem(error: Exception) -> str:
@@ -168,7 +172,7 @@ class _SecretMask:
             return piece
         text = mask(self.pending + piece, self.secret)
         keep = _longest_prefix_suffix(text, self.secret)
-        self.pending = text[len(text) - keep:] if keep else ""
+        self.pending = text[len(text) - keep :] if keep else ""
         return text[: len(text) - keep]
 
     def finish(self) -> str:
@@ -248,14 +252,18 @@ class _Stream:
             partial = self.calls[index]
             ident = partial.id or new_call_id()
             arguments = mask("".join(partial.arguments), self.secret.secret)
-            result = call_from_object({"name": partial.name, "arguments": arguments}, names, lambda: ident)
+            result = call_from_object({"name": partial.name, "arguments": arguments}, names, lambda: ident)  # noqa: B023 (used before the loop moves on)
             if isinstance(result, str):
                 errors.append(result)
             else:
                 calls.append(result)
         calls.extend(from_text.calls)
-        return ParsedOutput(text="".join(self.shown), calls=tuple(calls),
-                            error="; ".join(errors) if errors else None, wrote_call=from_text.wrote_call)
+        return ParsedOutput(
+            text="".join(self.shown),
+            calls=tuple(calls),
+            error="; ".join(errors) if errors else None,
+            wrote_call=from_text.wrote_call,
+        )
 
 
 class RemoteModel:
@@ -301,17 +309,21 @@ class RemoteModel:
         return estimate_tokens(text)
 
     def count_message(self, message: Message) -> int:
-        calls = "".join(json.dumps({"name": c.name, "arguments": c.arguments}, ensure_ascii=False)
-                        for c in message.tool_calls)
-        return (MESSAGE_OVERHEAD + estimate_tokens(message.content) + estimate_tokens(calls)
-                + estimate_tokens(message.name or ""))
+        calls = "".join(
+            json.dumps({"name": c.name, "arguments": c.arguments}, ensure_ascii=False) for c in message.tool_calls
+        )
+        return (
+            MESSAGE_OVERHEAD
+            + estimate_tokens(message.content)
+            + estimate_tokens(calls)
+            + estimate_tokens(message.name or "")
+        )
 
     def count_tool(self, tool: ToolSpec) -> int:
         return estimate_tokens(json.dumps(tool.as_openai(), ensure_ascii=False))
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
-        return (PROMPT_OVERHEAD + sum(self.count_tool(t) for t in tools)
-                + sum(self.count_message(m) for m in messages))
+        return PROMPT_OVERHEAD + sum(self.count_tool(t) for t in tools) + sum(self.count_message(m) for m in messages)
 
     # -- generation -------------------------------------------------------------------------
     def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec], max_tokens: int) -> dict[str, Any]:
@@ -351,8 +363,7 @@ class RemoteModel:
                 f"prompt of about {prompt_tokens} tokens plus {max_tokens} output tokens "
                 f"exceeds the {self.n_ctx}-token context (chat.n_ctx)"
             )
-        stream = _Stream(filter=VisibleTextFilter(tools, "native"), on_text=on_text,
-                         secret=_SecretMask(self._api_key))
+        stream = _Stream(filter=VisibleTextFilter(tools, "native"), on_text=on_text, secret=_SecretMask(self._api_key))
         body = self.request_body(messages, tools, max_tokens)
         with anyio.move_on_after(timeout):
             async with inference_lock():
@@ -360,23 +371,35 @@ class RemoteModel:
             return self._completion(stream, tools, prompt_tokens)
         # The deadline passed: keep what was written (ADR semantics of the base protocol).
         parsed = stream.parsed(tools)
-        return report_usage(self.model_id, Completion(text=parsed.text, finish_reason="deadline",
-                                                      wrote_tool_call=parsed.wrote_call,
-                                                      usage=self._usage(stream, prompt_tokens, parsed)))
+        return report_usage(
+            self.model_id,
+            Completion(
+                text=parsed.text,
+                finish_reason="deadline",
+                wrote_tool_call=parsed.wrote_call,
+                usage=self._usage(stream, prompt_tokens, parsed),
+            ),
+        )
 
     def _completion(self, stream: _Stream, tools: Sequence[ToolSpec], prompt_tokens: int) -> Completion:
         parsed = stream.parsed(tools)
         finish: FinishReason = "length" if stream.finish == "length" else "stop"
         if parsed.calls and finish == "stop":
             finish = "tool_calls"
-        completion = Completion(text=parsed.text, tool_calls=parsed.calls, finish_reason=finish,
-                                tool_call_error=parsed.error, wrote_tool_call=parsed.wrote_call,
-                                usage=self._usage(stream, prompt_tokens, parsed))
+        completion = Completion(
+            text=parsed.text,
+            tool_calls=parsed.calls,
+            finish_reason=finish,
+            tool_call_error=parsed.error,
+            wrote_tool_call=parsed.wrote_call,
+            usage=self._usage(stream, prompt_tokens, parsed),
+        )
         return report_usage(self.model_id, completion)
 
     def _usage(self, stream: _Stream, prompt_tokens: int, parsed: ParsedOutput) -> Usage:
         generated = estimate_tokens("".join(stream.raw)) + sum(
-            estimate_tokens(call.name) + estimate_tokens("".join(call.arguments)) for call in stream.calls.values())
+            estimate_tokens(call.name) + estimate_tokens("".join(call.arguments)) for call in stream.calls.values()
+        )
         evaluated = prompt_tokens
         usage = stream.server_usage or {}
         if isinstance(usage.get("prompt_tokens"), int):
@@ -397,8 +420,9 @@ class RemoteModel:
             raise
 
     async def _stream_unmasked(self, body: dict[str, Any], stream: _Stream) -> None:
-        timeout = httpx.Timeout(connect=self._connect_timeout, read=self._read_timeout,
-                                write=self._read_timeout, pool=self._connect_timeout)
+        timeout = httpx.Timeout(
+            connect=self._connect_timeout, read=self._read_timeout, write=self._read_timeout, pool=self._connect_timeout
+        )
         started = time.monotonic()
         try:
             async with httpx.AsyncClient(timeout=timeout) as client:
@@ -408,10 +432,15 @@ class RemoteModel:
                         raise ModelError(self._status_message(response))
                     await self._read_events(response, stream)
         except httpx.TimeoutException as error:
-            waited = self._connect_timeout if isinstance(error, (httpx.ConnectTimeout, httpx.PoolTimeout)) \
+            waited = (
+                self._connect_timeout
+                if isinstance(error, (httpx.ConnectTimeout, httpx.PoolTimeout))
                 else self._read_timeout
-            raise ModelError(f"no answer within {waited:g} s from the model server at {self.base_url} "
-                             f"(after {time.monotonic() - started:.1f} s)") from None
+            )
+            raise ModelError(
+                f"no answer within {waited:g} s from the model server at {self.base_url} "
+                f"(after {time.monotonic() - started:.1f} s)"
+            ) from None
         except httpx.ConnectError as error:
             raise ModelError(self._connect_message(error)) from None
         except (httpx.RemoteProtocolError, httpx.ReadError) as error:
@@ -440,8 +469,7 @@ class RemoteModel:
         if status == 403:
             return f"the server answered 403 Forbidden: check {API_KEY_ENV} and access to model {self.model!r}{suffix}"
         if status == 404:
-            return (f"model {self.model!r} was not found (404) at {self.url}{suffix}; "
-                    f"check chat.model and chat.base_url")
+            return f"model {self.model!r} was not found (404) at {self.url}{suffix}; check chat.model and chat.base_url"
         if status == 429:
             retry = response.headers.get("retry-after")
             wait = f"; retry after {retry} s" if retry else ""
@@ -452,13 +480,14 @@ class RemoteModel:
 
     def _connect_message(self, error: httpx.ConnectError) -> str:
         causes = _causes(error)
-        if any(isinstance(c, socket.gaierror) for c in causes) or _mentions(error, "name or service not known",
-                                                                             "name resolution", "nodename nor servname",
-                                                                             "getaddrinfo"):
+        if any(isinstance(c, socket.gaierror) for c in causes) or _mentions(
+            error, "name or service not known", "name resolution", "nodename nor servname", "getaddrinfo"
+        ):
             host = httpx.URL(self.base_url).host
             return f"could not resolve the host {host!r} of the model server at {self.base_url} (DNS lookup failed)"
-        if any(isinstance(c, ConnectionRefusedError) for c in causes) or _mentions(error, "refused",
-                                                                                    "all connection attempts failed"):
+        if any(isinstance(c, ConnectionRefusedError) for c in causes) or _mentions(
+            error, "refused", "all connection attempts failed"
+        ):
             return f"the model server at {self.base_url} refused the connection; is it running?"
         return f"could not connect to the model server at {self.base_url}: {error or type(error).__name__}"
 

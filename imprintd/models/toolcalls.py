@@ -89,8 +89,7 @@ class _Collector:
             self.add_object(value)
 
     def result(self, text: str) -> ParsedOutput:
-        return ParsedOutput(text=text, calls=tuple(self.calls),
-                            error="; ".join(self.errors) if self.errors else None)
+        return ParsedOutput(text=text, calls=tuple(self.calls), error="; ".join(self.errors) if self.errors else None)
 
 
 def _snippet(text: str, limit: int = 80) -> str:
@@ -109,10 +108,10 @@ def call_from_object(value: Any, tool_names: Collection[str], new_id: IdFactory 
     JSON string holding an object (the OpenAI wire form); anything else is refused.
     """
     if not isinstance(value, dict):
-        return f"a tool call must be a JSON object with \"name\" and \"arguments\", not {_kind(value)}"
+        return f'a tool call must be a JSON object with "name" and "arguments", not {_kind(value)}'
     name = value.get("name")
     if not isinstance(name, str) or not name:
-        return "the tool call has no \"name\" naming the tool to run"
+        return 'the tool call has no "name" naming the tool to run'
     if name not in tool_names:
         available = ", ".join(sorted(tool_names)) or "none"
         return f"the tool call names an unknown tool {name!r} (available: {available})"
@@ -130,8 +129,15 @@ def call_from_object(value: Any, tool_names: Collection[str], new_id: IdFactory 
 
 
 def _kind(value: Any) -> str:
-    kinds = {list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number",
-             type(None): "null", dict: "an object"}
+    kinds = {
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+        dict: "an object",
+    }
     return kinds.get(type(value), type(value).__name__)
 
 
@@ -186,7 +192,7 @@ def opening_state(text: str) -> OpeningState:
         if not text.startswith(FENCE):
             return "maybe" if FENCE.startswith(text) else "no"
         newline = text.find("\n", len(FENCE))
-        info = text[len(FENCE): newline if newline >= 0 else len(text)].strip().lower()
+        info = text[len(FENCE) : newline if newline >= 0 else len(text)].strip().lower()
         if newline < 0:
             return "maybe" if "json".startswith(info) else "no"
         if info not in ("", "json"):
@@ -206,7 +212,7 @@ def opening_state(text: str) -> OpeningState:
         return "maybe"
     if text[index] != '"':
         return "no"
-    rest = text[index + 1:]
+    rest = text[index + 1 :]
     for key in CALL_KEYS:
         quoted = key + '"'
         if rest.startswith(quoted):
@@ -253,8 +259,9 @@ def parse_json_calls(text: str, tool_names: Collection[str], new_id: IdFactory =
             try:
                 value, end = decoder.raw_decode(text, found)
             except json.JSONDecodeError as error:
-                collected.errors.append(bad_json(text[found:], json.JSONDecodeError(
-                    error.msg, error.doc, error.pos - found)))
+                collected.errors.append(
+                    bad_json(text[found:], json.JSONDecodeError(error.msg, error.doc, error.pos - found))
+                )
                 position = len(text)
             else:
                 if isinstance(value, list):
@@ -268,8 +275,7 @@ def parse_json_calls(text: str, tool_names: Collection[str], new_id: IdFactory =
     return collected.result("".join(visible))
 
 
-def parse_tool_calls(text: str, tools: Sequence[ToolSpec], mode: Mode,
-                     new_id: IdFactory = new_call_id) -> ParsedOutput:
+def parse_tool_calls(text: str, tools: Sequence[ToolSpec], mode: Mode, new_id: IdFactory = new_call_id) -> ParsedOutput:
     """Split a finished reply by ``mode``; with no tools offered, nothing is a call."""
     names = {tool.name for tool in tools}
     if mode == "none" or not tools:
@@ -304,7 +310,7 @@ def tools_prompt(tools: Sequence[ToolSpec]) -> str:
         "",
         "To call a tool, reply with only one JSON object and nothing else, for example:",
         format_call(ToolCall(id="", name=tools[0].name, arguments={})) if tools else "",
-        "Fill \"arguments\" as the tool's schema says. When you need no tool, answer in plain text.",
+        'Fill "arguments" as the tool\'s schema says. When you need no tool, answer in plain text.',
     ]
     return "\n".join(lines)
 
@@ -363,8 +369,7 @@ class VisibleTextFilter:
         last = last.rstrip()
         self._shown.append(last)
         self._pending = ""
-        return last, ParsedOutput(text=shown + last, calls=held.calls, error=held.error,
-                                  wrote_call=self._wrote_call)
+        return last, ParsedOutput(text=shown + last, calls=held.calls, error=held.error, wrote_call=self._wrote_call)
 
     def _safe_length(self) -> int:
         """How much of the pending text cannot be (the start of) call markup."""

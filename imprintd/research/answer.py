@@ -34,24 +34,42 @@ class FinalAnswer(msgspec.Struct, frozen=True, kw_only=True):
     cited: tuple[Note, ...] = ()
 
 
-async def final_answer(model: Model, events: ReplyEvents, *, system_prompt: str, summary_block: str,
-                       earlier: Sequence[Message], question: str, steps: Sequence[ToolStepRecord],
-                       style: Style, max_tokens: int, timeout: float = FINAL_TIMEOUT_S,
-                       coverage: str = "") -> FinalAnswer:
+async def final_answer(
+    model: Model,
+    events: ReplyEvents,
+    *,
+    system_prompt: str,
+    summary_block: str,
+    earlier: Sequence[Message],
+    question: str,
+    steps: Sequence[ToolStepRecord],
+    style: Style,
+    max_tokens: int,
+    timeout: float = FINAL_TIMEOUT_S,
+    coverage: str = "",
+) -> FinalAnswer:
     """The answer from notes, within ``timeout`` seconds; ``coverage`` (what was not read) is appended."""
     notes = notes_mod.build_notes(steps)
     digest_text, included = notes_mod.digest(notes)
-    request = _fitted_request(model, system_prompt=system_prompt, summary_block=summary_block,
-                              earlier=earlier, question=question, digest_text=digest_text,
-                              style=style, max_tokens=max_tokens)
+    request = _fitted_request(
+        model,
+        system_prompt=system_prompt,
+        summary_block=summary_block,
+        earlier=earlier,
+        question=question,
+        digest_text=digest_text,
+        style=style,
+        max_tokens=max_tokens,
+    )
     events.progress("Writing the answer from the research notes…")
     completion: Completion | None = None
     if request is not None:
         try:
             # No tools are offered; a model that writes a call anyway has its text (and what
             # streamed) stop before the markup and says so in ``wrote_tool_call``.
-            completion = await model.complete(request, (), max_tokens=max_tokens,
-                                              timeout=min(timeout, FINAL_TIMEOUT_S), on_text=events.text)
+            completion = await model.complete(
+                request, (), max_tokens=max_tokens, timeout=min(timeout, FINAL_TIMEOUT_S), on_text=events.text
+            )
         except ModelError as error:
             logger.warning("the final answer failed: %s", error)
     written = completion.text if completion is not None else ""
@@ -83,7 +101,7 @@ def coverage_note(analyses) -> str:
 def _stream_rest(events: ReplyEvents, written: str, text: str) -> None:
     """Send what ``text`` adds after the part already streamed."""
     streamed = written.rstrip()
-    events.text(text[len(streamed):] if text.startswith(streamed) else "\n\n" + text)
+    events.text(text[len(streamed) :] if text.startswith(streamed) else "\n\n" + text)
 
 
 def _fitted_request(model: Model, *, earlier: Sequence[Message], max_tokens: int, **parts) -> list[Message] | None:

@@ -88,7 +88,7 @@ def _tools_key(tools: Sequence[ToolSpec]) -> bytes:
 
 def _common_leading(previous: Sequence[Message], current: Sequence[Message]) -> int:
     count = 0
-    for before, now in zip(previous, current):
+    for before, now in zip(previous, current, strict=False):
         if before != now:
             break
         count += 1
@@ -137,8 +137,9 @@ class ResearchBudget:
                 shared = model.count_prompt(messages[:common], tools)  # the one extra count
         return prompt, shared, max(0, prompt - max(0, shared - HEADER_TOKENS))
 
-    def reserve(self, model: Model, messages: Sequence[Message], tools: Sequence[ToolSpec],
-                max_tokens: int) -> Reservation:
+    def reserve(
+        self, model: Model, messages: Sequence[Message], tools: Sequence[ToolSpec], max_tokens: int
+    ) -> Reservation:
         """Charge a request before it starts, or raise BudgetExhausted and charge nothing."""
         if max_tokens < 0:
             raise ValueError(f"an output allowance cannot be negative ({max_tokens})")
@@ -147,12 +148,19 @@ class ResearchBudget:
             self.refused = BudgetExhausted(charge + max_tokens, charge, max_tokens, self.remaining)
             raise self.refused
         self._count += 1
-        reservation = Reservation(number=self._count, model_id=model.model_id, prompt_tokens=prompt,
-                                  shared_tokens=shared, prompt_charge=charge, allowance=max_tokens)
+        reservation = Reservation(
+            number=self._count,
+            model_id=model.model_id,
+            prompt_tokens=prompt,
+            shared_tokens=shared,
+            prompt_charge=charge,
+            allowance=max_tokens,
+        )
         self.remaining -= reservation.charge
         self.charged += reservation.charge
-        self.ledger.append(LedgerEntry(kind="reserve", number=reservation.number,
-                                       amount=reservation.charge, remaining=self.remaining))
+        self.ledger.append(
+            LedgerEntry(kind="reserve", number=reservation.number, amount=reservation.charge, remaining=self.remaining)
+        )
         self._open[reservation.number] = reservation
         self.reservations.append(reservation)
         self._keys[reservation.number] = model.model_id
@@ -179,5 +187,6 @@ class ResearchBudget:
         refund = reservation.allowance - min(generated, reservation.allowance)
         self.remaining += refund
         self.refunded += refund
-        self.ledger.append(LedgerEntry(kind="refund", number=reservation.number,
-                                       amount=refund, remaining=self.remaining))
+        self.ledger.append(
+            LedgerEntry(kind="refund", number=reservation.number, amount=refund, remaining=self.remaining)
+        )

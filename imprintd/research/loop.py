@@ -92,15 +92,17 @@ class _Cut(Exception):
         self.stop = stop
 
 
-async def research(scope: ReplyScope, *, system: Message, history: Sequence[Message],
-                   question: Message, tools: Sequence[Tool]) -> Research:
+async def research(
+    scope: ReplyScope, *, system: Message, history: Sequence[Message], question: Message, tools: Sequence[Tool]
+) -> Research:
     loop = _Loop(scope, system, list(history), question, list(tools))
     return await loop.run()
 
 
 class _Loop:
-    def __init__(self, scope: ReplyScope, system: Message, history: list[Message],
-                 question: Message, tools: list[Tool]) -> None:
+    def __init__(
+        self, scope: ReplyScope, system: Message, history: list[Message], question: Message, tools: list[Tool]
+    ) -> None:
         self.scope, self.system, self.history = scope, system, history
         self.tools = {tool.spec.name: tool for tool in tools}
         self.current: list[Message] = [question]
@@ -145,14 +147,19 @@ class _Loop:
                 return self._stop("time_budget")
             try:
                 reservation = await anyio.to_thread.run_sync(
-                    self.budget.reserve, self.model, fitted.messages, specs, self.scope.max_tokens)
+                    self.budget.reserve, self.model, fitted.messages, specs, self.scope.max_tokens
+                )
             except BudgetExhausted:
                 return self._stop("token_budget")
             completion = None
             try:
                 completion = await self.model.complete(
-                    fitted.messages, specs, max_tokens=self.scope.max_tokens, timeout=left,
-                    on_text=self.scope.events.text)
+                    fitted.messages,
+                    specs,
+                    max_tokens=self.scope.max_tokens,
+                    timeout=left,
+                    on_text=self.scope.events.text,
+                )
             finally:
                 self.budget.settle(reservation, completion)
             if completion.finish_reason == "deadline":
@@ -179,9 +186,16 @@ class _Loop:
         # Counting can tokenize a long stored session the first time (and load the model), so
         # it runs in a worker thread: other requests keep being answered meanwhile.
         specs = [tool.spec for tool in self.offered()]
-        return await anyio.to_thread.run_sync(lambda: fit_prompt(
-            self.model, system=self.system, history=self.history, current=self.current, tools=specs,
-            max_tokens=self.scope.max_tokens))
+        return await anyio.to_thread.run_sync(
+            lambda: fit_prompt(
+                self.model,
+                system=self.system,
+                history=self.history,
+                current=self.current,
+                tools=specs,
+                max_tokens=self.scope.max_tokens,
+            )
+        )
 
     async def _fit(self) -> Fitted | None:
         """Fit this round's prompt; analyze an oversized question once; None when full.
@@ -213,9 +227,17 @@ class _Loop:
         """An analysis, complete or cut short by a budget; ReplyFailed when none can be had."""
         try:
             analysis = await sec.analyze(
-                self.model, text, kind=kind, question=question, workers=self.scope.analysis_workers,
-                events=self.scope.events, sections=self.scope.sections, budget=self.budget,
-                time_left=self.clock.research_left, worker_context=self.scope.analysis_context)
+                self.model,
+                text,
+                kind=kind,
+                question=question,
+                workers=self.scope.analysis_workers,
+                events=self.scope.events,
+                sections=self.scope.sections,
+                budget=self.budget,
+                time_left=self.clock.research_left,
+                worker_context=self.scope.analysis_context,
+            )
         except sec.AnalysisError as error:
             raise ReplyFailed(str(error)) from None
         self.outcome.analyses.append(analysis)
@@ -232,9 +254,12 @@ class _Loop:
             self.outcome.exchange.append(call_message)
         if completion.tool_call_error:
             # The malformed call was not run; the model is told what was wrong (not stored).
-            self.current.append(msg.user(
-                f"Your tool call could not be run: {completion.tool_call_error} "
-                "Call a tool with valid JSON arguments, or answer the question."))
+            self.current.append(
+                msg.user(
+                    f"Your tool call could not be run: {completion.tool_call_error} "
+                    "Call a tool with valid JSON arguments, or answer the question."
+                )
+            )
         found_new = False
         for call in completion.tool_calls:
             key = _call_key(call)
@@ -247,8 +272,7 @@ class _Loop:
                 # Answered from the earlier call: the model is shown what it was shown then
                 # (an oversized result is not analyzed a second time).
                 # Notes see the result itself, so a repeat merges with the first into one note.
-                self.outcome.steps.append(ToolStepRecord(call=call, result=result,
-                                                         analysis=self.analyzed.get(key)))
+                self.outcome.steps.append(ToolStepRecord(call=call, result=result, analysis=self.analyzed.get(key)))
                 self.outcome.exchange.append(msg.tool_result(call, f"{REPEATED}\n{result.text}"))
                 self.current.append(msg.tool_result(call, f"{REPEATED}\n{self.shown[key]}"))
                 continue
@@ -269,20 +293,32 @@ class _Loop:
         if tool is None:
             names = ", ".join(tools) or "none"
             result = ToolResult(ok=False, text=f"There is no tool named {call.name!r}; the tools are: {names}.")
-            events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=f"Calling {call.name}",
-                                      state="failed", detail=result.text, arguments=dict(call.arguments)))
+            events.tool_step(
+                ToolStep(
+                    call_id=call.id,
+                    tool=call.name,
+                    title=f"Calling {call.name}",
+                    state="failed",
+                    detail=result.text,
+                    arguments=dict(call.arguments),
+                )
+            )
             return result
         title = _title(tool, call)
-        events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=title, state="started",
-                                  arguments=dict(call.arguments)))
+        events.tool_step(
+            ToolStep(call_id=call.id, tool=call.name, title=title, state="started", arguments=dict(call.arguments))
+        )
         try:
             result = await tool.run(call.arguments)
         except ToolError as error:
             result = ToolResult(ok=False, text=f"Error: {error}")
         state: StepState = "finished" if result.ok else "failed"
         detail = "" if result.ok else result.text
-        events.tool_step(ToolStep(call_id=call.id, tool=call.name, title=title, state=state, detail=detail,
-                                  arguments=dict(call.arguments)))
+        events.tool_step(
+            ToolStep(
+                call_id=call.id, tool=call.name, title=title, state=state, detail=detail, arguments=dict(call.arguments)
+            )
+        )
         self.results[key] = result
         return result
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
 import msgspec
 
 from imprintd.context.sections import CUT_REASONS, Analysis
@@ -91,8 +92,15 @@ def _is_empty(result: ToolResult) -> bool:
 
 
 def _hit_draft(hit: Hit, step: int, position: int) -> _Draft:
-    return _Draft(label=f"from {hit.path} ({hit.kind})", text=_clean(hit.excerpt),
-                  sources=(hit.source,), kind=hit.kind, step=step, position=position, score=hit.score)
+    return _Draft(
+        label=f"from {hit.path} ({hit.kind})",
+        text=_clean(hit.excerpt),
+        sources=(hit.source,),
+        kind=hit.kind,
+        step=step,
+        position=position,
+        score=hit.score,
+    )
 
 
 def build_notes(steps: Sequence[ToolStepRecord]) -> list[Note]:
@@ -118,14 +126,14 @@ def build_notes(steps: Sequence[ToolStepRecord]) -> list[Note]:
         text = _clean(result.content)
         if not text:
             continue
-        draft = _Draft(label=label, text=text, sources=result.sources, kind=record.call.name,
-                       step=step, position=0)
+        draft = _Draft(label=label, text=text, sources=result.sources, kind=record.call.name, step=step, position=0)
         # The same call with the same answer twice is one note, like a repeated hit.
         _merge(drafts, ("tool", record.call.name, subject, text), draft, step)
     ranked = sorted(drafts.values(), key=_Draft.rank_key)
-    return [Note(number=number, label=d.label, text=d.text, sources=d.sources, kind=d.kind,
-                 times=len(d.steps))
-            for number, d in enumerate(ranked, start=1)]
+    return [
+        Note(number=number, label=d.label, text=d.text, sources=d.sources, kind=d.kind, times=len(d.steps))
+        for number, d in enumerate(ranked, start=1)
+    ]
 
 
 def _analysis_drafts(analysis: Analysis, label: str, result: ToolResult, step: int) -> list[_Draft]:
@@ -134,16 +142,27 @@ def _analysis_drafts(analysis: Analysis, label: str, result: ToolResult, step: i
     for position, worker in enumerate(analysis.workers):
         first, last = worker.sections[0], worker.sections[-1]
         span = f"{label}, notes on sections {first}–{last} of {analysis.needed}"
-        drafts.append(_Draft(label=span, text=_clean(worker.notes), sources=result.sources,
-                             kind=label.split(" ", 1)[0], step=step, position=position))
+        drafts.append(
+            _Draft(
+                label=span,
+                text=_clean(worker.notes),
+                sources=result.sources,
+                kind=label.split(" ", 1)[0],
+                step=step,
+                position=position,
+            )
+        )
     if analysis.cut:
-        unread = (f"characters {analysis.read_to}–{analysis.total_chars} of this result were not read "
-                  f"({CUT_REASONS[analysis.cut][0]})")
+        unread = (
+            f"characters {analysis.read_to}–{analysis.total_chars} of this result were not read "
+            f"({CUT_REASONS[analysis.cut][0]})"
+        )
         if drafts:
             drafts[0].text = f"{drafts[0].text}\n({unread})"
         else:
-            drafts.append(_Draft(label=label, text=f"({unread})", sources=(), kind=label.split(" ", 1)[0],
-                                 step=step, position=0))
+            drafts.append(
+                _Draft(label=label, text=f"({unread})", sources=(), kind=label.split(" ", 1)[0], step=step, position=0)
+            )
     return drafts
 
 
@@ -293,7 +312,7 @@ def _where(source: Source) -> str:
 
 
 def sources_block(cited: Sequence[Note]) -> str:
-    """"Sources:" and one line per cited note, written by Imprint, not the model.
+    """ "Sources:" and one line per cited note, written by Imprint, not the model.
 
     Each line keeps the note's own number so it matches the [n] in the answer.
     """
@@ -330,7 +349,7 @@ def _places(notes: Iterable[Note]) -> list[str]:
     """Where the notes come from, for speaking: file paths, else the note's label."""
     places: list[str] = []
     for note in notes:
-        for place in ([s.path for s in note.sources] or [note.label]):
+        for place in [s.path for s in note.sources] or [note.label]:
             if place not in places:
                 places.append(place)
     return places

@@ -53,13 +53,38 @@ BUSY_TIMEOUT_MS = 5_000
 
 #: Folders never indexed: tool caches, dependencies and build output, rebuilt or fetched
 #: rather than written, and large enough to drown the user's own files in search.
-IGNORED_DIRS: frozenset[str] = frozenset({
-    ".git", ".hg", ".svn", ".jj",
-    "node_modules", "bower_components", ".venv", "venv",
-    "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", ".nox", ".eggs",
-    "dist", "build", "target", ".next", ".nuxt", ".svelte-kit", ".gradle",
-    ".cache", ".parcel-cache", ".terraform", ".idea", "coverage", "htmlcov",
-})
+IGNORED_DIRS: frozenset[str] = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".jj",
+        "node_modules",
+        "bower_components",
+        ".venv",
+        "venv",
+        "__pycache__",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".tox",
+        ".nox",
+        ".eggs",
+        "dist",
+        "build",
+        "target",
+        ".next",
+        ".nuxt",
+        ".svelte-kit",
+        ".gradle",
+        ".cache",
+        ".parcel-cache",
+        ".terraform",
+        ".idea",
+        "coverage",
+        "htmlcov",
+    }
+)
 
 SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS workspace_files (
@@ -98,8 +123,7 @@ def migrate_workspace_index(conn: apsw.Connection) -> None:
     Idempotent: every connection ``open_index_db`` makes calls it, and on an existing schema
     it writes nothing.
     """
-    exists = conn.execute(
-        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'workspace_chunks'").get
+    exists = conn.execute("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'workspace_chunks'").get
     conn.execute(SCHEMA_SQL)
     if not exists:
         conn.execute(RANK_SQL)
@@ -179,8 +203,7 @@ class IgnoreRules:
     def ignores_dir(self, relative: str, name: str) -> bool:
         if name in IGNORED_DIRS or name.endswith(".egg-info"):
             return True
-        return self._matches(relative, name, self.names + self.dir_names,
-                             self.anchored + self.anchored_dirs)
+        return self._matches(relative, name, self.names + self.dir_names, self.anchored + self.anchored_dirs)
 
     def ignores_file(self, relative: str, name: str) -> bool:
         return self._matches(relative, name, self.names, self.anchored)
@@ -362,8 +385,9 @@ def open_index_db(path: Path | str) -> apsw.Connection:
     try:
         conn = apsw.Connection(str(path))
     except apsw.Error as error:
-        raise StoreError(f"cannot open the workspace index {path}: {error}. "
-                         "Set IMPRINT_CACHE_DIR to a folder this user can write.") from None
+        raise StoreError(
+            f"cannot open the workspace index {path}: {error}. Set IMPRINT_CACHE_DIR to a folder this user can write."
+        ) from None
     try:
         conn.set_busy_timeout(BUSY_TIMEOUT_MS)
         conn.pragma("journal_mode", "wal")
@@ -373,8 +397,10 @@ def open_index_db(path: Path | str) -> apsw.Connection:
         migrate_workspace_index(conn)
     except apsw.Error as error:
         conn.close()
-        raise StoreError(f"cannot use the workspace index {path}: {error}. It is a cache: "
-                         "delete it, or set IMPRINT_CACHE_DIR to another folder.") from None
+        raise StoreError(
+            f"cannot use the workspace index {path}: {error}. It is a cache: "
+            "delete it, or set IMPRINT_CACHE_DIR to another folder."
+        ) from None
     return conn
 
 
@@ -420,7 +446,8 @@ class WorkspaceIndex:
             )
         }
         changed = [
-            seen for path, seen in sorted(on_disk.items())
+            seen
+            for path, seen in sorted(on_disk.items())
             if known.get(path, (None, None, None))[1:] != (seen.mtime_ns, seen.size)
         ]
         gone = sorted(known.keys() - on_disk.keys())
@@ -440,8 +467,14 @@ class WorkspaceIndex:
             done += len(prepared)
             if progress:
                 progress(done, total)
-        return IndexStats(scanned=len(on_disk), indexed=indexed, skipped=skipped,
-                          unchanged=len(on_disk) - total, removed=len(gone), chunks=chunks)
+        return IndexStats(
+            scanned=len(on_disk),
+            indexed=indexed,
+            skipped=skipped,
+            unchanged=len(on_disk) - total,
+            removed=len(gone),
+            chunks=chunks,
+        )
 
     def _prepared_batches(self, changed: list[_Seen]) -> Iterator[list[tuple[_Seen, list[_Chunk] | None]]]:
         """Batches of changed files, read and chunked outside the write transaction so the
@@ -466,8 +499,7 @@ class WorkspaceIndex:
     # two per file made one tiny segment per file (3x slower than raw FTS5 inserts); so
     # every workspace_files write of a batch comes first, then the FTS5 deletes and inserts.
 
-    def _write_batch(self, conn: apsw.Connection,
-                     prepared: list[tuple[_Seen, list[_Chunk] | None]]) -> int:
+    def _write_batch(self, conn: apsw.Connection, prepared: list[tuple[_Seen, list[_Chunk] | None]]) -> int:
         """Record a batch of changed files and replace their chunks; the chunk count written.
 
         Runs inside the batch's write transaction and rereads the batch's rows there: another
@@ -485,7 +517,8 @@ class WorkspaceIndex:
         # Ids and rowids are allocated here rather than read back one INSERT at a time; the
         # IMMEDIATE transaction holds the write lock, so no other writer can take them.
         next_id, next_chunk = conn.execute(  # an aggregate: always one row
-            "SELECT coalesce(max(id), 0) + 1, coalesce(max(last_chunk), 0) + 1 FROM workspace_files").fetchone() or (1, 1)
+            "SELECT coalesce(max(id), 0) + 1, coalesce(max(last_chunk), 0) + 1 FROM workspace_files"
+        ).fetchone() or (1, 1)
         new_rows: list[tuple] = []
         updates: list[tuple] = []
         stale: list[tuple[int, int]] = []
@@ -496,8 +529,10 @@ class WorkspaceIndex:
                 continue  # another update already indexed this very version
             chunks = file_chunks or []
             first, last = (next_chunk, next_chunk + len(chunks) - 1) if chunks else (None, None)
-            rows += [(next_chunk + n, self.workspace, seen.path, c.start_line, c.end_line, c.text)
-                     for n, c in enumerate(chunks)]
+            rows += [
+                (next_chunk + n, self.workspace, seen.path, c.start_line, c.end_line, c.text)
+                for n, c in enumerate(chunks)
+            ]
             next_chunk += len(chunks)
             fields = (seen.mtime_ns, seen.size, int(file_chunks is not None), first, last)
             if existing is None:
@@ -526,11 +561,13 @@ class WorkspaceIndex:
         return len(rows)
 
     def _remove(self, conn: apsw.Connection, paths: Sequence[str]) -> None:
-        ranges = list(conn.execute(
-            "DELETE FROM workspace_files WHERE workspace = ? AND path IN (SELECT value FROM json_each(?)) "
-            "RETURNING first_chunk, last_chunk",
-            (self.workspace, json.dumps(list(paths))),
-        ))
+        ranges = list(
+            conn.execute(
+                "DELETE FROM workspace_files WHERE workspace = ? AND path IN (SELECT value FROM json_each(?)) "
+                "RETURNING first_chunk, last_chunk",
+                (self.workspace, json.dumps(list(paths))),
+            )
+        )
         _drop_chunks(conn, [(first, last) for first, last in ranges if first is not None])
 
     # -- searching --

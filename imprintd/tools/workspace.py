@@ -37,12 +37,11 @@ def format_hits(hits: Sequence[Hit]) -> str:
     Scores and hashes stay out: the model needs where a passage is, not how it ranked.
     A test pins this format.
     """
-    return "\n\n".join(f"[hit {hit.id}] {hit.path}:{hit.start_line}-{hit.end_line}\n{hit.excerpt}"
-                       for hit in hits)
+    return "\n\n".join(f"[hit {hit.id}] {hit.path}:{hit.start_line}-{hit.end_line}\n{hit.excerpt}" for hit in hits)
 
 
 class SearchArguments(msgspec.Struct, frozen=True, kw_only=True):
-    query: Annotated[str, msgspec.Meta(description="Words to look for, e.g. \"billing port config\".")]
+    query: Annotated[str, msgspec.Meta(description='Words to look for, e.g. "billing port config".')]
 
 
 class SearchTool:
@@ -79,16 +78,20 @@ class SearchTool:
 
 
 class ReadFileArguments(msgspec.Struct, frozen=True, kw_only=True):
-    path: Annotated[str, msgspec.Meta(description="Path relative to the workspace root, e.g. \"src/app.py\".")]
+    path: Annotated[str, msgspec.Meta(description='Path relative to the workspace root, e.g. "src/app.py".')]
     start_line: Annotated[int, msgspec.Meta(ge=1, description="First line to read (default 1).")] = 1
-    end_line: msgspec.UnsetType | Annotated[
-        int, msgspec.Meta(ge=1, description="Last line to read (default: the end).")] = msgspec.UNSET
+    end_line: (
+        msgspec.UnsetType | Annotated[int, msgspec.Meta(ge=1, description="Last line to read (default: the end).")]
+    ) = msgspec.UNSET
 
     @classmethod
     def parse(cls, arguments: Mapping[str, Any]) -> ReadFileArguments:
         """Models write null for "not given" and 2.0 for a line number: both are taken as meant."""
-        lenient = {name: int(value) if isinstance(value, float) and value.is_integer() else value
-                   for name, value in arguments.items() if value is not None}
+        lenient = {
+            name: int(value) if isinstance(value, float) and value.is_integer() else value
+            for name, value in arguments.items()
+            if value is not None
+        }
         return parse_arguments("read_file", lenient, cls)
 
 
@@ -107,8 +110,9 @@ class _Read:
         return self.start + len(self.lines) - 1
 
 
-def read_lines(handle: BinaryIO, start: int, end: int | None, limit: int = READ_LIMIT,
-               max_bytes: int | None = None) -> _Read:
+def read_lines(
+    handle: BinaryIO, start: int, end: int | None, limit: int = READ_LIMIT, max_bytes: int | None = None
+) -> _Read:
     """Whole lines ``start..end`` of a text file within ``limit`` characters, and its line count.
 
     Bounded in memory and work whatever the file: at most ``max_bytes`` of it are read (the
@@ -233,8 +237,10 @@ class ReadFileTool:
             raise ToolError(f"no file {shown} in the workspace") from None
         except OSError as error:
             if error.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise ToolError(f"refused path {shown!r}: it changed while being opened (a symbolic link "
-                                "or a file now stands on its way); links are not followed") from None
+                raise ToolError(
+                    f"refused path {shown!r}: it changed while being opened (a symbolic link "
+                    "or a file now stands on its way); links are not followed"
+                ) from None
             raise ToolError(f"cannot read {shown}: {error.strerror or error}") from None
         return self._result(shown, read, end)
 
@@ -245,8 +251,10 @@ class ReadFileTool:
         if not read.lines and read.complete:
             raise ToolError(f"{path} has {read.total} lines; start_line {read.start} is past its end")
         if not read.lines:
-            raise ToolError(f"start_line {read.start} of {path} is past the first {_scan_size()} "
-                            f"({read.total} lines), which is all read_file reads of a file")
+            raise ToolError(
+                f"start_line {read.start} of {path} is past the first {_scan_size()} "
+                f"({read.total} lines), which is all read_file reads of a file"
+            )
         text = "\n".join(read.lines)
         last_wanted = min(end, read.total) if end is not None else read.total
         count = f"{read.total}" if read.complete else f"at least {read.total}"

@@ -88,8 +88,9 @@ class RecordingClient:
 
 
 class Peer:
-    def __init__(self, conn: acp.ClientSideConnection, process, client: RecordingClient, checker: SchemaChecker,
-                 stderr: Path) -> None:
+    def __init__(
+        self, conn: acp.ClientSideConnection, process, client: RecordingClient, checker: SchemaChecker, stderr: Path
+    ) -> None:
         self.conn = conn
         self.process = process
         self.client = client
@@ -114,20 +115,30 @@ class Peer:
 
 
 @asynccontextmanager
-async def acp_agent(env: dict[str, str], log_dir: Path, name: str = "agent", *,
-                    args: tuple[str, ...] = ()) -> AsyncIterator[Peer]:
+async def acp_agent(
+    env: dict[str, str], log_dir: Path, name: str = "agent", *, args: tuple[str, ...] = ()
+) -> AsyncIterator[Peer]:
     """A running ``imprintd acp``, initialized; on exit, every message it wrote must have conformed."""
     client = RecordingClient()
     checker = SchemaChecker()
     stderr = log_dir / f"{name}.stderr"
     with open(stderr, "wb") as log:
         async with acp.spawn_agent_process(
-            client, sys.executable, "-m", "imprintd", "acp", *args, env=env,
-            transport_kwargs={"stderr": log, "shutdown_timeout": 30.0}, observers=[checker.observe],
+            client,
+            sys.executable,
+            "-m",
+            "imprintd",
+            "acp",
+            *args,
+            env=env,
+            transport_kwargs={"stderr": log, "shutdown_timeout": 30.0},
+            observers=[checker.observe],
         ) as (conn, process):
             peer = Peer(conn, process, client, checker, stderr)
-            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION,
-                                  client_info=schema.Implementation(name="imprint-tests", version="1"))
+            await conn.initialize(
+                protocol_version=acp.PROTOCOL_VERSION,
+                client_info=schema.Implementation(name="imprint-tests", version="1"),
+            )
             yield peer
     assert not checker.problems, "\n".join(checker.problems)
     assert process.returncode == 0, peer.log()

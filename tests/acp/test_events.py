@@ -33,23 +33,37 @@ def events(root: Path | None = None) -> tuple[AcpEvents, Sent]:
 
 def test_a_step_that_fails_before_it_starts_is_one_failed_tool_call():
     acp_events, sent = events()
-    acp_events.tool_step(ToolStep(call_id="call_0", tool="ghost", title="Calling ghost", state="failed",
-                                  detail="There is no tool named 'ghost'."))
+    acp_events.tool_step(
+        ToolStep(
+            call_id="call_0",
+            tool="ghost",
+            title="Calling ghost",
+            state="failed",
+            detail="There is no tool named 'ghost'.",
+        )
+    )
     [notification] = sent.notifications
     conforms(schema.SessionNotification, notification)
     update = notification["update"]
     assert (update["sessionUpdate"], update["status"], update["kind"]) == ("tool_call", "failed", "other")
-    assert update["content"] == [{"type": "content", "content": {"type": "text", "text": "There is no tool named 'ghost'."}}]
+    assert update["content"] == [
+        {"type": "content", "content": {"type": "text", "text": "There is no tool named 'ghost'."}}
+    ]
 
 
 def test_a_live_read_file_step_points_at_the_file_and_line_it_reads(tmp_path):
     root = tmp_path.resolve()
-    cases = [({"path": "src/app.py"}, None), ({"path": "src/app.py", "start_line": 5, "end_line": 9}, 4),
-             ({"path": "../outside.py"}, "none"), ({"path": 7}, "none")]
+    cases = [
+        ({"path": "src/app.py"}, None),
+        ({"path": "src/app.py", "start_line": 5, "end_line": 9}, 4),
+        ({"path": "../outside.py"}, "none"),
+        ({"path": 7}, "none"),
+    ]
     for arguments, line in cases:
         acp_events, sent = events(root)
-        acp_events.tool_step(ToolStep(call_id="c", tool="read_file", title="Reading", state="started",
-                                      arguments=arguments))
+        acp_events.tool_step(
+            ToolStep(call_id="c", tool="read_file", title="Reading", state="started", arguments=arguments)
+        )
         update = sent.notifications[0]["update"]
         if line == "none":
             assert "locations" not in update, arguments
@@ -69,7 +83,9 @@ def test_preamble_text_is_a_thought_and_only_the_result_is_the_message():
     for notification in sent.notifications:
         conforms(schema.SessionNotification, notification)
     assert [(n["update"]["sessionUpdate"], n["update"]["content"]["text"]) for n in sent.notifications] == [
-        ("agent_thought_chunk", "Let me look that up."), ("agent_message_chunk", "Billing listens on 8101.")]
+        ("agent_thought_chunk", "Let me look that up."),
+        ("agent_message_chunk", "Billing listens on 8101."),
+    ]
 
 
 def test_stop_reasons_map_to_acp():
@@ -87,4 +103,5 @@ def test_progress_and_a_written_summary_are_thoughts_one_line_each():
         conforms(schema.SessionNotification, notification)
     assert [(n["update"]["sessionUpdate"], n["update"]["content"]["text"]) for n in sent.notifications] == [
         ("agent_thought_chunk", "Analyzing section 3 of 12\n"),
-        ("agent_thought_chunk", "Summarized the earlier conversation (messages #1–#12).\n")]
+        ("agent_thought_chunk", "Summarized the earlier conversation (messages #1–#12).\n"),
+    ]

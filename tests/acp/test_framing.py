@@ -22,8 +22,13 @@ class RawAgent:
     """``imprintd acp`` on pipes: write raw bytes, read stdout line by line (a thread reads)."""
 
     def __init__(self, env: dict[str, str], *args: str) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "imprintd", "acp", *args], env=env,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "imprintd", "acp", *args],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self.lines: queue.Queue[bytes] = queue.Queue()
         self.stdout = b""
         self.stderr = b""
@@ -103,7 +108,9 @@ def test_bad_lines_are_answered_and_the_agent_keeps_serving(raw):
     raw.write(b"\n   \n")  # blank lines are not messages
     raw.request(11, "session/prompt", {"sessionId": "x", "prompt": [{"type": "text"}]})
     message = raw.read()
-    assert error_of(message) == (11, -32602) and "prompt[0].text: required field is missing" in message["error"]["message"]
+    assert (
+        error_of(message) == (11, -32602) and "prompt[0].text: required field is missing" in message["error"]["message"]
+    )
 
     raw.send({"jsonrpc": "2.0", "id": 12, "method": "session/list", "params": None})  # null: no params
     assert raw.read() == {"jsonrpc": "2.0", "id": 12, "result": {"sessions": []}}
@@ -118,12 +125,16 @@ def test_deep_nesting_and_lone_surrogates_are_refused_and_the_agent_keeps_servin
     raw.write(b"[" * 100_000 + b"]" * 100_000 + b"\n")  # every JSON decoder after this one recurses
     message = raw.read()
     assert error_of(message) == (None, -32600) and "nested more than" in message["error"]["message"]
-    raw.write(b'{"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"protocolVersion": 1, '
-              b'"clientCapabilities": {"x": ' + b"[" * 200 + b"]" * 200 + b"}}}\n")
+    raw.write(
+        b'{"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"protocolVersion": 1, '
+        b'"clientCapabilities": {"x": ' + b"[" * 200 + b"]" * 200 + b"}}}\n"
+    )
     message = raw.read()
     assert error_of(message) == (2, -32600) and "nested more than" in message["error"]["message"]
-    raw.write(b'{"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": {"sessionId": "s", '
-              b'"prompt": [{"type": "text", "text": "a\\udc80b"}]}}\n')
+    raw.write(
+        b'{"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": {"sessionId": "s", '
+        b'"prompt": [{"type": "text", "text": "a\\udc80b"}]}}\n'
+    )
     message = raw.read()
     assert error_of(message) == (3, -32602) and "prompt[0].text" in message["error"]["message"]
     raw.request(4, "initialize", {"protocolVersion": 1})
@@ -144,8 +155,9 @@ def test_a_line_over_the_limit_is_refused_unread_and_the_next_is_served(raw):
 
 def test_stdout_carries_only_acp_messages_each_valid_on_its_line(daemon_env, stub, workspace):
     """A whole session, with debug logging on: every stdout line is one message that conforms."""
-    stub.queue(StubReply(text="Looking.", tool_calls=[{"name": "search", "id": "c0", "arguments": {"query": "x"}}]),
-               "Done.")
+    stub.queue(
+        StubReply(text="Looking.", tool_calls=[{"name": "search", "id": "c0", "arguments": {"query": "x"}}]), "Done."
+    )
     (workspace / "notes.txt").write_text("x marks the spot\n", encoding="utf-8")
     agent = RawAgent(daemon_env, "-v")
     agent.request(1, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
@@ -166,15 +178,22 @@ def test_stdout_carries_only_acp_messages_each_valid_on_its_line(daemon_env, stu
     assert agent.close() == 0
 
     checker = SchemaChecker()
-    checker.sent = {1: "initialize", 2: "session/new", 3: "session/prompt", 4: "session/load", 5: "session/list",
-                    6: "session/delete"}
+    checker.sent = {
+        1: "initialize",
+        2: "session/new",
+        3: "session/prompt",
+        4: "session/load",
+        5: "session/list",
+        6: "session/delete",
+    }
     lines = agent.stdout.split(b"\n")
     assert lines[-1] == b""  # every message ends its line
     for line in lines[:-1]:
         checker.check(json.loads(line))
     assert b"DEBUG" in agent.stderr and b"INFO imprintd.acp" in agent.stderr  # the log is on stderr only
-    assert any(json.loads(line).get("params", {}).get("update", {}).get("sessionUpdate") == "tool_call"
-               for line in lines[:-1])
+    assert any(
+        json.loads(line).get("params", {}).get("update", {}).get("sessionUpdate") == "tool_call" for line in lines[:-1]
+    )
     schema.InitializeResponse.model_validate(json.loads(lines[0])["result"])
 
 

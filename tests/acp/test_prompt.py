@@ -41,8 +41,11 @@ async def test_initialize_says_protocol_1_and_what_the_agent_can_do(agent):
     assert answer.protocol_version == 1
     capabilities = answer.agent_capabilities
     assert capabilities.load_session is True
-    assert (capabilities.prompt_capabilities.image, capabilities.prompt_capabilities.audio,
-            capabilities.prompt_capabilities.embedded_context) == (False, False, True)
+    assert (
+        capabilities.prompt_capabilities.image,
+        capabilities.prompt_capabilities.audio,
+        capabilities.prompt_capabilities.embedded_context,
+    ) == (False, False, True)
     assert capabilities.session_capabilities.list is not None
     assert capabilities.session_capabilities.delete is not None
     assert answer.agent_info.name == "imprintd" and answer.agent_info.version
@@ -60,7 +63,9 @@ async def test_a_prompt_streams_the_answer_and_ends_the_turn(agent, stub, worksp
     assert texts(updates, "agent_message_chunk") == ["Billing listens on 8101."]
     assert user_messages(stub.requests[-1])[-1] == "Which port does billing use?"
     assert stored_messages(daemon_env, session.session_id) == [
-        ("user", "Which port does billing use?"), ("assistant", "Billing listens on 8101.")]
+        ("user", "Which port does billing use?"),
+        ("assistant", "Billing listens on 8101."),
+    ]
     with stored(daemon_env) as store:
         assert store.session(session.session_id).workspace == str(workspace.resolve())
 
@@ -71,8 +76,11 @@ async def test_a_follow_up_in_the_session_sends_the_earlier_exchange(agent, stub
     await ask(agent, session.session_id, acp.text_block("Which port does billing use?"))
     await ask(agent, session.session_id, acp.text_block("Where is that set?"))
     conversation = [(m["role"], m["content"]) for m in stub.requests[-1]["messages"] if m["role"] != "system"]
-    assert conversation == [("user", "Which port does billing use?"), ("assistant", "Billing listens on 8101."),
-                            ("user", "Where is that set?")]
+    assert conversation == [
+        ("user", "Which port does billing use?"),
+        ("assistant", "Billing listens on 8101."),
+        ("user", "Where is that set?"),
+    ]
 
 
 async def test_attached_resources_go_with_the_question_and_links_are_named(agent, stub, workspace, daemon_env):
@@ -82,14 +90,19 @@ async def test_attached_resources_go_with_the_question_and_links_are_named(agent
     config.write_text("port: 8101\n", encoding="utf-8")
     session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
 
-    await ask(agent, session.session_id,
-              acp.text_block("What does"),
-              acp.resource_link_block(name="billing.yaml", uri=config.as_uri()),
-              acp.text_block("set? Compare with the selection."),
-              acp.resource_block(acp.embedded_text_resource(f"{config.as_uri()}#L1:1", "port: 8101")))
+    await ask(
+        agent,
+        session.session_id,
+        acp.text_block("What does"),
+        acp.resource_link_block(name="billing.yaml", uri=config.as_uri()),
+        acp.text_block("set? Compare with the selection."),
+        acp.resource_block(acp.embedded_text_resource(f"{config.as_uri()}#L1:1", "port: 8101")),
+    )
 
-    question = ("What does billing.yaml (deploy/billing.yaml) set? Compare with the selection.\n\n"
-                "Attached deploy/billing.yaml#L1:1:\n```\nport: 8101\n```")
+    question = (
+        "What does billing.yaml (deploy/billing.yaml) set? Compare with the selection.\n\n"
+        "Attached deploy/billing.yaml#L1:1:\n```\nport: 8101\n```"
+    )
     assert user_messages(stub.requests[-1])[-1] == question
     assert stored_messages(daemon_env, session.session_id)[0] == ("user", question)
 
@@ -127,7 +140,8 @@ async def test_bad_prompts_are_answered_with_errors_naming_what_was_wrong(agent,
 
 
 async def test_an_unreachable_model_fails_the_prompt_with_the_cause_and_the_agent_keeps_serving(
-        agent, stub, workspace, daemon_env):
+    agent, stub, workspace, daemon_env
+):
     stub.queue(lambda request: (_ for _ in ()).throw(ConnectionError()))  # the stub drops the connection
     session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
     with pytest.raises(acp.RequestError) as error:
@@ -162,7 +176,10 @@ async def test_cancel_answers_cancelled_and_stores_only_the_question(agent, stub
     stub.queue("A short one.")  # the agent and the session go on
     assert (await ask(agent, session.session_id, acp.text_block("A short one, then"))).stop_reason == "end_turn"
     assert stored_messages(daemon_env, session.session_id) == [
-        ("user", "Tell me a long story"), ("user", "A short one, then"), ("assistant", "A short one.")]
+        ("user", "Tell me a long story"),
+        ("user", "A short one, then"),
+        ("assistant", "A short one."),
+    ]
 
 
 async def test_a_second_prompt_in_a_session_waits_for_the_first(agent, stub, workspace, daemon_env):
@@ -186,11 +203,14 @@ async def test_a_second_prompt_in_a_session_waits_for_the_first(agent, stub, wor
     assert (await asyncio.wait_for(first, 60)).stop_reason == "end_turn"
     assert (await asyncio.wait_for(second, 60)).stop_reason == "end_turn"
     assert stored_messages(daemon_env, session.session_id) == [
-        ("user", "First?"), ("assistant", "First answer."), ("user", "Second?"), ("assistant", "Second answer.")]
+        ("user", "First?"),
+        ("assistant", "First answer."),
+        ("user", "Second?"),
+        ("assistant", "Second answer."),
+    ]
 
 
-async def test_settings_come_from_the_imprint_environment_and_flags_after_acp(daemon_env, stub, tmp_path,
-                                                                            workspace):
+async def test_settings_come_from_the_imprint_environment_and_flags_after_acp(daemon_env, stub, tmp_path, workspace):
     env = {**daemon_env, "IMPRINT_CHAT_MAX_TOKENS": "77"}
     stub.queue("Short.", "Shorter.")
     async with acp_agent(env, tmp_path, "from-env") as agent:

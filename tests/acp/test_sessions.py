@@ -32,8 +32,10 @@ async def test_load_in_a_new_agent_replays_exactly_what_was_stored(daemon_env, s
     (workspace / "deploy").mkdir()
     (workspace / "deploy" / "billing.yaml").write_text("billing:\n  port: 8101\n", encoding="utf-8")
     stub.queue(
-        StubReply(text="Reading the deployment.",
-                  tool_calls=[call("read_file", "call_0", path="deploy/billing.yaml", start_line=2)]),
+        StubReply(
+            text="Reading the deployment.",
+            tool_calls=[call("read_file", "call_0", path="deploy/billing.yaml", start_line=2)],
+        ),
         StubReply(tool_calls=[call("read_file", "call_0", path="/etc/passwd")]),
         "Billing listens on 8101.",
         "It is in deploy/billing.yaml.",
@@ -54,32 +56,57 @@ async def test_load_in_a_new_agent_replays_exactly_what_was_stored(daemon_env, s
     assert loaded is None or loaded.model_dump(exclude_none=True) == {}
     stored = stored_messages(daemon_env, sid)
     assert [(m.role, bool(m.tool_calls)) for m in stored[:8]] == [
-        ("user", False), ("assistant", True), ("tool", False), ("assistant", True), ("tool", False),
-        ("assistant", False), ("user", False), ("assistant", False)]
+        ("user", False),
+        ("assistant", True),
+        ("tool", False),
+        ("assistant", True),
+        ("tool", False),
+        ("assistant", False),
+        ("user", False),
+        ("assistant", False),
+    ]
     root = workspace.resolve()
     first_call, second_call = stored[1].tool_calls[0], stored[3].tool_calls[0]
-    assert [(u.session_update, getattr(u, "content", None) and u.content.text) for u in replayed
-            if u.session_update != "tool_call"] == [
+    assert [
+        (u.session_update, getattr(u, "content", None) and u.content.text)
+        for u in replayed
+        if u.session_update != "tool_call"
+    ] == [
         ("user_message_chunk", stored[0].content),
         ("agent_thought_chunk", "Reading the deployment."),  # a round that called tools: not the answer
         ("agent_message_chunk", stored[5].content),
         ("user_message_chunk", stored[6].content),
-        ("agent_message_chunk", stored[7].content)]
+        ("agent_message_chunk", stored[7].content),
+    ]
     calls = [u for u in replayed if u.session_update == "tool_call"]
     assert [(u.title, u.kind, u.status, u.raw_input) for u in calls] == [
         ("read_file deploy/billing.yaml", "read", "completed", first_call.arguments),
-        ("read_file /etc/passwd", "read", "failed", second_call.arguments)]
+        ("read_file /etc/passwd", "read", "failed", second_call.arguments),
+    ]
     assert [(loc.path, loc.line) for loc in calls[0].locations] == [(str(root / "deploy/billing.yaml"), 1)]
     assert calls[1].locations is None
     assert len({u.tool_call_id for u in calls}) == 2
     # The order: the calls sit between the question and the answer they led to.
     kinds = [u.session_update for u in replayed]
-    assert kinds == ["user_message_chunk", "agent_thought_chunk", "tool_call", "tool_call",
-                     "agent_message_chunk", "user_message_chunk", "agent_message_chunk"]
-    conversation = [(m["role"], m["content"]) for m in follow_up["messages"] if m["role"] in ("user", "assistant")
-                    and not m.get("tool_calls")]
-    assert conversation[-3:] == [("user", "Where is it set?"), ("assistant", "It is in deploy/billing.yaml."),
-                                 ("user", "Still 8101?")]
+    assert kinds == [
+        "user_message_chunk",
+        "agent_thought_chunk",
+        "tool_call",
+        "tool_call",
+        "agent_message_chunk",
+        "user_message_chunk",
+        "agent_message_chunk",
+    ]
+    conversation = [
+        (m["role"], m["content"])
+        for m in follow_up["messages"]
+        if m["role"] in ("user", "assistant") and not m.get("tool_calls")
+    ]
+    assert conversation[-3:] == [
+        ("user", "Where is it set?"),
+        ("assistant", "It is in deploy/billing.yaml."),
+        ("user", "Still 8101?"),
+    ]
 
 
 async def test_a_cancelled_prompt_replays_as_its_question_alone(daemon_env, stub, tmp_path, workspace):
@@ -94,8 +121,7 @@ async def test_a_cancelled_prompt_replays_as_its_question_alone(daemon_env, stub
     assert [(u.session_update, u.content.text) for u in replayed] == [("user_message_chunk", "Is anyone there?")]
 
 
-async def test_list_shows_sessions_with_their_folder_newest_first_and_filters_by_cwd(agent, stub, tmp_path,
-                                                                                      workspace):
+async def test_list_shows_sessions_with_their_folder_newest_first_and_filters_by_cwd(agent, stub, tmp_path, workspace):
     other = tmp_path / "other"
     other.mkdir()
     stub.queue("One.", "Two.")
@@ -108,7 +134,8 @@ async def test_list_shows_sessions_with_their_folder_newest_first_and_filters_by
     listed = (await agent.conn.list_sessions()).sessions
     assert [(s.session_id, s.cwd, s.title) for s in listed] == [
         (second.session_id, str(other.resolve()), "Second question"),
-        (first.session_id, str(workspace.resolve()), "First question")]
+        (first.session_id, str(workspace.resolve()), "First question"),
+    ]
     assert unasked.session_id not in [s.session_id for s in listed]  # nothing to load yet
     assert all(datetime.fromisoformat(s.updated_at).tzinfo is not None for s in listed)
     in_workspace = (await agent.conn.list_sessions(cwd=str(workspace))).sessions
@@ -130,9 +157,11 @@ async def test_delete_removes_the_session_from_the_store(agent, stub, workspace,
     assert [s.session_id for s in (await agent.conn.list_sessions()).sessions] == [kept.session_id]
     with Store.open(Path(daemon_env["IMPRINT_DATA_DIR"]) / "imprint.sqlite3") as store:
         assert [info.id for info in store.sessions()] == [kept.session_id]
-    for attempt in (agent.conn.load_session(cwd=str(workspace), session_id=gone.session_id, mcp_servers=[]),
-                    agent.delete_session(gone.session_id),
-                    ask(agent, gone.session_id, "Still there?")):
+    for attempt in (
+        agent.conn.load_session(cwd=str(workspace), session_id=gone.session_id, mcp_servers=[]),
+        agent.delete_session(gone.session_id),
+        ask(agent, gone.session_id, "Still there?"),
+    ):
         with pytest.raises(acp.RequestError) as error:
             await attempt
         assert error.value.code == -32002 and gone.session_id in str(error.value)

@@ -44,8 +44,10 @@ async def test_tool_steps_are_tool_calls_with_kind_status_and_location(agent, st
     workspace = tmp_path / "workspace"
     write_workspace(workspace)
     stub.queue(
-        StubReply(text="Let me read the deployment.",
-                  tool_calls=[call("read_file", "call_0", path=PORT_FILE, start_line=2, end_line=4)]),
+        StubReply(
+            text="Let me read the deployment.",
+            tool_calls=[call("read_file", "call_0", path=PORT_FILE, start_line=2, end_line=4)],
+        ),
         StubReply(tool_calls=[call("read_file", "call_0", path="../outside.txt")]),
         "Billing listens on 8101.",
     )
@@ -57,8 +59,11 @@ async def test_tool_steps_are_tool_calls_with_kind_status_and_location(agent, st
     updates = agent.take_updates(session.session_id)
     steps = tool_updates(updates)
     assert [(u.session_update, u.status) for u in steps] == [
-        ("tool_call", "in_progress"), ("tool_call_update", "completed"),
-        ("tool_call", "in_progress"), ("tool_call_update", "failed")]
+        ("tool_call", "in_progress"),
+        ("tool_call_update", "completed"),
+        ("tool_call", "in_progress"),
+        ("tool_call_update", "failed"),
+    ]
     read, done, refused, failed = steps
     assert read.title == f"Reading {PORT_FILE} lines 2–4" and read.kind == "read"
     assert [(loc.path, loc.line) for loc in read.locations] == [(str(workspace.resolve() / PORT_FILE), 1)]
@@ -73,8 +78,11 @@ async def test_tool_steps_are_tool_calls_with_kind_status_and_location(agent, st
     thoughts = texts(updates, "agent_thought_chunk")
     assert f"Indexing the workspace: {len(INDEXED)} of {len(INDEXED)} files\n" in thoughts
     # It is thinking, sent once the round went on to its tool call, before that call starts.
-    preamble = next(u for u in updates if u.session_update == "agent_thought_chunk"
-                    and u.content.text == "Let me read the deployment.")
+    preamble = next(
+        u
+        for u in updates
+        if u.session_update == "agent_thought_chunk" and u.content.text == "Let me read the deployment."
+    )
     assert updates.index(preamble) == updates.index(read) - 1
     # The order a client shows: the steps, then the answer last.
     kinds = [u.session_update for u in updates]
@@ -84,15 +92,25 @@ async def test_tool_steps_are_tool_calls_with_kind_status_and_location(agent, st
 async def test_a_research_stop_answers_with_sources_as_resource_links(daemon_env, stub, tmp_path):
     workspace = tmp_path / "workspace"
     write_workspace(workspace)
-    env = {**daemon_env, "IMPRINT_CHAT_N_CTX": "32768", "IMPRINT_CHAT_MAX_TOKENS": "256",
-           "IMPRINT_CHAT_RESEARCH_TOKEN_BUDGET": "4096"}
+    env = {
+        **daemon_env,
+        "IMPRINT_CHAT_N_CTX": "32768",
+        "IMPRINT_CHAT_MAX_TOKENS": "256",
+        "IMPRINT_CHAT_RESEARCH_TOKEN_BUDGET": "4096",
+    }
     steps = [
         lambda r: [call("search", "s_port", query="billing port")],
-        lambda r: [call("read_file", "r_port",
-                        path=first_hit(r, lambda h: h["path"].endswith(".yaml") and "billing" in h["path"])["path"])],
+        lambda r: [
+            call(
+                "read_file",
+                "r_port",
+                path=first_hit(r, lambda h: h["path"].endswith(".yaml") and "billing" in h["path"])["path"],
+            )
+        ],
         lambda r: [call("search", "s_timeout", query="billing client timeout")],
-        lambda r: [call("read_file", "r_timeout",
-                        path=first_hit(r, lambda h: h["path"].endswith("client.py"))["path"])],
+        lambda r: [
+            call("read_file", "r_timeout", path=first_hit(r, lambda h: h["path"].endswith("client.py"))["path"])
+        ],
     ]
     stub.queue(*[Coordinator(steps, answer_citing([PORT_FACT, TIMEOUT_FACT]), MORE_READS)] * (len(FILES) + 10))
 
@@ -124,10 +142,13 @@ async def test_a_research_stop_answers_with_sources_as_resource_links(daemon_env
 
 
 async def test_text_cut_off_by_the_time_budget_is_thinking_and_the_answer_from_notes_follows(
-        daemon_env, stub, tmp_path, workspace):
+    daemon_env, stub, tmp_path, workspace
+):
     hold = threading.Event()
-    stub.queue(StubReply(text="Let me think about billing for a long while", hold=hold),
-               "From what I have: nothing about billing yet.")
+    stub.queue(
+        StubReply(text="Let me think about billing for a long while", hold=hold),
+        "From what I have: nothing about billing yet.",
+    )
     env = {**daemon_env, "IMPRINT_CHAT_RESEARCH_TIME_BUDGET": "3"}
     try:
         async with acp_agent(env, tmp_path) as agent:

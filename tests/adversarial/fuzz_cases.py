@@ -40,16 +40,28 @@ def dumps(message: Any) -> bytes:
 # -- what each imprint/* method accepts ------------------------------------------------------
 # field -> (valid value, kind); kinds pick the wrong-typed values tried.
 METHODS: dict[str, dict[str, tuple[Any, str]]] = {
-    "imprint/chat": {"text": ("hi", "nonempty"), "sessionId": ("s", "str?"), "style": ("written", "style"),
-                     "persist": (False, "bool"), "workspace": ("/nowhere", "str?"),
-                     "workDoneToken": ("t", "token")},
+    "imprint/chat": {
+        "text": ("hi", "nonempty"),
+        "sessionId": ("s", "str?"),
+        "style": ("written", "style"),
+        "persist": (False, "bool"),
+        "workspace": ("/nowhere", "str?"),
+        "workDoneToken": ("t", "token"),
+    },
     "imprint/session": {"sessionId": ("missing", "nonempty")},
     "imprint/deleteSession": {"sessionId": ("missing", "nonempty")},
     "imprint/summary": {"sessionId": ("missing", "nonempty")},
-    "imprint/read_chat_section": {"replyId": ("r", "nonempty"), "sourceId": ("s", "nonempty"),
-                                  "start": (0, "nonneg"), "length": (5, "length")},
-    "imprint/conversation_history": {"sessionId": ("missing", "nonempty"), "query": ("q", "str?"),
-                                     "offset": (0, "nonneg")},
+    "imprint/read_chat_section": {
+        "replyId": ("r", "nonempty"),
+        "sourceId": ("s", "nonempty"),
+        "start": (0, "nonneg"),
+        "length": (5, "length"),
+    },
+    "imprint/conversation_history": {
+        "sessionId": ("missing", "nonempty"),
+        "query": ("q", "str?"),
+        "offset": (0, "nonneg"),
+    },
 }
 WRONG: dict[str, list[Any]] = {
     "nonempty": ["", 5, 1.5, True, None, [], {}, ["a"]],
@@ -90,8 +102,16 @@ class CaseMaker:
 
     # -- framing ----------------------------------------------------------------------------
     def no_content_length(self) -> Case:
-        header = self.rng.choice(["Content-Type: application/json", "X-Junk: 1", "Content-Lenght: 10",
-                                  "Content-Length: -5", "Content-Length: 0x10", "Content-Length:"])
+        header = self.rng.choice(
+            [
+                "Content-Type: application/json",
+                "X-Junk: 1",
+                "Content-Lenght: 10",
+                "Content-Length: -5",
+                "Content-Length: 0x10",
+                "Content-Length:",
+            ]
+        )
         return Case(f"header {header!r}", frame(b"", header=header), nulls=1)
 
     def empty_body(self) -> Case:
@@ -100,9 +120,15 @@ class CaseMaker:
     def odd_but_valid_header(self) -> Case:
         message = self.request("imprint/sessions", {})
         body = dumps(message)
-        header = self.rng.choice([f"content-length: {len(body)}", f"CONTENT-LENGTH:{len(body)}",
-                                  f"Content-Length:   {len(body)}  ", f"Content-Length: 000{len(body)}",
-                                  f"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\nContent-Length: {len(body)}"])
+        header = self.rng.choice(
+            [
+                f"content-length: {len(body)}",
+                f"CONTENT-LENGTH:{len(body)}",
+                f"Content-Length:   {len(body)}  ",
+                f"Content-Length: 000{len(body)}",
+                f"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\nContent-Length: {len(body)}",
+            ]
+        )
         return Case(f"header {header!r}", frame(body, header=header), answers=[(message["id"], None)])
 
     def odd_valid_id(self) -> Case:
@@ -125,7 +151,7 @@ class CaseMaker:
     def garbage(self) -> Case:
         size = self.rng.randint(1, 200)
         junk = bytes(self.rng.randrange(256) for _ in range(size))
-        body = self.rng.choice([b"\xff", b"{\xfe", b"}", b"[,", b"nul!", b"\"\\x\"", b"{'a': 1}"]) + junk
+        body = self.rng.choice([b"\xff", b"{\xfe", b"}", b"[,", b"nul!", b'"\\x"', b"{'a': 1}"]) + junk
         return Case("garbage", frame(body), nulls=1, null_code=PARSE_ERROR)
 
     def invalid_utf8(self) -> Case:
@@ -163,16 +189,22 @@ class CaseMaker:
     def bad_params_container(self) -> Case:
         method = self.rng.choice([*METHODS, "imprint/sessions", "shutdown"])
         message = self.request(method, self.rng.choice(NOT_PARAMS))
-        return Case(f"{method} params {message['params']!r}", frame(dumps(message)),
-                    answers=[(message["id"], INVALID_REQUEST)])
+        return Case(
+            f"{method} params {message['params']!r}", frame(dumps(message)), answers=[(message["id"], INVALID_REQUEST)]
+        )
 
     def neither_request_nor_response(self) -> Case:
         msg_id = self.new_id()
-        return Case("no method, no result", frame(dumps({"jsonrpc": "2.0", "id": msg_id})),
-                    answers=[(msg_id, INVALID_REQUEST)])
+        return Case(
+            "no method, no result", frame(dumps({"jsonrpc": "2.0", "id": msg_id})), answers=[(msg_id, INVALID_REQUEST)]
+        )
 
     def stray_response(self) -> Case:
-        message = {"jsonrpc": "2.0", "id": self.new_id(), self.rng.choice(["result", "error"]): self.rng.choice(JUNK_VALUES)}
+        message = {
+            "jsonrpc": "2.0",
+            "id": self.new_id(),
+            self.rng.choice(["result", "error"]): self.rng.choice(JUNK_VALUES),
+        }
         return Case("a response nobody asked for", frame(dumps(message)))
 
     def unknown_method(self) -> Case:
@@ -186,19 +218,25 @@ class CaseMaker:
         return Case(f"notification {method}", frame(dumps({"jsonrpc": "2.0", "method": method, "params": params})))
 
     def second_initialize(self) -> Case:
-        message = self.request("initialize", self.rng.choice([{"processId": None, "capabilities": {}},
-                                                              {"processId": "x"}, {}]))
-        expected = INVALID_REQUEST if "processId" in message["params"] and message["params"]["processId"] is None \
+        message = self.request(
+            "initialize", self.rng.choice([{"processId": None, "capabilities": {}}, {"processId": "x"}, {}])
+        )
+        expected = (
+            INVALID_REQUEST
+            if "processId" in message["params"] and message["params"]["processId"] is None
             else INVALID_PARAMS
+        )
         return Case("second initialize", frame(dumps(message)), answers=[(message["id"], expected)])
 
     def bad_lsp_params(self) -> Case:
-        method, params = self.rng.choice([
-            ("textDocument/hover", {"textDocument": 5}),
-            ("textDocument/hover", {"position": {"line": "a"}}),
-            ("initialize", {"processId": "not a number", "capabilities": {}}),
-            ("textDocument/definition", []),
-        ])
+        method, params = self.rng.choice(
+            [
+                ("textDocument/hover", {"textDocument": 5}),
+                ("textDocument/hover", {"position": {"line": "a"}}),
+                ("initialize", {"processId": "not a number", "capabilities": {}}),
+                ("textDocument/definition", []),
+            ]
+        )
         message = self.request(method, params)
         # A second initialize is refused as such only once its params are read.
         return Case(f"{method} {params!r:.40}", frame(dumps(message)), answers=[(message["id"], INVALID_PARAMS)])
@@ -216,8 +254,11 @@ class CaseMaker:
 
     def missing_field(self) -> Case:
         method = self.rng.choice([m for m in METHODS if m != "imprint/conversation_history"])
-        required = [name for name, (_, kind) in METHODS[method].items() if kind in ("nonempty", "nonneg", "length")
-                    and not (method == "imprint/chat" and name != "text")]
+        required = [
+            name
+            for name, (_, kind) in METHODS[method].items()
+            if kind in ("nonempty", "nonneg", "length") and not (method == "imprint/chat" and name != "text")
+        ]
         params = self.valid_params(method)
         params.pop(self.rng.choice(required))
         message = self.request(method, params)
@@ -246,7 +287,9 @@ class CaseMaker:
             value = [value] if self.rng.random() < 0.5 else {"k": value}
         method = self.rng.choice([*METHODS, "imprint/sessions"])
         message = self.request(method, {**(self.valid_params(method) if method in METHODS else {}), "extra": value})
-        return Case(f"{method} params nested {depth}", frame(dumps(message)), answers=[(message["id"], INVALID_REQUEST)])
+        return Case(
+            f"{method} params nested {depth}", frame(dumps(message)), answers=[(message["id"], INVALID_REQUEST)]
+        )
 
     def shallow_params(self) -> Case:
         value: Any = "leaf"
@@ -268,32 +311,88 @@ class CaseMaker:
     def lone_surrogate_elsewhere(self) -> Case:
         if self.rng.random() < 0.5:
             message = self.request("imprint/\udc80")
-            return Case("method with a lone surrogate", frame(dumps(message)), answers=[(message["id"], INVALID_REQUEST)])
-        return Case("id with a lone surrogate",
-                    frame(dumps({"jsonrpc": "2.0", "id": "q\ud800", "method": "imprint/sessions"})), nulls=1)
+            return Case(
+                "method with a lone surrogate", frame(dumps(message)), answers=[(message["id"], INVALID_REQUEST)]
+            )
+        return Case(
+            "id with a lone surrogate",
+            frame(dumps({"jsonrpc": "2.0", "id": "q\ud800", "method": "imprint/sessions"})),
+            nulls=1,
+        )
 
     def lone_surrogate_notification(self) -> Case:
-        message = {"jsonrpc": "2.0", "method": "workspace/didChangeConfiguration",
-                   "params": {"settings": {"chat": {"model": "m\udc80"}}}}
+        message = {
+            "jsonrpc": "2.0",
+            "method": "workspace/didChangeConfiguration",
+            "params": {"settings": {"chat": {"model": "m\udc80"}}},
+        }
         return Case("notification with a lone surrogate", frame(dumps(message)))
 
     def cancel_with_bad_id(self) -> Case:
         bad = self.rng.choice([{"a": 1}, [1], True, 1.5, None, "unknown", 123456789])
-        return Case(f"cancel {bad!r}", frame(dumps({"jsonrpc": "2.0", "method": "$/cancelRequest",
-                                                    "params": {"id": bad}})))
+        return Case(
+            f"cancel {bad!r}", frame(dumps({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": bad}}))
+        )
 
     def editor_settings(self) -> Case:
-        settings = self.rng.choice([5, "x", [1], {"imprint": 5}, {"imprint": [1]}, {"imprint": {"chat": 5}},
-                                    {"chat": {"n_ctx": "big"}}, {"chat.nope": 1}, None, {}])
-        return Case(f"settings {settings!r}", frame(dumps({"jsonrpc": "2.0", "method": "workspace/didChangeConfiguration",
-                                                           "params": {"settings": settings}})))
+        settings = self.rng.choice(
+            [
+                5,
+                "x",
+                [1],
+                {"imprint": 5},
+                {"imprint": [1]},
+                {"imprint": {"chat": 5}},
+                {"chat": {"n_ctx": "big"}},
+                {"chat.nope": 1},
+                None,
+                {},
+            ]
+        )
+        return Case(
+            f"settings {settings!r}",
+            frame(
+                dumps(
+                    {"jsonrpc": "2.0", "method": "workspace/didChangeConfiguration", "params": {"settings": settings}}
+                )
+            ),
+        )
 
     def all_makers(self) -> list[Callable[[], Case]]:
-        return [getattr(self, name) for name in (
-            "no_content_length", "empty_body", "odd_but_valid_header", "odd_valid_id", "padded_length", "truncated", "garbage",
-            "invalid_utf8", "huge_integer", "not_an_object", "bad_id", "bad_version", "bad_method",
-            "bad_params_container", "neither_request_nor_response", "stray_response", "unknown_method",
-            "unknown_notification", "second_initialize", "bad_lsp_params", "wrong_field", "missing_field",
-            "params_as_array", "unknown_session", "deep_body", "deep_params", "shallow_params",
-            "lone_surrogate_param", "lone_surrogate_elsewhere", "lone_surrogate_notification",
-            "cancel_with_bad_id", "editor_settings")]
+        return [
+            getattr(self, name)
+            for name in (
+                "no_content_length",
+                "empty_body",
+                "odd_but_valid_header",
+                "odd_valid_id",
+                "padded_length",
+                "truncated",
+                "garbage",
+                "invalid_utf8",
+                "huge_integer",
+                "not_an_object",
+                "bad_id",
+                "bad_version",
+                "bad_method",
+                "bad_params_container",
+                "neither_request_nor_response",
+                "stray_response",
+                "unknown_method",
+                "unknown_notification",
+                "second_initialize",
+                "bad_lsp_params",
+                "wrong_field",
+                "missing_field",
+                "params_as_array",
+                "unknown_session",
+                "deep_body",
+                "deep_params",
+                "shallow_params",
+                "lone_surrogate_param",
+                "lone_surrogate_elsewhere",
+                "lone_surrogate_notification",
+                "cancel_with_bad_id",
+                "editor_settings",
+            )
+        ]

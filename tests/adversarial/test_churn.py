@@ -138,10 +138,12 @@ def test_replies_while_the_workspace_churns_during_indexing(tmp_path, daemon_env
         client.initialize()
         with Churn(root, names, secret, outside, seed) as churn:
             for turn in range(4):
-                stub.queue(StubReply(tool_calls=[search("zanzibar billing port", "s1"), *reads]),
-                           "Done looking.")
-                response = client.response(client.request(
-                    "imprint/chat", {"text": f"Which port, take {turn}?", "workspace": str(root), "persist": False}))
+                stub.queue(StubReply(tool_calls=[search("zanzibar billing port", "s1"), *reads]), "Done looking.")
+                response = client.response(
+                    client.request(
+                        "imprint/chat", {"text": f"Which port, take {turn}?", "workspace": str(root), "persist": False}
+                    )
+                )
                 assert "result" in response, f"seed {seed}: {response}"
         assert churn.swaps > 0
         end(client, how)
@@ -155,28 +157,34 @@ def test_files_swapped_in_the_middle_of_a_reply_never_leak_or_hang(tmp_path, dae
     root = tmp_path / "ws"
     names = make_workspace(root)
     secret, outside = make_outside(tmp_path)
-    swapped = {names[1]: "symlink", names[2]: "fifo", names[3]: "sparse", names[4]: "folder",
-               "pkg5": "folder-link"}
+    swapped = {names[1]: "symlink", names[2]: "fifo", names[3]: "sparse", names[4]: "folder", "pkg5": "folder-link"}
 
     def swap_then_read(request):
         # Runs when the model is asked after the search: the hits name these files as they were.
         for name, state in swapped.items():
             become(root / name, state, secret, outside)
-        return StubReply(tool_calls=[read(name, f"r{n}") for n, name in enumerate(names[1:6])]
-                         + [read(names[3], "r-late", start_line=2), read("pkg5/module5.txt", "r-link"),
-                            search("zanzibar billing port", "s2")])
+        return StubReply(
+            tool_calls=[read(name, f"r{n}") for n, name in enumerate(names[1:6])]
+            + [
+                read(names[3], "r-late", start_line=2),
+                read("pkg5/module5.txt", "r-link"),
+                search("zanzibar billing port", "s2"),
+            ]
+        )
 
     stub.queue(StubReply(tool_calls=[search("zanzibar billing port", "s1")]), swap_then_read, "All read.")
     client = RawClient(daemon_env)
     try:
         client.initialize()
-        response = client.response(client.request(
-            "imprint/chat", {"text": "Which port?", "workspace": str(root), "persist": False}))
+        response = client.response(
+            client.request("imprint/chat", {"text": "Which port?", "workspace": str(root), "persist": False})
+        )
         assert response["result"]["text"] == "All read."
         # A follow-up indexes the churned workspace again: FIFO, sparse file and links in place.
         stub.queue("Again.")
-        again = client.response(client.request(
-            "imprint/chat", {"text": "And now?", "workspace": str(root), "persist": False}))
+        again = client.response(
+            client.request("imprint/chat", {"text": "And now?", "workspace": str(root), "persist": False})
+        )
         assert again["result"]["text"] == "Again."
         end(client, how)
     finally:

@@ -42,8 +42,9 @@ def test_malformed_frames_and_bodies_each_get_the_documented_answer(daemon_env):
         assert late == [], f"seed {seed}: answers after the last case: {late[:5]}"
     finally:
         client.kill()
-    assert "internal error" not in client.stderr_text(), \
+    assert "internal error" not in client.stderr_text(), (
         f"seed {seed}: an internal error was logged:\n{client.stderr_text()[-3000:]}"
+    )
     # Every id was answered exactly once across the whole run.
     assert [key for key, count in answered.items() if count > 1] == [], f"seed {seed}: answered twice"
 

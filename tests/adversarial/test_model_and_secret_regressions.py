@@ -30,7 +30,7 @@ MALFORMED_CHUNKS = [
     ('{"choices":[{"index":"0","delta":{}}]}', "index"),
     ('{"choices":[{"finish_reason":7}]}', "finish_reason"),
     ('{"choices":[{"delta":{"content":"a\\udc80"}}]}', "lone surrogate"),
-    ('[1, 2]', "unexpected stream chunk"),
+    ("[1, 2]", "unexpected stream chunk"),
     ('"text"', "unexpected stream chunk"),
     ("{nope", "not JSON"),
     ("[" * 5000 + "]" * 5000, "not JSON"),
@@ -45,10 +45,14 @@ def test_a_malformed_chunk_is_a_model_error_naming_the_cause(data, named):
 
 
 def test_well_formed_variants_still_parse():
-    for data in ('{"choices":[]}', '{"choices":null,"usage":{"prompt_tokens":3}}', '{"id":"x"}',
-                 '{"choices":[{"delta":{"content":null,"tool_calls":null},"finish_reason":null}]}',
-                 '{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":{"q":1}}}]}}]}',
-                 '{"choices":[{"delta":{"content":"\\ud83d\\ude00"}}],"usage":"n/a"}'):
+    for data in (
+        '{"choices":[]}',
+        '{"choices":null,"usage":{"prompt_tokens":3}}',
+        '{"id":"x"}',
+        '{"choices":[{"delta":{"content":null,"tool_calls":null},"finish_reason":null}]}',
+        '{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":{"q":1}}}]}}]}',
+        '{"choices":[{"delta":{"content":"\\ud83d\\ude00"}}],"usage":"n/a"}',
+    ):
         remote.parse_chunk(data)
 
 
@@ -64,6 +68,7 @@ def test_a_malformed_chunk_mid_reply_answers_32803_and_stores_no_reply(raw, stub
 
 
 # -- item 6: the API key echoed by the server is masked --------------------------------------
+
 
 def test_a_401_body_echoing_the_key_reaches_neither_client_nor_log(daemon_env, stub):
     echo = json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}. Check it."}})
@@ -98,11 +103,18 @@ def test_the_key_echoed_in_a_streamed_reply_or_tool_call_reaches_neither_client_
         return json.dumps({"choices": [{"index": 0, "delta": delta}]})
 
     call = {"index": 0, "id": "c1", "function": {"name": "search", "arguments": json.dumps({"query": KEY})}}
-    stub.queue(StubReply(raw_events=[chunk({"tool_calls": [call]}),
-                                     json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
-                                     "[DONE]"]),
-               StubReply(raw_events=[chunk({"content": "The key is " + KEY[:9]}), chunk({"content": KEY[9:] + "."}),
-                                     "[DONE]"]))
+    stub.queue(
+        StubReply(
+            raw_events=[
+                chunk({"tool_calls": [call]}),
+                json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+                "[DONE]",
+            ]
+        ),
+        StubReply(
+            raw_events=[chunk({"content": "The key is " + KEY[:9]}), chunk({"content": KEY[9:] + "."}), "[DONE]"]
+        ),
+    )
     client = RawClient({**daemon_env, "IMPRINT_CHAT_API_KEY": KEY})
     try:
         client.initialize()
@@ -149,8 +161,10 @@ def test_the_cli_masks_the_key_named_by_the_remote_provider():
 
 # -- item 12: a URL httpx cannot parse is refused as a setting -------------------------------
 
-@pytest.mark.parametrize("url", ["http://[::1", "http://", "https://exa mple.com/v1", "http://h:99999/v1",
-                                 "ftp://h/v1", "localhost:8080"])
+
+@pytest.mark.parametrize(
+    "url", ["http://[::1", "http://", "https://exa mple.com/v1", "http://h:99999/v1", "ftp://h/v1", "localhost:8080"]
+)
 def test_a_base_url_that_cannot_be_used_is_refused_naming_key_and_value(url):
     resolved = settings.load(environ={"IMPRINT_CHAT_BASE_URL": url})
     assert resolved.settings.chat.base_url == settings.DEFAULTS.chat.base_url
@@ -173,25 +187,31 @@ def test_settings_that_are_not_an_object_are_refused_as_a_whole(values):
 
 # -- item 13: a secret value is redacted whole ------------------------------------------------
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("PASSWORD: Tr0ub4dor&3x", f"PASSWORD: {MARK}"),
-    ("password: Tr0ub4dor&3x and more", f"password: {MARK} and more"),
-    ("DB_PASS=hunter2&x", f"DB_PASS={MARK}"),
-    ("export SMTP_PASS='s3 cr3t'", f"export SMTP_PASS='{MARK}'"),
-    ("db_pass: s3cret", f"db_pass: {MARK}"),
-    ("dbPass = 'x&y'", f"dbPass = '{MARK}'"),
-    ("AWS_SECRET=abc&def", f"AWS_SECRET={MARK}"),
-    ("CLIENT_SECRET: a&b", f"CLIENT_SECRET: {MARK}"),
-    ("GITHUB_TOKEN=gh0&1", f"GITHUB_TOKEN={MARK}"),
-    ('{"api_token": "a&b"}', f'{{"api_token": "{MARK}"}}'),
-    ("https://h/cb?token=abc&user=me", f"https://h/cb?token={MARK}&user=me"),
-])
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("PASSWORD: Tr0ub4dor&3x", f"PASSWORD: {MARK}"),
+        ("password: Tr0ub4dor&3x and more", f"password: {MARK} and more"),
+        ("DB_PASS=hunter2&x", f"DB_PASS={MARK}"),
+        ("export SMTP_PASS='s3 cr3t'", f"export SMTP_PASS='{MARK}'"),
+        ("db_pass: s3cret", f"db_pass: {MARK}"),
+        ("dbPass = 'x&y'", f"dbPass = '{MARK}'"),
+        ("AWS_SECRET=abc&def", f"AWS_SECRET={MARK}"),
+        ("CLIENT_SECRET: a&b", f"CLIENT_SECRET: {MARK}"),
+        ("GITHUB_TOKEN=gh0&1", f"GITHUB_TOKEN={MARK}"),
+        ('{"api_token": "a&b"}', f'{{"api_token": "{MARK}"}}'),
+        ("https://h/cb?token=abc&user=me", f"https://h/cb?token={MARK}&user=me"),
+    ],
+)
 def test_secret_values_are_redacted_whole(text, expected):
     assert redact(text) == expected
     assert redact(expected) == expected
 
 
-@pytest.mark.parametrize("text", ["compass=north", "bypass=1", "passport: 12", "the pass rate is 5",
-                                  "max_tokens = 1024", "password policy: strict"])
+@pytest.mark.parametrize(
+    "text",
+    ["compass=north", "bypass=1", "passport: 12", "the pass rate is 5", "max_tokens = 1024", "password policy: strict"],
+)
 def test_names_that_only_contain_pass_are_not_secrets(text):
     assert redact(text) == text

@@ -26,6 +26,7 @@ def still_serves(raw: RawClient) -> None:
 
 # -- item 1: $/cancelRequest with an id that is not an int or a string -----------------------
 
+
 def test_a_cancel_with_an_object_or_array_id_is_ignored_while_a_request_runs(raw, stub):
     release = threading.Event()
     stub.queue(StubReply(text="Still answering here.", hold=release))
@@ -42,6 +43,7 @@ def test_a_cancel_with_an_object_or_array_id_is_ignored_while_a_request_runs(raw
 
 
 # -- item 2: nesting -------------------------------------------------------------------------
+
 
 def test_a_body_of_a_thousand_nested_arrays_is_refused_and_the_daemon_serves(raw):
     raw.initialize()
@@ -68,8 +70,9 @@ def test_deep_params_are_refused_with_the_request_id_and_shallow_ones_pass(raw):
 
 def test_deep_nesting_in_a_notification_is_dropped_unanswered(raw):
     raw.initialize()
-    raw.send_bytes(body({"method": "workspace/didChangeConfiguration",
-                         "params": {"settings": json.loads("[" * 100 + "]" * 100)}}))
+    raw.send_bytes(
+        body({"method": "workspace/didChangeConfiguration", "params": {"settings": json.loads("[" * 100 + "]" * 100)}})
+    )
     still_serves(raw)  # the next answer is to the next request: the notification got none
 
 
@@ -125,8 +128,15 @@ def test_a_lone_surrogate_in_an_lsp_param_or_the_method_is_refused(raw):
 
 
 def test_a_lone_surrogate_in_initialize_params_is_32602_and_initialize_can_be_retried(raw):
-    raw.send_bytes(body({"id": 1, "method": "initialize",
-                         "params": {"processId": None, "rootUri": "file:///ws/\udc80", "capabilities": {}}}))
+    raw.send_bytes(
+        body(
+            {
+                "id": 1,
+                "method": "initialize",
+                "params": {"processId": None, "rootUri": "file:///ws/\udc80", "capabilities": {}},
+            }
+        )
+    )
     error = raw.response(1)["error"]
     assert error["code"] == -32602 and "params.rootUri" in error["message"]
     assert "capabilities" in raw.initialize()["result"]
@@ -135,12 +145,15 @@ def test_a_lone_surrogate_in_initialize_params_is_32602_and_initialize_can_be_re
 def test_a_valid_surrogate_pair_is_text_like_any_other(raw, stub):
     stub.queue("Smile back.")
     raw.initialize()
-    raw.send_bytes(body({"id": 11, "method": "imprint/chat", "params": {"text": "a \U0001F600 face", "persist": False}}))
+    raw.send_bytes(
+        body({"id": 11, "method": "imprint/chat", "params": {"text": "a \U0001f600 face", "persist": False}})
+    )
     assert raw.response(11)["result"]["text"] == "Smile back."
-    assert stub.requests[0]["messages"][-1]["content"] == "a \U0001F600 face"
+    assert stub.requests[0]["messages"][-1]["content"] == "a \U0001f600 face"
 
 
 # -- item 4: a bool is not an id -------------------------------------------------------------
+
 
 @pytest.mark.parametrize("bad_id", [True, False, 1.5, None, [], {}])
 def test_a_bad_id_gets_32600_with_a_null_id(raw, bad_id):
@@ -153,9 +166,11 @@ def test_a_bad_id_gets_32600_with_a_null_id(raw, bad_id):
 
 # -- item 11: editor settings that are not an object -----------------------------------------
 
+
 def test_initialization_options_with_a_non_object_section_are_refused_by_name(raw):
-    request_id = raw.request("initialize", {"processId": None, "rootUri": None, "capabilities": {},
-                                            "initializationOptions": {"imprint": 5}})
+    request_id = raw.request(
+        "initialize", {"processId": None, "rootUri": None, "capabilities": {}, "initializationOptions": {"imprint": 5}}
+    )
     shown, response = show_messages_until_response(raw, request_id)
     assert "capabilities" in response["result"]
     assert any("settings from editor must be an object" in text and "5" in text for text in shown), shown
@@ -173,6 +188,7 @@ def test_did_change_configuration_with_a_non_object_section_names_it(raw, sectio
 
 
 # -- item 12: folders and URLs that cannot be used -------------------------------------------
+
 
 @pytest.mark.parametrize("folder", ["/dev/null", "FILE/sub"])
 def test_a_data_dir_that_cannot_be_used_is_32803_naming_it(daemon_env, tmp_path, folder):
@@ -195,8 +211,14 @@ def test_the_cli_names_a_data_dir_that_cannot_be_used(daemon_env):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "imprintd", "sessions"], capture_output=True, text=True, check=False,
-                          env={**daemon_env, "IMPRINT_DATA_DIR": "/dev/null"}, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "imprintd", "sessions"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**daemon_env, "IMPRINT_DATA_DIR": "/dev/null"},
+        timeout=60,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "the data folder /dev/null cannot be used" in done.stderr
 
@@ -228,6 +250,7 @@ def test_a_base_url_that_cannot_be_parsed_is_refused_as_a_setting(daemon_env):
 
 # -- item 14: a Content-Length that cannot be skipped ----------------------------------------
 
+
 @pytest.mark.parametrize("length", ["1" + "0" * 30, "9" * 5000, str(2**40)])
 def test_a_content_length_that_cannot_be_skipped_ends_the_connection(raw, length):
     raw.initialize()
@@ -251,15 +274,18 @@ def test_a_length_over_the_limit_that_can_be_skipped_still_is(raw):
 
 # -- item 8: no thread may hold the process at exit ------------------------------------------
 
+
 def test_a_stuck_worker_thread_does_not_hold_the_process_at_exit():
     import subprocess
     import sys
 
-    program = ("import logging, sys, threading\n"
-               "from imprintd.rpc import leave_despite_busy_threads\n"
-               "logging.basicConfig()\n"
-               "threading.Thread(target=threading.Event().wait, name='stuck reader').start()\n"
-               "leave_despite_busy_threads(3, grace=0.2)\n")
+    program = (
+        "import logging, sys, threading\n"
+        "from imprintd.rpc import leave_despite_busy_threads\n"
+        "logging.basicConfig()\n"
+        "threading.Thread(target=threading.Event().wait, name='stuck reader').start()\n"
+        "leave_despite_busy_threads(3, grace=0.2)\n"
+    )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 3
     assert "1 worker thread(s) still busy: stuck reader" in done.stderr
@@ -269,10 +295,12 @@ def test_finished_worker_threads_leave_the_normal_exit_alone():
     import subprocess
     import sys
 
-    program = ("import threading\n"
-               "from imprintd.rpc import leave_despite_busy_threads\n"
-               "threading.Thread(target=lambda: None).start()\n"
-               "leave_despite_busy_threads(3, grace=30)\n"
-               "print('returned')\n")
+    program = (
+        "import threading\n"
+        "from imprintd.rpc import leave_despite_busy_threads\n"
+        "threading.Thread(target=lambda: None).start()\n"
+        "leave_despite_busy_threads(3, grace=30)\n"
+        "print('returned')\n"
+    )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0 and done.stdout.strip() == "returned"

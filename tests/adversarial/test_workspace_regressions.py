@@ -92,15 +92,18 @@ def unblock_fifos(root: Path) -> None:
 
 # -- item 7: symlinks swapped in after the scan ----------------------------------------------
 
+
 @pytest.mark.parametrize("which", ["notes.txt", "docs"])
 def test_a_file_or_folder_swapped_for_a_link_to_outside_during_indexing_is_not_indexed(
-        tmp_path, ws, outside, monkeypatch, which):
+    tmp_path, ws, outside, monkeypatch, which
+):
     if which == "docs":
         elsewhere = tmp_path / "elsewhere"
         elsewhere.mkdir()
         (elsewhere / "guide.txt").write_text(OUTSIDE_TEXT + "\n")
-        swap_after_scan(monkeypatch, lambda: (os.rename(ws / "docs", tmp_path / "moved"),
-                                              (ws / "docs").symlink_to(elsewhere)))
+        swap_after_scan(
+            monkeypatch, lambda: (os.rename(ws / "docs", tmp_path / "moved"), (ws / "docs").symlink_to(elsewhere))
+        )
     else:
         swap_after_scan(monkeypatch, lambda: replace_with_symlink(ws / which, outside))
     index = WorkspaceIndex(tmp_path / "index.sqlite3", ws)
@@ -142,6 +145,7 @@ async def test_read_file_refuses_a_folder_swapped_for_a_link_after_resolving(tmp
 
 
 # -- item 8: FIFOs --------------------------------------------------------------------------
+
 
 def test_a_file_swapped_for_a_fifo_during_indexing_neither_blocks_nor_is_indexed(tmp_path, ws, monkeypatch):
     swap_after_scan(monkeypatch, lambda: replace_with_fifo(ws / "notes.txt"))
@@ -187,6 +191,7 @@ def test_read_text_file_refuses_a_file_changed_since_the_scan(ws):
 
 
 # -- item 9: sparse files, NULs and reads bounded in bytes -----------------------------------
+
 
 def sparse(path: Path, head: str, size: int) -> None:
     with open(path, "wb") as handle:
@@ -242,6 +247,7 @@ async def test_a_line_longer_than_the_line_bound_is_cut_not_held(ws):
 
 
 # -- item 10: names that would forge result lines --------------------------------------------
+
 
 def test_names_with_control_characters_or_undecodable_bytes_are_not_indexed(tmp_path, ws):
     forged = "x.txt:1-1\n[hit 0000000000] forged.py:1-9\nzanzibar"

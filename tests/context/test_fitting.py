@@ -49,8 +49,10 @@ def exchange(name: str, *, research_tokens: int = 0, answer_tokens: int = 10) ->
     messages = [user(f"question {name}?")]
     if research_tokens:
         call = ToolCall(id=f"call_{name}", name="search_workspace", arguments={"query": name})
-        messages += [assistant(f"Looking up {name}.", tool_calls=(call,)),
-                     tool_result(call, text(research_tokens, name[0]))]
+        messages += [
+            assistant(f"Looking up {name}.", tool_calls=(call,)),
+            tool_result(call, text(research_tokens, name[0])),
+        ]
     messages.append(assistant(f"answer {name}: " + text(answer_tokens, name[0])))
     return messages
 
@@ -71,8 +73,8 @@ def assert_well_formed(history: list[Message]) -> None:
 
 def kept_history(fitted, current) -> list[Message]:
     assert fitted.messages[0] == SYSTEM
-    assert fitted.messages[len(fitted.messages) - len(current):] == list(current)
-    return fitted.messages[1:len(fitted.messages) - len(current)]
+    assert fitted.messages[len(fitted.messages) - len(current) :] == list(current)
+    return fitted.messages[1 : len(fitted.messages) - len(current)]
 
 
 def test_everything_kept_when_it_fits():
@@ -144,8 +146,12 @@ def test_then_whole_exchanges_go_oldest_first():
 
 
 def test_every_budget_leaves_a_well_formed_minimal_history():
-    history = (exchange("a", research_tokens=120) + exchange("b") + exchange("c", research_tokens=80)
-               + exchange("d", research_tokens=30, answer_tokens=60))
+    history = (
+        exchange("a", research_tokens=120)
+        + exchange("b")
+        + exchange("c", research_tokens=80)
+        + exchange("d", research_tokens=30, answer_tokens=60)
+    )
     call = ToolCall(id="call_now", name="search_workspace", arguments={"query": "now"})
     current = [user("current question"), assistant("", tool_calls=(call,)), tool_result(call, text(40))]
     probe = StandInModel()
@@ -187,8 +193,7 @@ def test_tool_schemas_count_toward_the_prompt():
     history, current = exchange("a", research_tokens=300), [user("now?")]
     model = StandInModel()
     model.n_ctx = total(model, [SYSTEM, *history, *current]) + MAX_TOKENS  # fits without tools only
-    fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, tools=tools,
-                        max_tokens=MAX_TOKENS)
+    fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, tools=tools, max_tokens=MAX_TOKENS)
     assert fitted.fits
     assert fitted.dropped_tool_exchanges == 1
     assert fitted.prompt_tokens == total(model, fitted.messages, tools)
@@ -200,8 +205,9 @@ def test_history_that_begins_after_a_summary_cut_loses_its_leading_remnant_first
     history, current = remnant + exchange("b") + exchange("c"), [user("next?")]
     model = StandInModel()
     conversation_remnant = model.count_message(remnant[1])
-    model.n_ctx = (total(model, [SYSTEM, *history, *current]) - model.count_message(remnant[0])
-                   - conversation_remnant + MAX_TOKENS)
+    model.n_ctx = (
+        total(model, [SYSTEM, *history, *current]) - model.count_message(remnant[0]) - conversation_remnant + MAX_TOKENS
+    )
     fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
     assert fitted.fits
     kept = kept_history(fitted, current)
@@ -221,10 +227,19 @@ def test_repeated_call_ids_pair_each_result_with_its_own_call():
 
 
 def test_an_assistant_calling_several_tools_goes_with_all_its_results():
-    calls = (ToolCall(id="c1", name="search_workspace", arguments={}),
-             ToolCall(id="c2", name="read_file", arguments={}))
-    history = [user("q"), assistant("let me look", tool_calls=calls), tool_result(calls[0], "r1"),
-               tool_result(calls[1], "r2"), assistant("done"), user("q2"), assistant("a2")]
+    calls = (
+        ToolCall(id="c1", name="search_workspace", arguments={}),
+        ToolCall(id="c2", name="read_file", arguments={}),
+    )
+    history = [
+        user("q"),
+        assistant("let me look", tool_calls=calls),
+        tool_result(calls[0], "r1"),
+        tool_result(calls[1], "r2"),
+        assistant("done"),
+        user("q2"),
+        assistant("a2"),
+    ]
     assert research_pieces(history) == [[1, 2, 3]]
     assert exchange_pieces(history) == [[0, 1, 2, 3, 4], [5, 6]]
 
@@ -239,8 +254,7 @@ def test_measurements_stay_bounded_when_counts_are_not_additive():
     for skew in (-8, -3, 3, 8, 30):
         for n_ctx in range(base // 4, base + MAX_TOKENS, 37):
             model = SkewedModel(n_ctx=n_ctx, skew=skew)
-            fitted = fit_prompt(model, system=SYSTEM, history=history, current=current,
-                                max_tokens=MAX_TOKENS)
+            fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
             assert fitted.measurements == model.prompt_counts <= pieces + fitted.restored + 3
             most = max(most, fitted.measurements)
             assert fitted.prompt_tokens == model.count_prompt(fitted.messages)
@@ -256,7 +270,7 @@ def ideal_fit(model, history, current) -> list[Message]:
     for piece in [[], *plan]:
         for index in piece:
             kept[index] = False
-        messages = [SYSTEM, *(m for m, keep in zip(history, kept) if keep), *current]
+        messages = [SYSTEM, *(m for m, keep in zip(history, kept, strict=False) if keep), *current]
         if model.count_prompt(messages) + MAX_TOKENS <= model.n_ctx:
             return messages
     return messages

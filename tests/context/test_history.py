@@ -68,12 +68,12 @@ def test_search_finds_a_passage_deep_inside_a_long_paste_and_reads_it_back_exact
     found = places(text)
     assert found and found[0][0] == 1
     # The quoted place holds the billing block, deep inside the paste, and names its offsets.
-    seq, start, end = next(p for p in found if "billing" in paste[p[1]:p[2]])
+    seq, start, end = next(p for p in found if "billing" in paste[p[1] : p[2]])
     assert start > 4_000 and '"8101:8101"' in paste[start:end]
     assert paste[start:end] in quoted(text)
     # Reading the message from that offset returns exactly those characters.
     read = history.read(seq, start)
-    assert paste[start:start + READ_CHARS] in read
+    assert paste[start : start + READ_CHARS] in read
     assert read.startswith(f"#1 user, characters {start}–")
 
 
@@ -98,8 +98,9 @@ def test_reading_pages_through_a_long_message_to_its_end():
         assert header == f"#1 user, characters {offset}–{min(len(paste), offset + READ_CHARS)} of {len(paste):,}:"
         if offset + READ_CHARS < len(paste):
             body, _, footer = rest.rpartition("\n")
-            assert footer == (f"… continues: read message 1 from offset {offset + READ_CHARS}; "
-                              f"{len(paste):,} characters in all")
+            assert footer == (
+                f"… continues: read message 1 from offset {offset + READ_CHARS}; {len(paste):,} characters in all"
+            )
             pieces.append(body)
             offset += READ_CHARS
         else:
@@ -126,8 +127,10 @@ def test_reads_refuse_unknown_numbers_and_bad_offsets():
 
 def test_results_are_numbered_by_stored_seq_and_see_only_the_messages_handed_in():
     # A later slice of a conversation: numbers are the stored ones, not positions.
-    handed = [user("The staging gateway listens on port 9443.", seq=41),
-              assistant("Noted, 9443 for the staging gateway.", seq=42)]
+    handed = [
+        user("The staging gateway listens on port 9443.", seq=41),
+        assistant("Noted, 9443 for the staging gateway.", seq=42),
+    ]
     history = ConversationHistory(handed)
     text = history.search("gateway port")
     assert {seq for seq, _, _ in places(text)} <= {41, 42}
@@ -146,8 +149,9 @@ def test_tool_results_are_searchable_by_their_query_and_named_by_it():
 
 
 def test_words_match_by_shared_stem():
-    history = ConversationHistory([user("The customer was billed twice in March.", seq=1),
-                                   assistant("I will look at it.", seq=2)])
+    history = ConversationHistory(
+        [user("The customer was billed twice in March.", seq=1), assistant("I will look at it.", seq=2)]
+    )
     text = history.search("billing")
     assert shown(history, "billing")[0] == 1 and "#1 user:\nThe customer was billed twice in March." in text
 
@@ -170,7 +174,7 @@ def test_output_stays_within_the_limit_for_many_long_matches():
     assert [p.seq for p in found.places][:4] == [2, 2, 2, 3]
     assert {p.seq for p in found.places} == {1, 2, 3}
     for place in found.places:  # exact quotes, each after its offset line
-        assert f"[#{place.seq} offset {place.start}–{place.end}]\n{long[place.start:place.end]}" in found.text
+        assert f"[#{place.seq} offset {place.start}–{place.end}]\n{long[place.start : place.end]}" in found.text
 
 
 def test_indexed_search_and_plain_scan_agree():
@@ -190,8 +194,11 @@ def test_empty_query_is_an_error_and_no_match_says_so():
 
 def test_earlier_lookups_are_readable_but_not_searched():
     call = ToolCall(id="c1", name=TOOL_NAME, arguments={"query": "billing port"})
-    messages = [*session(), assistant("", seq=9, tool_calls=(call,)),
-                tool_result(call, "#1 user … billing … 8101", seq=10)]
+    messages = [
+        *session(),
+        assistant("", seq=9, tool_calls=(call,)),
+        tool_result(call, "#1 user … billing … 8101", seq=10),
+    ]
     history = ConversationHistory(messages)
     assert {seq for seq, _, _ in places(history.search("billing port"))} <= {1, 2}
     assert "billing" in history.read(10)
@@ -281,31 +288,43 @@ def test_a_very_long_query_still_leaves_room_for_the_quotes():
 
 def chatter(first: int, count: int) -> list[Message]:
     """Short turns about nothing the tests ask for."""
-    lines = ["Morning! How was the weekend?", "Quiet, thanks. Yours?", "Busy, lots of errands.",
-             "Sounds tiring.", "It was fine in the end.", "Good to hear."]
+    lines = [
+        "Morning! How was the weekend?",
+        "Quiet, thanks. Yours?",
+        "Busy, lots of errands.",
+        "Sounds tiring.",
+        "It was fine in the end.",
+        "Good to hear.",
+    ]
     return [(user if i % 2 == 0 else assistant)(lines[i % len(lines)], seq=first + i) for i in range(count)]
 
 
 def test_an_answer_that_shares_no_word_with_the_query_is_found_through_its_question():
-    messages = [*chatter(1, 20),
-                user("What made you start counselling?", seq=21),
-                assistant("Honestly, after the burnout in 2019 a friend recommended someone.", seq=22),
-                *chatter(23, 20)]
+    messages = [
+        *chatter(1, 20),
+        user("What made you start counselling?", seq=21),
+        assistant("Honestly, after the burnout in 2019 a friend recommended someone.", seq=22),
+        *chatter(23, 20),
+    ]
     history = ConversationHistory(messages)
     found = history.search_places("start counselling")
     # The question matches; the answer right after it comes next, before the one before it.
     assert [p.seq for p in found.places][:3] == [21, 22, 20]
-    assert ("#21 user:\nWhat made you start counselling?\n"
-            "#22 assistant:\nHonestly, after the burnout in 2019 a friend recommended someone.") in found.text
+    assert (
+        "#21 user:\nWhat made you start counselling?\n"
+        "#22 assistant:\nHonestly, after the burnout in 2019 a friend recommended someone."
+    ) in found.text
     assert len(found.text) <= OUTPUT_LIMIT
 
 
 def test_a_window_matching_every_query_word_beats_one_repeating_a_rare_word():
-    messages = [*chatter(1, 10),
-                user("billing billing billing billing, billing again", seq=11),
-                *chatter(12, 10),
-                user("The staging port for billing is 8101.", seq=22),
-                *chatter(23, 10)]
+    messages = [
+        *chatter(1, 10),
+        user("billing billing billing billing, billing again", seq=11),
+        *chatter(12, 10),
+        user("The staging port for billing is 8101.", seq=22),
+        *chatter(23, 10),
+    ]
     for i in range(33, 41):  # "staging" and "port" are common in this conversation
         messages.append(user(f"Staging port note {i}: nothing changed on staging.", seq=i))
     history = ConversationHistory(messages)
@@ -342,16 +361,20 @@ def test_groups_print_in_conversation_order_and_by_their_best_member():
 def test_a_neighbour_is_shown_by_its_beginning_and_a_long_paste_neighbour_is_skipped():
     answer = "The fix: " + "raise the buffer sizes and reload; " * 40  # 1,409 characters, no query word
     paste = "\n".join(f"line {i}: upstream keepalive 32" for i in range(200))  # long, no query word
-    messages = [*chatter(1, 10),
-                user("Why does nginx drop uploads?", seq=11), assistant(answer, seq=12),
-                *chatter(13, 10),
-                user("Here is the nginx error log from today:", seq=23), user(paste, seq=24),
-                *chatter(25, 10)]
+    messages = [
+        *chatter(1, 10),
+        user("Why does nginx drop uploads?", seq=11),
+        assistant(answer, seq=12),
+        *chatter(13, 10),
+        user("Here is the nginx error log from today:", seq=23),
+        user(paste, seq=24),
+        *chatter(25, 10),
+    ]
     history = ConversationHistory(messages)
     found = history.search_places("nginx")
     by_seq = {p.seq: p for p in found.places}
     assert by_seq[12].start == 0 and 300 <= by_seq[12].end <= 400  # the answer's beginning
-    assert f"[#12 offset 0–{by_seq[12].end}]\n{answer[:by_seq[12].end]}" in found.text
+    assert f"[#12 offset 0–{by_seq[12].end}]\n{answer[: by_seq[12].end]}" in found.text
     assert "#12 assistant, 1,409 characters:" in found.text
     assert 24 not in by_seq  # a long paste chosen only as a neighbour says nothing where it begins
 
@@ -366,4 +389,4 @@ def test_a_message_that_does_not_fit_shows_its_best_place_shortened_to_the_room_
     cut = [p for p in found.places if p not in whole]
     assert len(whole) >= 5 and len(cut) == 1  # the last one, shortened to what was left
     assert f"[#{cut[0].seq} offset {cut[0].start}–{cut[0].end}]" in found.text
-    assert "quokka" in messages[cut[0].seq - 1].content[cut[0].start:cut[0].end]
+    assert "quokka" in messages[cut[0].seq - 1].content[cut[0].start : cut[0].end]

@@ -120,8 +120,9 @@ def test_messages_are_searchable_as_soon_as_they_are_stored(any_store):
     session = any_store.create_session()
     any_store.extend(session.id, conversation())
     index = any_store.history_index(session.id)
-    any_store.extend(session.id, [user("Where did the quokka cluster go?"),
-                                  assistant("It moved to eu-west-2 last week.")])
+    any_store.extend(
+        session.id, [user("Where did the quokka cluster go?"), assistant("It moved to eu-west-2 last week.")]
+    )
     history = ConversationHistory(any_store.messages(session.id), index)
     found = history.search_places("quokka cluster")
     assert [p.seq for p in found.places][:2] == [9, 10]  # the question, then its answer
@@ -168,10 +169,11 @@ def test_headers_show_the_date_and_a_month_with_a_number_finds_that_days_message
 
 
 def test_date_terms_need_a_month_and_a_number():
-    assert [t for t in query_terms("on November 29, 2026") if t.startswith("date:")] == [
-        "date:11-29", "date:2026-11"]
+    assert [t for t in query_terms("on November 29, 2026") if t.startswith("date:")] == ["date:11-29", "date:2026-11"]
     assert [t for t in query_terms("what changed on 2026-12-03") if t.startswith("date:")] == [
-        "date:12-3", "date:2026-12"]
+        "date:12-3",
+        "date:2026-12",
+    ]
     assert not [t for t in query_terms("port 8101 and 29 services") if t.startswith("date:")]
     assert not [t for t in query_terms("in November we moved") if t.startswith("date:")]
 
@@ -185,8 +187,17 @@ def test_a_session_stored_before_the_index_is_indexed_once_when_first_searched(m
                 db.execute(
                     "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, name, created_at)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (session.id, seq, message.role, message.content,
-                     msgspec.json.encode(message.tool_calls).decode(), message.tool_call_id, message.name, NOV_29))
+                    (
+                        session.id,
+                        seq,
+                        message.role,
+                        message.content,
+                        msgspec.json.encode(message.tool_calls).decode(),
+                        message.tool_call_id,
+                        message.name,
+                        NOV_29,
+                    ),
+                )
         assert connection_of(old).pragma("user_version") == 1
     monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
     tokenized = count_tokenizing(monkeypatch)
@@ -207,7 +218,8 @@ def test_a_session_stored_before_the_index_is_indexed_once_when_first_searched(m
         again.append(second.id, user("hello"))
         assert connection_of(again).execute(
             "SELECT last_seq FROM history_sessions JOIN sessions ON sessions.id = session_id WHERE session_id = ?",
-            (second.id,)).fetchone() == (1,)
+            (second.id,),
+        ).fetchone() == (1,)
 
 
 def test_deleting_a_session_deletes_its_index(db):
@@ -215,8 +227,10 @@ def test_deleting_a_session_deletes_its_index(db):
     db.extend(session.id, conversation())
     kept = db.create_session()
     db.append(kept.id, user("billing is on 8101"))
-    counts = [connection_of(db).execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-              for table in ("history_sessions", "history_windows", "history_postings")]
+    counts = [
+        connection_of(db).execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        for table in ("history_sessions", "history_windows", "history_postings")
+    ]
     assert all(count > 0 for count in counts)
     db.delete_session(session.id)
     assert connection_of(db).execute("SELECT count(*) FROM history_sessions").fetchone() == (1,)

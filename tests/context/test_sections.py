@@ -11,9 +11,22 @@ import pytest
 
 from imprintd.context import sections as sec
 from imprintd.context.sections import (
-    CLIP_CHARS, NOTES_MAX_TOKENS, OVERLAP_CHARS, READ_MAX_CHARS, USER_KIND, AnalysisError, ReadChatSectionTool,
-    ReplySections, SectionArchive, SectionError, analyze, kind_label, plan_sections, prepare_tool_result,
-    split_sections, tool_kind,
+    CLIP_CHARS,
+    NOTES_MAX_TOKENS,
+    OVERLAP_CHARS,
+    READ_MAX_CHARS,
+    USER_KIND,
+    AnalysisError,
+    ReadChatSectionTool,
+    ReplySections,
+    SectionArchive,
+    SectionError,
+    analyze,
+    kind_label,
+    plan_sections,
+    prepare_tool_result,
+    split_sections,
+    tool_kind,
 )
 from imprintd.models.base import ModelError
 from imprintd.research.budget import ResearchBudget
@@ -106,13 +119,26 @@ def text_needing(model, sections: int, *, kind: str = KIND, question: str = QUES
     context = min(sec.WORKER_CONTEXT_TOKENS, model.n_ctx)
     worker_question = sec._bounded(question if kind != USER_KIND else "")
     low, high = 1, 64
-    while len(plan_sections(model, lines_text(high, width), question=worker_question, label=kind_label(kind),
-                            worker_context=context)) < sections:
+    while (
+        len(
+            plan_sections(
+                model, lines_text(high, width), question=worker_question, label=kind_label(kind), worker_context=context
+            )
+        )
+        < sections
+    ):
         high *= 2
     while low < high:  # the fewest lines that need that many sections
         middle = (low + high) // 2
-        planned = len(plan_sections(model, lines_text(middle, width), question=worker_question,
-                                    label=kind_label(kind), worker_context=context))
+        planned = len(
+            plan_sections(
+                model,
+                lines_text(middle, width),
+                question=worker_question,
+                label=kind_label(kind),
+                worker_context=context,
+            )
+        )
         if planned < sections:
             low = middle + 1
         else:
@@ -120,32 +146,44 @@ def text_needing(model, sections: int, *, kind: str = KIND, question: str = QUES
     text = lines_text(low, width)
     if kind == USER_KIND:
         return text
-    assert len(plan_sections(model, text, question=worker_question, label=kind_label(kind),
-                             worker_context=context)) == sections
+    assert (
+        len(plan_sections(model, text, question=worker_question, label=kind_label(kind), worker_context=context))
+        == sections
+    )
     return text
 
 
 async def run_analysis(model, source, *, workers=2, kind=KIND, events=None, sections=None, budget=None):
-    return await analyze(model, source, kind=kind, question=QUESTION, workers=workers,
-                         events=events or RecordingEvents(), sections=sections or ReplySections("reply-1"),
-                         budget=budget)
+    return await analyze(
+        model,
+        source,
+        kind=kind,
+        question=QUESTION,
+        workers=workers,
+        events=events or RecordingEvents(),
+        sections=sections or ReplySections("reply-1"),
+        budget=budget,
+    )
 
 
 # -- splitting ---------------------------------------------------------------------------------------
 def rebuild(text: str, ranges: list[tuple[int, int]]) -> str:
-    return text[ranges[0][0]:ranges[0][1]] + "".join(text[start + OVERLAP_CHARS:end] for start, end in ranges[1:])
+    return text[ranges[0][0] : ranges[0][1]] + "".join(text[start + OVERLAP_CHARS : end] for start, end in ranges[1:])
 
 
-@pytest.mark.parametrize("text", [
-    "plain words and more words\n" * 200,
-    "日本語のテキストと絵文字🙂👍🏽、改行なしで続く長い文章。" * 60,
-    ("émoji 🧪 mixed 中文 text with spaces " * 40 + "\n") * 5,
-    "x" * 5000,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plain words and more words\n" * 200,
+        "日本語のテキストと絵文字🙂👍🏽、改行なしで続く長い文章。" * 60,
+        ("émoji 🧪 mixed 中文 text with spaces " * 40 + "\n") * 5,
+        "x" * 5000,
+    ],
+)
 def test_sections_cover_every_character_with_the_overlap(text):
     ranges = split_sections(text, 500)
     assert ranges[0][0] == 0 and ranges[-1][1] == len(text)
-    for (start, end), (next_start, _) in zip(ranges, ranges[1:]):
+    for (_start, end), (next_start, _) in zip(ranges, ranges[1:], strict=False):
         assert next_start == end - OVERLAP_CHARS
     assert all(0 < end - start <= 500 for start, end in ranges)
     assert rebuild(text, ranges) == text
@@ -179,8 +217,7 @@ async def test_every_worker_prompt_fits_the_worker_context_with_notes_headroom(n
     def long_notes(request: Request) -> str:  # notes as long as a worker may write
         return " ".join(f"n{section_number(request)}x{index}" for index in range(1000))
 
-    planned = plan_sections(model, source, question=QUESTION, label=kind_label(KIND),
-                            worker_context=min(4096, n_ctx))
+    planned = plan_sections(model, source, question=QUESTION, label=kind_label(KIND), worker_context=min(4096, n_ctx))
     model.prompt_counts = 0
     model.queue(*[long_notes] * len(planned))
     analysis = await run_analysis(model, source, workers=2)
@@ -242,13 +279,12 @@ async def test_workers_run_strictly_one_at_a_time_and_in_order():
 async def test_a_fact_only_in_the_last_section_reaches_the_coordinator():
     model = StandInModel(n_ctx=1536)
     source = text_needing(model, 5) + "The gateway moved: FACT-port-7311 is final.\n"
-    sections_needed = len(plan_sections(model, source, question=QUESTION, label=kind_label(KIND),
-                                        worker_context=1536))
+    sections_needed = len(plan_sections(model, source, question=QUESTION, label=kind_label(KIND), worker_context=1536))
     model.queue(*[fact_keeper] * sections_needed)
     analysis = await run_analysis(model, source, workers=2)
     text = analysis.coordinator_text()
     assert "FACT-port-7311" in text
-    assert "FACT-port-7311" not in source[:analysis.sections[-1][0]]
+    assert "FACT-port-7311" not in source[: analysis.sections[-1][0]]
     assert "a tool result of search_workspace" in text.lower()
     assert analysis.source_id in text and "read_chat_section" in text
     assert f"{len(source)} characters" in text and f"{sections_needed} overlapping sections" in text
@@ -258,11 +294,12 @@ async def test_the_users_own_message_keeps_head_and_tail_and_workers_see_them():
     model = StandInModel(n_ctx=1536)
     body = text_needing(model, 3, kind=USER_KIND)
     source = "Please summarize the log below and tell me the port.\n" + body + "\nWhat is the final port?"
-    sections_needed = len(plan_sections(model, source, question=sec._bounded(source), label="user message",
-                                        worker_context=1536))
+    sections_needed = len(
+        plan_sections(model, source, question=sec._bounded(source), label="user message", worker_context=1536)
+    )
     model.queue(*[tagger] * sections_needed)
     analysis = await run_analysis(model, source, workers=2, kind=USER_KIND)
-    assert analysis.head == source[:sec.HEAD_CHARS] and analysis.tail == source[-sec.TAIL_CHARS:]
+    assert analysis.head == source[: sec.HEAD_CHARS] and analysis.tail == source[-sec.TAIL_CHARS :]
     for request in model.requests:
         question = request.messages[1].content.split("Your notes so far:")[0]
         assert "Please summarize the log below" in question and "What is the final port?" in question
@@ -293,8 +330,12 @@ async def test_past_64_sections_the_first_64_are_read_and_the_rest_named_up_fron
     assert analysis.read_to == read_to < len(source)
     # Said before the first worker ran, with the characters that will not be read.
     first = events.progress_calls[0][0]
-    assert first.startswith(f"The search_workspace result needs {analysis.needed} sections: this reply may "
-                            "analyze 64 more") and "chat.analysis_context" in first
+    assert (
+        first.startswith(
+            f"The search_workspace result needs {analysis.needed} sections: this reply may analyze 64 more"
+        )
+        and "chat.analysis_context" in first
+    )
     assert f"Characters {read_to:,}–{len(source):,} will not be read." in first
     assert events.progress_calls[1][0] == f"Analyzing section 1 of {analysis.needed}"
     assert f"Characters {read_to:,}–{len(source):,} of the search_workspace result" in analysis.unread_sentence()
@@ -328,8 +369,17 @@ async def test_a_million_characters_are_reachable_with_a_larger_worker_context()
     assert len(default) > 64  # the record's 4,096-token workers cannot reach it
     model.queue(*[tagger] * 64)
     budget = ResearchBudget(16_777_216)
-    analysis = await analyze(model, source, kind=KIND, question=QUESTION, workers=2, events=RecordingEvents(),
-                             sections=ReplySections("r"), budget=budget, worker_context=16_384)
+    analysis = await analyze(
+        model,
+        source,
+        kind=KIND,
+        question=QUESTION,
+        workers=2,
+        events=RecordingEvents(),
+        sections=ReplySections("r"),
+        budget=budget,
+        worker_context=16_384,
+    )
     assert analysis.complete and analysis.read_to == 1_000_000 and len(analysis.sections) <= 64
     assert len(model.requests) == len(analysis.sections)
     assert all(model.count_prompt(r.messages) + NOTES_MAX_TOKENS <= 16_384 for r in model.requests)
@@ -340,8 +390,13 @@ async def test_a_token_budget_too_small_is_said_up_front_and_the_notes_read_are_
     source = text_needing(model, 6)
     events = RecordingEvents()
     model.queue(*[tagger] * 6)
-    _, prompts = sec._plan(model, source, question=sec._bounded(QUESTION), label=kind_label(KIND),
-                           worker_context=min(sec.WORKER_CONTEXT_TOKENS, model.n_ctx))
+    _, prompts = sec._plan(
+        model,
+        source,
+        question=sec._bounded(QUESTION),
+        label=kind_label(KIND),
+        worker_context=min(sec.WORKER_CONTEXT_TOKENS, model.n_ctx),
+    )
     budget = ResearchBudget(prompts[0] + prompts[1] + 2 * NOTES_MAX_TOKENS + 10)  # estimated: two sections
     analysis = await run_analysis(model, source, budget=budget, events=events)
     assert analysis.cut == "token_budget" and analysis.needed == 6
@@ -352,8 +407,10 @@ async def test_a_token_budget_too_small_is_said_up_front_and_the_notes_read_are_
     last = {number % 2: f"NOTE-s{number}" for number in range(1, read + 1)}
     assert [w.notes for w in analysis.workers] == [last[1], last[0]]  # each worker's latest notes
     first = events.progress_calls[0][0]
-    assert first.startswith("The search_workspace result needs 6 sections: the research token budget "
-                            f"({budget.total:,} tokens, {budget.total:,} left) covers about 2;")
+    assert first.startswith(
+        "The search_workspace result needs 6 sections: the research token budget "
+        f"({budget.total:,} tokens, {budget.total:,} left) covers about 2;"
+    )
     assert "chat.research_token_budget = " in first
     assert f"Characters {analysis_ranges(model, source)[1][1]:,}–{len(source):,} will not be read." in first
     assert budget.open_reservations == () and budget.remaining >= 0
@@ -362,8 +419,13 @@ async def test_a_token_budget_too_small_is_said_up_front_and_the_notes_read_are_
 
 
 def analysis_ranges(model, source) -> list[tuple[int, int]]:
-    return plan_sections(model, source, question=sec._bounded(QUESTION), label=kind_label(KIND),
-                         worker_context=min(sec.WORKER_CONTEXT_TOKENS, model.n_ctx))
+    return plan_sections(
+        model,
+        source,
+        question=sec._bounded(QUESTION),
+        label=kind_label(KIND),
+        worker_context=min(sec.WORKER_CONTEXT_TOKENS, model.n_ctx),
+    )
 
 
 async def test_the_time_budget_ends_reading_keeping_the_sections_read():
@@ -376,8 +438,16 @@ async def test_the_time_budget_ends_reading_keeping_the_sections_read():
         return tagger(request)
 
     model.queue(*[slow] * 4)
-    analysis = await analyze(model, source, kind=KIND, question=QUESTION, workers=2, events=RecordingEvents(),
-                             sections=ReplySections("r"), time_left=lambda: clock["left"])
+    analysis = await analyze(
+        model,
+        source,
+        kind=KIND,
+        question=QUESTION,
+        workers=2,
+        events=RecordingEvents(),
+        sections=ReplySections("r"),
+        time_left=lambda: clock["left"],
+    )
     # 100 s: two sections (60 s then 20 s left, less than a section takes): the rest unread.
     assert analysis.cut == "time_budget" and len(analysis.sections) == 2 and len(model.requests) == 2
     assert "the research time budget ran out after 2 of 4 sections" in analysis.unread_sentence()
@@ -389,8 +459,16 @@ async def test_a_worker_cut_by_the_time_budget_leaves_its_section_unread():
     source = text_needing(model, 3)
     model.queue(tagger, Hang("half a note"))
     left = {"value": 0.2}
-    analysis = await analyze(model, source, kind=KIND, question=QUESTION, workers=2, events=RecordingEvents(),
-                             sections=ReplySections("r"), time_left=lambda: left["value"])
+    analysis = await analyze(
+        model,
+        source,
+        kind=KIND,
+        question=QUESTION,
+        workers=2,
+        events=RecordingEvents(),
+        sections=ReplySections("r"),
+        time_left=lambda: left["value"],
+    )
     assert [r.timeout for r in model.requests] == [0.2, 0.2]  # the time left, not the worker's 120 s
     assert analysis.cut == "time_budget" and len(analysis.sections) == 1
     assert [w.notes for w in analysis.workers] == ["NOTE-s1"]
@@ -449,9 +527,12 @@ async def test_budget_is_reserved_and_settled_once_per_worker_request():
     budget = FakeBudget()
     await run_analysis(model, source, budget=budget)
     assert budget.calls == [
-        ("reserve", 2, (), NOTES_MAX_TOKENS), ("settle", "r1", "NOTE-s1"),
-        ("reserve", 2, (), NOTES_MAX_TOKENS), ("settle", "r2", "NOTE-s2"),
-        ("reserve", 2, (), NOTES_MAX_TOKENS), ("settle", "r3", "NOTE-s3"),
+        ("reserve", 2, (), NOTES_MAX_TOKENS),
+        ("settle", "r1", "NOTE-s1"),
+        ("reserve", 2, (), NOTES_MAX_TOKENS),
+        ("settle", "r2", "NOTE-s2"),
+        ("reserve", 2, (), NOTES_MAX_TOKENS),
+        ("settle", "r3", "NOTE-s3"),
     ]
 
 
@@ -508,18 +589,21 @@ def test_rereads_return_exact_characters():
     source_id = sections.register(text, "user message")
     assert len(source_id) >= 12
     for start, length in [(0, 1), (5, 100), (13, 4000), (len(text) - 3, 10)]:
-        assert sections.read(source_id, start, length) == text[start:start + length]
+        assert sections.read(source_id, start, length) == text[start : start + length]
     assert sections.register(text, "again") != source_id
 
 
-@pytest.mark.parametrize("source_id, start, length, message", [
-    ("nope", 0, 10, "unknown source id 'nope'"),
-    ("ID", -1, 10, "start must be 0 or more"),
-    ("ID", 100, 10, "start 100 is past the end of the tool result, which has 100 characters"),
-    ("ID", 0, 0, "length must be at least 1"),
-    ("ID", 0, -5, "length must be at least 1"),
-    ("ID", 0, 4001, "at most 4000 characters per read"),
-])
+@pytest.mark.parametrize(
+    "source_id, start, length, message",
+    [
+        ("nope", 0, 10, "unknown source id 'nope'"),
+        ("ID", -1, 10, "start must be 0 or more"),
+        ("ID", 100, 10, "start 100 is past the end of the tool result, which has 100 characters"),
+        ("ID", 0, 0, "length must be at least 1"),
+        ("ID", 0, -5, "length must be at least 1"),
+        ("ID", 0, 4001, "at most 4000 characters per read"),
+    ],
+)
 def test_bad_rereads_name_what_is_wrong(source_id, start, length, message):
     sections = ReplySections()
     real = sections.register("x" * 100, "tool result")
@@ -570,18 +654,27 @@ async def test_the_tool_rereads_only_its_own_reply():
     result = await tool.run({"source_id": source_id, "start": 10, "length": 500})
     assert result.ok and result.text == text[10:510]
     assert result.evidence == (f"section:{source_id}:10:510",)
-    assert tool.title({"source_id": source_id, "start": 10, "length": 500}) == \
-        "Rereading characters 10–510 of the analyzed search_workspace result"
+    assert (
+        tool.title({"source_id": source_id, "start": 10, "length": 500})
+        == "Rereading characters 10–510 of the analyzed search_workspace result"
+    )
     assert tool.title({"start": "?"}) == "Rereading part of an analyzed source"
 
     for arguments, message in [
         ({"source_id": foreign, "start": 0, "length": 6}, "unknown source id"),
-        ({"source_id": source_id, "start": 0, "length": 5000},
-         "read_chat_section: length must be an integer from 1 to 4000, not 5000"),
+        (
+            {"source_id": source_id, "start": 0, "length": 5000},
+            "read_chat_section: length must be an integer from 1 to 4000, not 5000",
+        ),
         ({"source_id": source_id, "start": 0}, "read_chat_section needs length (an integer from 1 to 4000)"),
-        ({"source_id": source_id, "start": 0, "length": 5, "path": "/etc/passwd"},
-         "read_chat_section takes only source_id, start and length, not path"),
-        ({"source_id": source_id, "start": "0", "length": 5}, "read_chat_section: start must be an integer, 0 or more, not '0'"),
+        (
+            {"source_id": source_id, "start": 0, "length": 5, "path": "/etc/passwd"},
+            "read_chat_section takes only source_id, start and length, not path",
+        ),
+        (
+            {"source_id": source_id, "start": "0", "length": 5},
+            "read_chat_section: start must be an integer, 0 or more, not '0'",
+        ),
         ({"source_id": source_id, "start": True, "length": 5}, "start must be an integer, 0 or more, not True"),
         ({"source_id": source_id, "start": 0, "length": 10.0}, "length must be an integer from 1 to 4000, not 10.0"),
         ({"source_id": None, "start": 0, "length": 5}, "read_chat_section: source_id must be a string, not None"),
@@ -599,4 +692,3 @@ def test_tool_results_are_whole_when_they_fit_analyzed_when_not_and_clipped_with
     assert clipped.startswith("z" * CLIP_CHARS) and not clipped.startswith("z" * (CLIP_CHARS + 1))
     assert "clipped" in clipped and "10000 characters" in clipped
     assert prepare_tool_result("short", workers=0, fits=lambda text: False) == "short"
-

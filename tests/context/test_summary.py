@@ -32,10 +32,13 @@ from tests.recording import RecordingEvents
 from tests.standin import Fail, Hang, StandInModel
 
 SYSTEM = system("You are Imprint. Answer briefly.")
-TOOLS = [ToolSpec(name="search", description="Search the workspace.",
-                  parameters={"type": "object", "properties": {"query": {"type": "string"}}})]
-
-
+TOOLS = [
+    ToolSpec(
+        name="search",
+        description="Search the workspace.",
+        parameters={"type": "object", "properties": {"query": {"type": "string"}}},
+    )
+]
 
 
 def conversation(exchanges: int, *, chars: int = 400, tools_every: int = 0) -> list[Message]:
@@ -83,8 +86,9 @@ def test_tool_exchanges_do_not_count_as_conversation_text():
     model = StandInModel(n_ctx=4096)
     earlier = conversation(4, tools_every=1)  # 4 × 3,000 characters of results: 3,000 tokens
     question = question_after(earlier)
-    assert conversation_fits(model, system=SYSTEM, summary=None, messages=earlier, question=question,
-                             tools=TOOLS, max_tokens=512)
+    assert conversation_fits(
+        model, system=SYSTEM, summary=None, messages=earlier, question=question, tools=TOOLS, max_tokens=512
+    )
 
 
 def test_the_plan_covers_the_oldest_exchanges_to_half_the_room_at_an_exchange_boundary():
@@ -105,13 +109,12 @@ def test_the_plan_covers_the_oldest_exchanges_to_half_the_room_at_an_exchange_bo
     # The stated headroom: the rest of the text fills at most half the room beside a
     # full-size summary, and covering one exchange fewer would not.
     room = 4096 - 512 - model.count_prompt([SYSTEM, question], TOOLS) - SUMMARY_RESERVE_TOKENS
-    rest = earlier[len(covered):]
+    rest = earlier[len(covered) :]
     assert text_cost(model, rest) <= room // 2
     last_covered = summaries.exchanges(covered)[-1]
     assert text_cost(model, rest) + text_cost(model, last_covered) > room // 2
     # With those covered (and a full-size summary), the text fits with room to grow.
-    assert text_cost(model, rest) + SUMMARY_RESERVE_TOKENS + model.count_prompt([SYSTEM, question], TOOLS) \
-        + 512 <= 4096
+    assert text_cost(model, rest) + SUMMARY_RESERVE_TOKENS + model.count_prompt([SYSTEM, question], TOOLS) + 512 <= 4096
 
 
 def test_the_plan_starts_after_what_the_summary_covers_and_counts_its_block():
@@ -124,12 +127,11 @@ def test_the_plan_starts_after_what_the_summary_covers_and_counts_its_block():
     args = dict(summary=state, messages=earlier, question=question, tools=TOOLS, max_tokens=512)
 
     # The block is measured once, whether the caller put it in the system prompt or not.
-    assert conversation_fits(model, system=SYSTEM, **args) == conversation_fits(model, system=system_with_block,
-                                                                                 **args)
+    assert conversation_fits(model, system=SYSTEM, **args) == conversation_fits(model, system=system_with_block, **args)
     covered = plan_coverage(model, system=system_with_block, **args)
     assert covered and covered[0].seq == 7 and covered[0].role == "user"
     room = 4096 - 512 - model.count_prompt([SYSTEM, question], TOOLS) - SUMMARY_RESERVE_TOKENS
-    assert text_cost(model, earlier[6 + len(covered):]) <= room // 2
+    assert text_cost(model, earlier[6 + len(covered) :]) <= room // 2
 
 
 def test_an_empty_summary_covers_nothing():
@@ -137,8 +139,9 @@ def test_an_empty_summary_covers_nothing():
     earlier = conversation(20)
     question = question_after(earlier)
     failed = StoredSummary(text="", first_seq=1, last_seq=1, retry_at=30)
-    covered = plan_coverage(model, system=SYSTEM, summary=failed, messages=earlier, question=question,
-                            tools=TOOLS, max_tokens=512)
+    covered = plan_coverage(
+        model, system=SYSTEM, summary=failed, messages=earlier, question=question, tools=TOOLS, max_tokens=512
+    )
     assert covered and covered[0].seq == 1
     assert summary_block(failed, []) == ""
 
@@ -182,8 +185,9 @@ def test_the_summarizer_request_clips_names_tool_results_and_ends_with_the_instr
 
 
 def test_the_request_is_clipped_harder_to_fit_and_refused_when_it_cannot():
-    to_cover = [m for n in range(1, 6) for m in (user(f"paste {n}\n" + "p" * 6000, seq=2 * n - 1),
-                                                  assistant("ok", seq=2 * n))]
+    to_cover = [
+        m for n in range(1, 6) for m in (user(f"paste {n}\n" + "p" * 6000, seq=2 * n - 1), assistant("ok", seq=2 * n))
+    ]
     roomy = StandInModel(n_ctx=8192)
     request = fit_summarizer_request(roomy, "", to_cover)
     assert request is not None and "characters omitted" in request[1].content
@@ -264,12 +268,14 @@ async def test_update_writes_bullets_after_showing_progress():
     model.queue("- (#1–#2) The user asked Q1.\n- (#3–#4) Q2.\n- (#5–#6) Q3.")
     events = RecordingEvents()
 
-    outcome = await update_summary(model, state=previous, messages=earlier, to_cover=to_cover,
-                                   message_count=13, events=events)
+    outcome = await update_summary(
+        model, state=previous, messages=earlier, to_cover=to_cover, message_count=13, events=events
+    )
 
     assert outcome.ok
-    assert outcome.state == StoredSummary(text="- (#1–#2) The user asked Q1.\n- (#3–#4) Q2.\n- (#5–#6) Q3.",
-                                          first_seq=1, last_seq=6, retry_at=None)
+    assert outcome.state == StoredSummary(
+        text="- (#1–#2) The user asked Q1.\n- (#3–#4) Q2.\n- (#5–#6) Q3.", first_seq=1, last_seq=6, retry_at=None
+    )
     assert events.log == [("progress", PROGRESS), ("summary", (outcome.state.text, 1, 6))]
     [request] = model.requests
     assert request.max_tokens == SUMMARY_OUTPUT_TOKENS and request.timeout == SUMMARY_TIMEOUT_S
@@ -282,8 +288,9 @@ async def test_an_update_appends_to_the_summary_so_far():
     earlier = conversation(6)
     state = StoredSummary(text="- (#1–#2) Q1 asked.", first_seq=1, last_seq=2, retry_at=None)
     model.queue("- (#3–#4) Q2 asked.")
-    outcome = await update_summary(model, state=state, messages=earlier, to_cover=earlier[2:4],
-                                   message_count=13, events=RecordingEvents())
+    outcome = await update_summary(
+        model, state=state, messages=earlier, to_cover=earlier[2:4], message_count=13, events=RecordingEvents()
+    )
     assert outcome.state == StoredSummary(text="- (#1–#2) Q1 asked.\n- (#3–#4) Q2 asked.", first_seq=1, last_seq=4)
     assert "Summary so far:\n- (#1–#2) Q1 asked." in model.requests[0].text
 
@@ -296,12 +303,14 @@ async def test_a_summary_out_of_time_falls_back_discards_the_partial_and_waits_s
     model.queue(Hang("- (#3–#4) half a bullet"))
     events = RecordingEvents()
 
-    outcome = await update_summary(model, state=state, messages=earlier, to_cover=earlier[2:6],
-                                   message_count=13, events=events)
+    outcome = await update_summary(
+        model, state=state, messages=earlier, to_cover=earlier[2:6], message_count=13, events=events
+    )
 
     assert not outcome.ok and "0.05 seconds" in outcome.reason
-    assert outcome.state == StoredSummary(text="- (#1–#2) Q1 asked.", first_seq=1, last_seq=2,
-                                          retry_at=13 + RETRY_AFTER_MESSAGES)
+    assert outcome.state == StoredSummary(
+        text="- (#1–#2) Q1 asked.", first_seq=1, last_seq=2, retry_at=13 + RETRY_AFTER_MESSAGES
+    )
     assert "half a bullet" not in outcome.state.text
     assert events.log == [("progress", PROGRESS)]
     assert model.requests[0].timeout == 0.05
@@ -315,8 +324,9 @@ async def test_failures_and_empty_output_keep_the_previous_summary(reply):
     model = StandInModel()
     earlier = conversation(4)
     model.queue(reply)
-    outcome = await update_summary(model, state=None, messages=earlier, to_cover=earlier[:4],
-                                   message_count=9, events=RecordingEvents())
+    outcome = await update_summary(
+        model, state=None, messages=earlier, to_cover=earlier[:4], message_count=9, events=RecordingEvents()
+    )
     assert not outcome.ok
     assert outcome.state is not None and outcome.state.text == "" and outcome.state.retry_at == 15
     assert summaries.covered_through(outcome.state) == 0
@@ -327,8 +337,9 @@ async def test_a_request_that_cannot_fit_falls_back_without_calling_the_model():
     model = StandInModel(n_ctx=512)
     earlier = [user("p" * 8000, seq=n) for n in range(1, 30)]
     events = RecordingEvents()
-    outcome = await update_summary(model, state=None, messages=earlier, to_cover=earlier,
-                                   message_count=30, events=events)
+    outcome = await update_summary(
+        model, state=None, messages=earlier, to_cover=earlier, message_count=30, events=events
+    )
     assert not outcome.ok and "does not fit" in outcome.reason
     assert model.requests == [] and events.summaries == []
     assert outcome.state.retry_at == 36
@@ -338,8 +349,9 @@ async def test_a_summary_cut_by_the_output_limit_drops_its_unfinished_last_bulle
     model = StandInModel()
     earlier = conversation(4)
     model.queue("- (#1–#2) Q1.\n- (#3–#4) Q2 and " + "more " * 400)
-    outcome = await update_summary(model, state=None, messages=earlier, to_cover=earlier[:4],
-                                   message_count=9, events=RecordingEvents())
+    outcome = await update_summary(
+        model, state=None, messages=earlier, to_cover=earlier[:4], message_count=9, events=RecordingEvents()
+    )
     assert outcome.ok and outcome.state.text == "- (#1–#2) Q1."
 
 
@@ -353,11 +365,14 @@ async def test_secrets_are_redacted_in_the_request_and_in_the_summary():
         user("password: swordfish\n" + "x" * 2000, seq=4),
         assistant("ok", seq=5),
     ]
-    model.queue("- (#1–#3) The user gave the URL postgres://app:hunter2@db:5432/app and key "
-                "sk-proj-abc123def456ghi789jkl0.\n- (#4–#5) password: swordfish noted.")
+    model.queue(
+        "- (#1–#3) The user gave the URL postgres://app:hunter2@db:5432/app and key "
+        "sk-proj-abc123def456ghi789jkl0.\n- (#4–#5) password: swordfish noted."
+    )
     events = RecordingEvents()
-    outcome = await update_summary(model, state=None, messages=earlier, to_cover=earlier,
-                                   message_count=6, events=events)
+    outcome = await update_summary(
+        model, state=None, messages=earlier, to_cover=earlier, message_count=6, events=events
+    )
 
     sent = model.requests[0].text
     secrets = ("hunter2", "sk-proj-abc123def456ghi789jkl0", "swordfish", "ghp_abcdefghijklmnopqrstuvwxyz0123456789")
@@ -373,8 +388,9 @@ async def test_cancelling_while_summarizing_writes_no_summary():
     earlier = conversation(4)
     model.queue(Hang("- (#1–#2) partial"))
     events = RecordingEvents()
-    task = asyncio.create_task(update_summary(model, state=None, messages=earlier, to_cover=earlier[:4],
-                                              message_count=9, events=events))
+    task = asyncio.create_task(
+        update_summary(model, state=None, messages=earlier, to_cover=earlier[:4], message_count=9, events=events)
+    )
     while not model.requests:
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.02)
@@ -396,8 +412,9 @@ async def test_a_cut_off_summary_covers_only_the_exchanges_whose_bullets_were_wr
     earlier = conversation(12)
     written = "\n".join(f"- (#{2 * n - 1}–#{2 * n}) The user asked Q{n}." for n in range(1, 8))
     model.queue(Completion(text=f"{written}\n- (#15–#16) The user asked about", finish_reason="length"))
-    outcome = await update_summary(model, state=None, messages=earlier, to_cover=earlier[:24],
-                                   message_count=25, events=RecordingEvents())
+    outcome = await update_summary(
+        model, state=None, messages=earlier, to_cover=earlier[:24], message_count=25, events=RecordingEvents()
+    )
     assert outcome.ok
     assert outcome.state.text == written  # seven whole bullets, the cut one dropped
     assert (outcome.state.first_seq, outcome.state.last_seq) == (1, 14)  # not 24: #15–#24 wait
@@ -417,6 +434,7 @@ async def test_a_cut_off_summary_with_no_whole_bullet_falls_back():
     model = StandInModel()
     earlier = conversation(4)
     model.queue(Completion(text="- (#1–#2) The user asked about " + "more " * 10, finish_reason="length"))
-    outcome = await update_summary(model, state=None, messages=earlier, to_cover=earlier[:8],
-                                   message_count=9, events=RecordingEvents())
+    outcome = await update_summary(
+        model, state=None, messages=earlier, to_cover=earlier[:8], message_count=9, events=RecordingEvents()
+    )
     assert not outcome.ok and outcome.state.text == "" and outcome.state.retry_at == 15

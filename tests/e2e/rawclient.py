@@ -21,7 +21,9 @@ class RawClient:
     def __init__(self, env: dict[str, str] | None = None, args: tuple[str, ...] = ("serve",)) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "imprintd", *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env={**os.environ, **(env or {})},
         )
         self.inbox: queue.Queue[dict | None] = queue.Queue()

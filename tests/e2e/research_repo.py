@@ -98,8 +98,8 @@ FILES: dict[str, str] = {
     "LICENSE": "MIT License\n\nCopyright (c) 2026 Shop contributors\n",
     "Makefile": "dev:\n\tdocker compose up --build\n\ntest:\n\tpytest -q\n\nlint:\n\truff check src tests\n",
     "pyproject.toml": (
-        "[project]\nname = \"shop\"\nversion = \"2.3.0\"\nrequires-python = \">=3.11\"\n"
-        "dependencies = [\"httpx>=0.27\", \"fastapi>=0.110\"]\n"
+        '[project]\nname = "shop"\nversion = "2.3.0"\nrequires-python = ">=3.11"\n'
+        'dependencies = ["httpx>=0.27", "fastapi>=0.110"]\n'
     ),
     ".gitignore": "*.log\n__pycache__/\n",
     "logs/debug.log": "billing debug: nothing to see\n",  # ignored by .gitignore
@@ -157,7 +157,7 @@ FILES: dict[str, str] = {
     "deploy/kustomization.yaml": (
         "resources:\n  - billing.yaml\n  - gateway.yaml\n  - inventory.yaml\n  - notifications.yaml\n"
     ),
-    "config/logging.toml": "[logging]\nlevel = \"info\"\nformat = \"json\"\n",
+    "config/logging.toml": '[logging]\nlevel = "info"\nformat = "json"\n',
     "config/feature_flags.json": '{\n  "new_checkout": false,\n  "stock_reservations": true\n}\n',
     "config/settings.ini": "[gateway]\nworkers = 4\n\n[inventory]\nreservation_minutes = 15\n",
     "src/billing/__init__.py": '"""The billing service."""\n',
@@ -165,7 +165,7 @@ FILES: dict[str, str] = {
     "src/billing/invoice.py": (
         '"""Monthly invoices from the charges of the month."""\n\n'
         "def render(charges):\n    total = sum(c.amount_cents for c in charges)\n"
-        "    return f\"Total: {total / 100:.2f} EUR\"\n"
+        '    return f"Total: {total / 100:.2f} EUR"\n'
     ),
     "src/billing/models.py": (
         '"""Billing records."""\n\nfrom dataclasses import dataclass\n\n\n@dataclass\nclass Refund:\n'
@@ -174,11 +174,11 @@ FILES: dict[str, str] = {
     "src/gateway/__init__.py": '"""The gateway."""\n',
     "src/gateway/app.py": (
         '"""The gateway application: routes requests to the services."""\n\n'
-        "from fastapi import FastAPI\n\napp = FastAPI(title=\"shop gateway\")\n"
+        'from fastapi import FastAPI\n\napp = FastAPI(title="shop gateway")\n'
     ),
     "src/gateway/routes.py": (
         '"""Gateway routes."""\n\nfrom .app import app\n\n\n@app.post("/checkout")\n'
-        "def checkout(order: dict) -> dict:\n    return {\"status\": \"accepted\"}\n"
+        'def checkout(order: dict) -> dict:\n    return {"status": "accepted"}\n'
     ),
     "src/inventory/__init__.py": '"""The inventory service."""\n',
     "src/inventory/stock.py": (
@@ -203,7 +203,7 @@ FILES: dict[str, str] = {
         "    assert BillingClient.TIMEOUT_SECONDS > 0\n"
     ),
     "tests/test_gateway.py": "def test_gateway_imports():\n    import gateway.app  # noqa: F401\n",
-    "scripts/resync_stock.sh": "#!/bin/sh\nset -eu\necho \"resyncing stock\"\n",
+    "scripts/resync_stock.sh": '#!/bin/sh\nset -eu\necho "resyncing stock"\n',
     ".env": f"BILLING_API_KEY={ENV_SECRET}\n",  # secret-bearing: never indexed, never read
 }
 
@@ -242,8 +242,15 @@ def parse_hits(text: str) -> list[dict]:
     hits = []
     for index, head in enumerate(heads):
         end = heads[index + 1].start() if index + 1 < len(heads) else len(text)
-        hits.append({"id": head[1], "path": head[2], "start": int(head[3]), "end": int(head[4]),
-                     "excerpt": text[head.end() + 1:end].rstrip("\n")})
+        hits.append(
+            {
+                "id": head[1],
+                "path": head[2],
+                "start": int(head[3]),
+                "end": int(head[4]),
+                "excerpt": text[head.end() + 1 : end].rstrip("\n"),
+            }
+        )
     return hits
 
 
@@ -251,7 +258,7 @@ def reply_messages(request: dict) -> list[dict]:
     """The messages of this reply's research: everything after the question (the last user message)."""
     messages = request["messages"]
     last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    return messages[last_user + 1:]
+    return messages[last_user + 1 :]
 
 
 def tool_messages(request: dict) -> list[dict]:
@@ -269,7 +276,7 @@ def parse_notes(ask: str) -> dict[int, tuple[str, str]]:
     notes = {}
     for index, head in enumerate(heads):
         end = heads[index + 1].start() if index + 1 < len(heads) else len(body)
-        notes[int(head[1])] = (head[2], body[head.end():end].strip())
+        notes[int(head[1])] = (head[2], body[head.end() : end].strip())
     return notes
 
 
@@ -290,10 +297,12 @@ def answer_citing(facts: list[str]):
     def final(request: dict) -> str:
         notes = parse_notes(request["messages"][-1]["content"])
         cited = [next(number for number, (_, text) in sorted(notes.items()) if fact in text) for fact in facts]
-        return (f"Billing listens on 8101 and its client times out after 7.5 seconds. "
-                f"- The port is set in the deployment [{cited[0]}]. "
-                f"- The timeout is a class constant of the client [{cited[1]}]. "
-                "The notes do not say whether the gateway overrides the timeout.")
+        return (
+            f"Billing listens on 8101 and its client times out after 7.5 seconds. "
+            f"- The port is set in the deployment [{cited[0]}]. "
+            f"- The timeout is a class constant of the client [{cited[1]}]. "
+            "The notes do not say whether the gateway overrides the timeout."
+        )
 
     return final
 

@@ -54,6 +54,7 @@ def model(body: dict) -> StubReply | str:
         quoted = PORTS.search(last["content"])
         return f"Billing listens on 8101: the compose file you pasted has `{quoted.group() if quoted else '?'}`."
     if last["content"] == BILLING_QUESTION:
-        return StubReply(tool_calls=[{"id": "call_hist", "name": "conversation_history",
-                                      "arguments": {"query": QUERY}}])
+        return StubReply(
+            tool_calls=[{"id": "call_hist", "name": "conversation_history", "arguments": {"query": QUERY}}]
+        )
     return {PASTE: PASTE_REPLY, **dict(FOLLOW_UPS)}.get(last["content"], "ok")

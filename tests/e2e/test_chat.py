@@ -44,16 +44,20 @@ async def test_chat_streams_the_answer_and_stores_both_messages(client, stub):
 
 async def test_text_before_a_tool_call_streams_as_a_preamble_part_and_the_answer_as_the_next(client, stub, tmp_path):
     (tmp_path / "workspace" / "billing.yaml").write_text("billing:\n  port: 8101\n")
-    stub.queue(StubReply(text="Let me look for the billing config.",
-                         tool_calls=[{"name": "search", "arguments": {"query": "billing port"}}]),
-               "Billing listens on 8101.")
+    stub.queue(
+        StubReply(
+            text="Let me look for the billing config.",
+            tool_calls=[{"name": "search", "arguments": {"query": "billing port"}}],
+        ),
+        "Billing listens on 8101.",
+    )
     result = await chat(client, text="Which port does billing use?")
     assert result.text == "Billing listens on 8101." and result.stopReason == "answer"
     events = [(m, p) for m, p in client.notifications if getattr(p, "replyId", None) == result.replyId]
     kinds = [m if m != "imprint/toolStep" else f"toolStep:{p.state}" for m, p in events]
     first_step = kinds.index("toolStep:started")
     assert kinds[kinds.index("imprint/replyPreamble") + 1] == "toolStep:started"
-    assert all(k == "imprint/replyDelta" for k in kinds[:first_step - 1])
+    assert all(k == "imprint/replyDelta" for k in kinds[: first_step - 1])
     preamble = [p for m, p in events if m == "imprint/replyPreamble"]
     assert [p.part for p in preamble] == [0]
     parts: dict[int, str] = {}
@@ -68,8 +72,11 @@ async def test_a_follow_up_sends_the_earlier_exchange(client, stub):
     first = await chat(client, text="Capital of France?")
     await chat(client, text="How many people live there?", sessionId=first.sessionId)
     roles = [(m["role"], m["content"]) for m in stub.requests[1]["messages"][1:]]
-    assert roles == [("user", "Capital of France?"), ("assistant", "It is Paris."),
-                     ("user", "How many people live there?")]
+    assert roles == [
+        ("user", "Capital of France?"),
+        ("assistant", "It is Paris."),
+        ("user", "How many people live there?"),
+    ]
 
 
 async def test_sessions_list_get_and_delete(client, stub):
@@ -123,8 +130,11 @@ async def test_unreachable_model_fails_the_reply_with_the_cause_and_keeps_servin
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 async def test_persist_false_leaves_the_data_dir_byte_for_byte_unchanged(client, stub, daemon_env):
@@ -137,8 +147,12 @@ async def test_persist_false_leaves_the_data_dir_byte_for_byte_unchanged(client,
     assert _snapshot(data_dir) == before
     session = await client.protocol.send_request_async("imprint/session", {"sessionId": first.sessionId})
     assert session.session.persist is False
-    assert [m.content for m in session.messages] == ["An ephemeral question", "not stored",
-                                                    "And a follow-up", "still not stored"]
+    assert [m.content for m in session.messages] == [
+        "An ephemeral question",
+        "not stored",
+        "And a follow-up",
+        "still not stored",
+    ]
 
 
 async def test_short_requests_are_answered_while_a_reply_is_generating(client, stub):
@@ -150,7 +164,8 @@ async def test_short_requests_are_answered_while_a_reply_is_generating(client, s
         await asyncio.wait_for(client.wait_for_notification("imprint/replyDelta"), 60)
         listed = await asyncio.wait_for(client.protocol.send_request_async("imprint/sessions", {}), 60)
         summary = await asyncio.wait_for(
-            client.protocol.send_request_async("imprint/summary", {"sessionId": first.sessionId}), 60)
+            client.protocol.send_request_async("imprint/summary", {"sessionId": first.sessionId}), 60
+        )
         assert listed.sessions[0].sessionId == first.sessionId and summary.summary is None
         assert not reply.done()  # answered while the reply was still being written
     finally:

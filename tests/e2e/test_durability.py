@@ -38,8 +38,10 @@ def test_sigkill_during_a_reply_keeps_every_acknowledged_message(daemon_env, stu
         restarted.initialize()
         session = restarted.response(restarted.request("imprint/session", {"sessionId": first["sessionId"]}))["result"]
         assert [(m["seq"], m["role"], m["content"]) for m in session["messages"]] == [
-            (1, "user", "First question"), (2, "assistant", "First answer."),
-            (3, "user", "Second question"), (4, "assistant", "Second answer."),
+            (1, "user", "First question"),
+            (2, "assistant", "First answer."),
+            (3, "user", "Second question"),
+            (4, "assistant", "Second answer."),
             (5, "user", "Third question"),  # stored before any model work
         ]
     finally:

@@ -85,8 +85,13 @@ def test_non_request_gets_32600(raw, body):
 
 @pytest.mark.parametrize(
     ("params", "field"),
-    [({"text": 5}, "text"), ({}, "text"), ({"text": "hi", "style": "sung"}, "style"),
-     ({"text": "hi", "persist": "no"}, "persist"), ({"text": ""}, "text")],
+    [
+        ({"text": 5}, "text"),
+        ({}, "text"),
+        ({"text": "hi", "style": "sung"}, "style"),
+        ({"text": "hi", "persist": "no"}, "persist"),
+        ({"text": ""}, "text"),
+    ],
 )
 def test_invalid_chat_params_get_one_32602_naming_the_field(raw, params, field):
     raw.initialize()

@@ -53,20 +53,23 @@ async def research_client(request, daemon_env, tmp_path):
     bounded by a small token budget (far below the context, so the budget ends research)."""
     workspace = tmp_path / "workspace"
     write_workspace(workspace)
-    env = {**daemon_env,
-           "IMPRINT_CHAT_N_CTX": "32768",
-           "IMPRINT_CHAT_MAX_TOKENS": "256",
-           "IMPRINT_CHAT_RESEARCH_TOKEN_BUDGET": "4096"}
-    config = ClientServerConfig(server_command=[sys.executable, "-m", "imprintd", "serve", "--stdio"],
-                                server_env=env)
+    env = {
+        **daemon_env,
+        "IMPRINT_CHAT_N_CTX": "32768",
+        "IMPRINT_CHAT_MAX_TOKENS": "256",
+        "IMPRINT_CHAT_RESEARCH_TOKEN_BUDGET": "4096",
+    }
+    config = ClientServerConfig(server_command=[sys.executable, "-m", "imprintd", "serve", "--stdio"], server_env=env)
     lsp = await config.start()
     lsp.notifications = []
     for method in wire.NOTIFICATIONS:
         lsp.feature(method)(lambda params, method=method: lsp.notifications.append((method, params)))
-    await lsp.initialize_session(types.InitializeParams(
-        capabilities=client_capabilities(request.param),
-        workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="workspace")],
-    ))
+    await lsp.initialize_session(
+        types.InitializeParams(
+            capabilities=client_capabilities(request.param),
+            workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="workspace")],
+        )
+    )
     lsp.workspace = workspace
     yield lsp
     await lsp.shutdown_session()
@@ -86,8 +89,12 @@ def deltas(client, reply_id: str) -> str:
 
 
 def progress_messages(client) -> list[str]:
-    return [report.message for reports in client.progress_reports.values() for report in reports
-            if getattr(report, "message", None)]
+    return [
+        report.message
+        for reports in client.progress_reports.values()
+        for report in reports
+        if getattr(report, "message", None)
+    ]
 
 
 # --- the research reply ------------------------------------------------------------------------
@@ -97,11 +104,17 @@ async def test_research_over_two_files_stops_on_the_budget_and_cites_the_right_l
     client = research_client
     steps = [
         lambda r: [call("search", "s_port", query="billing port")],
-        lambda r: [call("read_file", "r_port",
-                        path=first_hit(r, lambda h: h["path"].endswith(".yaml") and "billing" in h["path"])["path"])],
+        lambda r: [
+            call(
+                "read_file",
+                "r_port",
+                path=first_hit(r, lambda h: h["path"].endswith(".yaml") and "billing" in h["path"])["path"],
+            )
+        ],
         lambda r: [call("search", "s_timeout", query="billing client timeout")],
-        lambda r: [call("read_file", "r_timeout",
-                        path=first_hit(r, lambda h: h["path"].endswith("client.py"))["path"])],
+        lambda r: [
+            call("read_file", "r_timeout", path=first_hit(r, lambda h: h["path"].endswith("client.py"))["path"])
+        ],
     ]
     stub.queue(*[Coordinator(steps, answer_citing([PORT_FACT, TIMEOUT_FACT]), MORE_READS)] * (len(FILES) + 10))
 
@@ -119,10 +132,12 @@ async def test_research_over_two_files_stops_on_the_budget_and_cites_the_right_l
     assert shown[:8] == [
         ("Searching the workspace for “billing port”", "started"),
         ("Searching the workspace for “billing port”", "finished"),
-        (f"Reading {PORT_FILE}", "started"), (f"Reading {PORT_FILE}", "finished"),
+        (f"Reading {PORT_FILE}", "started"),
+        (f"Reading {PORT_FILE}", "finished"),
         ("Searching the workspace for “billing client timeout”", "started"),
         ("Searching the workspace for “billing client timeout”", "finished"),
-        (f"Reading {TIMEOUT_FILE}", "started"), (f"Reading {TIMEOUT_FILE}", "finished"),
+        (f"Reading {TIMEOUT_FILE}", "started"),
+        (f"Reading {TIMEOUT_FILE}", "finished"),
     ]
     assert all(state in ("started", "finished") for _, state in shown)
     assert len(shown) == 2 * len(research)  # one call a round, every one run
@@ -132,15 +147,18 @@ async def test_research_over_two_files_stops_on_the_budget_and_cites_the_right_l
     assert f"Indexing the workspace: {len(INDEXED)} of {len(INDEXED)} files" in messages
     assert "Searching the workspace for “billing port”" in messages
     assert messages[-1] == "Writing the answer from the research notes…"
-    assert not any("Indexing" in p.text or "Writing the answer" in p.text
-                   for m, p in client.notifications if m == "imprint/replyDelta")
+    assert not any(
+        "Indexing" in p.text or "Writing the answer" in p.text
+        for m, p in client.notifications
+        if m == "imprint/replyDelta"
+    )
 
     # Every hit the model was sent points at the lines its excerpt came from.
     sent_hits = [hit for m in tool_messages(research[-1]) for hit in parse_hits(m["content"])]
     assert {PORT_FILE, TIMEOUT_FILE} <= {hit["path"] for hit in sent_hits}
     for hit in sent_hits:
         lines = FILES[hit["path"]].split("\n")
-        assert "\n".join(lines[hit["start"] - 1:hit["end"]]) == hit["excerpt"], hit
+        assert "\n".join(lines[hit["start"] - 1 : hit["end"]]) == hit["excerpt"], hit
 
     # The final request: no tools, no tool exchange, the question followed by numbered notes.
     final = final_requests[0]
@@ -162,8 +180,10 @@ async def test_research_over_two_files_stops_on_the_budget_and_cites_the_right_l
     assert "Sources" not in body
     assert {source.path for source in result.sources} == {PORT_FILE, TIMEOUT_FILE}
     for source in result.sources:
-        assert f"[{source.number}] {source.path}:{source.startLine}-{source.endLine}" in sources_block \
+        assert (
+            f"[{source.number}] {source.path}:{source.startLine}-{source.endLine}" in sources_block
             or f"[{source.number}] {source.path}:{source.startLine} " in sources_block
+        )
         fact = PORT_FACT if source.path == PORT_FILE else TIMEOUT_FACT
         assert source.startLine <= line_of(source.path, fact) <= source.endLine, source
         assert notes[source.number][0] in (f"from {source.path} (file)", f"read_file {source.path}")
@@ -183,8 +203,10 @@ async def test_research_over_two_files_stops_on_the_budget_and_cites_the_right_l
         assert exchange[2 * index] is assistant and exchange[2 * index + 1].role == "tool"
         assert exchange[2 * index + 1].toolCallId == assistant.toolCalls[0].id
     assert [(c.toolCalls[0].name, c.toolCalls[0].arguments._asdict()) for c in calls[:4]] == [
-        ("search", {"query": "billing port"}), ("read_file", {"path": PORT_FILE}),
-        ("search", {"query": "billing client timeout"}), ("read_file", {"path": TIMEOUT_FILE}),
+        ("search", {"query": "billing port"}),
+        ("read_file", {"path": PORT_FILE}),
+        ("search", {"query": "billing client timeout"}),
+        ("read_file", {"path": TIMEOUT_FILE}),
     ]
     assert results[1].content == FILES[PORT_FILE].rstrip("\n")
     assert results[3].content == FILES[TIMEOUT_FILE].rstrip("\n")
@@ -247,7 +269,8 @@ async def test_a_workspace_that_is_not_a_folder_is_invalid_params_naming_it(clie
 
 
 async def test_a_hit_found_by_two_searches_is_one_note_ranked_first_and_a_repeated_call_is_not_run_again(
-        research_client, stub):
+    research_client, stub
+):
     client = research_client
     steps = [
         lambda r: [call("search", "s_dunning", query="dunning")],
@@ -290,11 +313,15 @@ async def test_a_hit_found_by_two_searches_is_one_note_ranked_first_and_a_repeat
     assert "tools" not in final
     notes = parse_notes(final["messages"][-1]["content"])
     assert [label for _, (label, _) in sorted(notes.items())] == [
-        "from docs/payments-faq.md (file)", "from src/billing/dunning.py (file)", "from docs/disputes.md (file)"]
+        "from docs/payments-faq.md (file)",
+        "from src/billing/dunning.py (file)",
+        "from docs/disputes.md (file)",
+    ]
     faq = next(iter(first[hit] for hit in shared))
     assert notes[1][1] == faq["excerpt"].strip()
     assert [(s.number, s.path, s.startLine, s.endLine) for s in result.sources] == [
-        (1, "docs/payments-faq.md", faq["start"], faq["end"])]
+        (1, "docs/payments-faq.md", faq["start"], faq["end"])
+    ]
     assert result.text.endswith(f"Sources:\n[1] docs/payments-faq.md:{faq['start']}-{faq['end']} (file)")
 
 

@@ -56,7 +56,7 @@ def make_paste(size: int = 30_000, fact_at: int = 27_000) -> tuple[str, int]:
         lines.append(line)
         length += len(line)
     paste = "".join(lines)[:size]
-    assert paste[fact_offset:fact_offset + len(FACT)] == FACT
+    assert paste[fact_offset : fact_offset + len(FACT)] == FACT
     return paste, fact_offset
 
 
@@ -85,8 +85,12 @@ def deltas(client, reply_id: str) -> str:
 
 def progress_messages(client) -> list[str]:
     """Every work-done progress message the client received (begin and report), in order."""
-    return [value.message for reports in client.progress_reports.values() for value in reports
-            if getattr(value, "message", None)]
+    return [
+        value.message
+        for reports in client.progress_reports.values()
+        for value in reports
+        if getattr(value, "message", None)
+    ]
 
 
 def is_worker(request: dict) -> bool:
@@ -103,8 +107,12 @@ def estimated_prompt(request: dict) -> int:
     as JSON, and per message 4 + its content + its tool calls (as JSON) + its name."""
     total = 3 + sum(estimate(json.dumps(tool, ensure_ascii=False)) for tool in request.get("tools", ()))
     for message in request["messages"]:
-        calls = "".join(json.dumps({"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])},
-                                   ensure_ascii=False) for c in message.get("tool_calls", ()))
+        calls = "".join(
+            json.dumps(
+                {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}, ensure_ascii=False
+            )
+            for c in message.get("tool_calls", ())
+        )
         total += 4 + estimate(message["content"] or "") + estimate(calls) + estimate(message.get("name", ""))
     return total
 
@@ -122,9 +130,15 @@ def model_script(read_start: int, read_length: int):
             return ANSWER
         prompt = request["messages"][-1]["content"]
         source_id = SOURCE_ID.search(prompt).group(1)
-        return StubReply(tool_calls=[{"name": "read_chat_section", "id": "call_read",
-                                      "arguments": {"source_id": source_id, "start": read_start,
-                                                    "length": read_length}}])
+        return StubReply(
+            tool_calls=[
+                {
+                    "name": "read_chat_section",
+                    "id": "call_read",
+                    "arguments": {"source_id": source_id, "start": read_start, "length": read_length},
+                }
+            ]
+        )
 
     return reply
 
@@ -133,8 +147,8 @@ async def test_a_paste_is_analyzed_in_sections_and_the_coordinator_rereads_an_ex
     paste, fact_at = make_paste()
     question = question_of(paste)
     read_start, read_length = len(PREFIX) + fact_at - 20, len(FACT) + 40
-    expected = question[read_start:read_start + read_length]
-    assert expected == paste[fact_at - 20:fact_at + len(FACT) + 20] and FACT in expected
+    expected = question[read_start : read_start + read_length]
+    assert expected == paste[fact_at - 20 : fact_at + len(FACT) + 20] and FACT in expected
     stub.queue(*[model_script(read_start, read_length)] * 200)
 
     result = await chat(client, text=question)
@@ -146,7 +160,7 @@ async def test_a_paste_is_analyzed_in_sections_and_the_coordinator_rereads_an_ex
     workers = [r for r in requests if is_worker(r)]
     coordinator = [r for r in requests if not is_worker(r)]
     assert len(workers) >= 2
-    assert requests[:len(workers)] == workers  # every section is read before the coordinator starts
+    assert requests[: len(workers)] == workers  # every section is read before the coordinator starts
     assert len(coordinator) == 2
     count = len(workers)
     numbers = [SECTION.search(r["messages"][1]["content"]).groups() for r in workers]
@@ -178,20 +192,21 @@ async def test_a_paste_is_analyzed_in_sections_and_the_coordinator_rereads_an_ex
     assert "Analyzing" not in streamed and "WORKER-NOTE" not in streamed and "[s1]" not in streamed
 
     # The tool step was reported as it started and finished.
-    steps = [(p.tool, p.state, p.callId) for m, p in client.notifications
-             if m == "imprint/toolStep" and p.replyId == result.replyId]
+    steps = [
+        (p.tool, p.state, p.callId)
+        for m, p in client.notifications
+        if m == "imprint/toolStep" and p.replyId == result.replyId
+    ]
     assert steps == [("read_chat_section", "started", "call_read"), ("read_chat_section", "finished", "call_read")]
     assert any(m.startswith("Rereading characters") for m in progress_messages(client))
 
     # An editor rereads the same range, exactly.
     source_id = SOURCE_ID.search(coordinator[0]["messages"][-1]["content"]).group(1)
-    read = await read_section(client, replyId=result.replyId, sourceId=source_id, start=read_start,
-                              length=read_length)
+    read = await read_section(client, replyId=result.replyId, sourceId=source_id, start=read_start, length=read_length)
     assert (read.replyId, read.sourceId) == (result.replyId, source_id)
     assert read.text == expected
     assert (read.start, read.end, read.total) == (read_start, read_start + read_length, len(question))
-    tail = await read_section(client, replyId=result.replyId, sourceId=source_id, start=len(question) - 10,
-                              length=4000)
+    tail = await read_section(client, replyId=result.replyId, sourceId=source_id, start=len(question) - 10, length=4000)
     assert tail.text == question[-10:] and tail.end == tail.total == len(question)
 
     # Bad reads, each -32602 with a message naming the problem.
@@ -230,8 +245,9 @@ async def test_a_paste_over_a_million_characters_fails_naming_the_limit_and_the_
     assert await stored_messages(client) == [("user", paste)]
 
 
-@pytest.mark.parametrize("daemon_env", [{"IMPRINT_CHAT_ANALYSIS_WORKERS": "0"}], indirect=True,
-                         ids=["analysis_workers=0"])
+@pytest.mark.parametrize(
+    "daemon_env", [{"IMPRINT_CHAT_ANALYSIS_WORKERS": "0"}], indirect=True, ids=["analysis_workers=0"]
+)
 async def test_with_analysis_off_an_oversized_paste_fails_explicitly(client, stub):
     paste, _ = make_paste()
     with pytest.raises(JsonRpcException) as error:

@@ -13,10 +13,12 @@ from pytest_lsp import ClientServerConfig, client_capabilities
 async def configured(daemon_env):
     config = ClientServerConfig(server_command=[sys.executable, "-m", "imprintd", "serve"], server_env=daemon_env)
     lsp = await config.start()
-    await lsp.initialize_session(types.InitializeParams(
-        capabilities=client_capabilities("neovim"),
-        initialization_options={"chat": {"max_tokens": 77, "analysis_workers": 99}},
-    ))
+    await lsp.initialize_session(
+        types.InitializeParams(
+            capabilities=client_capabilities("neovim"),
+            initialization_options={"chat": {"max_tokens": 77, "analysis_workers": 99}},
+        )
+    )
     yield lsp
     await lsp.shutdown_session()
     await lsp.stop()
@@ -29,8 +31,9 @@ async def test_editor_settings_apply_and_refusals_are_shown(configured, stub):
     [shown] = [m for m in configured.messages if "analysis_workers" in m.message]
     assert shown.type == types.MessageType.Error and "99" in shown.message and "0 to 8" in shown.message
 
-    configured.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"imprint": {"chat": {"max_tokens": 55, "n_ctx": 10}}}))
+    configured.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"imprint": {"chat": {"max_tokens": 55, "n_ctx": 10}}})
+    )
     await configured.protocol.send_request_async("imprint/chat", {"text": "again"})
     assert stub.requests[1]["max_tokens"] == 55
     # The refusal was sent while the notification was handled, so before the chat's result.

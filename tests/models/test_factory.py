@@ -17,8 +17,11 @@ from tests.models.real_model import needs_real_model
 
 def no_embedded(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(embedded.importlib.util, "find_spec",
-                        lambda name, *a: None if name == embedded.EMBEDDED_PACKAGE else real(name, *a))
+    monkeypatch.setattr(
+        embedded.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == embedded.EMBEDDED_PACKAGE else real(name, *a),
+    )
 
 
 def test_configured_gguf_path_gives_a_local_model_without_loading(tmp_path):
@@ -53,8 +56,14 @@ def test_missing_embedded_model_says_how_to_get_one(monkeypatch):
     with pytest.raises(ModelUnavailable) as caught:
         create_model(ChatSettings(), {})
     message = str(caught.value)
-    for hint in ("pip install 'imprintd[embedded]'", "chat.model", "IMPRINT_CHAT_MODEL", "--model",
-                 "chat.provider=openai", "chat.base_url"):
+    for hint in (
+        "pip install 'imprintd[embedded]'",
+        "chat.model",
+        "IMPRINT_CHAT_MODEL",
+        "--model",
+        "chat.provider=openai",
+        "chat.base_url",
+    ):
         assert hint in message
     assert describe_model(ChatSettings(), {}) == f"unavailable: {message}"
 
@@ -75,7 +84,8 @@ def test_embedded_model_is_found_without_importing_its_package():
 def test_describe_model_names_the_problem_or_the_model(tmp_path):
     missing = tmp_path / "gone.gguf"
     assert describe_model(ChatSettings(model=str(missing)), {}) == (
-        f"unavailable: the chat model file {missing} does not exist (chat.model)")
+        f"unavailable: the chat model file {missing} does not exist (chat.model)"
+    )
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"nope")
     assert "is not a GGUF file" in describe_model(ChatSettings(model=str(bad)), {})
@@ -84,7 +94,8 @@ def test_describe_model_names_the_problem_or_the_model(tmp_path):
     assert describe_model(ChatSettings(model=str(good)), {}) == f"local GGUF {good} (n_ctx 8192)"
     remote = ChatSettings(provider="openai", model="m", base_url="http://h:1/v1")
     assert describe_model(remote, {"IMPRINT_CHAT_API_KEY": "sk-x"}) == (
-        "remote 'm' at http://h:1/v1 (OpenAI-compatible, with an API key; n_ctx 8192)")
+        "remote 'm' at http://h:1/v1 (OpenAI-compatible, with an API key; n_ctx 8192)"
+    )
     assert "sk-x" not in describe_model(remote, {"IMPRINT_CHAT_API_KEY": "sk-x"})
     assert "IMPRINT_CHAT_API_KEY unset" in describe_model(remote, {})
 

@@ -29,9 +29,11 @@ from imprintd.models.toolcalls import tools_prompt
 from tests.lock import lock_held_elsewhere
 from tests.models.real_model import needs_real_model
 
-SEARCH = ToolSpec(name="search", description="Search the workspace for text.",
-                  parameters={"type": "object", "properties": {"query": {"type": "string"}},
-                              "required": ["query"]})
+SEARCH = ToolSpec(
+    name="search",
+    description="Search the workspace for text.",
+    parameters={"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+)
 CALL = ToolCall(id="call_1", name="search", arguments={"query": "port number"})
 #: Tokens of SmolLM2's generation prompt "<|im_start|>assistant\n".
 GENERATION_PROMPT = 4
@@ -120,12 +122,15 @@ def scripted_local(pieces: list[str], *, native_tools: bool) -> LocalModel:
     return model
 
 
-@pytest.mark.parametrize(("native_tools", "markup"), [
-    (True, '<tool_call>\n{"name": "search", "arguments": {"query": "owner"}}\n</tool_call>'),
-    (False, '```json\n{"name": "search", "arguments": {"query": "owner"}}\n```'),
-])
+@pytest.mark.parametrize(
+    ("native_tools", "markup"),
+    [
+        (True, '<tool_call>\n{"name": "search", "arguments": {"query": "owner"}}\n</tool_call>'),
+        (False, '```json\n{"name": "search", "arguments": {"query": "owner"}}\n```'),
+    ],
+)
 async def test_markup_written_with_no_tools_offered_stops_the_text_and_is_reported(native_tools, markup):
-    pieces = ["Billing runs", " two replicas [1].", " \n"] + [markup[i:i + 4] for i in range(0, len(markup), 4)]
+    pieces = ["Billing runs", " two replicas [1].", " \n"] + [markup[i : i + 4] for i in range(0, len(markup), 4)]
     model = scripted_local(pieces, native_tools=native_tools)
     shown: list[str] = []
     result = await model.complete([user("Who owns billing?")], max_tokens=200, timeout=60, on_text=shown.append)
@@ -150,8 +155,11 @@ def test_count_prompt_is_llama_cpp_tokenization_of_the_rendered_prompt(local_mod
     assert rendered.endswith("<|im_start|>assistant\n")
     # SmolLM2's template has no tool support: the tools are described in the system message.
     assert not local_model.native_tools
-    assert rendered.startswith("<|im_start|>system\nYou are a terse assistant. Answer in one short sentence.\n\n"
-                               + tools_prompt([SEARCH]) + "<|im_end|>\n")
+    assert rendered.startswith(
+        "<|im_start|>system\nYou are a terse assistant. Answer in one short sentence.\n\n"
+        + tools_prompt([SEARCH])
+        + "<|im_end|>\n"
+    )
 
 
 @needs_real_model
@@ -163,7 +171,8 @@ def test_count_prompt_matches_llama_cpp_pythons_own_chat_handler(local_model):
     llama = other.load().llama
     try:
         reply = llama.create_chat_completion(
-            messages=[{"role": m.role, "content": m.content} for m in messages], max_tokens=1, temperature=0)
+            messages=[{"role": m.role, "content": m.content} for m in messages], max_tokens=1, temperature=0
+        )
     finally:
         llama.close()
     assert local_model.count_prompt(messages) == reply["usage"]["prompt_tokens"]
@@ -181,7 +190,8 @@ def test_count_message_sums_to_count_prompt(local_model):
     without_system = CONVERSATION[1:]
     default_system = local_model.count_prompt(without_system) - sum(per_message[1:]) - GENERATION_PROMPT
     assert default_system == local_model.count_message(
-        system("You are a helpful AI assistant named SmolLM, trained by Hugging Face"))
+        system("You are a helpful AI assistant named SmolLM, trained by Hugging Face")
+    )
 
 
 @needs_real_model
@@ -197,7 +207,8 @@ def test_count_message_is_cached_and_ignores_seq(local_model):
 def test_count_text(local_model):
     assert local_model.count_text("") == 0
     assert local_model.count_text("hello world") == len(
-        local_model.load().llama.tokenize(b"hello world", add_bos=False, special=False))
+        local_model.load().llama.tokenize(b"hello world", add_bos=False, special=False)
+    )
 
 
 @needs_real_model
@@ -230,14 +241,19 @@ async def test_completion_streams_and_stops_at_end_of_turn(local_model):
         pieces.append(piece)
         threads.add(threading.get_ident())
 
-    result = await local_model.complete([system("Answer with one word."), user("Is the sky blue? yes or no")],
-                                        max_tokens=200, timeout=300, on_text=on_text)
+    result = await local_model.complete(
+        [system("Answer with one word."), user("Is the sky blue? yes or no")],
+        max_tokens=200,
+        timeout=300,
+        on_text=on_text,
+    )
     assert threads == {threading.get_ident()}  # delivered on the event loop's thread, not the worker's
     assert result.finish_reason == "stop"
     assert result.text and "".join(pieces) == result.text
     assert "<|im_end|>" not in result.text
     assert result.usage.prompt_tokens == local_model.count_prompt(
-        [system("Answer with one word."), user("Is the sky blue? yes or no")])
+        [system("Answer with one word."), user("Is the sky blue? yes or no")]
+    )
     assert 0 < result.usage.generated_tokens < 200
 
 
@@ -256,7 +272,7 @@ async def test_prompt_too_long_for_the_context(local_model):
 
 def common_prefix(a, b) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -310,8 +326,9 @@ async def test_cancel_stops_within_one_token(local_model):
         scope.cancel()
 
     with anyio.CancelScope() as scope:
-        await local_model.complete([user("Count from one to one hundred in words.")], max_tokens=200,
-                                   timeout=300, on_text=first_piece_cancels)
+        await local_model.complete(
+            [user("Count from one to one hundred in words.")], max_tokens=200, timeout=300, on_text=first_piece_cancels
+        )
         pytest.fail("complete returned although it was cancelled")
     assert scope.cancelled_caught
     assert len(pieces) == 1  # nothing reaches the caller after the cancel
@@ -329,8 +346,9 @@ async def test_concurrent_completions_are_serialized(local_model):
     results = {}
 
     async def reply(label: str, question: str) -> None:
-        results[label] = await local_model.complete([user(question)], max_tokens=8, timeout=600,
-                                                    on_text=lambda piece: order.append(label))
+        results[label] = await local_model.complete(
+            [user(question)], max_tokens=8, timeout=600, on_text=lambda piece: order.append(label)
+        )
 
     async with anyio.create_task_group() as group:
         group.start_soon(reply, "a", "Tell me about cats.")
@@ -354,8 +372,9 @@ async def test_deadline_returns_partial_text(local_model, monkeypatch):
         pieces.append(piece)
         jump["by"] = 10_000.0  # the deadline passes while the first piece is shown
 
-    result = await local_model.complete([user("Count from one to one hundred in words.")], max_tokens=200,
-                                        timeout=60, on_text=time_runs_out)
+    result = await local_model.complete(
+        [user("Count from one to one hundred in words.")], max_tokens=200, timeout=60, on_text=time_runs_out
+    )
     assert result.finish_reason == "deadline"
     assert result.text and result.text == "".join(pieces)
     assert result.usage.generated_tokens <= 2

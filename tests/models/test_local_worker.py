@@ -32,8 +32,7 @@ class FakeLlama:
     tokens_evaluated: int = 0
 
     def generate(self, tokens, **kwargs):
-        for index in range(len(self.pieces)):
-            yield index
+        yield from range(len(self.pieces))
         yield END
 
     def detokenize(self, tokens, prev_tokens=None, special=False) -> bytes:
@@ -54,8 +53,9 @@ class FakeLoaded:
 def run(pieces: list[bytes], tools=(), mode="json", max_tokens=100):
     model = LocalModel("/unused.gguf")
     shown: list[str] = []
-    result = model._generate(FakeLoaded(FakeLlama(pieces)), _Run(deadline=float("inf")), [1, 2, 3],
-                             tools, mode, max_tokens, shown.append)
+    result = model._generate(
+        FakeLoaded(FakeLlama(pieces)), _Run(deadline=float("inf")), [1, 2, 3], tools, mode, max_tokens, shown.append
+    )
     return result, shown
 
 
@@ -81,14 +81,15 @@ def test_max_tokens_stops_with_length():
 
 def test_json_tool_call_is_parsed_and_hidden():
     call = b'{"name": "search", "arguments": {"query": "port"}}'
-    result, shown = run([b"Let me check.\n"] + [call[i:i + 3] for i in range(0, len(call), 3)], tools=[SEARCH])
+    result, shown = run([b"Let me check.\n"] + [call[i : i + 3] for i in range(0, len(call), 3)], tools=[SEARCH])
     assert "".join(shown) == result.parsed.text == "Let me check."
     assert [(c.name, c.arguments) for c in result.parsed.calls] == [("search", {"query": "port"})]
 
 
 def test_hermes_tool_call_in_native_mode():
-    result, shown = run([b"<tool_", b'call>{"name": "search", "arguments": {}}', b"</tool_call>"],
-                        tools=[SEARCH], mode="native")
+    result, shown = run(
+        [b"<tool_", b'call>{"name": "search", "arguments": {}}', b"</tool_call>"], tools=[SEARCH], mode="native"
+    )
     assert "".join(shown) == "" and result.parsed.calls[0].name == "search"
 
 
@@ -119,10 +120,14 @@ def test_deadline_before_the_next_token():
 
 # -- templates -----------------------------------------------------------------------------
 
-QWEN_LIKE = ("{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}{% endfor %}</tools>{% endif %}"
-             "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}")
+QWEN_LIKE = (
+    "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}{% endfor %}</tools>{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+)
 CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-STRICT = "{% if tools %}{{ raise_exception('no tools here') }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}"
+STRICT = (
+    "{% if tools %}{{ raise_exception('no tools here') }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}"
+)
 
 
 @needs_real_model
@@ -158,7 +163,7 @@ HERMES_TEMPLATE = (
     "{% if m.role == 'user' or (m.role == 'system' and not loop.first) %}"
     "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
     "{% elif m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content }}"
-    "{% for c in m.tool_calls or [] %}<tool_call>\n{\"name\": \"{{ c.function.name }}\", \"arguments\": "
+    '{% for c in m.tool_calls or [] %}<tool_call>\n{"name": "{{ c.function.name }}", "arguments": '
     "{{ c.function.arguments | tojson }}}\n</tool_call>{% endfor %}<|im_end|>\n"
     "{% elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -172,8 +177,9 @@ class TemplateOnly:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         self.with_generation = Jinja2ChatFormatter(template=template, eos_token="", bos_token="")
-        self.without_generation = Jinja2ChatFormatter(template=template, eos_token="", bos_token="",
-                                                      add_generation_prompt=False)
+        self.without_generation = Jinja2ChatFormatter(
+            template=template, eos_token="", bos_token="", add_generation_prompt=False
+        )
         self.native_tools = template_renders_tools(template)
 
     def render(self, messages, tools, generation: bool) -> str:
@@ -192,15 +198,21 @@ def test_native_template_gets_schemas_calls_and_tool_messages():
     model._loaded = TemplateOnly(HERMES_TEMPLATE)
     assert model.native_tools
     call = ToolCall(id="call_1", name="search", arguments={"query": "port"})
-    messages = [system("Be brief."), user("Which port?"), assistant("", tool_calls=(call,)),
-                tool_result(call, "port = 8080")]
+    messages = [
+        system("Be brief."),
+        user("Which port?"),
+        assistant("", tool_calls=(call,)),
+        tool_result(call, "port = 8080"),
+    ]
     rendered = model.render_prompt(messages, [SEARCH])
-    assert rendered.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n<tools>"  # trim_blocks ate the newline
-                               '{"type": "function", "function": {"name": "search"')
+    assert rendered.startswith(
+        "<|im_start|>system\nBe brief.\n\n# Tools\n<tools>"  # trim_blocks ate the newline
+        '{"type": "function", "function": {"name": "search"'
+    )
     assert '<tool_call>\n{"name": "search", "arguments": {"query": "port"}}\n</tool_call>' in rendered
     assert "<tool_response>\nport = 8080\n</tool_response>" in rendered
     assert rendered.endswith("<|im_start|>assistant\n")
     # No tools block in the system prompt text itself: the template shows the schemas.
     assert "You can call these tools" not in rendered
     # Per-message counts: the text each message adds after a fixed lead-in.
-    assert model.count_message(user("one two three")) == len("<|im_start|>user\none two three<|im_end|>\n".split())
+    assert model.count_message(user("one two three")) == len(["<|im_start|>user", "one", "two", "three<|im_end|>"])

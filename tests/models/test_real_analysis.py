@@ -76,8 +76,9 @@ class RecordingModel:
         request = Request(list(messages), list(tools), max_tokens, self.model.count_prompt(messages, tools))
         self.requests.append(request)
         started = time.monotonic()
-        request.completion = await self.model.complete(messages, tools, max_tokens=max_tokens, timeout=timeout,
-                                                       on_text=on_text)
+        request.completion = await self.model.complete(
+            messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text
+        )
         request.seconds = time.monotonic() - started
         return request.completion
 
@@ -124,9 +125,10 @@ def pasted_config() -> str:
             f"# asked before anything below is changed. When it restarts, the services that depend on\n"
             f"# it wait for its health check to pass before they send it any more work.\n"
             f"[services.{name}]\n"
-            f"image = \"shop/{name}:{2 + index % 3}.{index}\"\n"
+            f'image = "shop/{name}:{2 + index % 3}.{index}"\n'
             f"port = {8100 + index}\n"
-            f"replicas = {1 + index % 3}\n\n")
+            f"replicas = {1 + index % 3}\n\n"
+        )
     return "".join(blocks) + "# Changed on 30 October: billing moved from port 8101 to 9443 for TLS.\n"
 
 
@@ -135,8 +137,9 @@ async def test_a_multi_section_paste_is_analyzed_and_answered_on_the_embedded_mo
     model = RecordingModel(LocalModel(embedded_model_path(), n_ctx=N_CTX))
     # A generous time budget: on a busy 2-core machine the workers alone may take minutes, and
     # a time stop would add a final-answer request rather than test anything more.
-    resolved = settings_mod.load({}, environ={}).apply({"chat.n_ctx": N_CTX, "chat.max_tokens": MAX_TOKENS,
-                                                   "chat.research_time_budget": 1800}, "test")
+    resolved = settings_mod.load({}, environ={}).apply(
+        {"chat.n_ctx": N_CTX, "chat.max_tokens": MAX_TOKENS, "chat.research_time_budget": 1800}, "test"
+    )
     chat = Chat(resolved, model_factory=lambda chat_settings: model, data_dir=tmp_path / "data")
     config = pasted_config()
     assert 7_000 <= len(config) <= 9_000
@@ -148,20 +151,24 @@ async def test_a_multi_section_paste_is_analyzed_and_answered_on_the_embedded_mo
     seconds = time.monotonic() - started
 
     workers = [r for r in model.requests if is_worker(r)]
-    later = model.requests[len(workers):]
+    later = model.requests[len(workers) :]
     coordinator = later[0] if later else None
     sections = len(workers)
     input_tokens = model.count_text(text)
-    print(f"\n[real analysis] sections: {sections}; input: {len(text)} characters, {input_tokens} tokens; "
-          f"worker prompts: {[r.prompt_tokens for r in workers]} tokens; coordinator prompt: "
-          f"{coordinator.prompt_tokens if coordinator else None} tokens; requests: {len(model.requests)}; "
-          f"stop: {outcome.stop_reason}; {seconds:.1f} s")
+    print(
+        f"\n[real analysis] sections: {sections}; input: {len(text)} characters, {input_tokens} tokens; "
+        f"worker prompts: {[r.prompt_tokens for r in workers]} tokens; coordinator prompt: "
+        f"{coordinator.prompt_tokens if coordinator else None} tokens; requests: {len(model.requests)}; "
+        f"stop: {outcome.stop_reason}; {seconds:.1f} s"
+    )
     for r in model.requests:
         usage = r.completion.usage if r.completion else None
         kind = "worker" if is_worker(r) else "coordinator" if r.tools else "final answer"
-        print(f"[real analysis] {kind}: prompt {r.prompt_tokens}, "
-              f"evaluated {usage and usage.evaluated_tokens}, generated {usage and usage.generated_tokens} "
-              f"tokens, {r.seconds:.1f} s, finish {r.completion and r.completion.finish_reason}")
+        print(
+            f"[real analysis] {kind}: prompt {r.prompt_tokens}, "
+            f"evaluated {usage and usage.evaluated_tokens}, generated {usage and usage.generated_tokens} "
+            f"tokens, {r.seconds:.1f} s, finish {r.completion and r.completion.finish_reason}"
+        )
     print(f"[real analysis] answer: {outcome.text!r}")
 
     assert input_tokens + MAX_TOKENS > N_CTX  # it could not have been answered directly
@@ -179,5 +186,6 @@ async def test_a_multi_section_paste_is_analyzed_and_answered_on_the_embedded_mo
         assert model.count_prompt(request.messages) + sec.NOTES_MAX_TOKENS <= N_CTX
         assert request.completion is not None and request.completion.text.strip()
     assert [m for m in events.progress_messages if m.startswith("Analyzing section")] == [
-        f"Analyzing section {n} of {sections}" for n in range(1, sections + 1)]
+        f"Analyzing section {n} of {sections}" for n in range(1, sections + 1)
+    ]
     assert "Analyzing section" not in events.streamed

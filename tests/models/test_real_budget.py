@@ -14,23 +14,40 @@ from imprintd.messages import ToolCall, ToolSpec, assistant, system, tool_result
 from imprintd.research.budget import ResearchBudget
 from tests.models.real_model import needs_real_model
 
-SEARCH = ToolSpec(name="search", description="Search the workspace for a phrase.",
-                  parameters={"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})
+SEARCH = ToolSpec(
+    name="search",
+    description="Search the workspace for a phrase.",
+    parameters={"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+)
 INSTRUCTIONS = "You are Imprint, a research assistant. Search before answering and cite files. " * 4
 
 
 def coordinator_rounds():
     asked = ToolCall(id="call_1", name="search", arguments={"query": "billing port"})
     first = [system(INSTRUCTIONS), user("Which port does the billing service use?")]
-    second = [*first, assistant("", tool_calls=(asked,)),
-              tool_result(asked, "services/billing.yaml:1-4\nname: billing\nport: 8101\nreplicas: 2\n" * 6)]
+    second = [
+        *first,
+        assistant("", tool_calls=(asked,)),
+        tool_result(asked, "services/billing.yaml:1-4\nname: billing\nport: 8101\nreplicas: 2\n" * 6),
+    ]
     return first, second
 
 
 def worker(number: int) -> list:
-    text = "".join(f"line {n}: the {n}th service listens on port {8000 + n}\n" for n in range(number * 20, number * 20 + 20))
-    return sec.worker_messages(question="Which port does the billing service use?", notes="", text=text,
-                               number=number, count=2, start=0, end=len(text), label="search result", total=len(text))
+    text = "".join(
+        f"line {n}: the {n}th service listens on port {8000 + n}\n" for n in range(number * 20, number * 20 + 20)
+    )
+    return sec.worker_messages(
+        question="Which port does the billing service use?",
+        notes="",
+        text=text,
+        number=number,
+        count=2,
+        start=0,
+        end=len(text),
+        label="search result",
+        total=len(text),
+    )
 
 
 @needs_real_model
@@ -49,7 +66,7 @@ async def test_each_charge_matches_what_llama_cpp_evaluated(local_model):
         charges.append(reservation.prompt_charge)
         evaluated.append(completion.usage.evaluated_tokens)
     print(f"\n[real budget] charged {charges}; llama.cpp evaluated {evaluated}")
-    for charge, actual in zip(charges, evaluated):
+    for charge, actual in zip(charges, evaluated, strict=False):
         assert abs(charge - actual) <= 16
     # The round after the workers is evaluated (and charged) nearly whole; the repeat of it
     # shares all but what the model wrote.

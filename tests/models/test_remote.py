@@ -31,8 +31,11 @@ from tests.models.scripted_server import (
     stream_reply,
 )
 
-SEARCH = ToolSpec(name="search", description="Search the workspace.",
-                  parameters={"type": "object", "properties": {"query": {"type": "string"}}})
+SEARCH = ToolSpec(
+    name="search",
+    description="Search the workspace.",
+    parameters={"type": "object", "properties": {"query": {"type": "string"}}},
+)
 MESSAGES = [system("You are terse."), user("Say hi.")]
 
 
@@ -53,8 +56,8 @@ def test_estimate_is_utf8_bytes_over_three():
     assert estimate_tokens("") == 0
     assert estimate_tokens("abc") == 1
     assert estimate_tokens("abcd") == 2
-    assert estimate_tokens("é") == 1            # two bytes
-    assert estimate_tokens("日本語") == 3        # nine bytes
+    assert estimate_tokens("é") == 1  # two bytes
+    assert estimate_tokens("日本語") == 3  # nine bytes
 
 
 def test_counts_are_additive():
@@ -64,9 +67,11 @@ def test_counts_are_additive():
     per_message = [remote.count_message(m) for m in messages]
     assert per_message[0] == MESSAGE_OVERHEAD + 10
     assert per_message[2] == MESSAGE_OVERHEAD + math.ceil(
-        len(json.dumps({"name": "search", "arguments": {"query": "x"}})) / 3)
+        len(json.dumps({"name": "search", "arguments": {"query": "x"}})) / 3
+    )
     assert remote.count_prompt(messages, [SEARCH]) == PROMPT_OVERHEAD + sum(per_message) + math.ceil(
-        len(json.dumps(SEARCH.as_openai()).encode()) / 3)
+        len(json.dumps(SEARCH.as_openai()).encode()) / 3
+    )
 
 
 # -- a normal streamed reply -----------------------------------------------------------------
@@ -77,7 +82,8 @@ async def test_streams_text_and_sends_the_request_as_openai_expects():
     with ScriptedServer(handler) as server:
         pieces: list[str] = []
         result = await model_for(server, api_key="sk-secret").complete(
-            MESSAGES, [SEARCH], max_tokens=64, timeout=60, on_text=pieces.append)
+            MESSAGES, [SEARCH], max_tokens=64, timeout=60, on_text=pieces.append
+        )
     assert result.text == "Hello there" == "".join(pieces)
     assert result.finish_reason == "stop" and result.tool_calls == ()
     [request] = server.requests
@@ -85,8 +91,7 @@ async def test_streams_text_and_sends_the_request_as_openai_expects():
     assert request.headers["authorization"] == "Bearer sk-secret"
     body = request.body
     assert body["model"] == "test-model" and body["stream"] is True and body["max_tokens"] == 64
-    assert body["messages"] == [{"role": "system", "content": "You are terse."},
-                                {"role": "user", "content": "Say hi."}]
+    assert body["messages"] == [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
     assert body["tools"] == [SEARCH.as_openai()]
     usage = result.usage
     assert usage.prompt_tokens == model_for(server).count_prompt(MESSAGES, [SEARCH])
@@ -111,8 +116,13 @@ async def test_tool_exchange_messages_are_sent_in_openai_form():
     with ScriptedServer(stream_reply(chunk("done", finish="stop"))) as server:
         await model_for(server).complete(history, [SEARCH], max_tokens=8, timeout=60)
     sent = server.requests[0].body["messages"]
-    assert sent[2] == {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "call_9", "type": "function", "function": {"name": "search", "arguments": '{"query": "port"}'}}]}
+    assert sent[2] == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_9", "type": "function", "function": {"name": "search", "arguments": '{"query": "port"}'}}
+        ],
+    }
     assert sent[3] == {"role": "tool", "content": "found it", "tool_call_id": "call_9", "name": "search"}
 
 
@@ -142,11 +152,22 @@ async def test_prompt_too_big_for_n_ctx():
 async def test_tool_call_deltas_split_across_chunks_are_reassembled():
     handler = stream_reply(
         chunk("Let me look."),
-        chunk(tool_calls=[{"index": 0, "id": "call_a", "type": "function",
-                           "function": {"name": "search", "arguments": ""}}]),
+        chunk(
+            tool_calls=[
+                {"index": 0, "id": "call_a", "type": "function", "function": {"name": "search", "arguments": ""}}
+            ]
+        ),
         chunk(tool_calls=[{"index": 0, "function": {"arguments": '{"que'}}]),
-        chunk(tool_calls=[{"index": 1, "id": "call_b", "type": "function",
-                           "function": {"name": "search", "arguments": '{"query"'}}]),
+        chunk(
+            tool_calls=[
+                {
+                    "index": 1,
+                    "id": "call_b",
+                    "type": "function",
+                    "function": {"name": "search", "arguments": '{"query"'},
+                }
+            ]
+        ),
         chunk(tool_calls=[{"index": 0, "function": {"arguments": 'ry": "po'}}]),
         chunk(tool_calls=[{"index": 1, "function": {"arguments": ': "b"}'}}]),
         chunk(tool_calls=[{"index": 0, "function": {"arguments": 'rt"}'}}]),
@@ -157,7 +178,9 @@ async def test_tool_call_deltas_split_across_chunks_are_reassembled():
     assert result.text == "Let me look."
     assert result.finish_reason == "tool_calls" and result.tool_call_error is None
     assert [(c.id, c.name, c.arguments) for c in result.tool_calls] == [
-        ("call_a", "search", {"query": "port"}), ("call_b", "search", {"query": "b"})]
+        ("call_a", "search", {"query": "port"}),
+        ("call_b", "search", {"query": "b"}),
+    ]
 
 
 async def test_malformed_native_tool_calls_are_reported_not_run():
@@ -177,20 +200,26 @@ async def test_malformed_native_tool_calls_are_reported_not_run():
 
 
 async def test_hermes_markup_in_content_is_parsed_and_hidden():
-    handler = stream_reply(chunk("Checking.\n<tool_"), chunk('call>{"name": "search", "arguments": {"query": "q"}}'),
-                           chunk("</tool_call>"), chunk(finish="stop"))
+    handler = stream_reply(
+        chunk("Checking.\n<tool_"),
+        chunk('call>{"name": "search", "arguments": {"query": "q"}}'),
+        chunk("</tool_call>"),
+        chunk(finish="stop"),
+    )
     with ScriptedServer(handler) as server:
         pieces: list[str] = []
-        result = await model_for(server).complete(MESSAGES, [SEARCH], max_tokens=64, timeout=60,
-                                                  on_text=pieces.append)
+        result = await model_for(server).complete(MESSAGES, [SEARCH], max_tokens=64, timeout=60, on_text=pieces.append)
     assert "".join(pieces) == result.text == "Checking."
     assert [c.arguments for c in result.tool_calls] == [{"query": "q"}]
 
 
 async def test_markup_written_with_no_tools_offered_stops_the_text_and_is_reported():
-    handler = stream_reply(chunk("Billing runs two replicas [1]. \n<tool_"),
-                           chunk('call>{"name": "search", "arguments": {"query": "owner"}}'),
-                           chunk("</tool_call>"), chunk(finish="stop"))
+    handler = stream_reply(
+        chunk("Billing runs two replicas [1]. \n<tool_"),
+        chunk('call>{"name": "search", "arguments": {"query": "owner"}}'),
+        chunk("</tool_call>"),
+        chunk(finish="stop"),
+    )
     with ScriptedServer(handler) as server:
         pieces: list[str] = []
         result = await model_for(server).complete(MESSAGES, max_tokens=64, timeout=60, on_text=pieces.append)
@@ -225,16 +254,25 @@ async def test_dns_failure():
 def error_reply(code: int, body: dict | None = None, headers: dict | None = None):
     def handle(request: Recorded, writer: Writer) -> None:
         writer.json(code, body or {"error": {"message": f"status {code}"}}, headers)
+
     return handle
 
 
 @pytest.mark.parametrize(
     ("code", "body", "headers", "expected"),
     [
-        (401, {"error": {"message": "Invalid API key"}}, None,
-         "the server answered 401 Unauthorized: check IMPRINT_CHAT_API_KEY: Invalid API key"),
-        (404, {"error": {"message": "The model `test-model` does not exist"}}, None,
-         "model 'test-model' was not found (404)"),
+        (
+            401,
+            {"error": {"message": "Invalid API key"}},
+            None,
+            "the server answered 401 Unauthorized: check IMPRINT_CHAT_API_KEY: Invalid API key",
+        ),
+        (
+            404,
+            {"error": {"message": "The model `test-model` does not exist"}},
+            None,
+            "model 'test-model' was not found (404)",
+        ),
         (429, {"error": {"message": "slow down"}}, {"Retry-After": "7"}, "rate limited (429)"),
         (503, {"error": {"message": "overloaded"}}, None, "server error 503: overloaded"),
         (500, {"detail": "boom"}, None, "server error 500: boom"),
@@ -242,9 +280,8 @@ def error_reply(code: int, body: dict | None = None, headers: dict | None = None
     ],
 )
 async def test_http_errors_are_named(code, body, headers, expected):
-    with ScriptedServer(error_reply(code, body, headers)) as server:
-        with pytest.raises(ModelError) as caught:
-            await model_for(server, api_key="sk-secret").complete(MESSAGES, max_tokens=8, timeout=60)
+    with ScriptedServer(error_reply(code, body, headers)) as server, pytest.raises(ModelError) as caught:
+        await model_for(server, api_key="sk-secret").complete(MESSAGES, max_tokens=8, timeout=60)
     message = str(caught.value)
     assert message.startswith(expected)
     assert "sk-secret" not in message

@@ -29,8 +29,11 @@ pytestmark = needs_real_model
 API_KEY = "test-key-7c1d"
 READY_WITHIN = 180.0  # seconds: loading is quick, but CI machines can be slow and busy
 REPO = Path(__file__).resolve().parents[2]
-SEARCH = ToolSpec(name="search", description="Search the workspace.",
-                  parameters={"type": "object", "properties": {"query": {"type": "string"}}})
+SEARCH = ToolSpec(
+    name="search",
+    description="Search the workspace.",
+    parameters={"type": "object", "properties": {"query": {"type": "string"}}},
+)
 
 
 def free_port() -> int:
@@ -43,15 +46,28 @@ def free_port() -> int:
 def llama_server(tmp_path_factory):
     """Base URL of a running llama-cpp-python server (session-scoped)."""
     try:
-        import fastapi  # noqa: F401, E401  (the [server] extra)
-        import sse_starlette
-        import uvicorn
+        import fastapi  # noqa: F401  (the [server] extra)
+        import sse_starlette  # noqa: F401
+        import uvicorn  # noqa: F401
     except ImportError as error:
         missing_real_model(f"llama-cpp-python[server] is not installed ({error})")
     port = free_port()
     log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
-    command = [sys.executable, "-m", "tests.models.llama_server", "--model", str(EMBEDDED_GGUF),
-               "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--api_key", API_KEY]
+    command = [
+        sys.executable,
+        "-m",
+        "tests.models.llama_server",
+        "--model",
+        str(EMBEDDED_GGUF),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "2048",
+        "--api_key",
+        API_KEY,
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -73,8 +89,10 @@ def wait_until_ready(process: subprocess.Popen, base_url: str, log_path: Path) -
     with httpx.Client(timeout=5.0) as client:
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                pytest.fail(f"llama-cpp-python's server exited with {process.returncode}:\n"
-                            f"{log_path.read_text(errors='replace')[-3000:]}")
+                pytest.fail(
+                    f"llama-cpp-python's server exited with {process.returncode}:\n"
+                    f"{log_path.read_text(errors='replace')[-3000:]}"
+                )
             try:
                 if client.get(f"{base_url}/models", headers={"Authorization": f"Bearer {API_KEY}"}).status_code == 200:
                     return
@@ -84,8 +102,10 @@ def wait_until_ready(process: subprocess.Popen, base_url: str, log_path: Path) -
                 process.wait(timeout=0.2)  # a bounded pause between polls that also notices an exit
             except subprocess.TimeoutExpired:
                 pass
-    pytest.fail(f"llama-cpp-python's server was not ready within {READY_WITHIN:g} s:\n"
-                f"{log_path.read_text(errors='replace')[-3000:]}")
+    pytest.fail(
+        f"llama-cpp-python's server was not ready within {READY_WITHIN:g} s:\n"
+        f"{log_path.read_text(errors='replace')[-3000:]}"
+    )
 
 
 def remote(base_url: str, api_key: str | None = API_KEY) -> RemoteModel:
@@ -100,7 +120,7 @@ async def test_streamed_reply_from_a_real_server(llama_server):
     assert result.text and "".join(pieces) == result.text
     assert result.finish_reason in ("stop", "length")
     assert result.usage.prompt_tokens == model.count_prompt(messages)
-    assert 0 < result.usage.generated_tokens
+    assert result.usage.generated_tokens > 0
 
 
 async def test_tools_are_accepted_by_a_real_server(llama_server):
@@ -131,9 +151,14 @@ async def test_estimate_is_not_below_the_servers_own_count(llama_server):
     # server's tokenizer through its non-streamed usage report.
     messages = [system("You are terse."), user("Explain what a context window is, in two sentences.")]
     async with httpx.AsyncClient(timeout=300) as client:
-        response = await client.post(f"{llama_server}/chat/completions",
-                                     headers={"Authorization": f"Bearer {API_KEY}"},
-                                     json={"model": "smollm2", "max_tokens": 1,
-                                           "messages": [{"role": m.role, "content": m.content} for m in messages]})
+        response = await client.post(
+            f"{llama_server}/chat/completions",
+            headers={"Authorization": f"Bearer {API_KEY}"},
+            json={
+                "model": "smollm2",
+                "max_tokens": 1,
+                "messages": [{"role": m.role, "content": m.content} for m in messages],
+            },
+        )
     actual = response.json()["usage"]["prompt_tokens"]
     assert remote(llama_server).count_prompt(messages) >= actual

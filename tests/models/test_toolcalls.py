@@ -19,10 +19,14 @@ from imprintd.models.toolcalls import (
     tools_prompt,
 )
 
-SEARCH = ToolSpec(name="search", description="Search the workspace.",
-                  parameters={"type": "object", "properties": {"query": {"type": "string"}}})
-READ = ToolSpec(name="read", description="Read a file.",
-                parameters={"type": "object", "properties": {"path": {"type": "string"}}})
+SEARCH = ToolSpec(
+    name="search",
+    description="Search the workspace.",
+    parameters={"type": "object", "properties": {"query": {"type": "string"}}},
+)
+READ = ToolSpec(
+    name="read", description="Read a file.", parameters={"type": "object", "properties": {"path": {"type": "string"}}}
+)
 TOOLS = (SEARCH, READ)
 NAMES = {"search", "read"}
 
@@ -36,16 +40,19 @@ def ids():
 
 
 def test_hermes_single_call():
-    out = parse_hermes('Let me look.\n<tool_call>\n{"name": "search", "arguments": {"query": "port"}}\n</tool_call>',
-                       NAMES, ids())
+    out = parse_hermes(
+        'Let me look.\n<tool_call>\n{"name": "search", "arguments": {"query": "port"}}\n</tool_call>', NAMES, ids()
+    )
     assert out.text == "Let me look.\n"
     assert [(c.id, c.name, c.arguments) for c in out.calls] == [("call_1", "search", {"query": "port"})]
     assert out.error is None
 
 
 def test_hermes_multiple_calls():
-    text = ('<tool_call>{"name": "search", "arguments": {"query": "a"}}</tool_call>\n'
-            '<tool_call>{"name": "read", "arguments": {"path": "x.py"}}</tool_call>')
+    text = (
+        '<tool_call>{"name": "search", "arguments": {"query": "a"}}</tool_call>\n'
+        '<tool_call>{"name": "read", "arguments": {"path": "x.py"}}</tool_call>'
+    )
     out = parse_hermes(text, NAMES, ids())
     assert [(c.name, c.arguments) for c in out.calls] == [("search", {"query": "a"}), ("read", {"path": "x.py"})]
     assert out.text.strip() == ""
@@ -76,8 +83,9 @@ def test_hermes_arguments_not_an_object():
 
 
 def test_hermes_good_and_bad_calls_together():
-    text = ('<tool_call>{"name": "search", "arguments": {"query": "a"}}</tool_call>'
-            '<tool_call>{"name": "nope"}</tool_call>')
+    text = (
+        '<tool_call>{"name": "search", "arguments": {"query": "a"}}</tool_call><tool_call>{"name": "nope"}</tool_call>'
+    )
     out = parse_hermes(text, NAMES, ids())
     assert [c.name for c in out.calls] == ["search"]
     assert "unknown tool 'nope'" in out.error
@@ -94,9 +102,9 @@ def test_hermes_no_calls_keeps_text():
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ({"name": "search", "arguments": '{"query": "a"}'}, {"query": "a"}),   # OpenAI string form
-        ({"name": "search", "parameters": {"query": "a"}}, {"query": "a"}),    # Llama-3 form
-        ({"name": "search"}, {}),                                              # no arguments
+        ({"name": "search", "arguments": '{"query": "a"}'}, {"query": "a"}),  # OpenAI string form
+        ({"name": "search", "parameters": {"query": "a"}}, {"query": "a"}),  # Llama-3 form
+        ({"name": "search"}, {}),  # no arguments
         ({"name": "search", "arguments": None}, {}),
     ],
 )
@@ -138,15 +146,17 @@ def test_json_call_after_prose():
 
 @pytest.mark.parametrize("fence", ["```json\n", "```\n", "``` JSON \n"])
 def test_json_fenced_call(fence):
-    out = parse_json_calls(f'Sure.\n{fence}{{"name": "read", "arguments": {{"path": "a.py"}}}}\n```\nDone.',
-                           NAMES, ids())
+    out = parse_json_calls(
+        f'Sure.\n{fence}{{"name": "read", "arguments": {{"path": "a.py"}}}}\n```\nDone.', NAMES, ids()
+    )
     assert [(c.name, c.arguments) for c in out.calls] == [("read", {"path": "a.py"})]
     assert out.text == "Sure.\n\nDone."
 
 
 def test_json_list_of_calls():
-    out = parse_json_calls('[{"name": "search", "arguments": {"query": "a"}}, {"name": "read", "arguments": {}}]',
-                           NAMES, ids())
+    out = parse_json_calls(
+        '[{"name": "search", "arguments": {"query": "a"}}, {"name": "read", "arguments": {}}]', NAMES, ids()
+    )
     assert [c.name for c in out.calls] == ["search", "read"]
 
 
@@ -183,11 +193,27 @@ def test_json_unknown_tool():
 @pytest.mark.parametrize(
     ("text", "state"),
     [
-        ("", "maybe"), ("{", "maybe"), ('{"', "maybe"), ('{"na', "maybe"), ('{"name"', "maybe"),
-        ('{"name":', "yes"), ('{ \n "name" :', "yes"), ('[{"name":', "yes"), ('{"query":', "no"),
-        ("{x", "no"), ("`", "maybe"), ("``", "maybe"), ("```", "maybe"), ("```js", "maybe"),
-        ("```python", "no"), ("```json\n", "maybe"), ('```json\n{"name":', "yes"), ("```\nx", "no"),
-        ("`x`", "no"), ("hello", "no"), ('{"nam":', "no"),
+        ("", "maybe"),
+        ("{", "maybe"),
+        ('{"', "maybe"),
+        ('{"na', "maybe"),
+        ('{"name"', "maybe"),
+        ('{"name":', "yes"),
+        ('{ \n "name" :', "yes"),
+        ('[{"name":', "yes"),
+        ('{"query":', "no"),
+        ("{x", "no"),
+        ("`", "maybe"),
+        ("``", "maybe"),
+        ("```", "maybe"),
+        ("```js", "maybe"),
+        ("```python", "no"),
+        ("```json\n", "maybe"),
+        ('```json\n{"name":', "yes"),
+        ("```\nx", "no"),
+        ("`x`", "no"),
+        ("hello", "no"),
+        ('{"nam":', "no"),
     ],
 )
 def test_opening_state(text, state):
@@ -227,7 +253,7 @@ def test_format_call_round_trips():
 def stream(text: str, mode, pieces: int = 1):
     """Feed ``text`` in chunks of ``pieces`` characters; return what streamed and the result."""
     filt = VisibleTextFilter(TOOLS, mode, ids())
-    shown = [filt.feed(text[i:i + pieces]) for i in range(0, len(text), pieces)]
+    shown = [filt.feed(text[i : i + pieces]) for i in range(0, len(text), pieces)]
     last, parsed = filt.finish()
     shown.append(last)
     return shown, parsed
@@ -235,15 +261,15 @@ def stream(text: str, mode, pieces: int = 1):
 
 SAMPLES = [
     ("native", "Hello there, world."),
-    ("native", "Let me check.\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"a\"}}\n</tool_call>"),
+    ("native", 'Let me check.\n<tool_call>\n{"name": "search", "arguments": {"query": "a"}}\n</tool_call>'),
     ("native", "a < b and <tool is not a call"),
-    ("native", "<tool_call>{\"name\": \"nope\"}</tool_call> after"),
-    ("json", "I will search.\n{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}"),
-    ("json", "Sure.\n```json\n{\"name\": \"read\", \"arguments\": {\"path\": \"a.py\"}}\n```\nDone."),
+    ("native", '<tool_call>{"name": "nope"}</tool_call> after'),
+    ("json", 'I will search.\n{"name": "search", "arguments": {"query": "x"}}'),
+    ("json", 'Sure.\n```json\n{"name": "read", "arguments": {"path": "a.py"}}\n```\nDone.'),
     ("json", "Code: ```python\nprint({1: 2})\n```\nand a {set} and [list] `tick`."),
-    ("json", "Broken {\"name\": \"search\", \"arguments\": {"),
+    ("json", 'Broken {"name": "search", "arguments": {'),
     ("json", "  \n Leading and trailing space.  \n"),
-    ("none", "{\"name\": \"search\"}"),
+    ("none", '{"name": "search"}'),
 ]
 
 
@@ -258,8 +284,9 @@ def test_filter_streams_exactly_the_final_text(mode, text, size):
 
 
 def test_filter_never_shows_markup():
-    shown, parsed = stream('Checking.\n<tool_call>{"name": "search", "arguments": {"query": "q"}}</tool_call>',
-                           "native")
+    shown, parsed = stream(
+        'Checking.\n<tool_call>{"name": "search", "arguments": {"query": "q"}}</tool_call>', "native"
+    )
     assert "<" not in "".join(shown) and parsed.text == "Checking."
     shown, parsed = stream('{"name": "search", "arguments": {"query": "q"}}', "json")
     assert "".join(shown) == "" and parsed.calls[0].arguments == {"query": "q"}
@@ -268,8 +295,8 @@ def test_filter_never_shows_markup():
 def test_filter_releases_plain_text_promptly():
     filt = VisibleTextFilter(TOOLS, "json", ids())
     assert filt.feed("Hello") == "Hello"
-    assert filt.feed(" {") == ""          # could open a call: held
-    assert filt.feed("x") == " {x"        # cannot: released
+    assert filt.feed(" {") == ""  # could open a call: held
+    assert filt.feed("x") == " {x"  # cannot: released
     filt = VisibleTextFilter(TOOLS, "native", ids())
     assert filt.feed("a <tool") == "a"
     assert filt.feed("s") == " <tools"
@@ -281,7 +308,7 @@ def test_filter_releases_plain_text_promptly():
 def stream_unoffered(text: str, mode, pieces: int = 1):
     """``stream`` for a request that offers no tools."""
     filt = VisibleTextFilter((), mode, ids())
-    shown = [filt.feed(text[i:i + pieces]) for i in range(0, len(text), pieces)]
+    shown = [filt.feed(text[i : i + pieces]) for i in range(0, len(text), pieces)]
     last, parsed = filt.finish()
     shown.append(last)
     return "".join(shown), parsed
@@ -291,7 +318,10 @@ UNOFFERED_CALLS = [
     ("native", 'Billing runs two replicas [1]. \n<tool_call>\n{"name": "search", "arguments": {}}\n</tool_call>'),
     ("native", 'Billing runs two replicas [1].<tool_call>{"name": "search"'),  # cut off inside the call
     ("json", 'Billing runs two replicas [1]. {"name": "search", "arguments": {"query": "billing owner"}}'),
-    ("json", 'Billing runs two replicas [1]. ```json\n{"name": "search", "arguments": {"query": "billing owner"}}\n```'),
+    (
+        "json",
+        'Billing runs two replicas [1]. ```json\n{"name": "search", "arguments": {"query": "billing owner"}}\n```',
+    ),
     ("json", 'Billing runs two replicas [1].\n[ {"arguments": {"query": "billing owner"}, "name": "search"}]'),
     # A template without tool support may still have learnt the Hermes form.
     ("json", 'Billing runs two replicas [1]. <tool_call>{"name": "search"}</tool_call>'),
@@ -306,15 +336,18 @@ def test_markup_written_with_no_tools_offered_stops_the_text_and_is_reported(mod
     assert parsed.wrote_call and parsed.calls == () and parsed.error is None
 
 
-@pytest.mark.parametrize(("mode", "text"), [
-    ("native", "a < b and <tool is not a call"),
-    ("native", "It ends in <tool_"),  # the reply ended: a marker's start is text
-    ("native", '{"name": "search", "arguments": {}}'),  # JSON is a call only in JSON mode
-    ("json", 'Set it like this: {"port": 8101} [1].'),
-    ("json", "Code: ```python\nprint({1: 2})\n```\nand a {set} and [list] `tick`."),
-    ("json", 'It ends in {"na'),
-    ("none", '<tool_call>{"name": "search"}</tool_call> {"name": "search"}'),  # mode "none" looks for nothing
-])
+@pytest.mark.parametrize(
+    ("mode", "text"),
+    [
+        ("native", "a < b and <tool is not a call"),
+        ("native", "It ends in <tool_"),  # the reply ended: a marker's start is text
+        ("native", '{"name": "search", "arguments": {}}'),  # JSON is a call only in JSON mode
+        ("json", 'Set it like this: {"port": 8101} [1].'),
+        ("json", "Code: ```python\nprint({1: 2})\n```\nand a {set} and [list] `tick`."),
+        ("json", 'It ends in {"na'),
+        ("none", '<tool_call>{"name": "search"}</tool_call> {"name": "search"}'),  # mode "none" looks for nothing
+    ],
+)
 @pytest.mark.parametrize("size", [1, 3, 1000])
 def test_text_that_is_not_markup_streams_whole_with_no_tools_offered(mode, text, size):
     shown, parsed = stream_unoffered(text, mode, size)
@@ -324,10 +357,10 @@ def test_text_that_is_not_markup_streams_whole_with_no_tools_offered(mode, text,
 
 def test_with_no_tools_offered_text_is_held_only_while_it_may_become_markup():
     filt = VisibleTextFilter((), "native", ids())
-    assert filt.feed("Port 8101. <tool") == "Port 8101."   # the space may precede the marker
+    assert filt.feed("Port 8101. <tool") == "Port 8101."  # the space may precede the marker
     assert filt.feed("s") == " <tools"
     assert filt.feed(" <tool_call>{") == ""
-    assert filt.feed(' "name": "search"}') == ""           # everything after the marker is held
+    assert filt.feed(' "name": "search"}') == ""  # everything after the marker is held
     assert filt.finish() == ("", ParsedOutput(text="Port 8101. <tools", wrote_call=True))
     filt = VisibleTextFilter((), "json", ids())
     assert filt.feed("Port 8101. {") == "Port 8101."

@@ -16,8 +16,11 @@ from tests.recording import RecordingEvents
 class FakeSearch:
     """A search tool whose results are scripted per query; counts how often it really ran."""
 
-    spec = ToolSpec(name="search", description="Search the workspace.",
-                    parameters={"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})
+    spec = ToolSpec(
+        name="search",
+        description="Search the workspace.",
+        parameters={"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    )
 
     def __init__(self, results: dict[str, ToolResult] | None = None) -> None:
         self.results = results or {}
@@ -33,15 +36,29 @@ class FakeSearch:
         self.runs.append(query)
         if query in self.results:
             return self.results[query]
-        hit = Hit(id=f"h{len(self.runs)}", path=f"src/{query.replace(' ', '_')}.py", start_line=1, end_line=3,
-                  score=1.0, excerpt=f"passage about {query}")
-        return ToolResult(text=f"[hit {hit.id}] {hit.path}:1-3\n{hit.excerpt}", subject=query,
-                          evidence=(hit.id,), hits=(hit,))
+        hit = Hit(
+            id=f"h{len(self.runs)}",
+            path=f"src/{query.replace(' ', '_')}.py",
+            start_line=1,
+            end_line=3,
+            score=1.0,
+            excerpt=f"passage about {query}",
+        )
+        return ToolResult(
+            text=f"[hit {hit.id}] {hit.path}:1-3\n{hit.excerpt}", subject=query, evidence=(hit.id,), hits=(hit,)
+        )
 
 
 def scope(model, events=None, **overrides) -> ReplyScope:
-    values = dict(model=model, events=events or RecordingEvents(), sections=sec.ReplySections("r1"),
-                  max_tokens=256, analysis_workers=2, token_budget=65536, time_budget=300.0)
+    values = dict(
+        model=model,
+        events=events or RecordingEvents(),
+        sections=sec.ReplySections("r1"),
+        max_tokens=256,
+        analysis_workers=2,
+        token_budget=65536,
+        time_budget=300.0,
+    )
     values.update(overrides)
     return ReplyScope(**values)
 

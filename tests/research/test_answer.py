@@ -11,18 +11,30 @@ from tests.standin import StandInModel, call
 
 
 def read_step(path: str, text: str) -> ToolStepRecord:
-    return ToolStepRecord(call=call("read_file", path=path),
-                          result=ToolResult(text=text, subject=path, evidence=(f"{path}:1-3",),
-                                            sources=(Source(path=path, start_line=1, end_line=3),)))
+    return ToolStepRecord(
+        call=call("read_file", path=path),
+        result=ToolResult(
+            text=text, subject=path, evidence=(f"{path}:1-3",), sources=(Source(path=path, start_line=1, end_line=3),)
+        ),
+    )
 
 
-STEPS = [read_step("services/billing.yaml", "name: billing\nport: 8101\nreplicas: 2"),
-         read_step("docs/deploy.md", "Billing is deployed behind the gateway.")]
+STEPS = [
+    read_step("services/billing.yaml", "name: billing\nport: 8101\nreplicas: 2"),
+    read_step("docs/deploy.md", "Billing is deployed behind the gateway."),
+]
 
 
 async def answer(model, events=None, **overrides):
-    values = dict(system_prompt="You are Imprint.", summary_block="", earlier=[],
-                  question="Which port does billing use?", steps=STEPS, style="written", max_tokens=256)
+    values = dict(
+        system_prompt="You are Imprint.",
+        summary_block="",
+        earlier=[],
+        question="Which port does billing use?",
+        steps=STEPS,
+        style="written",
+        max_tokens=256,
+    )
     values.update(overrides)
     return await final_answer(model, events or RecordingEvents(), **values)
 
@@ -32,8 +44,10 @@ async def test_a_final_request_that_cannot_be_prepared_gives_the_findings_withou
     events = RecordingEvents()
     final = await answer(model, events)
     assert model.requests == []
-    assert final.text.startswith("I couldn't write a full answer. The strongest findings of the research:\n"
-                                 "- read_file services/billing.yaml: name: billing port: 8101 replicas: 2 [1]")
+    assert final.text.startswith(
+        "I couldn't write a full answer. The strongest findings of the research:\n"
+        "- read_file services/billing.yaml: name: billing port: 8101 replicas: 2 [1]"
+    )
     assert events.progress_messages == ["Writing the answer from the research notes…"]
     assert events.streamed == final.text
 
@@ -47,8 +61,9 @@ async def test_a_final_turn_whose_model_wrote_a_tool_call_is_cut_short_with_its_
     events = RecordingEvents()
     final = await answer(model, events)
     assert model.requests[0].tools == []
-    assert final.text.startswith("Billing listens on 8101 [1].\n\n(The answer was cut short. "
-                                 "The strongest findings of the research:)\n")
+    assert final.text.startswith(
+        "Billing listens on 8101 [1].\n\n(The answer was cut short. The strongest findings of the research:)\n"
+    )
     assert "billing owner" not in final.text and '"name"' not in final.text
     assert events.streamed == final.text
 
@@ -75,6 +90,8 @@ async def test_what_was_not_read_is_said_before_the_sources():
     model.queue("Billing listens on 8101 [1].")
     events = RecordingEvents()
     final = await answer(model, events, coverage="Characters 10–20 of your message (20 characters) were not read.")
-    assert final.text == ("Billing listens on 8101 [1].\n\nCharacters 10–20 of your message (20 characters) were "
-                          "not read.\n\nSources:\n[1] services/billing.yaml:1-3 (read_file)")
+    assert final.text == (
+        "Billing listens on 8101 [1].\n\nCharacters 10–20 of your message (20 characters) were "
+        "not read.\n\nSources:\n[1] services/billing.yaml:1-3 (read_file)"
+    )
     assert events.streamed == final.text

@@ -19,10 +19,16 @@ from imprintd.models.base import Completion, Usage
 from imprintd.research.budget import HEADER_TOKENS, BudgetExhausted, ResearchBudget
 from tests.standin import StandInModel, call
 
-SEARCH = ToolSpec(name="search", description="Search the workspace.",
-                  parameters={"type": "object", "properties": {"query": {"type": "string"}}})
-READ = ToolSpec(name="read_file", description="Read a file.",
-                parameters={"type": "object", "properties": {"path": {"type": "string"}}})
+SEARCH = ToolSpec(
+    name="search",
+    description="Search the workspace.",
+    parameters={"type": "object", "properties": {"query": {"type": "string"}}},
+)
+READ = ToolSpec(
+    name="read_file",
+    description="Read a file.",
+    parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+)
 TOOLS = [SEARCH, READ]
 
 
@@ -36,8 +42,11 @@ def round_one() -> list[Message]:
 
 def round_two() -> list[Message]:
     asked = call("search", query="gateway port")
-    return [*round_one(), assistant("", tool_calls=(asked,)),
-            tool_result(asked, "[hit abc] src/config.py:1-2\nGATEWAY_PORT = 8443")]
+    return [
+        *round_one(),
+        assistant("", tool_calls=(asked,)),
+        tool_result(asked, "[hit abc] src/config.py:1-2\nGATEWAY_PORT = 8443"),
+    ]
 
 
 def assert_balanced(budget: ResearchBudget) -> None:
@@ -219,8 +228,13 @@ async def test_every_coordinator_and_worker_request_of_a_research_run_is_reserve
         return out
 
     model.queue(*[reply] * 20)
-    outcome = await research(scope(model, max_tokens=256), system=SYSTEM, history=[],
-                             question=msg.user("what failed?", seq=1), tools=[search])
+    outcome = await research(
+        scope(model, max_tokens=256),
+        system=SYSTEM,
+        history=[],
+        question=msg.user("what failed?", seq=1),
+        tools=[search],
+    )
     budget = outcome.budget
     assert outcome.stop == "answer"
     kinds = ["worker" if r.max_tokens == sec.NOTES_MAX_TOKENS else "coordinator" for r in model.requests]
@@ -232,15 +246,18 @@ async def test_every_coordinator_and_worker_request_of_a_research_run_is_reserve
     assert budget.open_reservations == ()
     assert [r.allowance for r in budget.reservations] == [r.max_tokens for r in model.requests]
     assert [r.prompt_tokens for r in budget.reservations] == [
-        model.count_prompt(r.messages, r.tools) for r in model.requests]
+        model.count_prompt(r.messages, r.tools) for r in model.requests
+    ]
     # Each refund is the allowance less what the model wrote (tool calls included).
     assert [e.amount for e in refunds] == [
-        r.allowance - min(count_text(text), r.allowance) for r, text in zip(budget.reservations, written)]
+        r.allowance - min(count_text(text), r.allowance) for r, text in zip(budget.reservations, written, strict=False)
+    ]
     assert_balanced(budget)
     # The model holds the prefix of the last request it ran: workers share the first worker's
     # instructions, and the coordinator round after them shares nothing with the round before.
     shared = [r.shared_tokens for r in budget.reservations]
     assert shared[0] == 0 and shared[1] == 0 and all(s > 0 for s in shared[2:-1])
     assert shared[-1] == 0
-    assert budget.reservations[-1].prompt_charge == model.count_prompt(model.requests[-1].messages,
-                                                                      model.requests[-1].tools)
+    assert budget.reservations[-1].prompt_charge == model.count_prompt(
+        model.requests[-1].messages, model.requests[-1].tools
+    )

@@ -46,17 +46,21 @@ async def test_a_tool_round_appends_the_call_and_its_result_then_answers(model: 
     assert second[3].role == "tool" and "passage about billing port" in second[3].content
     assert [(s.state, s.title) for s in events.steps] == [
         ("started", "Searching the workspace for “billing port”"),
-        ("finished", "Searching the workspace for “billing port”")]
+        ("finished", "Searching the workspace for “billing port”"),
+    ]
     assert [m.role for m in outcome.exchange] == ["assistant", "tool"]
     assert outcome.steps[0].result.hits[0].path == "src/billing_port.py"
 
 
 async def test_text_of_a_round_that_calls_tools_is_marked_preamble_and_the_answer_is_a_new_part(model: StandInModel):
     events = RecordingEvents()
-    model.queue(Completion(text="Let me look that up.", tool_calls=(call("search", query="billing port"),)),
-                "Billing uses 8101.")
-    await research(scope(model, events), system=SYSTEM, history=[], question=msg.user("Port?", seq=1),
-                   tools=[FakeSearch()])
+    model.queue(
+        Completion(text="Let me look that up.", tool_calls=(call("search", query="billing port"),)),
+        "Billing uses 8101.",
+    )
+    await research(
+        scope(model, events), system=SYSTEM, history=[], question=msg.user("Port?", seq=1), tools=[FakeSearch()]
+    )
     assert events.parts == [("preamble", "Let me look that up."), ("answer", "Billing uses 8101.")]
     # The preamble is known before the tool runs, so a client can fold it before the step shows.
     assert events.kinds().index("preamble") < events.kinds().index("tool_step")
@@ -65,8 +69,13 @@ async def test_text_of_a_round_that_calls_tools_is_marked_preamble_and_the_answe
 async def test_text_cut_off_by_the_time_budget_is_preamble(model: StandInModel):
     events = RecordingEvents()
     model.queue(Hang("I will start by"))
-    outcome = await research(scope(model, events, time_budget=0.5), system=SYSTEM, history=[],
-                             question=msg.user("q", seq=1), tools=[FakeSearch()])
+    outcome = await research(
+        scope(model, events, time_budget=0.5),
+        system=SYSTEM,
+        history=[],
+        question=msg.user("q", seq=1),
+        tools=[FakeSearch()],
+    )
     assert outcome.stop == "time_budget"
     assert events.parts == [("preamble", "I will start by")]
 
@@ -74,16 +83,18 @@ async def test_text_cut_off_by_the_time_budget_is_preamble(model: StandInModel):
 async def test_a_plain_answer_is_one_answer_part(model: StandInModel):
     events = RecordingEvents()
     model.queue("Just the answer.")
-    await research(scope(model, events), system=SYSTEM, history=[], question=msg.user("q", seq=1),
-                   tools=[FakeSearch()])
+    await research(scope(model, events), system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[FakeSearch()])
     assert events.parts == [("answer", "Just the answer.")]
     assert "preamble" not in events.kinds()
 
 
 async def test_an_identical_call_is_answered_from_the_earlier_result_and_stagnation_stops(model: StandInModel):
     search = FakeSearch()
-    model.queue(tool_turn(call("search", query="port")), tool_turn(call("search", query="port", call_id="c2")),
-                tool_turn(call("search", query="port", call_id="c3")))
+    model.queue(
+        tool_turn(call("search", query="port")),
+        tool_turn(call("search", query="port", call_id="c2")),
+        tool_turn(call("search", query="port", call_id="c3")),
+    )
     outcome = await research(scope(model), system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[search])
     assert search.runs == ["port"]  # run once, then answered from the earlier result
     assert outcome.stop == "no_new_evidence"
@@ -100,10 +111,14 @@ async def test_the_token_budget_stops_research_before_a_request_would_cross_it(m
     assert outcome.stop == "token_budget"
     # Every request the model got was reserved first and settled after, in order...
     assert len(budget.reservations) == len(model.requests) >= 2
-    assert [r.allowance for r in budget.reservations] == [r.max_tokens for r in model.requests] == [400] * len(
-        model.requests)
+    assert (
+        [r.allowance for r in budget.reservations]
+        == [r.max_tokens for r in model.requests]
+        == [400] * len(model.requests)
+    )
     assert [r.prompt_tokens for r in budget.reservations] == [
-        model.count_prompt(r.messages, r.tools) for r in model.requests]
+        model.count_prompt(r.messages, r.tools) for r in model.requests
+    ]
     assert budget.open_reservations == ()
     assert budget.remaining == budget.total - budget.charged + budget.refunded >= 0
     # ...and research stopped on the first request that would have crossed the budget.
@@ -115,8 +130,9 @@ async def test_the_token_budget_stops_research_before_a_request_would_cross_it(m
 
 async def test_the_time_budget_stops_a_round_that_runs_past_it(model: StandInModel):
     model.queue(Hang("thinking about"))
-    outcome = await research(scope(model, time_budget=0.5), system=SYSTEM, history=[],
-                             question=msg.user("q", seq=1), tools=[FakeSearch()])
+    outcome = await research(
+        scope(model, time_budget=0.5), system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[FakeSearch()]
+    )
     assert outcome.stop == "time_budget"
     assert model.requests[0].timeout == pytest.approx(0.5, abs=0.2)
 
@@ -126,8 +142,13 @@ async def test_research_that_fills_the_context_stops_for_the_final_answer():
     big = ToolResult(text="x " * 1500, subject="big", evidence=("e1",))  # ~750 tokens, no room for another
     search = FakeSearch({"a": big, "b": ToolResult(text="y " * 1500, subject="b", evidence=("e2",))})
     model.queue(tool_turn(call("search", query="a")), tool_turn(call("search", query="b", call_id="c2")))
-    outcome = await research(scope(model, max_tokens=200, analysis_workers=0), system=SYSTEM, history=[],
-                             question=msg.user("q", seq=1), tools=[search])
+    outcome = await research(
+        scope(model, max_tokens=200, analysis_workers=0),
+        system=SYSTEM,
+        history=[],
+        question=msg.user("q", seq=1),
+        tools=[search],
+    )
     assert outcome.stop == "context_full"
 
 
@@ -142,8 +163,7 @@ async def test_a_malformed_call_is_not_run_and_the_model_is_told_why(model: Stan
 async def test_an_unknown_tool_is_a_failed_step_with_the_tools_named(model: StandInModel):
     events = RecordingEvents()
     model.queue(tool_turn(call("delete_everything")), "ok")
-    await research(scope(model, events), system=SYSTEM, history=[], question=msg.user("q", seq=1),
-                   tools=[FakeSearch()])
+    await research(scope(model, events), system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[FakeSearch()])
     assert events.steps[0].state == "failed" and "search" in events.steps[0].detail
 
 
@@ -154,8 +174,13 @@ async def test_an_oversized_question_is_analyzed_in_sections_and_the_reread_tool
     events = RecordingEvents()
     # Worker notes for every section, then the coordinator's answer.
     model.queue(*["worker notes: alpha399 uses 9399"] * 12)
-    outcome = await research(scope(model, events, max_tokens=256), system=SYSTEM, history=[],
-                             question=msg.user(paste, seq=1), tools=[FakeSearch()])
+    outcome = await research(
+        scope(model, events, max_tokens=256),
+        system=SYSTEM,
+        history=[],
+        question=msg.user(paste, seq=1),
+        tools=[FakeSearch()],
+    )
     workers = [r for r in model.requests if not r.tools]
     coordinator = [r for r in model.requests if r.tools]
     assert len(workers) >= 2 and len(coordinator) == 1
@@ -169,8 +194,13 @@ async def test_an_oversized_question_is_analyzed_in_sections_and_the_reread_tool
 async def test_an_oversized_question_with_analysis_off_fails_naming_the_setting():
     model = StandInModel(n_ctx=1024)
     with pytest.raises(ReplyFailed, match="analysis_workers = 0"):
-        await research(scope(model, analysis_workers=0), system=SYSTEM, history=[],
-                       question=msg.user("word " * 3000, seq=1), tools=[])
+        await research(
+            scope(model, analysis_workers=0),
+            system=SYSTEM,
+            history=[],
+            question=msg.user("word " * 3000, seq=1),
+            tools=[],
+        )
     assert model.requests == []
 
 
@@ -183,8 +213,9 @@ async def test_an_oversized_tool_result_is_analyzed_and_its_tail_reaches_the_coo
         return "notes: FATAL disk full on db-7" if "FATAL" in request.text else "notes: routine entries"
 
     model.queue(tool_turn(call("search", query="errors")), *[notes] * 12, "db-7 ran out of disk.")
-    outcome = await research(scope(model), system=SYSTEM, history=[], question=msg.user("what failed?", seq=1),
-                             tools=[search])
+    outcome = await research(
+        scope(model), system=SYSTEM, history=[], question=msg.user("what failed?", seq=1), tools=[search]
+    )
     final = model.requests[-1]
     assert outcome.stop == "answer"
     assert "FATAL disk full on db-7" in final.messages[-1].content  # the worker notes on the tail
@@ -195,8 +226,9 @@ async def test_an_oversized_tool_result_is_analyzed_and_its_tail_reaches_the_coo
 async def test_with_zero_workers_a_big_tool_result_is_clipped_to_4000_characters(model: StandInModel):
     search = FakeSearch({"big": ToolResult(text="z" * 9000, subject="big", evidence=("z",))})
     model.queue(tool_turn(call("search", query="big")), "done")
-    await research(scope(model, analysis_workers=0), system=SYSTEM, history=[], question=msg.user("q", seq=1),
-                   tools=[search])
+    await research(
+        scope(model, analysis_workers=0), system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[search]
+    )
     shown = model.requests[1].messages[-1].content
     assert shown.startswith("z" * 4000) and "z" * 4001 not in shown and "clipped" in shown
 
@@ -216,15 +248,17 @@ async def test_history_goes_before_section_workers_start():
     model = StandInModel(n_ctx=2048)
     history = []
     for n in range(1, 9):
-        history += [msg.user(f"question {n} " + "words " * 60, seq=2 * n - 1),
-                    msg.assistant(f"answer {n} " + "words " * 60, seq=2 * n)]
+        history += [
+            msg.user(f"question {n} " + "words " * 60, seq=2 * n - 1),
+            msg.assistant(f"answer {n} " + "words " * 60, seq=2 * n),
+        ]
     question = msg.user("a long question " + "detail " * 900, seq=17)  # fits alone, not with all history
     model.queue("answered")
     await research(scope(model), system=SYSTEM, history=history, question=question, tools=[])
     [request] = model.requests  # no worker ran: dropping old exchanges was enough
     assert request.messages[-1] == question
     kept = request.messages[1:-1]
-    assert kept and kept[0].role == "user" and kept == history[-len(kept):]  # the newest whole exchanges
+    assert kept and kept[0].role == "user" and kept == history[-len(kept) :]  # the newest whole exchanges
 
     model = StandInModel(n_ctx=2048)
     model.queue(*["notes"] * 12)
@@ -237,8 +271,11 @@ async def test_history_goes_before_section_workers_start():
 class FakeRead:
     """A read_file whose result is the same text every time; counts its runs."""
 
-    spec = ToolSpec(name="read_file", description="Read a file.",
-                    parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+    spec = ToolSpec(
+        name="read_file",
+        description="Read a file.",
+        parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    )
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -257,8 +294,11 @@ async def test_a_repeated_call_makes_one_note_of_its_result_without_the_repeat_m
     from imprintd.research.notes import build_notes
 
     read = FakeRead("GATEWAY_PORT = 8443")
-    model.queue(tool_turn(call("read_file", path="src/config.py")),
-                tool_turn(call("read_file", call_id="c2", path="src/config.py")), "8443.")
+    model.queue(
+        tool_turn(call("read_file", path="src/config.py")),
+        tool_turn(call("read_file", call_id="c2", path="src/config.py")),
+        "8443.",
+    )
     outcome = await research(scope(model), system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[read])
     assert read.runs == 1
     # The model is told the second call repeats the first...
@@ -273,15 +313,23 @@ async def test_a_repeated_oversized_result_is_not_analyzed_again():
     log = "".join(f"{n:05d} routine entry nothing to see\n" for n in range(600)) + "FATAL: disk full on db-7\n"
     search = FakeSearch({"errors": ToolResult(text=log, subject="errors", evidence=("log",))})
     sections = sec.ReplySections("r1")
-    rounds = [tool_turn(call("search", query="errors")), tool_turn(call("search", call_id="c2", query="errors")),
-              Completion(text="db-7 ran out of disk.")]
+    rounds = [
+        tool_turn(call("search", query="errors")),
+        tool_turn(call("search", call_id="c2", query="errors")),
+        Completion(text="db-7 ran out of disk."),
+    ]
 
     def reply(request):  # workers (no tools) take notes; the coordinator plays its rounds
         return rounds.pop(0) if request.tools else "notes: FATAL disk full on db-7"
 
     model.queue(*[reply] * 40)
-    outcome = await research(scope(model, sections=sections), system=SYSTEM, history=[],
-                             question=msg.user("what failed?", seq=1), tools=[search])
+    outcome = await research(
+        scope(model, sections=sections),
+        system=SYSTEM,
+        history=[],
+        question=msg.user("what failed?", seq=1),
+        tools=[search],
+    )
     assert outcome.stop == "answer" and search.runs == ["errors"]
     workers = [r for r in model.requests if not r.tools]
     used = sections.sections_used
@@ -292,8 +340,9 @@ async def test_a_repeated_oversized_result_is_not_analyzed_again():
 
 async def test_a_malformed_call_round_stores_nothing(model: StandInModel):
     model.queue(Completion(text="", tool_call_error="the arguments are not valid JSON"), "Fine.")
-    outcome = await research(scope(model), system=SYSTEM, history=[], question=msg.user("q", seq=1),
-                             tools=[FakeSearch()])
+    outcome = await research(
+        scope(model), system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[FakeSearch()]
+    )
     assert outcome.stop == "answer"
     # No tool ran: nothing of that round is a tool exchange to store with the reply.
     assert outcome.exchange == []
@@ -303,8 +352,13 @@ async def test_a_budget_spent_analyzing_the_question_keeps_the_notes_of_the_sect
     model = StandInModel(n_ctx=2048)
     paste = "".join(f"line {n}: service alpha{n} listens on port {9000 + n}\n" for n in range(400))
     model.queue(*[lambda r, n=n: f"worker notes {n}" for n in range(1, 13)])
-    outcome = await research(scope(model, token_budget=3000), system=SYSTEM, history=[],
-                             question=msg.user(paste, seq=1), tools=[FakeSearch()])
+    outcome = await research(
+        scope(model, token_budget=3000),
+        system=SYSTEM,
+        history=[],
+        question=msg.user(paste, seq=1),
+        tools=[FakeSearch()],
+    )
     assert outcome.stop == "token_budget"
     assert all(not r.tools for r in model.requests)  # workers only: no coordinator round was paid for
     analysis = outcome.question_analysis
@@ -321,12 +375,20 @@ async def test_a_budget_spent_analyzing_a_tool_result_stops_research_on_the_toke
     model = StandInModel(n_ctx=4096)
     log = "".join(f"{n:05d} routine entry nothing to see\n" for n in range(600)) + "FATAL: disk full on db-7\n"
     search = FakeSearch({"errors": ToolResult(text=log, subject="errors", evidence=("log",))})
-    model.queue(tool_turn(call("search", query="errors")), *["notes: routine"] * 12,
-                *[tool_turn(call("search", call_id=f"c{n}", query=f"more {n}")) for n in range(5)])
+    model.queue(
+        tool_turn(call("search", query="errors")),
+        *["notes: routine"] * 12,
+        *[tool_turn(call("search", call_id=f"c{n}", query=f"more {n}")) for n in range(5)],
+    )
     # Enough for the first round and one worker, not for the second; a coordinator round on
     # the clipped result would still fit what remains.
-    outcome = await research(scope(model, token_budget=5800, max_tokens=128), system=SYSTEM, history=[],
-                             question=msg.user("what failed?", seq=1), tools=[search])
+    outcome = await research(
+        scope(model, token_budget=5800, max_tokens=128),
+        system=SYSTEM,
+        history=[],
+        question=msg.user("what failed?", seq=1),
+        tools=[search],
+    )
     assert outcome.stop == "token_budget"
     assert len([r for r in model.requests if r.tools]) == 1  # no round ran on a clipped result
     assert outcome.exchange[-1].content == log
@@ -338,7 +400,7 @@ async def test_a_budget_spent_analyzing_a_tool_result_stops_research_on_the_toke
     assert read == len([r for r in model.requests if not r.tools]) >= 1
     notes = build_notes(outcome.steps)
     assert [n.text.split("\n")[0] for n in notes] == ["notes: routine"] * min(read, 2)
-    assert notes[0].label.startswith(f"search errors, notes on sections 1–")
+    assert notes[0].label.startswith("search errors, notes on sections 1–")
     assert f"characters {step.analysis.read_to}–{len(log)} of this result were not read" in notes[0].text
     assert all("00000 routine entry" not in n.text for n in notes)
 

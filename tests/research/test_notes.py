@@ -39,14 +39,22 @@ def hit(hit_id: str, path: str, excerpt: str, score: float = 1.0, start: int = 1
 
 
 def search_step(query: str, *hits: Hit, call_id: str = "c") -> ToolStepRecord:
-    result = ToolResult(text=format_hits(hits) if hits else f"No results for “{query}” in the workspace.",
-                        subject=query, evidence=tuple(h.id for h in hits), hits=tuple(hits))
+    result = ToolResult(
+        text=format_hits(hits) if hits else f"No results for “{query}” in the workspace.",
+        subject=query,
+        evidence=tuple(h.id for h in hits),
+        hits=tuple(hits),
+    )
     return ToolStepRecord(call=call("search", call_id, query=query), result=result)
 
 
 def read_step(path: str, text: str, start: int = 1, end: int = 3) -> ToolStepRecord:
-    result = ToolResult(text=text, subject=path, evidence=(f"{path}:{start}-{end}",),
-                        sources=(Source(path=path, start_line=start, end_line=end),))
+    result = ToolResult(
+        text=text,
+        subject=path,
+        evidence=(f"{path}:{start}-{end}",),
+        sources=(Source(path=path, start_line=start, end_line=end),),
+    )
     return ToolStepRecord(call=call("read_file", path=path), result=result)
 
 
@@ -110,13 +118,18 @@ def test_subject_falls_back_to_the_call_arguments():
 def test_empty_reads_errors_and_calls_not_run_add_no_notes():
     steps = [
         search_step("nothing"),  # no hits
-        ToolStepRecord(call=call("read_file", path="empty.txt"),
-                       result=ToolResult(text="empty.txt is empty.", subject="empty.txt")),
-        ToolStepRecord(call=call("read_file", path=".env"),
-                       result=ToolResult(text="refused path '.env': secret", ok=False, subject=".env")),
+        ToolStepRecord(
+            call=call("read_file", path="empty.txt"), result=ToolResult(text="empty.txt is empty.", subject="empty.txt")
+        ),
+        ToolStepRecord(
+            call=call("read_file", path=".env"),
+            result=ToolResult(text="refused path '.env': secret", ok=False, subject=".env"),
+        ),
         ToolStepRecord(call=call("search", query="never run"), result=None),
-        ToolStepRecord(call=call("read_file", path="blank.txt"),
-                       result=ToolResult(text="   ", subject="blank.txt", evidence=("blank.txt:1-1",))),
+        ToolStepRecord(
+            call=call("read_file", path="blank.txt"),
+            result=ToolResult(text="   ", subject="blank.txt", evidence=("blank.txt:1-1",)),
+        ),
     ]
     assert build_notes(steps) == []
 
@@ -156,8 +169,13 @@ def words(count: int) -> str:
 
 
 def note(number: int, text: str, path: str = "src/a.py") -> Note:
-    return Note(number=number, label=f"from {path} (file)", text=text,
-                sources=(Source(path=path, start_line=number, end_line=number + 9),), kind="file")
+    return Note(
+        number=number,
+        label=f"from {path} (file)",
+        text=text,
+        sources=(Source(path=path, start_line=number, end_line=number + 9),),
+        kind="file",
+    )
 
 
 def test_long_notes_end_at_a_word():
@@ -188,7 +206,7 @@ def test_the_digest_keeps_whole_notes_within_its_size():
     lines = text.split("\n")
     assert len(lines) == len(included) < len(notes)
     assert [n.number for n in included] == list(range(1, len(included) + 1))
-    for line, kept in zip(lines, included):
+    for line, kept in zip(lines, included, strict=False):
         assert line.startswith(f"[{kept.number}] {kept.label}: ")
         assert len(line.split(": ", 1)[1]) <= 700
     # The next note would not have fitted whole.
@@ -207,10 +225,12 @@ def conversation() -> list[Message]:
     asked = call("search", query="old")
     messages: list[Message] = []
     for n in range(1, 6):
-        messages += [user(f"question {n}", seq=4 * n - 3),
-                     assistant("", tool_calls=(asked,), seq=4 * n - 2),
-                     tool_result(asked, f"tool output {n}", seq=4 * n - 1),
-                     assistant(f"answer {n}", seq=4 * n)]
+        messages += [
+            user(f"question {n}", seq=4 * n - 3),
+            assistant("", tool_calls=(asked,), seq=4 * n - 2),
+            tool_result(asked, f"tool output {n}", seq=4 * n - 1),
+            assistant(f"answer {n}", seq=4 * n),
+        ]
     return messages
 
 
@@ -218,9 +238,13 @@ def test_final_request_holds_question_notes_and_no_tool_messages():
     notes_text, _ = digest([note(1, "GATEWAY_PORT = 8443"), note(2, "MAX_RETRIES = 5", "src/b.py")])
     question = "what port does the gateway use?"
     earlier = [*conversation(), user(question, seq=21)]  # the stored question comes along
-    messages = final_request(system_prompt="You are Imprint.", earlier=earlier,
-                             summary_block="Summary of earlier conversation: ports were discussed.",
-                             question=question, digest_text=notes_text)
+    messages = final_request(
+        system_prompt="You are Imprint.",
+        earlier=earlier,
+        summary_block="Summary of earlier conversation: ports were discussed.",
+        question=question,
+        digest_text=notes_text,
+    )
     assert messages[0].role == "system"
     assert messages[0].content == "You are Imprint.\n\nSummary of earlier conversation: ports were discussed."
     middle, last = messages[1:-1], messages[-1]
@@ -228,8 +252,7 @@ def test_final_request_holds_question_notes_and_no_tool_messages():
     assert all(m.role in ("user", "assistant") and not m.tool_calls for m in messages[1:])
     assert all("tool output" not in m.content for m in messages)
     assert middle[0].role == "user"
-    assert [m.content for m in middle] == ["question 3", "answer 3", "question 4", "answer 4",
-                                          "question 5", "answer 5"]
+    assert [m.content for m in middle] == ["question 3", "answer 3", "question 4", "answer 4", "question 5", "answer 5"]
     assert last.role == "user" and last.content.startswith(question)
     assert last.content.count(question) == 1 and sum(m.content == question for m in messages) == 0
     assert "[1] from src/a.py (file): GATEWAY_PORT = 8443" in last.content
@@ -241,16 +264,23 @@ def test_final_request_holds_question_notes_and_no_tool_messages():
 def test_assistant_text_that_also_called_tools_keeps_its_text():
     asked = call("search", query="x")
     earlier = [user("hi"), assistant("Let me look.", tool_calls=(asked,)), tool_result(asked, "out")]
-    messages = final_request(system_prompt="S", earlier=earlier, summary_block=None,
-                             question="q", digest_text="")
+    messages = final_request(system_prompt="S", earlier=earlier, summary_block=None, question="q", digest_text="")
     assert [(m.role, m.content, m.tool_calls) for m in messages[1:-1]] == [
-        ("user", "hi", ()), ("assistant", "Let me look.", ())]
+        ("user", "hi", ()),
+        ("assistant", "Let me look.", ()),
+    ]
     assert "(The research found nothing to note.)" in messages[-1].content
 
 
 def test_spoken_final_request_asks_for_plain_sentences():
-    messages = final_request(system_prompt="S", earlier=[], summary_block=None, question="q",
-                             digest_text="[1] from a.py (file): x", style="spoken")
+    messages = final_request(
+        system_prompt="S",
+        earlier=[],
+        summary_block=None,
+        question="q",
+        digest_text="[1] from a.py (file): x",
+        style="spoken",
+    )
     assert messages[0].content == "S"
     assert len(messages) == 2
     body = messages[-1].content
@@ -266,18 +296,25 @@ def test_sources_list_only_cited_valid_numbers_in_order_of_first_citation():
     answer = "Port 8443 [2]. Retries [9] and [0]. Again [2]. Both [1, 3]. Not a citation: [x]."
     cited = cited_notes(answer, notes)
     assert [n.number for n in cited] == [2, 1, 3]
-    assert sources_block(cited) == ("Sources:\n[2] src/b.py:2-11 (file)\n"
-                                    "[1] src/a.py:1-10 (file)\n[3] src/c.py:3-12 (file)")
+    assert sources_block(cited) == (
+        "Sources:\n[2] src/b.py:2-11 (file)\n[1] src/a.py:1-10 (file)\n[3] src/c.py:3-12 (file)"
+    )
     assert cited_notes("no citations here", notes) == []
     assert sources_block([]) == ""
 
 
 def test_sources_of_a_note_without_a_place_use_its_label():
     history = Note(number=1, label="conversation_history port", text="x", kind="conversation_history")
-    one_line = Note(number=2, label="read_file a.py", text="y", kind="read_file",
-                    sources=(Source(path="a.py", start_line=4, end_line=4),))
+    one_line = Note(
+        number=2,
+        label="read_file a.py",
+        text="y",
+        kind="read_file",
+        sources=(Source(path="a.py", start_line=4, end_line=4),),
+    )
     assert sources_block([history, one_line]) == (
-        "Sources:\n[1] conversation_history port (conversation_history)\n[2] a.py:4 (read_file)")
+        "Sources:\n[1] conversation_history port (conversation_history)\n[2] a.py:4 (read_file)"
+    )
 
 
 # --- fallbacks --------------------------------------------------------------------------------
@@ -324,8 +361,10 @@ def test_fallbacks_without_notes():
 
 def test_spoken_fallbacks_are_plain_short_sentences():
     spoken = findings_only(FINDINGS, style="spoken")
-    assert spoken == ("I couldn't finish an answer. The research found relevant material in "
-                      "src/f1.py, src/f2.py, src/f3.py and src/f4.py.")
+    assert spoken == (
+        "I couldn't finish an answer. The research found relevant material in "
+        "src/f1.py, src/f2.py, src/f3.py and src/f4.py."
+    )
     cut = cut_short("The port is", FINDINGS, style="spoken")
     assert cut.startswith("The port is… I had to stop there.")
     assert "src/f3.py." in cut and "src/f4.py" not in cut

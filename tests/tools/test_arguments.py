@@ -45,15 +45,18 @@ def test_good_arguments_become_the_struct():
     assert parse_arguments("loose", {"other": 1}, Loose) == Loose()  # unknown names are allowed unless forbidden
 
 
-@pytest.mark.parametrize(("arguments", "message"), [
-    ({"name": "ada", "colour": "red", "size": 2}, "lookup takes only name, page and limit, not colour, size"),
-    ({}, "lookup needs name (a non-empty string)"),
-    ({"name": ""}, "lookup: name must be a non-empty string, not ''"),
-    ({"name": "ada", "page": 10}, "lookup: page must be an integer from 1 to 9, not 10"),
-    ({"name": "ada", "page": "2"}, "lookup: page must be an integer from 1 to 9, not '2'"),
-    ({"name": "ada", "page": False}, "lookup: page must be an integer from 1 to 9, not False"),
-    ({"name": "ada", "limit": 0}, "lookup: limit must be an integer, 1 or more, not 0"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"name": "ada", "colour": "red", "size": 2}, "lookup takes only name, page and limit, not colour, size"),
+        ({}, "lookup needs name (a non-empty string)"),
+        ({"name": ""}, "lookup: name must be a non-empty string, not ''"),
+        ({"name": "ada", "page": 10}, "lookup: page must be an integer from 1 to 9, not 10"),
+        ({"name": "ada", "page": "2"}, "lookup: page must be an integer from 1 to 9, not '2'"),
+        ({"name": "ada", "page": False}, "lookup: page must be an integer from 1 to 9, not False"),
+        ({"name": "ada", "limit": 0}, "lookup: limit must be an integer, 1 or more, not 0"),
+    ],
+)
 def test_a_refusal_names_the_argument_and_what_it_accepts(arguments, message):
     with pytest.raises(ToolError) as refused:
         parse_arguments("lookup", arguments, Lookup)

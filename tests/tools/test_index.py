@@ -37,7 +37,8 @@ def root(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
     (root / "src" / "billing").mkdir(parents=True)
     (root / "src" / "billing" / "config.py").write_text(
-        numbered("config", 100, {57: "GATEWAY_PORT = 8443  # the transaction gateway listens here"}))
+        numbered("config", 100, {57: "GATEWAY_PORT = 8443  # the transaction gateway listens here"})
+    )
     (root / "src" / "app.py").write_text(numbered("app", 30, {3: "from billing import config"}))
     (root / "README.md").write_text("# Demo\n\nThe zebra gateway routes payments.\n")
     return root
@@ -147,8 +148,17 @@ def test_skips_binary_large_ignored_and_secret_files(index, root, tmp_path):
     assert recorded["logo.png"] == recorded["latin1.txt"] == recorded["huge.log"] == 0
     assert stats.skipped == 3
     # … ignored, secret and symlinked ones are never recorded at all.
-    for path in ("node_modules/pkg/index.js", ".venv/site.py", ".git/config", "generated/api.py",
-                 "notes.tmp", "docs/private/plan.md", ".env", "server.pem", "outside_link.md"):
+    for path in (
+        "node_modules/pkg/index.js",
+        ".venv/site.py",
+        ".git/config",
+        "generated/api.py",
+        "notes.tmp",
+        "docs/private/plan.md",
+        ".env",
+        "server.pem",
+        "outside_link.md",
+    ):
         assert path not in recorded
     # A skipped file that did not change is not read again.
     assert index.update().skipped == 0
@@ -276,8 +286,9 @@ def test_search_keeps_reading_while_another_connection_writes(index, tmp_path):
     index.update()
     writer = apsw.Connection(str(tmp_path / "index.sqlite3"))
     writer.execute("BEGIN IMMEDIATE")
-    writer.execute("INSERT INTO workspace_files (workspace, path, mtime_ns, size, indexed) "
-                   "VALUES ('elsewhere', 'x', 0, 0, 1)")
+    writer.execute(
+        "INSERT INTO workspace_files (workspace, path, mtime_ns, size, indexed) VALUES ('elsewhere', 'x', 0, 0, 1)"
+    )
     try:
         assert [hit.path for hit in index.search("zebra")] == ["README.md"]
     finally:

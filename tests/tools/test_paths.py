@@ -114,18 +114,45 @@ def test_symlink_loop_is_refused(layout):
         resolve_in_workspace(root, "loop_a/x")
 
 
-@pytest.mark.parametrize("relative", [
-    ".env", ".env.production", "config/.ENV", "certs/server.pem", "tls/server.key", "id_rsa",
-    "id_rsa.pub", "id_ed25519", "store.p12", "store.pfx", "ca.crt", "ca.cer", ".netrc",
-    "data/imprint.sqlite3", "data/imprint.sqlite3-wal", ".git/config", ".git", "a/.ssh/config",
-])
+@pytest.mark.parametrize(
+    "relative",
+    [
+        ".env",
+        ".env.production",
+        "config/.ENV",
+        "certs/server.pem",
+        "tls/server.key",
+        "id_rsa",
+        "id_rsa.pub",
+        "id_ed25519",
+        "store.p12",
+        "store.pfx",
+        "ca.crt",
+        "ca.cer",
+        ".netrc",
+        "data/imprint.sqlite3",
+        "data/imprint.sqlite3-wal",
+        ".git/config",
+        ".git",
+        "a/.ssh/config",
+    ],
+)
 def test_secret_paths(relative):
     assert is_secret_path(relative)
 
 
-@pytest.mark.parametrize("relative", [
-    "src/app.py", "environment.md", "env/settings.py", "keys.py", "docs/certificate.md",
-    "src/.envrc.example.txt", "gitignore.txt", "README",
-])
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "src/app.py",
+        "environment.md",
+        "env/settings.py",
+        "keys.py",
+        "docs/certificate.md",
+        "src/.envrc.example.txt",
+        "gitignore.txt",
+        "README",
+    ],
+)
 def test_ordinary_paths_are_not_secret(relative):
     assert not is_secret_path(relative)

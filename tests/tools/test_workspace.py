@@ -22,8 +22,7 @@ from imprintd.tools.workspace import (
 def root(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
     (root / "src").mkdir(parents=True)
-    (root / "src" / "app.py").write_text(
-        "".join(f"line {n}: {'x' * 50}\n" for n in range(1, 341)))
+    (root / "src" / "app.py").write_text("".join(f"line {n}: {'x' * 50}\n" for n in range(1, 341)))
     (root / "src" / "small.py").write_text("PORT = 8443\nHOST = 'gateway'\n")
     (root / "empty.txt").write_text("")
     (root / "blob.bin").write_bytes(b"abc\x00def")
@@ -68,12 +67,15 @@ async def test_search_without_hits_is_ok_and_adds_no_evidence(index):
     assert result.evidence == () and result.hits == ()
 
 
-@pytest.mark.parametrize(("arguments", "message"), [
-    ({}, "search needs query (a string)"),
-    ({"query": " "}, "search: query must be the words to look for, not ' '"),
-    ({"query": 7}, "search: query must be a string, not 7"),
-    ({"query": "?!"}, "the query '?!' has no words to search for"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({}, "search needs query (a string)"),
+        ({"query": " "}, "search: query must be the words to look for, not ' '"),
+        ({"query": 7}, "search: query must be a string, not 7"),
+        ({"query": "?!"}, "the query '?!' has no words to search for"),
+    ],
+)
 async def test_search_refuses_bad_queries(index, arguments, message):
     with pytest.raises(ToolError, match=re.escape(message)):
         await SearchTool(index).run(arguments)
@@ -128,22 +130,25 @@ async def test_empty_file_reads_as_empty_with_no_evidence(root):
     assert result.sources == () and result.evidence == ()
 
 
-@pytest.mark.parametrize(("arguments", "message"), [
-    ({"path": "src/missing.py"}, "no file src/missing.py in the workspace"),
-    ({"path": "src"}, "no file src in the workspace"),
-    ({"path": "blob.bin"}, "binary"),
-    ({"path": "latin1.txt"}, "not UTF-8"),
-    ({"path": "src/app.py", "start_line": 400}, "past its end"),
-    ({"path": "src/app.py", "start_line": 0}, "read_file: start_line must be an integer, 1 or more, not 0"),
-    ({"path": "src/app.py", "start_line": True}, "start_line must be an integer, 1 or more, not True"),
-    ({"path": "src/app.py", "start_line": "3"}, "start_line must be an integer, 1 or more, not '3'"),
-    ({"path": "src/app.py", "end_line": 2.5}, "end_line must be an integer, 1 or more, not 2.5"),
-    ({"path": "src/app.py", "start_line": 5, "end_line": 4}, "before start_line"),
-    ({"path": "../x"}, "'..'"),
-    ({}, "read_file needs path (a string)"),
-    ({"path": None}, "read_file needs path (a string)"),
-    ({"path": 7}, "read_file: path must be a string, not 7"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"path": "src/missing.py"}, "no file src/missing.py in the workspace"),
+        ({"path": "src"}, "no file src in the workspace"),
+        ({"path": "blob.bin"}, "binary"),
+        ({"path": "latin1.txt"}, "not UTF-8"),
+        ({"path": "src/app.py", "start_line": 400}, "past its end"),
+        ({"path": "src/app.py", "start_line": 0}, "read_file: start_line must be an integer, 1 or more, not 0"),
+        ({"path": "src/app.py", "start_line": True}, "start_line must be an integer, 1 or more, not True"),
+        ({"path": "src/app.py", "start_line": "3"}, "start_line must be an integer, 1 or more, not '3'"),
+        ({"path": "src/app.py", "end_line": 2.5}, "end_line must be an integer, 1 or more, not 2.5"),
+        ({"path": "src/app.py", "start_line": 5, "end_line": 4}, "before start_line"),
+        ({"path": "../x"}, "'..'"),
+        ({}, "read_file needs path (a string)"),
+        ({"path": None}, "read_file needs path (a string)"),
+        ({"path": 7}, "read_file: path must be a string, not 7"),
+    ],
+)
 async def test_read_refusals(root, arguments, message):
     with pytest.raises(ToolError, match=re.escape(message)):
         await ReadFileTool(root).run(arguments)

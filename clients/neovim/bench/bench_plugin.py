@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(PLUGIN / "tests"))
 
 import pynvim  # noqa: E402
-
 from conftest import nvim_binary  # noqa: E402
+
 from imprintd.messages import ToolCall, assistant, tool_result, user  # noqa: E402
 from imprintd.store import Store  # noqa: E402
 
@@ -130,9 +130,11 @@ def build_session(data_dir: Path) -> str:
     store = Store.open(data_dir / "imprint.sqlite3")
     session = store.create_session(title="A long conversation", workspace=str(data_dir))
     messages = []
-    answer = ("The billing service listens on port 8101 inside the cluster; the gateway reaches it "
-              "through the service name.\n\n- The port is set in deploy/billing.yaml.\n"
-              "- The client gives up after 7.5 seconds.\n\nSources:\n[1] deploy/billing.yaml:10-14 (file)")
+    answer = (
+        "The billing service listens on port 8101 inside the cluster; the gateway reaches it "
+        "through the service name.\n\n- The port is set in deploy/billing.yaml.\n"
+        "- The client gives up after 7.5 seconds.\n\nSources:\n[1] deploy/billing.yaml:10-14 (file)"
+    )
     research = 0
     while len(messages) < MESSAGES:
         number = len(messages) // 2
@@ -165,23 +167,47 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         session_id = build_session(tmp_path / "data")
-        env = {"PYTHONPATH": str(REPO), "IMPRINT_DATA_DIR": str(tmp_path / "data"),
-               "IMPRINT_CONFIG": str(tmp_path / "config.toml"), "IMPRINT_CACHE_DIR": str(tmp_path / "cache")}
+        env = {
+            "PYTHONPATH": str(REPO),
+            "IMPRINT_DATA_DIR": str(tmp_path / "data"),
+            "IMPRINT_CONFIG": str(tmp_path / "config.toml"),
+            "IMPRINT_CACHE_DIR": str(tmp_path / "cache"),
+        }
         for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
             os.environ[name] = str(tmp_path / "xdg" / name.lower())
-        nvim = pynvim.attach("child", argv=[nvim_binary(), "--embed", "--headless", "-u", "NONE", "-i", "NONE",
-                                            "--cmd", "set columns=160 lines=50"])
+        nvim = pynvim.attach(
+            "child",
+            argv=[
+                nvim_binary(),
+                "--embed",
+                "--headless",
+                "-u",
+                "NONE",
+                "-i",
+                "NONE",
+                "--cmd",
+                "set columns=160 lines=50",
+            ],
+        )
         try:
             nvim.command("set rtp^=" + str(PLUGIN))
             nvim.command("runtime plugin/imprint.lua")
-            nvim.exec_lua("require('imprint').setup(...)", {
-                "cmd": [sys.executable, "-m", "imprintd", "serve"], "cmd_env": env,
-                "root_dir": str(tmp_path), "log_file": str(tmp_path / "imprintd.log")})
+            nvim.exec_lua(
+                "require('imprint').setup(...)",
+                {
+                    "cmd": [sys.executable, "-m", "imprintd", "serve"],
+                    "cmd_env": env,
+                    "root_dir": str(tmp_path),
+                    "log_file": str(tmp_path / "imprintd.log"),
+                },
+            )
 
             nvim.exec_lua(STREAM, DELTAS)
             ours, base = median_pair(nvim, "plugin", "baseline", args.runs)
-            print(f"{DELTAS:,} deltas: plugin handler {ours * 1000:.1f} ms, one nvim_buf_set_text each "
-                  f"{base * 1000:.1f} ms; ratio {ours / base:.2f} (target <= 2)")
+            print(
+                f"{DELTAS:,} deltas: plugin handler {ours * 1000:.1f} ms, one nvim_buf_set_text each "
+                f"{base * 1000:.1f} ms; ratio {ours / base:.2f} (target <= 2)"
+            )
 
             nvim.exec_lua(OPEN, session_id)
             nvim.exec_lua("require('imprint').open()")
@@ -189,12 +215,16 @@ def main() -> None:
             end_to_end, base = median_pair(nvim, "open_end_to_end", "open_baseline", args.runs)
             render, _ = median_pair(nvim, "open_render", "open_baseline", args.runs)
             lines = nvim.exec_lua("local _, n = _G.bench.open_baseline() return n")
-            print(f"opening a {count:,}-message session ({lines:,} lines): end to end {end_to_end * 1000:.0f} ms "
-                  f"(target <= 1000), rendering {render * 1000:.1f} ms, one nvim_buf_set_lines {base * 1000:.1f} ms; "
-                  f"ratio end to end {end_to_end / base:.1f}, rendering {render / base:.1f}")
+            print(
+                f"opening a {count:,}-message session ({lines:,} lines): end to end {end_to_end * 1000:.0f} ms "
+                f"(target <= 1000), rendering {render * 1000:.1f} ms, one nvim_buf_set_lines {base * 1000:.1f} ms; "
+                f"ratio end to end {end_to_end / base:.1f}, rendering {render / base:.1f}"
+            )
         finally:
-            nvim.exec_lua("local c = require('imprint.client').get() if c then c:stop() "
-                          "vim.wait(5000, function() return c:is_stopped() end, 10) end")
+            nvim.exec_lua(
+                "local c = require('imprint.client').get() if c then c:stop() "
+                "vim.wait(5000, function() return c:is_stopped() end, 10) end"
+            )
             nvim.close()
 
 

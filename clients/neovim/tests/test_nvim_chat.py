@@ -17,26 +17,47 @@ def test_a_direct_answer_streams_into_the_chat_buffer_and_the_result_text_stays(
     [done] = editor.wait_done(1)
 
     assert done["status"] == "done"
-    assert editor.chat_lines() == ["## You", "", "What is the capital of France?", "", "## Imprint", "",
-                                   "The capital of France is Paris."]
+    assert editor.chat_lines() == [
+        "## You",
+        "",
+        "What is the capital of France?",
+        "",
+        "## Imprint",
+        "",
+        "The capital of France is Paris.",
+    ]
     assert stub.requests[0]["messages"][-1] == {"role": "user", "content": "What is the capital of France?"}
     # The buffer is markdown, locked once the reply is done, and shown in the chat window.
-    assert editor.lua("local b = require('imprint.chat').buffer() return {vim.bo[b].filetype, vim.bo[b].modifiable}") \
-        == ["markdown", False]
+    assert editor.lua(
+        "local b = require('imprint.chat').buffer() return {vim.bo[b].filetype, vim.bo[b].modifiable}"
+    ) == ["markdown", False]
     stored = editor.request("imprint/session", {"sessionId": done["sessionId"]})
     assert [(m["role"], m["content"]) for m in stored["messages"]] == [
-        ("user", "What is the capital of France?"), ("assistant", "The capital of France is Paris.")]
+        ("user", "What is the capital of France?"),
+        ("assistant", "The capital of France is Paris."),
+    ]
 
     # A follow-up goes into the same session: the model sees the first exchange.
     stub.queue("About 2.1 million people.")
     editor.command("Imprint How many people live there?")
     editor.wait_done(2)
     history = [(m["role"], m["content"]) for m in stub.requests[1]["messages"] if m["role"] != "system"]
-    assert history == [("user", "What is the capital of France?"), ("assistant", "The capital of France is Paris."),
-                       ("user", "How many people live there?")]
-    assert editor.chat_lines()[-9:] == ["The capital of France is Paris.", "", "## You", "",
-                                        "How many people live there?", "", "## Imprint", "",
-                                        "About 2.1 million people."]
+    assert history == [
+        ("user", "What is the capital of France?"),
+        ("assistant", "The capital of France is Paris."),
+        ("user", "How many people live there?"),
+    ]
+    assert editor.chat_lines()[-9:] == [
+        "The capital of France is Paris.",
+        "",
+        "## You",
+        "",
+        "How many people live there?",
+        "",
+        "## Imprint",
+        "",
+        "About 2.1 million people.",
+    ]
 
 
 def test_research_folds_the_preamble_shows_tool_steps_and_progress_and_ends_with_the_result(editor, stub, workspace):
@@ -59,8 +80,15 @@ def test_research_folds_the_preamble_shows_tool_steps_and_progress_and_ends_with
     result_text = stored["messages"][-1]["content"]  # the stored answer is the result's text
     assert result_text.startswith(ANSWER + "\n\nSources:\n[1] " + PORT_FILE + ":")
     assert editor.chat_lines() == [
-        "## You", "", "Which port does billing use?", "", "## Imprint", "",
-        "> **Thinking**", "> " + PREAMBLE, "",
+        "## You",
+        "",
+        "Which port does billing use?",
+        "",
+        "## Imprint",
+        "",
+        "> **Thinking**",
+        "> " + PREAMBLE,
+        "",
         *result_text.split("\n"),
     ]
     # The preamble is one closed fold in the chat window, highlighted as thinking.
@@ -79,8 +107,10 @@ def test_research_folds_the_preamble_shows_tool_steps_and_progress_and_ends_with
     winbars = editor.lua("return _G.test_winbars")
     assert f"%#ImprintWinbar#Imprint · Which port does billing use? · Reading {PORT_FILE}" in winbars
     # The winbar is back to its idle text.
-    assert editor.lua("return vim.wo[require('imprint.chat')._state.win].winbar") == \
-        "%#ImprintWinbar#Imprint · Which port does billing use?"
+    assert (
+        editor.lua("return vim.wo[require('imprint.chat')._state.win].winbar")
+        == "%#ImprintWinbar#Imprint · Which port does billing use?"
+    )
 
 
 LOG_HAS = """
@@ -101,8 +131,10 @@ def test_cancel_mid_reply_leaves_the_buffer_consistent_and_the_next_question_is_
     stub.queue(StubReply(text="Partial words that never end", hold=release))
     try:
         editor.command("Imprint Tell me a long story")
-        editor.wait("vim.api.nvim_buf_get_lines(require('imprint.chat').buffer(), -2, -1, false)[1] == 'Partial'",
-                    "the first delta")
+        editor.wait(
+            "vim.api.nvim_buf_get_lines(require('imprint.chat').buffer(), -2, -1, false)[1] == 'Partial'",
+            "the first delta",
+        )
         session_id = editor.lua("return require('imprint.chat').session_id()")
         editor.lua(LOG_HAS)
         editor.lua("vim.lsp.log.set_level('debug')")  # Neovim logs the -32800 it swallows
@@ -112,20 +144,43 @@ def test_cancel_mid_reply_leaves_the_buffer_consistent_and_the_next_question_is_
         editor.wait("_G.log_has('Received cancellation ack')", "the daemon's -32800 answer to the cancelled request")
     finally:
         release.set()
-    assert editor.chat_lines() == ["## You", "", "Tell me a long story", "", "## Imprint", "",
-                                   "Partial", "", "_Cancelled._"]
+    assert editor.chat_lines() == [
+        "## You",
+        "",
+        "Tell me a long story",
+        "",
+        "## Imprint",
+        "",
+        "Partial",
+        "",
+        "_Cancelled._",
+    ]
     assert editor.lua("return _G.test_done[1].status") == "cancelled"
 
     stub.queue("A short one instead.")
     editor.command("Imprint Then a short one")
     done = editor.wait_done(2)
     assert done[1]["status"] == "done" and done[1]["sessionId"] == session_id
-    assert editor.chat_lines()[6:] == ["Partial", "", "_Cancelled._", "", "## You", "", "Then a short one", "",
-                                       "## Imprint", "", "A short one instead."]
+    assert editor.chat_lines()[6:] == [
+        "Partial",
+        "",
+        "_Cancelled._",
+        "",
+        "## You",
+        "",
+        "Then a short one",
+        "",
+        "## Imprint",
+        "",
+        "A short one instead.",
+    ]
     # The cancelled question stays stored, nothing of its reply does; the model saw it.
     stored = editor.request("imprint/session", {"sessionId": session_id})
     assert [(m["role"], m["content"]) for m in stored["messages"]] == [
-        ("user", "Tell me a long story"), ("user", "Then a short one"), ("assistant", "A short one instead.")]
+        ("user", "Tell me a long story"),
+        ("user", "Then a short one"),
+        ("assistant", "A short one instead."),
+    ]
     assert not any("Partial" in (m.get("content") or "") for m in stub.requests[-1]["messages"])
 
 
@@ -139,8 +194,9 @@ def test_the_selection_goes_with_the_question_as_a_fenced_block(editor, stub, wo
     editor.wait_done(1)
 
     sent = stub.requests[0]["messages"][-1]["content"]
-    assert sent == ("What does this return?\n\n`app.py` lines 3-4:\n```python\n"
-                    "def port():\n    return int(os.environ['PORT'])\n```")
+    assert sent == (
+        "What does this return?\n\n`app.py` lines 3-4:\n```python\ndef port():\n    return int(os.environ['PORT'])\n```"
+    )
     lines = editor.chat_lines()
     assert lines[:3] == ["## You", "", "What does this return?"] and "```python" in lines
     assert lines[-1] == "It reads PORT from the environment."
@@ -156,8 +212,7 @@ def test_the_selection_goes_with_the_question_as_a_fenced_block(editor, stub, wo
     assert stub.requests[1]["messages"][-1]["content"] == "And this?\n\n`app.py` line 1:\n```python\nimport os\n```"
 
 
-def test_settings_go_as_initialization_options_change_at_runtime_and_a_refusal_is_an_error(
-        bare_editor, options, stub):
+def test_settings_go_as_initialization_options_change_at_runtime_and_a_refusal_is_an_error(bare_editor, options, stub):
     editor = bare_editor
     editor.lua("require('imprint').setup(...)", {**options, "settings": {"chat": {"max_tokens": 77}}})
     stub.queue("one", "two")

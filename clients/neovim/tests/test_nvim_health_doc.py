@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from pynvim.api.common import NvimError
-
 from conftest import PLUGIN, copy_doc
+from pynvim.api.common import NvimError
 
 
 def health_report(editor) -> list[str]:

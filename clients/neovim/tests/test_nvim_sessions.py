@@ -44,12 +44,17 @@ def test_sessions_open_into_the_chat_and_delete(editor, stub):
     picked = editor.lua("return _G.test_select")
     assert picked["prompt"] == "Imprint sessions"
     assert [line.split("  ", 1)[1] for line in picked["shown"]] == [
-        "Capital of Germany?  (2 messages)", "Capital of France?  (2 messages)"]
+        "Capital of Germany?  (2 messages)",
+        "Capital of France?  (2 messages)",
+    ]
     assert editor.chat_lines() == ["## You", "", "Capital of France?", "", "## Imprint", "", "Paris."]
     stub.queue("About 2.1 million.")
     assert ask(editor, "How many people live there?", 3)["sessionId"] == first["sessionId"]
     assert [m["content"] for m in stub.requests[-1]["messages"] if m["role"] != "system"] == [
-        "Capital of France?", "Paris.", "How many people live there?"]
+        "Capital of France?",
+        "Paris.",
+        "How many people live there?",
+    ]
 
     # Delete the open session (answering the confirmation): gone from the daemon and the chat.
     editor.lua(PICK_BY_TITLE, "Delete")
@@ -61,8 +66,10 @@ def test_sessions_open_into_the_chat_and_delete(editor, stub):
     # With a bang and an id, no question is asked.
     editor.lua("vim.ui.select = function() error('asked') end")
     editor.command("ImprintDelete! " + second["sessionId"])
-    editor.wait("#vim.tbl_filter(function(n) return n[1]:find('deleted session') end, _G.test_notes) == 2",
-                "the second deletion")
+    editor.wait(
+        "#vim.tbl_filter(function(n) return n[1]:find('deleted session') end, _G.test_notes) == 2",
+        "the second deletion",
+    )
     assert editor.request("imprint/sessions")["sessions"] == []
 
 
@@ -103,7 +110,9 @@ def test_an_opened_research_session_shows_thinking_and_steps_and_its_sources_ope
     editor.lua("vim.api.nvim_win_set_cursor(0, { ..., 24 })", row)
     editor.command('execute "normal \\<CR>"')
     assert editor.lua("return { vim.api.nvim_buf_get_name(0), vim.api.nvim_win_get_cursor(0)[1] }") == [
-        str(workspace / PORT_FILE), int(start)]
+        str(workspace / PORT_FILE),
+        int(start),
+    ]
 
 
 def test_sources_of_a_live_answer_reach_the_quickfix_list_and_gd_opens_them(editor, stub, workspace):
@@ -122,4 +131,6 @@ def test_sources_of_a_live_answer_reach_the_quickfix_list_and_gd_opens_them(edit
     editor.lua("vim.api.nvim_win_set_cursor(0, { ..., 0 })", row)
     editor.command('execute "normal gd"')
     assert editor.lua("return { vim.api.nvim_buf_get_name(0), vim.api.nvim_win_get_cursor(0)[1] }") == [
-        str(workspace / PORT_FILE), item["lnum"]]
+        str(workspace / PORT_FILE),
+        item["lnum"],
+    ]

@@ -36,15 +36,22 @@ def test_a_summary_shows_as_a_folded_divider_above_the_question_that_needed_it(e
     assert lines[row + 1].startswith("> - (#1–#2) The user pasted the staging compose file.")
     # It sits right above the question whose reply wrote it, and is one closed fold.
     end = lines.index("", row)
-    assert lines[end + 1:end + 4] == ["## You", "", BILLING_QUESTION]
-    assert editor.lua("""
+    assert lines[end + 1 : end + 4] == ["## You", "", BILLING_QUESTION]
+    assert editor.lua(
+        """
         local row, last = ...
         return vim.api.nvim_win_call(require('imprint.chat')._state.win, function()
           return { vim.fn.foldclosed(row), vim.fn.foldclosedend(row) } end)
-    """, row + 1, end) == [row + 1, end]
+    """,
+        row + 1,
+        end,
+    ) == [row + 1, end]
     assert lines[-1] == 'Billing listens on 8101: the compose file you pasted has `ports: ["8101:8101"]`.'
-    assert (len(lines) - 1, "  ✓ Searching earlier in this conversation for “billing port”", True) \
-        in editor.tool_lines()
+    assert (
+        len(lines) - 1,
+        "  ✓ Searching earlier in this conversation for “billing port”",
+        True,
+    ) in editor.tool_lines()
 
     # Reopened, the session shows the divider before the first message it does not cover.
     session_id = editor.lua("return require('imprint.chat').session_id()")
@@ -54,8 +61,14 @@ def test_a_summary_shows_as_a_folded_divider_above_the_question_that_needed_it(e
     reopened = editor.chat_lines()
     at = divider_at(reopened)
     assert reopened[at + 1].startswith("> - (#1–#2) The user pasted the staging compose file.")
-    assert editor.lua("""
+    assert (
+        editor.lua(
+            """
         local row = ...
         return vim.api.nvim_win_call(require('imprint.chat')._state.win, function()
           return vim.fn.foldclosed(row) end)
-    """, at + 1) == at + 1
+    """,
+            at + 1,
+        )
+        == at + 1
+    )

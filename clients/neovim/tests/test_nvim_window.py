@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 from repo_script import PREAMBLE, researcher, write_repo
+
 from tests.openai_stub import StubReply
 
 FOLD_AT_THINKING = """
@@ -28,7 +29,9 @@ def test_a_float_chat_sends_with_enter_closes_with_q_and_reopens_with_its_folds(
     assert editor.lua("return vim.api.nvim_win_get_config(0).relative") == "editor"
     nvim.input("i")
     assert editor.lua("return { vim.api.nvim_buf_get_name(0), vim.api.nvim_win_get_config(0).relative }") == [
-        "imprint://input", "editor"]
+        "imprint://input",
+        "editor",
+    ]
     nvim.input("Which port does billing use?<Esc><CR>")  # normal-mode <CR> sends
     editor.wait_done(1)
     row, closed = editor.lua(FOLD_AT_THINKING)
@@ -50,8 +53,10 @@ def test_ctrl_c_in_the_chat_cancels(editor, stub):
     stub.queue(StubReply(text="Slow words that wait", hold=release))
     try:
         editor.command("Imprint Say something slowly")
-        editor.wait("vim.api.nvim_buf_get_lines(require('imprint.chat').buffer(), -2, -1, false)[1] == 'Slow'",
-                    "the first delta")
+        editor.wait(
+            "vim.api.nvim_buf_get_lines(require('imprint.chat').buffer(), -2, -1, false)[1] == 'Slow'",
+            "the first delta",
+        )
         editor.lua("vim.api.nvim_set_current_win(require('imprint.chat')._state.win)")
         editor.nvim.input("<C-c>")
         assert editor.lua("return _G.test_done[1].status") == "cancelled"
@@ -80,8 +85,10 @@ def test_a_daemon_that_dies_mid_reply_is_an_error_and_the_next_question_starts_i
     stub.queue(StubReply(text="Words before the crash", hold=release))
     try:
         editor.command("Imprint Are you there?")
-        editor.wait("vim.api.nvim_buf_get_lines(require('imprint.chat').buffer(), -2, -1, false)[1] == 'Words'",
-                    "the first delta")
+        editor.wait(
+            "vim.api.nvim_buf_get_lines(require('imprint.chat').buffer(), -2, -1, false)[1] == 'Words'",
+            "the first delta",
+        )
         editor.lua("require('imprint.client').get().rpc.terminate()")
         [done] = editor.wait_done(1)
     finally:
@@ -114,12 +121,16 @@ def test_the_chat_follows_the_reply_unless_the_user_moved_up_to_read(editor, stu
     stub.queue(StubReply(text="Words\n\nthat come later", hold=release))  # the first delta is three lines
     try:
         editor.command("Imprint Now wait")
-        editor.wait("vim.api.nvim_buf_get_lines(require('imprint.chat').buffer(), -2, -1, false)[1] == 'that'",
-                    "the first delta")
+        editor.wait(
+            "vim.api.nvim_buf_get_lines(require('imprint.chat').buffer(), -2, -1, false)[1] == 'that'",
+            "the first delta",
+        )
         # The chat is the current window (asking focused it) and follows the stream.
         assert editor.lua("return vim.api.nvim_get_current_win() == require('imprint.chat')._state.win")
-        editor.wait(f"({cursor.removeprefix('return ')}) == vim.api.nvim_buf_line_count(require('imprint.chat').buffer())",
-                    "the cursor to follow the first delta")
+        editor.wait(
+            f"({cursor.removeprefix('return ')}) == vim.api.nvim_buf_line_count(require('imprint.chat').buffer())",
+            "the cursor to follow the first delta",
+        )
         editor.lua("vim.api.nvim_win_set_cursor(0, { 3, 0 })")  # up, to reread the first question
     finally:
         release.set()
