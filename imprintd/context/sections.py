@@ -23,7 +23,6 @@ Progress goes through ``ReplyEvents.progress``, never the reply text. With analy
 
 from __future__ import annotations
 
-import inspect
 import math
 import secrets
 from collections import OrderedDict
@@ -151,8 +150,8 @@ class Budget(Protocol):
     """What analysis needs of a research budget (ADR 0157; ``imprintd/research/budget.py``).
 
     ``reserve`` raises BudgetExhausted when the request does not fit what remains (reading
-    then stops, keeping the notes of the sections read); other exceptions propagate. Either
-    may be async. ``remaining`` and ``total``, when the budget has them, give the up-front
+    then stops, keeping the notes of the sections read); other exceptions propagate.
+    ``remaining`` and ``total``, when the budget has them, give the up-front
     estimate of what will be read.
     """
 
@@ -628,23 +627,17 @@ async def _run_worker(model: Model, messages: list[Message], budget: Budget | No
     """One worker request under the budget: reserve before, settle after (with no output on failure)."""
     reservation = None
     if budget is not None:
-        reservation = await _resolve(budget.reserve(model, messages, (), NOTES_MAX_TOKENS))
+        reservation = budget.reserve(model, messages, (), NOTES_MAX_TOKENS)
     try:
         completion = await model.complete(messages, (), max_tokens=NOTES_MAX_TOKENS, timeout=timeout)
     except BaseException:
         if budget is not None:
-            # Settle even while being cancelled: the reservation must not leak.
-            with anyio.CancelScope(shield=True):
-                await _resolve(budget.settle(reservation, None))
+            # Settled on failure and on cancellation alike: the reservation must not leak.
+            budget.settle(reservation, None)
         raise
     if budget is not None:
-        await _resolve(budget.settle(reservation, completion))
+        budget.settle(reservation, completion)
     return completion
-
-
-async def _resolve(value: Any) -> Any:
-    """The value, awaited if the budget's method was async."""
-    return await value if inspect.isawaitable(value) else value
 
 
 def _excerpts(source: str) -> tuple[str, str]:
