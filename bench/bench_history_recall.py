@@ -1,4 +1,4 @@
-"""Does conversation_history bring back the message that answers the question? (issue 13)
+"""Does conversation_history bring back the message that answers the question?
 
 Builds a generated conversation in a real ``Store`` (a temporary data dir): dated sessions of
 short chatty turns, long pastes (compose files, logs, env files), tool calls and results, and

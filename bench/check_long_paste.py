@@ -1,4 +1,4 @@
-"""Real-model check (issue 12, "Done when"): a question about a paste of ≥ 60,000 characters on
+"""Real-model check: a question about a paste of ≥ 60,000 characters on
 the embedded SmolLM2 GGUF with a 2,048-token context, answered with every section read.
 
 The whole reply runs through ``Chat.reply`` (no workspace, nothing stored): the paste does not

@@ -210,7 +210,7 @@ async def test_the_final_answer_after_an_analyzed_question_has_no_reread_guidanc
     assert "read_chat_section" in coordinator.text  # the coordinator itself was told how to reread
 
 
-# --- budgets and long input (issue 12 items 1 and 2, issue 11's time budget) --------------------
+# --- budgets and long input --------------------
 
 
 def paste_of(lines: int) -> str:

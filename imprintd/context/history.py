@@ -1,4 +1,5 @@
-"""The ``conversation_history`` tool: look back through this conversation (ADR 0141, issue 13).
+"""The ``conversation_history`` tool: look back through this conversation (docs/decisions.md,
+"Conversation history"; the ranking: docs/conversation-search.md).
 
 A ``ConversationHistory`` holds the earlier messages handed to one reply (the user's, the
 assistant's and tool results, summarized or not), each numbered by its stored ``seq``, and

@@ -1,4 +1,4 @@
-"""The index behind ``conversation_history`` (issue 13): kept once per session, not per reply.
+"""The index behind ``conversation_history`` (docs/conversation-search.md): kept once per session, not per reply.
 
 A message is indexed as 700-character windows (a new one every 350 characters, so a passage
 is never split between two), each with the Snowball stems of its words and their counts, and

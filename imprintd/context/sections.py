@@ -7,7 +7,7 @@ tools, and each rewrites its own bounded notes as its sections arrive. The coord
 sees the notes (``Analysis.coordinator_text``) instead of the original, and may reread exact
 character ranges of the original with ``read_chat_section`` (``ReadChatSectionTool``).
 
-What the reply may spend bounds how much is read (issue 12; protocol.md, "Long input"):
+What the reply may spend bounds how much is read (docs/decisions.md, "Section analysis"; protocol.md):
 before any worker runs, the plan's cost is estimated against what is left of the research
 token budget, and a progress message says up front what will not be covered and which
 setting would cover it. Sections are then read in order from the start until the source is

@@ -1,4 +1,5 @@
-"""The local provider: a GGUF model run by llama-cpp-python in this process (issue 3).
+"""The local provider: a GGUF model run by llama-cpp-python in this process
+(docs/architecture.md, "models/: one interface, two providers").
 
 ``chat.provider = "local"`` with ``chat.model`` a GGUF path (or the embedded default).
 
@@ -453,7 +454,7 @@ class LocalModel:
         Mirrors ``Llama.generate``: the longest common prefix of the tokens it evaluated last
         and the prompt, less one when that is the whole prompt (one token is replayed to get
         fresh logits). Generating the prompt now would evaluate the rest; the research budget
-        charges that (ADR 0157, issue 12). Another request before this one changes the answer.
+        charges that (docs/decisions.md, "Research budget"). Another request before this one changes the answer.
         """
         tokens = self.prompt_tokens(messages, tools)
         llama = self.load().llama

@@ -1,4 +1,5 @@
-"""The remote provider: any OpenAI-compatible ``/v1/chat/completions`` server, streamed (issue 3).
+"""The remote provider: any OpenAI-compatible ``/v1/chat/completions`` server, streamed
+(docs/architecture.md, "models/: one interface, two providers").
 
 ``chat.provider = "openai"``. Requests stream server-sent events through httpx and take native
 tool calls from ``delta.tool_calls`` (split across chunks: accumulated by ``index``, the id and

@@ -1,6 +1,6 @@
 """Tool calls written in a model's text: parsing, the prompt that asks for them, and a stream filter.
 
-Two forms are understood (issue 3, "Tool calls"):
+Two forms are understood (docs/architecture.md, "models/: one interface, two providers"):
 
 * **Hermes / Qwen** (``native``): templates that render tool schemas teach the model to write
   ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, one block per call.

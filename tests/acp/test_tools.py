@@ -1,7 +1,7 @@
 """Research over ACP: tool steps as ``tool_call`` / ``tool_call_update``, progress as thoughts,
 and a research stop's answer with its sources as ``resource_link`` blocks.
 
-The workspace and the scripted coordinator are the research end-to-end test's (issue 6).
+The workspace and the scripted coordinator are the research end-to-end test's.
 """
 
 from __future__ import annotations

@@ -283,7 +283,7 @@ def test_a_very_long_query_still_leaves_room_for_the_quotes():
     assert places(text) and all(end > start for _, start, end in places(text))
 
 
-# --- issue 13: ranking by neighbourhood, filling the budget, compact printing ------------------
+# --- ranking by neighbourhood, filling the budget, compact printing ------------------
 
 
 def chatter(first: int, count: int) -> list[Message]:

@@ -1,4 +1,4 @@
-"""The conversation_history index kept with its session (issue 13): in the data database,
+"""The conversation_history index kept with its session: in the data database,
 written in the transaction that stores the messages; in memory for persist-false sessions.
 A search reads it and tokenizes no stored message."""
 

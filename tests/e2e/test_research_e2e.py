@@ -1,4 +1,4 @@
-"""Research end to end (issue 6): the real daemon over stdio researches a small service repo
+"""Research end to end: the real daemon over stdio researches a small service repo
 with search and read_file through a scripted OpenAI-compatible model, stops on its token
 budget, and writes the final answer from notes with Sources that point at the right lines.
 

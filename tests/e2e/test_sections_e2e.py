@@ -1,4 +1,4 @@
-"""Section analysis end to end (ADR 0093, issue 4): the real daemon over stdio, a 2,048-token
+"""Section analysis end to end (ADR 0093): the real daemon over stdio, a 2,048-token
 context, the scripted OpenAI-compatible model on loopback, Neovim's and VS Code's capabilities.
 
 A 30,000-character paste is analyzed in sections by note-taking workers (progress on

@@ -1,4 +1,4 @@
-"""The research budget charges what the embedded model actually evaluates (issue 12 item 5).
+"""The research budget charges what the embedded model actually evaluates.
 
 llama.cpp keeps the prefix of the last prompt it evaluated, whatever request it came from. A
 coordinator round, two section workers, then a coordinator round that extends the first: the

@@ -1,4 +1,4 @@
-"""The final answer's own paths (ADR 0127, issue 12 item 10): a request that cannot be prepared,
+"""The final answer's own paths (docs/decisions.md, "Final answer from notes"): a request that cannot be prepared,
 a model that reports writing a tool call as text (``Completion.wrote_tool_call``), and the time it gets."""
 
 from __future__ import annotations

@@ -392,7 +392,7 @@ async def test_a_budget_spent_analyzing_a_tool_result_stops_research_on_the_toke
     assert outcome.stop == "token_budget"
     assert len([r for r in model.requests if r.tools]) == 1  # no round ran on a clipped result
     assert outcome.exchange[-1].content == log
-    # The notes of the sections read are kept for the final answer (issue 12 item 4), not the
+    # The notes of the sections read are kept for the final answer, not the
     # first characters of the raw result.
     [step] = outcome.steps
     assert step.analysis is not None and step.analysis.cut == "token_budget"
