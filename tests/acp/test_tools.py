@@ -13,17 +13,13 @@ import acp
 
 from tests.acp.peer import acp_agent, texts
 from tests.e2e.research_repo import (
-    FILES,
     INDEXED,
-    MORE_READS,
     PORT_FACT,
     PORT_FILE,
     TIMEOUT_FACT,
     TIMEOUT_FILE,
-    Coordinator,
-    answer_citing,
+    billing_research,
     call,
-    first_hit,
     line_of,
     write_workspace,
 )
@@ -98,21 +94,7 @@ async def test_a_research_stop_answers_with_sources_as_resource_links(daemon_env
         "IMPRINT_CHAT_MAX_TOKENS": "256",
         "IMPRINT_CHAT_RESEARCH_TOKEN_BUDGET": "4096",
     }
-    steps = [
-        lambda r: [call("search", "s_port", query="billing port")],
-        lambda r: [
-            call(
-                "read_file",
-                "r_port",
-                path=first_hit(r, lambda h: h["path"].endswith(".yaml") and "billing" in h["path"])["path"],
-            )
-        ],
-        lambda r: [call("search", "s_timeout", query="billing client timeout")],
-        lambda r: [
-            call("read_file", "r_timeout", path=first_hit(r, lambda h: h["path"].endswith("client.py"))["path"])
-        ],
-    ]
-    stub.queue(*[Coordinator(steps, answer_citing([PORT_FACT, TIMEOUT_FACT]), MORE_READS)] * (len(FILES) + 10))
+    stub.queue(*billing_research())
 
     async with acp_agent(env, tmp_path) as agent:
         session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])

@@ -329,3 +329,25 @@ class Coordinator:
         extra = done - len(self.steps)
         assert extra < len(self.more_reads), "research went on past every file of the workspace"
         return StubReply(tool_calls=[call("read_file", f"more_{extra}", path=self.more_reads[extra])])
+
+
+#: The coordinator's rounds that find both facts: search the port, read the billing deployment,
+#: search the timeout, read the client (each read chosen from the hits the model was shown).
+BILLING_STEPS = [
+    lambda r: [call("search", "s_port", query="billing port")],
+    lambda r: [
+        call(
+            "read_file",
+            "r_port",
+            path=first_hit(r, lambda h: h["path"].endswith(".yaml") and "billing" in h["path"])["path"],
+        )
+    ],
+    lambda r: [call("search", "s_timeout", query="billing client timeout")],
+    lambda r: [call("read_file", "r_timeout", path=first_hit(r, lambda h: h["path"].endswith("client.py"))["path"])],
+]
+
+
+def billing_research() -> list[Coordinator]:
+    """Replies for the stub: a coordinator that finds both facts, then reads on until a budget stops
+    it, and whose final answer cites the notes holding them (one per request the daemon may make)."""
+    return [Coordinator(BILLING_STEPS, answer_citing([PORT_FACT, TIMEOUT_FACT]), MORE_READS)] * (len(FILES) + 10)

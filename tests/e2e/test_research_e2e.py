@@ -23,6 +23,7 @@ from pytest_lsp import ClientServerConfig, client_capabilities
 from imprintd import protocol as wire
 from tests.e2e.conftest import CLIENTS
 from tests.e2e.research_repo import (
+    BILLING_STEPS,
     ENV_SECRET,
     FILES,
     INDEXED,
@@ -34,9 +35,8 @@ from tests.e2e.research_repo import (
     TIMEOUT_FACT,
     TIMEOUT_FILE,
     Coordinator,
-    answer_citing,
+    billing_research,
     call,
-    first_hit,
     line_of,
     parse_hits,
     parse_notes,
@@ -102,21 +102,7 @@ def progress_messages(client) -> list[str]:
 
 async def test_research_over_two_files_stops_on_the_budget_and_cites_the_right_lines(research_client, stub):
     client = research_client
-    steps = [
-        lambda r: [call("search", "s_port", query="billing port")],
-        lambda r: [
-            call(
-                "read_file",
-                "r_port",
-                path=first_hit(r, lambda h: h["path"].endswith(".yaml") and "billing" in h["path"])["path"],
-            )
-        ],
-        lambda r: [call("search", "s_timeout", query="billing client timeout")],
-        lambda r: [
-            call("read_file", "r_timeout", path=first_hit(r, lambda h: h["path"].endswith("client.py"))["path"])
-        ],
-    ]
-    stub.queue(*[Coordinator(steps, answer_citing([PORT_FACT, TIMEOUT_FACT]), MORE_READS)] * (len(FILES) + 10))
+    stub.queue(*billing_research())
 
     result = await chat(client, text=QUESTION)
 
@@ -125,7 +111,9 @@ async def test_research_over_two_files_stops_on_the_budget_and_cites_the_right_l
     research = [r for r in stub.requests if "tools" in r]
     final_requests = [r for r in stub.requests if "tools" not in r]
     assert len(final_requests) == 1 and stub.requests[-1] is final_requests[0]
-    assert len(steps) < len(research) < len(steps) + len(MORE_READS), "the budget should stop research mid-way"
+    assert len(BILLING_STEPS) < len(research) < len(BILLING_STEPS) + len(MORE_READS), (
+        "the budget should stop research mid-way"
+    )
 
     # Tool steps: each started, then finished, with the titles a client shows.
     shown = [(p.title, p.state) for p in steps_of(client, result.replyId)]
