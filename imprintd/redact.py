@@ -213,9 +213,15 @@ class MaskSecrets(logging.Filter):
         self.secrets = [secret for secret in secrets if secret]
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
+        # A filter runs inside whatever called the logger (pygls while it sends a response):
+        # one that raised would cost that response, so a record that cannot format is logged
+        # as its parts instead.
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            message = f"{record.msg} {record.args!r}"
         masked = self._mask(message)
-        if masked != message:
+        if masked != message or record.args:
             record.msg, record.args = masked, ()
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)

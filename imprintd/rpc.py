@@ -67,7 +67,10 @@ class ExpectedErrorFilter(logging.Filter):
             record.exc_info = None
             record.exc_text = None
             record.levelno, record.levelname = logging.INFO, "INFO"
-            record.msg = f"{record.msg}: answered {error.code} {error.message}"
+            # Render the record before rewriting it: its args belong to the old format, and an
+            # error text may hold a '%' of its own ("100% of your quota", a session id "%d").
+            record.msg = f"{record.getMessage()}: answered {error.code} {error.message}"
+            record.args = ()
         return True
 
 

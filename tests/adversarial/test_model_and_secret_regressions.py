@@ -215,3 +215,15 @@ def test_secret_values_are_redacted_whole(text, expected):
 )
 def test_names_that_only_contain_pass_are_not_secrets(text):
     assert redact(text) == text
+
+
+# -- round 2, item 1: a model error body holding '%' is still answered --------------------------
+
+
+def test_a_model_error_body_with_a_percent_sign_is_answered(raw, stub):
+    stub.queue(StubReply(status=429, body='{"error": {"message": "You have used 100% of your quota (%d left)"}}'))
+    raw.initialize()
+    request_id = raw.request("imprint/chat", {"text": "Which port?", "persist": False})
+    error = raw.response(request_id)["error"]  # before the fix: never answered
+    assert error["code"] == -32803 and "429" in error["message"]
+    assert "Traceback" not in raw.stderr_text() and "--- Logging error ---" not in raw.stderr_text()

@@ -304,3 +304,23 @@ def test_finished_worker_threads_leave_the_normal_exit_alone():
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0 and done.stdout.strip() == "returned"
+
+
+# -- round 2, item 1: an error text holding '%' is still answered ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "named"),
+    [
+        ("imprint/session", {"sessionId": "%d"}, "%d"),
+        ("imprint/summary", {"sessionId": "100%s done"}, "100%s done"),
+        ("imprint/chat", {"text": "Which port?", "workspace": "/no/such/%s/%(x)s"}, "/no/such/%s/%(x)s"),
+    ],
+)
+def test_an_error_whose_text_holds_a_percent_sign_is_answered(raw, method, params, named):
+    raw.initialize()
+    request_id = raw.request(method, params)
+    error = raw.response(request_id)["error"]  # before the fix: never answered
+    assert named in error["message"]
+    still_serves(raw)
+    assert "Traceback" not in raw.stderr_text() and "--- Logging error ---" not in raw.stderr_text()
