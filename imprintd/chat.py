@@ -237,7 +237,7 @@ class Chat:
                 request = msgspec.structs.replace(request, workspace=info.workspace)
         else:
             store = self.store if request.persist else self.memory
-            info = store.create_session(workspace=str(root) if root else None)
+            info = store.create_session(workspace=str(root) if root else None, session_id=request.new_session_id)
         reply_id = uuid.uuid4().hex
         context = ReplyContext(
             store=store,

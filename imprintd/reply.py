@@ -43,6 +43,9 @@ class ReplyRequest(msgspec.Struct, frozen=True, kw_only=True):
 
     text: str
     session_id: str | None = None
+    #: With no ``session_id``: the id the new session is stored under (default a random one).
+    #: ACP names a session at ``session/new`` and stores it with its first question.
+    new_session_id: str | None = None
     style: Style = "written"
     persist: bool = True
     workspace: str | None = None

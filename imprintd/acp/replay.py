@@ -1,8 +1,8 @@
 """``session/load``: a stored session replayed as the ``session/update`` notifications a client shows.
 
 Exactly what was stored, in order: a user message is a ``user_message_chunk``; an assistant
-message that called tools is its text as thinking (it was not the answer) and a finished
-``tool_call`` for each call, ``failed`` when its stored result is an error; the answer is an
+message that called tools is its text as a message (as it streamed live, before its calls)
+and a finished ``tool_call`` for each call, ``failed`` when its stored result is an error; the answer is an
 ``agent_message_chunk``. Sources were never stored apart from the answer's ``Sources:`` list,
 so they come back as that text.
 """
@@ -29,7 +29,7 @@ def replay(messages: Sequence[Message], root: Path | None) -> Iterator[wire.Sess
             yield wire.UserMessageChunk(content=text_block(message.content))
         elif message.role == "assistant" and message.tool_calls:
             if message.content:
-                yield wire.AgentThoughtChunk(content=text_block(message.content))
+                yield wire.AgentMessageChunk(content=text_block(message.content))
             results = _results_after(messages, index)
             for call in message.tool_calls:
                 result = results.get(call.id)
