@@ -14,6 +14,7 @@ import msgspec
 from imprintd import reply
 from imprintd.events import StepState
 from imprintd.messages import Message, Style
+from imprintd.models.identity import ModelIdentity
 from imprintd.research.loop import Stop as StopReason
 from imprintd.store import SessionInfo, StoredSummary
 
@@ -30,9 +31,10 @@ REPLY_DELTA = "imprint/replyDelta"
 REPLY_PREAMBLE = "imprint/replyPreamble"
 TOOL_STEP = "imprint/toolStep"
 SUMMARY_UPDATED = "imprint/summaryUpdated"
+MODEL_CHANGED = "imprint/modelChanged"
 
 REQUESTS = (CHAT, SESSIONS, SESSION, DELETE_SESSION, SUMMARY, READ_CHAT_SECTION, CONVERSATION_HISTORY)
-NOTIFICATIONS = (REPLY_DELTA, REPLY_PREAMBLE, TOOL_STEP, SUMMARY_UPDATED)
+NOTIFICATIONS = (REPLY_DELTA, REPLY_PREAMBLE, TOOL_STEP, SUMMARY_UPDATED, MODEL_CHANGED)
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
@@ -242,3 +244,17 @@ class ConversationHistoryParams(Wire):
 class ConversationHistoryResult(Wire):
     session_id: str
     text: str
+
+
+# -- the model in use -----------------------------------------------------------
+class ModelInfo(Wire):
+    """The model the daemon answers with: ``initialize``'s ``capabilities.experimental.imprint``
+    and the ``imprint/modelChanged`` notification."""
+
+    provider: str
+    model: str
+    n_ctx: int
+
+    @classmethod
+    def from_core(cls, identity: ModelIdentity) -> ModelInfo:
+        return cls(provider=identity.provider, model=identity.model, n_ctx=identity.n_ctx)
