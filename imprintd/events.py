@@ -17,6 +17,8 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
+from imprintd.context.usage import ContextUsage
+
 StepState = Literal["started", "finished", "failed"]
 
 
@@ -54,3 +56,6 @@ class ReplyEvents(Protocol):
 
     def summary(self, text: str, first_seq: int, last_seq: int) -> None:
         """The running summary was (re)written and now covers messages first_seq..last_seq."""
+
+    def context_usage(self, usage: ContextUsage) -> None:
+        """What fills the context of the coordinator round about to be sent to the model."""

@@ -197,6 +197,11 @@ def conversation_history(
     return wire.ConversationHistoryResult(session_id=params.session_id, text=text)
 
 
+async def context(server: ImprintServer, params: wire.SessionParams) -> wire.ContextUsageWire:
+    usage = await server.chat.context_usage(params.session_id)
+    return wire.ContextUsageWire.from_core(params.session_id, None, usage)
+
+
 #: Each method and its handler; ``imprint/*`` params and results are msgspec Structs.
 LSP_HANDLERS = ((types.INITIALIZE, initialize), (types.WORKSPACE_DID_CHANGE_CONFIGURATION, did_change_configuration))
 IMPRINT_HANDLERS = (
@@ -207,6 +212,7 @@ IMPRINT_HANDLERS = (
     (wire.SUMMARY, wire.SessionParams, summary),
     (wire.READ_CHAT_SECTION, wire.ReadChatSectionParams, read_chat_section),
     (wire.CONVERSATION_HISTORY, wire.ConversationHistoryParams, conversation_history),
+    (wire.CONTEXT, wire.SessionParams, context),
 )
 
 

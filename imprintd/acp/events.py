@@ -8,7 +8,8 @@ stop the final answer from notes streams the same way, the daemon's ``Sources:``
 when the reply returns, ``finish`` sends whatever of the result's text did not stream, then
 one ``resource_link`` per source. A cancelled prompt is ``close``d: nothing is sent after it.
 Tool steps become ``tool_call`` / ``tool_call_update``; progress and summaries become thought
-chunks, one line each (ADR 0093: never the answer).
+chunks, one line each (ADR 0093: never the answer). Each coordinator round's context usage is
+a ``usage_update``: its tokens of the window (ACP has no place for the parts).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from msgspec import UNSET
 
 from imprintd.acp import wire
+from imprintd.context.usage import ContextUsage
 from imprintd.events import ToolStep
 
 logger = logging.getLogger(__name__)
@@ -135,6 +137,10 @@ class AcpEvents:
 
     def summary(self, text: str, first_seq: int, last_seq: int) -> None:
         self.thought(f"Summarized the earlier conversation (messages #{first_seq}–#{last_seq}).\n")
+
+    def context_usage(self, usage: ContextUsage) -> None:
+        """ACP's ``usage_update`` holds the total and the window; the parts have no place in it."""
+        self.update(wire.UsageUpdate(used=usage.used, size=usage.n_ctx))
 
     def tool_step(self, step: ToolStep) -> None:
         if step.state == "started":

@@ -28,6 +28,7 @@ import msgspec
 
 from imprintd import messages as msg
 from imprintd.context import sections as sec
+from imprintd.context import usage
 from imprintd.context.fitting import Fitted, fit_prompt
 from imprintd.events import ReplyEvents, StepState, ToolStep
 from imprintd.messages import Message, ToolCall
@@ -82,6 +83,9 @@ class ReplyScope(msgspec.Struct, kw_only=True):
     clock: ReplyClock | None = None
     #: ``chat.analysis_context``: the most tokens of one section worker's context.
     analysis_context: int = sec.WORKER_CONTEXT_TOKENS
+    #: Where the prompt's messages come from, for ``ReplyEvents.context_usage``; None: the
+    #: system message has no summary and the history is every earlier message.
+    layout: usage.Layout | None = None
 
 
 class _Cut(Exception):
@@ -112,6 +116,9 @@ class _Loop:
         self.budget = ResearchBudget(scope.token_budget)
         self.outcome = Research(stop="answer", question=question, budget=self.budget)
         self.clock = scope.clock or ReplyClock(scope.time_budget)
+        self.layout = scope.layout or usage.Layout(
+            system_base=system, earlier=tuple(m.seq for m in history if m.seq is not None)
+        )
         self.seen: set[str] = set()
         #: Each call run in this reply, by its name and arguments: its result, and the text
         #: the model was shown for it (whole, analyzed or clipped), for an identical call.
@@ -151,6 +158,7 @@ class _Loop:
                 )
             except BudgetExhausted:
                 return self._stop("token_budget")
+            self.scope.events.context_usage(await self._usage(fitted, specs))
             completion = None
             try:
                 completion = await self.model.complete(
@@ -194,6 +202,21 @@ class _Loop:
                 current=self.current,
                 tools=specs,
                 max_tokens=self.scope.max_tokens,
+            )
+        )
+
+    async def _usage(self, fitted: Fitted, specs) -> usage.ContextUsage:
+        """What fills the context of the round about to be sent: ``fitted``, counted by the model."""
+        current = len(self.current)
+        return await anyio.to_thread.run_sync(
+            lambda: usage.measure(
+                self.model,
+                fitted.messages,
+                current=current,
+                tools=specs,
+                max_tokens=self.scope.max_tokens,
+                layout=self.layout,
+                used=fitted.prompt_tokens,
             )
         )
 

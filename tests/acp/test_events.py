@@ -8,6 +8,7 @@ import msgspec
 from acp import schema
 
 from imprintd.acp.events import AcpEvents, stop_reason
+from imprintd.context.usage import ContextUsage, Parts
 from imprintd.events import ToolStep
 from imprintd.reply import ReplyOutcome
 from tests.acp.peer import conforms
@@ -104,6 +105,26 @@ def test_finish_sends_what_of_the_result_did_not_stream():
         ("agent_message_chunk", "Billing listens on 8101."),
         ("agent_message_chunk", "\n\nSources: …"),
     ]
+
+
+def test_context_usage_is_a_usage_update_of_the_window():
+    acp_events, sent = events()
+    parts = Parts(system=400, tools=1200, summary=300, earlier=2900, question=150, research=350)
+    acp_events.context_usage(
+        ContextUsage(
+            n_ctx=8192,
+            output_allowance=1024,
+            exact=True,
+            used=parts.total,
+            parts=parts,
+            in_view=((12, 40),),
+            summarized=((1, 11),),
+            dropped=(),
+        )
+    )
+    [notification] = sent.notifications
+    conforms(schema.SessionNotification, notification)
+    assert notification["update"] == {"sessionUpdate": "usage_update", "used": 5300, "size": 8192}
 
 
 def test_nothing_is_sent_once_the_prompt_is_closed():

@@ -79,6 +79,11 @@ async def test_tool_steps_are_tool_calls_with_kind_status_and_location(agent, st
     assert f"Indexing the workspace: {len(INDEXED)} of {len(INDEXED)} files\n" in thoughts
     assert "Let me read the deployment." not in "".join(thoughts)
     assert updates[-1].session_update == "agent_message_chunk"  # the answer comes last
+    # What fills the context, as ACP can say it: each round's tokens of the window, before that round.
+    usage = [u for u in updates if u.session_update == "usage_update"]
+    assert len(usage) == len(stub.requests) == 3 and {u.size for u in usage} == {8192}
+    assert usage[0].used < usage[1].used < usage[2].used  # each round carries the research so far
+    assert updates.index(usage[1]) < updates.index(refused)
 
 
 async def test_a_research_stop_answers_with_sources_as_resource_links(daemon_env, stub, tmp_path):

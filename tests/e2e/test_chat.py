@@ -57,7 +57,8 @@ async def test_text_before_a_tool_call_streams_as_a_preamble_part_and_the_answer
     kinds = [m if m != "imprint/toolStep" else f"toolStep:{p.state}" for m, p in events]
     first_step = kinds.index("toolStep:started")
     assert kinds[kinds.index("imprint/replyPreamble") + 1] == "toolStep:started"
-    assert all(k == "imprint/replyDelta" for k in kinds[: first_step - 1])
+    assert kinds[0] == "imprint/contextUsage"  # what fills the round's context, before it is sent
+    assert all(k == "imprint/replyDelta" for k in kinds[1 : first_step - 1])
     preamble = [p for m, p in events if m == "imprint/replyPreamble"]
     assert [p.part for p in preamble] == [0]
     parts: dict[int, str] = {}
