@@ -25,6 +25,7 @@ StepState = Literal["started", "finished", "failed"]
 class ToolStep(msgspec.Struct, frozen=True, kw_only=True):
     """One tool step as the client shows it, e.g. "Searching the workspace for …"."""
 
+    #: Unique within the reply (``step-1``, ``step-2``, …): the model's own call ids can repeat.
     call_id: str
     tool: str
     title: str

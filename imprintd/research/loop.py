@@ -127,6 +127,9 @@ class _Loop:
         self.analyzed: dict[str, sec.Analysis] = {}
         #: A budget ran out while a tool result was being analyzed: research stops on it.
         self.cut: Stop | None = None
+        #: Tool steps reported so far: each step's id is its number in the reply, because
+        #: models reuse call ids across rounds ("call_0" every round) and clients key steps by id.
+        self.step_count = 0
 
     @property
     def model(self) -> Model:
@@ -313,12 +316,14 @@ class _Loop:
         """Run ``call``; its result is kept under ``key`` for an identical call (unknown tools are not)."""
         tool = tools.get(call.name)
         events = self.scope.events
+        self.step_count += 1
+        step_id = f"step-{self.step_count}"
         if tool is None:
             names = ", ".join(tools) or "none"
             result = ToolResult(ok=False, text=f"There is no tool named {call.name!r}; the tools are: {names}.")
             events.tool_step(
                 ToolStep(
-                    call_id=call.id,
+                    call_id=step_id,
                     tool=call.name,
                     title=f"Calling {call.name}",
                     state="failed",
@@ -329,7 +334,7 @@ class _Loop:
             return result
         title = _title(tool, call)
         events.tool_step(
-            ToolStep(call_id=call.id, tool=call.name, title=title, state="started", arguments=dict(call.arguments))
+            ToolStep(call_id=step_id, tool=call.name, title=title, state="started", arguments=dict(call.arguments))
         )
         try:
             result = await tool.run(call.arguments)
@@ -339,7 +344,7 @@ class _Loop:
         detail = "" if result.ok else result.text
         events.tool_step(
             ToolStep(
-                call_id=call.id, tool=call.name, title=title, state=state, detail=detail, arguments=dict(call.arguments)
+                call_id=step_id, tool=call.name, title=title, state=state, detail=detail, arguments=dict(call.arguments)
             )
         )
         self.results[key] = result

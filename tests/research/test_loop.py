@@ -424,3 +424,24 @@ async def test_workers_on_a_tool_result_see_the_users_question_even_when_it_was_
         asked = request.messages[-1].content.split("Your notes so far:")[0]
         assert "QUESTION: which service logged the disk error?" in asked
         assert "[Section analysis]" not in asked
+
+
+async def test_tool_steps_are_numbered_within_the_reply_when_the_model_reuses_call_ids(model: StandInModel):
+    events = RecordingEvents()
+    model.queue(  # the id "call_0" every round, and twice in one round, as many servers write it
+        tool_turn(call("search", "call_0", query="billing port")),
+        tool_turn(call("search", "call_0", query="billing config"), call("ghost", "call_0")),
+        "Billing uses 8101.",
+    )
+    question = msg.user("Which port does billing use?", seq=1)
+    outcome = await research(scope(model, events), system=SYSTEM, history=[], question=question, tools=[FakeSearch()])
+    assert outcome.stop == "answer"
+    assert [(s.call_id, s.state) for s in events.steps] == [
+        ("step-1", "started"),
+        ("step-1", "finished"),
+        ("step-2", "started"),
+        ("step-2", "finished"),
+        ("step-3", "failed"),  # an unknown tool fails without starting, under its own number
+    ]
+    # What the model is shown keeps its own ids: the numbering is the clients'.
+    assert [m.tool_call_id for m in model.requests[2].messages if m.role == "tool"] == ["call_0"] * 3
