@@ -6,7 +6,8 @@ shown before that round's ``tool_call``s (ACP has no way to take a chunk back, a
 agents show such text the same way); the text after it starts a new paragraph. After a research
 stop the final answer from notes streams the same way, the daemon's ``Sources:`` list included;
 when the reply returns, ``finish`` sends whatever of the result's text did not stream, then
-one ``resource_link`` per source. A cancelled prompt is ``close``d: nothing is sent after it.
+one ``resource_link`` per source in the workspace (its ``description`` says when it was read,
+not cited, or why it does not support what cites it). A cancelled prompt is ``close``d: nothing is sent after it.
 Tool steps become ``tool_call`` / ``tool_call_update``; progress and summaries become thought
 chunks, one line each (ADR 0093: never the answer). Each coordinator round's context usage is
 a ``usage_update``: its tokens of the window (ACP has no place for the parts).
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from msgspec import UNSET
 from imprintd.acp import wire
 from imprintd.context.usage import ContextUsage
 from imprintd.events import ToolStep
+from imprintd.messages import SourceRef
 
 logger = logging.getLogger(__name__)
 
@@ -190,13 +192,30 @@ class AcpEvents:
                 "reply %s: the answer differs from the text streamed; the streamed text stands", self.reply_id
             )
         self._part.clear()
-        for source in outcome.sources:
-            self.update(
-                wire.AgentMessageChunk(
-                    content=wire.ResourceLinkBlock(
-                        uri=file_uri(self.root, source.path, source.start_line, source.end_line),
-                        name=f"{source.path}:{source.start_line}-{source.end_line}",
-                        title=f"[{source.number}] {source.label}",
-                    )
-                )
+        for link in source_links(self.root, outcome.sources):
+            self.update(wire.AgentMessageChunk(content=link))
+
+
+def source_links(root: Path | None, sources: Sequence[SourceRef]) -> list[wire.ResourceLinkBlock]:
+    """A ``resource_link`` to each source that is a place in the workspace (a file's lines, or
+    section notes on one); an earlier message or notes on the user's message have no file, and
+    are named in the answer's Sources list instead."""
+    links = []
+    for source in sources:
+        if source.path is None or not location(root, source.path):
+            continue
+        start = source.start_line or 1
+        end = source.end_line or start
+        where = f"{source.path}:{start}" if start == end else f"{source.path}:{start}-{end}"
+        note = "" if source.cited else "read, not cited"
+        if source.supported is False:
+            note = source.reason
+        links.append(
+            wire.ResourceLinkBlock(
+                uri=file_uri(root, source.path, start, end),
+                name=where,
+                title=f"[{source.number}] {source.label}",
+                description=note or UNSET,
             )
+        )
+    return links

@@ -70,15 +70,24 @@ async def test_tool_steps_are_tool_calls_with_kind_status_and_location(agent, st
     detail = failed.content[0].content.text
     assert "'..' segments are not allowed" in detail
     # The text streamed as it was written: the round's words before its call, the answer after the steps.
-    messages = [(updates.index(u), u.content.text) for u in updates if u.session_update == "agent_message_chunk"]
-    assert "".join(text for _, text in messages) == "Let me read the deployment.\n\nBilling listens on 8101."
+    # It cited nothing after a read: the place read is listed, marked as not cited, and linked.
+    messages = [
+        (updates.index(u), u.content.text)
+        for u in updates
+        if u.session_update == "agent_message_chunk" and u.content.type == "text"
+    ]
+    assert "".join(text for _, text in messages) == (
+        f"Let me read the deployment.\n\nBilling listens on 8101.\n\nSources:\n[1] {PORT_FILE}:2-4 (read, not cited)"
+    )
     before = [index for index, text in messages if index < updates.index(read)]
     assert "".join(text for index, text in messages if index in before) == "Let me read the deployment."
     assert all(index > updates.index(failed) for index, _ in messages if index not in before)
+    [link] = [u.content for u in updates if u.session_update == "agent_message_chunk" and u.content.type != "text"]
+    assert (link.type, link.name, link.description) == ("resource_link", f"{PORT_FILE}:2-4", "read, not cited")
     thoughts = texts(updates, "agent_thought_chunk")
     assert f"Indexing the workspace: {len(INDEXED)} of {len(INDEXED)} files\n" in thoughts
     assert "Let me read the deployment." not in "".join(thoughts)
-    assert updates[-1].session_update == "agent_message_chunk"  # the answer comes last
+    assert updates[-1].content.type == "resource_link"  # the answer, then its link, last
     # What fills the context, as ACP can say it: each round's tokens of the window, before that round.
     usage = [u for u in updates if u.session_update == "usage_update"]
     assert len(usage) == len(stub.requests) == 3 and {u.size for u in usage} == {8192}

@@ -30,7 +30,7 @@ def seeded(chat, summary: StoredSummary, workspace=None) -> tuple[str, int]:
 
 def no_summary_system(model: StandInModel) -> int:
     """The system prompt's part: the prompt with the workspace and history tools, no summary."""
-    system = msg.system(prompts.system_prompt(tool_lines=(prompts.TOOL_STRATEGY, STRATEGY_LINE)))
+    system = msg.system(prompts.system_prompt(tool_lines=(prompts.TOOL_STRATEGY, STRATEGY_LINE, prompts.CITATIONS)))
     return model.count_message(system) + PROMPT_OVERHEAD
 
 
