@@ -77,9 +77,6 @@ class ReplyContext:
     sections: ReplySections
 
 
-__all__ = ["ReplyContext", "ReplyOutcome", "ReplyRequest", "SourceRef", "run_reply"]
-
-
 class ReplyOutcome(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
     reply_id: str
