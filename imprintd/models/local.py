@@ -413,6 +413,9 @@ class LocalModel:
         self.states: StateCache | None = None
         #: What the latest request restored: (session, tokens of the state, "memory" or "disk").
         self.last_restore: tuple[str, int, str] | None = None
+        #: Seconds the latest request took to its first token once it held the model (a state
+        #: restored and the prompt evaluated), for the benchmark.
+        self.last_first_token_s: float | None = None
 
     def __repr__(self) -> str:
         return f"LocalModel({str(self.model_path)!r}, n_ctx={self.n_ctx})"
@@ -812,6 +815,8 @@ class LocalModel:
         generated = 0
         finish = "stop"
         with loaded.generation_lock:  # llama.cpp state is single-threaded whatever the event loop
+            started = time.perf_counter()
+            self.last_first_token_s = None
             self._restore_state(loaded, run, tokens)
             loaded.active = run
             stream = llama.generate(
@@ -825,6 +830,8 @@ class LocalModel:
                 while True:
                     run.check()  # before producing the next token: cancel and deadline
                     token = next(stream, None)
+                    if run.in_prompt:
+                        self.last_first_token_s = time.perf_counter() - started
                     run.in_prompt = False
                     if token is None or loaded.is_end(token):
                         break

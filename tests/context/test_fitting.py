@@ -328,3 +328,39 @@ def test_inputs_are_not_mutated():
     fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
     assert history == before_history and current == before_current
     assert fitted.messages is not history and fitted.messages is not current
+
+
+def replies_of_a_growing_session(model, count: int) -> list[list[Message]]:
+    """The kept history of each of ``count`` replies, one exchange more each time."""
+    history: list[Message] = []
+    kept = []
+    for n in range(count):
+        current = [user(f"question {n}: " + text(30))]
+        fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
+        assert fitted.fits
+        kept.append(kept_history(fitted, current))
+        history = history + current + [assistant(f"answer {n}: " + text(40))]
+    return kept
+
+
+def test_follow_ups_only_append_between_drop_points():
+    model = StandInModel(n_ctx=1200)
+    kept = replies_of_a_growing_session(model, 40)
+    drops = 0
+    for before, after in zip(kept, kept[1:], strict=False):
+        if after[: len(before)] != before:
+            drops += 1  # the prompt changed early: only where a drop point was passed
+            assert after[0] != before[0]
+    # Each exchange is about 80 tokens; half the room beside the system prompt is about 550, so a
+    # drop comes every six or seven replies once the session is full, not every reply.
+    assert 2 <= drops <= 6
+    assert all(kept_one and kept_one[0].role == "user" for kept_one in kept[10:])
+
+
+def test_dropping_one_exchange_at_a_time_would_change_the_prompt_every_reply(monkeypatch):
+    from imprintd.context import fitting
+
+    monkeypatch.setattr(fitting, "drop_step", lambda *args: 1)  # the rule before drop points
+    kept = replies_of_a_growing_session(StandInModel(n_ctx=1200), 40)
+    changed = sum(after[: len(before)] != before for before, after in zip(kept, kept[1:], strict=False))
+    assert changed >= 25
