@@ -131,13 +131,24 @@ async def test_after_another_session_the_saved_prefix_is_used(embedded_gguf, fol
     assert completion.usage.evaluated_tokens <= completion.usage.prompt_tokens - first.usage.prompt_tokens + 8
 
 
-async def test_after_a_summary_and_a_section_analysis_the_saved_prefix_is_used(embedded_gguf, folder):
+async def test_after_a_summary_and_a_section_analysis_the_saved_prefix_is_used(embedded_gguf, folder, monkeypatch):
+    # Short notes, and time for a loaded CI machine: what matters is the round after the worker.
+    monkeypatch.setattr(sec, "NOTES_MAX_TOKENS", 16)
+    monkeypatch.setattr(sec, "WORKER_TIMEOUT_S", 1800.0)
+    monkeypatch.setattr(summaries, "SUMMARY_OUTPUT_TOKENS", 16)
+    monkeypatch.setattr(summaries, "SUMMARY_TIMEOUT_S", 1800)
     model = with_states(embedded_gguf, folder)
     with session_requests("research", persist=False):
         first = await model.complete(FIRST, max_tokens=8)
         numbered = [user("What does billing do?", seq=1), assistant("It charges the orders.", seq=2)]
         await summaries.update_summary(
-            model, state=None, messages=numbered, to_cover=numbered, message_count=3, events=RecordingEvents()
+            model,
+            state=None,
+            messages=numbered,
+            to_cover=numbered,
+            message_count=3,
+            events=RecordingEvents(),
+            timeout=1800,
         )
         second = follow_up(FIRST, first.text, "What does the summary say?")
         after_summary = await model.complete(second, max_tokens=8)
