@@ -22,7 +22,8 @@ from imprintd.context.sections import SectionArchive
 from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
-from imprintd.models.base import Model
+from imprintd.models.base import Model, SessionStates, session_requests
+from imprintd.models.state_cache import delete_session_files, states_folder
 from imprintd.reply import ReplyContext, ReplyOutcome, ReplyRequest, next_question_usage, run_reply
 from imprintd.settings import ChatSettings, Resolved
 from imprintd.store import (
@@ -143,6 +144,10 @@ class Chat:
         if self._model is None or key != self._model_settings:
             self._model = self._model_factory(self.settings)
             self._model_settings = key
+        if isinstance(self._model, SessionStates):
+            self._model.set_state_limits(
+                memory_bytes=self.settings.state_cache_memory, disk_bytes=self.settings.state_cache_disk
+            )
         return self._model
 
     def workspace_root(self, workspace: str | None) -> Path | None:
@@ -173,6 +178,8 @@ class Chat:
         return workspace_tools(index, root)
 
     def close(self) -> None:
+        if isinstance(self._model, SessionStates):
+            self._model.close_states()  # states still queued reach the disk for the next start
         for index in self._indexes.values():
             index.close()
         self._indexes.clear()
@@ -195,6 +202,10 @@ class Chat:
     def delete_session(self, session_id: str) -> None:
         store, _ = self.locate(session_id)
         store.delete_session(session_id)
+        # Its model states go with it: those of the model in use, and files of earlier runs.
+        if isinstance(self._model, SessionStates):
+            self._model.forget_session(session_id)
+        delete_session_files(states_folder(settings_mod.cache_dir()), session_id)
 
     def session(self, session_id: str) -> SessionView:
         store, info = self.locate(session_id)
@@ -269,4 +280,6 @@ class Chat:
             sections=self.sections.open(reply_id),
             workspace_tools=functools.partial(self.workspace_tools, request.workspace),
         )
-        return await run_reply(context, events)
+        # Every model request of this reply serves this session (the local model keeps its state).
+        with session_requests(info.id, persist=store is not self.memory):
+            return await run_reply(context, events)

@@ -92,6 +92,22 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
             extra={"unit": "seconds"},
         ),
     ] = 300.0
+    state_cache_memory: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=1 << 40,
+            description="bytes of local model state kept in memory per process for follow-ups; 0 turns it off",
+        ),
+    ] = 2 << 30
+    state_cache_disk: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=1 << 40,
+            description="bytes of local model state kept in the cache dir across restarts; 0 turns it off",
+        ),
+    ] = 4 << 30
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):

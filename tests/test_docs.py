@@ -109,6 +109,8 @@ def _settings_rows(path: Path) -> dict[str, tuple[str, str]]:
 def _default_cell(value) -> str:
     if isinstance(value, str):
         return f"`{value}`" if value else "empty"
+    if isinstance(value, int):
+        return str(value)  # byte counts stay whole
     return f"{value:g}"
 
 

@@ -34,7 +34,7 @@ import msgspec
 from imprintd.context.history import TOOL_NAME, calls_by_id, describe_call
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, ToolSpec
-from imprintd.models.base import Model, ModelError
+from imprintd.models.base import Model, ModelError, side_requests
 from imprintd.redact import redact
 from imprintd.store import StoredSummary
 
@@ -396,7 +396,8 @@ async def update_summary(
         return _failed(state, numbers, message_count, "no time left in the reply's time budget")
     with anyio.move_on_after(timeout + _DEADLINE_GRACE_S) as guard:
         try:
-            completion = await model.complete(request, (), max_tokens=SUMMARY_OUTPUT_TOKENS, timeout=timeout)
+            with side_requests():  # the session's state is restored after it, not replaced by it
+                completion = await model.complete(request, (), max_tokens=SUMMARY_OUTPUT_TOKENS, timeout=timeout)
         except ModelError as error:
             return _failed(state, numbers, message_count, f"the model failed: {error}")
     if guard.cancelled_caught or completion.finish_reason == "deadline":
