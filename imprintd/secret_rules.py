@@ -39,7 +39,7 @@ import re
 import string
 import tomllib
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -237,23 +237,37 @@ def find(text: str, rule_set: RuleSet | None = None) -> Iterator[tuple[int, int,
     lowered = text.translate(_ASCII_LOWER)  # keywords are ASCII; str.lower() may change lengths
     windows_by_keyword: dict[str, list[tuple[int, int]]] = {}
     for rule in rule_set.rules:
-        windows: list[tuple[int, int]] = []
+        if not rule.keywords:
+            yield from _matches(rule, rule_set, text, 0, len(text))
+            continue
+        found = []
         for keyword in rule.keywords:
             if keyword not in windows_by_keyword:
                 windows_by_keyword[keyword] = list(_windows(lowered, keyword))
-            windows.extend(windows_by_keyword[keyword])
-        for start, end in _merged(windows) if rule.keywords else [(0, len(text))]:
+            if windows_by_keyword[keyword]:
+                found.append(windows_by_keyword[keyword])
+        windows = found[0] if len(found) == 1 else _merged(w for each in found for w in each)
+        for start, end in windows:
             yield from _matches(rule, rule_set, text, start, end)
 
 
 def _windows(lowered: str, keyword: str) -> Iterator[tuple[int, int]]:
-    position = lowered.find(keyword)
-    while position != -1:
-        yield max(0, position - WINDOW), min(len(lowered), position + len(keyword) + WINDOW)
-        position = lowered.find(keyword, position + 1)
+    """The text around each occurrence of ``keyword``, occurrences closer than that merged.
+
+    Each step jumps to the last occurrence within reach, so a text that is the keyword over
+    and over costs a step per ``WINDOW`` characters, not one per occurrence.
+    """
+    size, reach = len(keyword), 2 * WINDOW + len(keyword)
+    first = lowered.find(keyword)
+    while first != -1:
+        last = first
+        while (nearer := lowered.rfind(keyword, last + 1, last + reach + size)) != -1:
+            last = nearer
+        yield max(0, first - WINDOW), min(len(lowered), last + size + WINDOW)
+        first = lowered.find(keyword, last + 1)
 
 
-def _merged(windows: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+def _merged(windows: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     merged: list[tuple[int, int]] = []
     for start, end in sorted(windows):
         if merged and start <= merged[-1][1]:
