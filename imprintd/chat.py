@@ -7,6 +7,7 @@ or a section read, and translates the answer to its wire. See docs/architecture.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import uuid
@@ -18,7 +19,7 @@ import msgspec
 
 from imprintd import settings as settings_mod
 from imprintd.context.history import ConversationHistory, HistoryError
-from imprintd.context.sections import SectionArchive
+from imprintd.context.sections import MAX_SOURCE_CHARS, SectionArchive
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
 from imprintd.models.base import Model
@@ -46,7 +47,47 @@ _MODEL_KEYS = ("provider", "model", "base_url", "n_ctx")
 
 
 class WorkspaceMissing(ValueError):
-    """The workspace a request names is not a folder; the message says which."""
+    """The workspace a request names cannot be used as one; the message says which and why."""
+
+
+class QuestionTooLong(ValueError):
+    """A question longer than section analysis reads (``MAX_SOURCE_CHARS``): refused before
+    anything is stored, since no reply could read it."""
+
+
+def workspace_folder(folder: str) -> Path:
+    """``folder`` as the real folder it names, or WorkspaceMissing saying why it cannot be one.
+
+    A path from a client is not trusted to be a path: too long for the system, holding a NUL,
+    a symbolic link loop, something other than a folder. Each is refused in words (a front
+    door answers -32602 naming its field), never as an internal error.
+    """
+    shown = _shown_path(folder)
+    if "\x00" in folder:
+        raise WorkspaceMissing(f"the workspace folder {shown} contains a NUL character; give the folder's path.")
+    try:
+        root = Path(folder).expanduser().resolve(strict=True)
+    except RuntimeError:  # Python 3.11 reports a symlink loop (ELOOP) this way; so does a missing home
+        raise WorkspaceMissing(f"the workspace folder {shown} cannot be resolved: a symbolic link loop.") from None
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            why = "the path is too long for this system"
+        elif error.errno == errno.ELOOP:
+            why = "a symbolic link loop"
+        elif error.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise WorkspaceMissing(f"the workspace folder {shown} does not exist or is not a folder.") from None
+        else:
+            why = error.strerror or str(error)
+        raise WorkspaceMissing(f"the workspace folder {shown} cannot be resolved: {why}.") from None
+    if not root.is_dir():
+        raise WorkspaceMissing(f"the workspace folder {shown} does not exist or is not a folder.")
+    return root
+
+
+def _shown_path(folder: str, limit: int = 120) -> str:
+    """A client's path fit for an error message: control characters visible, a long one cut."""
+    text = repr(folder)[1:-1] if any(ord(c) < 32 for c in folder) else folder
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(folder):,} characters)"
 
 
 def _index_progress(events: ReplyEvents):
@@ -149,10 +190,7 @@ class Chat:
         folder = workspace or self.workspace
         if not folder:
             return None
-        root = Path(folder).expanduser().resolve()
-        if not root.is_dir():
-            raise WorkspaceMissing(f"The workspace folder {folder} does not exist or is not a folder.")
-        return root
+        return workspace_folder(folder)
 
     async def workspace_tools(self, workspace: str | None, events: ReplyEvents) -> list[Tool]:
         """Search and read tools over ``workspace`` (or the editor's), its index brought up to date.
@@ -229,7 +267,15 @@ class Chat:
     # -- replies ------------------------------------------------------------
     async def reply(self, request: ReplyRequest, events: ReplyEvents) -> ReplyOutcome:
         """Answer ``request`` in its session; see ``imprintd.reply`` for the steps."""
-        root = self.workspace_root(request.workspace)  # refuse a bad request before anything is stored
+        # Refuse a request that cannot be answered before anything is stored: a refused
+        # question stores nothing.
+        if len(request.text) > MAX_SOURCE_CHARS:
+            raise QuestionTooLong(
+                f"the question is {len(request.text):,} characters, more than the {MAX_SOURCE_CHARS:,} "
+                "a reply can read (section analysis stops there); nothing was stored. "
+                "Send the part that matters, or ask about a file in the workspace instead."
+            )
+        root = self.workspace_root(request.workspace)
         if request.session_id:
             store, info = self.locate(request.session_id)
             if not request.workspace and info.workspace and Path(info.workspace).is_dir():

@@ -191,7 +191,7 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
 
     import anyio
 
-    from imprintd.chat import Chat, ReplyRequest, WorkspaceMissing
+    from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing
     from imprintd.models.base import ModelError
     from imprintd.research.loop import ReplyFailed
     from imprintd.store import StoreError
@@ -207,7 +207,7 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
     )
     try:
         outcome = anyio.run(chat.reply, request, events)
-    except WorkspaceMissing as error:
+    except (WorkspaceMissing, QuestionTooLong) as error:
         print(f"imprintd: {error}", file=sys.stderr)
         return 2
     except (ModelError, StoreError, ReplyFailed) as error:
