@@ -36,6 +36,7 @@ from imprintd.store import (
 )
 from imprintd.tools.base import Tool
 from imprintd.tools.index import WorkspaceIndex
+from imprintd.tools.paths import OWN_FILES
 from imprintd.tools.workspace import workspace_tools
 
 logger = logging.getLogger(__name__)
@@ -163,6 +164,7 @@ class Chat:
         """The database, opened on first use so that ``initialize`` never waits on disk."""
         if self._store is None:
             path = (self._data_dir or settings_mod.data_dir()) / "imprint.sqlite3"
+            OWN_FILES.add(path, database=True)
             self._store = Store.open(path)
         return self._store
 
@@ -175,7 +177,9 @@ class Chat:
                 f"the cache folder {folder} cannot be used: {error.strerror or error}. "
                 "Set IMPRINT_CACHE_DIR to a folder this user can write."
             ) from None
-        return folder / "workspace-index.sqlite3"
+        path = folder / "workspace-index.sqlite3"
+        OWN_FILES.add(path, database=True)
+        return path
 
     def model(self) -> Model:
         """The chat model for the current settings; created once, recreated when they change."""

@@ -113,7 +113,10 @@ def _configure_logging(args: argparse.Namespace, command: str) -> None:
     level = logging.DEBUG if verbose else logging.INFO if command in _DAEMONS else logging.WARNING
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if getattr(args, "log_file", None):
+        from imprintd.tools.paths import OWN_FILES
+
         handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
+        OWN_FILES.add(args.log_file)  # with -v it holds every session's text: no tool reads it
     # The API key never reaches a log line, whoever wrote it (a server's error body can echo it).
     masking = MaskSecrets([os.environ.get(API_KEY_ENV, "")])
     for handler in handlers:

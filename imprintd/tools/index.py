@@ -33,7 +33,7 @@ import msgspec
 
 from imprintd.store import StoreError, immediate
 from imprintd.tools.base import Hit, ToolError
-from imprintd.tools.paths import is_secret_name, is_shown_name, open_regular_file
+from imprintd.tools.paths import OWN_FILES, is_secret_name, is_shown_name, open_regular_file
 
 #: Files larger than this are recorded but not read (generated data, logs, dumps).
 MAX_FILE_BYTES = 1 << 20
@@ -249,9 +249,16 @@ def scan_workspace(root: Path, rules: IgnoreRules | None = None) -> Iterator[_Se
                 continue
 
 
-def read_text_file(root: Path, relative: str, size: int, mtime_ns: int | None = None) -> str | None:
+def read_text_file(
+    root: Path,
+    relative: str,
+    size: int,
+    mtime_ns: int | None = None,
+    own: frozenset[tuple[int, int]] = frozenset(),
+) -> str | None:
     """The text of the workspace file ``relative``, or None for a binary, undecodable or
-    oversized file, or one that is no longer the regular file the scan saw.
+    oversized file, one that is no longer the regular file the scan saw, or one of the
+    daemon's own files (``own``: their device and inode, ``paths.OWN_FILES``).
 
     Opened with ``paths.open_regular_file`` (no symlink followed, a FIFO refused without
     waiting); a file whose size or mtime differ from the scan's is left for the next update,
@@ -263,6 +270,8 @@ def read_text_file(root: Path, relative: str, size: int, mtime_ns: int | None = 
         with open_regular_file(root, relative) as handle:
             opened = os.fstat(handle.fileno())
             if opened.st_size != size or mtime_ns is not None and opened.st_mtime_ns != mtime_ns:
+                return None
+            if (opened.st_dev, opened.st_ino) in own:
                 return None
             data = handle.read(MAX_FILE_BYTES + 1)
     except OSError:
@@ -418,6 +427,7 @@ class WorkspaceIndex:
         self._factory: ConnectionFactory = db if callable(db) else (lambda: open_index_db(db))
         self._reader: apsw.Connection | None = None
         self._reader_lock = threading.Lock()
+        self._own: frozenset[tuple[int, int]] = frozenset()
 
     # -- indexing --
 
@@ -437,6 +447,7 @@ class WorkspaceIndex:
             conn.close()
 
     def _update(self, conn: apsw.Connection, progress: ProgressCallback | None) -> IndexStats:
+        self._own = OWN_FILES.identities()  # asked once per update: the log may be new since
         on_disk = {seen.path: seen for seen in scan_workspace(self.root)}
         known = {
             path: (file_id, mtime_ns, size)
@@ -490,7 +501,7 @@ class WorkspaceIndex:
         return [(seen, self._chunks_of(seen)) for seen in batch]
 
     def _chunks_of(self, seen: _Seen) -> list[_Chunk] | None:
-        text = read_text_file(self.root, seen.path, seen.size, seen.mtime_ns)
+        text = read_text_file(self.root, seen.path, seen.size, seen.mtime_ns, self._own)
         return None if text is None else chunk_lines(split_lines(text))
 
     # Statement order matters for speed. FTS5 flushes its pending in-memory index to a new
