@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +36,7 @@ from imprintd.store import (
     StoreError,
 )
 from imprintd.tools.base import Tool
-from imprintd.tools.index import WorkspaceIndex
+from imprintd.tools.index import LIMITED_BY_BYTES, LIMITED_BY_FILES, LIMITED_BY_TIME, IndexLimits, WorkspaceIndex
 from imprintd.tools.paths import OWN_FILES
 from imprintd.tools.workspace import workspace_tools
 
@@ -91,19 +92,47 @@ def _shown_path(folder: str, limit: int = 120) -> str:
     return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(folder):,} characters)"
 
 
-def _index_progress(events: ReplyEvents):
+#: Indexing before a reply takes at most this share of ``chat.research_time_budget``; the
+#: reply then searches what is indexed, and the next one goes on indexing.
+INDEX_TIME_SHARE = 0.5
+
+
+def _limit_note(limited_by: str, settings: ChatSettings) -> str:
+    if limited_by == LIMITED_BY_FILES:
+        return f"first {settings.index_max_files:,} files of a larger folder (chat.index_max_files)"
+    if limited_by == LIMITED_BY_BYTES:
+        return f"first {settings.index_max_bytes:,} bytes of files of a larger folder (chat.index_max_bytes)"
+    return ""
+
+
+def _index_progress(events: ReplyEvents, index: WorkspaceIndex, settings: ChatSettings):
     """A progress callback for the indexing thread: reports reach the loop, a few per run."""
     last = [-1]
 
     def report(done: int, total: int) -> None:
+        note = _limit_note(index.limited_by, settings)
         if not total:
+            if note and done == 0:  # nothing changed, but the index is not the whole folder
+                anyio.from_thread.run_sync(events.progress, f"Indexing the workspace: {note}, up to date", 100)
             return  # nothing changed since the last reply: nothing to show
         percentage = done * 100 // total if total else 100
         if percentage // 10 != last[0] // 10 or done == total:
             last[0] = percentage
-            anyio.from_thread.run_sync(events.progress, f"Indexing the workspace: {done} of {total} files", percentage)
+            what = f"{note}: {done} of {total} files" if note else f"{done} of {total} files"
+            anyio.from_thread.run_sync(events.progress, f"Indexing the workspace: {what}", percentage)
 
     return report
+
+
+def _broad_folder(root: Path) -> str:
+    """ "the root folder" or "your home folder" when ``root`` is one; "" otherwise."""
+    if root == Path(root.anchor):
+        return "the root folder"
+    try:
+        home = Path.home().resolve()
+    except (RuntimeError, OSError):
+        return ""
+    return "your home folder" if root == home else ""
 
 
 class SessionView(msgspec.Struct, frozen=True, kw_only=True):
@@ -208,9 +237,28 @@ class Chat:
         index = self._indexes.get(root)
         if index is None:
             index = self._indexes[root] = WorkspaceIndex(self._index_path(), root)
+        settings = self.settings
+        if broad := _broad_folder(root):
+            events.progress(
+                f"The workspace is {broad} ({root}): Imprint searches only the first "
+                f"{settings.index_max_files:,} files and {settings.index_max_bytes:,} bytes it finds there "
+                "(chat.index_max_files, chat.index_max_bytes). Open a project folder for answers about one project."
+            )
         lock = self._index_locks.setdefault(root, anyio.Lock())
         async with lock:
-            await anyio.to_thread.run_sync(index.update, _index_progress(events))
+            limits = IndexLimits(
+                max_files=settings.index_max_files,
+                max_bytes=settings.index_max_bytes,
+                deadline=time.monotonic() + settings.research_time_budget * INDEX_TIME_SHARE,
+            )
+            started = time.monotonic()
+            stats = await anyio.to_thread.run_sync(index.update, _index_progress(events, index, settings), limits)
+        if stats.limited_by == LIMITED_BY_TIME:
+            events.progress(
+                f"Indexing the workspace stopped after {time.monotonic() - started:.0f} s "
+                f"({INDEX_TIME_SHARE:.0%} of chat.research_time_budget): this reply searches what is "
+                "indexed so far, and the next one goes on indexing."
+            )
         return workspace_tools(index, root)
 
     def close(self) -> None:
