@@ -137,9 +137,10 @@ class IndexLimits:
 
     A folder such as ``/`` or a home folder holds hundreds of thousands of files: the index
     keeps the first ``max_files`` the walk finds (shallow folders first) and stops adding
-    files once their sizes reach ``max_bytes``; an update past ``deadline`` (a
-    ``time.monotonic()`` value) stops between batches, keeping what it wrote, and the next
-    update goes on from there.
+    files once their sizes reach ``max_bytes``, which also bounds the walk. Past ``deadline``
+    (a ``time.monotonic()`` value) an update stops between batches of files read, keeping
+    what it wrote; it always writes one batch, so the next update goes on from there even
+    when the walk alone took the time.
     """
 
     max_files: int
@@ -487,8 +488,6 @@ class WorkspaceIndex:
                     self.limited_by = LIMITED_BY_FILES
                 elif total_bytes + read_bytes > limits.max_bytes:
                     self.limited_by = LIMITED_BY_BYTES
-                elif limits.deadline is not None and len(kept) % 256 == 0 and time.monotonic() > limits.deadline:
-                    self.limited_by = LIMITED_BY_TIME
                 if self.limited_by:
                     break
                 total_bytes += read_bytes
@@ -512,9 +511,8 @@ class WorkspaceIndex:
             for path, seen in sorted(on_disk.items())
             if known.get(path, (None, None, None))[1:] != (seen.mtime_ns, seen.size)
         ]
-        # Files past a size bound leave the index (it stays bounded); files the walk did not
-        # reach in time stay indexed until a later update walks that far.
-        gone = [] if self.limited_by == LIMITED_BY_TIME else sorted(known.keys() - on_disk.keys())
+        # Files past a bound leave the index too: it stays bounded.
+        gone = sorted(known.keys() - on_disk.keys())
         total = len(changed)
         if progress:
             progress(0, total)
@@ -552,7 +550,7 @@ class WorkspaceIndex:
         on the bench and gained no wall time while costing CPU; so it is done in line.)
         """
         for start in range(0, len(changed), BATCH_FILES):
-            if deadline is not None and time.monotonic() > deadline:
+            if start and deadline is not None and time.monotonic() > deadline:
                 self.limited_by = LIMITED_BY_TIME
                 return
             yield self._prepare(changed[start : start + BATCH_FILES])

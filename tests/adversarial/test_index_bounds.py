@@ -11,6 +11,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from imprintd.tools import index as index_mod
 from imprintd.tools.index import LIMITED_BY_BYTES, LIMITED_BY_FILES, LIMITED_BY_TIME, IndexLimits, WorkspaceIndex
 from tests.e2e.rawclient import RawClient
 from tests.helpers import ask, make_chat
@@ -51,15 +52,22 @@ def test_the_index_keeps_the_first_files_shallow_first_and_the_first_bytes(wide,
     assert len(indexed_paths(tmp_path / "files.sqlite3")) == 27
 
 
-def test_past_the_deadline_an_update_stops_and_keeps_what_is_indexed(wide, tmp_path):
+def test_past_the_deadline_an_update_stops_between_batches_and_keeps_what_it_wrote(wide, tmp_path, monkeypatch):
+    monkeypatch.setattr(index_mod, "BATCH_FILES", 2)
     index = WorkspaceIndex(tmp_path / "files.sqlite3", wide)
     index.update(limits=IndexLimits(max_files=5, max_bytes=1 << 30))
     (wide / "f0_00.txt").write_text("zebra changed\n")
-    stats = index.update(limits=IndexLimits(max_files=1000, max_bytes=1 << 30, deadline=time.monotonic() - 1))
-    assert stats.limited_by == LIMITED_BY_TIME and stats.removed == 0 and stats.indexed == 0
-    assert len(indexed_paths(tmp_path / "files.sqlite3")) == 5  # nothing dropped for not being reached
-    assert index.search("changed") == []  # not reread yet
-    assert index.update(limits=IndexLimits(max_files=1000, max_bytes=1 << 30)).indexed == 23
+    past = time.monotonic() - 1
+    stats = index.update(limits=IndexLimits(max_files=1000, max_bytes=1 << 30, deadline=past))
+    # One batch is always written, so an update whose walk took all the time still goes on.
+    assert stats.limited_by == LIMITED_BY_TIME and stats.indexed == 2 and stats.removed == 0
+    assert len(indexed_paths(tmp_path / "files.sqlite3")) == 5 + 2  # nothing dropped, two files added
+    assert index.search("changed") == []  # f0_00 is not reread yet
+    stats = index.update(limits=IndexLimits(max_files=1000, max_bytes=1 << 30, deadline=past))
+    assert stats.limited_by == LIMITED_BY_TIME and stats.indexed == 2  # the next update goes on
+    assert index.update(limits=IndexLimits(max_files=1000, max_bytes=1 << 30)).indexed == 27 - 9 + 1  # f0_00 too
+    assert len(indexed_paths(tmp_path / "files.sqlite3")) == 27
+    assert [hit.path for hit in index.search("changed")] == ["f0_00.txt"]
 
 
 async def test_a_reply_on_a_home_folder_says_so_and_the_bound_in_progress(wide, monkeypatch):
@@ -80,14 +88,13 @@ async def test_a_reply_on_a_home_folder_says_so_and_the_bound_in_progress(wide, 
 async def test_a_reply_whose_indexing_runs_out_of_time_starts_from_what_is_indexed(wide, monkeypatch):
     import imprintd.chat as chat_module
 
+    monkeypatch.setattr(index_mod, "BATCH_FILES", 2)
+    monkeypatch.setattr(chat_module, "INDEX_TIME_SHARE", -1.0)  # every deadline is already past
     model = StandInModel()
     chat = make_chat(model)
-    model.queue("first")
-    await ask(chat, "index it", workspace=wide)
-    monkeypatch.setattr(chat_module, "INDEX_TIME_SHARE", -1.0)  # every deadline is already past
-    model.queue("second")
-    outcome, events = await ask(chat, "again", workspace=wide)
-    assert outcome.text == "second"
+    model.queue("answered from what is indexed")
+    outcome, events = await ask(chat, "What is here?", workspace=wide)
+    assert outcome.text == "answered from what is indexed"
     assert any("this reply searches what is indexed so far" in m for m in events.progress_messages)
 
 
