@@ -125,7 +125,7 @@ def _index_progress(events: ReplyEvents, index: WorkspaceIndex, settings: ChatSe
 
 
 def _broad_folder(root: Path) -> str:
-    """ "the root folder" or "your home folder" when ``root`` is one; "" otherwise."""
+    """Which broad folder ``root`` is ("the root folder", "your home folder"); "" for any other."""
     if root == Path(root.anchor):
         return "the root folder"
     try:
