@@ -113,7 +113,10 @@ def _configure_logging(args: argparse.Namespace, command: str) -> None:
     level = logging.DEBUG if verbose else logging.INFO if command in _DAEMONS else logging.WARNING
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if getattr(args, "log_file", None):
+        from imprintd.tools.paths import OWN_FILES
+
         handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
+        OWN_FILES.add(args.log_file)  # with -v it holds every session's text: no tool reads it
     # The API key never reaches a log line, whoever wrote it (a server's error body can echo it).
     masking = MaskSecrets([os.environ.get(API_KEY_ENV, "")])
     for handler in handlers:
@@ -191,7 +194,7 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
 
     import anyio
 
-    from imprintd.chat import Chat, ReplyRequest, WorkspaceMissing
+    from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing
     from imprintd.models.base import ModelError
     from imprintd.research.loop import ReplyFailed
     from imprintd.store import StoreError
@@ -207,7 +210,7 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
     )
     try:
         outcome = anyio.run(chat.reply, request, events)
-    except WorkspaceMissing as error:
+    except (WorkspaceMissing, QuestionTooLong) as error:
         print(f"imprintd: {error}", file=sys.stderr)
         return 2
     except (ModelError, StoreError, ReplyFailed) as error:

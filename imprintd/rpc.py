@@ -26,6 +26,7 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, BinaryIO, TypeVar
+from urllib.parse import urlparse
 
 import cattrs
 import msgspec
@@ -85,6 +86,10 @@ class ImprintProtocol(LanguageServerProtocol):
         super().__init__(server, converter)
         self.initialize_received = False
         self.exit_code: int | None = None
+        #: An ``initialize`` ``rootUri`` that does not parse as a URI, kept from pygls (below)
+        #: for the server to report.
+        self.unparsable_root_uri: str | None = None
+
         #: ``capabilities.experimental`` of the ``initialize`` result, asked once the editor's
         #: initialize handler has run (pygls builds the rest of the capabilities itself).
         self.experimental: Callable[[], Any] | None = None
@@ -117,11 +122,20 @@ class ImprintProtocol(LanguageServerProtocol):
                 self.send_error(msg_id, JsonRpcInvalidRequest("The server is already initialized."))
                 return
             self.initialize_received = True
+            self._keep_unparsable_root_uri(message.params)
         elif method is not None and not self.initialize_received:
             if is_request:
                 self.send_error(msg_id, JsonRpcServerNotInitialized(f"Received {method!r} before 'initialize'."))
             return  # notifications before initialize are dropped, as the spec says
         super().handle_message(message)
+
+    def _keep_unparsable_root_uri(self, params: types.InitializeParams) -> None:
+        """pygls parses ``rootUri`` before any handler runs, and one that does not parse
+        (``file://[::1/ws``) fails ``initialize`` as an internal error; it is set aside instead."""
+        try:
+            urlparse(params.root_uri or "")
+        except ValueError:
+            self.unparsable_root_uri, params.root_uri = params.root_uri, None
 
     # -- errors -------------------------------------------------------------
     def send_error(self, msg_id: Any, error: JsonRpcException) -> None:

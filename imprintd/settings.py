@@ -83,6 +83,22 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
     research_token_budget: Annotated[
         int, Meta(ge=1024, le=16_777_216, description="tokens research may spend on one reply")
     ] = 65536
+    index_max_files: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=10_000_000,
+            description="files of a workspace the search index keeps: the first the walk finds, shallow folders first",
+        ),
+    ] = 20_000
+    index_max_bytes: Annotated[
+        int,
+        Meta(
+            ge=1024,
+            le=68_719_476_736,
+            description="bytes of workspace files the search index reads, all files together",
+        ),
+    ] = 268_435_456
     research_time_budget: Annotated[
         float,
         Meta(

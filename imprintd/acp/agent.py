@@ -30,7 +30,7 @@ from imprintd.acp import wire
 from imprintd.acp.events import SESSION_UPDATE, AcpEvents, stop_reason
 from imprintd.acp.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND, Connection, RpcError
 from imprintd.acp.replay import replay
-from imprintd.chat import Chat, ReplyRequest, WorkspaceMissing
+from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing, workspace_folder
 from imprintd.models.base import ModelError
 from imprintd.research.loop import ReplyFailed
 from imprintd.store import SessionNotFound, StoreError, new_session_id
@@ -273,7 +273,10 @@ def _attachment(resource: wire.ResourceContents, root: Path | None) -> str:
 
 def _shown_path(uri: str, root: Path | None) -> str:
     """A file URI as the workspace-relative path the tools take, when it is inside the workspace."""
-    parsed = urlparse(uri)
+    try:
+        parsed = urlparse(uri)
+    except ValueError:  # "file://[x": shown as sent
+        return uri
     if parsed.scheme != "file":
         return uri
     path = Path(unquote(parsed.path))
@@ -284,15 +287,17 @@ def _shown_path(uri: str, root: Path | None) -> str:
 
 
 def _folder(cwd: str) -> Path:
-    """``cwd`` as a resolved folder; -32602 naming it when it is not an absolute path to a folder."""
-    path = Path(cwd)
-    if not path.is_absolute():
+    """``cwd`` as a resolved folder; -32602 naming it when it is not an absolute path to a folder
+    (too long, a NUL, a symbolic link loop and the like included: ``chat.workspace_folder``)."""
+    if not Path(cwd).is_absolute():
         raise RpcError(
-            INVALID_PARAMS, f"cwd: {cwd!r} is not an absolute path; ACP sends the workspace folder's absolute path."
+            INVALID_PARAMS,
+            f"cwd: {cwd[:120]!r} is not an absolute path; ACP sends the workspace folder's absolute path.",
         )
-    if not path.is_dir():
-        raise RpcError(INVALID_PARAMS, f"cwd: the workspace folder {cwd} does not exist or is not a folder.")
-    return path.resolve()
+    try:
+        return workspace_folder(cwd)
+    except WorkspaceMissing as error:
+        raise RpcError(INVALID_PARAMS, f"cwd: {error}") from None
 
 
 def _log_mcp(session_id: str, servers: Sequence[wire.McpServer]) -> None:
@@ -316,6 +321,8 @@ def _reply_error(error: BaseException) -> BaseException:
         return RpcError(RESOURCE_NOT_FOUND, f"sessionId: {error}")
     if isinstance(error, WorkspaceMissing):
         return RpcError(INVALID_PARAMS, f"cwd: {error}")
+    if isinstance(error, QuestionTooLong):
+        return RpcError(INVALID_PARAMS, f"prompt: {error} (attached resources count with the text)")
     if isinstance(error, (ModelError, ReplyFailed, StoreError, apsw.Error)):
         return RpcError(INTERNAL_ERROR, str(error))
     return error
