@@ -7,8 +7,8 @@ anything about a reply.
 
 Each prompt runs as its own task. ``session/cancel`` cancels it (the core keeps the
 question and stores nothing else) and the prompt answers ``{stopReason: "cancelled"}``. A
-prompt sent while another runs in the same session waits for it, so replies in one
-session never interleave.
+prompt sent while another runs in the same session waits for it (``Chat.reply`` takes a
+session's replies in turn), so replies in one session never interleave.
 """
 
 from __future__ import annotations
@@ -139,15 +139,10 @@ class Agent:
         question = question_text(params.prompt, root)
         events = AcpEvents(self.connection, info.id, root)
         request = ReplyRequest(text=question, session_id=info.id, workspace=str(root) if root else None)
-        waiting = list(self._prompts.get(info.id, ()))
-        reply = asyncio.ensure_future(self._reply_after(waiting, request, events))
+        # The core takes the replies of one session in turn, in the order they were asked.
+        reply = asyncio.ensure_future(self.chat.reply(request, events))
         self._prompts.setdefault(info.id, []).append(reply)
         return self._answer(info.id, reply, events)
-
-    async def _reply_after(self, earlier: Sequence[asyncio.Task], request: ReplyRequest, events: AcpEvents):
-        if earlier:
-            await asyncio.wait(earlier)
-        return await self.chat.reply(request, events)
 
     async def _answer(self, session_id: str, reply: asyncio.Task, events: AcpEvents) -> wire.PromptResult:
         try:
