@@ -23,6 +23,7 @@ from imprintd.context.sections import SectionArchive
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
 from imprintd.models.base import Model
+from imprintd.private import private_folder
 from imprintd.reply import ReplyContext, ReplyOutcome, ReplyRequest, run_reply
 from imprintd.settings import ChatSettings, Resolved
 from imprintd.store import (
@@ -151,7 +152,7 @@ class Chat:
     def _index_path(self) -> Path:
         folder = settings_mod.cache_dir()
         try:
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_folder(folder)
         except OSError as error:  # IMPRINT_CACHE_DIR=/dev/null, a read-only folder
             raise StoreError(
                 f"the cache folder {folder} cannot be used: {error.strerror or error}. "

@@ -17,7 +17,6 @@ Both implement ``ConversationStore``, which is all the reply path needs.
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 import time
@@ -35,6 +34,7 @@ from imprintd.context import history_index
 from imprintd.context.history import calls_by_id, indexed_messages
 from imprintd.context.history_index import HistoryIndex, MemoryHistoryIndex, SqliteHistoryIndex
 from imprintd.messages import Message, ToolCall
+from imprintd.private import private_database, private_folder
 from imprintd.settings import data_dir
 
 DB_NAME = "imprint.sqlite3"
@@ -253,15 +253,6 @@ def _message_from_row(row: tuple) -> Message:
     )
 
 
-def _create_private_file(path: Path) -> None:
-    # Conversations are private. SQLite creates the -wal and -shm files with the
-    # database file's permissions, so making the file 0600 up front covers all three.
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    except FileExistsError:
-        pass
-
-
 class Store:
     """Sessions, messages and summaries in one SQLite database (apsw).
 
@@ -282,9 +273,10 @@ class Store:
         """Open (creating if needed) the database; default ``data_dir()/imprint.sqlite3``."""
         path = data_dir() / DB_NAME if path is None else path
         try:
-            # 0700: only this user reads the conversations (existing dirs are left as they are).
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            _create_private_file(path)
+            # Only this user reads the conversations: folders made 0700, the database (and so
+            # its -wal and -shm, which SQLite creates with its mode) 0600.
+            private_folder(path.parent)
+            private_database(path)
         except OSError as error:  # IMPRINT_DATA_DIR=/dev/null, a read-only or unreadable folder
             raise StoreError(
                 f"the data folder {path.parent} cannot be used: {error.strerror or error}. "
