@@ -16,7 +16,10 @@ context are not available locally; ``chat.n_ctx`` is the budget:
   header and end marker a template adds;
 * a prompt: the sum of its messages, each tool schema as its OpenAI JSON, plus
   ``PROMPT_OVERHEAD`` for the generation prompt. The estimate is additive by construction, so
-  ``count_prompt == PROMPT_OVERHEAD + tools + sum(count_message)`` exactly.
+  ``count_prompt == PROMPT_OVERHEAD + tools + sum(count_message)`` exactly;
+* output: a server that ignores ``max_tokens`` (one misconfigured to stream forever) is cut
+  once its text, tool names and arguments reach ``max_tokens * BYTES_PER_TOKEN`` bytes: the
+  stream is closed and the completion ends with finish ``"length"``, as a local model's does.
 
 Failures raise ``ModelError`` naming the cause (refused connection, unknown host, 401, 404,
 429, 5xx, a stream cut short, no answer within the read timeout, a stream chunk that is not
@@ -191,20 +194,41 @@ def _longest_prefix_suffix(text: str, secret: str) -> int:
 
 @dataclass
 class _Stream:
-    """What has arrived of one streamed reply."""
+    """What has arrived of one streamed reply.
+
+    ``allowance`` is the request's ``max_tokens`` in UTF-8 bytes (the estimate's three a
+    token): a server that ignores ``max_tokens`` is cut there, as a local model is at its
+    token count, with finish ``"length"``, and the stream is closed (``cut``).
+    """
 
     filter: VisibleTextFilter
     on_text: TextCallback | None
     #: The API key: a server that writes it into the reply has it masked before anything sees it.
     secret: _SecretMask = field(default_factory=lambda: _SecretMask(None))
+    allowance: int = 1 << 62
     raw: list[str] = field(default_factory=list)
     shown: list[str] = field(default_factory=list)
     calls: dict[int, _PartialCall] = field(default_factory=dict)
     finish: str | None = None
     done: bool = False
+    cut: bool = False
     server_usage: dict[str, Any] | None = None
+    #: UTF-8 bytes of output so far: text, tool names and arguments.
+    output_bytes: int = 0
+
+    def take(self, piece: str) -> str:
+        """``piece``, or as much of it as the output allowance has left (then the stream is cut)."""
+        size = len(piece.encode("utf-8"))
+        if self.output_bytes + size <= self.allowance:
+            self.output_bytes += size
+            return piece
+        left = max(0, self.allowance - self.output_bytes)
+        self.output_bytes = self.allowance
+        self.cut, self.finish = True, "length"
+        return piece.encode("utf-8")[:left].decode("utf-8", errors="ignore")
 
     def text(self, piece: str) -> None:
+        piece = self.take(piece)
         self.raw.append(piece)
         self.show(self.filter.feed(self.secret.feed(piece)))
 
@@ -225,8 +249,9 @@ class _Stream:
             if delta.content:
                 self.text(delta.content)
             for part in delta.tool_calls or ():
-                self.call_delta(part)
-            if choice.finish_reason:
+                if not self.cut:
+                    self.call_delta(part)
+            if choice.finish_reason and not self.cut:
                 self.finish = choice.finish_reason
 
     def call_delta(self, part: _CallDelta) -> None:
@@ -236,11 +261,11 @@ class _Stream:
         call = self.calls.setdefault(index, _PartialCall())
         call.id = call.id or part.id or ""
         function = part.function or _FunctionDelta()
-        call.name = call.name or function.name or ""
+        call.name = call.name or self.take(function.name or "")
         if isinstance(function.arguments, dict):  # a server that sends the object, not its text
-            call.arguments.append(json.dumps(function.arguments, ensure_ascii=False))
+            call.arguments.append(self.take(json.dumps(function.arguments, ensure_ascii=False)))
         elif function.arguments:
-            call.arguments.append(function.arguments)
+            call.arguments.append(self.take(function.arguments))
 
     def parsed(self, tools: Sequence[ToolSpec]) -> ParsedOutput:
         """Visible text, the calls (native deltas first, then any written as text), and errors."""
@@ -364,7 +389,12 @@ class RemoteModel:
                 f"prompt of about {prompt_tokens} tokens plus {max_tokens} output tokens "
                 f"exceeds the {self.n_ctx}-token context (chat.n_ctx)"
             )
-        stream = _Stream(filter=VisibleTextFilter(tools, "native"), on_text=on_text, secret=_SecretMask(self._api_key))
+        stream = _Stream(
+            filter=VisibleTextFilter(tools, "native"),
+            on_text=on_text,
+            secret=_SecretMask(self._api_key),
+            allowance=max_tokens * BYTES_PER_TOKEN,
+        )
         body = self.request_body(messages, tools, max_tokens)
         with anyio.move_on_after(timeout):
             async with inference_lock():
@@ -398,9 +428,7 @@ class RemoteModel:
         return report_usage(self.model_id, completion)
 
     def _usage(self, stream: _Stream, prompt_tokens: int, parsed: ParsedOutput) -> Usage:
-        generated = estimate_tokens("".join(stream.raw)) + sum(
-            estimate_tokens(call.name) + estimate_tokens("".join(call.arguments)) for call in stream.calls.values()
-        )
+        generated = math.ceil(stream.output_bytes / BYTES_PER_TOKEN)
         evaluated = prompt_tokens
         usage = stream.server_usage or {}
         if isinstance(usage.get("prompt_tokens"), int):
@@ -460,6 +488,8 @@ class RemoteModel:
                 stream.done = True
                 return
             stream.apply(parse_chunk(data))
+            if stream.cut:
+                return  # leaving the response's context closes the stream: the server stops
 
     def _status_message(self, response: httpx.Response) -> str:
         status = response.status_code
