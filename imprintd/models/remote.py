@@ -49,13 +49,14 @@ from imprintd.models.base import (
     Completion,
     FinishReason,
     ModelError,
+    ModelUnavailable,
     TextCallback,
     Usage,
     inference_lock,
     report_usage,
 )
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter, call_from_object, new_call_id
-from imprintd.redact import mask
+from imprintd.redact import hide_url_passwords, mask, mask_json
 
 API_KEY_ENV = "IMPRINT_CHAT_API_KEY"
 #: UTF-8 bytes per estimated token (ADR 0093's remote estimate).
@@ -64,6 +65,36 @@ BYTES_PER_TOKEN = 3
 MESSAGE_OVERHEAD = 4
 #: Estimated tokens of the generation prompt that ends every formatted prompt.
 PROMPT_OVERHEAD = 3
+
+
+#: What an API key may hold: printable ASCII, as HTTP headers carry it (RFC 9110 field values).
+_KEY_CHARACTERS = frozenset(chr(code) for code in range(0x21, 0x7F))
+
+
+def usable_api_key(key: str | None) -> str | None:
+    """``key`` when an ``Authorization`` header can carry it; None for none.
+
+    Raises ``ModelUnavailable`` naming ``IMPRINT_CHAT_API_KEY`` and what is accepted, without
+    repeating the key: a line break or a character outside printable ASCII cannot go into a
+    header, and the HTTP library's refusal would quote it.
+    """
+    if not key:
+        return None
+    bad = set(key) - _KEY_CHARACTERS
+    if not bad:
+        return key
+    if bad & {"\r", "\n"}:
+        what = "a line break (CR or LF; a file written on Windows ends its lines with CR LF)"
+    elif bad & {" ", "\t"}:
+        what = "a space or tab"
+    elif any(ord(character) > 0x7E for character in bad):
+        what = "a character outside ASCII"
+    else:
+        what = "a control character"
+    raise ModelUnavailable(
+        f"{API_KEY_ENV} holds {what}; an API key is accepted as printable ASCII (letters, digits "
+        "and punctuation) without spaces or line breaks. Set it to the key alone."
+    )
 
 
 def estimate_tokens(text: str) -> int:
@@ -274,11 +305,19 @@ class _Stream:
         self.show(last)
         names = {tool.name for tool in tools}
         calls, errors = [], [from_text.error] if from_text.error else []
+        secret = self.secret.secret
         for index in sorted(self.calls):
             partial = self.calls[index]
-            ident = partial.id or new_call_id()
-            arguments = mask("".join(partial.arguments), self.secret.secret)
-            result = call_from_object({"name": partial.name, "arguments": arguments}, names, lambda: ident)  # noqa: B023 (used before the loop moves on)
+            # The key may come back in any field of a call: an id holding it is replaced (ids
+            # reach the client and the store), the name and arguments have it masked, the
+            # arguments however their JSON spells it (``\u``-escaped, it decodes to the key).
+            ident = partial.id if partial.id and mask(partial.id, secret) == partial.id else new_call_id()
+            arguments = mask_json("".join(partial.arguments), secret)
+            result = call_from_object(
+                {"name": mask(partial.name, secret), "arguments": arguments},
+                names,
+                lambda: ident,  # noqa: B023 (used before the loop moves on)
+            )
             if isinstance(result, str):
                 errors.append(result)
             else:
@@ -315,16 +354,18 @@ class RemoteModel:
         temperature: float | None = 0.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        #: The URL as every message names it: a password in it is masked.
+        self.shown_url = hide_url_passwords(self.base_url)
         self.model = model
         self.n_ctx = n_ctx
-        self.model_id = f"openai:{self.base_url}#{model}"
-        self._api_key = api_key or None  # never logged, never in repr
+        self.model_id = f"openai:{self.shown_url}#{model}"
+        self._api_key = usable_api_key(api_key)  # never logged, never in repr
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._temperature = temperature
 
     def __repr__(self) -> str:
-        return f"RemoteModel({self.base_url!r}, {self.model!r}, n_ctx={self.n_ctx})"
+        return f"RemoteModel({self.shown_url!r}, {self.model!r}, n_ctx={self.n_ctx})"
 
     @property
     def url(self) -> str:
@@ -442,8 +483,9 @@ class RemoteModel:
         try:
             await self._stream_unmasked(body, stream)
         except ModelError as error:
-            # Error bodies are the server's words, and some echo the key they were sent.
-            masked = mask(str(error), self._api_key)
+            # Error bodies are the server's words, and some echo the key they were sent; the
+            # HTTP library's words can quote the URL, password and all.
+            masked = hide_url_passwords(mask(str(error), self._api_key))
             if masked != str(error):
                 raise type(error)(masked) from None
             raise
