@@ -18,8 +18,10 @@ context are not available locally; ``chat.n_ctx`` is the budget:
   ``PROMPT_OVERHEAD`` for the generation prompt. The estimate is additive by construction, so
   ``count_prompt == PROMPT_OVERHEAD + tools + sum(count_message)`` exactly;
 * output: a server that ignores ``max_tokens`` (one misconfigured to stream forever) is cut
-  once its text, tool names and arguments reach ``max_tokens * BYTES_PER_TOKEN`` bytes: the
-  stream is closed and the completion ends with finish ``"length"``, as a local model's does.
+  once its text, tool names and arguments reach ``max_tokens * OUTPUT_BYTES_PER_TOKEN`` bytes:
+  the stream is closed and the completion ends with finish ``"length"``, as a local model's
+  does. Not at the three bytes of the estimate: that over-counts, and would cut an English
+  answer that is within its allowance at three quarters of it.
 
 Failures raise ``ModelError`` naming the cause (refused connection, unknown host, 401, 404,
 429, 5xx, a stream cut short, no answer within the read timeout, a stream chunk that is not
@@ -65,6 +67,10 @@ BYTES_PER_TOKEN = 3
 MESSAGE_OVERHEAD = 4
 #: Estimated tokens of the generation prompt that ends every formatted prompt.
 PROMPT_OVERHEAD = 3
+#: UTF-8 bytes a token of output may average before a server is taken to ignore ``max_tokens``:
+#: about twice what tokenizers average on English (four), so an answer within its allowance is
+#: never cut, while one that streams on stops within 8 KiB per 1,024 tokens.
+OUTPUT_BYTES_PER_TOKEN = 8
 
 
 #: What an API key may hold: printable ASCII, as HTTP headers carry it (RFC 9110 field values).
@@ -227,8 +233,8 @@ def _longest_prefix_suffix(text: str, secret: str) -> int:
 class _Stream:
     """What has arrived of one streamed reply.
 
-    ``allowance`` is the request's ``max_tokens`` in UTF-8 bytes (the estimate's three a
-    token): a server that ignores ``max_tokens`` is cut there, as a local model is at its
+    ``allowance`` is the request's ``max_tokens`` in UTF-8 bytes (``OUTPUT_BYTES_PER_TOKEN``
+    a token): a server that ignores ``max_tokens`` is cut there, as a local model is at its
     token count, with finish ``"length"``, and the stream is closed (``cut``).
     """
 
@@ -434,7 +440,7 @@ class RemoteModel:
             filter=VisibleTextFilter(tools, "native"),
             on_text=on_text,
             secret=_SecretMask(self._api_key),
-            allowance=max_tokens * BYTES_PER_TOKEN,
+            allowance=max_tokens * OUTPUT_BYTES_PER_TOKEN,
         )
         body = self.request_body(messages, tools, max_tokens)
         with anyio.move_on_after(timeout):

@@ -1,5 +1,5 @@
 """A model server that ignores ``max_tokens`` and streams on without end is cut at the output
-allowance (``max_tokens`` at three UTF-8 bytes a token, the remote estimate): the stream is
+allowance (``max_tokens`` at ``OUTPUT_BYTES_PER_TOKEN`` UTF-8 bytes a token): the stream is
 closed, the reply ends with ``stopReason: "length"``, and what is streamed, stored and held in
 memory stays within the allowance."""
 
@@ -11,12 +11,12 @@ import tracemalloc
 import anyio
 
 from imprintd.messages import ToolSpec, user
-from imprintd.models.remote import BYTES_PER_TOKEN, RemoteModel
+from imprintd.models.remote import OUTPUT_BYTES_PER_TOKEN, RemoteModel, estimate_tokens
 from tests.e2e.rawclient import RawClient
 from tests.openai_stub import ENDLESS_LIMIT, StubReply
 
 MAX_TOKENS = 64
-ALLOWANCE_BYTES = MAX_TOKENS * BYTES_PER_TOKEN
+ALLOWANCE_BYTES = MAX_TOKENS * OUTPUT_BYTES_PER_TOKEN
 
 
 def test_a_server_streaming_past_max_tokens_is_cut_with_stop_reason_length(daemon_env, stub):
@@ -60,7 +60,7 @@ def test_a_runaway_stream_is_held_in_bounded_memory(stub):
         tracemalloc.stop()
     assert completion.finish_reason == "length"
     assert len(completion.text.encode()) <= ALLOWANCE_BYTES and "".join(pieces) == completion.text
-    assert completion.usage.generated_tokens <= MAX_TOKENS
+    assert completion.usage.generated_tokens == estimate_tokens(completion.text)
     assert stub.hung_up.wait(60) and stub.endless_sent < ENDLESS_LIMIT
     # The stub itself allocates a little per piece it sends; the reply is a few hundred bytes.
     assert peak < 4 * 1024 * 1024, f"peak {peak:,} bytes"
@@ -77,6 +77,6 @@ def test_endless_tool_call_arguments_are_cut_too(stub):
     search = ToolSpec(name="search", description="Search.", parameters={"type": "object"})
     completion = anyio.run(lambda: model.complete([user("Which port?")], [search], max_tokens=MAX_TOKENS))
     assert completion.finish_reason == "length"
-    assert completion.usage.generated_tokens <= MAX_TOKENS  # before the fix: about 33,000
+    assert completion.usage.generated_tokens <= estimate_tokens("x" * ALLOWANCE_BYTES)  # before: 33,000
     # The call was cut mid-arguments: it is not run, and the model is told why.
     assert completion.tool_calls == () and "not valid JSON" in (completion.tool_call_error or "")
