@@ -7,12 +7,13 @@ or a section read, and translates the answer to its wire. See docs/architecture.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
@@ -26,6 +27,7 @@ from imprintd.events import ReplyEvents
 from imprintd.messages import Message
 from imprintd.models.base import Model, SessionStates, session_requests
 from imprintd.models.state_cache import delete_session_files, states_folder
+from imprintd.private import private_folder
 from imprintd.reply import ReplyContext, ReplyOutcome, ReplyRequest, next_question_usage, run_reply
 from imprintd.settings import ChatSettings, Resolved
 from imprintd.store import (
@@ -160,6 +162,27 @@ def _default_model_factory(chat: ChatSettings) -> Model:
     return create_model(chat)
 
 
+class SessionTurns:
+    """One reply at a time per session, in the order they were asked (anyio's lock is FIFO).
+
+    A session's lock exists only while a reply holds or awaits it.
+    """
+
+    def __init__(self) -> None:
+        self._locks: dict[str, anyio.Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, session_id: str) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(session_id, anyio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            statistics = lock.statistics()
+            if not statistics.locked and not statistics.tasks_waiting and self._locks.get(session_id) is lock:
+                del self._locks[session_id]
+
+
 class Chat:
     """One per process: holds the settings, the stores and the (lazily loaded) model."""
 
@@ -181,6 +204,7 @@ class Chat:
         self.sections = SectionArchive()
         self._indexes: dict[Path, WorkspaceIndex] = {}
         self._index_locks: dict[Path, anyio.Lock] = {}
+        self._turns = SessionTurns()
 
     # -- settings and parts -------------------------------------------------
     @property
@@ -202,7 +226,7 @@ class Chat:
     def _index_path(self) -> Path:
         folder = settings_mod.cache_dir()
         try:
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_folder(folder)
         except OSError as error:  # IMPRINT_CACHE_DIR=/dev/null, a read-only folder
             raise StoreError(
                 f"the cache folder {folder} cannot be used: {error.strerror or error}. "
@@ -349,7 +373,12 @@ class Chat:
 
     # -- replies ------------------------------------------------------------
     async def reply(self, request: ReplyRequest, events: ReplyEvents) -> ReplyOutcome:
-        """Answer ``request`` in its session; see ``imprintd.reply`` for the steps."""
+        """Answer ``request`` in its session; see ``imprintd.reply`` for the steps.
+
+        Replies in one session take turns in the order they were asked: each question is
+        stored and answered only after the one before it, so the model answering it sees the
+        earlier question with its answer. One cancelled while it waits stores nothing.
+        """
         # Refuse a request that cannot be answered before anything is stored: a refused
         # question stores nothing.
         if len(request.text) > MAX_SOURCE_CHARS:
@@ -360,13 +389,21 @@ class Chat:
             )
         root = self.workspace_root(request.workspace)
         if request.session_id:
-            store, info = self.locate(request.session_id)
-            if not request.workspace and info.workspace and Path(info.workspace).is_dir():
-                # A follow-up researches the folder its session was started on, unless told otherwise.
-                request = msgspec.structs.replace(request, workspace=info.workspace)
+            self.locate(request.session_id)  # an unknown session is refused at once, not after a wait
+            session_id = request.session_id
         else:
             store = self.store if request.persist else self.memory
-            info = store.create_session(workspace=str(root) if root else None, session_id=request.new_session_id)
+            session_id = store.create_session(
+                workspace=str(root) if root else None, session_id=request.new_session_id
+            ).id
+        async with self._turns.turn(session_id):
+            return await self._reply_in_turn(session_id, request, events)
+
+    async def _reply_in_turn(self, session_id: str, request: ReplyRequest, events: ReplyEvents) -> ReplyOutcome:
+        store, info = self.locate(session_id)  # as it is now: earlier turns added to it
+        if request.session_id and not request.workspace and info.workspace and Path(info.workspace).is_dir():
+            # A follow-up researches the folder its session was started on, unless told otherwise.
+            request = msgspec.structs.replace(request, workspace=info.workspace)
         reply_id = uuid.uuid4().hex
         context = ReplyContext(
             store=store,

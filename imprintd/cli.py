@@ -7,9 +7,11 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from imprintd import __version__
 from imprintd import settings as settings_mod
+from imprintd.private import private_file
 from imprintd.redact import MaskSecrets
 
 DESCRIPTION = """\
@@ -115,8 +117,15 @@ def _configure_logging(args: argparse.Namespace, command: str) -> None:
     if getattr(args, "log_file", None):
         from imprintd.tools.paths import OWN_FILES
 
-        handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
-        OWN_FILES.add(args.log_file)  # with -v it holds every session's text: no tool reads it
+        # Under -v the log holds conversation text: only this user may read it, and no tool.
+        try:
+            private_file(Path(args.log_file))
+            handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
+        except OSError as error:
+            raise SystemExit(
+                f"imprintd: --log-file {args.log_file} cannot be used: {error.strerror or error}"
+            ) from None
+        OWN_FILES.add(args.log_file)
     # The API key never reaches a log line, whoever wrote it (a server's error body can echo it).
     masking = MaskSecrets([os.environ.get(API_KEY_ENV, "")])
     for handler in handlers:

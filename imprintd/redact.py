@@ -31,6 +31,7 @@ they are. Redaction is idempotent.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Sequence
@@ -288,6 +289,38 @@ def mask(text: str, *secrets: str | None) -> str:
     return text
 
 
+def mask_json(text: str, secret: str | None) -> str:
+    r"""JSON text with ``secret`` masked however its characters are written: as themselves or
+    escaped (``\u0073k-…``, ``\/``), so the secret is gone once the text is decoded too."""
+    if not secret:
+        return text
+    return _json_spelling(secret).sub(MARK, text)
+
+
+#: JSON's two-character escapes, by the character they stand for.
+_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+@functools.lru_cache(maxsize=8)
+def _json_spelling(secret: str) -> re.Pattern[str]:
+    """A pattern matching ``secret`` in JSON text, each character written any way JSON may."""
+
+    def forms(character: str) -> str:
+        written = [re.escape(character)]
+        if ord(character) < 0x10000:
+            written.append(rf"\\u(?i:{ord(character):04x})")
+        if character in _SHORT_ESCAPES:
+            written.append(re.escape(_SHORT_ESCAPES[character]))
+        return "(?:" + "|".join(written) + ")"
+
+    return re.compile("".join(forms(character) for character in secret))
+
+
+def hide_url_passwords(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:PASSWORD@host`` URL masked."""
+    return _URL_PASSWORD.sub(_keep_lead, text)
+
+
 class MaskSecrets(logging.Filter):
     """A log handler filter that masks known secret values in every record it passes on,
     tracebacks included (a server's error text can echo the API key it was sent), and the
@@ -315,4 +348,4 @@ class MaskSecrets(logging.Filter):
         return True
 
     def _mask(self, text: str) -> str:
-        return _URL_PASSWORD.sub(_keep_lead, mask(text, *self.secrets))
+        return hide_url_passwords(mask(text, *self.secrets))

@@ -76,7 +76,20 @@ class ExpectedErrorFilter(logging.Filter):
         return True
 
 
+class StructureTracebackFilter(logging.Filter):
+    """Drop pygls' record of a message it could not structure: a traceback of several
+    kilobytes (a cattrs ExceptionGroup) per malformed message, which a client could send
+    without end. ``ImprintProtocol.receive_body`` answers or logs each such message in one
+    line naming the field; with ``-v`` (debug) the traceback is kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Unable to deserialize message"):
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
 logging.getLogger("pygls.protocol.json_rpc").addFilter(ExpectedErrorFilter())
+logging.getLogger("pygls.protocol.json_rpc").addFilter(StructureTracebackFilter())
 
 
 class ImprintProtocol(LanguageServerProtocol):
@@ -209,8 +222,18 @@ class ImprintProtocol(LanguageServerProtocol):
     def _structure(self, raw: dict) -> Any:
         """LSP messages become lsprotocol types; ``imprint/*`` params stay plain JSON for msgspec."""
         method = raw.get("method")
-        if method is None or self.get_message_type(method) is not None:
-            return self.structure_message(raw)
+        if method is None:
+            return self.structure_message(raw)  # a response: pygls pairs it with what it asked
+        message_type = self.get_message_type(method)
+        if message_type is not None:
+            # Structured here, not by pygls' structure_message, which formats a traceback of
+            # every failure before logging it: seconds of work for a list of 10,000 bad items.
+            try:
+                return self._converter.structure(raw, message_type)
+            except cattrs.ClassValidationError as error:
+                raise JsonRpcInvalidParams() from error
+            except Exception as error:  # cattrs raises what the structuring hit
+                raise JsonRpcInvalidParams(f"{type(error).__name__}: {error}") from error
         params = raw.get("params")
         if "id" in raw:
             return JsonRPCRequestMessage(id=raw["id"], method=method, jsonrpc="2.0", params=params)
@@ -248,10 +271,18 @@ def _envelope_problem(raw: Any) -> str | None:
     return None
 
 
+#: Problems named of a message that could not be structured; a list of 100,000 bad items
+#: must not make a line (or an answer) of 100,000 reasons.
+MAX_PROBLEMS_NAMED = 8
+
+
 def _structure_error_detail(error: JsonRpcException) -> str:
     cause = error.__cause__
     if isinstance(cause, cattrs.ClassValidationError):
-        return "; ".join(cattrs.transform_error(cause, path="params").__iter__()) or str(cause)
+        problems = cattrs.transform_error(cause, path="params")
+        named = "; ".join(problems[:MAX_PROBLEMS_NAMED])
+        more = len(problems) - MAX_PROBLEMS_NAMED
+        return (f"{named}; and {more} more" if more > 0 else named) or str(cause)
     return error.message
 
 

@@ -8,9 +8,9 @@ anything about a reply.
 
 Each prompt runs as its own task. ``session/cancel`` cancels it (the core keeps the
 question and stores nothing else), nothing more is sent for it, and the prompt answers
-``{stopReason: "cancelled"}``. A
-prompt sent while another runs in the same session waits for it, so replies in one
-session never interleave.
+``{stopReason: "cancelled"}``. A prompt sent while another runs in the same session waits for
+it (here, so that a session's first prompt stores it before the next one asks; ``Chat.reply``
+takes a session's replies in turn as well), so replies in one session never interleave.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def describe_model(chat: ChatSettings, environ: Mapping[str, str] | None = None)
         return f"unavailable: {error}"
     if isinstance(model, RemoteModel):
         key = "with an API key" if environ.get(API_KEY_ENV) else f"without an API key ({API_KEY_ENV} unset)"
-        return f"remote {model.model!r} at {model.base_url} (OpenAI-compatible, {key}; n_ctx {chat.n_ctx})"
+        return f"remote {model.model!r} at {model.shown_url} (OpenAI-compatible, {key}; n_ctx {chat.n_ctx})"
     assert isinstance(model, LocalModel)
     try:
         check_gguf(model.model_path)

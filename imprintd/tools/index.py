@@ -33,6 +33,7 @@ from pathlib import Path
 import apsw
 import msgspec
 
+from imprintd.private import private_database
 from imprintd.store import StoreError, immediate
 from imprintd.tools.base import Hit, ToolError
 from imprintd.tools.paths import OWN_FILES, is_secret_name, is_shown_name, open_regular_file
@@ -417,10 +418,13 @@ def open_index_db(path: Path | str) -> apsw.Connection:
     not a writable folder), so the client hears which file and why.
     """
     try:
+        # It holds workspace text: 0600 whatever the umask (and so its -wal and -shm).
+        private_database(Path(path))
         conn = apsw.Connection(str(path))
-    except apsw.Error as error:
+    except (apsw.Error, OSError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
         raise StoreError(
-            f"cannot open the workspace index {path}: {error}. Set IMPRINT_CACHE_DIR to a folder this user can write."
+            f"cannot open the workspace index {path}: {reason}. Set IMPRINT_CACHE_DIR to a folder this user can write."
         ) from None
     try:
         conn.set_busy_timeout(BUSY_TIMEOUT_MS)
