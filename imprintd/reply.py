@@ -4,14 +4,17 @@
 2. Summary step (ADR 0141): only when the conversation's own text no longer fits beside
    the summary, the oldest exchanges are summarized; on failure ADR 0140's dropping stands.
 3. Research (``research/loop.py``): fit, charge, generate, run tools, until an answer or a stop.
-4. A stop other than an answer writes the final answer from notes, with Sources (ADR 0127).
-   Characters a section analysis left unread are named after the answer.
+4. A stop other than an answer writes the final answer from notes, with Sources (ADR 0127),
+   within its own 120 s. What was not read or done (characters a section analysis left
+   unread, a round the model failed) is named after the answer, with the setting that would
+   help; a direct answer cut off by the output limit says so.
 5. The reply and its tool exchanges are stored; only then is the reply acknowledged.
 
-``chat.research_time_budget`` bounds steps 2–4 together (``research/clock.py``), from when the
-workspace index is up to date, keeping a share for the final answer.
+``chat.research_time_budget`` bounds steps 2–3 (``research/clock.py``), from when the
+workspace index is up to date, less a share kept for the final answer.
 
-A cancelled or failed reply keeps the stored question and stores nothing else.
+A cancelled reply, and one that failed before anything was gathered, keeps the stored
+question and stores nothing else; any other stop ends in an answer from what was gathered.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from imprintd.context.sections import ReplySections
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, Style
 from imprintd.models.base import Model
-from imprintd.research.answer import coverage_note, final_answer
+from imprintd.research import clock as clocks
+from imprintd.research.answer import coverage_note, cut_off_note, final_answer
 from imprintd.research.clock import ReplyClock
 from imprintd.research.loop import ReplyScope, Stop, research
 from imprintd.settings import ChatSettings
@@ -93,7 +97,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
 
     workspace_tools = await context.workspace_tools(events)
     clock = ReplyClock(settings.research_time_budget)  # indexing is not the reply's to bound
-    offered = should_offer(earlier, tools_offered=bool(workspace_tools))
+    offered = should_offer(earlier)
     history_tool = (
         [ConversationHistoryTool(ConversationHistory(earlier, store.history_index(info.id)))] if offered else []
     )
@@ -123,9 +127,11 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     outcome = await research(scope, system=system, history=history, question=question, tools=tools)
 
     sources: tuple[SourceRef, ...] = ()
-    coverage = coverage_note(outcome.analyses)
+    coverage = "\n".join(part for part in (outcome.failure, coverage_note(outcome.analyses)) if part)
     if outcome.answer is not None:
         text = outcome.answer.text
+        if outcome.stop == "length":
+            coverage = "\n".join(part for part in (cut_off_note(settings.max_tokens), coverage) if part)
         if coverage:
             events.text("\n\n" + coverage)
             text += "\n\n" + coverage
@@ -140,8 +146,9 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
             steps=outcome.steps,
             style=request.style,
             max_tokens=settings.max_tokens,
-            timeout=clock.final_left(),
+            timeout=clocks.FINAL_TIMEOUT_S,  # its own deadline, whatever research left (ADR 0101)
             coverage=coverage,
+            question_analyzed=outcome.question_analysis is not None,
         )
         text = final.text
         sources = tuple(_source_refs(final.cited))
