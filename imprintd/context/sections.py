@@ -128,10 +128,7 @@ CUT_REASONS = {
         "chat.analysis_context (larger sections; the context chat.n_ctx must allow them)",
     ),
     "worker_failed": ("a note-taking worker's model request failed", ""),
-    "worker_timeout": (
-        f"a note-taking worker did not finish within its {WORKER_TIMEOUT_S:g}-second limit",
-        "chat.analysis_context",
-    ),
+    "worker_timeout": ("a note-taking worker ran past its own deadline", "chat.analysis_context"),
     "empty_notes": ("a note-taking worker wrote no notes", ""),
 }
 #: Cuts that a worker's failure caused (research then stops on ``model_error``).
@@ -581,7 +578,7 @@ async def analyze(
             if timeout < WORKER_TIMEOUT_S:
                 cut = "time_budget"  # the reply's time ran out mid-section: that section is unread
             else:
-                cut, failure = "worker_timeout", f"worker {worker + 1} on section {number}"
+                cut, failure = "worker_timeout", f"worker {worker + 1} on section {number}, after {timeout:g} s"
             break
         rewritten = completion.text.strip()
         if not rewritten:

@@ -512,7 +512,7 @@ async def test_a_worker_past_its_own_deadline_ends_reading_and_names_a_smaller_w
     analysis = await run_analysis(model, source)
     assert [r.timeout for r in model.requests] == [0.01] * 3
     assert analysis.cut == "worker_timeout" and len(analysis.sections) == 2
-    assert analysis.failure == "worker 1 on section 3"
+    assert analysis.failure == "worker 1 on section 3, after 0.01 s"
     assert "A smaller chat.analysis_context (2,048: sections of about half the size" in analysis.unread_sentence()
 
 
