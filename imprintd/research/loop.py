@@ -5,7 +5,9 @@ See docs/decisions.md, "When research stops", and docs/architecture.md, "One rep
 Each coordinator round fits the prompt (ADR 0140), checks and charges the research token
 budget (ADR 0157), lets the model write or call tools, and runs the calls in the reply's
 own scope. A current tool result is passed whole when it fits and analyzed in sections
-when it does not (ADR 0093); the user's own oversized message is analyzed the same way.
+when it does not (ADR 0093); the user's own oversized message is analyzed the same way. Each
+place a result shows opens with its number, given once per reply (``research/citations.py``),
+and the model's text streams with citations of numbers no result has removed.
 Research stops on an answer, the token budget, the time budget, two rounds without new
 evidence, a full context, or a model failure after something was gathered (a round's error
 after the provider's retries, a section worker that fails or runs past its 120 s); every
@@ -34,9 +36,10 @@ from imprintd import messages as msg
 from imprintd.context import sections as sec
 from imprintd.context.fitting import Fitted, fit_prompt
 from imprintd.events import ReplyEvents, StepState, ToolStep
-from imprintd.messages import Message, ToolCall
+from imprintd.messages import Message, Style, ToolCall
 from imprintd.models.base import Completion, Model, ModelError
 from imprintd.research.budget import BudgetExhausted, ResearchBudget, charged_complete
+from imprintd.research.citations import CitationFilter, Numbering
 from imprintd.research.clock import ReplyClock
 from imprintd.research.notes import ToolStepRecord
 from imprintd.tools.base import Tool, ToolError, ToolResult
@@ -73,6 +76,8 @@ class Research(msgspec.Struct, kw_only=True):
     budget: ResearchBudget | None = None
     #: What a model failure left undone, in words for the answer ("" when none stopped research).
     failure: str = ""
+    #: The numbers of every result the coordinator saw (``research/citations.py``).
+    numbering: Numbering = msgspec.field(default_factory=Numbering)
 
 
 class ReplyScope(msgspec.Struct, kw_only=True):
@@ -89,6 +94,8 @@ class ReplyScope(msgspec.Struct, kw_only=True):
     clock: ReplyClock | None = None
     #: ``chat.analysis_context``: the most tokens of one section worker's context.
     analysis_context: int = sec.WORKER_CONTEXT_TOKENS
+    #: A spoken answer is read aloud: citations are kept out of its streamed text.
+    style: Style = "written"
 
 
 class _Cut(Exception):
@@ -118,6 +125,7 @@ class _Loop:
         self.asked = question.content
         self.budget = ResearchBudget(scope.token_budget)
         self.outcome = Research(stop="answer", question=question, budget=self.budget)
+        self.numbering = self.outcome.numbering
         self.clock = scope.clock or ReplyClock(scope.time_budget)
         self.seen: set[str] = set()
         #: Each call run in this reply, by its name and arguments: its result, and the text
@@ -159,6 +167,8 @@ class _Loop:
             if left <= 0:
                 return self._stop("time_budget")
             rounds += 1
+            # A number that names no result of this reply never reaches the client.
+            stream = CitationFilter(self._citable, self.scope.events.text)
             try:
                 completion = await charged_complete(
                     self.budget,
@@ -167,7 +177,7 @@ class _Loop:
                     specs,
                     max_tokens=self.scope.max_tokens,
                     timeout=left,
-                    on_text=self.scope.events.text,
+                    on_text=stream,
                     on_retry=self.scope.events.progress,
                 )
             except BudgetExhausted:
@@ -175,6 +185,7 @@ class _Loop:
             except ModelError as error:
                 if not self._gathered():
                     raise
+                stream.close()
                 self.scope.events.text_was_preamble()  # whatever streamed was not the answer
                 done = {1: "the question's analysis", 2: "round 1"}.get(rounds, f"rounds 1–{rounds - 1}")
                 self.outcome.failure = (
@@ -182,6 +193,8 @@ class _Loop:
                     f"written from what {done} found."
                 )
                 return self._stop("model_error")
+            finally:
+                stream.close()
             if completion.finish_reason == "deadline":
                 self.scope.events.text_was_preamble()  # the final answer from notes follows
                 return self._stop("time_budget")
@@ -212,6 +225,9 @@ class _Loop:
             )
             for record in self.outcome.steps
         )
+
+    def _citable(self, number: int) -> bool:
+        return self.scope.style != "spoken" and self.numbering.get(number) is not None
 
     def _stop(self, stop: Stop) -> Research:
         self.outcome.stop = stop
@@ -266,14 +282,15 @@ class _Loop:
         if analysis.cut in sec.FAILURE_CUTS and not analysis.workers:
             # Nothing of the message was read and nothing else gathered yet: the one case that fails.
             raise ReplyFailed(analysis.unread_sentence())
-        self.current[0] = msg.user(analysis.coordinator_text(), seq=question.seq)
+        numbers = [passage.number for passage in self.numbering.analysis(analysis, message=question.seq)]
+        self.current[0] = msg.user(analysis.coordinator_text(numbers=numbers), seq=question.seq)
         self.outcome.question_analysis = analysis
         stop = _cut_stop(analysis.cut)
         if stop is not None:
             raise _Cut(stop)
         fitted = await self._fit_offered()  # the offer now includes read_chat_section, if it fits
         if not self.reread:
-            self.current[0] = msg.user(analysis.coordinator_text(reread=False), seq=question.seq)
+            self.current[0] = msg.user(analysis.coordinator_text(reread=False, numbers=numbers), seq=question.seq)
             fitted = await self._fit_offered()
         return fitted if fitted.fits else None
 
@@ -380,20 +397,24 @@ class _Loop:
         a budget cut short ends research after this round (``self.cut``); its notes are kept.
         """
         if call.name == "read_chat_section" or not result.ok:
-            return result.text, None  # rereads are bounded already; analyzing them again would loop
+            # Rereads are bounded already; analyzing them again would loop.
+            return self.numbering.result(call, result)[0], None
+        numbered = self.numbering.preview().result(call, result)[0]
         specs = [tool.spec for tool in self.offered()]
         base = self.model.count_prompt([self.system, *self.current], specs) + self.scope.max_tokens
 
         def fits(text: str) -> bool:
             return base + self.model.count_message(msg.tool_result(call, text)) <= self.model.n_ctx
 
-        prepared = sec.prepare_tool_result(result.text, workers=self.scope.analysis_workers, fits=fits)
+        prepared = sec.prepare_tool_result(numbered, workers=self.scope.analysis_workers, fits=fits)
         if prepared is not None:
+            self.numbering.result(call, result)  # shown: its numbers are given now
             return prepared, None
-        if len(result.text) <= sec.header_chars(len(result.text), sec.tool_kind(call.name)):
+        if len(numbered) <= sec.header_chars(len(result.text), sec.tool_kind(call.name)):
             # Analysis would show more than the result itself: pass it whole (the next round's
             # fit then says whether research filled the context).
-            return result.text, None
+            self.numbering.result(call, result)
+            return numbered, None
         try:
             analysis = await self._analyze(result.text, sec.tool_kind(call.name), self.asked)
         except sec.AnalysisError as error:
@@ -404,7 +425,8 @@ class _Loop:
             self.cut = stop  # research ends after this round; the final answer reads the notes
         if analysis.cut in sec.FAILURE_CUTS and not self._gathered():
             raise ReplyFailed(analysis.unread_sentence())
-        return analysis.coordinator_text(), analysis
+        numbers = [passage.number for passage in self.numbering.analysis(analysis, result=result)]
+        return analysis.coordinator_text(numbers=numbers), analysis
 
 
 def _cut_stop(cut: str) -> Stop | None:

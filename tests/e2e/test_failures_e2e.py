@@ -232,6 +232,11 @@ def test_a_final_turn_failing_after_a_paste_analysis_still_answers(daemon, stub)
     assert state["coordinator"] == 1  # a refusal is not retried
     assert "Research stopped early: the model failed in round 1" in result["text"]
     assert "written from what the question's analysis found" in result["text"]
+    # The final turn failed too: the strongest findings are the paste's own notes, never "nothing to report".
+    assert result["text"].startswith("I couldn't write a full answer. The strongest findings of the research:")
+    assert "service_07 answers in 107 ms" in result["text"] and "nothing to report" not in result["text"]
+    finals = [b for b in stub.requests if is_final(b)]
+    assert finals and "service_07 answers in 107 ms" in finals[0]["messages"][-1]["content"].split("Research notes:")[1]
     assert streamed(notes) == result["text"]
     assert one.stored(result["sessionId"])[-1] == ("assistant", result["text"])
 

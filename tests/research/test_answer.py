@@ -4,6 +4,7 @@ a model that reports writing a tool call as text (``Completion.wrote_tool_call``
 from __future__ import annotations
 
 from imprintd import messages as msg
+from imprintd.context import sections as sec
 from imprintd.research.answer import final_answer
 from imprintd.research.notes import DIGEST_LIMIT, ToolStepRecord
 from imprintd.tools.base import Source, ToolResult
@@ -47,7 +48,7 @@ async def test_a_final_request_that_cannot_be_prepared_gives_the_findings_withou
     assert model.requests == []
     assert final.text.startswith(
         "I couldn't write a full answer. The strongest findings of the research:\n"
-        "- read_file services/billing.yaml: name: billing port: 8101 replicas: 2 [1]"
+        "- services/billing.yaml:1–3: name: billing port: 8101 replicas: 2 [1]"
     )
     assert events.progress_messages == ["Writing the answer from the research notes…"]
     assert events.streamed == final.text
@@ -73,7 +74,7 @@ async def test_an_answer_without_a_tool_call_is_kept_whole():
     model = StandInModel(native_tools=False)
     model.queue('Set it like this: {"port": 8101} [1].')
     final = await answer(model)
-    assert final.text == 'Set it like this: {"port": 8101} [1].\n\nSources:\n[1] services/billing.yaml:1-3 (read_file)'
+    assert final.text == 'Set it like this: {"port": 8101} [1].\n\nSources:\n[1] services/billing.yaml:1-3'
 
 
 async def test_the_final_request_gets_the_time_it_is_given():
@@ -93,30 +94,44 @@ async def test_what_was_not_read_is_said_before_the_sources():
     final = await answer(model, events, coverage="Characters 10–20 of your message (20 characters) were not read.")
     assert final.text == (
         "Billing listens on 8101 [1].\n\nCharacters 10–20 of your message (20 characters) were "
-        "not read.\n\nSources:\n[1] services/billing.yaml:1-3 (read_file)"
+        "not read.\n\nSources:\n[1] services/billing.yaml:1-3"
     )
     assert events.streamed == final.text
 
 
 async def test_the_final_request_shrinks_an_analyzed_question_and_the_digest_to_fit():
     model = StandInModel(n_ctx=1536)
-    analyzed = "[Section analysis] The user's message was too long.\n\n" + "\n".join(
-        f"- [s{n}] service_{n:02d} answers in {n * 10} ms, which is worth keeping" for n in range(1, 30)
+    lines = [f"- [s{n}] service_{n:02d} answers in {n * 10} ms, which is worth keeping" for n in range(1, 30)]
+    analysis = sec.Analysis(
+        source_id="src123456789",
+        kind=sec.USER_KIND,
+        label="user message",
+        total_chars=12_000,
+        sections=((0, 6_000), (5_936, 12_000)),
+        workers=(
+            sec.WorkerNotes(worker=1, sections=(1,), notes="\n".join(lines[:15])),
+            sec.WorkerNotes(worker=2, sections=(2,), notes="\n".join(lines[15:])),
+        ),
+        head="Here is the service log:",
+        tail="Which service is slowest?",
     )
+    analyzed = analysis.coordinator_text(reread=False)
     steps = [read_step(f"docs/part{n}.md", f"Part {n} says billing is on 8101. " * 15) for n in range(10)]
     full = model.count_prompt([msg.system("You are Imprint."), msg.user(analyzed + "\n" + "x" * DIGEST_LIMIT)])
     assert full + 512 > model.n_ctx  # whole, it could never fit
     model.queue("Billing listens on 8101 [1].")
     events = RecordingEvents()
-    final = await answer(model, events, question=analyzed, question_analyzed=True, steps=steps, max_tokens=512)
+    final = await answer(
+        model, events, question=analyzed, question_analysis=analysis, question_seq=1, steps=steps, max_tokens=512
+    )
     [request] = model.requests
     assert model.count_prompt(request.messages) + request.max_tokens <= model.n_ctx
     assert request.max_tokens == 512  # the parts shrank first; the answer's allowance stayed
     sent = request.messages[-1].content
-    assert sent.startswith("[Section analysis] The user's message was too long.")
+    assert sent.startswith("[Section analysis] The user's message was too long")
     assert "- [s1] service_01" in sent and "- [s29] service_29" in sent  # every note kept its start
-    assert "[1] read_file docs/part0.md" in sent
-    assert final.text.startswith("Billing listens on 8101 [1].\n\nSources:\n[1] docs/part0.md")
+    assert "Research notes:\n[1] " in sent
+    assert final.text.startswith("Billing listens on 8101 [1].\n\nSources:\n[1] ")
 
 
 async def test_the_users_own_question_is_never_shrunk():
