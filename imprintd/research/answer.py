@@ -8,7 +8,7 @@ context (``_fitted_request``). The daemon, not the model, appends what section a
 unread (``coverage``) and the Sources of the notes the answer cites (a number that names no
 note is removed from the text, also as it streams). An answer that
 stops early or asks for tools keeps what it wrote and gains the strongest findings; no
-answer at all becomes the four strongest findings. A bounded stop is never a failed reply.
+answer at all becomes the four strongest findings. A stop after work is never a failed reply.
 """
 
 from __future__ import annotations
