@@ -106,7 +106,7 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
         Meta(
             ge=1,
             le=86_400,
-            description="seconds one reply may take, section analysis and the final answer included",
+            description="seconds one reply's research may take (summary, rounds, section analysis); the final answer then has its own 120 s",
             extra={"unit": "seconds"},
         ),
     ] = 300.0

@@ -16,7 +16,9 @@ exchanges, plus the question) fits beside the current summary block. Only when i
 
 If the model fails, times out or the request cannot fit, the previous summary stays, the
 reply falls back to ADR 0140's dropping, and no new attempt is made until six more messages
-have been added (``retry_at``). Secrets are redacted (ADR 0060) in everything the summarizer
+have been added (``retry_at``); a summary skipped because the reply had no time left sets no
+retry point. A question too big for the context alone is left out of the plan (it is
+analyzed in sections whatever the history holds). Secrets are redacted (ADR 0060) in everything the summarizer
 reads and in what it writes.
 
 A state with empty ``text`` covers nothing, whatever its numbers say: it only carries the
@@ -164,7 +166,13 @@ def plan_coverage(
     ones' text takes at most half the room left beside a full-size summary:
     room = n_ctx − max_tokens − system − tools − question − 900. Always at least one
     exchange when the text does not fit; an empty list when there is nothing left to cover.
+
+    A question too big for the context even alone is left out: it goes to section analysis
+    whatever the history holds, so summarizing for it would cover exact earlier messages for
+    a drop that is only temporary.
     """
+    if model.count_prompt([system, question], tools) + max_tokens > model.n_ctx:
+        question = Message(role="user", content="", seq=question.seq)
     if conversation_fits(
         model, system=system, summary=summary, messages=messages, question=question, tools=tools, max_tokens=max_tokens
     ):
@@ -395,17 +403,20 @@ async def update_summary(
     numbers = [m.seq for m in to_cover if m.seq is not None]
     if not numbers:
         return SummaryOutcome(ok=False, state=state, reason="nothing to cover")
+    timeout = max(0.0, min(timeout, SUMMARY_TIMEOUT_S))
+    if timeout <= 0:
+        # Not the model's failure: the next reply, with time of its own, may try again.
+        return SummaryOutcome(ok=False, state=state, reason="no time left in the reply's time budget")
     events.progress(PROGRESS)
     request = fit_summarizer_request(model, so_far, to_cover, context=messages)
     if request is None:
         return _failed(state, numbers, message_count, "the summary request does not fit the model")
-    timeout = max(0.0, min(timeout, SUMMARY_TIMEOUT_S))
-    if timeout <= 0:
-        return _failed(state, numbers, message_count, "no time left in the reply's time budget")
     with anyio.move_on_after(timeout + _DEADLINE_GRACE_S) as guard:
         try:
             with side_requests():  # the session's state is restored after it, not replaced by it
-                completion = await model.complete(request, (), max_tokens=SUMMARY_OUTPUT_TOKENS, timeout=timeout)
+                completion = await model.complete(
+                    request, (), max_tokens=SUMMARY_OUTPUT_TOKENS, timeout=timeout, on_retry=events.progress
+                )
         except ModelError as error:
             return _failed(state, numbers, message_count, f"the model failed: {error}")
     if guard.cancelled_caught or completion.finish_reason == "deadline":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Literal, Protocol, runtime_checkable
 
@@ -67,6 +67,12 @@ class ModelUnavailable(ModelError):
 
 
 TextCallback = Callable[[str], None]
+#: Called on the event loop once a request holds the inference lock, before anything is
+#: evaluated; what it raises ends the request unsent (the research budget charges here, so
+#: a local model's held prefix is measured when no other request can change it).
+StartHook = Callable[[], Awaitable[object]]
+#: Told, in words, that a transient failure is being retried ("server error 502; retrying in 2 s").
+RetryCallback = Callable[[str], None]
 
 
 @runtime_checkable
@@ -105,12 +111,17 @@ class Model(Protocol):
         max_tokens: int,
         timeout: float | None = None,
         on_text: TextCallback | None = None,
+        on_start: StartHook | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> Completion:
         """Generate a reply, calling ``on_text`` with each piece of visible text as it comes.
 
         Runs under the process-wide inference lock; ``timeout`` covers the wait for the
-        lock too. Cancelling the calling task stops generation before the next token and
-        re-raises the cancellation. Raises ``ModelError`` on failure.
+        lock too. ``on_start`` is awaited once the lock is held, before anything is
+        evaluated (not at all when the deadline passes in the queue). A provider that
+        retries transient failures says so through ``on_retry``. Cancelling the calling task
+        stops generation before the next token and re-raises the cancellation. Raises
+        ``ModelError`` on failure.
         """
         ...
 

@@ -65,6 +65,8 @@ from imprintd.models.base import (
     ModelError,
     ModelUnavailable,
     RequestScope,
+    RetryCallback,
+    StartHook,
     TextCallback,
     Usage,
     inference_lock,
@@ -717,6 +719,8 @@ class LocalModel:
         max_tokens: int,
         timeout: float | None = None,
         on_text: TextCallback | None = None,
+        on_start: StartHook | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> Completion:
         deadline = math.inf if timeout is None else _clock() + timeout
         run = _Run(deadline=deadline, scope=request_scope())
@@ -739,6 +743,8 @@ class LocalModel:
             usage = Usage(prompt_tokens=prompt_tokens, evaluated_tokens=0, generated_tokens=0)
             return report_usage(self.model_id, Completion(text="", finish_reason="deadline", usage=usage))
         try:
+            if on_start is not None:
+                await on_start()  # e.g. the budget, measured against the prefix llama.cpp holds now
             result = await self._run_worker(loaded, run, tokens, tools, mode, max_tokens, on_text)
         finally:
             lock.release()

@@ -120,7 +120,8 @@ def _last_request_id(client):
 
 
 async def test_unreachable_model_fails_the_reply_with_the_cause_and_keeps_serving(client, stub, daemon_env):
-    stub.queue(lambda request: (_ for _ in ()).throw(ConnectionError()))  # the stub drops the connection
+    # The stub drops the connection, on the first try and on each of the three retries.
+    stub.queue(*[lambda request: (_ for _ in ()).throw(ConnectionError())] * 4)
     with pytest.raises(JsonRpcException) as error:
         await chat(client, text="Is anyone there?")
     assert error.value.code == -32803
