@@ -36,6 +36,7 @@ from imprintd import settings as settings_mod  # noqa: E402
 from imprintd.chat import Chat  # noqa: E402
 from imprintd.events import ToolStep  # noqa: E402
 from imprintd.reply import ReplyRequest  # noqa: E402
+from imprintd.research import first_look  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -213,24 +214,21 @@ def httpx_copy(into: Path) -> Path:
     return into
 
 
-def first_look_paths(recorder: Recorder) -> list[str] | None:
-    """The files the first look showed the model, or None when there was none."""
-    for step in recorder.steps:
-        if step.tool == "first_look" and step.state == "finished":
-            return [str(path) for path in step.arguments.get("paths", [])]
+def first_look_paths(messages) -> list[str] | None:
+    """The files the first look showed the model (from the stored exchange), or None without one."""
+    for index, message in enumerate(messages):
+        if message.role == "assistant" and any(first_look.is_first_look(c.id) for c in message.tool_calls):
+            return re.findall(r"^\[[^\]\n]+\] (\S+?):\d+", messages[index + 1].content, re.MULTILINE)
     return None
 
 
 async def ask(chat: Chat, workspace: Path, question: Question) -> Row:
-    recorder = Recorder()
     started = time.perf_counter()
-    outcome = await chat.reply(
-        ReplyRequest(text=question.text, persist=False, workspace=str(workspace)),
-        recorder,
-    )
+    outcome = await chat.reply(ReplyRequest(text=question.text, persist=False, workspace=str(workspace)), Recorder())
     seconds = time.perf_counter() - started
-    seen = first_look_paths(recorder)
-    calls = {step.call_id for step in recorder.steps if step.tool != "first_look"}
+    stored = chat.session(outcome.session_id).messages
+    seen = first_look_paths(stored)
+    calls = [c for m in stored for c in m.tool_calls if not first_look.is_first_look(c.id)]
     return Row(
         question=question,
         answered=re.search(question.answer, outcome.text, re.IGNORECASE) is not None,

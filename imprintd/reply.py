@@ -37,6 +37,9 @@ from imprintd.settings import ChatSettings
 from imprintd.store import ConversationStore, SessionInfo, StoredSummary
 from imprintd.tools.base import Tool
 
+#: Said after an answer the repetition guard cut (``models/repetition.py``).
+REPEATED_ITSELF = "(The model started repeating itself here, so the answer was cut off.)"
+
 
 class ReplyRequest(msgspec.Struct, frozen=True, kw_only=True):
     """A question to answer, as a front door hands it to ``Chat.reply``."""
@@ -119,6 +122,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
         time_budget=settings.research_time_budget,
         clock=clock,
         analysis_context=settings.analysis_context,
+        first_look=settings.first_look,
     )
     outcome = await research(scope, system=system, history=history, question=question, tools=tools)
 
@@ -126,6 +130,10 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     coverage = coverage_note(outcome.analyses)
     if outcome.answer is not None:
         text = outcome.answer.text
+        if outcome.stop == "repetition":
+            # What streamed went on into the loop; the result's text is the answer to show.
+            text += ("\n\n" if text else "") + REPEATED_ITSELF
+            events.text("\n\n" + REPEATED_ITSELF)
         if coverage:
             events.text("\n\n" + coverage)
             text += "\n\n" + coverage

@@ -11,11 +11,11 @@ model repeated itself.
 Two shapes count as a loop, both deterministic and cheap to check after every piece:
 
 - **A repeated line**: the same line, of at least ``MIN_LINE_CHARS`` characters once stripped,
-  written ``LINE_REPEATS`` times in a row. Tables and lists repeat a shape, not a line: their
+  written ``LINE_REPEATS`` times in a row (blank lines between them do not count). Tables and lists repeat a shape, not a line: their
   rows differ in their cells, so they never trip it.
 - **A periodic tail**: the last ``PERIODIC_CHARS`` characters or more, and at least
   ``PERIODIC_REPEATS`` whole units, repeat one unit of at most ``MAX_PERIOD`` characters
-  (``_json`` 40 times, a phrase written over and over on one line). Units of whitespace alone (indentation) and a unit of one repeated character, up to
+  (``_json`` 40 times, a sentence written over and over on one line). Units of whitespace alone (indentation) and a unit of one repeated character, up to
   ``MAX_RULE_CHARS`` (a long ``====`` rule), are not loops.
 """
 
@@ -31,8 +31,8 @@ MIN_LINE_CHARS = 12
 PERIODIC_CHARS = 160
 #: Whole units a periodic tail needs besides its length (the same count as repeated lines).
 PERIODIC_REPEATS = LINE_REPEATS
-#: The longest unit a periodic tail is checked for.
-MAX_PERIOD = 64
+#: The longest unit a periodic tail is checked for: a sentence written over and over.
+MAX_PERIOD = 256
 #: A run of one character (a rule of "=" or "-") may be this long before it counts.
 MAX_RULE_CHARS = 400
 #: The guard looks at most this far back: enough for every shape above.
@@ -74,22 +74,26 @@ class RepetitionGuard:
 
 
 def _repeated_line(tail: str) -> int | None:
-    """Where a run of ``LINE_REPEATS`` identical complete lines ending the text starts."""
-    lines = tail.split("\n")
-    complete = lines[:-1]  # the last one may still be growing
-    if len(complete) < LINE_REPEATS:
+    """Where a run of ``LINE_REPEATS`` identical complete lines ending the text starts.
+
+    Blank lines between the repeats do not break the run (a paragraph written again and again).
+    """
+    starts, position = [], 0
+    for line in tail.split("\n")[:-1]:  # the last line may still be growing
+        if line.strip():
+            starts.append((position, line.strip()))
+        position += len(line) + 1
+    if len(starts) < LINE_REPEATS:
         return None
-    last = complete[-1].strip()
-    if len(last) < MIN_LINE_CHARS:
-        return None
-    if any(line.strip() != last for line in complete[-LINE_REPEATS:]):
+    last = starts[-1][1]
+    if len(last) < MIN_LINE_CHARS or any(text != last for _, text in starts[-LINE_REPEATS:]):
         return None
     run = LINE_REPEATS
-    while run < len(complete) and complete[-run - 1].strip() == last:
+    while run < len(starts) and starts[-run - 1][1] == last:
         run += 1
     # Keep the first occurrence: the loop is the repeats after it.
-    kept = "\n".join(lines[: len(complete) - run + 1])
-    return len(kept) + 1
+    first = starts[-run][0]
+    return tail.index("\n", first) + 1
 
 
 def _periodic_tail(tail: str) -> int | None:
@@ -99,7 +103,9 @@ def _periodic_tail(tail: str) -> int | None:
     end = len(tail)
     for period in range(1, MAX_PERIOD + 1):
         span = max(PERIODIC_CHARS, PERIODIC_REPEATS * period)
-        if span > end or not _periodic(tail, end - span, end, period):
+        if span > end or tail[-1] != tail[-1 - period]:  # the cheap test first: most periods fail it
+            continue
+        if not _periodic(tail, end - span, end, period):
             continue
         unit = tail[end - period : end]
         if unit.isspace():
@@ -109,8 +115,12 @@ def _periodic_tail(tail: str) -> int | None:
             start -= 1
         if len(set(unit)) == 1 and end - start <= MAX_RULE_CHARS:
             continue
-        # Keep one whole unit: what follows it is the repetition.
-        return start + period
+        # Keep the first occurrence whole: the backward walk can overshoot into text that only
+        # ends like the unit ("10.\n\n" before a paragraph ending "use.\n\n"), so its end is
+        # the first sentence or line end at or past one unit on, when there is one.
+        first = start + period
+        end_of_first = _SENTENCE_END.search(tail, max(start, first - 2), min(end, first + period))
+        return end_of_first.end() if end_of_first else first
     return None
 
 
@@ -122,11 +132,15 @@ def cut_before_loop(text: str, loop_start: int) -> str:
     """``text`` up to the last whole sentence that ends before ``loop_start``.
 
     With no sentence end before the loop (a loop can start in the first sentence), the text up
-    to the end of the word the loop starts in is kept.
+    to the end of the word the loop starts in is kept. A code block the cut leaves open is closed.
     """
-    head = text[:loop_start]
-    ends = [match.end() for match in _SENTENCE_END.finditer(head)]
+    # Matched in the whole text: a sentence's end needs the space after it, which may lie past the cut.
+    ends = [match.end() for match in _SENTENCE_END.finditer(text, 0, loop_start + 1) if match.end() <= loop_start]
     if ends:
-        return head[: ends[-1]].rstrip()
-    word_end = re.compile(r"\s").search(text, loop_start, loop_start + MAX_PERIOD)
-    return text[: word_end.start() if word_end else loop_start].rstrip()
+        kept = text[: ends[-1]].rstrip()
+    else:
+        word_end = re.compile(r"\s").search(text, loop_start, loop_start + MAX_PERIOD)
+        kept = text[: word_end.start() if word_end else loop_start].rstrip()
+    if kept.count("```") % 2:
+        kept += "\n```"  # the loop was inside a code block: close it, or the rest renders as code
+    return kept
