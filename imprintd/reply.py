@@ -48,6 +48,9 @@ from imprintd.store import ConversationStore, SessionInfo, StoredSummary
 from imprintd.tools.base import Tool
 from imprintd.tools.workspace import WORKSPACE_SPECS
 
+#: Said after an answer the repetition guard cut (``models/repetition.py``).
+REPEATED_ITSELF = "(The model started repeating itself here, so the answer was cut off.)"
+
 
 class ReplyRequest(msgspec.Struct, frozen=True, kw_only=True):
     """A question to answer, as a front door hands it to ``Chat.reply``."""
@@ -124,6 +127,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
         analysis_context=settings.analysis_context,
         layout=layout,
         style=request.style,
+        first_look=settings.first_look,
     )
     outcome = await research(scope, system=system, history=history, question=question, tools=tools)
 
@@ -134,6 +138,9 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
         text = citations.plain(outcome.answer.text, passages, request.style)  # as it streamed
         if outcome.stop == "length":
             coverage = "\n".join(part for part in (cut_off_note(settings.max_tokens), coverage) if part)
+        elif outcome.stop == "repetition":
+            # What streamed went on into the loop; the result's text is the answer to show.
+            coverage = "\n".join(part for part in (REPEATED_ITSELF, coverage) if part)
         if coverage:
             events.text("\n\n" + coverage)
             text += "\n\n" + coverage

@@ -90,6 +90,28 @@ async def test_an_answer_cut_short_keeps_what_it_wrote_and_adds_the_strongest_fi
     assert "…" not in outcome.text.split("\n")[0]  # cut after a whole sentence: no ellipsis
 
 
+@pytest.mark.parametrize("finish", ["length", "repetition"])
+async def test_a_final_answer_stopped_early_keeps_what_it_wrote_and_adds_the_findings(model, workspace, finish):
+    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    model.queue(*researcher(MANY_CALLS, Completion(text="Billing runs two replicas.", finish_reason=finish)))
+    outcome, _ = await ask(chat, "Tell me about billing", workspace=workspace)
+    assert outcome.stop_reason == "token_budget"  # why research stopped; the answer's own cut is said in it
+    assert outcome.text.startswith("Billing runs two replicas.\n\n(The answer was cut short.")
+
+
+async def test_a_direct_answer_the_guard_cut_ends_with_a_line_saying_so(model):
+    chat = make_chat(model)
+    model.queue(Completion(text="Billing uses port 8101.", finish_reason="repetition"))
+    outcome, events = await ask(chat, "Which port?")
+    assert outcome.stop_reason == "repetition"
+    assert (
+        outcome.text
+        == "Billing uses port 8101.\n\n(The model started repeating itself here, so the answer was cut off.)"
+    )
+    assert events.streamed.endswith("(The model started repeating itself here, so the answer was cut off.)")
+    assert chat.session(outcome.session_id).messages[-1].content == outcome.text
+
+
 async def test_a_final_turn_that_fails_ends_with_the_findings(model, workspace):
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
     model.queue(*researcher(MANY_CALLS, Fail("the model crashed")))

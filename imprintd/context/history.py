@@ -173,6 +173,11 @@ class HistoryError(ToolError):
     """A search or read that cannot be done as asked; the message says why."""
 
 
+def is_stopword(word: str) -> bool:
+    """A lower-case word too common to search for (the workspace's first look drops them too)."""
+    return word in _STOPWORDS
+
+
 def query_stems(query: str) -> list[str]:
     """The distinct stems a query searches for, stop words left out unless nothing else is left."""
     words = [match.group().lower() for match in WORD.finditer(query)]

@@ -27,7 +27,7 @@ from imprintd.messages import Message, ToolCall, ToolSpec
 
 logger = logging.getLogger("imprintd.models")
 
-FinishReason = Literal["stop", "length", "tool_calls", "deadline"]
+FinishReason = Literal["stop", "length", "tool_calls", "deadline", "repetition"]
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,7 +43,9 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
 
     ``text`` is what the model wrote, tool-call markup removed. ``finish_reason`` is
     ``"deadline"`` when the request's time ran out; ``text`` then holds what was written
-    before it. ``tool_call_error`` names what was wrong with a malformed call, which is
+    before it. ``"repetition"``: the model started looping (``repetition.RepetitionGuard``)
+    and generation stopped; ``text`` is cut back to the last whole sentence before the loop.
+    ``tool_call_error`` names what was wrong with a malformed call, which is
     not run; the caller tells the model. ``wrote_tool_call`` is True when no tools were
     offered and the model wrote call markup as text anyway (``<tool_call>``, or in JSON mode
     a ``{"name": …}`` object; ``toolcalls.VisibleTextFilter``): ``text`` and what streamed

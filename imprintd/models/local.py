@@ -73,6 +73,7 @@ from imprintd.models.base import (
     report_usage,
     request_scope,
 )
+from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
 from imprintd.models.toolcalls import Mode, ParsedOutput, VisibleTextFilter, format_call, tools_prompt
 
@@ -243,6 +244,8 @@ class _Result:
     finish: str
     evaluated: int
     generated: int
+    #: Where the loop the repetition guard stopped starts in the visible text (finish "repetition").
+    loop_start: int = 0
 
 
 class _Loaded:
@@ -749,17 +752,18 @@ class LocalModel:
         finally:
             lock.release()
         finish: FinishReason = "stop"
-        if result.finish in ("length", "deadline"):
+        if result.finish in ("length", "deadline", "repetition"):
             finish = result.finish  # type: ignore[assignment]
         elif result.parsed.calls:
             finish = "tool_calls"
-        deadline_hit = finish == "deadline"
+        cut = finish in ("deadline", "repetition")  # calls after the cut were never finished
+        text = cut_before_loop(result.parsed.text, result.loop_start) if finish == "repetition" else result.parsed.text
         return report_usage(
             self.model_id,
             Completion(
-                text=result.parsed.text,
-                tool_calls=() if deadline_hit else result.parsed.calls,
-                tool_call_error=None if deadline_hit else result.parsed.error,
+                text=text,
+                tool_calls=() if cut else result.parsed.calls,
+                tool_call_error=None if cut else result.parsed.error,
                 finish_reason=finish,
                 wrote_tool_call=result.parsed.wrote_call,
                 usage=Usage(
@@ -819,6 +823,7 @@ class LocalModel:
         """The worker: evaluate the prompt, then sample token by token until a stop."""
         llama = loaded.llama
         visible = VisibleTextFilter(tools, mode)
+        guard = RepetitionGuard()
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         generated = 0
         finish = "stop"
@@ -847,6 +852,9 @@ class LocalModel:
                     piece = visible.feed(decoder.decode(llama.detokenize([token])))
                     if piece:
                         emit(piece)
+                        if guard.feed(piece):
+                            finish = "repetition"
+                            break
                     if generated >= max_tokens:
                         finish = "length"
                         break
@@ -863,7 +871,9 @@ class LocalModel:
         if rest and finish != "cancelled":
             emit(rest)
         self.last_usage = Usage(prompt_tokens=len(tokens), evaluated_tokens=run.evaluated, generated_tokens=generated)
-        return _Result(parsed=parsed, finish=finish, evaluated=run.evaluated, generated=generated)
+        return _Result(
+            parsed=parsed, finish=finish, evaluated=run.evaluated, generated=generated, loop_start=guard.loop_start
+        )
 
 
 def _live_reuse(common: int, prompt_length: int) -> int:

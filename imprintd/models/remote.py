@@ -64,6 +64,7 @@ from imprintd.models.base import (
     inference_lock,
     report_usage,
 )
+from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter, call_from_object, new_call_id
 from imprintd.redact import hide_url_passwords, mask, mask_json
 
@@ -307,6 +308,7 @@ class _Stream:
 
     #: Any of the reply has arrived: a failure now is not retried (text may have streamed).
     received: bool = False
+    guard: RepetitionGuard = field(default_factory=RepetitionGuard)
 
     def text(self, piece: str) -> None:
         piece = self.take(piece)
@@ -314,10 +316,12 @@ class _Stream:
         self.show(self.filter.feed(self.secret.feed(piece)))
 
     def show(self, visible: str) -> None:
-        if visible:
+        if visible and not self.guard.looping:
             self.shown.append(visible)
             if self.on_text is not None:
                 self.on_text(visible)
+            if self.guard.feed(visible):
+                self.finish = "repetition"
 
     def apply(self, chunk: _Chunk) -> None:
         """Take one ``chat.completion.chunk``."""
@@ -512,13 +516,16 @@ class RemoteModel:
     def _completion(self, stream: _Stream, tools: Sequence[ToolSpec], prompt_tokens: int) -> Completion:
         parsed = stream.parsed(tools)
         finish: FinishReason = "length" if stream.finish == "length" else "stop"
-        if parsed.calls and finish == "stop":
+        if stream.guard.looping:
+            finish = "repetition"
+        elif parsed.calls and finish == "stop":
             finish = "tool_calls"
+        looped = finish == "repetition"
         completion = Completion(
-            text=parsed.text,
-            tool_calls=parsed.calls,
+            text=cut_before_loop(parsed.text, stream.guard.loop_start) if looped else parsed.text,
+            tool_calls=() if looped else parsed.calls,
             finish_reason=finish,
-            tool_call_error=parsed.error,
+            tool_call_error=None if looped else parsed.error,
             wrote_tool_call=parsed.wrote_call,
             usage=self._usage(stream, prompt_tokens, parsed),
         )
@@ -626,7 +633,7 @@ class RemoteModel:
                 stream.done = True
                 return
             stream.apply(parse_chunk(data))
-            if stream.cut:
+            if stream.cut or stream.guard.looping:
                 return  # leaving the response's context closes the stream: the server stops
 
     def _status_message(self, response: httpx.Response) -> str:

@@ -97,7 +97,11 @@ async def final_answer(
         passages = {note.number: note.passage for note in included}
         text = notes_mod.findings_only(included, style=style)
         events.text(text)
-    elif completion.tool_calls or completion.wrote_tool_call or completion.finish_reason in ("length", "deadline"):
+    elif (
+        completion.tool_calls
+        or completion.wrote_tool_call
+        or completion.finish_reason in ("length", "deadline", "repetition")
+    ):
         text = notes_mod.cut_short(written, included, style=style)
         _stream_rest(events, written, text)
     else:

@@ -39,13 +39,16 @@ from imprintd.context.fitting import Fitted, fit_prompt
 from imprintd.events import ReplyEvents, StepState, ToolStep
 from imprintd.messages import Message, Style, ToolCall
 from imprintd.models.base import Completion, Model, ModelError
+from imprintd.research import first_look
 from imprintd.research.budget import BudgetExhausted, ResearchBudget, charged_complete
 from imprintd.research.citations import CitationFilter, Numbering
 from imprintd.research.clock import ReplyClock
 from imprintd.research.notes import ToolStepRecord
 from imprintd.tools.base import Tool, ToolError, ToolResult
 
-Stop = Literal["answer", "length", "token_budget", "time_budget", "no_new_evidence", "context_full", "model_error"]
+Stop = Literal[
+    "answer", "length", "repetition", "token_budget", "time_budget", "no_new_evidence", "context_full", "model_error"
+]
 
 #: Rounds in a row that add no new hit or read before research stops (ADR 0157's patience).
 NO_NEW_EVIDENCE_PATIENCE = 2
@@ -100,6 +103,8 @@ class ReplyScope(msgspec.Struct, kw_only=True):
     layout: usage.Layout | None = None
     #: A spoken answer is read aloud: citations are kept out of its streamed text.
     style: Style = "written"
+    #: ``chat.first_look``: search the workspace with the question before the first round.
+    first_look: bool = False
 
 
 class _Cut(Exception):
@@ -162,6 +167,7 @@ class _Loop:
         return self.reread and bool(self.scope.sections.chars) and "read_chat_section" not in self.tools
 
     async def run(self) -> Research:
+        await self._first_look()
         stale_rounds = 0
         rounds = 0
         while True:
@@ -211,7 +217,10 @@ class _Loop:
                 return self._stop("time_budget")
             if not completion.tool_calls and not completion.tool_call_error:
                 self.outcome.answer = completion
-                return self._stop("length" if completion.finish_reason == "length" else "answer")
+                finish = completion.finish_reason
+                return self._stop(
+                    "length" if finish == "length" else "repetition" if finish == "repetition" else "answer"
+                )
             self.scope.events.text_was_preamble()  # the round goes on to its tool calls
             found_new = await self._run_calls(completion, {tool.spec.name: tool for tool in tools})
             if self.cut is not None:
@@ -338,6 +347,33 @@ class _Loop:
         return analysis
 
     # -- tools ------------------------------------------------------------------
+    async def _first_look(self) -> None:
+        """Search the workspace with the question before the first round (``first_look.py``).
+
+        Skipped with the setting off, without a workspace, for a question with nothing to
+        search for, and for a question too long to leave the first look its share (it is the
+        subject itself, and section analysis reads it). When the question and the look do not
+        fit together the look leaves the prompt again; its step stays for the notes.
+        """
+        search = self.tools.get("search")
+        if not self.scope.first_look or search is None:
+            return
+        question = self.current[0]
+        share = first_look.token_share(self.model.n_ctx, self.scope.max_tokens)
+        if (
+            len(question.content) > share * 8
+            or await anyio.to_thread.run_sync(self.model.count_message, question) > share
+        ):
+            return
+        terms = first_look.query(question.content, self.history)
+        if terms is None:
+            return
+        looking = first_look.FirstLookSearch(search, self.model.count_text, share)
+        call = ToolCall(id=first_look.new_call_id(), name="search", arguments={"query": terms})
+        await self._run_calls(Completion(text="", tool_calls=(call,)), {"search": looking})
+        if not (await self._fit_offered()).fits:
+            del self.current[1:]
+
     async def _run_calls(self, completion: Completion, tools: dict[str, Tool]) -> bool:
         """Run this round's calls; True when any of them brought evidence not seen before."""
         call_message = msg.assistant(completion.text, tool_calls=completion.tool_calls)
