@@ -39,6 +39,8 @@ class Request:
     tools: list[ToolSpec]
     max_tokens: int
     timeout: float | None
+    #: The GBNF grammar the request asked the output to follow, if any.
+    grammar: str | None = None
 
     @property
     def text(self) -> str:
@@ -109,8 +111,9 @@ class StandInModel:
         on_text: TextCallback | None = None,
         on_start: StartHook | None = None,
         on_retry: RetryCallback | None = None,
+        grammar: str | None = None,
     ) -> Completion:
-        request = Request(list(messages), list(tools), max_tokens, timeout)
+        request = Request(list(messages), list(tools), max_tokens, timeout, grammar)
         self.requests.append(request)
         prompt_tokens = self.count_prompt(messages, tools)
         if prompt_tokens + max_tokens > self.n_ctx:

@@ -8,7 +8,9 @@ exchanges, plus the question) fits beside the current summary block. Only when i
    most half the room left beside a full-size summary (900 tokens reserved), so the next
    summary waits until the conversation has grown by that half again.
 2. ``update_summary`` asks the model for one bullet per newly covered exchange (at most 300
-   output tokens, 120 seconds including the wait for the model), given the summary so far.
+   output tokens, 120 seconds including the wait for the model), given the summary so far;
+   a local model writes them under a grammar (``bullet_grammar``) that allows exactly those
+   bullets, each opening with its exchange's message numbers.
    Long messages are clipped head and tail, tool results are named rather than included.
    The bullets are appended; past 2,000 characters the oldest go first.
 3. ``summary_block`` puts the summary in the system prompt under "Earlier in this
@@ -115,6 +117,24 @@ def _uncovered(messages: Sequence[Message], covered: int, question: Message | No
         for m in messages
         if m.role != "system" and (m.seq is None or m.seq > covered) and (asked is None or m.seq != asked)
     ]
+
+
+def bullet_grammar(to_cover: Sequence[Message]) -> str:
+    """The GBNF a local model's summary is written under: one bullet per exchange, in order.
+
+    Each bullet opens with its exchange's message numbers, ``- (#12)`` or ``- (#12–#13)``, and
+    goes on with a line of the model's own words; nothing else can be written (a small model
+    left free wrote prose, repeated itself or cited no number, and no summary came of it).
+    """
+    rules = []
+    for index, group in enumerate(exchanges(to_cover), 1):
+        numbers = [m.seq for m in group if m.seq is not None]
+        if not numbers:
+            continue
+        cited = f"#{numbers[0]}" if len(numbers) == 1 else f"#{numbers[0]}–#{numbers[-1]}"
+        rules.append(f'bullet{index} ::= "- ({cited}) " line "\\n"')
+    names = " ".join(rule.split(" ", 1)[0] for rule in rules)
+    return "\n".join([f"root ::= {names}", *rules, "line ::= [^\\n]+"])
 
 
 def exchanges(messages: Sequence[Message]) -> list[list[Message]]:
@@ -415,7 +435,12 @@ async def update_summary(
         try:
             with side_requests():  # the session's state is restored after it, not replaced by it
                 completion = await model.complete(
-                    request, (), max_tokens=SUMMARY_OUTPUT_TOKENS, timeout=timeout, on_retry=events.progress
+                    request,
+                    (),
+                    max_tokens=SUMMARY_OUTPUT_TOKENS,
+                    timeout=timeout,
+                    on_retry=events.progress,
+                    grammar=bullet_grammar(to_cover),
                 )
         except ModelError as error:
             return _failed(state, numbers, message_count, f"the model failed: {error}")

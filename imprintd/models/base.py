@@ -115,8 +115,12 @@ class Model(Protocol):
         on_text: TextCallback | None = None,
         on_start: StartHook | None = None,
         on_retry: RetryCallback | None = None,
+        grammar: str | None = None,
     ) -> Completion:
         """Generate a reply, calling ``on_text`` with each piece of visible text as it comes.
+
+        ``grammar``, a GBNF grammar (llama.cpp's), constrains what a local model may write; a
+        provider that cannot constrain its output (a remote server) ignores it.
 
         Runs under the process-wide inference lock; ``timeout`` covers the wait for the
         lock too. ``on_start`` is awaited once the lock is held, before anything is

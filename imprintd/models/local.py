@@ -230,6 +230,8 @@ class _Run:
     evaluated: int = 0
     #: The session this request serves (``base.session_requests``); None: nothing is kept.
     scope: RequestScope | None = None
+    #: The compiled GBNF grammar the output must follow (a ``LlamaGrammar``), if any.
+    grammar: Any = None
 
     def check(self) -> None:
         if self.stop.is_set():
@@ -724,9 +726,12 @@ class LocalModel:
         on_text: TextCallback | None = None,
         on_start: StartHook | None = None,
         on_retry: RetryCallback | None = None,
+        grammar: str | None = None,
     ) -> Completion:
         deadline = math.inf if timeout is None else _clock() + timeout
         run = _Run(deadline=deadline, scope=request_scope())
+        if grammar:
+            run.grammar = _compiled_grammar(grammar)
         # Loading and tokenizing a long prompt block; neither needs the lock.
         loaded = await anyio.to_thread.run_sync(self.load)
         tokens = await anyio.to_thread.run_sync(self.prompt_tokens, messages, tools)
@@ -838,6 +843,7 @@ class LocalModel:
                 top_k=1 if self._temperature == 0 else 40,
                 repeat_penalty=1.0,
                 reset=True,
+                grammar=run.grammar,
             )
             try:
                 while True:
@@ -880,6 +886,16 @@ def _live_reuse(common: int, prompt_length: int) -> int:
     """Prompt tokens ``Llama.generate`` keeps of a context sharing ``common`` with it (one replayed
     when the prompt is all held, for fresh logits)."""
     return common - 1 if common and common == prompt_length else common
+
+
+def _compiled_grammar(grammar: str) -> Any:
+    """``grammar`` (GBNF) compiled for llama.cpp's sampler; ModelError naming the fault if it does not parse."""
+    from llama_cpp import LlamaGrammar
+
+    try:
+        return LlamaGrammar.from_string(grammar, verbose=False)
+    except (ValueError, RuntimeError) as error:
+        raise ModelError(f"the output grammar does not parse: {error}") from None
 
 
 def _template_message(message: Message, native: bool) -> dict[str, Any]:

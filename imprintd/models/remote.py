@@ -480,6 +480,7 @@ class RemoteModel:
         on_text: TextCallback | None = None,
         on_start: StartHook | None = None,
         on_retry: RetryCallback | None = None,
+        grammar: str | None = None,  # not sent: OpenAI-compatible servers do not share one way to take it
     ) -> Completion:
         prompt_tokens = self.count_prompt(messages, tools)
         if prompt_tokens + max_tokens > self.n_ctx:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
 
 from imprintd.context import summary as summaries
@@ -463,3 +464,40 @@ async def test_a_cut_off_summary_with_no_whole_bullet_falls_back():
         model, state=None, messages=earlier, to_cover=earlier[:8], message_count=9, events=RecordingEvents()
     )
     assert not outcome.ok and outcome.state.text == "" and outcome.state.retry_at == 15
+
+
+# -- the bullets' grammar ---------------------------------------------------------------------
+
+
+def test_the_grammar_allows_one_bullet_per_exchange_in_order_each_citing_its_numbers():
+    messages = [
+        user("a", seq=4),
+        assistant("b", seq=5),
+        tool_result(ToolCall(id="c", name="search"), "r"),
+        user("d", seq=7),
+    ]
+    messages[2] = msgspec.structs.replace(messages[2], seq=6)
+    assert summaries.bullet_grammar(messages) == (
+        "root ::= bullet1 bullet2\n"
+        'bullet1 ::= "- (#4–#6) " line "\\n"\n'
+        'bullet2 ::= "- (#7) " line "\\n"\n'
+        "line ::= [^\\n]+"
+    )
+
+
+async def test_the_summarizer_request_asks_for_the_grammar_of_what_it_covers():
+    model = StandInModel()
+    covered = [
+        user("Which port?", seq=1),
+        assistant("8101.", seq=2),
+        user("And the host?", seq=3),
+        assistant("h1.", seq=4),
+    ]
+    model.queue("- (#1–#2) The billing port is 8101.\n- (#3–#4) The host is h1.\n")
+    outcome = await summaries.update_summary(
+        model, state=None, messages=covered, to_cover=covered, message_count=5, events=RecordingEvents()
+    )
+    assert outcome.ok and outcome.state.last_seq == 4
+    [request] = model.requests
+    assert request.grammar == summaries.bullet_grammar(covered)
+    assert '"- (#1–#2) "' in request.grammar and '"- (#3–#4) "' in request.grammar
