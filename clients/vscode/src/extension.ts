@@ -14,14 +14,12 @@ import {
 } from "vscode-languageclient/node";
 import { ChatController } from "./chat/controller";
 import { DaemonLog } from "./chat/daemonLog";
-import { resolveExecutable } from "./chat/executable";
+import { missingDaemonMessage, resolveExecutable } from "./chat/executable";
 import { chatHtml } from "./chat/html";
 import { EditorKey, SentSettings, describeModel } from "./chat/settings";
 import { ConnectionStatus, FromView, ResearchState, ToView } from "./chat/view";
 import type { ModelReport } from "./protocol";
 
-// Notifications show plain text: quotes, not markdown backticks.
-const INSTALL_HINT = "Install it with pip (Python 3.11+: “pip install \".[embedded]\"” in an imprintd checkout) so “imprintd” is on PATH, or set its full path.";
 
 /** workspaceState key of the session the panel showed, opened again after a window reload. */
 const OPEN_SESSION = "imprint.openSession";
@@ -100,7 +98,7 @@ class Daemon {
     if (!command) {
       this.controller.detach(`“${configured}” was not found`);
       this.log.error(`imprintd not found: “${configured}” is not an executable file or on PATH (${process.env.PATH ?? ""})`);
-      void this.offerInstall(`Imprint could not find its daemon “${configured}”. ${INSTALL_HINT}`);
+      void this.offerInstall(missingDaemonMessage(configured, vscode.env.remoteName));
       return;
     }
     const client = this.createClient(command);
@@ -179,8 +177,7 @@ class Daemon {
   }
 
   private async offerInstall(message: string): Promise<void> {
-    const where = vscode.env.remoteName ? ` In this remote window it is read from the Remote settings (${vscode.env.remoteName}), not your local User settings.` : "";
-    const choice = await vscode.window.showErrorMessage(message + where, "Set path", "Show Log");
+    const choice = await vscode.window.showErrorMessage(message, "Set path", "Show Log");
     if (choice === "Show Log") this.log.show();
     if (choice !== "Set path") return;
     const picked = await vscode.window.showOpenDialog({ title: "The imprintd executable", canSelectMany: false, openLabel: "Use this imprintd" });

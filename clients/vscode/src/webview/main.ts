@@ -610,7 +610,8 @@ function onMessage(message: ToView): void {
     case "replyError": replyNote("error", message.message, true); break;
     case "busy": setBusy(message.busy); break;
     case "status":
-      statusEl.textContent = message.status === "ready" || message.status === "answering" ? "" : message.status === "starting" ? "Starting Imprint…" : message.detail || "Imprint is not running";
+      statusEl.textContent = message.status === "ready" || message.status === "answering" ? ""
+        : message.status === "starting" ? message.detail || "Starting Imprint…" : message.detail || "Imprint is not running";
       statusEl.className = `status ${message.status}`;
       break;
     case "draft": input.value = message.text; saveDraft(); autosize(); input.focus(); break;

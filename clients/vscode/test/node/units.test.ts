@@ -7,7 +7,7 @@ import * as path from "node:path";
 import { test } from "node:test";
 import { transcriptOf } from "../../src/chat/controller";
 import { DaemonLog } from "../../src/chat/daemonLog";
-import { resolveExecutable } from "../../src/chat/executable";
+import { missingDaemonMessage, resolveExecutable } from "../../src/chat/executable";
 import { SETTINGS, SentSettings, daemonSettings, describeModel } from "../../src/chat/settings";
 
 test("only explicitly set values are sent, by the daemon's names, nested by section", () => {
@@ -122,4 +122,13 @@ test("a stored session keeps each answer's sources and marks questions left with
   assert.deepEqual(items[1], { kind: "unanswered", seq: 1 });
   assert.deepEqual(items[3].kind === "assistant" && items[3].sources, [source]);
   assert.deepEqual(items[5], { kind: "unanswered", seq: 4 });
+});
+
+test("the missing-daemon notification is plain text (no markdown backticks) and says where a remote window reads the path", () => {
+  const local = missingDaemonMessage("imprintd", undefined);
+  assert.ok(!local.includes("`"), local);
+  assert.match(local, /could not find its daemon “imprintd”.*pip install "\.\[embedded\]"/);
+  const remote = missingDaemonMessage("~/bin/imprintd", "ssh-remote");
+  assert.ok(!remote.includes("`"), remote);
+  assert.match(remote, /remote window \(ssh-remote\).*Remote settings/);
 });
