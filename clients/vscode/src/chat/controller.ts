@@ -137,6 +137,8 @@ export class ChatController {
     this.disposeHandlers();
     this.connection = undefined;
     this.setStatus(restarting ? "starting" : "error", reason);
+    // A daemon that will not come (not found, stopping for good) fails waiting questions now.
+    if (!restarting) for (const resolve of this.waiting.splice(0)) resolve();
   }
 
   /** Research turned on or off (workspace trust granted, a folder opened). */

@@ -341,12 +341,20 @@ test("a question asked while the daemon restarts waits for it and is answered by
   assert.deepEqual(panel.ofType("busy").map((message) => message.busy), [true, false]);
 });
 
-test("a daemon that does not come back within the wait fails the question with what to do; Stop ends the wait", async () => {
+test("a daemon that does not come back within the wait, or cannot start, fails the question with what to do; Stop ends the wait", async () => {
   const waiting = new RecordedPanel(home.workspace, { startWaitMs: 300 });
   waiting.controller.detach("Restarting the Imprint daemon…", true);
   await waiting.controller.ask("Anyone?");
   assert.match(waiting.ofType("replyError")[0].message, /did not start within 0 s.*Show Log/);
   assert.equal(waiting.controller.busy, false);
+
+  const missing = new RecordedPanel(home.workspace);
+  missing.controller.detach("Restarting the Imprint daemon…", true);
+  const waited = missing.controller.ask("Still there?");
+  await missing.next("progress", (p) => p.message.startsWith("Waiting"));
+  missing.controller.detach("“imprintd” was not found");
+  await waited;
+  assert.match(missing.ofType("replyError")[0].message, /not running \(“imprintd” was not found\)/);
 
   const stopped = new RecordedPanel(home.workspace);
   stopped.controller.detach("Restarting the Imprint daemon…", true);

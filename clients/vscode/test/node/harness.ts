@@ -13,6 +13,7 @@ import { pathToFileURL } from "node:url";
 import { MessageConnection, StreamMessageReader, StreamMessageWriter, createMessageConnection } from "vscode-jsonrpc/node";
 import { ChatController, ControllerOptions } from "../../src/chat/controller";
 import { ToView } from "../../src/chat/view";
+import type { ModelReport } from "../../src/protocol";
 import { REPO_ROOT, python, pythonEnv } from "../python";
 
 export interface StubReplySpec {
@@ -173,6 +174,9 @@ export class RecordedPanel {
   readonly opened: { path: string; startLine: number | null; endLine: number | null }[] = [];
   /** What the controller asked to keep for a window reload (rememberSession), in order. */
   readonly remembered: (string | undefined)[] = [];
+  /** Each model the controller reported for the status bar (onModel), in order. */
+  readonly models: (ModelReport | undefined)[] = [];
+  private modelWatchers: { test: (model: ModelReport | undefined) => boolean; resolve: (model: ModelReport | undefined) => void }[] = [];
   private watchers: { test: (message: ToView) => boolean; resolve: (message: ToView) => void }[] = [];
   readonly controller: ChatController;
 
@@ -182,8 +186,21 @@ export class RecordedPanel {
       workspace: () => workspace,
       openSource: (file, startLine, endLine) => this.opened.push({ path: file, startLine, endLine }),
       rememberSession: (sessionId) => this.remembered.push(sessionId),
+      onModel: (model) => this.recordModel(model),
       ...options,
     });
+  }
+
+  private recordModel(model: ModelReport | undefined): void {
+    this.models.push(model);
+    this.modelWatchers = this.modelWatchers.filter((watcher) => !(watcher.test(model) && (watcher.resolve(model), true)));
+  }
+
+  /** The first model report (already made or still to come) that passes `test`. */
+  nextModel(test: (model: ModelReport | undefined) => boolean): Promise<ModelReport | undefined> {
+    const found = this.models.find(test);
+    if (found !== undefined || this.models.some(test)) return Promise.resolve(found);
+    return new Promise((resolve) => this.modelWatchers.push({ test, resolve }));
   }
 
   private record(message: ToView): void {
