@@ -10,6 +10,7 @@
  */
 
 import MarkdownIt from "markdown-it";
+import { withoutSourcesBlock } from "../chat/sources";
 import type { FromView, ResearchState, StepRow, ToView, TranscriptItem } from "../chat/view";
 import type { ContextUsage, SeqRanges, Source, Summary } from "../protocol";
 
@@ -212,11 +213,9 @@ function sourcesList(wireSources: Source[]): HTMLElement {
   return section;
 }
 
-/** The daemon ends a written answer with a "Sources:" block; the list shows it, so the text need not. */
-const TRAILING_SOURCES = /(?:^|\n+)Sources:[ \t]*\n(?:\[\d+\][^\n]*(?:\n|$))+\s*$/;
-
+/** The answer's text, less the trailing "Sources:" block when the list shows them. */
 function answerText(text: string, sources: Source[]): string {
-  return sources.length ? text.replace(TRAILING_SOURCES, "") : text;
+  return sources.length ? withoutSourcesBlock(text) : text;
 }
 
 // -- the reply in flight ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ import { afterEach, beforeEach, test } from "node:test";
 import { CancellationToken, ProgressType } from "vscode-jsonrpc";
 import { ChatConnection, WorkDoneProgressValue } from "../../src/chat/connection";
 import { SentSettings, daemonSettings } from "../../src/chat/settings";
+import { withoutSourcesBlock } from "../../src/chat/sources";
 import * as wire from "../../src/protocol";
 import { Daemon, Home, RecordedPanel, Stub } from "./harness";
 
@@ -102,7 +103,8 @@ test("tool steps show as rows, progress runs on the client's token, and tool out
     ["call_read", "started"], ["call_read", "finished"], ["call_bad", "started"], ["call_bad", "failed"]]);
   assert.equal(steps[0].title, "Reading notes.txt");
   assert.match(steps[3].detail, /\.\./);
-  assert.equal(panel.ofType("replyEnd")[0].text, "The notes say 8101.");
+  // A daemon that writes sources ends the text with a "Sources:" block for the read file.
+  assert.equal(withoutSourcesBlock(panel.ofType("replyEnd")[0].text), "The notes say 8101.");
 
   // Begin, reports, end, all on the one token the controller created for this request.
   assert.ok(progress.length >= 2);
@@ -135,7 +137,7 @@ test("the streamed-text contract: preamble parts are marked and the answer comes
   const order = panel.messages.filter((m) => m.type === "delta" || m.type === "preamble")
     .map((m) => (m.type === "preamble" ? "preamble" : `part ${m.part}`));
   assert.deepEqual([...new Set(order)], ["part 0", "preamble", "part 1"]);
-  assert.equal(panel.ofType("replyEnd")[0].text, "Billing uses 8101.");
+  assert.equal(withoutSourcesBlock(panel.ofType("replyEnd")[0].text), "Billing uses 8101.");
 });
 
 test("Stop cancels the request: it answers -32800, the panel goes idle and the question stays stored", async () => {
@@ -205,11 +207,12 @@ test("sessions are listed, opened with tool steps collapsed, and deleted", async
   await panel.controller.openSession(first);
   const [reset] = panel.ofType("reset");
   assert.equal(reset.title, "Which port does billing use?");
-  assert.deepEqual(reset.items, [
-    { kind: "user", seq: 1, text: "Which port does billing use?" },
-    { kind: "assistant", seq: 4, text: "It is 8101.", sources: reset.items[1].kind === "assistant" ? reset.items[1].sources : [],
-      steps: [{ callId: "call_read", title: "Reading notes.txt", state: "finished", detail: "" }] },
-  ]);
+  const [question, answer] = reset.items;
+  assert.deepEqual(question, { kind: "user", seq: 1, text: "Which port does billing use?" });
+  assert.ok(answer.kind === "assistant");
+  assert.deepEqual([answer.seq, withoutSourcesBlock(answer.text), answer.steps],
+    [4, "It is 8101.", [{ callId: "call_read", title: "Reading notes.txt", state: "finished", detail: "" }]]);
+  assert.equal(reset.items.length, 2);
   assert.equal(panel.controller.sessionId, first);
 
   // A reloaded webview gets the transcript again.

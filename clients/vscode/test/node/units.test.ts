@@ -9,6 +9,7 @@ import { transcriptOf } from "../../src/chat/controller";
 import { DaemonLog } from "../../src/chat/daemonLog";
 import { missingDaemonMessage, resolveExecutable } from "../../src/chat/executable";
 import { SETTINGS, SentSettings, daemonSettings, describeModel } from "../../src/chat/settings";
+import { withoutSourcesBlock } from "../../src/chat/sources";
 
 test("only explicitly set values are sent, by the daemon's names, nested by section", () => {
   assert.deepEqual(daemonSettings(() => undefined), {});
@@ -131,4 +132,12 @@ test("the missing-daemon notification is plain text (no markdown backticks) and 
   const remote = missingDaemonMessage("~/bin/imprintd", "ssh-remote");
   assert.ok(!remote.includes("`"), remote);
   assert.match(remote, /remote window \(ssh-remote\).*Remote settings/);
+});
+
+test("the daemon's trailing Sources block comes off the answer's text, and only a trailing one", () => {
+  assert.equal(withoutSourcesBlock("It is 8101 [1].\n\nSources:\n[1] notes.txt:1\n[2] src/a.py:3-4 (read, not cited)"), "It is 8101 [1].");
+  assert.equal(withoutSourcesBlock("Sources:\n[1] notes.txt:1\n"), "");
+  const inside = "Sources:\n[1] a list the model wrote\n\nand text after it";
+  assert.equal(withoutSourcesBlock(inside), inside);
+  assert.equal(withoutSourcesBlock("No sources here."), "No sources here.");
 });
