@@ -260,7 +260,11 @@ function scheduleRender(): void {
 function flushRender(): void {
   renderScheduled = false;
   if (!live) return;
-  for (const part of live.dirty) renderMarkdown(part.preamble ? (part.el.querySelector(".thinking-text") as HTMLElement) : part.el, part.text);
+  // The daemon streams its "Sources:" block too; the list that comes with the result shows it.
+  for (const part of live.dirty) {
+    if (part.preamble) renderMarkdown(part.el.querySelector(".thinking-text") as HTMLElement, part.text);
+    else renderMarkdown(part.el, withoutSourcesBlock(part.text));
+  }
   live.dirty.clear();
   scrollToEnd();
 }

@@ -52,6 +52,7 @@ export const CONVERSATION: ToView[] = [
   { type: "summary", summary: { text: "- (#1–#2) The user pasted the compose file; billing runs on 8101.", firstSeq: 1, lastSeq: 12 } },
   { type: "delta", part: 1, text: "Billing listens on **port 8101** ([1]); " },
   { type: "delta", part: 1, text: "its client gives up after `7.5` seconds ([2])." },
+  { type: "delta", part: 1, text: SOURCES_BLOCK },
   { type: "progress", message: "", done: true },
   {
     type: "replyEnd", text: ANSWER + SOURCES_BLOCK, stopReason: "answer", sources: SOURCES,

@@ -280,12 +280,13 @@ test("screenshots of the empty panel and of a reply in flight (dark theme)", asy
   await page.screenshot({ path: path.join(OUTPUT_DIR, "panel-empty-dark.png") });
 
   const until = CONVERSATION.findIndex((m) => m.type === "summary");
-  await post(page, ...CONVERSATION.slice(0, until + 2),
+  await post(page, ...CONVERSATION.slice(0, until + 4),
     { type: "progress", message: "Writing the answer from the research notes…", percentage: 90, done: false });
   await settle(page);
   assert.equal(await page.locator("#empty").isVisible(), false);
   assert.equal(await page.locator(".message.streaming").getAttribute("aria-busy"), "true");
   assert.match(await page.locator(".message.streaming .answer").innerText(), /^Billing listens on port 8101/);
+  assert.ok(!(await page.locator(".message.streaming .answer").innerText()).includes("Sources:"), "the streamed Sources block is not shown");
   assert.equal(await page.locator("#stop").isVisible(), true);
   await page.screenshot({ path: path.join(OUTPUT_DIR, "panel-streaming-dark.png") });
   await page.close();
