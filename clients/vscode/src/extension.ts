@@ -16,7 +16,7 @@ import { ChatController } from "./chat/controller";
 import { DaemonLog } from "./chat/daemonLog";
 import { missingDaemonMessage, resolveExecutable } from "./chat/executable";
 import { chatHtml } from "./chat/html";
-import { EditorKey, SentSettings, describeModel } from "./chat/settings";
+import { EditorKey, SETTINGS, SentSettings, describeModel } from "./chat/settings";
 import { ConnectionStatus, FromView, ResearchState, ToView } from "./chat/view";
 import type { ModelReport } from "./protocol";
 
@@ -71,6 +71,20 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.workspace.onDidChangeWorkspaceFolders(() => controller.setResearch()),
   );
   void daemon.start();
+  warnRenamedSettings();
+}
+
+/** Settings still set under their former snake_case names (`imprint.chat.max_tokens`) are no longer read: say so. */
+function warnRenamedSettings(): void {
+  const config = vscode.workspace.getConfiguration("imprint");
+  const renamed = SETTINGS.filter(({ daemon, editor }) => {
+    if (daemon === editor) return false;
+    const old = config.inspect(daemon);
+    return old?.globalValue !== undefined || old?.workspaceValue !== undefined || old?.workspaceFolderValue !== undefined;
+  });
+  if (!renamed.length) return;
+  const names = renamed.map(({ daemon, editor }) => `imprint.${daemon} → imprint.${editor}`).join(", ");
+  void vscode.window.showWarningMessage(`Imprint's settings were renamed and the old names are no longer read: ${names}.`);
 }
 
 /** VS Code waits for the daemon's `shutdown`/`exit` before the extension host goes. */
