@@ -416,3 +416,22 @@ test("an untrusted window: the panel says research is off, no folder reaches the
   assert.equal(stored.session.workspace, null);
   untrusted.controller.dispose();
 });
+
+test("sources come with the answer and come back with the reopened session", async () => {
+  writeFileSync(path.join(home.workspace, "notes.txt"), "The billing service listens on 8101.\n");
+  await stub.queue({ toolCalls: [{ id: "call_read", name: "read_file", arguments: { path: "notes.txt" } }] }, "Billing listens on 8101 [1].");
+  await panel.controller.ask("Which port does billing use?");
+  const [end] = panel.ofType("replyEnd");
+  assert.equal(end.sources.length, 1);
+  const [source] = end.sources;
+  assert.deepEqual([source.number, source.kind, source.path, source.cited, source.supported, source.reason], [1, "file", "notes.txt", true, true, ""]);
+  assert.ok(!/read_file/.test(source.label) && source.label.startsWith("notes.txt"), source.label);
+  assert.match(end.text, /\n\nSources:\n\[1\] notes\.txt/);
+
+  panel.clear();
+  await panel.controller.openSession(panel.controller.sessionId!);
+  const [reset] = panel.ofType("reset");
+  const answer = reset.items.find((item) => item.kind === "assistant");
+  assert.ok(answer && answer.kind === "assistant");
+  assert.deepEqual(answer.sources, end.sources);
+});
