@@ -99,8 +99,11 @@ test("tool steps show as rows, progress runs on the client's token, and tool out
   await panel.controller.ask("What do the notes say about billing?");
 
   const steps = panel.ofType("toolStep");
-  assert.deepEqual(steps.map((step) => [step.callId, step.state]), [
-    ["call_read", "started"], ["call_read", "finished"], ["call_bad", "started"], ["call_bad", "failed"]]);
+  assert.deepEqual(steps.map((step) => step.state), ["started", "finished", "started", "failed"]);
+  // Each step's start and end share an id, unique within the reply (the daemon may number them).
+  assert.equal(steps[0].callId, steps[1].callId);
+  assert.equal(steps[2].callId, steps[3].callId);
+  assert.notEqual(steps[0].callId, steps[2].callId);
   assert.equal(steps[0].title, "Reading notes.txt");
   assert.match(steps[3].detail, /\.\./);
   // A daemon that writes sources ends the text with a "Sources:" block for the read file.
