@@ -89,6 +89,10 @@ class Measured:
     def native_tools(self) -> bool:
         return self.model.native_tools
 
+    @property
+    def exact_counts(self) -> bool:
+        return self.model.exact_counts
+
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
         return self.model.count_prompt(messages, tools)
 
@@ -104,8 +108,9 @@ class Measured:
         self._charge = prompt - held
         return prompt, held
 
-    async def complete(self, messages, tools=(), *, max_tokens, timeout=None, on_text=None):
-        charged, self._charge = self._charge, None
+    async def complete(
+        self, messages, tools=(), *, max_tokens, timeout=None, on_text=None, on_start=None, on_retry=None
+    ):
         kind = (
             "worker"
             if not tools and messages[0].content == sec.WORKER_SYSTEM_PROMPT
@@ -113,10 +118,14 @@ class Measured:
             if tools
             else "final answer"
         )
-        row = Row(kind=kind, prompt=self.model.count_prompt(messages, tools), charged=charged)
+        row = Row(kind=kind, prompt=self.model.count_prompt(messages, tools), charged=None)
         self.rows.append(row)
         started = time.monotonic()
-        completion = await self.model.complete(messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text)
+        self._charge = None
+        completion = await self.model.complete(
+            messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text, on_start=on_start
+        )
+        row.charged = self._charge  # the budget measures under the lock, in on_start
         row.seconds = time.monotonic() - started
         usage = completion.usage
         row.evaluated, row.generated, row.finish = (
@@ -174,6 +183,9 @@ async def run(chars: int, n_ctx: int, time_budget: float, worker_timeout: float,
             pass
 
         def summary(self, text, first_seq, last_seq):
+            pass
+
+        def context_usage(self, usage):
             pass
 
     print(

@@ -4,17 +4,19 @@
 2. Summary step (ADR 0141): only when the conversation's own text no longer fits beside
    the summary, the oldest exchanges are summarized; on failure ADR 0140's dropping stands.
 3. Research (``research/loop.py``): fit, charge, generate, run tools, until an answer or a stop.
-4. A stop other than an answer writes the final answer from notes (ADR 0127). Either way the
-   answer's citations of this reply's numbered results become its sources, checked and listed
-   after it (``research/citations.py``). Characters a section analysis left unread are named
-   after the answer.
+4. A stop other than an answer writes the final answer from notes (ADR 0127), within its own
+   120 s. Either way the answer's citations of this reply's numbered results become its
+   sources, checked and listed after it (``research/citations.py``). What was not read or done
+   (characters a section analysis left unread, a round the model failed) is named after the
+   answer, with the setting that would help; a direct answer cut off by the output limit says so.
 5. The reply and its tool exchanges are stored, the answer with its sources; only then is the
    reply acknowledged.
 
-``chat.research_time_budget`` bounds steps 2–4 together (``research/clock.py``), from when the
-workspace index is up to date, keeping a share for the final answer.
+``chat.research_time_budget`` bounds steps 2–3 (``research/clock.py``), from when the
+workspace index is up to date, less a share kept for the final answer.
 
-A cancelled or failed reply keeps the stored question and stores nothing else.
+A cancelled reply, and one that failed before anything was gathered, keeps the stored
+question and stores nothing else; any other stop ends in an answer from what was gathered.
 """
 
 from __future__ import annotations
@@ -28,18 +30,26 @@ import msgspec
 from imprintd import messages as msg
 from imprintd import prompts
 from imprintd.context import summary as summaries
+from imprintd.context import usage
+from imprintd.context.fitting import fit_prompt
 from imprintd.context.history import STRATEGY_LINE, ConversationHistory, ConversationHistoryTool, should_offer
 from imprintd.context.sections import ReplySections
+from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, SourceRef, Style
 from imprintd.models.base import Model
 from imprintd.research import citations
-from imprintd.research.answer import coverage_note, final_answer
+from imprintd.research import clock as clocks
+from imprintd.research.answer import coverage_note, cut_off_note, final_answer
 from imprintd.research.clock import ReplyClock
 from imprintd.research.loop import ReplyScope, Stop, research
 from imprintd.settings import ChatSettings
 from imprintd.store import ConversationStore, SessionInfo, StoredSummary
 from imprintd.tools.base import Tool
+from imprintd.tools.workspace import WORKSPACE_SPECS
+
+#: Said after an answer the repetition guard cut (``models/repetition.py``).
+REPEATED_ITSELF = "(The model started repeating itself here, so the answer was cut off.)"
 
 
 class ReplyRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,6 +57,9 @@ class ReplyRequest(msgspec.Struct, frozen=True, kw_only=True):
 
     text: str
     session_id: str | None = None
+    #: With no ``session_id``: the id the new session is stored under (default a random one).
+    #: ACP names a session at ``session/new`` and stores it with its first question.
+    new_session_id: str | None = None
     style: Style = "written"
     persist: bool = True
     workspace: str | None = None
@@ -70,9 +83,6 @@ class ReplyContext:
     sections: ReplySections
 
 
-__all__ = ["ReplyContext", "ReplyOutcome", "ReplyRequest", "SourceRef", "run_reply"]
-
-
 class ReplyOutcome(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
     reply_id: str
@@ -92,22 +102,18 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
 
     workspace_tools = await context.workspace_tools(events)
     clock = ReplyClock(settings.research_time_budget)  # indexing is not the reply's to bound
-    offered = should_offer(earlier, tools_offered=bool(workspace_tools))
+    offered = should_offer(earlier)
     history_tool = (
         [ConversationHistoryTool(ConversationHistory(earlier, store.history_index(info.id)))] if offered else []
     )
     tools = [*workspace_tools, *history_tool]
     specs = [tool.spec for tool in tools]
-    tool_lines = ((prompts.TOOL_STRATEGY,) if workspace_tools else ()) + ((STRATEGY_LINE,) if history_tool else ())
-    tool_lines += (prompts.CITATIONS,) if tools else ()
+    tool_lines = _tool_lines(workspace=bool(workspace_tools), history=offered)
 
     summary = await _summary_step(
         model, store, info, stored, request.style, tool_lines, specs, settings.max_tokens, events, clock
     )
-    covered = summary.last_seq if summary and summary.text else 0
-    block = _summary_block(summary, earlier, lookup_guidance=offered)
-    system = msg.system(prompts.system_prompt(style=request.style, tool_lines=tool_lines, summary_block=block))
-    history = [m for m in earlier if (m.seq or 0) > covered]
+    system, history, layout = compose_prompt(request.style, tool_lines, summary, earlier, lookup_guidance=offered)
 
     scope = ReplyScope(
         model=model,
@@ -119,15 +125,22 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
         time_budget=settings.research_time_budget,
         clock=clock,
         analysis_context=settings.analysis_context,
+        layout=layout,
         style=request.style,
+        first_look=settings.first_look,
     )
     outcome = await research(scope, system=system, history=history, question=question, tools=tools)
 
     sources: tuple[SourceRef, ...] = ()
-    coverage = coverage_note(outcome.analyses)
+    coverage = "\n".join(part for part in (outcome.failure, coverage_note(outcome.analyses)) if part)
     if outcome.answer is not None:
         passages = outcome.numbering.by_number()
         text = citations.plain(outcome.answer.text, passages, request.style)  # as it streamed
+        if outcome.stop == "length":
+            coverage = "\n".join(part for part in (cut_off_note(settings.max_tokens), coverage) if part)
+        elif outcome.stop == "repetition":
+            # What streamed went on into the loop; the result's text is the answer to show.
+            coverage = "\n".join(part for part in (REPEATED_ITSELF, coverage) if part)
         if coverage:
             events.text("\n\n" + coverage)
             text += "\n\n" + coverage
@@ -147,7 +160,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
             steps=outcome.steps,
             style=request.style,
             max_tokens=settings.max_tokens,
-            timeout=clock.final_left(),
+            timeout=clocks.FINAL_TIMEOUT_S,  # its own deadline, whatever research left (ADR 0101)
             coverage=coverage,
             numbering=outcome.numbering,
             question_analysis=outcome.question_analysis,
@@ -157,6 +170,57 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     # The reply, all or nothing; the answer keeps its sources.
     store.extend(info.id, [*outcome.exchange, msg.assistant(text, sources=sources)])
     return ReplyOutcome(session_id=info.id, reply_id=reply_id, text=text, sources=sources, stop_reason=outcome.stop)
+
+
+def next_question_usage(
+    model: Model,
+    *,
+    stored: Sequence[Message],
+    summary: StoredSummary | None,
+    workspace: bool,
+    style: Style = "written",
+    max_tokens: int,
+) -> ContextUsage:
+    """What the next question's first round would get, without asking one (it counts 0 tokens).
+
+    Composed as ``run_reply`` composes a round (the tools it would offer, the summary as it stands,
+    fitting), before any summary step the question might bring about. Counts: call it from a worker thread.
+    """
+    offered = should_offer(stored)
+    specs = [*(WORKSPACE_SPECS if workspace else ()), *((ConversationHistoryTool.spec,) if offered else ())]
+    tool_lines = _tool_lines(workspace=workspace, history=offered)
+    system, history, layout = compose_prompt(style, tool_lines, summary, stored, lookup_guidance=offered)
+    fitted = fit_prompt(model, system=system, history=history, current=[], tools=specs, max_tokens=max_tokens)
+    return usage.measure(
+        model, fitted.messages, current=0, tools=specs, max_tokens=max_tokens, layout=layout, used=fitted.prompt_tokens
+    )
+
+
+def compose_prompt(
+    style: Style,
+    tool_lines: tuple[str, ...],
+    summary: StoredSummary | None,
+    earlier: Sequence[Message],
+    *,
+    lookup_guidance: bool,
+) -> tuple[Message, list[Message], usage.Layout]:
+    """The system message, the history research is given (what the summary does not cover), and
+    where they came from."""
+    covered = summary.last_seq if summary and summary.text else 0
+    block = _summary_block(summary, earlier, lookup_guidance=lookup_guidance)
+    system = msg.system(prompts.system_prompt(style=style, tool_lines=tool_lines, summary_block=block))
+    history = [m for m in earlier if (m.seq or 0) > covered]
+    layout = usage.Layout(
+        system_base=msg.system(prompts.system_prompt(style=style, tool_lines=tool_lines)),
+        earlier=tuple(m.seq for m in earlier if m.seq is not None),
+        summarized=(summary.first_seq, summary.last_seq) if summary and summary.text else None,
+    )
+    return system, history, layout
+
+
+def _tool_lines(*, workspace: bool, history: bool) -> tuple[str, ...]:
+    lines = ((prompts.TOOL_STRATEGY,) if workspace else ()) + ((STRATEGY_LINE,) if history else ())
+    return lines + ((prompts.CITATIONS,) if workspace or history else ())
 
 
 async def _summary_step(

@@ -22,6 +22,8 @@ import msgspec.inspect
 import platformdirs
 from msgspec import Meta
 
+from imprintd.redact import hide_url_passwords
+
 APP_NAME = "imprint"
 
 
@@ -84,15 +86,50 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
     research_token_budget: Annotated[
         int, Meta(ge=1024, le=16_777_216, description="tokens research may spend on one reply")
     ] = 65536
+    index_max_files: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=10_000_000,
+            description="files of a workspace the search index keeps: the first the walk finds, shallow folders first",
+        ),
+    ] = 20_000
+    index_max_bytes: Annotated[
+        int,
+        Meta(
+            ge=1024,
+            le=68_719_476_736,
+            description="bytes of workspace files the search index reads, all files together",
+        ),
+    ] = 268_435_456
     research_time_budget: Annotated[
         float,
         Meta(
             ge=1,
             le=86_400,
-            description="seconds one reply may take, section analysis and the final answer included",
+            description="seconds one reply's research may take (summary, rounds, section analysis); the final answer then has its own 120 s",
             extra={"unit": "seconds"},
         ),
     ] = 300.0
+    state_cache_memory: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=1 << 40,
+            description="bytes of local model state kept in memory per process for follow-ups; 0 turns it off",
+        ),
+    ] = 2 << 30
+    state_cache_disk: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=1 << 40,
+            description="bytes of local model state kept in the cache dir across restarts; 0 turns it off",
+        ),
+    ] = 4 << 30
+    first_look: Annotated[
+        bool, Meta(description="search the workspace with the question before the model's first round")
+    ] = True
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -132,6 +169,8 @@ def _key(section: str, field: msgspec.inspect.Field) -> Key:
         return Key(
             name, str, " or ".join(f'"{v}"' for v in values), help_text, lambda v: v in values, ", ".join(values)
         )
+    if isinstance(kind, msgspec.inspect.BoolType):
+        return Key(name, bool, "true or false", help_text, bounds="true, false")
     if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
         low, high = kind.ge, kind.le
         number = "an integer" if isinstance(kind, msgspec.inspect.IntType) else f"a number of {extra['unit']}"
@@ -157,6 +196,10 @@ KEYS: dict[str, Key] = {key.name: key for key in (_key("chat", field) for field 
 DEFAULTS = Settings()
 
 
+#: How a yes/no setting may be written in the environment or on the command line.
+_BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
 class SettingsError(ValueError):
     """A value was refused; the message names the key, the value and what is accepted."""
 
@@ -175,16 +218,18 @@ def coerce(key: str, value: Any, *, from_text: bool = False) -> Any:
     spec = known_key(key)
     converted = value
     try:
-        if from_text and isinstance(value, str) and spec.type is not str:
+        if from_text and isinstance(value, str) and spec.type is bool:
+            converted = _BOOL_WORDS[value.strip().lower()]
+        elif from_text and isinstance(value, str) and spec.type is not str:
             converted = spec.type(value.strip())
         elif spec.type is float and isinstance(value, int) and not isinstance(value, bool):
             converted = float(value)
-        if not isinstance(converted, spec.type) or isinstance(converted, bool):
+        if not isinstance(converted, spec.type) or (isinstance(converted, bool) and spec.type is not bool):
             raise TypeError
         if not spec.check(converted):
             raise ValueError
-    except (TypeError, ValueError):
-        raise SettingsError(f"{key} = {value!r} is not accepted: expected {spec.accepted}") from None
+    except (TypeError, ValueError, KeyError):
+        raise SettingsError(f"{key} = {_shown(value)} is not accepted: expected {spec.accepted}") from None
     return converted
 
 
@@ -226,7 +271,7 @@ class Resolved:
         if not isinstance(values, Mapping):
             error = (
                 f'settings from {source} must be an object such as {{"chat": {{"n_ctx": 4096}}}}, '
-                f"got {_shown(values)}; all of them were ignored"
+                f"got {_shown(values, 80)}; all of them were ignored"
             )
             return Resolved(self.settings, self.origins, self.errors + (error,), self.layers)
         settings, origins, errors = self.settings, dict(self.origins), list(self.errors)
@@ -245,16 +290,17 @@ class Resolved:
                 settings, origins[key] = settings.replace(key, converted), source
             except SettingsError as error:
                 errors.append(
-                    f"{error} (from {source}; keeping {settings.get(key)!r})"
+                    f"{error} (from {source}; keeping {_shown(settings.get(key))})"
                     if key in KEYS
                     else f"{error} (from {source})"
                 )
         return Resolved(settings, origins, tuple(errors), layers)
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:79] + "…"
+def _shown(value: Any, limit: int | None = None) -> str:
+    """``value`` as a refusal or ``imprintd config`` quotes it: the password of a URL masked."""
+    text = hide_url_passwords(repr(value))
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def config_file() -> Path:
@@ -313,6 +359,6 @@ def load(cli_values: Mapping[str, Any] | None = None, environ: Mapping[str, str]
 def describe(resolved: Resolved, extra: Iterable[tuple[str, str]] = ()) -> str:
     """The effective settings and where each came from, as ``imprintd config`` prints them."""
     width = max(len(key) for key in KEYS)
-    lines = [f"{key:<{width}}  {resolved.settings.get(key)!r:<28}  ({resolved.origins[key]})" for key in KEYS]
+    lines = [f"{key:<{width}}  {_shown(resolved.settings.get(key)):<28}  ({resolved.origins[key]})" for key in KEYS]
     lines.extend(f"{name:<{width}}  {value}" for name, value in extra)
     return "\n".join(lines)

@@ -17,7 +17,7 @@ import anyio
 import msgspec
 
 from imprintd.messages import Message, ToolCall, ToolSpec
-from imprintd.models.base import Completion, ModelError, TextCallback, Usage, inference_lock
+from imprintd.models.base import Completion, ModelError, RetryCallback, StartHook, TextCallback, Usage, inference_lock
 from imprintd.models.toolcalls import VisibleTextFilter
 
 #: Tokens every message costs beyond its text (role header and end marker).
@@ -75,6 +75,7 @@ class StandInModel:
     n_ctx: int = 8192
     model_id: str = "standin"
     native_tools: bool = True
+    exact_counts: bool = True
     requests: list[Request] = field(default_factory=list)
     #: Set while a request is generating, to check that requests never overlap.
     busy: bool = False
@@ -106,6 +107,8 @@ class StandInModel:
         max_tokens: int,
         timeout: float | None = None,
         on_text: TextCallback | None = None,
+        on_start: StartHook | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> Completion:
         request = Request(list(messages), list(tools), max_tokens, timeout)
         self.requests.append(request)
@@ -121,6 +124,14 @@ class StandInModel:
         written = _Written(on_text, None if tools else VisibleTextFilter((), "native" if self.native_tools else "json"))
         with anyio.move_on_after(timeout) as scope:
             async with inference_lock():
+                if on_start is not None:
+                    try:
+                        await on_start()
+                    except BaseException:
+                        # Refused before it started (e.g. by the budget): it never reached the model.
+                        self.requests.remove(request)
+                        self.replies.insert(0, reply)
+                        raise
                 if self.busy:
                     self.overlapped = True
                 self.busy = True

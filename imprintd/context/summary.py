@@ -16,7 +16,9 @@ exchanges, plus the question) fits beside the current summary block. Only when i
 
 If the model fails, times out or the request cannot fit, the previous summary stays, the
 reply falls back to ADR 0140's dropping, and no new attempt is made until six more messages
-have been added (``retry_at``). Secrets are redacted (ADR 0060) in everything the summarizer
+have been added (``retry_at``); a summary skipped because the reply had no time left sets no
+retry point. A question too big for the context alone is left out of the plan (it is
+analyzed in sections whatever the history holds). Secrets are redacted (ADR 0060) in everything the summarizer
 reads and in what it writes.
 
 A state with empty ``text`` covers nothing, whatever its numbers say: it only carries the
@@ -34,8 +36,8 @@ import msgspec
 from imprintd.context.history import TOOL_NAME, calls_by_id, describe_call
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, ToolSpec
-from imprintd.models.base import Model, ModelError
-from imprintd.redact import redact
+from imprintd.models.base import Model, ModelError, side_requests
+from imprintd.redact import EXCERPT_MARGIN, redact, redact_head, redact_tail
 from imprintd.store import StoredSummary
 
 SUMMARY_RESERVE_TOKENS = 900
@@ -164,7 +166,13 @@ def plan_coverage(
     ones' text takes at most half the room left beside a full-size summary:
     room = n_ctx − max_tokens − system − tools − question − 900. Always at least one
     exchange when the text does not fit; an empty list when there is nothing left to cover.
+
+    A question too big for the context even alone is left out: it goes to section analysis
+    whatever the history holds, so summarizing for it would cover exact earlier messages for
+    a drop that is only temporary.
     """
+    if model.count_prompt([system, question], tools) + max_tokens > model.n_ctx:
+        question = Message(role="user", content="", seq=question.seq)
     if conversation_fits(
         model, system=system, summary=summary, messages=messages, question=question, tools=tools, max_tokens=max_tokens
     ):
@@ -271,11 +279,19 @@ def _transcript_line(message: Message, calls, clip_chars: tuple[int, int]) -> st
         call = calls.get(message.tool_call_id or "")
         name = describe_call(call) if call else message.name or "tool"
         return f"{number} tool result: {name} ({len(message.content):,} characters)"
-    text = clip(redact(message.content), *clip_chars)
+    text = redacted_clip(message.content, *clip_chars)
     if message.tool_calls:
         called = "; ".join(describe_call(c) for c in message.tool_calls)
         return f"{number} {message.role}: " + (f"{text}\n(called {called})" if text.strip() else f"called {called}")
     return f"{number} {message.role}: {text}"
+
+
+def redacted_clip(text: str, head: int, tail: int) -> str:
+    """``clip(redact(text), head, tail)``, without redacting the middle that clipping drops."""
+    if len(text) <= head + tail + 2 * EXCERPT_MARGIN:
+        return clip(redact(text), head, tail)
+    omitted = len(text) - head - tail
+    return f"{redact_head(text, head)}\n[… {omitted:,} characters omitted …]\n{redact_tail(text, tail)}"
 
 
 def clip(text: str, head: int, tail: int) -> str:
@@ -339,7 +355,7 @@ def covered_material(messages: Sequence[Message]) -> list[str]:
 
 def _first_line(text: str, limit: int = 80) -> str:
     line = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    line = redact(line)
+    line = redact_head(line, limit + 1)
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
@@ -387,16 +403,20 @@ async def update_summary(
     numbers = [m.seq for m in to_cover if m.seq is not None]
     if not numbers:
         return SummaryOutcome(ok=False, state=state, reason="nothing to cover")
+    timeout = max(0.0, min(timeout, SUMMARY_TIMEOUT_S))
+    if timeout <= 0:
+        # Not the model's failure: the next reply, with time of its own, may try again.
+        return SummaryOutcome(ok=False, state=state, reason="no time left in the reply's time budget")
     events.progress(PROGRESS)
     request = fit_summarizer_request(model, so_far, to_cover, context=messages)
     if request is None:
         return _failed(state, numbers, message_count, "the summary request does not fit the model")
-    timeout = max(0.0, min(timeout, SUMMARY_TIMEOUT_S))
-    if timeout <= 0:
-        return _failed(state, numbers, message_count, "no time left in the reply's time budget")
     with anyio.move_on_after(timeout + _DEADLINE_GRACE_S) as guard:
         try:
-            completion = await model.complete(request, (), max_tokens=SUMMARY_OUTPUT_TOKENS, timeout=timeout)
+            with side_requests():  # the session's state is restored after it, not replaced by it
+                completion = await model.complete(
+                    request, (), max_tokens=SUMMARY_OUTPUT_TOKENS, timeout=timeout, on_retry=events.progress
+                )
         except ModelError as error:
             return _failed(state, numbers, message_count, f"the model failed: {error}")
     if guard.cancelled_caught or completion.finish_reason == "deadline":

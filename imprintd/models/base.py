@@ -4,13 +4,20 @@ A model renders and counts a fully formatted prompt (messages plus tool schemas,
 prompt included), streams a completion under a deadline and cancellation, and reports usage.
 Providers: ``local.py`` (llama.cpp, exact counts) and ``remote.py`` (OpenAI-compatible, the
 UTF-8-byte estimate of ADR 0093). Tests use the stand-in in ``tests/standin.py``.
+
+A request also carries, implicitly, the session it serves (``session_requests``, set by
+``Chat.reply`` for the reply's task) and whether its model state is worth keeping
+(``side_requests``: the summary and section workers). The local provider keeps and restores
+llama.cpp's state per session by it (``state_cache.py``); remote providers ignore it.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Literal, Protocol, runtime_checkable
 
 import anyio
@@ -20,7 +27,7 @@ from imprintd.messages import Message, ToolCall, ToolSpec
 
 logger = logging.getLogger("imprintd.models")
 
-FinishReason = Literal["stop", "length", "tool_calls", "deadline"]
+FinishReason = Literal["stop", "length", "tool_calls", "deadline", "repetition"]
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,7 +43,9 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
 
     ``text`` is what the model wrote, tool-call markup removed. ``finish_reason`` is
     ``"deadline"`` when the request's time ran out; ``text`` then holds what was written
-    before it. ``tool_call_error`` names what was wrong with a malformed call, which is
+    before it. ``"repetition"``: the model started looping (``repetition.RepetitionGuard``)
+    and generation stopped; ``text`` is cut back to the last whole sentence before the loop.
+    ``tool_call_error`` names what was wrong with a malformed call, which is
     not run; the caller tells the model. ``wrote_tool_call`` is True when no tools were
     offered and the model wrote call markup as text anyway (``<tool_call>``, or in JSON mode
     a ``{"name": …}`` object; ``toolcalls.VisibleTextFilter``): ``text`` and what streamed
@@ -60,6 +69,12 @@ class ModelUnavailable(ModelError):
 
 
 TextCallback = Callable[[str], None]
+#: Called on the event loop once a request holds the inference lock, before anything is
+#: evaluated; what it raises ends the request unsent (the research budget charges here, so
+#: a local model's held prefix is measured when no other request can change it).
+StartHook = Callable[[], Awaitable[object]]
+#: Told, in words, that a transient failure is being retried ("server error 502; retrying in 2 s").
+RetryCallback = Callable[[str], None]
 
 
 @runtime_checkable
@@ -70,6 +85,8 @@ class Model(Protocol):
     model_id: str
     #: The context window the prompt, tool schemas and output allowance must fit.
     n_ctx: int
+    #: True when counts are the model's own tokenization (local), False for an estimate (remote).
+    exact_counts: bool
 
     @property
     def native_tools(self) -> bool:
@@ -96,13 +113,35 @@ class Model(Protocol):
         max_tokens: int,
         timeout: float | None = None,
         on_text: TextCallback | None = None,
+        on_start: StartHook | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> Completion:
         """Generate a reply, calling ``on_text`` with each piece of visible text as it comes.
 
         Runs under the process-wide inference lock; ``timeout`` covers the wait for the
-        lock too. Cancelling the calling task stops generation before the next token and
-        re-raises the cancellation. Raises ``ModelError`` on failure.
+        lock too. ``on_start`` is awaited once the lock is held, before anything is
+        evaluated (not at all when the deadline passes in the queue). A provider that
+        retries transient failures says so through ``on_retry``. Cancelling the calling task
+        stops generation before the next token and re-raises the cancellation. Raises
+        ``ModelError`` on failure.
         """
+        ...
+
+
+@runtime_checkable
+class SessionStates(Protocol):
+    """A model that keeps state per session (the local provider, ``state_cache.py``)."""
+
+    def set_state_limits(self, *, memory_bytes: int, disk_bytes: int) -> None:
+        """Apply ``chat.state_cache_memory`` and ``chat.state_cache_disk``."""
+        ...
+
+    def forget_session(self, session_id: str) -> None:
+        """Delete every state of ``session_id``."""
+        ...
+
+    def close_states(self) -> None:
+        """Write what is queued and stop writing."""
         ...
 
 
@@ -132,3 +171,46 @@ def inference_lock() -> anyio.Lock:
     if lock is None:
         lock = _locks[loop] = anyio.Lock()
     return lock
+
+
+class RequestScope(msgspec.Struct, frozen=True, kw_only=True):
+    """Whose request this is, for the model state a local provider keeps per session."""
+
+    session_id: str
+    #: False for a session with persistence off: its states stay in memory.
+    persist: bool
+    #: False for side requests (the summary, section workers): their state is not kept, and
+    #: the session's state is restored after them.
+    keep: bool = True
+
+
+# A context variable, not a parameter: every request of a reply (research rounds, workers, the
+# summary, the final answer) serves that reply's session, and each reply runs in its own task,
+# so concurrent replies never see each other's scope.
+_scope: contextvars.ContextVar[RequestScope | None] = contextvars.ContextVar("imprintd_request_scope", default=None)
+
+
+def request_scope() -> RequestScope | None:
+    """The scope of requests made here; None outside a reply."""
+    return _scope.get()
+
+
+@contextmanager
+def session_requests(session_id: str, *, persist: bool) -> Iterator[None]:
+    """Model requests made in this block serve ``session_id``."""
+    token = _scope.set(RequestScope(session_id=session_id, persist=persist))
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
+@contextmanager
+def side_requests() -> Iterator[None]:
+    """Model requests made in this block (a summary, a section worker) are not kept."""
+    scope = _scope.get()
+    token = _scope.set(None if scope is None else msgspec.structs.replace(scope, keep=False))
+    try:
+        yield
+    finally:
+        _scope.reset(token)

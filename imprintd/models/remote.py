@@ -16,9 +16,18 @@ context are not available locally; ``chat.n_ctx`` is the budget:
   header and end marker a template adds;
 * a prompt: the sum of its messages, each tool schema as its OpenAI JSON, plus
   ``PROMPT_OVERHEAD`` for the generation prompt. The estimate is additive by construction, so
-  ``count_prompt == PROMPT_OVERHEAD + tools + sum(count_message)`` exactly.
+  ``count_prompt == PROMPT_OVERHEAD + tools + sum(count_message)`` exactly;
+* output: a server that ignores ``max_tokens`` (one misconfigured to stream forever) is cut
+  once its text, tool names and arguments reach ``max_tokens * OUTPUT_BYTES_PER_TOKEN`` bytes:
+  the stream is closed and the completion ends with finish ``"length"``, as a local model's
+  does. Not at the three bytes of the estimate: that over-counts, and would cut an English
+  answer that is within its allowance at three quarters of it.
 
-Failures raise ``ModelError`` naming the cause (refused connection, unknown host, 401, 404,
+A transient failure (429, 500, 502, 503, 504, or a connection reset before the first byte) is
+asked again after 1, 2 and 4 s, or after the server's ``Retry-After``, while the wait ends
+within the request's deadline (which the reply's time budget bounds); each retry is reported
+through ``on_retry``. Nothing is retried once any of the reply has arrived. Failures then raise
+``ModelError`` naming the cause (refused connection, unknown host, 401, 404,
 429, 5xx, a stream cut short, no answer within the read timeout, a stream chunk that is not
 JSON or not of the ``chat.completion.chunk`` shape); nothing waits forever. The API key comes
 from ``IMPRINT_CHAT_API_KEY`` and is only ever put in the Authorization header: a server that
@@ -28,6 +37,7 @@ before the text goes on to the client, the store or the log.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import math
 import socket
@@ -46,13 +56,17 @@ from imprintd.models.base import (
     Completion,
     FinishReason,
     ModelError,
+    ModelUnavailable,
+    RetryCallback,
+    StartHook,
     TextCallback,
     Usage,
     inference_lock,
     report_usage,
 )
+from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter, call_from_object, new_call_id
-from imprintd.redact import mask
+from imprintd.redact import hide_url_passwords, mask, mask_json
 
 API_KEY_ENV = "IMPRINT_CHAT_API_KEY"
 #: UTF-8 bytes per estimated token (ADR 0093's remote estimate).
@@ -61,6 +75,74 @@ BYTES_PER_TOKEN = 3
 MESSAGE_OVERHEAD = 4
 #: Estimated tokens of the generation prompt that ends every formatted prompt.
 PROMPT_OVERHEAD = 3
+#: UTF-8 bytes a token of output may average before a server is taken to ignore ``max_tokens``:
+#: about twice what tokenizers average on English (four), so an answer within its allowance is
+#: never cut, while one that streams on stops within 8 KiB per 1,024 tokens.
+OUTPUT_BYTES_PER_TOKEN = 8
+
+
+#: What an API key may hold: printable ASCII, as HTTP headers carry it (RFC 9110 field values).
+_KEY_CHARACTERS = frozenset(chr(code) for code in range(0x21, 0x7F))
+
+
+def usable_api_key(key: str | None) -> str | None:
+    """``key`` when an ``Authorization`` header can carry it; None for none.
+
+    Raises ``ModelUnavailable`` naming ``IMPRINT_CHAT_API_KEY`` and what is accepted, without
+    repeating the key: a line break or a character outside printable ASCII cannot go into a
+    header, and the HTTP library's refusal would quote it.
+    """
+    if not key:
+        return None
+    bad = set(key) - _KEY_CHARACTERS
+    if not bad:
+        return key
+    if bad & {"\r", "\n"}:
+        what = "a line break (CR or LF; a file written on Windows ends its lines with CR LF)"
+    elif bad & {" ", "\t"}:
+        what = "a space or tab"
+    elif any(ord(character) > 0x7E for character in bad):
+        what = "a character outside ASCII"
+    else:
+        what = "a control character"
+    raise ModelUnavailable(
+        f"{API_KEY_ENV} holds {what}; an API key is accepted as printable ASCII (letters, digits "
+        "and punctuation) without spaces or line breaks. Set it to the key alone."
+    )
+
+
+#: Statuses worth asking again: rate limited, or a server or gateway failing for now.
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: Seconds waited before each retry of a transient failure (unless the server says Retry-After).
+RETRY_DELAYS_S = (1.0, 2.0, 4.0)
+#: Retries of one request at most (one per delay).
+MAX_RETRIES = len(RETRY_DELAYS_S)
+
+
+class _Transient(ModelError):
+    """A failure that asking again may cure; ``retry_after`` is the server's wait, if it named one."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The ``Retry-After`` header in seconds (delta-seconds or an HTTP date), or None."""
+    value = response.headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def estimate_tokens(text: str) -> int:
@@ -191,28 +273,55 @@ def _longest_prefix_suffix(text: str, secret: str) -> int:
 
 @dataclass
 class _Stream:
-    """What has arrived of one streamed reply."""
+    """What has arrived of one streamed reply.
+
+    ``allowance`` is the request's ``max_tokens`` in UTF-8 bytes (``OUTPUT_BYTES_PER_TOKEN``
+    a token): a server that ignores ``max_tokens`` is cut there, as a local model is at its
+    token count, with finish ``"length"``, and the stream is closed (``cut``).
+    """
 
     filter: VisibleTextFilter
     on_text: TextCallback | None
     #: The API key: a server that writes it into the reply has it masked before anything sees it.
     secret: _SecretMask = field(default_factory=lambda: _SecretMask(None))
+    allowance: int = 1 << 62
     raw: list[str] = field(default_factory=list)
     shown: list[str] = field(default_factory=list)
     calls: dict[int, _PartialCall] = field(default_factory=dict)
     finish: str | None = None
     done: bool = False
+    cut: bool = False
     server_usage: dict[str, Any] | None = None
+    #: UTF-8 bytes of output so far: text, tool names and arguments.
+    output_bytes: int = 0
+
+    def take(self, piece: str) -> str:
+        """``piece``, or as much of it as the output allowance has left (then the stream is cut)."""
+        size = len(piece.encode("utf-8"))
+        if self.output_bytes + size <= self.allowance:
+            self.output_bytes += size
+            return piece
+        left = max(0, self.allowance - self.output_bytes)
+        self.output_bytes = self.allowance
+        self.cut, self.finish = True, "length"
+        return piece.encode("utf-8")[:left].decode("utf-8", errors="ignore")
+
+    #: Any of the reply has arrived: a failure now is not retried (text may have streamed).
+    received: bool = False
+    guard: RepetitionGuard = field(default_factory=RepetitionGuard)
 
     def text(self, piece: str) -> None:
+        piece = self.take(piece)
         self.raw.append(piece)
         self.show(self.filter.feed(self.secret.feed(piece)))
 
     def show(self, visible: str) -> None:
-        if visible:
+        if visible and not self.guard.looping:
             self.shown.append(visible)
             if self.on_text is not None:
                 self.on_text(visible)
+            if self.guard.feed(visible):
+                self.finish = "repetition"
 
     def apply(self, chunk: _Chunk) -> None:
         """Take one ``chat.completion.chunk``."""
@@ -225,8 +334,9 @@ class _Stream:
             if delta.content:
                 self.text(delta.content)
             for part in delta.tool_calls or ():
-                self.call_delta(part)
-            if choice.finish_reason:
+                if not self.cut:
+                    self.call_delta(part)
+            if choice.finish_reason and not self.cut:
                 self.finish = choice.finish_reason
 
     def call_delta(self, part: _CallDelta) -> None:
@@ -236,11 +346,11 @@ class _Stream:
         call = self.calls.setdefault(index, _PartialCall())
         call.id = call.id or part.id or ""
         function = part.function or _FunctionDelta()
-        call.name = call.name or function.name or ""
+        call.name = call.name or self.take(function.name or "")
         if isinstance(function.arguments, dict):  # a server that sends the object, not its text
-            call.arguments.append(json.dumps(function.arguments, ensure_ascii=False))
+            call.arguments.append(self.take(json.dumps(function.arguments, ensure_ascii=False)))
         elif function.arguments:
-            call.arguments.append(function.arguments)
+            call.arguments.append(self.take(function.arguments))
 
     def parsed(self, tools: Sequence[ToolSpec]) -> ParsedOutput:
         """Visible text, the calls (native deltas first, then any written as text), and errors."""
@@ -249,11 +359,19 @@ class _Stream:
         self.show(last)
         names = {tool.name for tool in tools}
         calls, errors = [], [from_text.error] if from_text.error else []
+        secret = self.secret.secret
         for index in sorted(self.calls):
             partial = self.calls[index]
-            ident = partial.id or new_call_id()
-            arguments = mask("".join(partial.arguments), self.secret.secret)
-            result = call_from_object({"name": partial.name, "arguments": arguments}, names, lambda: ident)  # noqa: B023 (used before the loop moves on)
+            # The key may come back in any field of a call: an id holding it is replaced (ids
+            # reach the client and the store), the name and arguments have it masked, the
+            # arguments however their JSON spells it (``\u``-escaped, it decodes to the key).
+            ident = partial.id if partial.id and mask(partial.id, secret) == partial.id else new_call_id()
+            arguments = mask_json("".join(partial.arguments), secret)
+            result = call_from_object(
+                {"name": mask(partial.name, secret), "arguments": arguments},
+                names,
+                lambda: ident,  # noqa: B023 (used before the loop moves on)
+            )
             if isinstance(result, str):
                 errors.append(result)
             else:
@@ -277,6 +395,7 @@ class RemoteModel:
     """
 
     native_tools = True
+    exact_counts = False  # the UTF-8-byte estimate: the server's tokenizer is not here
 
     def __init__(
         self,
@@ -290,16 +409,18 @@ class RemoteModel:
         temperature: float | None = 0.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        #: The URL as every message names it: a password in it is masked.
+        self.shown_url = hide_url_passwords(self.base_url)
         self.model = model
         self.n_ctx = n_ctx
-        self.model_id = f"openai:{self.base_url}#{model}"
-        self._api_key = api_key or None  # never logged, never in repr
+        self.model_id = f"openai:{self.shown_url}#{model}"
+        self._api_key = usable_api_key(api_key)  # never logged, never in repr
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._temperature = temperature
 
     def __repr__(self) -> str:
-        return f"RemoteModel({self.base_url!r}, {self.model!r}, n_ctx={self.n_ctx})"
+        return f"RemoteModel({self.shown_url!r}, {self.model!r}, n_ctx={self.n_ctx})"
 
     @property
     def url(self) -> str:
@@ -357,6 +478,8 @@ class RemoteModel:
         max_tokens: int,
         timeout: float | None = None,
         on_text: TextCallback | None = None,
+        on_start: StartHook | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> Completion:
         prompt_tokens = self.count_prompt(messages, tools)
         if prompt_tokens + max_tokens > self.n_ctx:
@@ -364,11 +487,19 @@ class RemoteModel:
                 f"prompt of about {prompt_tokens} tokens plus {max_tokens} output tokens "
                 f"exceeds the {self.n_ctx}-token context (chat.n_ctx)"
             )
-        stream = _Stream(filter=VisibleTextFilter(tools, "native"), on_text=on_text, secret=_SecretMask(self._api_key))
+        stream = _Stream(
+            filter=VisibleTextFilter(tools, "native"),
+            on_text=on_text,
+            secret=_SecretMask(self._api_key),
+            allowance=max_tokens * OUTPUT_BYTES_PER_TOKEN,
+        )
         body = self.request_body(messages, tools, max_tokens)
+        deadline = math.inf if timeout is None else anyio.current_time() + timeout
         with anyio.move_on_after(timeout):
             async with inference_lock():
-                await self._stream(body, stream)
+                if on_start is not None:
+                    await on_start()
+                await self._stream(body, stream, deadline, on_retry)
             return self._completion(stream, tools, prompt_tokens)
         # The deadline passed: keep what was written (ADR semantics of the base protocol).
         parsed = stream.parsed(tools)
@@ -385,22 +516,23 @@ class RemoteModel:
     def _completion(self, stream: _Stream, tools: Sequence[ToolSpec], prompt_tokens: int) -> Completion:
         parsed = stream.parsed(tools)
         finish: FinishReason = "length" if stream.finish == "length" else "stop"
-        if parsed.calls and finish == "stop":
+        if stream.guard.looping:
+            finish = "repetition"
+        elif parsed.calls and finish == "stop":
             finish = "tool_calls"
+        looped = finish == "repetition"
         completion = Completion(
-            text=parsed.text,
-            tool_calls=parsed.calls,
+            text=cut_before_loop(parsed.text, stream.guard.loop_start) if looped else parsed.text,
+            tool_calls=() if looped else parsed.calls,
             finish_reason=finish,
-            tool_call_error=parsed.error,
+            tool_call_error=None if looped else parsed.error,
             wrote_tool_call=parsed.wrote_call,
             usage=self._usage(stream, prompt_tokens, parsed),
         )
         return report_usage(self.model_id, completion)
 
     def _usage(self, stream: _Stream, prompt_tokens: int, parsed: ParsedOutput) -> Usage:
-        generated = estimate_tokens("".join(stream.raw)) + sum(
-            estimate_tokens(call.name) + estimate_tokens("".join(call.arguments)) for call in stream.calls.values()
-        )
+        generated = math.ceil(stream.output_bytes / BYTES_PER_TOKEN)
         evaluated = prompt_tokens
         usage = stream.server_usage or {}
         if isinstance(usage.get("prompt_tokens"), int):
@@ -410,15 +542,50 @@ class RemoteModel:
             evaluated = max(0, usage["prompt_tokens"] - (cached if isinstance(cached, int) else 0))
         return Usage(prompt_tokens=prompt_tokens, evaluated_tokens=evaluated, generated_tokens=generated)
 
-    async def _stream(self, body: dict[str, Any], stream: _Stream) -> None:
-        try:
-            await self._stream_unmasked(body, stream)
-        except ModelError as error:
-            # Error bodies are the server's words, and some echo the key they were sent.
-            masked = mask(str(error), self._api_key)
-            if masked != str(error):
-                raise type(error)(masked) from None
-            raise
+    async def _stream(
+        self, body: dict[str, Any], stream: _Stream, deadline: float, on_retry: RetryCallback | None
+    ) -> None:
+        """Stream one reply, retrying a transient failure (429, 5xx gateway errors, a connection
+        reset before the first byte) after ``RETRY_DELAYS_S`` or the server's ``Retry-After``,
+        while the wait ends before ``deadline``; never once any of the reply has arrived."""
+        attempt = 0
+        while True:
+            try:
+                await self._stream_unmasked(body, stream)
+                return
+            except _Transient as error:
+                attempt += 1
+                if stream.received:
+                    raise self._masked(error) from None
+                if attempt > len(RETRY_DELAYS_S):
+                    raise self._masked(ModelError(f"{error} (tried {attempt} times)")) from None
+                wait = error.retry_after if error.retry_after is not None else RETRY_DELAYS_S[attempt - 1]
+                left = deadline - anyio.current_time()
+                if wait >= left:
+                    raise self._masked(
+                        ModelError(f"{error} (not retried: a wait of {wait:g} s would pass the request's deadline)")
+                    ) from None
+                if on_retry is not None:
+                    on_retry(
+                        hide_url_passwords(
+                            mask(
+                                f"The model server: {error}. Retrying in {wait:g} s (attempt {attempt + 1} of "
+                                f"{len(RETRY_DELAYS_S) + 1})…",
+                                self._api_key,
+                            )
+                        )
+                    )
+                await anyio.sleep(wait)
+            except ModelError as error:
+                raise self._masked(error) from None
+
+    def _masked(self, error: ModelError) -> ModelError:
+        # Error bodies are the server's words, and some echo the key they were sent; the
+        # HTTP library's words can quote the URL, password and all.
+        masked = hide_url_passwords(mask(str(error), self._api_key))
+        if isinstance(error, _Transient):
+            return ModelError(masked)
+        return type(error)(masked) if masked != str(error) else error
 
     async def _stream_unmasked(self, body: dict[str, Any], stream: _Stream) -> None:
         timeout = httpx.Timeout(
@@ -430,6 +597,8 @@ class RemoteModel:
                 async with client.stream("POST", self.url, json=body, headers=self._headers()) as response:
                     if response.status_code >= 400:
                         await response.aread()
+                        if response.status_code in TRANSIENT_STATUSES:
+                            raise _Transient(self._status_message(response), _retry_after(response))
                         raise ModelError(self._status_message(response))
                     await self._read_events(response, stream)
         except httpx.TimeoutException as error:
@@ -445,7 +614,10 @@ class RemoteModel:
         except httpx.ConnectError as error:
             raise ModelError(self._connect_message(error)) from None
         except (httpx.RemoteProtocolError, httpx.ReadError) as error:
-            raise ModelError(f"the stream ended before the reply finished ({error or type(error).__name__})") from None
+            reason = f"the stream ended before the reply finished ({error or type(error).__name__})"
+            if not stream.received:
+                raise _Transient(reason) from None  # reset before the first byte: safe to ask again
+            raise ModelError(reason) from None
         except httpx.HTTPError as error:
             raise ModelError(f"the request to {self.url} failed: {error or type(error).__name__}") from None
         if not stream.done and stream.finish is None:
@@ -453,6 +625,7 @@ class RemoteModel:
 
     async def _read_events(self, response: httpx.Response, stream: _Stream) -> None:
         async for line in response.aiter_lines():
+            stream.received = True
             if not line.startswith("data:"):
                 continue  # comments (": ping"), event names, blank separators
             data = line[5:].strip()
@@ -460,6 +633,8 @@ class RemoteModel:
                 stream.done = True
                 return
             stream.apply(parse_chunk(data))
+            if stream.cut or stream.guard.looping:
+                return  # leaving the response's context closes the stream: the server stops
 
     def _status_message(self, response: httpx.Response) -> str:
         status = response.status_code

@@ -82,6 +82,17 @@ def test_the_plan_covers_nothing_while_the_text_fits():
     assert plan_coverage(model, **args) is None
 
 
+def test_a_question_that_will_be_analyzed_in_sections_is_left_out_of_the_plan():
+    """Two short exchanges and a paste too big for the context alone: the paste goes to section
+    analysis whatever the history holds, so nothing is summarized for it."""
+    model = StandInModel(n_ctx=4096)
+    earlier = conversation(2, chars=60)
+    paste = user("log line\n" * 3000, seq=earlier[-1].seq + 1)
+    assert model.count_prompt([SYSTEM, paste], TOOLS) + 512 > model.n_ctx
+    args = dict(system=SYSTEM, summary=None, messages=earlier, question=paste, tools=TOOLS, max_tokens=512)
+    assert plan_coverage(model, **args) is None
+
+
 def test_tool_exchanges_do_not_count_as_conversation_text():
     model = StandInModel(n_ctx=4096)
     earlier = conversation(4, tools_every=1)  # 4 × 3,000 characters of results: 3,000 tokens
@@ -317,6 +328,20 @@ async def test_a_summary_out_of_time_falls_back_discards_the_partial_and_waits_s
     assert not should_attempt(outcome.state, 13)
     assert not should_attempt(outcome.state, 18)
     assert should_attempt(outcome.state, 19)
+
+
+async def test_a_summary_skipped_for_no_time_left_sets_no_retry_point():
+    model = StandInModel()
+    earlier = conversation(6)
+    state = StoredSummary(text="- (#1–#2) Q1 asked.", first_seq=1, last_seq=2)
+    events = RecordingEvents()
+    outcome = await update_summary(
+        model, state=state, messages=earlier, to_cover=earlier[2:6], message_count=13, events=events, timeout=0
+    )
+    assert not outcome.ok and outcome.reason == "no time left in the reply's time budget"
+    assert outcome.state == state and outcome.state.retry_at is None  # the next reply may try again
+    assert should_attempt(outcome.state, 14)
+    assert model.requests == [] and events.log == []  # nothing asked, nothing announced
 
 
 @pytest.mark.parametrize("reply", [Fail("model gone"), "", "I could not summarize this."])
