@@ -24,7 +24,12 @@ export const SETTINGS = [
   { daemon: "chat.analysis_workers", editor: "chat.analysisWorkers" },
   { daemon: "chat.analysis_context", editor: "chat.analysisContext" },
   { daemon: "chat.research_token_budget", editor: "chat.researchTokenBudget" },
+  { daemon: "chat.index_max_files", editor: "chat.indexMaxFiles" },
+  { daemon: "chat.index_max_bytes", editor: "chat.indexMaxBytes" },
   { daemon: "chat.research_time_budget", editor: "chat.researchTimeBudget" },
+  { daemon: "chat.state_cache_memory", editor: "chat.stateCacheMemory" },
+  { daemon: "chat.state_cache_disk", editor: "chat.stateCacheDisk" },
+  { daemon: "chat.first_look", editor: "chat.firstLook" },
 ] as const;
 
 export type SettingKey = (typeof SETTINGS)[number]["daemon"];

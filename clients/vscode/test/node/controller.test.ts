@@ -438,3 +438,41 @@ test("sources come with the answer and come back with the reopened session", asy
   assert.ok(answer && answer.kind === "assistant");
   assert.deepEqual(answer.sources, end.sources);
 });
+
+test("the status bar's model is the one the daemon reports: at initialize, then on a settings change", async () => {
+  const watching = new RecordedPanel(home.workspace);
+  await watching.controller.attach(daemon.connection, daemon.initializeResult);
+  // The daemon's environment names the model (IMPRINT_CHAT_MODEL); no editor setting does.
+  assert.deepEqual(watching.models, [{ provider: "openai", model: "stub", nCtx: 8192 }]);
+  await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: { chat: { model: "other", n_ctx: 4096 } } });
+  assert.deepEqual(await watching.nextModel((model) => model?.model === "other"), { provider: "openai", model: "other", nCtx: 4096 });
+  // Unsetting them goes back to the environment's, and the status bar follows.
+  await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: { chat: { model: null, n_ctx: null } } });
+  assert.deepEqual(await watching.nextModel((model) => watching.models.indexOf(model) > 1 && model?.model === "stub"),
+    { provider: "openai", model: "stub", nCtx: 8192 });
+  watching.controller.dispose();
+});
+
+test("the context meter gets each round's usage during a reply and the next question's when a session opens", async () => {
+  writeFileSync(path.join(home.workspace, "notes.txt"), "The billing service listens on 8101.\n");
+  await stub.queue({ toolCalls: [{ id: "call_read", name: "read_file", arguments: { path: "notes.txt" } }] }, "The notes say 8101 [1].");
+  await panel.controller.ask("What do the notes say?");
+  const rounds = panel.ofType("context").map((message) => message.usage).filter((usage) => usage !== null);
+  const requests = await stub.requests();
+  assert.equal(rounds.length, requests.length, "one usage per round");
+  for (const usage of rounds) {
+    assert.equal(usage!.sessionId, panel.controller.sessionId);
+    assert.equal(usage!.nCtx, 8192);
+    assert.equal(usage!.outputAllowance, requests[0].max_tokens);
+    assert.equal(Object.values(usage!.parts).reduce((sum, part) => sum + part, 0), usage!.used);
+    assert.equal(usage!.exact, false, "a remote model's count is an estimate");
+  }
+  assert.ok(rounds[1]!.parts.research > 0, "the second round carries the read");
+
+  panel.clear();
+  await panel.controller.openSession(panel.controller.sessionId!);
+  const [next] = panel.ofType("context").filter((message) => message.usage !== null);
+  assert.equal(next.usage!.replyId, null);
+  assert.equal(next.usage!.parts.question, 0);
+  assert.deepEqual(next.usage!.inView.at(-1)?.at(-1), 4, "the stored answer is in view");
+});
