@@ -449,10 +449,7 @@ async def _serve(server, stdin: BinaryIO, watch_interval: float) -> int:
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[bytes | JsonRpcException | None] = asyncio.Queue()
     threading.Thread(
-        target=read_frames,
-        args=(stdin, lambda item: loop.call_soon_threadsafe(inbox.put_nowait, item)),
-        name="imprintd-stdin",
-        daemon=True,
+        target=read_frames, args=(stdin, _deliver_to(loop, inbox)), name="imprintd-stdin", daemon=True
     ).start()
     watcher = asyncio.ensure_future(_watch_client(server, watch_interval, inbox))
     try:
@@ -476,6 +473,25 @@ async def _serve(server, stdin: BinaryIO, watch_interval: float) -> int:
     if protocol.exit_code is not None:
         return protocol.exit_code
     return 0 if protocol._shutdown else 1
+
+
+def _deliver_to(
+    loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[bytes | JsonRpcException | None]
+) -> Callable[[bytes | JsonRpcException | None], None]:
+    """Hand what the stdin thread reads to the event loop, or drop it once the loop has closed.
+
+    After ``exit`` the loop closes while the client may still be closing stdin; the reader's
+    EOF then has nobody left to tell, and must not end the thread in a traceback.
+    """
+
+    def deliver(item: bytes | JsonRpcException | None) -> None:
+        try:
+            loop.call_soon_threadsafe(inbox.put_nowait, item)
+        except RuntimeError:  # "Event loop is closed": the daemon is done serving
+            if not loop.is_closed():
+                raise
+
+    return deliver
 
 
 async def _watch_client(server, interval: float, inbox: asyncio.Queue) -> None:

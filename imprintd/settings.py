@@ -4,7 +4,8 @@ Sources, lowest first: defaults, the user's TOML config file, the environment
 (``IMPRINT_`` + key upper-cased with dots as underscores), CLI flags, then the editor
 (initializationOptions and ``workspace/didChangeConfiguration``). A value that is
 mistyped or out of range is reported, naming the key, the value and what is accepted,
-and the previous value stays.
+and the previous value stays. A ``null`` value unsets the key for its source: the key
+falls back to the highest source below that still sets it (the default at the bottom).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -203,12 +204,18 @@ class SettingsError(ValueError):
     """A value was refused; the message names the key, the value and what is accepted."""
 
 
-def coerce(key: str, value: Any, *, from_text: bool = False) -> Any:
-    """Check ``value`` for ``key`` and return it in the key's type, or raise SettingsError."""
+def known_key(key: str) -> Key:
+    """The declared key named ``key``, or SettingsError naming the known ones."""
     spec = KEYS.get(key)
     if spec is None:
         known = ", ".join(KEYS)
         raise SettingsError(f"unknown setting {key!r}; known settings: {known}")
+    return spec
+
+
+def coerce(key: str, value: Any, *, from_text: bool = False) -> Any:
+    """Check ``value`` for ``key`` and return it in the key's type, or raise SettingsError."""
+    spec = known_key(key)
     converted = value
     try:
         if from_text and isinstance(value, str) and spec.type is bool:
@@ -240,17 +247,24 @@ def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Resolved:
-    """Effective settings, the source of each value, and the values that were refused."""
+    """Effective settings, the source of each value, and the values that were refused.
+
+    ``layers`` keeps, per key, the value each source set, lowest source first, so that a source
+    unsetting a key (``null``) uncovers what the sources below it say.
+    """
 
     settings: Settings
     origins: Mapping[str, str]
     errors: tuple[str, ...] = ()
+    layers: Mapping[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
 
     def apply(self, values: Mapping[str, Any], source: str, *, from_text: bool = False) -> Resolved:
         """Layer ``values`` from ``source`` on top; refused values keep the previous one.
 
-        ``values`` that are not an object at all (an editor sending ``{"imprint": 5}``) are
-        refused as a whole, named; None means nothing was sent.
+        A key whose value is None is unset for ``source``: it takes the value of the highest
+        source below that sets it, else the default. ``values`` that are not an object at all
+        (an editor sending ``{"imprint": 5}``) are refused as a whole, named; None means
+        nothing was sent.
         """
         if values is None:
             return self
@@ -259,19 +273,28 @@ class Resolved:
                 f'settings from {source} must be an object such as {{"chat": {{"n_ctx": 4096}}}}, '
                 f"got {_shown(values, 80)}; all of them were ignored"
             )
-            return Resolved(self.settings, self.origins, self.errors + (error,))
+            return Resolved(self.settings, self.origins, self.errors + (error,), self.layers)
         settings, origins, errors = self.settings, dict(self.origins), list(self.errors)
+        layers = dict(self.layers)
         for key, value in flatten(values).items():
             try:
-                settings = settings.replace(key, coerce(key, value, from_text=from_text))
-                origins[key] = source
+                below = tuple(layer for layer in layers.get(key, ()) if layer[0] != source)
+                if value is None:
+                    known_key(key)
+                    origin, restored = below[-1] if below else ("default", DEFAULTS.get(key))
+                    layers[key] = below
+                    settings, origins[key] = settings.replace(key, restored), origin
+                    continue
+                converted = coerce(key, value, from_text=from_text)
+                layers[key] = below + ((source, converted),)
+                settings, origins[key] = settings.replace(key, converted), source
             except SettingsError as error:
                 errors.append(
                     f"{error} (from {source}; keeping {_shown(settings.get(key))})"
                     if key in KEYS
                     else f"{error} (from {source})"
                 )
-        return Resolved(settings, origins, tuple(errors))
+        return Resolved(settings, origins, tuple(errors), layers)
 
 
 def _shown(value: Any, limit: int | None = None) -> str:
@@ -325,6 +348,7 @@ def load(cli_values: Mapping[str, Any] | None = None, environ: Mapping[str, str]
                 resolved.settings,
                 resolved.origins,
                 resolved.errors + (f"config file {path} could not be read: {error}",),
+                resolved.layers,
             )
     resolved = resolved.apply(from_environment(environ), "environment", from_text=True)
     if cli_values:

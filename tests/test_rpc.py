@@ -145,3 +145,36 @@ async def test_a_database_error_during_a_chat_is_32803(server, monkeypatch):
         await anyio.sleep(0.01)
     [reply] = replies
     assert reply["error"]["code"] == -32803 and "disk is full" in reply["error"]["message"]
+
+
+def frame(message: dict) -> bytes:
+    body = json.dumps({"jsonrpc": "2.0", **message}).encode()
+    return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+def test_stdin_closing_after_exit_ends_the_reader_thread_without_a_traceback(monkeypatch, tmp_path):
+    """The client closes stdin only after ``exit`` was served and the event loop has closed."""
+    import os
+    import threading
+
+    from imprintd.rpc import run_stdio
+
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda hook: raised.append(hook.exc_value))
+    read_end, write_end = os.pipe()
+    server = build_server(Chat())
+    served: list[int] = []
+    with open(read_end, "rb", buffering=0) as stdin, open(tmp_path / "stdout", "wb") as stdout:
+        serving = threading.Thread(target=lambda: served.append(run_stdio(server, stdin, stdout)))
+        serving.start()
+        init = {"processId": None, "rootUri": None, "capabilities": {}}
+        os.write(write_end, frame({"id": 1, "method": "initialize", "params": init}))
+        os.write(write_end, frame({"id": 2, "method": "shutdown"}))
+        os.write(write_end, frame({"method": "exit"}))
+        serving.join(timeout=60)
+        assert served == [0], "exit after shutdown ends serving with 0"
+        [reader] = [thread for thread in threading.enumerate() if thread.name == "imprintd-stdin"]
+        os.close(write_end)  # EOF now reaches a reader whose event loop has closed
+        reader.join(timeout=60)
+    assert not reader.is_alive()
+    assert raised == []

@@ -59,6 +59,45 @@ def test_a_refused_value_names_key_value_and_range_and_the_previous_value_stays(
     assert key in error and repr(value) in error and accepted in error and "keeping" in error
 
 
+def test_null_unsets_a_key_for_its_source_uncovering_command_line_environment_config_then_default(
+    monkeypatch, tmp_path
+):
+    config = tmp_path / "config.toml"
+    config.write_text('[chat]\nn_ctx = 4096\nmax_tokens = 512\nprovider = "openai"\n', encoding="utf-8")
+    monkeypatch.setenv("IMPRINT_CONFIG", str(config))
+    loaded = s.load({"chat.analysis_workers": "5"}, environ={"IMPRINT_CHAT_MAX_TOKENS": "256"})
+    edited = loaded.apply(
+        {"chat": {"n_ctx": 2048, "max_tokens": 64, "analysis_workers": 1, "provider": "local", "model": "m"}}, "editor"
+    )
+    assert edited.settings.chat.provider == "local" and edited.origins["chat.provider"] == "editor"
+
+    unset = edited.apply(
+        {"chat": {"n_ctx": None, "max_tokens": None, "analysis_workers": None, "provider": None, "model": None}},
+        "editor",
+    )
+    chat = unset.settings.chat
+    assert (chat.n_ctx, chat.max_tokens, chat.analysis_workers, chat.provider, chat.model) == (
+        4096,
+        256,
+        5,
+        "openai",
+        "",
+    )
+    assert unset.origins["chat.n_ctx"].startswith("config file")
+    assert unset.origins["chat.max_tokens"] == "environment"
+    assert unset.origins["chat.analysis_workers"] == "command line"
+    assert unset.origins["chat.model"] == "default"
+    assert unset.errors == ()
+    # Unsetting again, or a key the editor never set, changes nothing; setting it again works.
+    assert unset.apply({"chat.n_ctx": None, "chat.base_url": None}, "editor").settings == unset.settings
+    assert unset.apply({"chat.n_ctx": 1024}, "editor").settings.chat.n_ctx == 1024
+
+
+def test_null_for_an_unknown_key_is_refused_naming_it():
+    resolved = s.load({}, environ={}).apply({"chat.n_context": None}, "editor")
+    assert "unknown setting 'chat.n_context'" in resolved.errors[0] and resolved.settings == s.DEFAULTS
+
+
 def test_environment_values_are_text_and_are_checked_too():
     resolved = s.load({}, environ={"IMPRINT_CHAT_N_CTX": "12", "IMPRINT_CHAT_RESEARCH_TOKEN_BUDGET": "70000"})
     assert resolved.settings.chat.n_ctx == 8192 and resolved.settings.chat.research_token_budget == 70000

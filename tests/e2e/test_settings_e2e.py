@@ -38,3 +38,21 @@ async def test_editor_settings_apply_and_refusals_are_shown(configured, stub):
     assert stub.requests[1]["max_tokens"] == 55
     # The refusal was sent while the notification was handled, so before the chat's result.
     assert any("chat.n_ctx = 10" in m.message and "keeping 8192" in m.message for m in configured.messages)
+
+
+async def test_a_key_sent_as_null_goes_back_to_the_environment_or_default(configured, stub, daemon_env):
+    stub.queue("one", "two", "three")
+    configured.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"chat": {"model": "editor-model", "max_tokens": 55}})
+    )
+    await configured.protocol.send_request_async("imprint/chat", {"text": "hi"})
+    assert (stub.requests[0]["model"], stub.requests[0]["max_tokens"]) == ("editor-model", 55)
+
+    configured.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"chat": {"model": None, "max_tokens": None}})
+    )
+    await configured.protocol.send_request_async("imprint/chat", {"text": "again"})
+    # chat.model comes from IMPRINT_CHAT_MODEL; max_tokens (77 at initialize) from the default.
+    assert daemon_env["IMPRINT_CHAT_MODEL"] == "stub"
+    assert (stub.requests[1]["model"], stub.requests[1]["max_tokens"]) == ("stub", 1024)
+    assert not [m for m in configured.messages if "max_tokens" in m.message or "chat.model" in m.message]

@@ -23,7 +23,7 @@ function sessionItems(count: number): TranscriptItem[] {
       items.push({ kind: "user", seq, text: `Question ${seq}: which port does service ${seq} listen on, and where is it configured?` });
     } else {
       items.push({
-        kind: "assistant", seq, steps: [],
+        kind: "assistant", seq, steps: [], sources: [],
         text: `Service ${seq} listens on **port ${8000 + seq}** (see \`deploy/service-${seq}.yaml\`).\n\n` +
           "- the gateway forwards to it\n- retries on 5xx\n\n```yaml\nports:\n  - \"" + (8000 + seq) + ":" + (8000 + seq) + "\"\n```\n",
       });
@@ -62,7 +62,7 @@ async function insertPlain(page: Page, items: TranscriptItem[]): Promise<number>
       const article = document.createElement("article");
       article.className = "message";
       const body = document.createElement("div");
-      body.textContent = item.kind === "summary" ? item.summary.text : item.text;
+      body.textContent = item.kind === "summary" ? item.summary.text : item.kind === "unanswered" ? "" : item.text;
       article.appendChild(body);
       fragment.appendChild(article);
     }

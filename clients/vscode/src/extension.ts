@@ -6,18 +6,23 @@
  */
 
 import * as path from "node:path";
+import { createInterface } from "node:readline";
 import * as vscode from "vscode";
 import {
   CloseAction, ErrorAction, LanguageClient, LanguageClientOptions, RevealOutputChannelOn, ServerOptions, State, StaticFeature,
   TransportKind,
 } from "vscode-languageclient/node";
 import { ChatController } from "./chat/controller";
-import { resolveExecutable } from "./chat/executable";
+import { DaemonLog } from "./chat/daemonLog";
+import { missingDaemonMessage, resolveExecutable } from "./chat/executable";
 import { chatHtml } from "./chat/html";
-import { SettingKey, daemonSettings, describeModel } from "./chat/settings";
-import { ConnectionStatus, FromView, ToView } from "./chat/view";
+import { EditorKey, SETTINGS, SentSettings, describeModel } from "./chat/settings";
+import { ConnectionStatus, FromView, ResearchState, ToView } from "./chat/view";
+import type { ModelReport } from "./protocol";
 
-const INSTALL_HINT = "Install it with pip (Python 3.11+: `pip install \".[embedded]\"` in an imprintd checkout) so `imprintd` is on PATH, or set its full path.";
+
+/** workspaceState key of the session the panel showed, opened again after a window reload. */
+const OPEN_SESSION = "imprint.openSession";
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const log = vscode.window.createOutputChannel("Imprint", { log: true });
@@ -27,11 +32,18 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   status.show();
 
   const chatView = new ChatViewProvider(context.extensionUri);
+  const shown = { state: "starting" as ConnectionStatus, detail: "", model: undefined as ModelReport | undefined };
   const controller = new ChatController({
     post: (message) => chatView.post(message),
     workspace: currentWorkspace,
+    research: researchState,
     openSource: (file, startLine, endLine) => void openSource(file, startLine, endLine),
-    onStatus: (state, detail) => showStatus(status, state, detail),
+    onStatus: (state, detail) => showStatus(status, Object.assign(shown, { state, detail })),
+    onModel: (model) => showStatus(status, Object.assign(shown, { model })),
+    rememberSession: (sessionId) => void context.workspaceState.update(OPEN_SESSION, sessionId),
+    restoreSession: context.workspaceState.get<string>(OPEN_SESSION),
+    manageTrust: () => void vscode.commands.executeCommand("workbench.trust.manage"),
+    openFolder: () => void vscode.commands.executeCommand("vscode.openFolder"),
   });
   chatView.onMessage = (message) => void controller.handle(message);
   const daemon = new Daemon(log, controller);
@@ -51,9 +63,28 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       if (event.affectsConfiguration("imprint.serverPath")) void daemon.restart();
       else if (event.affectsConfiguration("imprint.chat")) daemon.sendSettings();
     }),
-    vscode.workspace.onDidGrantWorkspaceTrust(() => void daemon.restart()),
+    // Trust sends the folder, which only `initialize` carries: a new daemon gets it.
+    vscode.workspace.onDidGrantWorkspaceTrust(() => {
+      controller.setResearch();
+      void daemon.restart();
+    }),
+    vscode.workspace.onDidChangeWorkspaceFolders(() => controller.setResearch()),
   );
   void daemon.start();
+  warnRenamedSettings();
+}
+
+/** Settings still set under their former snake_case names (`imprint.chat.max_tokens`) are no longer read: say so. */
+function warnRenamedSettings(): void {
+  const config = vscode.workspace.getConfiguration("imprint");
+  const renamed = SETTINGS.filter(({ daemon, editor }) => {
+    if (daemon === editor) return false;
+    const old = config.inspect(daemon);
+    return old?.globalValue !== undefined || old?.workspaceValue !== undefined || old?.workspaceFolderValue !== undefined;
+  });
+  if (!renamed.length) return;
+  const names = renamed.map(({ daemon, editor }) => `imprint.${daemon} → imprint.${editor}`).join(", ");
+  void vscode.window.showWarningMessage(`Imprint's settings were renamed and the old names are no longer read: ${names}.`);
 }
 
 /** VS Code waits for the daemon's `shutdown`/`exit` before the extension host goes. */
@@ -70,6 +101,7 @@ const RESTART_WINDOW_MS = 3 * 60 * 1000;
 class Daemon {
   private client: LanguageClient | undefined;
   private restarts: number[] = [];
+  private readonly settings = new SentSettings();
 
   constructor(private readonly log: vscode.LogOutputChannel, private readonly controller: ChatController) {}
 
@@ -80,13 +112,13 @@ class Daemon {
     if (!command) {
       this.controller.detach(`“${configured}” was not found`);
       this.log.error(`imprintd not found: “${configured}” is not an executable file or on PATH (${process.env.PATH ?? ""})`);
-      void this.offerInstall(`Imprint could not find its daemon “${configured}”. ${INSTALL_HINT}`);
+      void this.offerInstall(missingDaemonMessage(configured, vscode.env.remoteName));
       return;
     }
     const client = this.createClient(command);
     this.client = client;
     client.onDidChangeState((change) => {
-      if (change.newState === State.Running) this.controller.attach(client);
+      if (change.newState === State.Running && this.client === client) void this.controller.attach(client, client.initializeResult);
     });
     try {
       await client.start();
@@ -99,6 +131,8 @@ class Daemon {
 
   async restart(): Promise<void> {
     this.restarts = [];
+    // Questions asked from here on wait for the new daemon instead of failing.
+    this.controller.detach("Restarting the Imprint daemon…", true);
     await this.stop();
     await this.start();
   }
@@ -109,9 +143,10 @@ class Daemon {
     await client?.dispose(2000).catch(() => undefined);
   }
 
+  /** The settings set now, and `null` for each one this daemon was sent that is no longer set. */
   sendSettings(): void {
     if (!this.client?.isRunning()) return;
-    void this.client.sendNotification("workspace/didChangeConfiguration", { settings: explicitSettings() });
+    void this.client.sendNotification("workspace/didChangeConfiguration", { settings: this.settings.change(explicitValue) });
   }
 
   private createClient(command: string): LanguageClient {
@@ -119,9 +154,21 @@ class Daemon {
     const serverOptions: ServerOptions = { command, args: ["serve"], transport: TransportKind.stdio };
     const clientOptions: LanguageClientOptions = {
       documentSelector: [],
-      initializationOptions: explicitSettings(),
+      // A function: a daemon the client restarts after a crash gets the settings of then, not of the first start.
+      initializationOptions: () => this.settings.initial(explicitValue),
       outputChannel: this.log,
       revealOutputChannelOn: RevealOutputChannelOn.Never,
+      stdioOptions: {
+        stdout: () => undefined, // with the stdio transport stdout is the protocol stream, which the client reads itself
+        // Each daemon log line at its own level, without the daemon's timestamp (the channel adds one).
+        stderr: (input, channel) => {
+          const daemonLog = new DaemonLog();
+          createInterface({ input, crlfDelay: Infinity, terminal: false }).on("line", (line) => {
+            const record = daemonLog.line(line);
+            channel[record.level](record.text);
+          });
+        },
+      },
       errorHandler: {
         error: () => ({ action: ErrorAction.Continue }),
         closed: () => {
@@ -133,7 +180,7 @@ class Daemon {
             return { action: CloseAction.DoNotRestart, message: "The Imprint daemon stopped 5 times in 3 minutes and will not be restarted. See “Imprint: Show Log”, then “Imprint: Restart Daemon”." };
           }
           this.restarts.push(now);
-          this.controller.detach("The Imprint daemon stopped; restarting it.");
+          this.controller.detach("The Imprint daemon stopped; restarting it.", true);
           return { action: CloseAction.Restart, handled: true };
         },
       },
@@ -148,8 +195,20 @@ class Daemon {
     if (choice === "Show Log") this.log.show();
     if (choice !== "Set path") return;
     const picked = await vscode.window.showOpenDialog({ title: "The imprintd executable", canSelectMany: false, openLabel: "Use this imprintd" });
-    // Changing the setting restarts the daemon (onDidChangeConfiguration).
-    if (picked?.[0]) await vscode.workspace.getConfiguration("imprint").update("serverPath", picked[0].fsPath, vscode.ConfigurationTarget.Global);
+    if (!picked?.[0]) return;
+    // `imprint.serverPath` is machine-overridable: Global writes the settings of the machine the
+    // extension runs on (User settings locally, the Remote settings in a remote window), which is
+    // where it is read. Changing it restarts the daemon (onDidChangeConfiguration).
+    const config = vscode.workspace.getConfiguration("imprint");
+    await config.update("serverPath", picked[0].fsPath, vscode.ConfigurationTarget.Global);
+    const inspected = vscode.workspace.getConfiguration("imprint").inspect<string>("serverPath");
+    const overridden = inspected?.workspaceFolderValue ?? inspected?.workspaceValue;
+    const saved = vscode.env.remoteName ? `Remote settings (${vscode.env.remoteName})` : "User settings";
+    if (overridden !== undefined && overridden !== picked[0].fsPath && vscode.workspace.isTrusted) {
+      void vscode.window.showWarningMessage(`Saved imprint.serverPath in your ${saved}, but this workspace's settings set it to “${overridden}”, which wins.`);
+    } else {
+      void vscode.window.showInformationMessage(`Saved imprint.serverPath in your ${saved}: ${picked[0].fsPath}`);
+    }
   }
 }
 
@@ -169,13 +228,15 @@ class UntrustedWorkspaceFeature implements StaticFeature {
   clear(): void {}
 }
 
-/** The values the user set explicitly (a contributed default must not override config.toml). */
-function explicitSettings(): Record<string, Record<string, unknown>> {
-  const config = vscode.workspace.getConfiguration("imprint");
-  return daemonSettings((key: SettingKey) => {
-    const inspected = config.inspect(key);
-    return inspected?.workspaceFolderValue ?? inspected?.workspaceValue ?? inspected?.globalValue;
-  });
+/** The value the user set explicitly (a contributed default must not override config.toml). */
+function explicitValue(key: EditorKey): unknown {
+  const inspected = vscode.workspace.getConfiguration("imprint").inspect(key);
+  return inspected?.workspaceFolderValue ?? inspected?.workspaceValue ?? inspected?.globalValue;
+}
+
+function researchState(): ResearchState {
+  if (!vscode.workspace.isTrusted) return "untrusted";
+  return currentWorkspace() ? "on" : "noFolder";
 }
 
 function currentWorkspace(): string | undefined {
@@ -186,24 +247,30 @@ function currentWorkspace(): string | undefined {
   return active?.scheme === "file" ? path.dirname(active.fsPath) : undefined;
 }
 
-function showStatus(item: vscode.StatusBarItem, state: ConnectionStatus, detail: string): void {
-  const config = vscode.workspace.getConfiguration("imprint");
-  const model = describeModel(config.get("chat.provider"), config.get("chat.model"));
+/** The status bar item: the connection's state and the model the daemon reports (not the editor's settings). */
+function showStatus(item: vscode.StatusBarItem, { state, detail, model: report }: { state: ConnectionStatus; detail: string; model: ModelReport | undefined }): void {
+  const model = describeModel(report);
   const icons: Record<ConnectionStatus, string> = {
     starting: "$(loading~spin)", ready: "$(comment-discussion)", answering: "$(sync~spin)", error: "$(error)",
   };
-  item.text = `${icons[state]} Imprint · ${state === "ready" ? model : state}`;
-  item.tooltip = `Imprint: ${state}${detail ? ` (${detail})` : ""}\nModel: ${model}\nClick to show the log.`;
+  item.text = `${icons[state]} Imprint · ${state === "ready" && report ? model : state}`;
+  const window = report?.nCtx ? `, ${report.nCtx} tokens of context` : "";
+  item.tooltip = `Imprint: ${state}${detail ? ` (${detail})` : ""}\nModel: ${model}${window}\nClick to show the log.`;
   item.backgroundColor = state === "error" ? new vscode.ThemeColor("statusBarItem.errorBackground") : undefined;
   void vscode.commands.executeCommand("setContext", "imprint.answering", state === "answering");
 }
 
-async function openSource(file: string, startLine: number, endLine: number): Promise<void> {
+async function openSource(file: string, startLine: number | null, endLine: number | null): Promise<void> {
   const root = currentWorkspace();
   const absolute = path.isAbsolute(file) || !root ? file : path.join(root, file);
   const document = await vscode.workspace.openTextDocument(vscode.Uri.file(absolute));
-  const last = Math.max(startLine, endLine) - 1;
-  const range = new vscode.Range(startLine - 1, 0, last, document.lineAt(Math.min(last, document.lineCount - 1)).text.length);
+  if (startLine === null) {
+    await vscode.window.showTextDocument(document, { preview: true });
+    return;
+  }
+  const first = Math.min(startLine, document.lineCount) - 1;
+  const last = Math.min(Math.max(startLine, endLine ?? startLine), document.lineCount) - 1;
+  const range = new vscode.Range(first, 0, last, document.lineAt(last).text.length);
   await vscode.window.showTextDocument(document, { selection: range, preview: true });
 }
 

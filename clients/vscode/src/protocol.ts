@@ -12,6 +12,9 @@ export const REPLY_DELTA = "imprint/replyDelta";
 export const REPLY_PREAMBLE = "imprint/replyPreamble";
 export const TOOL_STEP = "imprint/toolStep";
 export const SUMMARY_UPDATED = "imprint/summaryUpdated";
+export const CONTEXT = "imprint/context";
+export const CONTEXT_USAGE = "imprint/contextUsage";
+export const MODEL_CHANGED = "imprint/modelChanged";
 
 /** JSON-RPC error codes the client treats specially. */
 export const REQUEST_CANCELLED = -32800;
@@ -30,12 +33,26 @@ export interface ChatParams {
   workDoneToken?: string | number;
 }
 
+export type SourceKind = "file" | "message" | "section";
+
+/** A place an answer cites (or, with `cited: false`, read without citing). */
 export interface Source {
+  /** The `[n]` the answer's text uses. */
   number: number;
+  kind: SourceKind;
+  /** Human words to show, never a tool name. */
   label: string;
-  path: string;
-  startLine: number;
-  endLine: number;
+  /** Workspace-relative, or null (a message, a section of the user's message). */
+  path: string | null;
+  startLine: number | null;
+  endLine: number | null;
+  /** The seq of the message it is (kind "message") or is a section of. */
+  message: number | null;
+  cited: boolean;
+  /** false: the citing sentence shares nothing checkable with the source; null: not cited. */
+  supported: boolean | null;
+  /** Why `supported` is false; "" otherwise. */
+  reason: string;
 }
 
 export interface ChatResult {
@@ -112,6 +129,8 @@ export interface StoredMessage {
   toolCalls: ToolCall[];
   toolCallId: string | null;
   name: string | null;
+  /** An answer's sources; `[]` on other messages (absent from daemons that predate it). */
+  sources?: Source[];
 }
 
 export interface SessionResult {
@@ -123,4 +142,30 @@ export interface SessionResult {
 export interface DeleteSessionResult {
   sessionId: string;
   deleted: boolean;
+}
+
+/** Message seq ranges `[first, last]`, ascending and disjoint. */
+export type SeqRanges = [number, number][];
+
+/** What fills the context of a round (`imprint/contextUsage`) or of the next question (`imprint/context`). */
+export interface ContextUsage {
+  sessionId: string;
+  /** null for `imprint/context` (no reply asked). */
+  replyId: string | null;
+  nCtx: number;
+  outputAllowance: number;
+  /** Counted with the model's tokenizer (local), else estimated from UTF-8 bytes (remote). */
+  exact: boolean;
+  used: number;
+  parts: { system: number; tools: number; summary: number; earlier: number; question: number; research: number };
+  inView: SeqRanges;
+  summarized: SeqRanges;
+  dropped: SeqRanges;
+}
+
+/** `initialize`'s `capabilities.experimental.imprint`, and `imprint/modelChanged`. */
+export interface ModelReport {
+  provider: string;
+  model: string;
+  nCtx: number;
 }

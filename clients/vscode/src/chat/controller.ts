@@ -8,18 +8,34 @@
 
 import { CancellationTokenSource, ResponseError } from "vscode-jsonrpc";
 import { ChatConnection, Disposable, WorkDoneProgressValue, workDoneProgress } from "./connection";
-import { ConnectionStatus, FromView, StepRow, ToView, TranscriptItem } from "./view";
+import { ConnectionStatus, FromView, ResearchState, StepRow, ToView, TranscriptItem } from "./view";
 import * as wire from "../protocol";
+
+/** How long a question waits for a starting or restarting daemon before it fails. */
+export const START_WAIT_MS = 60_000;
 
 export interface ControllerOptions {
   /** Where panel updates go (the webview's postMessage, or a test's recorder). */
   post(message: ToView): void;
   /** The folder to research, or undefined (untrusted workspace, no folder open). */
   workspace(): string | undefined;
+  /** Whether replies research the workspace, and if not why (the panel says so); "on" when omitted. */
+  research?(): ResearchState;
   /** Opens a cited file at its lines (the editor); tests record it. */
-  openSource?(path: string, startLine: number, endLine: number): void;
+  openSource?(path: string, startLine: number | null, endLine: number | null): void;
   /** Status changes, for the status bar. */
   onStatus?(status: ConnectionStatus, detail: string): void;
+  /** The model the daemon reports (undefined: not reported), for the status bar. */
+  onModel?(model: wire.ModelReport | undefined): void;
+  /** The session the panel shows, kept so that a reloaded window opens it again. */
+  rememberSession?(sessionId: string | undefined): void;
+  /** A session to open once the daemon is running (the one a reloaded window showed). */
+  restoreSession?: string;
+  /** The panel's "Trust…" and "Open Folder…" actions. */
+  manageTrust?(): void;
+  openFolder?(): void;
+  /** How long a question waits for the daemon to start (START_WAIT_MS). */
+  startWaitMs?: number;
 }
 
 /** What an editor selection contributes to a question. */
@@ -53,16 +69,37 @@ export class ChatController {
   private title = "New chat";
   private transcriptNumber = 0;
   private status: { status: ConnectionStatus; detail: string } = { status: "starting", detail: "" };
-  sessionId: string | undefined;
+  private waiting: (() => void)[] = [];
+  private restoring: string | undefined;
+  private context: wire.ContextUsage | null = null;
+  /** The model the daemon reports; undefined until it does (or when it does not). */
+  model: wire.ModelReport | undefined;
+  private session: string | undefined;
 
-  constructor(private readonly options: ControllerOptions) {}
+  constructor(private readonly options: ControllerOptions) {
+    this.restoring = options.restoreSession;
+  }
+
+  /** The session the panel shows and continues; undefined for a new chat. */
+  get sessionId(): string | undefined {
+    return this.session;
+  }
+
+  set sessionId(sessionId: string | undefined) {
+    if (sessionId === this.session) return;
+    this.session = sessionId;
+    this.options.rememberSession?.(sessionId);
+  }
 
   get busy(): boolean {
     return this.reply !== undefined;
   }
 
-  /** Use `connection` from now on (a freshly started or restarted daemon). */
-  attach(connection: ChatConnection): void {
+  /**
+   * Use `connection` from now on (a freshly started or restarted daemon); `initialize` is its
+   * `initialize` result, whose `capabilities.experimental.imprint` names the model.
+   */
+  attach(connection: ChatConnection, initialize?: { capabilities?: { experimental?: unknown } }): Promise<void> {
     this.disposeHandlers();
     this.connection = connection;
     this.handlers = [
@@ -70,15 +107,52 @@ export class ChatController {
       connection.onNotification(wire.REPLY_PREAMBLE, (p: wire.ReplyPreamble) => this.onPreamble(p)),
       connection.onNotification(wire.TOOL_STEP, (p: wire.ToolStep) => this.onToolStep(p)),
       connection.onNotification(wire.SUMMARY_UPDATED, (p: wire.SummaryUpdated) => this.onSummary(p)),
+      connection.onNotification(wire.CONTEXT_USAGE, (p: wire.ContextUsage) => this.onContextUsage(p)),
+      connection.onNotification(wire.MODEL_CHANGED, (p: wire.ModelReport) => this.setModel(p)),
     ];
-    this.setStatus("ready", "");
+    const experimental = initialize?.capabilities?.experimental as { imprint?: wire.ModelReport } | undefined;
+    this.setModel(experimental?.imprint);
+    this.setStatus(this.reply ? "answering" : "ready", "");
+    for (const resolve of this.waiting.splice(0)) resolve();
+    return this.restore();
   }
 
-  /** The daemon is gone (crashed or stopping); a reply in flight fails with `reason`. */
-  detach(reason: string): void {
+  /** Opens the session a reloaded window showed, once, unless the panel has moved on; resolves when done. */
+  private async restore(): Promise<void> {
+    const restoring = this.restoring;
+    this.restoring = undefined;
+    if (!restoring || this.sessionId || this.transcript.some((message) => message.type === "user")) return;
+    try {
+      await this.openSession(restoring);
+    } catch {
+      this.options.rememberSession?.(undefined); // deleted meanwhile: the panel stays a new chat
+    }
+  }
+
+  /**
+   * The daemon is gone; a reply in flight fails. `restarting`: a new one is on its way, and
+   * questions wait for it (START_WAIT_MS); otherwise `reason` is an error the panel shows.
+   */
+  detach(reason: string, restarting = false): void {
     this.disposeHandlers();
     this.connection = undefined;
-    this.setStatus("error", reason);
+    this.setStatus(restarting ? "starting" : "error", reason);
+    // A daemon that will not come (not found, stopping for good) fails waiting questions now.
+    if (!restarting) for (const resolve of this.waiting.splice(0)) resolve();
+  }
+
+  /** Research turned on or off (workspace trust granted, a folder opened). */
+  setResearch(): void {
+    this.post({ type: "research", state: this.research() }, false);
+  }
+
+  private research(): ResearchState {
+    return this.options.research?.() ?? "on";
+  }
+
+  private setModel(model: wire.ModelReport | undefined): void {
+    this.model = model && typeof model.provider === "string" && typeof model.model === "string" ? model : undefined;
+    this.options.onModel?.(this.model);
   }
 
   setStatus(status: ConnectionStatus, detail: string): void {
@@ -108,6 +182,15 @@ export class ChatController {
       case "openSource":
         this.options.openSource?.(message.path, message.startLine, message.endLine);
         break;
+      case "revealMessage":
+        await this.revealMessage(message.seq);
+        break;
+      case "manageTrust":
+        this.options.manageTrust?.();
+        break;
+      case "openFolder":
+        this.options.openFolder?.();
+        break;
     }
   }
 
@@ -115,20 +198,27 @@ export class ChatController {
   async ask(text: string): Promise<void> {
     const question = text.trim();
     if (!question || this.reply) return;
-    const connection = this.connection;
     this.post({ type: "user", text: question });
     if (this.transcript.length === 1) this.title = firstLine(question);
     this.post({ type: "replyStart" });
-    if (!connection) {
-      this.fail(question, "The Imprint daemon is not running. Use “Imprint: Restart Daemon” or check “Imprint: Show Log”.");
+    const reply: Reply = { question, transcript: this.transcriptNumber, cancel: new CancellationTokenSource(), sessionId: this.sessionId };
+    this.reply = reply;
+    this.post({ type: "busy", busy: true }, false);
+    const connection = this.connection ?? await this.startedConnection(reply);
+    if (!connection || !this.current(reply) || reply.cancel.token.isCancellationRequested) {
+      reply.cancel.dispose();
+      this.reply = undefined;
+      this.post({ type: "busy", busy: false }, false);
+      if (!this.current(reply)) return;
+      if (reply.cancel.token.isCancellationRequested) this.post({ type: "replyCancelled" });
+      else this.fail(question, this.status.status === "starting"
+        ? `The Imprint daemon did not start within ${Math.round(this.startWaitMs() / 1000)} s. See “Imprint: Show Log”, then Retry.`
+        : `The Imprint daemon is not running${this.status.detail ? ` (${this.status.detail})` : ""}. Use “Imprint: Restart Daemon” or check “Imprint: Show Log”.`);
       return;
     }
-    const reply: Reply = { question, transcript: this.transcriptNumber, cancel: new CancellationTokenSource(), sessionId: this.sessionId };
     const token = `imprint-vscode-${process.pid}-${++progressTokens}`;
     reply.progress = connection.onProgress(workDoneProgress, token, (value) => this.onProgress(value));
-    this.reply = reply;
     this.failedQuestion = undefined;
-    this.post({ type: "busy", busy: true }, false);
     this.setStatus("answering", "");
     const params: wire.ChatParams = { text: question, workDoneToken: token };
     if (this.sessionId) params.sessionId = this.sessionId;
@@ -158,6 +248,27 @@ export class ChatController {
     }
   }
 
+  /** The daemon once it has started, or undefined: it is not starting, or not within the wait. */
+  private async startedConnection(reply: Reply): Promise<ChatConnection | undefined> {
+    if (this.status.status !== "starting") return undefined;
+    this.post({ type: "progress", message: "Waiting for the Imprint daemon to start…", done: false }, false);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let onCancel: Disposable | undefined;
+    await new Promise<void>((resolve) => {
+      this.waiting.push(resolve);
+      timer = setTimeout(resolve, this.startWaitMs());
+      onCancel = reply.cancel.token.onCancellationRequested(() => resolve());
+    });
+    clearTimeout(timer);
+    onCancel?.dispose();
+    this.post({ type: "progress", message: "", done: true }, false);
+    return this.connection;
+  }
+
+  private startWaitMs(): number {
+    return this.options.startWaitMs ?? START_WAIT_MS;
+  }
+
   /** Asks about an editor selection: its file name and lines go with the question. */
   askAboutSelection(question: string, selection: SelectionContext): Promise<void> {
     const fence = selection.text.includes("```") ? "````" : "```";
@@ -179,6 +290,7 @@ export class ChatController {
     this.failedQuestion = undefined;
     this.title = "New chat";
     this.reset([]);
+    this.setContext(null);
   }
 
   async listSessions(): Promise<wire.SessionInfo[]> {
@@ -188,12 +300,32 @@ export class ChatController {
 
   /** Shows a stored session (tool exchanges as collapsed step rows) and continues it. */
   async openSession(sessionId: string): Promise<void> {
-    const result = await this.require().sendRequest<wire.SessionResult>(wire.SESSION, { sessionId });
+    const connection = this.require();
+    const result = await connection.sendRequest<wire.SessionResult>(wire.SESSION, { sessionId });
     this.stop();
     this.sessionId = sessionId;
     this.failedQuestion = undefined;
     this.title = result.session.title || "Chat";
     this.reset(transcriptOf(result));
+    this.setContext(null);
+    await this.refreshContext(connection, sessionId);
+  }
+
+  /** What the next question of `sessionId` would get, for the meter (a daemon without `imprint/context` shows none). */
+  private async refreshContext(connection: ChatConnection, sessionId: string): Promise<void> {
+    try {
+      const usage = await connection.sendRequest<wire.ContextUsage>(wire.CONTEXT, { sessionId });
+      if (sessionId === this.sessionId && !this.reply) this.setContext(usage);
+    } catch {
+      // Older daemons answer -32601; the meter stays hidden.
+    }
+  }
+
+  /** A message source was clicked whose message the panel shows without its seq: show the stored session, then it. */
+  private async revealMessage(seq: number): Promise<void> {
+    if (!this.sessionId || this.reply || !this.connection) return;
+    await this.openSession(this.sessionId);
+    this.post({ type: "reveal", seq }, false);
   }
 
   async deleteSession(sessionId: string): Promise<void> {
@@ -241,6 +373,15 @@ export class ChatController {
     if (this.ours(params)) this.post({ type: "summary", summary: params.summary });
   }
 
+  private onContextUsage(params: wire.ContextUsage): void {
+    if (params.replyId !== null && this.ours({ sessionId: params.sessionId, replyId: params.replyId })) this.setContext(params);
+  }
+
+  private setContext(usage: wire.ContextUsage | null): void {
+    this.context = usage;
+    this.post({ type: "context", usage }, false);
+  }
+
   private onProgress(value: WorkDoneProgressValue): void {
     if (value.kind === "end") {
       this.post({ type: "progress", message: "", done: true }, false);
@@ -273,6 +414,8 @@ export class ChatController {
     for (const message of kept) this.options.post(message);
     this.options.post({ type: "busy", busy: this.busy });
     this.options.post({ type: "status", ...this.status });
+    this.options.post({ type: "research", state: this.research() });
+    this.options.post({ type: "context", usage: this.context });
   }
 
   private require(): ChatConnection {
@@ -291,8 +434,13 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
   const items: TranscriptItem[] = [];
   const steps = new Map<string, StepRow>();
   let pending: StepRow[] = [];
+  // A question followed by another question (or ending the session) was stopped or failed:
+  // such replies store nothing but the question.
+  let unanswered: number | undefined;
   for (const message of result.messages) {
     if (message.role === "user") {
+      if (unanswered !== undefined) items.push({ kind: "unanswered", seq: unanswered });
+      unanswered = message.seq;
       pending = [];
       items.push({ kind: "user", seq: message.seq, text: message.content });
     } else if (message.role === "tool") {
@@ -308,12 +456,14 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
         pending.push(row);
       }
     } else {
-      items.push({ kind: "assistant", seq: message.seq, text: message.content, steps: pending });
+      unanswered = undefined;
+      items.push({ kind: "assistant", seq: message.seq, text: message.content, steps: pending, sources: message.sources ?? [] });
       pending = [];
     }
   }
+  if (unanswered !== undefined) items.push({ kind: "unanswered", seq: unanswered });
   if (result.summary) {
-    const at = items.findIndex((item) => item.kind !== "summary" && item.seq > result.summary!.lastSeq);
+    const at = items.findIndex((item) => item.kind !== "summary" && item.kind !== "unanswered" && item.seq > result.summary!.lastSeq);
     const divider: TranscriptItem = { kind: "summary", summary: result.summary };
     if (at < 0) items.push(divider); else items.splice(at, 0, divider);
   }

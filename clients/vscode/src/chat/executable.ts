@@ -33,3 +33,14 @@ export function resolveExecutable(command: string, searchPath = process.env.PATH
   }
   return undefined;
 }
+
+/**
+ * The notification for a daemon that was not found. Notifications show plain text, so names are
+ * quoted, not in markdown backticks; a remote window reads the path from its Remote settings.
+ */
+export function missingDaemonMessage(configured: string, remoteName: string | undefined): string {
+  const where = remoteName
+    ? ` In this remote window (${remoteName}) it runs on the remote machine: install it there, and set “imprint.serverPath” in the Remote settings, not your local User settings.`
+    : "";
+  return `Imprint could not find its daemon “${configured}”. Install it with pip (Python 3.11+: “pip install ".[embedded]"” in an imprintd checkout) so “imprintd” is on PATH, or set its full path.${where}`;
+}

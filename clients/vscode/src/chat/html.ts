@@ -38,12 +38,24 @@ export function chatHtml(resources: PageResources): string {
 </head>
 <body>
 <main id="app" class="app">
+  <header id="header" class="header" hidden>
+    <button id="meter" type="button" class="meter" aria-expanded="false" aria-controls="meter-details">
+      <span class="meter-bar" aria-hidden="true"><span id="meter-fill" class="meter-fill"></span><span id="meter-kept" class="meter-kept"></span></span>
+      <span id="meter-text" class="meter-text"></span>
+    </button>
+    <div id="meter-details" class="meter-details" hidden></div>
+  </header>
   <div id="transcript" class="transcript" role="log" aria-label="Conversation" aria-live="polite" aria-relevant="additions text" tabindex="0">
     <div id="empty" class="empty">
       <div class="empty-mark" aria-hidden="true">✦</div>
       <h2>Ask about your workspace</h2>
-      <p>Imprint searches and reads the files of this folder and remembers the conversation.</p>
+      <p id="empty-text">Imprint searches and reads the files of this folder and remembers the conversation.</p>
     </div>
+    <div id="log" class="log"></div>
+  </div>
+  <div id="research" class="research-off" role="status" hidden>
+    <span id="research-text" class="research-text"></span>
+    <button id="research-action" type="button" class="button secondary"></button>
   </div>
   <form id="composer" class="composer">
     <textarea id="input" rows="1" placeholder="Ask Imprint… (Enter to send, Shift+Enter for a new line)" aria-label="Message Imprint"></textarea>

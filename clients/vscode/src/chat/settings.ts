@@ -3,41 +3,91 @@
  *
  * Only values the user set explicitly are sent: a contributed default must not override the
  * user's `config.toml` or `IMPRINT_*` environment, which rank below the editor in the daemon.
+ * A key the user removed (resetting a setting to its default removes it) is sent as `null`,
+ * which the daemon reads as "unset": the key goes back to its command line, environment,
+ * config file or default (protocol.md, "Settings").
  */
 
-/** The daemon's settings keys (imprintd/settings.py `KEYS`); a test keeps the two in step. */
-export const SETTING_KEYS = [
-  "chat.provider",
-  "chat.model",
-  "chat.base_url",
-  "chat.n_ctx",
-  "chat.max_tokens",
-  "chat.analysis_workers",
-  "chat.analysis_context",
-  "chat.research_token_budget",
-  "chat.research_time_budget",
+import type { ModelReport } from "../protocol";
+
+/**
+ * Each daemon key (imprintd/settings.py `KEYS`; a test keeps the two in step) and its VS Code
+ * name under `imprint.`: camelCase, because VS Code titles a setting from its key's words
+ * ("Chat: Max Tokens"), and `chat.n_ctx` would read "Chat: N Ctx".
+ */
+export const SETTINGS = [
+  { daemon: "chat.provider", editor: "chat.provider" },
+  { daemon: "chat.model", editor: "chat.model" },
+  { daemon: "chat.base_url", editor: "chat.baseUrl" },
+  { daemon: "chat.n_ctx", editor: "chat.contextWindow" },
+  { daemon: "chat.max_tokens", editor: "chat.maxTokens" },
+  { daemon: "chat.analysis_workers", editor: "chat.analysisWorkers" },
+  { daemon: "chat.analysis_context", editor: "chat.analysisContext" },
+  { daemon: "chat.research_token_budget", editor: "chat.researchTokenBudget" },
+  { daemon: "chat.index_max_files", editor: "chat.indexMaxFiles" },
+  { daemon: "chat.index_max_bytes", editor: "chat.indexMaxBytes" },
+  { daemon: "chat.research_time_budget", editor: "chat.researchTimeBudget" },
+  { daemon: "chat.state_cache_memory", editor: "chat.stateCacheMemory" },
+  { daemon: "chat.state_cache_disk", editor: "chat.stateCacheDisk" },
+  { daemon: "chat.first_look", editor: "chat.firstLook" },
 ] as const;
 
-export type SettingKey = (typeof SETTING_KEYS)[number];
+export type SettingKey = (typeof SETTINGS)[number]["daemon"];
+export type EditorKey = (typeof SETTINGS)[number]["editor"];
+
+export const SETTING_KEYS: readonly SettingKey[] = SETTINGS.map((setting) => setting.daemon);
+
+export type DaemonSettings = Record<string, Record<string, unknown>>;
 
 /**
  * `{"chat": {"n_ctx": 4096}}` from the explicitly set values; `explicitValue` answers
- * undefined for a key the user left at its default.
+ * undefined for a key the user left at its default, and is asked by the editor's name.
  */
-export function daemonSettings(explicitValue: (key: SettingKey) => unknown): Record<string, Record<string, unknown>> {
-  const settings: Record<string, Record<string, unknown>> = {};
-  for (const key of SETTING_KEYS) {
-    const value = explicitValue(key);
+export function daemonSettings(explicitValue: (key: EditorKey) => unknown): DaemonSettings {
+  const settings: DaemonSettings = {};
+  for (const { daemon, editor } of SETTINGS) {
+    const value = explicitValue(editor);
     if (value === undefined) continue;
-    const [section, name] = key.split(".", 2);
-    (settings[section] ??= {})[name] = value;
+    nest(settings, daemon, value);
   }
   return settings;
 }
 
-/** "openai · gpt-4o-mini", "local · embedded model": the model in use, for the status bar. */
-export function describeModel(provider: unknown, model: unknown): string {
-  const where = typeof provider === "string" && provider ? provider : "local";
-  const name = typeof model === "string" && model ? model : where === "local" ? "embedded model" : "default model";
-  return `${where} · ${name}`;
+function nest(settings: DaemonSettings, key: string, value: unknown): void {
+  const [section, name] = key.split(".", 2);
+  (settings[section] ??= {})[name] = value;
+}
+
+/**
+ * What one daemon has been told: each change sends the values set now, and `null` for every key
+ * it was sent before that is no longer set.
+ */
+export class SentSettings {
+  private sent = new Set<string>();
+
+  /** The settings a (re)started daemon gets in `initializationOptions`; it starts from them. */
+  initial(explicitValue: (key: EditorKey) => unknown): DaemonSettings {
+    const settings = daemonSettings(explicitValue);
+    this.sent = keysOf(settings);
+    return settings;
+  }
+
+  /** The `workspace/didChangeConfiguration` settings for the values set now. */
+  change(explicitValue: (key: EditorKey) => unknown): DaemonSettings {
+    const settings = daemonSettings(explicitValue);
+    const now = keysOf(settings);
+    for (const key of this.sent) if (!now.has(key)) nest(settings, key, null);
+    this.sent = now;
+    return settings;
+  }
+}
+
+function keysOf(settings: DaemonSettings): Set<string> {
+  return new Set(Object.entries(settings).flatMap(([section, values]) => Object.keys(values).map((name) => `${section}.${name}`)));
+}
+
+/** "openai · gpt-4o-mini", "local · SmolLM2-135M-Instruct-Q8_0.gguf": the model the daemon reports, for the status bar. */
+export function describeModel(report: ModelReport | undefined): string {
+  if (!report) return "model not reported";
+  return `${report.provider} · ${report.model || "default model"}`;
 }

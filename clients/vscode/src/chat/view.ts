@@ -5,13 +5,21 @@
  * browser by a script and the controller tested without one.
  */
 
-import type { Source, StopReason, Summary, ToolStepState } from "../protocol";
+import type { ContextUsage, Source, StopReason, Summary, ToolStepState } from "../protocol";
 
 /** A message of a transcript restored from `imprint/session`. */
 export type TranscriptItem =
   | { kind: "user"; seq: number; text: string }
-  | { kind: "assistant"; seq: number; text: string; steps: StepRow[] }
+  | { kind: "assistant"; seq: number; text: string; steps: StepRow[]; sources: Source[] }
+  /** A question the session holds no answer to (stopped, or its reply failed). */
+  | { kind: "unanswered"; seq: number }
   | { kind: "summary"; summary: Summary };
+
+/**
+ * Whether replies research the workspace: "on", or why not (an untrusted folder sends no folder
+ * to the daemon; without a folder there is nothing to search).
+ */
+export type ResearchState = "on" | "untrusted" | "noFolder";
 
 export interface StepRow {
   callId: string;
@@ -34,7 +42,12 @@ export type ToView =
   | { type: "replyError"; message: string; code?: number }
   | { type: "busy"; busy: boolean }
   | { type: "status"; status: ConnectionStatus; detail: string }
-  | { type: "draft"; text: string };
+  | { type: "draft"; text: string }
+  | { type: "research"; state: ResearchState }
+  /** What fills the context (the meter); null hides it (a new chat). */
+  | { type: "context"; usage: ContextUsage | null }
+  /** Scroll to the message with this seq (a message source was clicked). */
+  | { type: "reveal"; seq: number };
 
 export type ConnectionStatus = "starting" | "ready" | "answering" | "error";
 
@@ -44,4 +57,8 @@ export type FromView =
   | { type: "stop" }
   | { type: "retry" }
   | { type: "newChat" }
-  | { type: "openSource"; path: string; startLine: number; endLine: number };
+  | { type: "openSource"; path: string; startLine: number | null; endLine: number | null }
+  /** A message source whose message the panel does not show with its seq (a reply of this session). */
+  | { type: "revealMessage"; seq: number }
+  | { type: "manageTrust" }
+  | { type: "openFolder" };

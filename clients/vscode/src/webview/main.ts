@@ -4,12 +4,15 @@
  *
  * Plain DOM. Markdown goes through markdown-it with raw HTML off, so model text can never
  * become markup. Streamed text is re-rendered at most once per frame and only for the part
- * that changed, never the whole transcript per delta.
+ * that changed, never the whole transcript per delta. The transcript stays scrolled to its
+ * end while the reader is there, however its content grows (a rendered answer, a sources
+ * list, a stored answer becoming markdown), and stays put once they scroll away.
  */
 
 import MarkdownIt from "markdown-it";
-import type { FromView, StepRow, ToView, TranscriptItem } from "../chat/view";
-import type { Source, Summary } from "../protocol";
+import { withoutSourcesBlock } from "../chat/sources";
+import type { FromView, ResearchState, StepRow, ToView, TranscriptItem } from "../chat/view";
+import type { ContextUsage, SeqRanges, Source, Summary } from "../protocol";
 
 interface VsCodeApi {
   postMessage(message: FromView): void;
@@ -27,6 +30,7 @@ const markdown = createMarkdown(false);
 const userMarkdown = createMarkdown(true);
 
 const transcriptEl = byId("transcript");
+const logEl = byId("log");
 const emptyEl = byId("empty");
 const input = byId("input") as HTMLTextAreaElement;
 const sendButton = byId("send") as HTMLButtonElement;
@@ -45,6 +49,7 @@ interface LiveReply {
   article: HTMLElement;
   flow: HTMLElement;
   parts: Map<number, Part>;
+  /** Each call id's latest row: a finished id that starts again is a new step (ids can repeat across rounds). */
   steps: Map<string, HTMLElement>;
   stepGroup: HTMLElement | undefined;
   progress: HTMLElement;
@@ -54,6 +59,8 @@ interface LiveReply {
 let live: LiveReply | undefined;
 let busy = false;
 let renderScheduled = false;
+/** Whether the reader is at the transcript's end, where growing content keeps them. */
+let pinned = true;
 
 // -- rendering helpers -----------------------------------------------------------------------
 
@@ -88,14 +95,21 @@ function renderMarkdown(el: HTMLElement, text: string): void {
   el.innerHTML = markdown.render(text);
 }
 
+/** Pixels from the end within which the reader counts as at the end. */
+const PIN_SLACK = 48;
+
 function scrollToEnd(): void {
-  const nearEnd = transcriptEl.scrollHeight - transcriptEl.scrollTop - transcriptEl.clientHeight < 120;
-  if (nearEnd || busy) transcriptEl.scrollTop = transcriptEl.scrollHeight;
+  if (pinned) transcriptEl.scrollTop = transcriptEl.scrollHeight;
+}
+
+function pinToEnd(): void {
+  pinned = true;
+  transcriptEl.scrollTop = transcriptEl.scrollHeight;
 }
 
 function append(el: HTMLElement): void {
   emptyEl.hidden = true;
-  transcriptEl.appendChild(el);
+  logEl.appendChild(el);
 }
 
 function userMessage(text: string): HTMLElement {
@@ -142,26 +156,66 @@ function summaryDivider(summary: Summary): HTMLElement {
   return details;
 }
 
-function sourcesList(sources: Source[]): HTMLElement {
+/** A source as the wire sends it, with what a daemon predating kinds and citations leaves out. */
+function normalSource(source: Partial<Source> & { number: number }): Source {
+  const path = source.path ?? null;
+  const startLine = source.startLine ?? null, endLine = source.endLine ?? null;
+  const lines = startLine === null ? "" : endLine === null || endLine === startLine ? `:${startLine}` : `:${startLine}–${endLine}`;
+  return {
+    number: source.number, kind: source.kind ?? "file", label: source.label || (path ? `${path}${lines}` : `Source ${source.number}`),
+    path, startLine, endLine, message: source.message ?? null, cited: source.cited ?? true,
+    supported: source.supported ?? null, reason: source.reason ?? "",
+  };
+}
+
+const KIND_WORDS: Record<Source["kind"], string> = { file: "file", message: "message", section: "section" };
+
+/** A label broken only after path separators and punctuation, never inside a name. */
+function breakableLabel(label: string): HTMLElement {
+  const span = element("span", "source-label");
+  for (const piece of label.split(/(?<=[/\\._-])/)) {
+    span.append(piece, document.createElement("wbr"));
+  }
+  return span;
+}
+
+/**
+ * The clickable list: cited sources with their [n], then places read but not cited. A source
+ * whose citing sentence shares nothing checkable with it is muted, its reason as the tooltip.
+ */
+function sourcesList(wireSources: Source[]): HTMLElement {
+  const sources = wireSources.map(normalSource);
   const section = element("section", "sources");
-  section.appendChild(element("div", "sources-title", "Sources"));
+  const cited = sources.filter((source) => source.cited), read = sources.filter((source) => !source.cited);
+  section.appendChild(element("div", "sources-title", cited.length ? "Sources" : "Read, not cited"));
   const list = element("ol");
-  for (const source of sources) {
-    const item = element("li");
+  for (const source of [...cited, ...read]) {
+    const item = element("li", `source-item ${source.kind}${source.cited ? "" : " read"}${source.supported === false ? " unsupported" : ""}`);
     const button = element("button", "source");
     button.type = "button";
-    button.dataset.path = source.path;
-    button.dataset.start = String(source.startLine);
-    button.dataset.end = String(source.endLine);
-    button.appendChild(element("span", "source-number", String(source.number)));
-    button.appendChild(element("span", "source-label", source.label || source.path));
-    button.appendChild(element("span", "source-place", `${source.path}:${source.startLine}–${source.endLine}`));
-    button.title = `Open ${source.path} at lines ${source.startLine}–${source.endLine}`;
+    button.dataset.kind = source.kind;
+    if (source.path !== null) button.dataset.path = source.path;
+    if (source.startLine !== null) button.dataset.start = String(source.startLine);
+    if (source.endLine !== null) button.dataset.end = String(source.endLine);
+    if (source.message !== null) button.dataset.message = String(source.message);
+    button.appendChild(element("span", "source-number", source.cited ? String(source.number) : "read"));
+    button.appendChild(breakableLabel(source.label));
+    button.appendChild(element("span", "source-kind", KIND_WORDS[source.kind] ?? source.kind));
+    const opens = source.path !== null ? `Open ${source.path}${source.startLine !== null ? ` at line ${source.startLine}` : ""}`
+      : source.message !== null ? `Show message #${source.message}` : "";
+    if (!opens) button.disabled = true;
+    button.title = source.supported === false ? `${source.reason || "The citing sentence shares nothing checkable with this source."}${opens ? `\n${opens}` : ""}` : opens;
+    if (source.supported === false) button.setAttribute("aria-description", source.reason);
     item.appendChild(button);
     list.appendChild(item);
   }
   section.appendChild(list);
   return section;
+}
+
+/** The answer's text, less the trailing "Sources:" block when the list shows them. */
+function answerText(text: string, sources: Source[]): string {
+  return sources.length ? withoutSourcesBlock(text) : text;
 }
 
 // -- the reply in flight ---------------------------------------------------------------------
@@ -206,7 +260,11 @@ function scheduleRender(): void {
 function flushRender(): void {
   renderScheduled = false;
   if (!live) return;
-  for (const part of live.dirty) renderMarkdown(part.preamble ? (part.el.querySelector(".thinking-text") as HTMLElement) : part.el, part.text);
+  // The daemon streams its "Sources:" block too; the list that comes with the result shows it.
+  for (const part of live.dirty) {
+    if (part.preamble) renderMarkdown(part.el.querySelector(".thinking-text") as HTMLElement, part.text);
+    else renderMarkdown(part.el, withoutSourcesBlock(part.text));
+  }
   live.dirty.clear();
   scrollToEnd();
 }
@@ -230,7 +288,7 @@ function onPreamble(index: number): void {
 function onToolStep(step: StepRow): void {
   const reply = (live ??= startReply());
   const existing = reply.steps.get(step.callId);
-  if (existing) {
+  if (existing && !(step.state === "started" && !existing.classList.contains("started"))) {
     updateStepRow(existing, step);
     return;
   }
@@ -265,7 +323,7 @@ function finishReply(text: string, sources: Source[]): void {
   const reply = (live ??= startReply());
   for (const part of reply.parts.values()) if (!part.preamble) part.el.remove();
   const answer = element("div", "markdown answer");
-  renderMarkdown(answer, text);
+  renderMarkdown(answer, answerText(text, sources));
   reply.flow.appendChild(answer);
   if (sources.length) reply.article.appendChild(sourcesList(sources));
   endReply();
@@ -319,6 +377,9 @@ const markdownWhenVisible = new IntersectionObserver((entries) => {
   }
 }, { root: transcriptEl, rootMargin: "1000px 0px" });
 
+/** Growing content keeps a pinned reader at the end; only their own scrolling unpins them. */
+new ResizeObserver(() => scrollToEnd()).observe(logEl);
+
 /**
  * A stored session is built as one HTML string and parsed once, its answers as plain text that
  * becomes markdown as it nears the viewport: thousands of messages open in about the time of
@@ -329,24 +390,32 @@ function renderItems(items: TranscriptItem[]): void {
   const html: string[] = [];
   for (const item of items) {
     if (item.kind === "user") {
-      html.push(`<article class="message user"><div class="role">You</div><div class="bubble markdown">${userMarkdown.render(item.text)}</div></article>`);
+      html.push(`<article class="message user" data-seq="${item.seq}"><div class="role">You</div><div class="bubble markdown">${userMarkdown.render(item.text)}</div></article>`);
+    } else if (item.kind === "unanswered") {
+      html.push(`<article class="message assistant unanswered"><div class="role">Imprint</div>` +
+        `<div class="note cancelled"><span class="note-text">Stopped, or the reply failed: no answer was stored.</span></div></article>`);
     } else if (item.kind === "summary") {
       const { firstSeq, lastSeq, text } = item.summary;
       html.push(`<details class="summary-divider"><summary>Earlier conversation summarized: #${firstSeq}–#${lastSeq}</summary>` +
         `<div class="markdown summary-text">${markdown.render(text)}</div></details>`);
     } else {
-      html.push(`<article class="message assistant"><div class="role">Imprint</div><div class="flow">` +
-        `${stepsHtml(item.steps)}<div class="markdown answer pending">${escape(item.text)}</div></div></article>`);
+      html.push(`<article class="message assistant" data-seq="${item.seq}"><div class="role">Imprint</div><div class="flow">` +
+        `${stepsHtml(item.steps)}<div class="markdown answer pending">${escape(answerText(item.text, item.sources))}</div></div></article>`);
     }
   }
   if (items.length) emptyEl.hidden = true;
-  const before = transcriptEl.children.length;
-  transcriptEl.insertAdjacentHTML("beforeend", html.join(""));
-  const answers = items.filter((item) => item.kind === "assistant").map((item) => item.text);
-  const pending = [...transcriptEl.children].slice(before).flatMap((child) => [...child.querySelectorAll(".answer.pending")]);
-  pending.forEach((el, index) => {
-    pendingMarkdown.set(el, answers[index]);
+  const before = logEl.children.length;
+  logEl.insertAdjacentHTML("beforeend", html.join(""));
+  const added = [...logEl.children].slice(before);
+  const answers = items.filter((item) => item.kind === "assistant");
+  const articles = added.filter((child) => child.matches(".message.assistant:not(.unanswered)"));
+  articles.forEach((article, index) => {
+    const { text, sources } = answers[index];
+    const el = article.querySelector(".answer.pending")!;
+    pendingMarkdown.set(el, answerText(text, sources));
     markdownWhenVisible.observe(el);
+    // Few answers cite; their lists are built as elements, like a live reply's.
+    if (sources.length) article.appendChild(sourcesList(sources));
   });
 }
 
@@ -367,10 +436,100 @@ function reset(items: TranscriptItem[]): void {
   live = undefined;
   markdownWhenVisible.disconnect();
   pendingMarkdown.clear();
-  for (const child of [...transcriptEl.children]) if (child !== emptyEl) child.remove();
+  logEl.replaceChildren();
   emptyEl.hidden = false;
   renderItems(items);
-  transcriptEl.scrollTop = transcriptEl.scrollHeight;
+  pinToEnd();
+}
+
+/** A message source: the message, scrolled to and marked for a moment. */
+function reveal(seq: number): boolean {
+  const target = logEl.querySelector<HTMLElement>(`.message[data-seq="${seq}"]`);
+  if (!target) return false;
+  pinned = false;
+  target.scrollIntoView({ block: "start" });
+  target.classList.add("revealed");
+  setTimeout(() => target.classList.remove("revealed"), 1600);
+  return true;
+}
+
+// -- the header: what fills the context ------------------------------------------------------
+
+const headerEl = byId("header");
+const meterButton = byId("meter") as HTMLButtonElement;
+const meterDetails = byId("meter-details");
+
+function thousands(tokens: number): string {
+  return tokens < 1000 ? String(tokens) : `${(tokens / 1000).toFixed(tokens < 10_000 ? 1 : 0)}k`;
+}
+
+function ranges(list: SeqRanges): string {
+  return list.length ? list.map(([first, last]) => (first === last ? `#${first}` : `#${first}–#${last}`)).join(", ") : "none";
+}
+
+const PART_NAMES: [keyof ContextUsage["parts"], string][] = [
+  ["system", "System prompt"], ["tools", "Tool schemas"], ["summary", "Summary"], ["earlier", "Earlier messages"],
+  ["question", "Question"], ["research", "This reply's research"],
+];
+
+function showContext(usage: ContextUsage | null): void {
+  headerEl.hidden = !usage;
+  if (!usage) {
+    meterDetails.hidden = true;
+    meterButton.setAttribute("aria-expanded", "false");
+    return;
+  }
+  const share = usage.nCtx ? usage.used / usage.nCtx : 0;
+  const about = usage.exact ? "" : "≈";
+  byId("meter-fill").style.width = `${Math.min(100, share * 100)}%`;
+  byId("meter-kept").style.width = `${Math.min(100, (usage.outputAllowance / Math.max(1, usage.nCtx)) * 100)}%`;
+  byId("meter-text").textContent = `${about}${thousands(usage.used)} / ${thousands(usage.nCtx)} tokens`;
+  meterButton.classList.toggle("full", usage.used + usage.outputAllowance > usage.nCtx * 0.9);
+  const lines = [
+    `${about}${usage.used} of ${usage.nCtx} tokens in use (${Math.round(share * 100)}%), ${usage.outputAllowance} kept for the answer`,
+    ...PART_NAMES.map(([key, name]) => `${name}: ${about}${usage.parts[key] ?? 0}`),
+    `In view: ${ranges(usage.inView)} · summarized: ${ranges(usage.summarized)} · dropped: ${ranges(usage.dropped)}`,
+    usage.exact ? "Counted with the model's tokenizer." : "Estimated (a remote model's tokenizer is not known here).",
+  ];
+  meterButton.title = lines.join("\n");
+  meterButton.setAttribute("aria-label", `Context: ${lines[0]}. Show the breakdown.`);
+  const table = element("dl", "meter-parts");
+  for (const [key, name] of PART_NAMES) table.append(element("dt", undefined, name), element("dd", undefined, `${about}${usage.parts[key] ?? 0}`));
+  table.append(element("dt", undefined, "Kept for the answer"), element("dd", undefined, String(usage.outputAllowance)));
+  meterDetails.replaceChildren(
+    element("div", "meter-summary", lines[0]), table,
+    element("div", "meter-ranges", `Messages in view: ${ranges(usage.inView)}`),
+    element("div", "meter-ranges", `Summarized: ${ranges(usage.summarized)}`),
+    element("div", "meter-ranges", `Dropped: ${ranges(usage.dropped)}`),
+    element("div", "meter-note", lines.at(-1)!),
+  );
+}
+
+// -- research on or off ----------------------------------------------------------------------
+
+const RESEARCH: Record<ResearchState, { empty: string; banner: string; action: string; message?: FromView }> = {
+  on: { empty: "Imprint searches and reads the files of this folder and remembers the conversation.", banner: "", action: "" },
+  untrusted: {
+    empty: "This folder is not trusted (Restricted Mode), so Imprint answers without searching or reading its files.",
+    banner: "Research is off: this folder is not trusted, so Imprint does not read its files.",
+    action: "Trust Folder…", message: { type: "manageTrust" },
+  },
+  noFolder: {
+    empty: "No folder is open, so Imprint answers without searching or reading files.",
+    banner: "Research is off: open a folder for Imprint to search and read.",
+    action: "Open Folder…", message: { type: "openFolder" },
+  },
+};
+
+let research: ResearchState = "on";
+
+function showResearch(state: ResearchState): void {
+  research = RESEARCH[state] ? state : "on";
+  const words = RESEARCH[research];
+  byId("empty-text").textContent = words.empty;
+  byId("research").hidden = research === "on";
+  byId("research-text").textContent = words.banner;
+  byId("research-action").textContent = words.action;
 }
 
 // -- composer --------------------------------------------------------------------------------
@@ -395,6 +554,7 @@ function send(): void {
   const text = input.value.trim();
   if (!text || busy) return;
   vscode.postMessage({ type: "send", text });
+  pinToEnd();
   input.value = "";
   saveDraft();
   autosize();
@@ -423,10 +583,14 @@ function onClick(event: MouseEvent): void {
   }
   const source = target.closest<HTMLButtonElement>("button.source");
   if (source) {
-    vscode.postMessage({
-      type: "openSource", path: source.dataset.path ?? "",
-      startLine: Number(source.dataset.start), endLine: Number(source.dataset.end),
-    });
+    const { path, start, end, message } = source.dataset;
+    if (path !== undefined) {
+      vscode.postMessage({
+        type: "openSource", path, startLine: start === undefined ? null : Number(start), endLine: end === undefined ? null : Number(end),
+      });
+    } else if (message !== undefined && !reveal(Number(message))) {
+      vscode.postMessage({ type: "revealMessage", seq: Number(message) });
+    }
     return;
   }
   if (target.closest("button.retry")) vscode.postMessage({ type: "retry" });
@@ -437,7 +601,7 @@ function onClick(event: MouseEvent): void {
 function onMessage(message: ToView): void {
   switch (message.type) {
     case "reset": reset(message.items); break;
-    case "user": append(userMessage(message.text)); scrollToEnd(); break;
+    case "user": append(userMessage(message.text)); pinToEnd(); break;
     case "replyStart": live = startReply(); scrollToEnd(); break;
     case "delta": onDelta(message.part, message.text); break;
     case "preamble": onPreamble(message.part); break;
@@ -449,10 +613,14 @@ function onMessage(message: ToView): void {
     case "replyError": replyNote("error", message.message, true); break;
     case "busy": setBusy(message.busy); break;
     case "status":
-      statusEl.textContent = message.status === "ready" || message.status === "answering" ? "" : message.status === "starting" ? "Starting Imprint…" : message.detail || "Imprint is not running";
+      statusEl.textContent = message.status === "ready" || message.status === "answering" ? ""
+        : message.status === "starting" ? message.detail || "Starting Imprint…" : message.detail || "Imprint is not running";
       statusEl.className = `status ${message.status}`;
       break;
     case "draft": input.value = message.text; saveDraft(); autosize(); input.focus(); break;
+    case "research": showResearch(message.state); break;
+    case "context": showContext(message.usage); break;
+    case "reveal": reveal(message.seq); break;
   }
 }
 
@@ -462,6 +630,17 @@ input.addEventListener("keydown", onKeyDown);
 input.addEventListener("input", () => { saveDraft(); autosize(); });
 stopButton.addEventListener("click", () => vscode.postMessage({ type: "stop" }));
 transcriptEl.addEventListener("click", onClick);
+transcriptEl.addEventListener("scroll", () => {
+  pinned = transcriptEl.scrollHeight - transcriptEl.scrollTop - transcriptEl.clientHeight < PIN_SLACK;
+}, { passive: true });
+meterButton.addEventListener("click", () => {
+  meterDetails.hidden = !meterDetails.hidden;
+  meterButton.setAttribute("aria-expanded", String(!meterDetails.hidden));
+});
+byId("research-action").addEventListener("click", () => {
+  const action = RESEARCH[research].message;
+  if (action) vscode.postMessage(action);
+});
 
 input.value = vscode.getState()?.draft ?? "";
 autosize();

@@ -9,7 +9,8 @@ import * as path from "node:path";
 import { afterEach, beforeEach, test } from "node:test";
 import { CancellationToken, ProgressType } from "vscode-jsonrpc";
 import { ChatConnection, WorkDoneProgressValue } from "../../src/chat/connection";
-import { daemonSettings } from "../../src/chat/settings";
+import { SentSettings, daemonSettings } from "../../src/chat/settings";
+import { withoutSourcesBlock } from "../../src/chat/sources";
 import * as wire from "../../src/protocol";
 import { Daemon, Home, RecordedPanel, Stub } from "./harness";
 
@@ -98,11 +99,15 @@ test("tool steps show as rows, progress runs on the client's token, and tool out
   await panel.controller.ask("What do the notes say about billing?");
 
   const steps = panel.ofType("toolStep");
-  assert.deepEqual(steps.map((step) => [step.callId, step.state]), [
-    ["call_read", "started"], ["call_read", "finished"], ["call_bad", "started"], ["call_bad", "failed"]]);
+  assert.deepEqual(steps.map((step) => step.state), ["started", "finished", "started", "failed"]);
+  // Each step's start and end share an id, unique within the reply (the daemon may number them).
+  assert.equal(steps[0].callId, steps[1].callId);
+  assert.equal(steps[2].callId, steps[3].callId);
+  assert.notEqual(steps[0].callId, steps[2].callId);
   assert.equal(steps[0].title, "Reading notes.txt");
   assert.match(steps[3].detail, /\.\./);
-  assert.equal(panel.ofType("replyEnd")[0].text, "The notes say 8101.");
+  // A daemon that writes sources ends the text with a "Sources:" block for the read file.
+  assert.equal(withoutSourcesBlock(panel.ofType("replyEnd")[0].text), "The notes say 8101.");
 
   // Begin, reports, end, all on the one token the controller created for this request.
   assert.ok(progress.length >= 2);
@@ -130,12 +135,12 @@ test("the streamed-text contract: preamble parts are marked and the answer comes
   const textOf = (part: number) => deltas.filter((delta) => delta.part === part).map((delta) => delta.text).join("");
   assert.equal(textOf(0), "I will look at the notes first.");
   assert.deepEqual(preambles.map((p) => p.part), [0]);
-  assert.equal(textOf(1), "Billing uses 8101.");
+  assert.equal(withoutSourcesBlock(textOf(1)), "Billing uses 8101.", "a daemon that writes sources streams their block too");
   // The preamble notice comes after part 0's text and before part 1's.
   const order = panel.messages.filter((m) => m.type === "delta" || m.type === "preamble")
     .map((m) => (m.type === "preamble" ? "preamble" : `part ${m.part}`));
   assert.deepEqual([...new Set(order)], ["part 0", "preamble", "part 1"]);
-  assert.equal(panel.ofType("replyEnd")[0].text, "Billing uses 8101.");
+  assert.equal(withoutSourcesBlock(panel.ofType("replyEnd")[0].text), "Billing uses 8101.");
 });
 
 test("Stop cancels the request: it answers -32800, the panel goes idle and the question stays stored", async () => {
@@ -191,7 +196,7 @@ test("sessions are listed, opened with tool steps collapsed, and deleted", async
   const first = panel.controller.sessionId!;
   panel.controller.newChat();
   assert.equal(panel.controller.sessionId, undefined);
-  assert.deepEqual(panel.messages.at(-1), { type: "reset", title: "New chat", items: [] });
+  assert.deepEqual(panel.messages.slice(-2), [{ type: "reset", title: "New chat", items: [] }, { type: "context", usage: null }]);
   await panel.controller.ask("Another question");
   const second = panel.controller.sessionId!;
   assert.notEqual(first, second);
@@ -205,17 +210,21 @@ test("sessions are listed, opened with tool steps collapsed, and deleted", async
   await panel.controller.openSession(first);
   const [reset] = panel.ofType("reset");
   assert.equal(reset.title, "Which port does billing use?");
-  assert.deepEqual(reset.items, [
-    { kind: "user", seq: 1, text: "Which port does billing use?" },
-    { kind: "assistant", seq: 4, text: "It is 8101.", steps: [{ callId: "call_read", title: "Reading notes.txt", state: "finished", detail: "" }] },
-  ]);
+  const [question, answer] = reset.items;
+  assert.deepEqual(question, { kind: "user", seq: 1, text: "Which port does billing use?" });
+  assert.ok(answer.kind === "assistant");
+  assert.deepEqual([answer.seq, withoutSourcesBlock(answer.text), answer.steps],
+    [4, "It is 8101.", [{ callId: "call_read", title: "Reading notes.txt", state: "finished", detail: "" }]]);
+  assert.equal(reset.items.length, 2);
   assert.equal(panel.controller.sessionId, first);
 
   // A reloaded webview gets the transcript again.
   panel.clear();
   await panel.controller.handle({ type: "ready" });
   assert.equal(panel.ofType("reset")[0].items.length, 2);
-  assert.deepEqual(panel.messages.slice(-2), [{ type: "busy", busy: false }, { type: "status", status: "ready", detail: "" }]);
+  assert.deepEqual(panel.messages.slice(-4, -1), [
+    { type: "busy", busy: false }, { type: "status", status: "ready", detail: "" }, { type: "research", state: "on" }]);
+  assert.equal(panel.messages.at(-1)!.type, "context");
 
   await panel.controller.deleteSession(first);
   assert.equal(panel.controller.sessionId, undefined, "deleting the open session starts a new chat");
@@ -228,7 +237,7 @@ test("a setting change reaches the daemon (the model request shows it) and a ref
   daemon.connection.onNotification("window/showMessage", (params: { type: number; message: string }) => {
     shown.push(params);
   });
-  const settings = daemonSettings((key) => ({ "chat.max_tokens": 77, "chat.analysis_workers": 99 } as Record<string, unknown>)[key]);
+  const settings = daemonSettings((key) => ({ "chat.maxTokens": 77, "chat.analysisWorkers": 99 } as Record<string, unknown>)[key]);
   assert.deepEqual(settings, { chat: { max_tokens: 77, analysis_workers: 99 } });
   await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings });
   await stub.queue("ok");
@@ -294,4 +303,176 @@ test("the daemon killed mid-reply: the error shows, a restarted daemon serves, t
   await panel.controller.handle({ type: "retry" });
   assert.equal(panel.ofType("replyEnd")[0].text, "It restarts and answers.");
   assert.equal(panel.controller.sessionId, kept);
+});
+
+test("settings removed in the editor are sent as null and the daemon goes back to its environment and defaults", async () => {
+  await daemon.stop();
+  const sent = new SentSettings();
+  let set: Record<string, unknown> = { "chat.maxTokens": 77, "chat.model": "editor-model" };
+  daemon = await Daemon.start(home, stub, sent.initial((key) => set[key]));
+  panel.controller.attach(daemon.connection);
+  await stub.queue("one", "two", "three");
+  await panel.controller.ask("first");
+  set = { "chat.model": "editor-model" };
+  const change = sent.change((key) => set[key]);
+  assert.deepEqual(change, { chat: { model: "editor-model", max_tokens: null } });
+  await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: change });
+  await panel.controller.ask("second");
+  set = {};
+  await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: sent.change((key) => set[key]) });
+  await panel.controller.ask("third");
+
+  const requests = await stub.requests();
+  assert.deepEqual(requests.map((request) => [request.model, request.max_tokens]), [
+    ["editor-model", 77], ["editor-model", 1024 /* the default */], ["stub" /* IMPRINT_CHAT_MODEL */, 1024]]);
+  assert.ok(!daemon.stderr.join("").includes("not accepted"), daemon.stderr.join(""));
+});
+
+test("a question asked while the daemon restarts waits for it and is answered by the new one", async () => {
+  await stub.queue("Answered by the new daemon.");
+  panel.controller.detach("Restarting the Imprint daemon…", true);
+  await daemon.stop();
+  const asked = panel.controller.ask("Asked during the restart");
+  await panel.next("progress", (p) => p.message === "Waiting for the Imprint daemon to start…");
+  assert.equal(panel.controller.busy, true);
+  assert.equal(panel.ofType("status").at(-1)!.status, "starting");
+  assert.equal(panel.ofType("replyError").length, 0);
+
+  daemon = await Daemon.start(home, stub);
+  panel.controller.attach(daemon.connection);
+  await asked;
+  assert.equal(panel.ofType("replyError").length, 0);
+  assert.equal(panel.ofType("replyEnd")[0].text, "Answered by the new daemon.");
+  assert.equal(lastUserContent((await stub.requests())[0]), "Asked during the restart");
+  assert.deepEqual(panel.ofType("busy").map((message) => message.busy), [true, false]);
+});
+
+test("a daemon that does not come back within the wait, or cannot start, fails the question with what to do; Stop ends the wait", async () => {
+  const waiting = new RecordedPanel(home.workspace, { startWaitMs: 300 });
+  waiting.controller.detach("Restarting the Imprint daemon…", true);
+  await waiting.controller.ask("Anyone?");
+  assert.match(waiting.ofType("replyError")[0].message, /did not start within 0 s.*Show Log/);
+  assert.equal(waiting.controller.busy, false);
+
+  const missing = new RecordedPanel(home.workspace);
+  missing.controller.detach("Restarting the Imprint daemon…", true);
+  const waited = missing.controller.ask("Still there?");
+  await missing.next("progress", (p) => p.message.startsWith("Waiting"));
+  missing.controller.detach("“imprintd” was not found");
+  await waited;
+  assert.match(missing.ofType("replyError")[0].message, /not running \(“imprintd” was not found\)/);
+
+  const stopped = new RecordedPanel(home.workspace);
+  stopped.controller.detach("Restarting the Imprint daemon…", true);
+  const asked = stopped.controller.ask("Never mind");
+  await stopped.next("progress", (p) => p.message.startsWith("Waiting"));
+  stopped.controller.stop();
+  await asked;
+  assert.equal(stopped.ofType("replyCancelled").length, 1);
+  assert.equal(stopped.ofType("replyError").length, 0);
+  assert.deepEqual(await stub.requests(), [], "nothing reached the model");
+});
+
+test("a reloaded window opens the session its panel showed", async () => {
+  await stub.queue("It is 8101.");
+  await panel.controller.ask("Which port does billing use?");
+  const shown = panel.controller.sessionId!;
+  assert.equal(panel.remembered.at(-1), shown, "the open session is kept for a reload");
+
+  // The extension host restarts with the window: a new controller, told what was kept.
+  const reloaded = new RecordedPanel(home.workspace, { restoreSession: panel.remembered.at(-1) });
+  await reloaded.controller.attach(daemon.connection);
+  const [reset] = reloaded.ofType("reset");
+  assert.equal(reset.title, "Which port does billing use?");
+  assert.deepEqual(reset.items.map((item) => item.kind === "user" || item.kind === "assistant" ? [item.kind, item.text] : [item.kind]),
+    [["user", "Which port does billing use?"], ["assistant", "It is 8101."]]);
+  assert.equal(reloaded.controller.sessionId, shown);
+  await stub.queue("Still 8101.");
+  await reloaded.controller.ask("Still?");
+  assert.equal((await session(shown)).messages.length, 4, "the reloaded panel continues the same session");
+
+  // A kept session that is gone (deleted elsewhere) leaves a new chat.
+  await panel.controller.deleteSession(shown);
+  const orphan = new RecordedPanel(home.workspace, { restoreSession: shown });
+  await orphan.controller.attach(daemon.connection);
+  assert.equal(orphan.ofType("reset").length, 0);
+  assert.equal(orphan.controller.sessionId, undefined);
+  assert.deepEqual(orphan.remembered, [undefined], "the stale id is forgotten");
+});
+
+test("an untrusted window: the panel says research is off, no folder reaches the daemon, no workspace tools reach the model", async () => {
+  await daemon.stop();
+  daemon = await Daemon.start(home, stub, {}, { folder: false });
+  writeFileSync(path.join(home.workspace, "notes.txt"), "billing: 8101\n");
+  const untrusted = new RecordedPanel(undefined, { research: () => "untrusted" });
+  untrusted.controller.attach(daemon.connection);
+  await untrusted.controller.handle({ type: "ready" });
+  assert.deepEqual(untrusted.ofType("research"), [{ type: "research", state: "untrusted" }]);
+
+  await stub.queue("I cannot read the folder.");
+  await untrusted.controller.ask("What is in notes.txt?");
+  const [request] = await stub.requests();
+  const offered = ((request.tools ?? []) as { function: { name: string } }[]).map((tool) => tool.function.name);
+  assert.ok(!offered.includes("search") && !offered.includes("read_file"), `offered: ${offered.join(", ")}`);
+  assert.ok(!JSON.stringify(request.messages).includes("billing: 8101"));
+  const stored = await session(untrusted.controller.sessionId!);
+  assert.equal(stored.session.workspace, null);
+  untrusted.controller.dispose();
+});
+
+test("sources come with the answer and come back with the reopened session", async () => {
+  writeFileSync(path.join(home.workspace, "notes.txt"), "The billing service listens on 8101.\n");
+  await stub.queue({ toolCalls: [{ id: "call_read", name: "read_file", arguments: { path: "notes.txt" } }] }, "Billing listens on 8101 [1].");
+  await panel.controller.ask("Which port does billing use?");
+  const [end] = panel.ofType("replyEnd");
+  assert.equal(end.sources.length, 1);
+  const [source] = end.sources;
+  assert.deepEqual([source.number, source.kind, source.path, source.cited, source.supported, source.reason], [1, "file", "notes.txt", true, true, ""]);
+  assert.ok(!/read_file/.test(source.label) && source.label.startsWith("notes.txt"), source.label);
+  assert.match(end.text, /\n\nSources:\n\[1\] notes\.txt/);
+
+  panel.clear();
+  await panel.controller.openSession(panel.controller.sessionId!);
+  const [reset] = panel.ofType("reset");
+  const answer = reset.items.find((item) => item.kind === "assistant");
+  assert.ok(answer && answer.kind === "assistant");
+  assert.deepEqual(answer.sources, end.sources);
+});
+
+test("the status bar's model is the one the daemon reports: at initialize, then on a settings change", async () => {
+  const watching = new RecordedPanel(home.workspace);
+  await watching.controller.attach(daemon.connection, daemon.initializeResult);
+  // The daemon's environment names the model (IMPRINT_CHAT_MODEL); no editor setting does.
+  assert.deepEqual(watching.models, [{ provider: "openai", model: "stub", nCtx: 8192 }]);
+  await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: { chat: { model: "other", n_ctx: 4096 } } });
+  assert.deepEqual(await watching.nextModel((model) => model?.model === "other"), { provider: "openai", model: "other", nCtx: 4096 });
+  // Unsetting them goes back to the environment's, and the status bar follows.
+  await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: { chat: { model: null, n_ctx: null } } });
+  assert.deepEqual(await watching.nextModel((model) => watching.models.indexOf(model) > 1 && model?.model === "stub"),
+    { provider: "openai", model: "stub", nCtx: 8192 });
+  watching.controller.dispose();
+});
+
+test("the context meter gets each round's usage during a reply and the next question's when a session opens", async () => {
+  writeFileSync(path.join(home.workspace, "notes.txt"), "The billing service listens on 8101.\n");
+  await stub.queue({ toolCalls: [{ id: "call_read", name: "read_file", arguments: { path: "notes.txt" } }] }, "The notes say 8101 [1].");
+  await panel.controller.ask("What do the notes say?");
+  const rounds = panel.ofType("context").map((message) => message.usage).filter((usage) => usage !== null);
+  const requests = await stub.requests();
+  assert.equal(rounds.length, requests.length, "one usage per round");
+  for (const usage of rounds) {
+    assert.equal(usage!.sessionId, panel.controller.sessionId);
+    assert.equal(usage!.nCtx, 8192);
+    assert.equal(usage!.outputAllowance, requests[0].max_tokens);
+    assert.equal(Object.values(usage!.parts).reduce((sum, part) => sum + part, 0), usage!.used);
+    assert.equal(usage!.exact, false, "a remote model's count is an estimate");
+  }
+  assert.ok(rounds[1]!.parts.research > 0, "the second round carries the read");
+
+  panel.clear();
+  await panel.controller.openSession(panel.controller.sessionId!);
+  const [next] = panel.ofType("context").filter((message) => message.usage !== null);
+  assert.equal(next.usage!.replyId, null);
+  assert.equal(next.usage!.parts.question, 0);
+  assert.deepEqual(next.usage!.inView.at(-1)?.at(-1), 4, "the stored answer is in view");
 });

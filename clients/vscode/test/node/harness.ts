@@ -11,8 +11,9 @@ import * as path from "node:path";
 import { createInterface } from "node:readline";
 import { pathToFileURL } from "node:url";
 import { MessageConnection, StreamMessageReader, StreamMessageWriter, createMessageConnection } from "vscode-jsonrpc/node";
-import { ChatController } from "../../src/chat/controller";
+import { ChatController, ControllerOptions } from "../../src/chat/controller";
 import { ToView } from "../../src/chat/view";
+import type { ModelReport } from "../../src/protocol";
 import { REPO_ROOT, python, pythonEnv } from "../python";
 
 export interface StubReplySpec {
@@ -110,6 +111,9 @@ export class Daemon {
   readonly stderr: string[] = [];
   readonly exited: Promise<number | null>;
 
+  /** The `initialize` result (capabilities.experimental.imprint names the model). */
+  initializeResult: { capabilities?: { experimental?: unknown }; serverInfo?: { name: string; version?: string } } = {};
+
   private constructor(readonly proc: ChildProcess, readonly connection: MessageConnection) {
     proc.stderr!.on("data", (chunk) => this.stderr.push(String(chunk)));
     // As LanguageClient does: a closed stream disposes the connection, which rejects pending requests.
@@ -117,7 +121,8 @@ export class Daemon {
     this.exited = new Promise((resolve) => proc.on("exit", (code) => resolve(code)));
   }
 
-  static async start(home: Home, stub: Stub, initializationOptions: object = {}): Promise<Daemon> {
+  /** `folder: false` starts it as an untrusted window does: no workspace folder, no root. */
+  static async start(home: Home, stub: Stub, initializationOptions: object = {}, { folder = true } = {}): Promise<Daemon> {
     const proc = spawn(python(), ["-m", "imprintd", "serve", "--stdio"], {
       cwd: REPO_ROOT, env: pythonEnv(home.env(stub)), stdio: ["pipe", "pipe", "pipe"],
     });
@@ -129,11 +134,11 @@ export class Daemon {
       clientInfo: { name: "imprint-vscode-test" },
       rootUri: null,
       capabilities: { window: { workDoneProgress: true, showMessage: {} } },
-      workspaceFolders: [{ uri: pathToFileURL(home.workspace).href, name: "workspace" }],
+      workspaceFolders: folder ? [{ uri: pathToFileURL(home.workspace).href, name: "workspace" }] : null,
       initializationOptions,
     });
     try {
-      await initialized;
+      daemon.initializeResult = (await initialized) as Daemon["initializeResult"];
     } catch (error) {
       daemon.proc.kill("SIGKILL");
       await daemon.exited;
@@ -167,16 +172,36 @@ export class Daemon {
 /** A controller whose panel updates are recorded, with waits on what arrives. */
 export class RecordedPanel {
   readonly messages: ToView[] = [];
-  readonly opened: { path: string; startLine: number; endLine: number }[] = [];
+  readonly opened: { path: string; startLine: number | null; endLine: number | null }[] = [];
+  /** What the controller asked to keep for a window reload (rememberSession), in order. */
+  readonly remembered: (string | undefined)[] = [];
+  /** Each model the controller reported for the status bar (onModel), in order. */
+  readonly models: (ModelReport | undefined)[] = [];
+  private modelWatchers: { test: (model: ModelReport | undefined) => boolean; resolve: (model: ModelReport | undefined) => void }[] = [];
   private watchers: { test: (message: ToView) => boolean; resolve: (message: ToView) => void }[] = [];
   readonly controller: ChatController;
 
-  constructor(workspace: string | undefined) {
+  constructor(workspace: string | undefined, options: Partial<ControllerOptions> = {}) {
     this.controller = new ChatController({
       post: (message) => this.record(message),
       workspace: () => workspace,
       openSource: (file, startLine, endLine) => this.opened.push({ path: file, startLine, endLine }),
+      rememberSession: (sessionId) => this.remembered.push(sessionId),
+      onModel: (model) => this.recordModel(model),
+      ...options,
     });
+  }
+
+  private recordModel(model: ModelReport | undefined): void {
+    this.models.push(model);
+    this.modelWatchers = this.modelWatchers.filter((watcher) => !(watcher.test(model) && (watcher.resolve(model), true)));
+  }
+
+  /** The first model report (already made or still to come) that passes `test`. */
+  nextModel(test: (model: ModelReport | undefined) => boolean): Promise<ModelReport | undefined> {
+    const found = this.models.find(test);
+    if (found !== undefined || this.models.some(test)) return Promise.resolve(found);
+    return new Promise((resolve) => this.modelWatchers.push({ test, resolve }));
   }
 
   private record(message: ToView): void {

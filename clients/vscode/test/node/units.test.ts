@@ -6,19 +6,52 @@ import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { test } from "node:test";
 import { transcriptOf } from "../../src/chat/controller";
-import { resolveExecutable } from "../../src/chat/executable";
-import { daemonSettings, describeModel } from "../../src/chat/settings";
+import { DaemonLog } from "../../src/chat/daemonLog";
+import { missingDaemonMessage, resolveExecutable } from "../../src/chat/executable";
+import { SETTINGS, SentSettings, daemonSettings, describeModel } from "../../src/chat/settings";
+import { withoutSourcesBlock } from "../../src/chat/sources";
 
-test("only explicitly set values are sent, nested by section", () => {
+test("only explicitly set values are sent, by the daemon's names, nested by section", () => {
   assert.deepEqual(daemonSettings(() => undefined), {});
-  const set: Record<string, unknown> = { "chat.provider": "openai", "chat.research_time_budget": 12.5 };
-  assert.deepEqual(daemonSettings((key) => set[key]), { chat: { provider: "openai", research_time_budget: 12.5 } });
+  const set: Record<string, unknown> = { "chat.provider": "openai", "chat.researchTimeBudget": 12.5, "chat.contextWindow": 4096 };
+  assert.deepEqual(daemonSettings((key) => set[key]), { chat: { provider: "openai", n_ctx: 4096, research_time_budget: 12.5 } });
 });
 
-test("the model label names the provider and the model", () => {
-  assert.equal(describeModel(undefined, ""), "local · embedded model");
-  assert.equal(describeModel("openai", "gpt-4o-mini"), "openai · gpt-4o-mini");
-  assert.equal(describeModel("openai", ""), "openai · default model");
+test("VS Code's setting names are camelCase words, so the Settings editor titles them in words", () => {
+  for (const { editor } of SETTINGS) assert.match(editor, /^chat\.[a-z]+(?:[A-Z][a-z]+)*$/, editor);
+});
+
+test("a key removed from the settings is sent as null, once; a restarted daemon starts from what is set", () => {
+  const sent = new SentSettings();
+  let set: Record<string, unknown> = { "chat.provider": "openai", "chat.maxTokens": 512 };
+  assert.deepEqual(sent.initial((key) => set[key]), { chat: { provider: "openai", max_tokens: 512 } });
+  set = { "chat.maxTokens": 256 };
+  assert.deepEqual(sent.change((key) => set[key]), { chat: { max_tokens: 256, provider: null } });
+  set = {};
+  assert.deepEqual(sent.change((key) => set[key]), { chat: { max_tokens: null } });
+  assert.deepEqual(sent.change((key) => set[key]), {}, "nothing left to unset");
+  set = { "chat.model": "m" };
+  assert.deepEqual(sent.initial((key) => set[key]), { chat: { model: "m" } });
+  set = {};
+  assert.deepEqual(sent.change((key) => set[key]), { chat: { model: null } });
+});
+
+test("the model label is what the daemon reports, not a guess", () => {
+  assert.equal(describeModel(undefined), "model not reported");
+  assert.equal(describeModel({ provider: "openai", model: "gpt-4o-mini", nCtx: 8192 }), "openai · gpt-4o-mini");
+  assert.equal(describeModel({ provider: "local", model: "SmolLM2-135M-Instruct-Q8_0.gguf", nCtx: 8192 }), "local · SmolLM2-135M-Instruct-Q8_0.gguf");
+});
+
+test("daemon log lines keep their level and lose the daemon's timestamp; a traceback keeps its record's level", () => {
+  const log = new DaemonLog();
+  assert.deepEqual(log.line("2026-12-01 19:35:05,123 INFO imprintd.chat: reply 5f0c answered in 1.2 s"),
+    { level: "info", text: "imprintd.chat: reply 5f0c answered in 1.2 s" });
+  assert.deepEqual(log.line("2026-12-01 19:35:06,001 WARNING imprintd.rpc: exiting with 1 worker thread(s) still busy"),
+    { level: "warn", text: "imprintd.rpc: exiting with 1 worker thread(s) still busy" });
+  assert.deepEqual(log.line("2026-12-01 19:35:07,500 ERROR imprintd.server: incident 1a2b"), { level: "error", text: "imprintd.server: incident 1a2b" });
+  assert.deepEqual(log.line("Traceback (most recent call last):"), { level: "error", text: "Traceback (most recent call last):" });
+  assert.deepEqual(log.line("2026-12-01 19:35:08,000 DEBUG pygls: sent"), { level: "debug", text: "pygls: sent" });
+  assert.deepEqual(new DaemonLog().line("usage: imprintd [-h]"), { level: "info", text: "usage: imprintd [-h]" });
 });
 
 test("the daemon executable is found on PATH or by path, and a missing one is reported as missing", () => {
@@ -62,11 +95,49 @@ test("a stored session folds tool exchanges into step rows and places the summar
   });
   assert.deepEqual(items, [
     { kind: "user", seq: 1, text: "q1" },
-    { kind: "assistant", seq: 2, text: "a1", steps: [] },
+    { kind: "assistant", seq: 2, text: "a1", steps: [], sources: [] },
     { kind: "summary", summary: { text: "earlier", firstSeq: 1, lastSeq: 2 } },
     { kind: "user", seq: 3, text: "q2" },
-    { kind: "assistant", seq: 7, text: "a2", steps: [
+    { kind: "assistant", seq: 7, text: "a2", sources: [], steps: [
       { callId: "c1", title: "Searching the workspace for “billing port”", state: "finished", detail: "" },
       { callId: "c2", title: "Reading ../x", state: "failed", detail: "Error: refused path '../x'" }] },
   ]);
+});
+
+test("a stored session keeps each answer's sources and marks questions left without an answer", () => {
+  const info = { sessionId: "s", title: "t", workspace: null, createdAt: 0, updatedAt: 0, messageCount: 5, persist: true };
+  const source = {
+    number: 1, kind: "file" as const, label: "deploy/billing.yaml:3–5", path: "deploy/billing.yaml", startLine: 3, endLine: 5,
+    message: null, cited: true, supported: true, reason: "",
+  };
+  const items = transcriptOf({
+    session: info, summary: null,
+    messages: [
+      { seq: 1, role: "user", content: "stopped one", toolCalls: [], toolCallId: null, name: null, sources: [] },
+      { seq: 2, role: "user", content: "q", toolCalls: [], toolCallId: null, name: null, sources: [] },
+      { seq: 3, role: "assistant", content: "a [1]\n\nSources:\n[1] deploy/billing.yaml:3-5", toolCalls: [], toolCallId: null, name: null, sources: [source] },
+      { seq: 4, role: "user", content: "failed one", toolCalls: [], toolCallId: null, name: null, sources: [] },
+    ],
+  });
+  assert.deepEqual(items.map((item) => item.kind), ["user", "unanswered", "user", "assistant", "user", "unanswered"]);
+  assert.deepEqual(items[1], { kind: "unanswered", seq: 1 });
+  assert.deepEqual(items[3].kind === "assistant" && items[3].sources, [source]);
+  assert.deepEqual(items[5], { kind: "unanswered", seq: 4 });
+});
+
+test("the missing-daemon notification is plain text (no markdown backticks) and says where a remote window reads the path", () => {
+  const local = missingDaemonMessage("imprintd", undefined);
+  assert.ok(!local.includes("`"), local);
+  assert.match(local, /could not find its daemon “imprintd”.*pip install "\.\[embedded\]"/);
+  const remote = missingDaemonMessage("~/bin/imprintd", "ssh-remote");
+  assert.ok(!remote.includes("`"), remote);
+  assert.match(remote, /remote window \(ssh-remote\).*Remote settings/);
+});
+
+test("the daemon's trailing Sources block comes off the answer's text, and only a trailing one", () => {
+  assert.equal(withoutSourcesBlock("It is 8101 [1].\n\nSources:\n[1] notes.txt:1\n[2] src/a.py:3-4 (read, not cited)"), "It is 8101 [1].");
+  assert.equal(withoutSourcesBlock("Sources:\n[1] notes.txt:1\n"), "");
+  const inside = "Sources:\n[1] a list the model wrote\n\nand text after it";
+  assert.equal(withoutSourcesBlock(inside), inside);
+  assert.equal(withoutSourcesBlock("No sources here."), "No sources here.");
 });

@@ -10,7 +10,7 @@ import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 import { inflateRawSync } from "node:zlib";
-import { SETTING_KEYS } from "../../src/chat/settings";
+import { SETTINGS, SETTING_KEYS } from "../../src/chat/settings";
 import { REPO_ROOT, python, pythonEnv } from "../python";
 
 const ROOT = path.resolve(__dirname, "..", "..");
@@ -75,7 +75,10 @@ test("the manifest contributes the commands, the chat view and every daemon sett
 
   const properties = manifest.contributes.configuration.properties;
   assert.equal(properties["imprint.serverPath"].default, "imprintd");
-  assert.deepEqual(Object.keys(properties).filter((key) => key.startsWith("imprint.chat.")), SETTING_KEYS.map((key) => `imprint.${key}`));
+  // Read on the machine the extension runs on; the description says where a remote window reads it.
+  assert.equal(properties["imprint.serverPath"].scope, "machine-overridable");
+  assert.match(properties["imprint.serverPath"].markdownDescription, /remote window.*\*\*Remote\*\* tab/);
+  assert.deepEqual(Object.keys(properties).filter((key) => key.startsWith("imprint.chat.")), SETTINGS.map(({ editor }) => `imprint.${editor}`));
 });
 
 test("the contributed settings match the daemon's settings table: keys, defaults, types and ranges", () => {
@@ -89,17 +92,19 @@ test("the contributed settings match the daemon's settings table: keys, defaults
   }).toString()) as Record<string, { default: unknown; type: string }>;
   assert.deepEqual(Object.keys(daemon), [...SETTING_KEYS]);
   const properties = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")).contributes.configuration.properties;
-  const jsonType: Record<string, string> = { str: "string", int: "integer", float: "number" };
+  const jsonType: Record<string, string> = { str: "string", int: "integer", float: "number", bool: "boolean" };
+  const editorName = new Map<string, string>(SETTINGS.map(({ daemon, editor }) => [daemon, editor]));
   for (const [key, spec] of Object.entries(daemon)) {
-    const property = properties[`imprint.${key}`];
+    const property = properties[`imprint.${editorName.get(key)}`];
     assert.equal(property.default, spec.default, `${key} default`);
     assert.equal(property.type, jsonType[spec.type], `${key} type`);
-    assert.ok(property.description || property.markdownDescription, `${key} has a description`);
+    assert.ok(property.markdownDescription?.includes(`\`${key}\``), `${key}: the description names the daemon's key`);
   }
   // Ranges: the contributed bounds are accepted by the daemon, one step past them is refused.
+  const daemonName = new Map<string, string>(SETTINGS.map(({ daemon, editor }) => [`imprint.${editor}`, daemon]));
   const bounds = Object.entries(properties as Record<string, { minimum?: number; maximum?: number }>)
     .filter(([, property]) => property.minimum !== undefined)
-    .map(([key, property]) => [key.slice("imprint.".length), property.minimum, property.maximum]);
+    .map(([key, property]) => [daemonName.get(key), property.minimum, property.maximum]);
   const check = [
     "import json, sys, imprintd.settings as s",
     "out = {}",
@@ -113,6 +118,6 @@ test("the contributed settings match the daemon's settings table: keys, defaults
   const verdicts = JSON.parse(execFileSync(python(), ["-c", check, JSON.stringify(bounds)], {
     cwd: REPO_ROOT, env: pythonEnv(),
   }).toString()) as Record<string, boolean[]>;
-  assert.equal(Object.keys(verdicts).length, Object.values(daemon).filter((spec) => spec.type !== "str").length);
+  assert.equal(Object.keys(verdicts).length, Object.values(daemon).filter((spec) => spec.type === "int" || spec.type === "float").length);
   for (const [key, verdict] of Object.entries(verdicts)) assert.deepEqual(verdict, [true, true, false, false], key);
 });

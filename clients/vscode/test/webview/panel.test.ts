@@ -75,9 +75,37 @@ test("a scripted conversation renders: steps, progress, thinking, summary divide
   assert.equal(await page.evaluate(() => navigator.clipboard.readText()), "class BillingClient:\n    TIMEOUT_SECONDS = 7.5\n");
   assert.equal(await first.locator(".thinking").count(), 1, "the preamble stays, folded");
 
-  assert.deepEqual(await texts(page, ".sources .source-place"), ["deploy/billing.yaml:3–5", "src/billing/client.py:41–42"]);
+  // The structured list replaces the daemon's trailing "Sources:" text: sources show once.
+  assert.ok(!(await first.locator(".answer").innerText()).includes("Sources:"), "the trailing Sources block is hidden");
+  assert.match(await first.locator(".answer").innerText(), /as you said earlier \[3\]\.$/m);
+  assert.deepEqual(await texts(page, ".sources .source-label"),
+    ["deploy/billing.yaml:3–5", "src/billing/client_configuration_defaults.py:41–42", "Your message #1"]);
+  assert.deepEqual(await texts(page, ".sources .source-kind"), ["file", "file", "message"]);
+  assert.deepEqual(await texts(page, ".sources .source-number"), ["1", "2", "3"]);
+  // An unsupported citation is muted, its reason as the tooltip.
+  const unsupported = page.locator(".sources .source-item.unsupported .source");
+  assert.equal(await unsupported.count(), 1);
+  assert.match((await unsupported.getAttribute("title")) ?? "", /^The citing sentence shares no number/);
+  assert.equal(await unsupported.evaluate((el) => getComputedStyle(el).opacity), "0.6");
+  assert.equal(await page.locator(".sources .source-item").first().locator(".source").evaluate((el) => getComputedStyle(el).opacity), "1");
   await page.locator(".sources .source").nth(1).click();
-  assert.deepEqual((await posted(page)).at(-1), { type: "openSource", path: "src/billing/client.py", startLine: 41, endLine: 42 });
+  assert.deepEqual((await posted(page)).at(-1),
+    { type: "openSource", path: "src/billing/client_configuration_defaults.py", startLine: 41, endLine: 42 });
+  // A message source whose message this live transcript shows without its seq asks the controller.
+  await page.locator(".sources .source").nth(2).click();
+  assert.deepEqual((await posted(page)).at(-1), { type: "revealMessage", seq: 1 });
+
+  // The context meter: used of nCtx in the header, the parts and ranges on click.
+  assert.equal(await page.locator("#header").isVisible(), true);
+  assert.equal(await page.locator("#meter-text").textContent(), "5.3k / 8.2k tokens");
+  assert.match((await page.locator("#meter").getAttribute("title")) ?? "", /5310 of 8192 tokens in use \(65%\), 1024 kept for the answer[\s\S]*Tool schemas: 1210[\s\S]*In view: #12–#40 · summarized: #1–#11 · dropped: none/);
+  assert.equal(await page.locator("#meter-details").isVisible(), false);
+  await page.locator("#meter").click();
+  assert.equal(await page.locator("#meter-details").isVisible(), true);
+  assert.deepEqual(await texts(page, "#meter-details dd"), ["410", "1210", "300", "2890", "150", "350", "1024"]);
+  assert.match(await page.locator("#meter-details").innerText(), /Summarized: #1–#11/);
+  await page.locator("#meter").click();
+  assert.equal(await page.locator("#meter-details").isVisible(), false);
 
   const error = page.locator(".message.assistant").nth(1).locator(".error");
   assert.equal(await error.getAttribute("role"), "alert");
@@ -177,11 +205,11 @@ test("an opened session renders its messages, tool steps collapsed, the summary 
   await post(page, {
     type: "reset", title: "Billing", items: [
       { kind: "user", seq: 1, text: "Paste: <img src=x onerror=\"window.__pwned = 1\">" },
-      { kind: "assistant", seq: 2, text: "Noted, *the compose file*.", steps: [] },
+      { kind: "assistant", seq: 2, text: "Noted, *the compose file*.", steps: [], sources: [] },
       { kind: "summary", summary: { text: "- (#1–#2) a compose file <script>window.__pwned = 2</script>", firstSeq: 1, lastSeq: 2 } },
       { kind: "user", seq: 3, text: "Which port?" },
       {
-        kind: "assistant", seq: 6, text: "Port **8101**.", steps: [
+        kind: "assistant", seq: 6, text: "Port **8101**.", sources: [], steps: [
           { callId: "c1", title: "search: billing port", state: "finished", detail: "" },
           { callId: "c2", title: "read_file: ../x", state: "failed", detail: "Error: refused <b>path</b>" },
         ],
@@ -208,7 +236,7 @@ test("an opened session renders its messages, tool steps collapsed, the summary 
 
   // A long session: the far answers stay text until scrolled to, then render as markdown.
   const long = Array.from({ length: 400 }, (_, index) => index % 2
-    ? { kind: "assistant" as const, seq: index + 1, text: `Answer **${index}**`, steps: [] }
+    ? { kind: "assistant" as const, seq: index + 1, text: `Answer **${index}**`, steps: [], sources: [] }
     : { kind: "user" as const, seq: index + 1, text: `Question ${index}` });
   await post(page, { type: "reset", title: "Long", items: long });
   await settle(page);
@@ -252,13 +280,135 @@ test("screenshots of the empty panel and of a reply in flight (dark theme)", asy
   await page.screenshot({ path: path.join(OUTPUT_DIR, "panel-empty-dark.png") });
 
   const until = CONVERSATION.findIndex((m) => m.type === "summary");
-  await post(page, ...CONVERSATION.slice(0, until + 2),
+  await post(page, ...CONVERSATION.slice(0, until + 4),
     { type: "progress", message: "Writing the answer from the research notes…", percentage: 90, done: false });
   await settle(page);
   assert.equal(await page.locator("#empty").isVisible(), false);
   assert.equal(await page.locator(".message.streaming").getAttribute("aria-busy"), "true");
   assert.match(await page.locator(".message.streaming .answer").innerText(), /^Billing listens on port 8101/);
+  assert.ok(!(await page.locator(".message.streaming .answer").innerText()).includes("Sources:"), "the streamed Sources block is not shown");
   assert.equal(await page.locator("#stop").isVisible(), true);
   await page.screenshot({ path: path.join(OUTPUT_DIR, "panel-streaming-dark.png") });
+  await page.close();
+});
+
+test("a model that reuses a call id across rounds gets a row per step, as the reopened session lists them", async () => {
+  const page = await openPanel(browser, origin);
+  await post(page, { type: "user", text: "Which port?" }, { type: "replyStart" });
+  for (const title of ["Searching the workspace for “billing”", "Reading deploy/billing.yaml", "Searching the workspace for “port”", "Reading src/app.py"]) {
+    await post(page, { type: "toolStep", callId: "call_0", title, state: "started", detail: "" },
+      { type: "toolStep", callId: "call_0", title, state: "finished", detail: "" });
+  }
+  await settle(page);
+  assert.deepEqual((await texts(page, ".step .step-title")),
+    ["Searching the workspace for “billing”", "Reading deploy/billing.yaml", "Searching the workspace for “port”", "Reading src/app.py"]);
+  assert.deepEqual(await page.locator(".step").evaluateAll((rows) => rows.map((row) => row.className)), Array(4).fill("step finished"));
+  await page.close();
+});
+
+test("a source path breaks between its names, never inside one", async () => {
+  const page = await openPanel(browser, origin, "light", { width: 260, height: 600 });
+  await post(page, { type: "user", text: "Where?" }, { type: "replyStart" },
+    { type: "replyEnd", text: "In the defaults [1].", stopReason: "answer", sources: [{
+      number: 1, kind: "file", label: "src/billing/internal/client_configuration_defaults.py:41–42",
+      path: "src/billing/internal/client_configuration_defaults.py", startLine: 41, endLine: 42, message: null, cited: true, supported: true, reason: "",
+    }] });
+  await settle(page);
+  const layout = await page.locator(".source-label").evaluate((label) => {
+    const pieces = [...label.childNodes].filter((node) => node.nodeType === Node.TEXT_NODE);
+    const lines = new Set<number>();
+    const split = pieces.filter((node) => {
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      const rects = [...range.getClientRects()].filter((rect) => rect.width > 0);
+      rects.forEach((rect) => lines.add(Math.round(rect.top)));
+      return new Set(rects.map((rect) => Math.round(rect.top))).size > 1;
+    });
+    return { split: split.map((node) => node.textContent), lines: lines.size };
+  });
+  assert.ok(layout.lines >= 2, `the narrow panel wraps the label (${layout.lines} line)`);
+  assert.deepEqual(layout.split, [], "no name is broken across lines");
+  await page.close();
+});
+
+test("a reopened session keeps its sources, notes unanswered questions and opens at the end of the last answer", async () => {
+  const page = await openPanel(browser, origin, "light", { width: 420, height: 500 });
+  const longAnswer = Array.from({ length: 30 }, (_, index) => `Paragraph ${index} about **billing** and \`port ${8100 + index}\`.\n\n\`\`\`yaml\nport: ${8100 + index}\n\`\`\``).join("\n\n");
+  const sources = [{ number: 1, kind: "file" as const, label: "deploy/billing.yaml:3–5", path: "deploy/billing.yaml", startLine: 3, endLine: 5, message: null, cited: true, supported: true, reason: "" },
+    { number: 2, kind: "file" as const, label: "src/app.py", path: "src/app.py", startLine: null, endLine: null, message: null, cited: false, supported: null, reason: "" }];
+  await post(page, {
+    type: "reset", title: "Billing", items: [
+      { kind: "user", seq: 1, text: "Tell me a long story" },
+      { kind: "unanswered", seq: 1 },
+      { kind: "user", seq: 2, text: "Which port?" },
+      { kind: "assistant", seq: 3, text: `${longAnswer}\n\nSources:\n[1] deploy/billing.yaml:3-5 (file)`, steps: [], sources },
+    ],
+  });
+  await settle(page);
+  await page.locator(".message.assistant").last().locator(".answer .code").first().waitFor();
+  await settle(page);
+  assert.equal((await page.locator(".message.unanswered .note-text").textContent()), "Stopped, or the reply failed: no answer was stored.");
+  assert.equal(await page.locator(".message.assistant").last().locator(".sources .source").count(), 2);
+  assert.deepEqual(await texts(page, ".sources .source-number"), ["1", "read"]);
+  assert.ok(!(await page.locator(".message.assistant").last().locator(".answer").innerText()).includes("Sources:"));
+  const gap = await page.locator("#transcript").evaluate((el) => el.scrollHeight - el.scrollTop - el.clientHeight);
+  assert.ok(gap <= 2, `the transcript opens at its end (${gap}px short)`);
+
+  // A stored message source scrolls to its message.
+  await post(page, { type: "reveal", seq: 1 });
+  await settle(page);
+  const top = await page.evaluate(() => {
+    const target = document.querySelector(".message[data-seq='1']")!.getBoundingClientRect().top;
+    return target - document.getElementById("transcript")!.getBoundingClientRect().top;
+  });
+  assert.ok(Math.abs(top) < 20, `message #1 is at the top (${top}px)`);
+  await page.close();
+});
+
+test("the end of a long answer and its sources stay in view when the reply ends, unless the reader scrolled away", async () => {
+  const page = await openPanel(browser, origin, "light", { width: 420, height: 500 });
+  const text = Array.from({ length: 25 }, (_, index) => `Finding ${index}: \`service-${index}\` listens on ${8000 + index}.`).join("\n\n");
+  const sources = Array.from({ length: 6 }, (_, index) => ({
+    number: index + 1, kind: "file" as const, label: `deploy/service-${index}.yaml:1–4`, path: `deploy/service-${index}.yaml`,
+    startLine: 1, endLine: 4, message: null, cited: true, supported: true, reason: "",
+  }));
+  await post(page, { type: "user", text: "List the services" }, { type: "replyStart" }, { type: "busy", busy: true },
+    { type: "delta", part: 0, text: "Looking." }, { type: "replyEnd", text, stopReason: "answer", sources }, { type: "busy", busy: false });
+  await settle(page);
+  await settle(page);
+  const gap = await page.locator("#transcript").evaluate((el) => el.scrollHeight - el.scrollTop - el.clientHeight);
+  assert.ok(gap <= 2, `the last source is in view (${gap}px below)`);
+
+  // Scrolled up to read: a new reply's growth leaves the reader where they are.
+  await page.locator("#transcript").evaluate((el) => { el.scrollTop = 0; el.dispatchEvent(new Event("scroll")); });
+  await post(page, { type: "replyStart" }, { type: "delta", part: 0, text: text });
+  await settle(page);
+  assert.equal(await page.locator("#transcript").evaluate((el) => el.scrollTop), 0);
+  await page.close();
+});
+
+test("research off: the panel says why and offers the way to turn it on", async () => {
+  const page = await openPanel(browser, origin);
+  assert.equal(await page.locator("#research").isVisible(), false);
+  await post(page, { type: "research", state: "untrusted" });
+  await settle(page);
+  assert.equal(await page.locator("#research").isVisible(), true);
+  assert.match(await page.locator("#research-text").innerText(), /not trusted/);
+  assert.match(await page.locator("#empty-text").innerText(), /Restricted Mode/);
+  assert.doesNotMatch(await page.locator("#empty").innerText(), /searches and reads the files of this folder/);
+  await page.locator("#research-action").click();
+  assert.deepEqual((await posted(page)).at(-1), { type: "manageTrust" });
+  await page.screenshot({ path: path.join(OUTPUT_DIR, "panel-untrusted-light.png") });
+
+  await post(page, { type: "research", state: "noFolder" });
+  await settle(page);
+  assert.equal(await page.locator("#research-action").innerText(), "Open Folder…");
+  await page.locator("#research-action").click();
+  assert.deepEqual((await posted(page)).at(-1), { type: "openFolder" });
+
+  await post(page, { type: "research", state: "on" });
+  await settle(page);
+  assert.equal(await page.locator("#research").isVisible(), false);
+  assert.match(await page.locator("#empty-text").innerText(), /searches and reads the files of this folder/);
   await page.close();
 });
