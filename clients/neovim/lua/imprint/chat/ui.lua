@@ -1,0 +1,219 @@
+--- The chat buffer and its window: the markdown buffer (locked between replies), the window in
+--- the configured layout, its winbar (title and progress), and following the end of the reply.
+local api = vim.api
+local config = require("imprint.config")
+local state = require("imprint.chat.state")
+local folds = require("imprint.chat.folds")
+local keymaps = require("imprint.chat.keymaps")
+
+local M = {}
+
+function M.define_highlights()
+  local links = {
+    ImprintThinking = "Comment",
+    ImprintSummary = "Comment",
+    ImprintToolRunning = "DiagnosticInfo",
+    ImprintToolDone = "DiagnosticOk",
+    ImprintToolFailed = "DiagnosticError",
+    ImprintCancelled = "WarningMsg",
+    ImprintError = "ErrorMsg",
+    ImprintWinbar = "WinBar",
+  }
+  for name, target in pairs(links) do
+    api.nvim_set_hl(0, name, { link = target, default = true })
+  end
+end
+
+--- The chat buffer, created on first use.
+function M.buffer()
+  if state.buf and api.nvim_buf_is_valid(state.buf) then
+    return state.buf
+  end
+  local buf = api.nvim_create_buf(false, true)
+  api.nvim_buf_set_name(buf, "imprint://chat")
+  vim.bo[buf].buftype = "nofile"
+  vim.bo[buf].bufhidden = "hide"
+  vim.bo[buf].swapfile = false
+  vim.bo[buf].filetype = "markdown"
+  vim.bo[buf].modifiable = false
+  keymaps.chat(buf)
+  state.buf = buf
+  return buf
+end
+
+local function size(value, total)
+  if value <= 1 then
+    return math.max(1, math.floor(total * value))
+  end
+  return math.floor(value)
+end
+M.size = size
+
+local function winbar_text()
+  local text = "Imprint"
+  if state.title and state.title ~= "" then
+    text = text .. " · " .. state.title
+  end
+  if state.progress then
+    text = text .. " · " .. state.progress
+  elseif state.reply then
+    text = text .. " · answering…"
+  end
+  return "%#ImprintWinbar#" .. text:gsub("%%", "%%%%")
+end
+
+function M.update_winbar()
+  if state.win and api.nvim_win_is_valid(state.win) then
+    vim.wo[state.win].winbar = winbar_text()
+  end
+end
+
+local function style_window(win)
+  local wo = vim.wo[win]
+  wo.wrap = true
+  wo.linebreak = true
+  wo.number = false
+  wo.relativenumber = false
+  wo.signcolumn = "no"
+  wo.foldmethod = "manual"
+  wo.foldenable = true
+  wo.winbar = winbar_text()
+end
+
+local function open_window(buf)
+  local opts = config.options.window
+  local layout = opts.layout
+  if layout == "float" then
+    local width = size(opts.width, vim.o.columns)
+    local height = size(opts.height, vim.o.lines)
+    return api.nvim_open_win(buf, true, {
+      relative = "editor", width = width, height = height, border = opts.border,
+      row = math.floor((vim.o.lines - height) / 2) - 1, col = math.floor((vim.o.columns - width) / 2),
+      title = " Imprint ", title_pos = "center",
+    })
+  elseif layout == "tab" then
+    vim.cmd("tab sbuffer " .. buf)
+  elseif layout == "split" then
+    vim.cmd(("botright %dsplit"):format(size(opts.height, vim.o.lines)))
+    api.nvim_win_set_buf(0, buf)
+  else
+    vim.cmd(("botright vertical %dsplit"):format(size(opts.width, vim.o.columns)))
+    api.nvim_win_set_buf(0, buf)
+  end
+  return api.nvim_get_current_win()
+end
+
+--- Open the chat window, or focus it when it is open.
+function M.open()
+  M.define_highlights()
+  local buf = M.buffer()
+  if state.win and api.nvim_win_is_valid(state.win) and api.nvim_win_get_buf(state.win) == buf then
+    api.nvim_set_current_win(state.win)
+    return state.win
+  end
+  state.win = open_window(buf)
+  style_window(state.win)
+  folds.restore(state.win, buf)
+  M.scroll_to_end()
+  return state.win
+end
+
+function M.close()
+  for _, win in ipairs({ state.input_win, state.win }) do
+    if win and api.nvim_win_is_valid(win) and #api.nvim_list_wins() > 1 then
+      api.nvim_win_close(win, false)
+    end
+  end
+  state.input_win, state.win = nil, nil
+end
+
+--- The line the chat window's cursor was last put on by following the reply.
+local followed_line = 0
+
+local function chat_window()
+  local win = state.win
+  if win and api.nvim_win_is_valid(win) and api.nvim_win_get_buf(win) == state.buf then
+    return win
+  end
+  return nil
+end
+
+function M.scroll_to_end()
+  local win = chat_window()
+  if win then
+    followed_line = api.nvim_buf_line_count(state.buf)
+    api.nvim_win_set_cursor(win, { followed_line, 0 })
+  end
+end
+
+--- Keep the end of the reply in view, unless the user moved up in the chat to read.
+function M.follow()
+  local win = chat_window()
+  if win and (api.nvim_get_current_win() ~= win or api.nvim_win_get_cursor(win)[1] >= followed_line) then
+    M.scroll_to_end()
+  end
+end
+
+local scroll_pending = false
+
+--- Follow the end of a streaming reply once per batch of notifications, not per delta.
+function M.schedule_scroll()
+  if scroll_pending then
+    return
+  end
+  scroll_pending = true
+  vim.schedule(function()
+    scroll_pending = false
+    M.follow()
+  end)
+end
+
+-- Editing ------------------------------------------------------------------------------------
+
+--- Run `fn` with the chat buffer modifiable, restoring the lock afterwards.
+function M.edit(fn)
+  local buf = M.buffer()
+  local locked = not vim.bo[buf].modifiable
+  vim.bo[buf].modifiable = true
+  local ok, err = pcall(fn, buf)
+  if locked then
+    vim.bo[buf].modifiable = false
+  end
+  if not ok then
+    error(err, 0)
+  end
+end
+
+function M.is_empty(buf)
+  return api.nvim_buf_line_count(buf) == 1 and api.nvim_buf_get_lines(buf, 0, 1, false)[1] == ""
+end
+
+--- Append lines at the end of the buffer; returns the row of the first.
+function M.append(buf, lines)
+  if M.is_empty(buf) then
+    api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+    return 0
+  end
+  local count = api.nvim_buf_line_count(buf)
+  api.nvim_buf_set_lines(buf, count, count, false, lines)
+  return count
+end
+
+function M.split_lines(text)
+  return vim.split(text, "\n", { plain = true })
+end
+
+--- Clear the transcript (a new chat).
+function M.clear()
+  local buf = M.buffer()
+  M.edit(function()
+    api.nvim_buf_set_lines(buf, 0, -1, false, {})
+  end)
+  for _, id in pairs(state.ns) do
+    api.nvim_buf_clear_namespace(buf, id, 0, -1)
+  end
+  state.session_id, state.title, state.last_sources, state.workspace = nil, nil, nil, nil
+  M.update_winbar()
+end
+
+return M
