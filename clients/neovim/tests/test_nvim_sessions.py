@@ -4,7 +4,7 @@ over, :ImprintSources fills the quickfix list, <CR> on a source opens the file a
 
 from __future__ import annotations
 
-from repo_script import PORT_FILE, PREAMBLE, researcher, write_repo
+from repo_script import BILLING, PORT_FILE, PREAMBLE, researcher, write_repo
 
 PICK_BY_TITLE = """
 local title = ...
@@ -85,7 +85,7 @@ def test_an_opened_research_session_shows_thinking_and_steps_and_its_sources_ope
     editor.wait(f"require('imprint.chat').session_id() == '{done['sessionId']}'", "the session to open")
     # The stored session reads as the live chat did: thinking, the step, the answer with Sources.
     assert editor.chat_lines() == live
-    assert editor.tool_lines() == [(9, f"  ✓ Reading {PORT_FILE}", True)]
+    assert editor.tool_lines() == [(8, f"  ✓ Reading {PORT_FILE}", False)]
     assert "> " + PREAMBLE in editor.chat_lines()
 
     # :ImprintSources: the quickfix list holds the cited file and lines.
@@ -134,3 +134,78 @@ def test_sources_of_a_live_answer_reach_the_quickfix_list_and_gd_opens_them(edit
         str(workspace / PORT_FILE),
         item["lnum"],
     ]
+
+
+WINDOWS = """
+return vim.tbl_map(function(win)
+  return vim.fn.fnamemodify(vim.api.nvim_buf_get_name(vim.api.nvim_win_get_buf(win)), ':t')
+end, vim.api.nvim_tabpage_list_wins(0))
+"""
+
+
+def test_a_quickfix_jump_from_the_input_area_leaves_it_for_questions_and_a_citation_reuses_the_file_window(
+    editor, stub, workspace
+):
+    write_repo(workspace)
+    stub.queue(*[researcher] * 6)
+    nvim = editor.nvim
+    nvim.input(":Imprint<CR>")
+    nvim.input("i")
+    nvim.input("Which port does billing use?<C-s>")
+    editor.wait_done(1)
+    nvim.input("<Esc>")
+
+    # From the input area: the sources to quickfix, <CR> on the first one.
+    nvim.input(":ImprintSources<CR>")
+    nvim.input("<CR>")
+    assert editor.lua("return vim.api.nvim_buf_get_name(0)") == str(workspace / PORT_FILE)
+    input_area = "return vim.api.nvim_buf_get_name(vim.api.nvim_win_get_buf(require('imprint.chat')._state.input_win))"
+    assert editor.lua(input_area) == "imprint://input"
+    # The file, the chat, the input area and the quickfix list.
+    assert sorted(editor.lua(WINDOWS)) == ["", "billing.yaml", "chat", "input"]
+
+    # :Imprint then i types into the input area, not into the file.
+    nvim.input(":Imprint<CR>")
+    nvim.input("i")
+    nvim.input("typed")
+    assert editor.lua("return vim.api.nvim_buf_get_name(0)") == "imprint://input"
+    assert editor.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)") == ["typed"]
+    assert (workspace / PORT_FILE).read_text(encoding="utf-8") == BILLING
+    assert not editor.lua("return vim.bo[vim.fn.bufnr(...)].modified", str(workspace / PORT_FILE))
+    nvim.input("<Esc>")
+
+    # <CR> on the citation opens the file in the window that already shows it: no new split.
+    windows = editor.lua("return #vim.api.nvim_tabpage_list_wins(0)")
+    nvim.input(":Imprint<CR>")
+    row = editor.chat_lines().index("Billing listens on 8101 [1].") + 1
+    editor.lua("vim.api.nvim_win_set_cursor(0, { ..., 24 })", row)
+    nvim.input("<CR>")
+    assert editor.lua("return vim.api.nvim_buf_get_name(0)") == str(workspace / PORT_FILE)
+    assert editor.lua("return #vim.api.nvim_tabpage_list_wins(0)") == windows
+    assert editor.lua(WINDOWS).count("billing.yaml") == 1
+
+
+def test_an_input_window_showing_another_buffer_is_not_typed_into_or_closed(editor, stub, workspace):
+    write_repo(workspace)
+    nvim = editor.nvim
+    nvim.input(":Imprint<CR>")
+    nvim.input("i<Esc>")
+    # Whatever put it there ('winfixbuf' turned off, a plugin), the input window now shows a file.
+    editor.command("setlocal nowinfixbuf | edit README.md")
+    file_window = editor.lua("return vim.api.nvim_get_current_win()")
+    nvim.input(":Imprint<CR>")
+    nvim.input("i")
+    nvim.input("typed")
+    assert editor.lua("return vim.api.nvim_buf_get_name(0)") == "imprint://input"
+    assert editor.lua("return vim.api.nvim_get_current_win()") != file_window
+    assert editor.lua("return vim.api.nvim_buf_get_lines(vim.fn.bufnr('README.md'), 0, -1, false)") == [
+        "# shop",
+        "",
+        "A small shop backend.",
+    ]
+    nvim.input("<Esc>")
+    nvim.input(":Imprint<CR>q")  # closes the chat and its input, not the file's window
+    assert editor.lua("return vim.api.nvim_win_is_valid(...)", file_window)
+    assert editor.lua("return vim.api.nvim_buf_get_name(vim.api.nvim_win_get_buf(...))", file_window).endswith(
+        "README.md"
+    )

@@ -45,7 +45,7 @@ end
 function M.open()
   local chat_win = ui.open()
   local buf = input_buffer()
-  if not (state.input_win and api.nvim_win_is_valid(state.input_win)) then
+  if not ui.shows(state.input_win, buf) then
     local height = config.options.window.input_height
     if api.nvim_win_get_config(chat_win).relative ~= "" then
       local chat = api.nvim_win_get_config(chat_win)
@@ -59,6 +59,8 @@ function M.open()
     vim.wo[state.input_win].winbar = "%#ImprintWinbar#Ask Imprint (" ..
       (config.options.keymaps.send.n or "") .. " / " .. (config.options.keymaps.send.i or "") .. " sends)"
     vim.wo[state.input_win].wrap = true
+    -- The input area keeps its buffer: a quickfix jump made from it opens the file elsewhere.
+    vim.wo[state.input_win].winfixbuf = true
   end
   api.nvim_set_current_win(state.input_win)
   vim.cmd("startinsert!")

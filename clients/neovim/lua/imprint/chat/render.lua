@@ -82,7 +82,8 @@ function M.session(messages, summary)
         for _, call in ipairs(calls) do
           local outcome = results[call.id] or "finished"
           if outcome ~= "repeat" then
-            placed[#placed + 1] = { row = #lines, state = outcome, title = tool_title(call) }
+            -- Under the blank line that ends the thinking block (or the heading), as live.
+            placed[#placed + 1] = { row = #lines - 1, state = outcome, title = tool_title(call) }
           end
         end
       else
@@ -112,9 +113,18 @@ function M.show(result)
       folds.add(buf, block.row, block.lines, block.hl)
     end
   end)
-  local last = #lines - 1
+  local group
   for _, step in ipairs(placed) do
-    steps.place(buf, math.min(step.row, last), step.row <= last, steps.line(step.state, step.title))
+    if not group or group.row ~= step.row then
+      if group then
+        steps.show(buf, group)
+      end
+      group = steps.group(step.row, false)
+    end
+    group.lines[#group.lines + 1] = steps.line(step.state, step.title)
+  end
+  if group then
+    steps.show(buf, group)
   end
   local session = result.session
   state.session_id = session.sessionId

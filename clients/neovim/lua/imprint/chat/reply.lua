@@ -36,7 +36,8 @@ local function begin_exchange(question)
       row = row, -- where the next delta goes
       col = 0,
       has_text = false, -- whether the current part has text
-      steps = {}, -- callId -> extmark id
+      steps = {}, -- callId -> { group = the round's steps, index = its line in them }
+      group = nil, -- the steps of the current round
       exchange_mark = api.nvim_buf_set_extmark(buf, ns.marks, first + (lines[1] == "" and 1 or 0), 0, {}),
       part_mark = api.nvim_buf_set_extmark(buf, ns.marks, row, 0, { right_gravity = false }),
       workspace = state.workspace or client.root_dir(),
@@ -102,6 +103,11 @@ function M.on_delta(params)
     reply.col = #lines[#lines]
   end
   reply.has_text = true
+  if state.progress then
+    -- Text streams: the work the progress named (indexing, a tool step) is over.
+    state.progress = nil
+    ui.update_winbar()
+  end
   ui.schedule_scroll()
 end
 
@@ -124,23 +130,37 @@ function M.on_preamble(params)
   reply.part, reply.has_text = params.part + 1, false
 end
 
---- imprint/toolStep: a virtual line per call, updated as its state changes.
+--- imprint/toolStep: a virtual line per call, updated as its state changes. A round's steps
+--- come after its preamble, so they are shown under the blank line that ends that thinking
+--- block (or the "## Imprint" heading): the next round's preamble folds the lines after it,
+--- never that one.
 function M.on_tool_step(params)
   local reply = state.reply
   if not adopt(reply, params) then
     return
   end
   local buf = state.buf
-  local lines = steps.line(params.state, params.title, params.detail)
-  local id = reply.steps[params.callId]
-  local row, above
-  if id then
-    row, above = steps.position(buf, id)
-  else
-    -- Before the text still to come when the current line is empty, else below the text so far.
-    row, above = reply.row, reply.col == 0
+  local line = steps.line(params.state, params.title, params.detail)
+  local known = reply.steps[params.callId]
+  if known then
+    known.group.lines[known.index] = line
+    steps.show(buf, known.group)
+    return
   end
-  reply.steps[params.callId] = steps.place(buf, row, above, lines, id)
+  local group = reply.group
+  if not group or group.part ~= reply.part then
+    if reply.has_text then
+      -- Text of this part came first: below it (above the empty line it ended with).
+      group = steps.group(reply.row, reply.col == 0)
+    else
+      group = steps.group(mark_row(buf, reply.part_mark) - 1, false)
+    end
+    group.part = reply.part
+    reply.group = group
+  end
+  group.lines[#group.lines + 1] = line
+  reply.steps[params.callId] = { group = group, index = #group.lines }
+  steps.show(buf, group)
 end
 
 --- imprint/summaryUpdated: a folded summary divider above the current question.
@@ -228,23 +248,73 @@ function M.ask(question)
   end
   ui.open()
   local reply = begin_exchange(question)
+  reply.question = question
   state.reply = reply
   ui.scroll_to_end() -- a new question shows its answer
   if not state.title then
-    state.title = question:match("^[^\n]*"):sub(1, 60)
+    state.title = question:match("^[^\n]*") -- the winbar fits it to the window
   end
   ui.update_winbar()
-  local params = { text = question, style = config.options.style, persist = config.options.persist,
-    sessionId = state.session_id }
-  client.request("imprint/chat", params, function(err, result)
-    on_result(reply, err, result)
-  end, function(request_id)
-    reply.request_id = request_id
+  local function send()
     if reply.cancelled then
-      client.cancel(request_id)
+      return -- cancelled while the previous question's session was being found
     end
-  end)
+    reply.new_session = state.session_id == nil
+    reply.sent_at = vim.uv.gettimeofday()
+    local params = { text = question, style = config.options.style, persist = config.options.persist,
+      sessionId = state.session_id }
+    client.request("imprint/chat", params, function(err, result)
+      on_result(reply, err, result)
+    end, function(request_id)
+      reply.request_id = request_id
+      if reply.cancelled then
+        client.cancel(request_id)
+      end
+    end)
+  end
+  if state.recovering then
+    table.insert(state.recovering, send) -- the question goes on in the session being found
+  else
+    send()
+  end
   return true
+end
+
+--- The session a cancelled first question started, found in the daemon's list: it was never
+--- named to the chat when the cancel came before any notification, yet the daemon stored the
+--- question in it. A question asked meanwhile waits, so it goes on in that session.
+local function recover_session(question, sent_at)
+  local waiting = {}
+  state.recovering = waiting
+  local function done(session_id)
+    if state.recovering ~= waiting then
+      return -- the chat was cleared meanwhile
+    end
+    state.recovering = nil
+    if session_id and state.session_id == nil then
+      state.session_id = session_id
+    end
+    for _, send in ipairs(waiting) do
+      send()
+    end
+  end
+  client.request("imprint/sessions", vim.empty_dict(), function(err, result)
+    local candidate
+    for _, session in ipairs(not err and result.sessions or {}) do
+      -- Newest first; a session holding just the question, started after it was sent.
+      if session.messageCount == 1 and session.createdAt >= sent_at - 1 then
+        candidate = session
+        break
+      end
+    end
+    if not candidate then
+      return done(nil) -- the cancel came before the daemon stored anything
+    end
+    client.request("imprint/session", { sessionId = candidate.sessionId }, function(view_err, view)
+      local first = not view_err and view.messages[1]
+      done(first and first.role == "user" and first.content == question and candidate.sessionId or nil)
+    end)
+  end)
 end
 
 --- Cancel the reply in flight. Neovim never calls the callback of a cancelled request, so the
@@ -270,6 +340,9 @@ function M.cancel()
   local row = reply.row + #lines - 1
   api.nvim_buf_set_extmark(buf, ns.hl, row, 0, { end_col = #state.CANCELLED, hl_group = "ImprintCancelled" })
   finish(reply, "cancelled")
+  if reply.new_session and reply.session_id == nil then
+    recover_session(reply.question, reply.sent_at)
+  end
   return true
 end
 

@@ -70,17 +70,40 @@ function M.at_cursor()
   return nil
 end
 
---- Open a source's file at its line in a window other than the chat.
-function M.open(source, workspace)
-  local path = resolve(source.path, workspace)
-  local target
-  for _, win in ipairs(api.nvim_tabpage_list_wins(0)) do
-    local cfg = api.nvim_win_get_config(win)
-    if win ~= state.win and win ~= state.input_win and cfg.relative == "" then
-      target = win
-      break
+--- Whether a file can be opened in `win`: a split (not a float) showing a file buffer, not
+--- the chat or its input, and free to change its buffer.
+local function editable(win)
+  local buf = api.nvim_win_get_buf(win)
+  return api.nvim_win_get_config(win).relative == "" and vim.bo[buf].buftype == ""
+    and buf ~= state.buf and buf ~= state.input_buf and not vim.wo[win].winfixbuf
+end
+
+--- Where a source opens: the window already showing its file, else the window used last,
+--- else any window for files; nil when there is none.
+local function target_window(path)
+  local wins = api.nvim_tabpage_list_wins(0)
+  for _, win in ipairs(wins) do
+    if editable(win) and vim.fs.normalize(api.nvim_buf_get_name(api.nvim_win_get_buf(win))) == path then
+      return win
     end
   end
+  local number = vim.fn.winnr("#")
+  local previous = number > 0 and vim.fn.win_getid(number) or 0
+  if previous ~= 0 and editable(previous) then
+    return previous
+  end
+  for _, win in ipairs(wins) do
+    if editable(win) then
+      return win
+    end
+  end
+  return nil
+end
+
+--- Open a source's file at its line in a window other than the chat.
+function M.open(source, workspace)
+  local path = vim.fs.normalize(resolve(source.path, workspace))
+  local target = target_window(path)
   if target then
     api.nvim_set_current_win(target)
   else

@@ -14,6 +14,7 @@ local M = {
   last_sources = nil, ---@type table|nil  { sources = {...}, workspace = "..." }
   progress = nil, ---@type string|nil
   cancelled = {}, ---@type table<string, true>  reply ids whose late notifications are dropped
+  recovering = nil, ---@type function[]|nil  questions waiting while a cancelled one's session is found
 }
 
 --- Namespaces (not state, but every module needs them).

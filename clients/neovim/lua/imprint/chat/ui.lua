@@ -47,25 +47,73 @@ local function size(value, total)
   end
   return math.floor(value)
 end
-M.size = size
 
-local function winbar_text()
-  local text = "Imprint"
-  if state.title and state.title ~= "" then
-    text = text .. " · " .. state.title
+--- Whether `win` is open and still shows `buf` (a window the chat opened may show another
+--- buffer since, and is then the user's).
+function M.shows(win, buf)
+  return win ~= nil and buf ~= nil and api.nvim_win_is_valid(win) and api.nvim_win_get_buf(win) == buf
+end
+
+local function escape(text)
+  return (text:gsub("%%", "%%%%"))
+end
+
+--- `text` cut to at most `width` display cells, ending in "…" when cut.
+local function clip(text, width)
+  if vim.fn.strdisplaywidth(text) <= width then
+    return text
   end
-  if state.progress then
-    text = text .. " · " .. state.progress
-  elseif state.reply then
-    text = text .. " · answering…"
+  local chars = vim.fn.strchars(text)
+  while chars > 0 and vim.fn.strdisplaywidth(vim.fn.strcharpart(text, 0, chars)) > width - 1 do
+    chars = chars - 1
   end
-  return "%#ImprintWinbar#" .. text:gsub("%%", "%%%%")
+  return vim.fn.strcharpart(text, 0, chars) .. "…"
+end
+
+--- "Imprint · title · what the daemon does now", fitted to `width` cells. "Imprint" always
+--- shows; what happens now comes next, leaving the title at least a few cells; the title gets
+--- the rest. Should it still not fit, Neovim cuts after "Imprint" (the %< mark).
+local TITLE_LEAST = 12
+
+local function winbar_text(width)
+  local head = "Imprint"
+  local now = state.progress or (state.reply and "answering…") or nil
+  local title = state.title ~= "" and state.title or nil
+  local room = width - vim.fn.strdisplaywidth(head)
+  local title_least = title and math.min(vim.fn.strdisplaywidth(title), TITLE_LEAST) + 3 or 0
+  local tail = now and " · " .. clip(now, math.max(room - title_least - 3, 1)) or ""
+  local rest = tail
+  if title then
+    local title_room = room - vim.fn.strdisplaywidth(tail) - 3
+    if title_room >= 2 then
+      rest = " · " .. clip(title, title_room) .. tail
+    end
+  end
+  return "%#ImprintWinbar#" .. head .. "%<" .. escape(rest)
 end
 
 function M.update_winbar()
-  if state.win and api.nvim_win_is_valid(state.win) then
-    vim.wo[state.win].winbar = winbar_text()
+  if M.shows(state.win, state.buf) then
+    vim.wo[state.win].winbar = winbar_text(api.nvim_win_get_width(state.win))
   end
+end
+
+local resize_watched = false
+
+--- Fit the winbar again when the chat window's width changes.
+local function watch_resize()
+  if resize_watched then
+    return
+  end
+  resize_watched = true
+  api.nvim_create_autocmd("WinResized", {
+    group = api.nvim_create_augroup("imprint_chat_window", { clear = true }),
+    callback = function()
+      if state.win and vim.tbl_contains(vim.v.event.windows or {}, state.win) then
+        M.update_winbar()
+      end
+    end,
+  })
 end
 
 local function style_window(win)
@@ -77,7 +125,8 @@ local function style_window(win)
   wo.signcolumn = "no"
   wo.foldmethod = "manual"
   wo.foldenable = true
-  wo.winbar = winbar_text()
+  -- The chat keeps its buffer: quickfix, :cnext and the like open files in another window.
+  wo.winfixbuf = true
 end
 
 local function open_window(buf)
@@ -107,21 +156,23 @@ end
 function M.open()
   M.define_highlights()
   local buf = M.buffer()
-  if state.win and api.nvim_win_is_valid(state.win) and api.nvim_win_get_buf(state.win) == buf then
+  if M.shows(state.win, buf) then
     api.nvim_set_current_win(state.win)
     return state.win
   end
   state.win = open_window(buf)
   style_window(state.win)
+  M.update_winbar()
+  watch_resize()
   folds.restore(state.win, buf)
   M.scroll_to_end()
   return state.win
 end
 
 function M.close()
-  for _, win in ipairs({ state.input_win, state.win }) do
-    if win and api.nvim_win_is_valid(win) and #api.nvim_list_wins() > 1 then
-      api.nvim_win_close(win, false)
+  for _, pair in ipairs({ { state.input_win, state.input_buf }, { state.win, state.buf } }) do
+    if M.shows(pair[1], pair[2]) and #api.nvim_list_wins() > 1 then
+      api.nvim_win_close(pair[1], false)
     end
   end
   state.input_win, state.win = nil, nil
@@ -131,11 +182,7 @@ end
 local followed_line = 0
 
 local function chat_window()
-  local win = state.win
-  if win and api.nvim_win_is_valid(win) and api.nvim_win_get_buf(win) == state.buf then
-    return win
-  end
-  return nil
+  return M.shows(state.win, state.buf) and state.win or nil
 end
 
 function M.scroll_to_end()
@@ -213,6 +260,11 @@ function M.clear()
     api.nvim_buf_clear_namespace(buf, id, 0, -1)
   end
   state.session_id, state.title, state.last_sources, state.workspace = nil, nil, nil, nil
+  local waiting = state.recovering
+  state.recovering = nil -- a new chat: questions waiting for the old session start a new one
+  for _, send in ipairs(waiting or {}) do
+    send()
+  end
   M.update_winbar()
 end
 
