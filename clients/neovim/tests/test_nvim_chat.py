@@ -108,12 +108,11 @@ def test_research_folds_the_preamble_shows_tool_steps_and_progress_and_ends_with
     assert "Writing the answer from the research notes…" in messages
     assert progress[-1]["kind"] == "end"
     winbars = editor.lua("return _G.test_winbars")
-    assert f"%#ImprintWinbar#Imprint%< · Which port does billing use? · Reading {PORT_FILE}" in winbars
-    # The winbar is back to its idle text.
-    assert (
-        editor.lua("return vim.wo[require('imprint.chat')._state.win].winbar")
-        == "%#ImprintWinbar#Imprint%< · Which port does billing use?"
-    )
+    reading = f"%#ImprintWinbar#Imprint%< · Which port does billing use? · Reading {PORT_FILE}"
+    assert any(winbar.split("%=")[0] == reading for winbar in winbars), winbars
+    # The winbar is back to its idle text (the model and its context share at the right).
+    winbar = editor.lua("return vim.wo[require('imprint.chat')._state.win].winbar")
+    assert winbar.split("%=")[0] == "%#ImprintWinbar#Imprint%< · Which port does billing use?"
 
 
 LOG_HAS = """
@@ -369,11 +368,12 @@ def test_the_winbar_drops_finished_indexing_once_the_answer_streams_and_keeps_it
     finally:
         release.set()
     editor.wait_done(1)
-    assert editor.winbar().startswith("Imprint · Which port") and editor.winbar().endswith("…")
+    assert editor.winbar().startswith("Imprint · Which port") and "…" in editor.winbar()
     # Wider, the whole title shows.
-    editor.lua("vim.api.nvim_win_set_width(require('imprint.chat')._state.win, 99)")
+    editor.command("set columns=200")
+    editor.lua("vim.api.nvim_win_set_width(require('imprint.chat')._state.win, 190)")
     editor.wait("vim.wo[require('imprint.chat')._state.win].winbar:find('set%?') ~= nil", "the winbar to widen")
-    assert editor.winbar() == "Imprint · " + question
+    assert editor.winbar().startswith("Imprint · " + question)
 
 
 def test_cancelling_the_first_question_before_any_text_keeps_its_session_for_the_next(editor, stub):
@@ -387,6 +387,9 @@ def test_cancelling_the_first_question_before_any_text_keeps_its_session_for_the
         return "Never shown."
 
     stub.queue(held, "A short one instead.")
+    # As when the cancel beats the round's imprint/contextUsage (say, while the workspace is
+    # indexed): no notification names the new session.
+    editor.lua("require('imprint.chat').on_context_usage = function() end")
     try:
         editor.command("Imprint Tell me a long story")
         assert arrived.wait(30), "the question never reached the model"

@@ -10,6 +10,7 @@
 ---   reply    the reply in flight: asking, streaming notifications, the result, cancel
 ---   render   a stored session shown as the live chat showed it
 ---   sources  opening a source under the cursor, the quickfix list
+---   context  what fills the model's context: the winbar's share, the :ImprintContext float
 ---   input    the input area, a question with a selection
 ---   keymaps  the buffer-local keys
 local state = require("imprint.chat.state")
@@ -18,6 +19,7 @@ local reply = require("imprint.chat.reply")
 local render = require("imprint.chat.render")
 local sources = require("imprint.chat.sources")
 local input = require("imprint.chat.input")
+local context = require("imprint.chat.context")
 
 local M = {}
 
@@ -45,6 +47,13 @@ M.on_tool_step = reply.on_tool_step
 M.on_summary = reply.on_summary
 M.on_progress = reply.on_progress
 M.on_daemon_exit = reply.on_daemon_exit
+M.on_context_usage = reply.on_context_usage
+
+--- The daemon named its model (initialize, imprint/modelChanged): the winbar shows it.
+M.on_model = ui.update_winbar
+
+-- What fills the context.
+M.open_context = context.open
 
 -- Stored sessions (render_session is exposed for the benchmark).
 M.render_session = render.session

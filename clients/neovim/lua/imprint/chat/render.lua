@@ -25,9 +25,10 @@ local function tool_title(call)
   return title and title(args) or (call.name .. " " .. vim.json.encode(call.arguments or vim.empty_dict()))
 end
 
---- The transcript of a stored session: lines, folded blocks and tool steps to place.
+--- The transcript of a stored session: lines, folded blocks, tool steps to place, and the
+--- answers that have sources ({ row, sources }).
 function M.session(messages, summary)
-  local lines, blocks, placed = {}, {}, {}
+  local lines, blocks, placed, answers = {}, {}, {}, {}
   local function add(new)
     for _, line in ipairs(new) do
       lines[#lines + 1] = line
@@ -87,6 +88,9 @@ function M.session(messages, summary)
           end
         end
       else
+        if type(m.sources) == "table" and #m.sources > 0 then
+          answers[#answers + 1] = { row = #lines, sources = m.sources }
+        end
         add(split_lines(m.content))
       end
       last_role = "assistant"
@@ -95,7 +99,7 @@ function M.session(messages, summary)
   if last_role == "user" then
     add({ "", "## Imprint", "", state.CANCELLED })
   end
-  return lines, blocks, placed
+  return lines, blocks, placed, answers
 end
 
 --- Show a stored session in the chat buffer.
@@ -106,7 +110,9 @@ function M.show(result)
   end
   ui.clear()
   local buf = ui.buffer()
-  local lines, blocks, placed = M.session(result.messages, result.summary)
+  local lines, blocks, placed, answers = M.session(result.messages, result.summary)
+  local session = result.session
+  local workspace = session.workspace ~= vim.NIL and session.workspace or nil
   ui.edit(function()
     api.nvim_buf_set_lines(buf, 0, -1, false, lines)
     for _, block in ipairs(blocks) do
@@ -126,13 +132,19 @@ function M.show(result)
   if group then
     steps.show(buf, group)
   end
-  local session = result.session
+  local sources = require("imprint.chat.sources")
+  for _, answer in ipairs(answers) do
+    sources.remember(buf, answer.row, answer.sources, workspace)
+  end
+  local latest = answers[#answers]
+  state.last_sources = latest and { sources = latest.sources, workspace = workspace } or nil
   state.session_id = session.sessionId
   state.title = session.title
-  state.workspace = session.workspace ~= vim.NIL and session.workspace or nil
+  state.workspace = workspace
   ui.open()
   ui.update_winbar()
   ui.scroll_to_end()
+  require("imprint.chat.context").refresh(session.sessionId)
 end
 
 return M

@@ -179,6 +179,17 @@ function M.on_summary(params)
   reply.row = reply.row + #block + 1
 end
 
+--- imprint/contextUsage: what fills the context of the reply's latest round (the winbar's
+--- share). It comes before the round's request goes to the model, so it also names a new
+--- session before any text does.
+function M.on_context_usage(params)
+  if not adopt(state.reply, params) then
+    return
+  end
+  state.context = params
+  ui.update_winbar()
+end
+
 --- $/progress of our client: shown in the chat window's winbar.
 function M.on_progress(params)
   local value = params.value or {}
@@ -231,8 +242,10 @@ local function on_result(reply, err, result)
   state.session_id = result.sessionId
   if #result.sources > 0 then
     state.last_sources = { sources = result.sources, workspace = reply.workspace }
+    require("imprint.chat.sources").remember(buf, first, result.sources, reply.workspace)
   end
   finish(reply, "done")
+  require("imprint.chat.context").refresh(result.sessionId)
 end
 
 --- Ask `question` in the current session (a new one when none is open).

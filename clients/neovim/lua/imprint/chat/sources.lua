@@ -1,6 +1,10 @@
---- The sources of answers: a Sources line or a "[n]" citation under the cursor opens its file
---- at the line in a window other than the chat, and the latest answer's sources fill the
---- quickfix list.
+--- The sources of answers. The daemon sends each answer's sources as structure (the result's
+--- `sources`, a stored answer's `sources`): a file's lines, an earlier message of the
+--- conversation, or section notes. A Sources line or a "[n]" citation under the cursor opens
+--- its source: a file at its line in a window other than the chat, a message by moving to it in
+--- the chat. The latest answer's sources fill the quickfix list, cited apart from read, an
+--- unsupported citation marked with the daemon's reason. Answers without structure (an older
+--- daemon) are read from their Sources lines.
 local api = vim.api
 local client = require("imprint.client")
 local state = require("imprint.chat.state")
@@ -13,6 +17,21 @@ local function resolve(path, workspace)
     return path
   end
   return vim.fs.joinpath(workspace or state.workspace or client.root_dir(), path)
+end
+
+local function present(value)
+  return value ~= nil and value ~= vim.NIL
+end
+
+--- The message a source stands for (kind "message", or notes on a user's message), or nil.
+local function message_of(source)
+  return present(source.message) and source.message or nil
+end
+
+--- The answer starting at `row` (0-based) has `sources`: remembered for <CR> and the quickfix.
+function M.remember(buf, row, sources, workspace)
+  local mark = api.nvim_buf_set_extmark(buf, state.ns.marks, row, 0, {})
+  table.insert(state.answers, { mark = mark, sources = sources, workspace = workspace })
 end
 
 --- The source a Sources line names: "[n] path:start-end (label)" or "[n] path:start (label)".
@@ -43,22 +62,49 @@ local function citation_at(line, col)
   end
 end
 
+--- The remembered answer the 0-based `row` is in, or nil.
+local function answer_at(buf, row)
+  local found
+  for _, answer in ipairs(state.answers) do
+    local start = api.nvim_buf_get_extmark_by_id(buf, state.ns.marks, answer.mark, {})[1]
+    if start and start <= row then
+      found = { answer = answer, start = start }
+    end
+  end
+  if not found then
+    return nil
+  end
+  for _, line in ipairs(api.nvim_buf_get_lines(buf, found.start, row + 1, false)) do
+    if line == "## You" then
+      return nil -- the cursor is in a later exchange
+    end
+  end
+  return found.answer
+end
+
 --- The source under the cursor: on a Sources line, or a "[n]" citation whose Sources line
---- follows in the same reply.
+--- follows in the same reply. Returns the source and the workspace its path is relative to.
 function M.at_cursor()
   local buf = ui.buffer()
   local row, col = unpack(api.nvim_win_get_cursor(0))
   local line = api.nvim_buf_get_lines(buf, row - 1, row, false)[1] or ""
+  local number = tonumber(line:match("^%[(%d+)%]")) or citation_at(line, col)
+  local answer = number and answer_at(buf, row - 1)
+  if answer then
+    for _, source in ipairs(answer.sources) do
+      if source.number == number then
+        return source, answer.workspace
+      end
+    end
+  end
   local source = parse_source_line(line)
   if source then
     return source
   end
-  local number = citation_at(line, col)
   if not number then
     return nil
   end
-  local rest = api.nvim_buf_get_lines(buf, row, -1, false)
-  for _, later in ipairs(rest) do
+  for _, later in ipairs(api.nvim_buf_get_lines(buf, row, -1, false)) do
     if later == "## You" then
       break
     end
@@ -68,6 +114,82 @@ function M.at_cursor()
     end
   end
   return nil
+end
+
+--- Where each of `seqs` is in the chat buffer: the "## You" line of a question, the
+--- "## Imprint" line of the exchange an answer (or its research) belongs to. Found from the
+--- stored session, matching its questions to the buffer's from the end (a question the daemon
+--- never got, as when it could not start, is in the buffer only). `callback(rows)`, 1-based.
+function M.locate_messages(seqs, callback)
+  local session_id = state.session_id
+  if not session_id then
+    return callback({})
+  end
+  client.request("imprint/session", { sessionId = session_id }, function(err, result)
+    if err or state.session_id ~= session_id then
+      return callback({})
+    end
+    local lines = api.nvim_buf_get_lines(ui.buffer(), 0, -1, false)
+    local headings = {} -- 1-based rows of "## You", with the question's first line after them
+    for index, line in ipairs(lines) do
+      if line == "## You" then
+        headings[#headings + 1] = index
+      end
+    end
+    local question_row = {} -- user seq -> row of its heading
+    local h = #headings
+    for index = #result.messages, 1, -1 do
+      local m = result.messages[index]
+      if m.role == "user" then
+        local first = m.content:match("^[^\n]*")
+        while h > 0 and lines[headings[h] + 2] ~= first do
+          h = h - 1
+        end
+        if h == 0 then
+          break
+        end
+        question_row[m.seq] = headings[h]
+        h = h - 1
+      end
+    end
+    local rows, asked = {}, nil
+    local wanted = {}
+    for _, seq in ipairs(seqs) do
+      wanted[seq] = true
+    end
+    for _, m in ipairs(result.messages) do
+      if m.role == "user" then
+        asked = question_row[m.seq]
+      end
+      if wanted[m.seq] and asked then
+        if m.role == "user" then
+          rows[m.seq] = asked
+        else
+          for index = asked + 1, #lines do
+            if lines[index] == "## Imprint" then
+              rows[m.seq] = index
+              break
+            end
+          end
+        end
+      end
+    end
+    callback(rows)
+  end)
+end
+
+--- Move to message `seq` in the chat window.
+local function open_message(seq)
+  M.locate_messages({ seq }, function(rows)
+    local row = rows[seq]
+    if not row then
+      vim.notify(("imprint: message #%d is not in the chat"):format(seq), vim.log.levels.INFO)
+      return
+    end
+    local win = ui.open()
+    api.nvim_win_set_cursor(win, { row, 0 })
+    vim.cmd("normal! zt")
+  end)
 end
 
 --- Whether a file can be opened in `win`: a split (not a float) showing a file buffer, not
@@ -100,8 +222,16 @@ local function target_window(path)
   return nil
 end
 
---- Open a source's file at its line in a window other than the chat.
+--- Open a source: a file at its line in a window other than the chat, a message in the chat.
 function M.open(source, workspace)
+  if not present(source.path) then
+    local seq = message_of(source)
+    if seq then
+      return open_message(seq)
+    end
+    vim.notify("imprint: " .. (source.label or "this source") .. " has no place to open", vim.log.levels.INFO)
+    return
+  end
   local path = vim.fs.normalize(resolve(source.path, workspace))
   local target = target_window(path)
   if target then
@@ -111,21 +241,22 @@ function M.open(source, workspace)
   end
   vim.cmd.edit(vim.fn.fnameescape(path))
   local last = api.nvim_buf_line_count(0)
-  api.nvim_win_set_cursor(0, { math.min(source.startLine, last), 0 })
+  local line = present(source.startLine) and source.startLine or 1
+  api.nvim_win_set_cursor(0, { math.min(line, last), 0 })
   vim.cmd("normal! zz")
 end
 
 function M.open_at_cursor()
-  local source = M.at_cursor()
+  local source, workspace = M.at_cursor()
   if not source then
     vim.notify("imprint: no source under the cursor (a Sources line or a [n] citation)", vim.log.levels.INFO)
     return
   end
-  M.open(source)
+  M.open(source, workspace)
 end
 
---- The sources of the latest answer: the result's when it came in this chat, else the
---- last Sources list in the transcript.
+--- The sources of the latest answer: the result's when it came in this chat (or the stored
+--- answer's), else the last Sources list in the transcript.
 function M.latest()
   if state.last_sources then
     return state.last_sources.sources, state.last_sources.workspace
@@ -143,6 +274,19 @@ function M.latest()
   return found, state.workspace
 end
 
+--- A quickfix item's text: "[3] services/billing.yaml:1–4", then "read, not cited" or why the
+--- citation is unsupported.
+local function item_text(source)
+  local text = ("[%d] %s"):format(source.number, source.label or source.path or "")
+  if source.cited == false then
+    text = text .. " (read, not cited)"
+  elseif source.supported == false then
+    local reason = present(source.reason) and source.reason ~= "" and ": " .. source.reason or ""
+    text = text .. " (unsupported" .. reason .. ")"
+  end
+  return text
+end
+
 --- Fill the quickfix list with the latest answer's sources.
 function M.to_quickfix()
   local sources, workspace = M.latest()
@@ -150,13 +294,35 @@ function M.to_quickfix()
     vim.notify("imprint: the chat has no sources yet (answers after research list them)", vim.log.levels.INFO)
     return false
   end
-  local items = {}
+  local seqs = {}
   for _, source in ipairs(sources) do
-    items[#items + 1] = { filename = resolve(source.path, workspace), lnum = source.startLine,
-      end_lnum = source.endLine, text = ("[%d] %s"):format(source.number, source.label) }
+    if not present(source.path) and message_of(source) then
+      seqs[#seqs + 1] = message_of(source)
+    end
   end
-  vim.fn.setqflist({}, " ", { title = "Imprint sources", items = items })
-  vim.cmd("botright copen")
+  local function fill(rows)
+    local items = {}
+    for _, source in ipairs(sources) do
+      local item = { text = item_text(source), type = source.supported == false and "W" or "" }
+      if present(source.path) then
+        item.filename = resolve(source.path, workspace)
+        item.lnum = present(source.startLine) and source.startLine or 1
+        item.end_lnum = present(source.endLine) and source.endLine or nil
+      elseif message_of(source) and rows[message_of(source)] then
+        item.bufnr, item.lnum = ui.buffer(), rows[message_of(source)]
+      else
+        item.valid = 0 -- nowhere to jump: listed for what it says
+      end
+      items[#items + 1] = item
+    end
+    vim.fn.setqflist({}, " ", { title = "Imprint sources", items = items })
+    vim.cmd("botright copen")
+  end
+  if #seqs > 0 then
+    M.locate_messages(seqs, fill)
+  else
+    fill({})
+  end
   return true
 end
 

@@ -13,6 +13,8 @@ local M = {
   reply = nil, ---@type table|nil
   last_sources = nil, ---@type table|nil  { sources = {...}, workspace = "..." }
   progress = nil, ---@type string|nil
+  context = nil, ---@type table|nil  the latest imprint/contextUsage or imprint/context of the session
+  answers = {}, ---@type table[]  { mark, sources, workspace } per answer with sources, in order
   cancelled = {}, ---@type table<string, true>  reply ids whose late notifications are dropped
   recovering = nil, ---@type function[]|nil  questions waiting while a cancelled one's session is found
 }

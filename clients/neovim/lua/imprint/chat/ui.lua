@@ -70,26 +70,48 @@ local function clip(text, width)
   return vim.fn.strcharpart(text, 0, chars) .. "…"
 end
 
---- "Imprint · title · what the daemon does now", fitted to `width` cells. "Imprint" always
---- shows; what happens now comes next, leaving the title at least a few cells; the title gets
---- the rest. Should it still not fit, Neovim cuts after "Imprint" (the %< mark).
+--- "Imprint · title · what happens now", and at the right "model · share of the context",
+--- fitted to `width` cells. "Imprint" always shows; then what happens now, the context share
+--- and the model, leaving the title at least a few cells; the title gets the rest. Should it
+--- still not fit, Neovim cuts after "Imprint" (the %< mark).
 local TITLE_LEAST = 12
+local SEP = " · "
 
 local function winbar_text(width)
   local head = "Imprint"
   local now = state.progress or (state.reply and "answering…") or nil
+  local model = require("imprint.client").model
+  local model_name = model and model.model ~= "" and model.model or nil
+  local share = require("imprint.chat.context").share(state.context)
   local title = state.title ~= "" and state.title or nil
   local room = width - vim.fn.strdisplaywidth(head)
-  local title_least = title and math.min(vim.fn.strdisplaywidth(title), TITLE_LEAST) + 3 or 0
-  local tail = now and " · " .. clip(now, math.max(room - title_least - 3, 1)) or ""
-  local rest = tail
-  if title then
-    local title_room = room - vim.fn.strdisplaywidth(tail) - 3
-    if title_room >= 2 then
-      rest = " · " .. clip(title, title_room) .. tail
+  local reserve = title and math.min(vim.fn.strdisplaywidth(title), TITLE_LEAST) + 3 or 0
+  room = room - reserve
+  --- `text` whole, or cut to no less than `least` cells, or nil when there is no room for it.
+  local function take(text, least)
+    if not text then
+      return nil
     end
+    local need = vim.fn.strdisplaywidth(text) + 3
+    if need <= room then
+      room = room - need
+      return text
+    end
+    if room - 3 >= least then
+      local cut = clip(text, room - 3)
+      room = 0
+      return cut
+    end
+    return nil
   end
-  return "%#ImprintWinbar#" .. head .. "%<" .. escape(rest)
+  now = take(now, 8)
+  share = take(share, vim.fn.strdisplaywidth(share or ""))
+  model_name = take(model_name, 8)
+  room = room + reserve
+  title = take(title, 2)
+  local left = (title and SEP .. title or "") .. (now and SEP .. now or "")
+  local right = table.concat(vim.tbl_filter(function(part) return part ~= nil end, { model_name, share }), SEP)
+  return "%#ImprintWinbar#" .. head .. "%<" .. escape(left) .. (right ~= "" and "%=" .. escape(right) .. " " or "")
 end
 
 function M.update_winbar()
@@ -260,6 +282,7 @@ function M.clear()
     api.nvim_buf_clear_namespace(buf, id, 0, -1)
   end
   state.session_id, state.title, state.last_sources, state.workspace = nil, nil, nil, nil
+  state.context, state.answers = nil, {}
   local waiting = state.recovering
   state.recovering = nil -- a new chat: questions waiting for the old session start a new one
   for _, send in ipairs(waiting or {}) do
