@@ -14,6 +14,8 @@ import msgspec
 Role = Literal["system", "user", "assistant", "tool"]
 #: How an answer is written: "spoken" answers are two or three plain sentences.
 Style = Literal["written", "spoken"]
+#: What a source is: a workspace file's lines, an earlier message, or section-analysis notes.
+SourceKind = Literal["file", "message", "section"]
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -24,8 +26,30 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     arguments: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class SourceRef(msgspec.Struct, frozen=True, kw_only=True):
+    """One source of an answer, numbered as the answer cites it (docs/decisions.md, "Numbered
+    results and sources"): a file's lines (``path``, 1-based inclusive ``start_line``..``end_line``),
+    an earlier message (``message``, its seq) or section notes (of the user's message
+    ``message``, or of a tool result at ``path``). ``cited`` is False for a place the answer
+    read but did not cite; ``supported`` is None then, False when the citing sentence shares
+    nothing with the source's text, with ``reason`` saying so."""
+
+    number: int
+    kind: SourceKind
+    label: str
+    path: str | None = None
+    start_line: int | None = None
+    end_line: int | None = None
+    message: int | None = None
+    cited: bool = True
+    supported: bool | None = True
+    reason: str = ""
+
+
 class Message(msgspec.Struct, frozen=True, kw_only=True):
-    """One chat message. ``role == "tool"`` messages answer the call named by ``tool_call_id``."""
+    """One chat message. ``role == "tool"`` messages answer the call named by ``tool_call_id``.
+
+    An assistant answer keeps its ``sources``, stored with it."""
 
     role: Role
     content: str = ""
@@ -33,6 +57,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     tool_call_id: str | None = None
     name: str | None = None
     seq: int | None = None
+    sources: tuple[SourceRef, ...] = ()
 
     @property
     def is_tool_exchange(self) -> bool:
@@ -67,8 +92,10 @@ def user(text: str, seq: int | None = None) -> Message:
     return Message(role="user", content=text, seq=seq)
 
 
-def assistant(text: str, seq: int | None = None, tool_calls: tuple[ToolCall, ...] = ()) -> Message:
-    return Message(role="assistant", content=text, seq=seq, tool_calls=tool_calls)
+def assistant(
+    text: str, seq: int | None = None, tool_calls: tuple[ToolCall, ...] = (), sources: tuple[SourceRef, ...] = ()
+) -> Message:
+    return Message(role="assistant", content=text, seq=seq, tool_calls=tool_calls, sources=sources)
 
 
 def tool_result(call: ToolCall, text: str, seq: int | None = None) -> Message:

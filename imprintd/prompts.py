@@ -20,7 +20,14 @@ SPOKEN = "Your answer will be spoken aloud: use two or three plain sentences, no
 TOOL_STRATEGY = (
     "Tools: use search to find where the workspace mentions something, then read_file to read "
     "the lines that matter. Answer as soon as you have enough evidence; do not repeat a search "
-    "you already made. Cite the files you used by path."
+    "you already made."
+)
+
+#: Every result the tools return opens with its number, the same for the whole reply
+#: (``research/citations.py``); the answer cites those numbers and Imprint lists the sources.
+CITATIONS = (
+    "Each tool result opens with its number, like [3]. Cite the results you used as [n] right "
+    "after what they support; do not list sources, they are added for you."
 )
 
 

@@ -13,7 +13,8 @@ import msgspec
 # The core defines these vocabularies; the wire uses them as they are.
 from imprintd import reply
 from imprintd.events import StepState
-from imprintd.messages import Message, Style
+from imprintd.messages import Message, SourceKind, Style
+from imprintd.messages import SourceRef as CoreSourceRef
 from imprintd.research.loop import Stop as StopReason
 from imprintd.store import SessionInfo, StoredSummary
 
@@ -53,22 +54,33 @@ class ChatParams(Wire):
 
 
 class SourceRef(Wire):
-    """A cited note's place in the workspace, for an editor to open."""
+    """One source of an answer (protocol.md, "Sources"): a file's lines, an earlier message, or
+    section notes; cited, or read and not cited; checked against the sentences citing it."""
 
     number: int
+    kind: SourceKind
     label: str
-    path: str
-    start_line: int
-    end_line: int
+    path: str | None
+    start_line: int | None
+    end_line: int | None
+    message: int | None
+    cited: bool
+    supported: bool | None
+    reason: str
 
     @classmethod
-    def from_core(cls, source: reply.SourceRef) -> SourceRef:
+    def from_core(cls, source: CoreSourceRef) -> SourceRef:
         return cls(
             number=source.number,
+            kind=source.kind,
             label=source.label,
             path=source.path,
             start_line=source.start_line,
             end_line=source.end_line,
+            message=source.message,
+            cited=source.cited,
+            supported=source.supported,
+            reason=source.reason,
         )
 
 
@@ -183,6 +195,8 @@ class MessageWire(Wire):
     tool_calls: list[ToolCallWire] = []
     tool_call_id: str | None = None
     name: str | None = None
+    #: An answer's sources, as its ``imprint/chat`` result had them; [] on other messages.
+    sources: list[SourceRef] = []
 
     @classmethod
     def from_core(cls, message: Message) -> MessageWire:
@@ -194,6 +208,7 @@ class MessageWire(Wire):
             tool_calls=[ToolCallWire(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls],
             tool_call_id=message.tool_call_id,
             name=message.name,
+            sources=[SourceRef.from_core(source) for source in message.sources],
         )
 
 

@@ -4,9 +4,12 @@
 2. Summary step (ADR 0141): only when the conversation's own text no longer fits beside
    the summary, the oldest exchanges are summarized; on failure ADR 0140's dropping stands.
 3. Research (``research/loop.py``): fit, charge, generate, run tools, until an answer or a stop.
-4. A stop other than an answer writes the final answer from notes, with Sources (ADR 0127).
-   Characters a section analysis left unread are named after the answer.
-5. The reply and its tool exchanges are stored; only then is the reply acknowledged.
+4. A stop other than an answer writes the final answer from notes (ADR 0127). Either way the
+   answer's citations of this reply's numbered results become its sources, checked and listed
+   after it (``research/citations.py``). Characters a section analysis left unread are named
+   after the answer.
+5. The reply and its tool exchanges are stored, the answer with its sources; only then is the
+   reply acknowledged.
 
 ``chat.research_time_budget`` bounds steps 2–4 together (``research/clock.py``), from when the
 workspace index is up to date, keeping a share for the final answer.
@@ -28,8 +31,9 @@ from imprintd.context import summary as summaries
 from imprintd.context.history import STRATEGY_LINE, ConversationHistory, ConversationHistoryTool, should_offer
 from imprintd.context.sections import ReplySections
 from imprintd.events import ReplyEvents
-from imprintd.messages import Message, Style
+from imprintd.messages import Message, SourceRef, Style
 from imprintd.models.base import Model
+from imprintd.research import citations
 from imprintd.research.answer import coverage_note, final_answer
 from imprintd.research.clock import ReplyClock
 from imprintd.research.loop import ReplyScope, Stop, research
@@ -66,12 +70,7 @@ class ReplyContext:
     sections: ReplySections
 
 
-class SourceRef(msgspec.Struct, frozen=True, kw_only=True):
-    number: int
-    label: str
-    path: str
-    start_line: int
-    end_line: int
+__all__ = ["ReplyContext", "ReplyOutcome", "ReplyRequest", "SourceRef", "run_reply"]
 
 
 class ReplyOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,6 +99,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     tools = [*workspace_tools, *history_tool]
     specs = [tool.spec for tool in tools]
     tool_lines = ((prompts.TOOL_STRATEGY,) if workspace_tools else ()) + ((STRATEGY_LINE,) if history_tool else ())
+    tool_lines += (prompts.CITATIONS,) if tools else ()
 
     summary = await _summary_step(
         model, store, info, stored, request.style, tool_lines, specs, settings.max_tokens, events, clock
@@ -119,16 +119,23 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
         time_budget=settings.research_time_budget,
         clock=clock,
         analysis_context=settings.analysis_context,
+        style=request.style,
     )
     outcome = await research(scope, system=system, history=history, question=question, tools=tools)
 
     sources: tuple[SourceRef, ...] = ()
     coverage = coverage_note(outcome.analyses)
     if outcome.answer is not None:
-        text = outcome.answer.text
+        passages = outcome.numbering.by_number()
+        text = citations.plain(outcome.answer.text, passages, request.style)  # as it streamed
         if coverage:
             events.text("\n\n" + coverage)
             text += "\n\n" + coverage
+        sources = tuple(citations.sources(outcome.answer.text, passages, passages.values()))
+        if sources and request.style != "spoken":
+            block = "\n\n" + citations.sources_block(sources)
+            events.text(block)
+            text += block
     else:
         final = await final_answer(
             model,
@@ -142,10 +149,13 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
             max_tokens=settings.max_tokens,
             timeout=clock.final_left(),
             coverage=coverage,
+            numbering=outcome.numbering,
+            question_analysis=outcome.question_analysis,
+            question_seq=question.seq,
         )
-        text = final.text
-        sources = tuple(_source_refs(final.cited))
-    store.extend(info.id, [*outcome.exchange, msg.assistant(text)])  # the reply, all or nothing
+        text, sources = final.text, final.sources
+    # The reply, all or nothing; the answer keeps its sources.
+    store.extend(info.id, [*outcome.exchange, msg.assistant(text, sources=sources)])
     return ReplyOutcome(session_id=info.id, reply_id=reply_id, text=text, sources=sources, stop_reason=outcome.stop)
 
 
@@ -198,23 +208,8 @@ def _summary_block(state: StoredSummary | None, earlier: Sequence[Message], *, l
 
 
 def _final_question(outcome) -> str:
-    """The question for the tools-free final turn: an analyzed one without its reread guidance."""
+    """The question for the tools-free final turn: an analyzed one without its reread guidance,
+    and without its workers' notes, which are among the numbered notes."""
     if outcome.question_analysis is not None:
-        return outcome.question_analysis.coordinator_text(reread=False)
+        return outcome.question_analysis.coordinator_text(reread=False, notes=False)
     return outcome.question.content
-
-
-def _source_refs(cited) -> list[SourceRef]:
-    refs = []
-    for note in cited:
-        for source in note.sources:
-            refs.append(
-                SourceRef(
-                    number=note.number,
-                    label=note.label,
-                    path=source.path,
-                    start_line=source.start_line,
-                    end_line=source.end_line,
-                )
-            )
-    return refs

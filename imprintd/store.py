@@ -1,7 +1,7 @@
 """Conversations kept in SQLite, and ephemeral ones kept in memory (docs/architecture.md, "Storage").
 
 ``Store`` is the one database in the data dir, opened with apsw: sessions, their messages
-(numbered by a per-session ``seq``), ADR 0141's ``chat_summaries`` (the running summary's
+(numbered by a per-session ``seq``; an answer keeps its sources), ADR 0141's ``chat_summaries`` (the running summary's
 text, the messages it covers and the retry point after a failed attempt) and the
 ``conversation_history`` index (``context/history_index.py``), written in the same
 transaction as the messages it indexes. The schema moves
@@ -34,7 +34,7 @@ import msgspec
 from imprintd.context import history_index
 from imprintd.context.history import calls_by_id, indexed_messages
 from imprintd.context.history_index import HistoryIndex, MemoryHistoryIndex, SqliteHistoryIndex
-from imprintd.messages import Message, ToolCall
+from imprintd.messages import Message, SourceRef, ToolCall
 from imprintd.settings import data_dir
 
 DB_NAME = "imprint.sqlite3"
@@ -170,9 +170,15 @@ def _migration_2_history_index(db: apsw.Connection) -> None:
     history_index.create_tables(db)
 
 
+def _migration_3_sources(db: apsw.Connection) -> None:
+    """An answer's sources, stored with it (a JSON list of SourceRef); '[]' for every earlier message."""
+    db.execute("ALTER TABLE messages ADD COLUMN sources TEXT NOT NULL DEFAULT '[]'")
+
+
 MIGRATIONS: list[Migration] = [
     _migration_1_conversations,
     _migration_2_history_index,
+    _migration_3_sources,
 ]
 
 
@@ -226,6 +232,9 @@ _SESSION_COLUMNS = """
 """
 
 _decode_tool_calls = msgspec.json.Decoder(tuple[ToolCall, ...]).decode
+_decode_sources = msgspec.json.Decoder(tuple[SourceRef, ...]).decode
+#: A message row as ``_message_from_row`` reads it.
+_MESSAGE_COLUMNS = "seq, role, content, tool_calls, tool_call_id, name, sources"
 
 
 def _session_from_row(row: tuple) -> SessionInfo:
@@ -242,7 +251,7 @@ def _session_from_row(row: tuple) -> SessionInfo:
 
 
 def _message_from_row(row: tuple) -> Message:
-    seq, role, content, tool_calls, tool_call_id, name = row
+    seq, role, content, tool_calls, tool_call_id, name, sources = row
     return Message(
         role=role,
         content=content,
@@ -250,6 +259,7 @@ def _message_from_row(row: tuple) -> Message:
         tool_call_id=tool_call_id,
         name=name,
         seq=seq,
+        sources=_decode_sources(sources) if sources != "[]" else (),
     )
 
 
@@ -406,8 +416,9 @@ class Store:
             for message in messages:
                 seq += 1
                 db.execute(
-                    "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, name, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO messages"
+                    " (session_id, seq, role, content, tool_calls, tool_call_id, name, sources, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         session_id,
                         seq,
@@ -416,6 +427,7 @@ class Store:
                         msgspec.json.encode(message.tool_calls).decode(),
                         message.tool_call_id,
                         message.name,
+                        msgspec.json.encode(message.sources).decode(),
                         now,
                     ),
                 )
@@ -430,8 +442,7 @@ class Store:
         with self._lock:
             self._require(session_id)
             rows = self._db.execute(
-                "SELECT seq, role, content, tool_calls, tool_call_id, name FROM messages"
-                " WHERE session_id = ? ORDER BY seq",
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY seq",
                 (session_id,),
             ).fetchall()
         return [_message_from_row(row) for row in rows]
@@ -482,12 +493,11 @@ def _seq(message: Message) -> int:
 def _to_index(db: apsw.Connection, session_id: str, after_seq: int) -> list[history_index.IndexedMessage]:
     """The session's stored messages after ``after_seq``, as the history index takes them."""
     rows: list[tuple[Any, ...]] = db.execute(
-        "SELECT seq, role, content, tool_calls, tool_call_id, name, created_at FROM messages"
-        " WHERE session_id = ? AND seq > ? ORDER BY seq",
+        f"SELECT {_MESSAGE_COLUMNS}, created_at FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq",
         (session_id, after_seq),
     ).fetchall()
-    messages = [_message_from_row(row[:6]) for row in rows]
-    created_at = {row[0]: row[6] for row in rows}
+    messages = [_message_from_row(row[:7]) for row in rows]
+    created_at = {row[0]: row[7] for row in rows}
     known = calls_by_id(messages)
     if any(m.role == "tool" and m.tool_call_id not in known for m in messages):
         # A result whose call was stored earlier: its query is found through that call.

@@ -126,3 +126,16 @@ def test_the_settings_tables_say_what_the_settings_struct_declares(doc):
         elif key.bounds:
             unit = " s" if key.type is float else ""
             assert accepted == key.bounds + unit, f"{doc.name}: {name} accepts {key.accepted}"
+
+
+def _readme_test_command() -> str:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    after = readme.split("Run the tests:", 1)[1]
+    return after.split("```sh\n", 1)[1].split("\n```", 1)[0].strip()
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    command = _readme_test_command()
+    assert "npm ci --prefix clients/vscode" in command, "the README's one command must install the node modules"
+    lines = (ROOT / ".ci" / "run").read_text("utf-8").splitlines()
+    assert lines[-1] == command, ".ci/run's last line must be the README's test command"

@@ -114,19 +114,20 @@ async def test_a_final_turn_that_asks_for_tools_keeps_its_text_and_adds_the_find
         "The strongest findings of the research:)\n- "
     )
     findings = [line for line in outcome.text.split("Sources:")[0].splitlines() if line.startswith("- ")]
-    assert (
-        findings[0].startswith("- from docs/deploy.md (file): # Deploying The billing service") and len(findings) == 2
-    )
+    assert findings[0].startswith("- docs/deploy.md:1–") and "# Deploying The billing service" in findings[0]
+    assert len(findings) == 2
     assert "search" not in outcome.text.split("\n")[0]  # nothing of the call is shown
-    assert "\n\nSources:\n[1] docs/deploy.md" in outcome.text
+    # Notes keep the numbers research gave: [1] is the first place found, whatever ranks first.
+    assert outcome.text.endswith("\n\nSources:\n[1] services/billing.yaml:1-4\n[2] docs/deploy.md:1-4")
     assert events.streamed == outcome.text
 
 
-async def test_a_spoken_reply_gets_no_sources_list(model, workspace):
+async def test_a_spoken_reply_gets_no_sources_list_but_still_its_sources(model, workspace):
     chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
     model.queue(*researcher(MANY_CALLS, "Billing uses port 8101 [1]."))
-    outcome, _ = await ask(chat, "Which port?", workspace=workspace, style="spoken")
-    assert "Sources:" not in outcome.text and outcome.sources == ()
+    outcome, events = await ask(chat, "Which port?", workspace=workspace, style="spoken")
+    assert outcome.text == "Billing uses port 8101." and events.streamed == outcome.text
+    assert [(s.number, s.cited, s.supported) for s in outcome.sources] == [(1, True, True)]
     assert "two or three plain sentences" in model.requests[-1].messages[-1].content
 
 

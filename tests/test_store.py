@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from imprintd import store as store_module
-from imprintd.messages import Message, ToolCall, assistant, tool_result, user
+from imprintd.messages import Message, SourceRef, ToolCall, assistant, tool_result, user
 from imprintd.settings import data_dir
 from imprintd.store import (
     MEMORY_MESSAGE_LIMIT,
@@ -283,7 +283,7 @@ def test_reopening_keeps_data(isolated_dirs):
 
 def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
     with Store.open() as opened:
-        assert connection_of(opened).pragma("user_version") == len(MIGRATIONS) == 2
+        assert connection_of(opened).pragma("user_version") == len(MIGRATIONS) == 3
         tables = {
             row[0] for row in connection_of(opened).execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
         }
@@ -305,7 +305,7 @@ def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
     monkeypatch.setattr(store_module, "MIGRATIONS", [*MIGRATIONS, migration_next])
     for _ in range(2):
         with Store.open() as opened:
-            assert connection_of(opened).pragma("user_version") == 3
+            assert connection_of(opened).pragma("user_version") == 4
             assert connection_of(opened).execute("SELECT count(*) FROM later").fetchone() == (0,)
     assert runs == [1]
 
@@ -457,3 +457,52 @@ def test_memory_extend_numbers_and_titles_like_append():
     stored = memory.extend(session.id, [user("first line\nmore"), assistant("a")])
     assert [m.seq for m in stored] == [1, 2]
     assert memory.session(session.id).title == "first line" and memory.session(session.id).message_count == 2
+
+
+# --- an answer's sources -----------------------------------------------------------------------
+
+SOURCES = (
+    SourceRef(
+        number=3,
+        kind="file",
+        label="deploy/billing.yaml:1–4",
+        path="deploy/billing.yaml",
+        start_line=1,
+        end_line=4,
+        supported=False,
+        reason="The cited text shares no number …",
+    ),
+    SourceRef(number=5, kind="message", label="message #1", message=1, cited=False, supported=None),
+)
+
+
+def test_an_answer_keeps_its_sources_in_both_stores(any_store):
+    session = any_store.create_session()
+    any_store.append(session.id, user("Which port?"))
+    stored = any_store.append(session.id, assistant("8101 [3].", sources=SOURCES))
+    assert stored.sources == SOURCES
+    assert [m.sources for m in any_store.messages(session.id)] == [(), SOURCES]
+
+
+def test_sources_survive_reopening(isolated_dirs):
+    with Store.open() as first:
+        session = first.create_session()
+        first.extend(session.id, [user("Which port?"), assistant("8101 [3].", sources=SOURCES)])
+    with Store.open() as second:
+        assert second.messages(session.id)[-1].sources == SOURCES
+
+
+def test_a_database_from_before_sources_is_migrated_and_its_answers_have_none(isolated_dirs, monkeypatch):
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:2])
+    with Store.open() as old:
+        session = old.create_session()
+        connection_of(old).execute(
+            "INSERT INTO messages (session_id, seq, role, content, created_at) VALUES (?, 1, 'assistant', 'old', 1.0)",
+            (session.id,),
+        )
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
+    with Store.open() as upgraded:
+        assert connection_of(upgraded).pragma("user_version") == 3
+        assert [(m.content, m.sources) for m in upgraded.messages(session.id)] == [("old", ())]
+        upgraded.append(session.id, assistant("new", sources=SOURCES))
+        assert upgraded.messages(session.id)[-1].sources == SOURCES

@@ -5,14 +5,15 @@ answer (a research round that goes on to call tools, a preamble cut by a stop). 
 part's text is held until it is settled: ``text_was_preamble()`` sends it as an
 ``agent_thought_chunk``; when the reply returns, ``finish`` sends the result's text (the
 answer, Sources list included) as the ``agent_message_chunk`` and then one ``resource_link``
-per source. Tool steps become ``tool_call`` / ``tool_call_update``; progress and summaries
+per source in the workspace (its ``description`` says when it was read, not cited, or why it
+does not support what cites it). Tool steps become ``tool_call`` / ``tool_call_update``; progress and summaries
 become thought chunks, one line each (ADR 0093: never the answer).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from msgspec import UNSET
 
 from imprintd.acp import wire
 from imprintd.events import ToolStep
+from imprintd.messages import SourceRef
 
 SESSION_UPDATE = "session/update"
 
@@ -156,13 +158,30 @@ class AcpEvents:
         self._part.clear()  # streamed answer text: the result's text replaces it
         if outcome.text:
             self.update(wire.AgentMessageChunk(content=text_block(outcome.text)))
-        for source in outcome.sources:
-            self.update(
-                wire.AgentMessageChunk(
-                    content=wire.ResourceLinkBlock(
-                        uri=file_uri(self.root, source.path, source.start_line, source.end_line),
-                        name=f"{source.path}:{source.start_line}-{source.end_line}",
-                        title=f"[{source.number}] {source.label}",
-                    )
-                )
+        for link in source_links(self.root, outcome.sources):
+            self.update(wire.AgentMessageChunk(content=link))
+
+
+def source_links(root: Path | None, sources: Sequence[SourceRef]) -> list[wire.ResourceLinkBlock]:
+    """A ``resource_link`` to each source that is a place in the workspace (a file's lines, or
+    section notes on one); an earlier message or notes on the user's message have no file, and
+    are named in the answer's Sources list instead."""
+    links = []
+    for source in sources:
+        if source.path is None or not location(root, source.path):
+            continue
+        start = source.start_line or 1
+        end = source.end_line or start
+        where = f"{source.path}:{start}" if start == end else f"{source.path}:{start}-{end}"
+        note = "" if source.cited else "read, not cited"
+        if source.supported is False:
+            note = source.reason
+        links.append(
+            wire.ResourceLinkBlock(
+                uri=file_uri(root, source.path, start, end),
+                name=where,
+                title=f"[{source.number}] {source.label}",
+                description=note or UNSET,
             )
+        )
+    return links

@@ -3,8 +3,8 @@
 Exactly what was stored, in order: a user message is a ``user_message_chunk``; an assistant
 message that called tools is its text as thinking (it was not the answer) and a finished
 ``tool_call`` for each call, ``failed`` when its stored result is an error; the answer is an
-``agent_message_chunk``. Sources were never stored apart from the answer's ``Sources:`` list,
-so they come back as that text.
+``agent_message_chunk`` followed by a ``resource_link`` per stored source in the workspace, as
+the live answer sent them (answers stored before sources were kept have only their text).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from msgspec import UNSET
 
 from imprintd.acp import wire
-from imprintd.acp.events import arguments_location, text_block, tool_kind
+from imprintd.acp.events import arguments_location, source_links, text_block, tool_kind
 from imprintd.context.history import describe_call
 from imprintd.messages import Message
 
@@ -44,6 +44,8 @@ def replay(messages: Sequence[Message], root: Path | None) -> Iterator[wire.Sess
                 )
         elif message.role == "assistant" and message.content:
             yield wire.AgentMessageChunk(content=text_block(message.content))
+            for link in source_links(root, message.sources):
+                yield wire.AgentMessageChunk(content=link)
 
 
 def _results_after(messages: Sequence[Message], index: int) -> dict[str, Message]:

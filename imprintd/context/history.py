@@ -52,7 +52,7 @@ from imprintd.context.history_index import (
     windows_of,
 )
 from imprintd.messages import Message, ToolCall
-from imprintd.tools.base import ToolError, ToolResult, parse_arguments, tool_spec
+from imprintd.tools.base import Quote, ToolError, ToolResult, parse_arguments, tool_spec
 
 TOOL_NAME = "conversation_history"
 
@@ -277,6 +277,9 @@ class Place:
 class SearchResult:
     text: str
     places: tuple[Place, ...]
+    #: Each message shown, in the order printed, as ``(seq, its block)`` (numbered by research).
+    blocks: tuple[tuple[int, str], ...] = ()
+    heading: str = ""
 
 
 @dataclass(frozen=True)
@@ -492,7 +495,7 @@ class ConversationHistory:
                 shown[position] = fitted
                 rank_of[position] = rank
                 used.add(position, fitted)
-        text = self._print(query, shown, rank_of, dates)
+        text, blocks = self._print(query, shown, rank_of, dates)
         if len(text) > OUTPUT_LIMIT:  # not expected: the layout counts exactly what is printed
             text = text[: OUTPUT_LIMIT - 1] + "…"
         places = tuple(
@@ -500,7 +503,7 @@ class ConversationHistory:
             for p in sorted(shown, key=rank_of.__getitem__)
             for start, end in shown[p].spans
         )
-        return SearchResult(text, places)
+        return SearchResult(text, places, blocks, self._heading(query.strip()))
 
     def _choose(self, position: int, ranking: _Ranking) -> _Shown | None:
         """How a candidate is shown if it fits; ``None`` to skip it."""
@@ -587,8 +590,10 @@ class ConversationHistory:
 
     def _print(
         self, query: str, shown: Mapping[int, _Shown], rank_of: Mapping[int, int], dates: Mapping[int, float]
-    ) -> str:
-        """Consecutive messages together in conversation order; groups by their best member."""
+    ) -> tuple[str, tuple[tuple[int, str], ...]]:
+        """Consecutive messages together in conversation order; groups by their best member.
+
+        Returns the text and each message's block with its seq, in the order printed."""
         heading = self._heading(query)
         groups: list[list[int]] = []
         for position in sorted(shown):
@@ -598,8 +603,9 @@ class ConversationHistory:
             else:
                 groups.append([position])
         groups.sort(key=lambda group: min(rank_of[p] for p in group))
-        blocks = ["\n".join(self._block(p, shown[p], dates) for p in group) for group in groups]
-        return "\n\n".join([heading, *blocks])
+        printed = tuple((self._entries[p].seq, self._block(p, shown[p], dates)) for group in groups for p in group)
+        by_group = ["\n".join(self._block(p, shown[p], dates) for p in group) for group in groups]
+        return "\n\n".join([heading, *by_group]), printed
 
     def _block(self, position: int, shown: _Shown, dates: Mapping[int, float]) -> str:
         entry = self._entries[position]
@@ -867,11 +873,18 @@ class ConversationHistoryTool:
                 text=found.text,
                 subject=parsed.query.strip(),
                 evidence=tuple(f"history:{p.seq}:{p.start}" for p in found.places),
+                quotes=tuple(Quote(message=seq, text=block) for seq, block in found.blocks),
+                preface=found.heading,
             )
         message, offset = parsed.message, parsed.offset
         assert isinstance(message, int)  # parse took either a query or a message
         text = self.history.read(message, offset)
-        return ToolResult(text=text, subject=f"message #{message}", evidence=(f"history:{message}:{offset}",))
+        return ToolResult(
+            text=text,
+            subject=f"message #{message}",
+            evidence=(f"history:{message}:{offset}",),
+            quotes=(Quote(message=message, text=text),),
+        )
 
 
 def _lenient(name: str, value: Any) -> Any:

@@ -395,26 +395,29 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True):
             f"{self.needed} sections. Raising {setting} would let them be read."
         )
 
-    def coordinator_text(self, *, reread: bool = True) -> str:
+    def coordinator_text(self, *, reread: bool = True, numbers: Sequence[int] = (), notes: bool = True) -> str:
         """What the coordinator sees instead of the original.
 
         ``reread=False`` leaves out the read_chat_section guidance, for a request that
-        offers no tools (the final answer written from notes).
+        offers no tools (the final answer written from notes). ``numbers``: each worker's
+        notes open with its result number, ``[n]`` (``research/citations.py``).
+        ``notes=False`` leaves the workers' notes out (the final answer has them as notes).
         """
         phrase = _kind_phrase(self.kind)
         workers = f"{len(self.workers)} note-taking worker{'s' if len(self.workers) != 1 else ''}"
+        follow = "follow" if notes else "are among the research notes"
         if self.complete:
             header = (
                 f"[Section analysis] {phrase[0].upper()}{phrase[1:]} was too long to show whole: "
                 f"{self.total_chars} characters, read in {len(self.sections)} overlapping sections by "
-                f"{workers}, whose notes follow."
+                f"{workers}, whose notes {follow}."
             )
         else:
             header = (
                 f"[Section analysis] {phrase[0].upper()}{phrase[1:]} was too long to show whole: "
                 f"{self.total_chars} characters, of which only characters 0–{self.read_to} were read, in "
                 f"{len(self.sections)} of the {self.needed} sections it needs, by {workers}, whose notes "
-                f"follow. Characters {self.read_to}–{self.total_chars} were NOT read "
+                f"{follow}. Characters {self.read_to}–{self.total_chars} were NOT read "
                 f"({CUT_REASONS[self.cut][0]}): say so in the answer."
             )
         if reread:
@@ -435,13 +438,14 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True):
                 f"End of the message (characters {self.total_chars - len(self.tail)}–{self.total_chars}):",
                 self.tail,
             ]
-        for worker in self.workers:
+        for index, worker in enumerate(self.workers if notes else ()):
             covered = ", ".join(
                 f"{number} ({self.sections[number - 1][0]}–{self.sections[number - 1][1]})"
                 for number in worker.sections
             )
             label = "section" if len(worker.sections) == 1 else "sections"
-            lines += ["", f"Notes of worker {worker.worker} on {label} {covered}:", worker.notes]
+            number = f"[{numbers[index]}] " if index < len(numbers) else ""
+            lines += ["", f"{number}Notes of worker {worker.worker} on {label} {covered}:", worker.notes]
         return "\n".join(lines)
 
 

@@ -5,7 +5,9 @@ See docs/decisions.md, "When research stops", and docs/architecture.md, "One rep
 Each coordinator round fits the prompt (ADR 0140), checks and charges the research token
 budget (ADR 0157), lets the model write or call tools, and runs the calls in the reply's
 own scope. A current tool result is passed whole when it fits and analyzed in sections
-when it does not (ADR 0093); the user's own oversized message is analyzed the same way.
+when it does not (ADR 0093); the user's own oversized message is analyzed the same way. Each
+place a result shows opens with its number, given once per reply (``research/citations.py``),
+and the model's text streams with citations of numbers no result has removed.
 Research stops on an answer, the token budget, the time budget, two rounds without new
 evidence, or a full context; every stop but an answer is followed by the final answer
 written from notes (``research/answer.py``, ADR 0127).
@@ -30,9 +32,10 @@ from imprintd import messages as msg
 from imprintd.context import sections as sec
 from imprintd.context.fitting import Fitted, fit_prompt
 from imprintd.events import ReplyEvents, StepState, ToolStep
-from imprintd.messages import Message, ToolCall
+from imprintd.messages import Message, Style, ToolCall
 from imprintd.models.base import Completion, Model
 from imprintd.research.budget import BudgetExhausted, ResearchBudget
+from imprintd.research.citations import CitationFilter, Numbering
 from imprintd.research.clock import ReplyClock
 from imprintd.research.notes import ToolStepRecord
 from imprintd.tools.base import Tool, ToolError, ToolResult
@@ -66,6 +69,8 @@ class Research(msgspec.Struct, kw_only=True):
     analyses: list[sec.Analysis] = msgspec.field(default_factory=list)
     #: The reply's token budget, with its ledger of every request reserved and settled.
     budget: ResearchBudget | None = None
+    #: The numbers of every result the coordinator saw (``research/citations.py``).
+    numbering: Numbering = msgspec.field(default_factory=Numbering)
 
 
 class ReplyScope(msgspec.Struct, kw_only=True):
@@ -82,6 +87,8 @@ class ReplyScope(msgspec.Struct, kw_only=True):
     clock: ReplyClock | None = None
     #: ``chat.analysis_context``: the most tokens of one section worker's context.
     analysis_context: int = sec.WORKER_CONTEXT_TOKENS
+    #: A spoken answer is read aloud: citations are kept out of its streamed text.
+    style: Style = "written"
 
 
 class _Cut(Exception):
@@ -111,6 +118,7 @@ class _Loop:
         self.asked = question.content
         self.budget = ResearchBudget(scope.token_budget)
         self.outcome = Research(stop="answer", question=question, budget=self.budget)
+        self.numbering = self.outcome.numbering
         self.clock = scope.clock or ReplyClock(scope.time_budget)
         self.seen: set[str] = set()
         #: Each call run in this reply, by its name and arguments: its result, and the text
@@ -152,16 +160,19 @@ class _Loop:
             except BudgetExhausted:
                 return self._stop("token_budget")
             completion = None
+            # A number that names no result of this reply never reaches the client.
+            stream = CitationFilter(self._citable, self.scope.events.text)
             try:
                 completion = await self.model.complete(
                     fitted.messages,
                     specs,
                     max_tokens=self.scope.max_tokens,
                     timeout=left,
-                    on_text=self.scope.events.text,
+                    on_text=stream,
                 )
             finally:
                 self.budget.settle(reservation, completion)
+                stream.close()
             if completion.finish_reason == "deadline":
                 self.scope.events.text_was_preamble()  # the final answer from notes follows
                 return self._stop("time_budget")
@@ -175,6 +186,9 @@ class _Loop:
             stale_rounds = 0 if found_new else stale_rounds + 1
             if stale_rounds >= NO_NEW_EVIDENCE_PATIENCE:
                 return self._stop("no_new_evidence")
+
+    def _citable(self, number: int) -> bool:
+        return self.scope.style != "spoken" and self.numbering.get(number) is not None
 
     def _stop(self, stop: Stop) -> Research:
         self.outcome.stop = stop
@@ -215,7 +229,8 @@ class _Loop:
                 "analysis is off (chat.analysis_workers = 0)."
             )
         analysis = await self._analyze(question.content, sec.USER_KIND, question.content)
-        self.current[0] = msg.user(analysis.coordinator_text(), seq=question.seq)
+        numbers = [passage.number for passage in self.numbering.analysis(analysis, message=question.seq)]
+        self.current[0] = msg.user(analysis.coordinator_text(numbers=numbers), seq=question.seq)
         self.outcome.question_analysis = analysis
         stop = _budget_stop(analysis.cut)
         if stop is not None:
@@ -329,21 +344,25 @@ class _Loop:
         a budget cut short ends research after this round (``self.cut``); its notes are kept.
         """
         if call.name == "read_chat_section" or not result.ok:
-            return result.text, None  # rereads are bounded already; analyzing them again would loop
+            # Rereads are bounded already; analyzing them again would loop.
+            return self.numbering.result(call, result)[0], None
+        numbered = self.numbering.preview().result(call, result)[0]
         specs = [tool.spec for tool in self.offered()]
         base = self.model.count_prompt([self.system, *self.current], specs) + self.scope.max_tokens
 
         def fits(text: str) -> bool:
             return base + self.model.count_message(msg.tool_result(call, text)) <= self.model.n_ctx
 
-        prepared = sec.prepare_tool_result(result.text, workers=self.scope.analysis_workers, fits=fits)
+        prepared = sec.prepare_tool_result(numbered, workers=self.scope.analysis_workers, fits=fits)
         if prepared is not None:
+            self.numbering.result(call, result)  # shown: its numbers are given now
             return prepared, None
         analysis = await self._analyze(result.text, sec.tool_kind(call.name), self.asked)
         stop = _budget_stop(analysis.cut)
         if stop is not None:
             self.cut = stop  # research ends after this round; the final answer reads the notes
-        return analysis.coordinator_text(), analysis
+        numbers = [passage.number for passage in self.numbering.analysis(analysis, result=result)]
+        return analysis.coordinator_text(numbers=numbers), analysis
 
 
 def _budget_stop(cut: str) -> Stop | None:

@@ -1,18 +1,19 @@
 """Research notes and the final answer written from them (docs/decisions.md, "Final answer
 from notes"; ADR 0127).
 
-When research ends on a budget, stagnation or a full context, this reply's tool steps
-become notes: search hits split by hit id (a passage returned by several searches is one
-note and ranks first), other tool results one note each, named by tool and subject; a
-result too long to show whole becomes the notes its section workers wrote, one note per
-worker, whose label says which characters they cover and which were not read; empty
-reads, errors and calls not run add nothing. Notes are built from the results' structure
-(``ToolResult.hits``, ``sources``, ``evidence``), never parsed from the text the model read.
+When research ends on a budget, stagnation or a full context, this reply's numbered results
+(``research/citations.py``) become notes under the same numbers the coordinator saw: a search
+hit, a file range read, an earlier message, one note per section worker of an analyzed result
+or of the user's own message, whose first note says which characters were not read. A place
+returned by several searches is one note and ranks first; the ranking orders the digest and
+never renumbers. Empty reads, errors and calls not run add nothing. Notes are built from the
+results' structure (``ToolResult.hits``, ``sources``, ``quotes``), never parsed from the text
+the model read.
 
 The reserved answer's request then holds the system prompt without the tool strategy, up
-to six earlier user and assistant messages, and the question with the notes numbered for
-citation within 6,000 characters (700 a note). Imprint, not the model, writes the Sources
-list of the notes the answer cites, and the fallbacks when the answer cannot finish.
+to six earlier user and assistant messages, and the question with the notes for citation
+within 6,000 characters (700 a note). Imprint, not the model, writes the Sources list of the
+notes the answer cites (``citations.sources``), and the fallbacks when the answer cannot finish.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import msgspec
 
 from imprintd.context.sections import CUT_REASONS, Analysis
 from imprintd.messages import Message, Style, ToolCall, system, user
-from imprintd.tools.base import Hit, Source, ToolResult
+from imprintd.research.citations import Numbering, Passage
+from imprintd.tools.base import ToolResult
 
 DIGEST_LIMIT = 6_000
 NOTE_LIMIT = 700
@@ -45,13 +47,12 @@ class ToolStepRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Note(msgspec.Struct, frozen=True, kw_only=True):
-    """One numbered research note, as the final answer cites it."""
+    """One research note, under the number its result had in this reply."""
 
-    number: int  # 1-based, after ranking
-    label: str  # "from src/billing/config.py (file)", "read_file src/app.py"
+    number: int  # the result's number (``research/citations.py``), not its rank
+    label: str  # "src/billing/config.py:55–58", "message #12", "notes on sections 1–2 of 9 of message #1"
     text: str
-    sources: tuple[Source, ...] = ()
-    kind: str = ""  # the hit's kind ("file") or the tool's name; shown in Sources
+    passage: Passage
     times: int = 1  # how many searches (or identical calls) returned it
 
 
@@ -60,19 +61,16 @@ class Note(msgspec.Struct, frozen=True, kw_only=True):
 
 @dataclass
 class _Draft:
-    label: str
+    passage: Passage
     text: str
-    sources: tuple[Source, ...]
-    kind: str
-    step: int  # the first step that returned it
+    step: int  # the first step that returned it (-1: the analysis of the user's message)
     position: int  # its place within that step's result
-    score: float = 0.0
     steps: set[int] = field(default_factory=set)
 
-    def rank_key(self) -> tuple[int, int, float, int]:
+    def rank_key(self) -> tuple[int, int, int]:
         # Several searches first (ADR 0127); then in the order research found them, a
         # search's own hits by score (which is the order the search returned them in).
-        return (-len(self.steps), self.step, -self.score, self.position)
+        return (-len(self.steps), self.step, self.position)
 
 
 def _clean(text: str) -> str:
@@ -91,99 +89,76 @@ def _is_empty(result: ToolResult) -> bool:
     return not result.text.strip() or not (result.hits or result.sources or result.evidence)
 
 
-def _hit_draft(hit: Hit, step: int, position: int) -> _Draft:
-    return _Draft(
-        label=f"from {hit.path} ({hit.kind})",
-        text=_clean(hit.excerpt),
-        sources=(hit.source,),
-        kind=hit.kind,
-        step=step,
-        position=position,
-        score=hit.score,
-    )
+def build_notes(
+    steps: Sequence[ToolStepRecord],
+    numbering: Numbering | None = None,
+    *,
+    question: Analysis | None = None,
+    question_seq: int | None = None,
+) -> list[Note]:
+    """This reply's results as ranked notes under their numbers (see the module docstring).
 
-
-def build_notes(steps: Sequence[ToolStepRecord]) -> list[Note]:
-    """This reply's tool steps as ranked, numbered notes (see the module docstring)."""
-    drafts: dict[tuple[str, ...], _Draft] = {}
+    ``numbering`` is the reply's, so a note keeps the number the coordinator saw (a fresh one
+    numbers the steps in order). ``question``: the analysis of the user's own message, whose
+    workers' notes are notes too (of message ``question_seq``).
+    """
+    numbering = numbering if numbering is not None else Numbering()
+    drafts: dict[int, _Draft] = {}
+    if question is not None:
+        for draft in _analysis_drafts(question, numbering, step=-1, message=question_seq):
+            _merge(drafts, draft)
     for step, record in enumerate(steps):
         result = record.result
         if result is None or not result.ok or _is_empty(result):
             continue
-        subject = result.subject or _subject_of(record.call)
-        label = f"{record.call.name} {subject}".strip()
         if record.analysis is not None:
             # Its notes, not its first characters: they cover every section that was read.
-            for position, draft in enumerate(_analysis_drafts(record.analysis, label, result, step)):
-                _merge(drafts, ("analysis", label, str(position), draft.text), draft, step)
+            for draft in _analysis_drafts(record.analysis, numbering, step=step, result=result):
+                _merge(drafts, draft)
             continue
-        if result.hits:
-            for position, hit in enumerate(result.hits):
-                _merge(drafts, ("hit", hit.id), _hit_draft(hit, step, position), step)
-            continue
-        # A read's continuation line is tool protocol: a tools-free final turn must not be
-        # invited to call read_file, so notes keep only the content.
-        text = _clean(result.content)
-        if not text:
-            continue
-        draft = _Draft(label=label, text=text, sources=result.sources, kind=record.call.name, step=step, position=0)
-        # The same call with the same answer twice is one note, like a repeated hit.
-        _merge(drafts, ("tool", record.call.name, subject, text), draft, step)
+        for position, passage in enumerate(numbering.result(record.call, result)[1]):
+            # A read's continuation line is tool protocol: a tools-free final turn must not be
+            # invited to call read_file, so notes keep only the content.
+            text = _clean(passage.text)
+            if text:
+                _merge(drafts, _Draft(passage=passage, text=text, step=step, position=position))
     ranked = sorted(drafts.values(), key=_Draft.rank_key)
     return [
-        Note(number=number, label=d.label, text=d.text, sources=d.sources, kind=d.kind, times=len(d.steps))
-        for number, d in enumerate(ranked, start=1)
+        Note(number=d.passage.number, label=d.passage.label, text=d.text, passage=d.passage, times=len(d.steps))
+        for d in ranked
     ]
 
 
-def _analysis_drafts(analysis: Analysis, label: str, result: ToolResult, step: int) -> list[_Draft]:
-    """One draft per worker's notes on an analyzed result; the first says what was not read."""
-    drafts = []
-    for position, worker in enumerate(analysis.workers):
-        first, last = worker.sections[0], worker.sections[-1]
-        span = f"{label}, notes on sections {first}–{last} of {analysis.needed}"
-        drafts.append(
-            _Draft(
-                label=span,
-                text=_clean(worker.notes),
-                sources=result.sources,
-                kind=label.split(" ", 1)[0],
-                step=step,
-                position=position,
-            )
-        )
-    if analysis.cut:
+def _analysis_drafts(
+    analysis: Analysis,
+    numbering: Numbering,
+    *,
+    step: int,
+    message: int | None = None,
+    result: ToolResult | None = None,
+) -> list[_Draft]:
+    """One draft per worker's notes on an analyzed source; the first says what was not read."""
+    passages = numbering.analysis(analysis, message=message, result=result)
+    drafts = [
+        _Draft(passage=passage, text=_clean(passage.text), step=step, position=position)
+        for position, passage in enumerate(passages)
+    ]
+    if analysis.cut and drafts:
         unread = (
-            f"characters {analysis.read_to}–{analysis.total_chars} of this result were not read "
+            f"characters {analysis.read_to}–{analysis.total_chars} of this source were not read "
             f"({CUT_REASONS[analysis.cut][0]})"
         )
-        if drafts:
-            drafts[0].text = f"{drafts[0].text}\n({unread})"
-        else:
-            drafts.append(
-                _Draft(label=label, text=f"({unread})", sources=(), kind=label.split(" ", 1)[0], step=step, position=0)
-            )
+        drafts[0].text = f"{drafts[0].text}\n({unread})"
     return drafts
 
 
-def _merge(drafts: dict[tuple[str, ...], _Draft], key: tuple[str, ...], draft: _Draft, step: int) -> None:
-    existing = drafts.get(key)
+def _merge(drafts: dict[int, _Draft], draft: _Draft) -> None:
+    existing = drafts.get(draft.passage.number)
     if existing is None:
-        draft.steps.add(step)
-        drafts[key] = draft
+        draft.steps.add(draft.step)
+        drafts[draft.passage.number] = draft
         return
-    existing.steps.add(step)
-    if draft.score > existing.score:
-        # Keep the best-scored wording of the passage, but rank it where it was first seen.
-        existing.text, existing.sources, existing.score = draft.text, draft.sources, draft.score
-
-
-def _subject_of(call: ToolCall) -> str:
-    for name in ("path", "query", "subject"):
-        value = call.arguments.get(name)
-        if isinstance(value, str) and value:
-            return value
-    return ""
+    existing.steps.add(draft.step)  # the same place again: one note, ranked where first seen
 
 
 # --- the digest -------------------------------------------------------------------------------
@@ -207,10 +182,11 @@ def note_line(note: Note, per_note: int = NOTE_LIMIT) -> str:
 
 
 def digest(notes: Sequence[Note], *, limit: int = DIGEST_LIMIT, per_note: int = NOTE_LIMIT) -> tuple[str, list[Note]]:
-    """The notes numbered for citation: whole notes, in rank order, within ``limit`` characters.
+    """The notes for citation: whole notes, in rank order, each under its result's number, within
+    ``limit`` characters.
 
-    Stops at the first note that does not fit, so the numbers shown run 1..k without gaps
-    and a citation is valid exactly when it is within that range.
+    Stops at the first note that does not fit; a citation is valid exactly when it names one
+    of the notes returned (the ranking does not renumber, so the numbers may have gaps).
     """
     lines: list[str] = []
     included: list[Note] = []
@@ -288,44 +264,6 @@ def final_request(
     return [system(prompt), *earlier_messages(earlier, question), user(ask)]
 
 
-# --- citations and sources --------------------------------------------------------------------
-
-_CITATION = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
-
-
-def cited_notes(answer: str, notes: Sequence[Note]) -> list[Note]:
-    """The notes ``answer`` cites as ``[n]`` (or ``[n, m]``), valid numbers only, in order of first citation."""
-    by_number = {note.number: note for note in notes}
-    cited: list[Note] = []
-    for match in _CITATION.finditer(answer):
-        for number in (int(part) for part in match.group(1).split(",")):
-            note = by_number.get(number)
-            if note is not None and note not in cited:
-                cited.append(note)
-    return cited
-
-
-def _where(source: Source) -> str:
-    if source.start_line == source.end_line:
-        return f"{source.path}:{source.start_line}"
-    return f"{source.path}:{source.start_line}-{source.end_line}"
-
-
-def sources_block(cited: Sequence[Note]) -> str:
-    """ "Sources:" and one line per cited note, written by Imprint, not the model.
-
-    Each line keeps the note's own number so it matches the [n] in the answer.
-    """
-    if not cited:
-        return ""
-    lines = ["Sources:"]
-    for note in cited:
-        places = "; ".join(_where(source) for source in note.sources) or note.label
-        kind = f" ({note.kind})" if note.kind else ""
-        lines.append(f"[{note.number}] {places}{kind}")
-    return "\n".join(lines)
-
-
 # --- fallbacks --------------------------------------------------------------------------------
 
 #: Sentence end: terminal punctuation, then any closing quotes, brackets or emphasis, then
@@ -349,9 +287,9 @@ def _places(notes: Iterable[Note]) -> list[str]:
     """Where the notes come from, for speaking: file paths, else the note's label."""
     places: list[str] = []
     for note in notes:
-        for place in [s.path for s in note.sources] or [note.label]:
-            if place not in places:
-                places.append(place)
+        place = note.passage.path or note.label
+        if place not in places:
+            places.append(place)
     return places
 
 

@@ -43,6 +43,13 @@ class Hit(msgspec.Struct, frozen=True, kw_only=True):
         return Source(path=self.path, start_line=self.start_line, end_line=self.end_line)
 
 
+class Quote(msgspec.Struct, frozen=True, kw_only=True):
+    """An earlier message of this conversation as a result shows it: its seq and the text shown."""
+
+    message: int
+    text: str
+
+
 class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
     """What a tool call produced.
 
@@ -52,7 +59,9 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
     ``sources`` are the structure notes are built from. ``ok=False`` marks a failed or
     refused call, whose ``text`` says why; it adds no notes. ``continuation`` is the end of
     ``text`` that tells the model where to read on: tool protocol, not content, so notes (read
-    by a tools-free final turn) leave it out.
+    by a tools-free final turn) leave it out. ``quotes`` are the earlier messages a
+    ``conversation_history`` result shows, in order, after its ``preface``; research numbers
+    each (``research/citations.py``).
     """
 
     text: str
@@ -62,6 +71,8 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
     hits: tuple[Hit, ...] = ()
     sources: tuple[Source, ...] = ()
     continuation: str = ""
+    quotes: tuple[Quote, ...] = ()
+    preface: str = ""
 
     @property
     def content(self) -> str:

@@ -67,10 +67,24 @@ async def test_load_in_a_new_agent_replays_exactly_what_was_stored(daemon_env, s
     ]
     root = workspace.resolve()
     first_call, second_call = stored[1].tool_calls[0], stored[3].tool_calls[0]
+    # The first answer cited nothing after a read: it keeps the place read, as not cited, and
+    # the replay links it as the live answer did.
+    assert [(s.number, s.kind, s.path, s.cited) for s in stored[5].sources] == [
+        (1, "file", "deploy/billing.yaml", False)
+    ]
+    links = [u.content for u in replayed if getattr(u.content, "type", None) == "resource_link"]
+    assert [(link.uri, link.name, link.title, link.description) for link in links] == [
+        (
+            (root / "deploy/billing.yaml").as_uri() + "#L2:2",
+            "deploy/billing.yaml:2",
+            "[1] deploy/billing.yaml:2",
+            "read, not cited",
+        )
+    ]
     assert [
         (u.session_update, getattr(u, "content", None) and u.content.text)
         for u in replayed
-        if u.session_update != "tool_call"
+        if u.session_update != "tool_call" and getattr(u.content, "type", None) != "resource_link"
     ] == [
         ("user_message_chunk", stored[0].content),
         ("agent_thought_chunk", "Reading the deployment."),  # a round that called tools: not the answer
@@ -94,6 +108,7 @@ async def test_load_in_a_new_agent_replays_exactly_what_was_stored(daemon_env, s
         "tool_call",
         "tool_call",
         "agent_message_chunk",
+        "agent_message_chunk",  # the link to the place read
         "user_message_chunk",
         "agent_message_chunk",
     ]

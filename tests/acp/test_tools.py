@@ -70,7 +70,12 @@ async def test_tool_steps_are_tool_calls_with_kind_status_and_location(agent, st
     detail = failed.content[0].content.text
     assert "'..' segments are not allowed" in detail
     # What the model wrote before calling tools is not the answer; only the result's text is.
-    assert texts(updates, "agent_message_chunk") == ["Billing listens on 8101."]
+    # It cited nothing after a read: the place read is listed, marked as not cited, and linked.
+    assert texts(updates, "agent_message_chunk") == [
+        f"Billing listens on 8101.\n\nSources:\n[1] {PORT_FILE}:2-4 (read, not cited)"
+    ]
+    [link] = [u.content for u in updates if u.session_update == "agent_message_chunk" and u.content.type != "text"]
+    assert (link.type, link.name, link.description) == ("resource_link", f"{PORT_FILE}:2-4", "read, not cited")
     thoughts = texts(updates, "agent_thought_chunk")
     assert f"Indexing the workspace: {len(INDEXED)} of {len(INDEXED)} files\n" in thoughts
     # It is thinking, sent once the round went on to its tool call, before that call starts.
@@ -80,9 +85,10 @@ async def test_tool_steps_are_tool_calls_with_kind_status_and_location(agent, st
         if u.session_update == "agent_thought_chunk" and u.content.text == "Let me read the deployment."
     )
     assert updates.index(preamble) == updates.index(read) - 1
-    # The order a client shows: the steps, then the answer last.
+    # The order a client shows: the steps, then the answer and its link last.
     kinds = [u.session_update for u in updates]
-    assert kinds.index("tool_call") < kinds.index("agent_message_chunk") == len(kinds) - 1
+    assert kinds.index("tool_call") < kinds.index("agent_message_chunk") == len(kinds) - 2
+    assert updates[-1].content.type == "resource_link"
 
 
 async def test_a_research_stop_answers_with_sources_as_resource_links(daemon_env, stub, tmp_path):

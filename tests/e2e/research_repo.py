@@ -1,6 +1,6 @@
 """The research scenario the LSP and ACP end-to-end tests share: a small billing/gateway service
 repo written into the workspace, and a scripted coordinator that reads what the daemon sent the
-model (search hits, tool results, numbered notes) to choose its next calls and cite its notes.
+model (numbered search hits and reads, numbered notes) to choose its next calls and cite them.
 
 Test modules import these from here, never from one another.
 """
@@ -232,22 +232,23 @@ def line_of(relative: str, fact: str) -> int:
 
 # --- reading what the daemon sent the model ---------------------------------------------------
 
-_HIT = re.compile(r"^\[hit (\w+)\] (\S+):(\d+)-(\d+)$", re.MULTILINE)
+_HIT = re.compile(r"^\[(\d+)\] (\S+):(\d+)(?:–(\d+))?$", re.MULTILINE)
 _NOTE = re.compile(r"^\[(\d+)\] (.*?): ", re.MULTILINE)
 
 
 def parse_hits(text: str) -> list[dict]:
-    """A search result as the model reads it: ``[hit ID] path:START-END`` then the excerpt."""
+    """A search result as the model reads it: per hit ``[n] path:START–END`` then the excerpt
+    (a read looks the same: its number and range, then the lines)."""
     heads = list(_HIT.finditer(text))
     hits = []
     for index, head in enumerate(heads):
         end = heads[index + 1].start() if index + 1 < len(heads) else len(text)
         hits.append(
             {
-                "id": head[1],
+                "number": int(head[1]),
                 "path": head[2],
                 "start": int(head[3]),
-                "end": int(head[4]),
+                "end": int(head[4] or head[3]),
                 "excerpt": text[head.end() + 1 : end].rstrip("\n"),
             }
         )

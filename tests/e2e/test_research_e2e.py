@@ -3,7 +3,7 @@ with search and read_file through a scripted OpenAI-compatible model, stops on i
 budget, and writes the final answer from notes with Sources that point at the right lines.
 
 The scripted coordinator behaves like a model: it reads the tool results it was sent (hits
-are ``[hit ID] path:START-END`` then the excerpt) and chooses its next call from them; the
+are ``[n] path:START–END`` then the excerpt) and chooses its next call from them; the
 tools-free final request is answered by citing the numbered notes whose text holds the facts.
 Everything is asserted over the wire: notifications, progress, the requests the model got,
 the result and the stored session.
@@ -142,11 +142,15 @@ async def test_research_over_two_files_stops_on_the_budget_and_cites_the_right_l
     )
 
     # Every hit the model was sent points at the lines its excerpt came from.
-    sent_hits = [hit for m in tool_messages(research[-1]) for hit in parse_hits(m["content"])]
+    sent = [m["content"] for m in tool_messages(research[-1])]
+    sent_hits = [hit for m in sent[0::2] for hit in parse_hits(m)]  # the searches of rounds 1, 3
     assert {PORT_FILE, TIMEOUT_FILE} <= {hit["path"] for hit in sent_hits}
     for hit in sent_hits:
         lines = FILES[hit["path"]].split("\n")
         assert "\n".join(lines[hit["start"] - 1 : hit["end"]]) == hit["excerpt"], hit
+    # Numbers run on through the reply: each place first seen gets the next one.
+    numbers = [hit["number"] for m in sent for hit in parse_hits(m)]
+    assert sorted(set(numbers)) == list(range(1, max(numbers) + 1))
 
     # The final request: no tools, no tool exchange, the question followed by numbered notes.
     final = final_requests[0]
@@ -154,9 +158,13 @@ async def test_research_over_two_files_stops_on_the_budget_and_cites_the_right_l
     assert [m["role"] for m in final["messages"]] == ["system", "user"]
     assert not any(m.get("tool_calls") or m.get("tool_call_id") for m in final["messages"])
     ask = final["messages"][-1]["content"]
-    assert ask.startswith(QUESTION + "\n\nResearch notes:\n[1] ")
+    assert ask.startswith(QUESTION + "\n\nResearch notes:\n[")
     notes = parse_notes(ask)
-    assert sorted(notes) == list(range(1, len(notes) + 1))
+    # Notes keep the numbers the coordinator saw (the digest is ranked, never renumbered).
+    shown = {hit["number"]: hit for m in tool_messages(research[-1]) for hit in parse_hits(m["content"])}
+    for number, (label, _) in notes.items():
+        if number in shown:
+            assert label.startswith(f"{shown[number]['path']}:{shown[number]['start']}"), (number, label)
     digest = ask.split("\n\nResearch notes:\n", 1)[1].rsplit("\n\nAnswer the question above", 1)[0]
     assert len(digest) <= 6000  # ADR 0127's digest size
     assert "Tools:" not in final["messages"][0]["content"]  # the tool strategy is left out
@@ -174,7 +182,8 @@ async def test_research_over_two_files_stops_on_the_budget_and_cites_the_right_l
         )
         fact = PORT_FACT if source.path == PORT_FILE else TIMEOUT_FACT
         assert source.startLine <= line_of(source.path, fact) <= source.endLine, source
-        assert notes[source.number][0] in (f"from {source.path} (file)", f"read_file {source.path}")
+        assert notes[source.number][0] == source.label and source.label.startswith(source.path)
+        assert (source.kind, source.cited, source.supported, source.reason) == ("file", True, True, "")
     assert len(sources_block.strip().split("\n")) == 2
 
     # The session stores the question, the calls and results in order, and the final answer.
@@ -182,6 +191,7 @@ async def test_research_over_two_files_stops_on_the_budget_and_cites_the_right_l
     stored = session.messages
     assert (stored[0].role, stored[0].content) == ("user", QUESTION)
     assert (stored[-1].role, stored[-1].content) == ("assistant", result.text)
+    assert stored[-1].sources == result.sources and all(m.sources == [] for m in stored[:-1])
     exchange = stored[1:-1]
     calls = [m for m in exchange if m.role == "assistant"]
     results = [m for m in exchange if m.role == "tool"]
@@ -198,9 +208,16 @@ async def test_research_over_two_files_stops_on_the_budget_and_cites_the_right_l
     ]
     assert results[1].content == FILES[PORT_FILE].rstrip("\n")
     assert results[3].content == FILES[TIMEOUT_FILE].rstrip("\n")
-    # What the model read in each round is the stored result, sent back in the next request.
+    # What the model read in each round is the stored result under its number, sent back in the
+    # next request; the stored result is the tool's own text, without this reply's numbers.
     for index, request in enumerate(research[1:]):
-        assert tool_messages(request)[-1]["content"] == results[index].content
+        sent = tool_messages(request)[-1]["content"]
+        if results[index].content.startswith("[hit "):
+            assert [h["excerpt"] for h in parse_hits(sent)] == [
+                block.split("\n", 1)[1] for block in results[index].content.split("\n\n[hit ")
+            ]
+        else:
+            assert sent.startswith("[") and sent.endswith("\n" + results[index].content)
 
 
 # --- containment ------------------------------------------------------------------------------
@@ -290,32 +307,35 @@ async def test_a_hit_found_by_two_searches_is_one_note_ranked_first_and_a_repeat
     assert repeated == f"(Same call as before; its result again.)\n{dunning}"
 
     # The two searches share one hit: the FAQ, which holds both words.
-    first = {hit["id"]: hit for hit in parse_hits(dunning)}
-    second = {hit["id"]: hit for hit in parse_hits(chargeback)}
+    first = {hit["number"]: hit for hit in parse_hits(dunning)}
+    second = {hit["number"]: hit for hit in parse_hits(chargeback)}
     shared = set(first) & set(second)
     assert [first[hit]["path"] for hit in shared] == ["docs/payments-faq.md"]
     assert {hit["path"] for hit in first.values()} == {"docs/payments-faq.md", "src/billing/dunning.py"}
     assert {hit["path"] for hit in second.values()} == {"docs/payments-faq.md", "docs/disputes.md"}
 
-    # In the final request it is one note, ranked first; the others follow in the order found.
+    # It kept its first number in the second search. In the final request it is one note, ranked
+    # first; the others follow in the order found, each under the number the coordinator saw.
     assert "tools" not in final
+    [number] = shared
+    faq = first[number]
     notes = parse_notes(final["messages"][-1]["content"])
-    assert [label for _, (label, _) in sorted(notes.items())] == [
-        "from docs/payments-faq.md (file)",
-        "from src/billing/dunning.py (file)",
-        "from docs/disputes.md (file)",
+    assert list(notes) == [number, *(n for n in sorted({**first, **second}) if n != number)]
+    assert [label.split(":")[0] for label, _ in notes.values()] == [
+        "docs/payments-faq.md",
+        "src/billing/dunning.py",
+        "docs/disputes.md",
     ]
-    faq = next(iter(first[hit] for hit in shared))
-    assert notes[1][1] == faq["excerpt"].strip()
+    assert notes[number][1] == faq["excerpt"].strip()
     assert [(s.number, s.path, s.startLine, s.endLine) for s in result.sources] == [
-        (1, "docs/payments-faq.md", faq["start"], faq["end"])
+        (number, "docs/payments-faq.md", faq["start"], faq["end"])
     ]
-    assert result.text.endswith(f"Sources:\n[1] docs/payments-faq.md:{faq['start']}-{faq['end']} (file)")
+    assert result.text.endswith(f"Sources:\n[{number}] docs/payments-faq.md:{faq['start']}-{faq['end']}")
 
 
 def answer_citing_first():
     def final(request: dict) -> str:
-        assert "Research notes:\n[1] " in request["messages"][-1]["content"]
-        return "A failed card starts dunning, and a dispute freezes the charge [1]."
+        first = next(iter(parse_notes(request["messages"][-1]["content"])))
+        return f"A failed card starts dunning, and a dispute freezes the charge [{first}]."
 
     return final

@@ -27,6 +27,7 @@ WORKER_SYSTEM_START = "You take notes for another assistant"
 FACT = "vault_unseal_port = 48213  # the one true unseal port"
 ANSWER = "The vault unseal port is 48213."
 SOURCE_ID = re.compile(r'source id "([A-Za-z0-9_-]+)"')
+NUMBER = re.compile(r"\[(\d+)\] ")
 SECTION = re.compile(r"Section (\d+) of (\d+) of the user message")
 ANALYZING = re.compile(r"Analyzing section (\d+) of (\d+)")
 
@@ -93,6 +94,11 @@ def progress_messages(client) -> list[str]:
     ]
 
 
+def coordinator_prompt(stub) -> str:
+    """The analyzed question as the coordinator's first round saw it."""
+    return next(r for r in stub.requests if "tools" in r)["messages"][-1]["content"]
+
+
 def is_worker(request: dict) -> bool:
     return "tools" not in request and request["messages"][0]["content"].startswith(WORKER_SYSTEM_START)
 
@@ -127,7 +133,8 @@ def model_script(read_start: int, read_length: int):
             number = SECTION.search(request["messages"][1]["content"]).group(1)
             return f"- [s{number}] WORKER-NOTE-{number}: service timeouts, nothing about vault yet"
         if any(m["role"] == "tool" for m in request["messages"]):
-            return ANSWER
+            [reread] = [m for m in request["messages"] if m["role"] == "tool"]
+            return f"{ANSWER[:-1]} [{NUMBER.match(reread['content']).group(1)}]."
         prompt = request["messages"][-1]["content"]
         source_id = SOURCE_ID.search(prompt).group(1)
         return StubReply(
@@ -152,8 +159,23 @@ async def test_a_paste_is_analyzed_in_sections_and_the_coordinator_rereads_an_ex
     stub.queue(*[model_script(read_start, read_length)] * 200)
 
     result = await chat(client, text=question)
-    assert result.text == ANSWER
     assert result.stopReason == "answer"
+    # The answer cites the reread, numbered after the workers' notes the coordinator saw first:
+    # a section of the user's own message (its seq is 1), which holds what the sentence says.
+    workers_shown = NUMBER.findall(coordinator_prompt(stub))
+    reread = len(workers_shown) + 1
+    label = f"characters {read_start}–{read_start + read_length} of message #1"
+    answer = f"{ANSWER[:-1]} [{reread}].\n\nSources:\n[{reread}] {label}"
+    assert result.text == answer
+    [source] = result.sources
+    assert (source.number, source.kind, source.label, source.message, source.path) == (
+        reread,
+        "section",
+        label,
+        1,
+        None,
+    )
+    assert (source.cited, source.supported) == (True, True)
 
     # What reached the model: workers first, then the coordinator twice.
     requests = stub.requests
@@ -182,13 +204,13 @@ async def test_a_paste_is_analyzed_in_sections_and_the_coordinator_rereads_an_ex
     # The tool result that reached the model is exactly the range it asked for.
     [tool_message] = [m for m in coordinator[1]["messages"] if m["role"] == "tool"]
     assert tool_message["tool_call_id"] == "call_read"
-    assert tool_message["content"] == expected
+    assert tool_message["content"] == f"[{reread}] {label}\n{expected}"
 
     # Progress: every section, in order, on $/progress; none of it, nor any note, in the reply text.
     analyzing = [m for m in progress_messages(client) if ANALYZING.fullmatch(m)]
     assert analyzing == [f"Analyzing section {n} of {count}" for n in range(1, count + 1)]
     streamed = deltas(client, result.replyId)
-    assert streamed == ANSWER
+    assert streamed == answer
     assert "Analyzing" not in streamed and "WORKER-NOTE" not in streamed and "[s1]" not in streamed
 
     # The tool step was reported as it started and finished.

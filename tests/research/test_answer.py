@@ -46,7 +46,7 @@ async def test_a_final_request_that_cannot_be_prepared_gives_the_findings_withou
     assert model.requests == []
     assert final.text.startswith(
         "I couldn't write a full answer. The strongest findings of the research:\n"
-        "- read_file services/billing.yaml: name: billing port: 8101 replicas: 2 [1]"
+        "- services/billing.yaml:1–3: name: billing port: 8101 replicas: 2 [1]"
     )
     assert events.progress_messages == ["Writing the answer from the research notes…"]
     assert events.streamed == final.text
@@ -72,7 +72,7 @@ async def test_an_answer_without_a_tool_call_is_kept_whole():
     model = StandInModel(native_tools=False)
     model.queue('Set it like this: {"port": 8101} [1].')
     final = await answer(model)
-    assert final.text == 'Set it like this: {"port": 8101} [1].\n\nSources:\n[1] services/billing.yaml:1-3 (read_file)'
+    assert final.text == 'Set it like this: {"port": 8101} [1].\n\nSources:\n[1] services/billing.yaml:1-3'
 
 
 async def test_the_final_request_gets_the_time_it_is_given():
@@ -92,6 +92,6 @@ async def test_what_was_not_read_is_said_before_the_sources():
     final = await answer(model, events, coverage="Characters 10–20 of your message (20 characters) were not read.")
     assert final.text == (
         "Billing listens on 8101 [1].\n\nCharacters 10–20 of your message (20 characters) were "
-        "not read.\n\nSources:\n[1] services/billing.yaml:1-3 (read_file)"
+        "not read.\n\nSources:\n[1] services/billing.yaml:1-3"
     )
     assert events.streamed == final.text

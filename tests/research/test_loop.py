@@ -15,7 +15,7 @@ from imprintd.models.base import Completion
 from imprintd.research import loop as loop_mod
 from imprintd.research.loop import ReplyFailed, research
 from imprintd.research.notes import build_notes
-from imprintd.tools.base import ToolResult
+from imprintd.tools.base import Source, ToolResult
 from tests.helpers import tool_turn
 from tests.recording import RecordingEvents
 from tests.research.fakes import SYSTEM, FakeSearch, scope
@@ -287,7 +287,12 @@ class FakeRead:
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
         self.runs += 1
         path = arguments["path"]
-        return ToolResult(text=self.text, subject=path, evidence=(f"{path}:1-2",))
+        return ToolResult(
+            text=self.text,
+            subject=path,
+            evidence=(f"{path}:1-2",),
+            sources=(Source(path=path, start_line=1, end_line=2),),
+        )
 
 
 async def test_a_repeated_call_makes_one_note_of_its_result_without_the_repeat_marker(model: StandInModel):
@@ -303,9 +308,12 @@ async def test_a_repeated_call_makes_one_note_of_its_result_without_the_repeat_m
     assert read.runs == 1
     # The model is told the second call repeats the first...
     assert model.requests[2].messages[-1].content.startswith("(Same call as before; its result again.)")
+    # ...under the number it was first shown with...
+    assert model.requests[1].messages[-1].content == "[1] src/config.py:1–2\nGATEWAY_PORT = 8443"
+    assert model.requests[2].messages[-1].content.endswith("\n[1] src/config.py:1–2\nGATEWAY_PORT = 8443")
     # ...but the notes see the result itself: one note, found twice, with no tool protocol in it.
-    [note] = build_notes(outcome.steps)
-    assert note.text == "GATEWAY_PORT = 8443" and note.times == 2
+    [note] = build_notes(outcome.steps, outcome.numbering)
+    assert note.text == "GATEWAY_PORT = 8443" and note.times == 2 and note.number == 1
 
 
 async def test_a_repeated_oversized_result_is_not_analyzed_again():
@@ -365,8 +373,12 @@ async def test_a_budget_spent_analyzing_the_question_keeps_the_notes_of_the_sect
     assert analysis is not None and analysis.cut == "token_budget"
     assert 1 <= len(analysis.sections) == len(model.requests) < analysis.needed
     assert outcome.analyses == [analysis]
-    # The question now stands as the notes of the sections read, which say what was not read.
-    assert outcome.question.content == analysis.coordinator_text()
+    # The question now stands as the notes of the sections read, each under its number, which
+    # say what was not read.
+    numbers = [p.number for p in outcome.numbering.passages]
+    assert numbers == list(range(1, len(analysis.workers) + 1))
+    assert outcome.question.content == analysis.coordinator_text(numbers=numbers)
+    assert "\n[1] Notes of worker 1 on section" in outcome.question.content
     assert "worker notes 1" in outcome.question.content
     assert f"Characters {analysis.read_to}–{len(paste)} were NOT read" in outcome.question.content
 
@@ -398,10 +410,10 @@ async def test_a_budget_spent_analyzing_a_tool_result_stops_research_on_the_toke
     assert step.analysis is not None and step.analysis.cut == "token_budget"
     read = len(step.analysis.sections)
     assert read == len([r for r in model.requests if not r.tools]) >= 1
-    notes = build_notes(outcome.steps)
+    notes = build_notes(outcome.steps, outcome.numbering)
     assert [n.text.split("\n")[0] for n in notes] == ["notes: routine"] * min(read, 2)
-    assert notes[0].label.startswith("search errors, notes on sections 1–")
-    assert f"characters {step.analysis.read_to}–{len(log)} of this result were not read" in notes[0].text
+    assert notes[0].label.startswith("notes on section 1 of ") and notes[0].label.endswith(" of a long tool result")
+    assert f"characters {step.analysis.read_to}–{len(log)} of this source were not read" in notes[0].text
     assert all("00000 routine entry" not in n.text for n in notes)
 
 

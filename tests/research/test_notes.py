@@ -1,9 +1,9 @@
 """ADR 0127: the final answer is written from deduplicated, cited research notes.
 
-Validation list: repeated hits merge, rank first and lose their provenance; other tools
-become one note named by their subject; earlier replies, empty reads, errors and calls not
-run add no notes; long notes end at a word; the digest keeps whole notes within its size;
-sources list only cited, valid numbers; an answer cut off after a whole sentence gets the
+Validation list: repeated hits merge, rank first and keep their number; a read is one note
+named by its place; earlier replies, empty reads, errors and calls not run add no notes; the
+user's own analyzed message gives notes; long notes end at a word; the digest keeps whole notes
+within its size; an answer cut off after a whole sentence gets the
 cut-short note and findings without an ellipsis; no answer gives four findings; the final
 request holds the question with notes and no tool messages.
 """
@@ -15,20 +15,20 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from imprintd.context.sections import Analysis, WorkerNotes
 from imprintd.messages import Message, assistant, tool_result, user
+from imprintd.research.citations import Numbering, Passage, cited_numbers
 from imprintd.research.notes import (
     Note,
     ToolStepRecord,
     build_notes,
-    cited_notes,
     clip_at_word,
     cut_short,
     digest,
     final_request,
     findings_only,
-    sources_block,
 )
-from imprintd.tools.base import Hit, Source, ToolResult
+from imprintd.tools.base import Hit, Quote, Source, ToolResult
 from imprintd.tools.index import WorkspaceIndex
 from imprintd.tools.workspace import ReadFileTool, SearchTool, format_hits
 from tests.standin import call
@@ -66,7 +66,7 @@ README = hit("0011223344", "README.md", "The gateway routes payments.", score=2.
 # --- building notes -----------------------------------------------------------------------------
 
 
-def test_repeated_hits_merge_rank_first_and_lose_their_provenance():
+def test_repeated_hits_merge_rank_first_and_keep_the_number_they_were_shown_under():
     steps = [
         search_step("retry policy", RETRY, GATEWAY),
         search_step("gateway port", README, GATEWAY),
@@ -74,13 +74,25 @@ def test_repeated_hits_merge_rank_first_and_lose_their_provenance():
     notes = build_notes(steps)
     assert [n.text for n in notes] == ["GATEWAY_PORT = 8443", "MAX_RETRIES = 5", "The gateway routes payments."]
     first = notes[0]
-    assert first.number == 1 and first.times == 2
-    assert first.label == "from src/billing/config.py (file)"
-    assert first.sources == (Source(path="src/billing/config.py", start_line=55, end_line=58),)
+    # Ranked first, found by both searches, under the number the first search showed it with.
+    assert first.number == 2 and first.times == 2
+    assert first.label == "src/billing/config.py:55–58"
+    assert (first.passage.path, first.passage.start_line, first.passage.end_line) == ("src/billing/config.py", 55, 58)
     for note in notes:
         assert "a1b2c3d4e5" not in note.text and "[hit" not in note.text
         assert "3.0" not in note.text and "src/" not in note.text
-    assert [n.number for n in notes] == [1, 2, 3]
+    assert [n.number for n in notes] == [2, 1, 3]
+
+
+def test_notes_keep_the_numbers_the_coordinator_saw():
+    numbering = Numbering()
+    steps = [search_step("gateway port", README), read_step("src/app.py", "x = 1")]
+    shown = [numbering.result(step.call, step.result)[0] for step in steps]
+    assert shown[0].startswith("[1] README.md:1–5\n") and shown[1] == "[2] src/app.py:1–3\nx = 1"
+    later = search_step("retry", RETRY, README)  # README again: still [1]
+    assert numbering.result(later.call, later.result)[0].split("\n\n")[1].startswith("[1] README.md")
+    notes = build_notes([*steps, later], numbering)
+    assert {n.number: n.text for n in notes} == {1: README.excerpt, 2: "x = 1", 3: RETRY.excerpt}
 
 
 def test_hits_of_one_search_keep_score_order_and_earlier_searches_come_first():
@@ -98,10 +110,9 @@ def test_other_tools_become_one_note_named_by_their_subject():
     notes = build_notes([step])
     assert len(notes) == 1
     note = notes[0]
-    assert note.label == "read_file src/app.py" and note.kind == "read_file"
+    assert note.label == "src/app.py:1–3" and note.passage.kind == "file" and note.passage.read
     # The continuation hint is tool protocol: it must not invite a tools-free turn to call tools.
     assert note.text == "def main():\n    run()"
-    assert note.sources == (Source(path="src/app.py", start_line=1, end_line=3),)
 
 
 def test_an_identical_read_twice_is_one_note():
@@ -109,10 +120,35 @@ def test_an_identical_read_twice_is_one_note():
     assert len(notes) == 1 and notes[0].times == 2
 
 
-def test_subject_falls_back_to_the_call_arguments():
-    result = ToolResult(text="earlier: the port was 8443", evidence=("m12",))
-    record = ToolStepRecord(call=call("conversation_history", query="port"), result=result)
-    assert build_notes([record])[0].label == "conversation_history port"
+def test_an_earlier_message_read_is_a_note_of_that_message():
+    text = "#12 user, characters 0–26 of 26:\nearlier: the port was 8443\n(end of message #12)"
+    result = ToolResult(text=text, evidence=("history:12:0",), quotes=(Quote(message=12, text=text),))
+    record = ToolStepRecord(call=call("conversation_history", message=12), result=result)
+    [note] = build_notes([record])
+    assert note.label == "message #12" and (note.passage.kind, note.passage.message) == ("message", 12)
+
+
+def test_the_analysis_of_the_users_own_message_gives_notes_of_that_message():
+    analysis = Analysis(
+        source_id="s1",
+        kind="user",
+        label="user message",
+        total_chars=9000,
+        sections=((0, 4000), (3936, 6000)),
+        workers=(
+            WorkerNotes(worker=1, sections=(1,), notes="PORT=8101"),
+            WorkerNotes(worker=2, sections=(2,), notes="x"),
+        ),
+        planned=3,
+        cut="token_budget",
+    )
+    notes = build_notes([], question=analysis, question_seq=5)
+    assert [(n.number, n.label) for n in notes] == [
+        (1, "notes on section 1 of 3 of message #5"),
+        (2, "notes on section 2 of 3 of message #5"),
+    ]
+    assert all(n.passage.kind == "section" and n.passage.message == 5 for n in notes)
+    assert notes[0].text.startswith("PORT=8101\n(characters 6000–9000 of this source were not read")
 
 
 def test_empty_reads_errors_and_calls_not_run_add_no_notes():
@@ -150,14 +186,11 @@ async def test_notes_from_the_real_workspace_tools(tmp_path: Path):
         steps.append(ToolStepRecord(call=call("read_file", path=path), result=await read.run({"path": path})))
     index.close()
     notes = build_notes(steps)
-    assert [(n.label, n.times) for n in notes] == [
-        ("from src/gateway.py (file)", 2),
-        ("read_file src/gateway.py", 1),
-        ("read_file long.txt", 1),
-    ]
+    assert [(n.label, n.times) for n in notes][:2] == [("src/gateway.py:1–2", 2), ("src/gateway.py:1–2", 1)]
+    assert notes[2].label.startswith("long.txt:1–")
     assert notes[0].text == "# the transaction gateway\nGATEWAY_PORT = 8443"
     assert "continues at line" in steps[-1].result.text
-    last_row = notes[2].sources[0].end_line - 1  # file line n holds "row n-1"
+    last_row = notes[2].passage.end_line - 1  # file line n holds "row n-1"
     assert notes[2].text.endswith(f"row {last_row}") and "read_file" not in notes[2].text
 
 
@@ -169,13 +202,11 @@ def words(count: int) -> str:
 
 
 def note(number: int, text: str, path: str = "src/a.py") -> Note:
-    return Note(
-        number=number,
-        label=f"from {path} (file)",
-        text=text,
-        sources=(Source(path=path, start_line=number, end_line=number + 9),),
-        kind="file",
+    label = f"{path}:{number}–{number + 9}"
+    passage = Passage(
+        number=number, kind="file", label=label, text=text, path=path, start_line=number, end_line=number + 9
     )
+    return Note(number=number, label=label, text=text, passage=passage)
 
 
 def test_long_notes_end_at_a_word():
@@ -185,7 +216,7 @@ def test_long_notes_end_at_a_word():
     kept = clipped[:-1]
     assert text.startswith(kept) and text[len(kept)] == " "  # cut between words
     line = digest([note(1, text)])[0]
-    assert line == f"[1] from src/a.py (file): {clipped}"
+    assert line == f"[1] src/a.py:1–10: {clipped}"
 
 
 def test_short_notes_are_not_marked():
@@ -210,7 +241,8 @@ def test_the_digest_keeps_whole_notes_within_its_size():
         assert line.startswith(f"[{kept.number}] {kept.label}: ")
         assert len(line.split(": ", 1)[1]) <= 700
     # The next note would not have fitted whole.
-    next_line = f"[{len(included) + 1}] from src/file{len(included) + 1}.py (file): " + clip_at_word(words(200), 700)
+    following = len(included) + 1
+    next_line = f"[{following}] src/file{following}.py:{following}–{following + 9}: " + clip_at_word(words(200), 700)
     assert len(text) + 1 + len(next_line) > 6000
 
 
@@ -255,8 +287,8 @@ def test_final_request_holds_question_notes_and_no_tool_messages():
     assert [m.content for m in middle] == ["question 3", "answer 3", "question 4", "answer 4", "question 5", "answer 5"]
     assert last.role == "user" and last.content.startswith(question)
     assert last.content.count(question) == 1 and sum(m.content == question for m in messages) == 0
-    assert "[1] from src/a.py (file): GATEWAY_PORT = 8443" in last.content
-    assert "[2] from src/b.py (file): MAX_RETRIES = 5" in last.content
+    assert "[1] src/a.py:1–10: GATEWAY_PORT = 8443" in last.content
+    assert "[2] src/b.py:2–11: MAX_RETRIES = 5" in last.content
     for asked_for in ("direct answer", "short list", "[n]", "leave open", "250 words"):
         assert asked_for in last.content
 
@@ -288,35 +320,6 @@ def test_spoken_final_request_asks_for_plain_sentences():
     assert "[n]" not in body and "short list" not in body
 
 
-# --- citations and sources -------------------------------------------------------------------
-
-
-def test_sources_list_only_cited_valid_numbers_in_order_of_first_citation():
-    notes = [note(1, "a", "src/a.py"), note(2, "b", "src/b.py"), note(3, "c", "src/c.py")]
-    answer = "Port 8443 [2]. Retries [9] and [0]. Again [2]. Both [1, 3]. Not a citation: [x]."
-    cited = cited_notes(answer, notes)
-    assert [n.number for n in cited] == [2, 1, 3]
-    assert sources_block(cited) == (
-        "Sources:\n[2] src/b.py:2-11 (file)\n[1] src/a.py:1-10 (file)\n[3] src/c.py:3-12 (file)"
-    )
-    assert cited_notes("no citations here", notes) == []
-    assert sources_block([]) == ""
-
-
-def test_sources_of_a_note_without_a_place_use_its_label():
-    history = Note(number=1, label="conversation_history port", text="x", kind="conversation_history")
-    one_line = Note(
-        number=2,
-        label="read_file a.py",
-        text="y",
-        kind="read_file",
-        sources=(Source(path="a.py", start_line=4, end_line=4),),
-    )
-    assert sources_block([history, one_line]) == (
-        "Sources:\n[1] conversation_history port (conversation_history)\n[2] a.py:4 (read_file)"
-    )
-
-
 # --- fallbacks --------------------------------------------------------------------------------
 
 FINDINGS = [note(n, f"finding number {n}. " + words(80), f"src/f{n}.py") for n in range(1, 6)]
@@ -330,9 +333,9 @@ def test_cut_short_after_a_whole_sentence_has_no_ellipsis():
     assert "cut short" in rest and "…" not in head
     findings = [line for line in rest.split("\n") if line.startswith("- ")]
     assert len(findings) == 3
-    assert findings[0].startswith("- from src/f1.py (file): finding number 1.") and findings[0].endswith("[1]")
+    assert findings[0].startswith("- src/f1.py:1–10: finding number 1.") and findings[0].endswith("[1]")
     assert "src/f4.py" not in reply
-    assert [n.number for n in cited_notes(reply, FINDINGS)] == [1, 2, 3]
+    assert cited_numbers(reply) == [1, 2, 3]
 
 
 @pytest.mark.parametrize("written", ["It is set in", "Port 8443 [1]. Also the", "- first point"])
