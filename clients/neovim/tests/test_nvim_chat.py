@@ -333,7 +333,7 @@ def test_research_steps_show_in_the_order_they_ran_while_research_goes_on_and_wh
         release.set()
     [done] = editor.wait_done(1)
     assert shown() == expected
-    assert editor.chat_lines()[-1] == ANSWER
+    assert ANSWER in editor.chat_lines()
 
     editor.command("ImprintNew")
     editor.lua("require('imprint.sessions').open(...)", done["sessionId"])

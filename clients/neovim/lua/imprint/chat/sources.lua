@@ -28,10 +28,36 @@ local function message_of(source)
   return present(source.message) and source.message or nil
 end
 
---- The answer starting at `row` (0-based) has `sources`: remembered for <CR> and the quickfix.
+--- The answer starting at `row` (0-based) has `sources`: remembered for <CR> and the quickfix,
+--- and the Sources line of an unsupported citation muted, with the daemon's reason after it.
 function M.remember(buf, row, sources, workspace)
   local mark = api.nvim_buf_set_extmark(buf, state.ns.marks, row, 0, {})
   table.insert(state.answers, { mark = mark, sources = sources, workspace = workspace })
+  local unsupported = {}
+  for _, source in ipairs(sources) do
+    if source.supported == false then
+      unsupported[source.number] = source
+    end
+  end
+  if next(unsupported) == nil then
+    return
+  end
+  local lines = api.nvim_buf_get_lines(buf, row, -1, false)
+  local listed = false
+  for index, line in ipairs(lines) do
+    if line == "## You" then
+      break
+    end
+    listed = listed or line == "Sources:"
+    local source = listed and unsupported[tonumber(line:match("^%[(%d+)%]"))]
+    if source then
+      local reason = present(source.reason) and source.reason ~= "" and source.reason or "unsupported"
+      api.nvim_buf_set_extmark(buf, state.ns.hl, row + index - 1, 0, {
+        end_col = #line, hl_group = "ImprintSourceUnsupported",
+        virt_text = { { "  " .. reason, "ImprintSourceUnsupported" } }, virt_text_pos = "eol",
+      })
+    end
+  end
 end
 
 --- The source a Sources line names: "[n] path:start-end (label)" or "[n] path:start (label)".

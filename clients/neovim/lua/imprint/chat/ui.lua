@@ -17,6 +17,7 @@ function M.define_highlights()
     ImprintToolFailed = "DiagnosticError",
     ImprintCancelled = "WarningMsg",
     ImprintError = "ErrorMsg",
+    ImprintSourceUnsupported = "Comment",
     ImprintWinbar = "WinBar",
   }
   for name, target in pairs(links) do
