@@ -49,8 +49,12 @@ M.on_progress = reply.on_progress
 M.on_daemon_exit = reply.on_daemon_exit
 M.on_context_usage = reply.on_context_usage
 
---- The daemon named its model (initialize, imprint/modelChanged): the winbar shows it.
-M.on_model = ui.update_winbar
+--- The daemon named its model (initialize, imprint/modelChanged): the winbar shows it, and
+--- the context share is counted again (the window or the tokenizer may have changed).
+function M.on_model()
+  ui.update_winbar()
+  context.refresh(state.session_id)
+end
 
 -- What fills the context.
 M.open_context = context.open

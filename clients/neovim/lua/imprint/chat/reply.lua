@@ -219,6 +219,8 @@ local function finish(reply, status, err)
     modeline = false,
     data = { status = status, sessionId = reply.session_id, replyId = reply.reply_id, error = err },
   })
+  -- The winbar's share: what the next question would get, no longer this reply's last round.
+  require("imprint.chat.context").refresh(state.session_id)
 end
 
 local function on_result(reply, err, result)
@@ -245,7 +247,6 @@ local function on_result(reply, err, result)
     require("imprint.chat.sources").remember(buf, first, result.sources, reply.workspace)
   end
   finish(reply, "done")
-  require("imprint.chat.context").refresh(result.sessionId)
 end
 
 --- Ask `question` in the current session (a new one when none is open).
