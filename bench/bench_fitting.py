@@ -99,6 +99,7 @@ class TokenizerModel:
 
     model_id = "bench"
     native_tools = False
+    exact_counts = True
 
     def __init__(self, tokenize: Callable[[bytes], Sequence[int]], name: str) -> None:
         self.n_ctx = N_CTX

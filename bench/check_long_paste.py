@@ -89,6 +89,10 @@ class Measured:
     def native_tools(self) -> bool:
         return self.model.native_tools
 
+    @property
+    def exact_counts(self) -> bool:
+        return self.model.exact_counts
+
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
         return self.model.count_prompt(messages, tools)
 
@@ -174,6 +178,9 @@ async def run(chars: int, n_ctx: int, time_budget: float, worker_timeout: float,
             pass
 
         def summary(self, text, first_seq, last_seq):
+            pass
+
+        def context_usage(self, usage):
             pass
 
     print(

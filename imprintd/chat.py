@@ -19,10 +19,11 @@ import msgspec
 from imprintd import settings as settings_mod
 from imprintd.context.history import ConversationHistory, HistoryError
 from imprintd.context.sections import SectionArchive
+from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
 from imprintd.models.base import Model
-from imprintd.reply import ReplyContext, ReplyOutcome, ReplyRequest, run_reply
+from imprintd.reply import ReplyContext, ReplyOutcome, ReplyRequest, next_question_usage, run_reply
 from imprintd.settings import ChatSettings, Resolved
 from imprintd.store import (
     ConversationStore,
@@ -220,6 +221,25 @@ class Chat:
         assert message is not None  # one of the two, checked above
         return history.read(message, offset)
 
+    async def context_usage(self, session_id: str) -> ContextUsage:
+        """What the session's next question would get of the context, without asking one.
+
+        Counted by the model in use (loaded if it was not), in a worker thread.
+        """
+        store, info = self.locate(session_id)
+        stored, summary = store.messages(info.id), store.summary(info.id)
+        session_folder = info.workspace if info.workspace and Path(info.workspace).is_dir() else None
+        try:
+            workspace = self.workspace_root(session_folder) is not None
+        except WorkspaceMissing:
+            workspace = False  # the question would be refused; what it would get is without tools
+        model, settings = self.model(), self.settings
+        return await anyio.to_thread.run_sync(
+            lambda: next_question_usage(
+                model, stored=stored, summary=summary, workspace=workspace, max_tokens=settings.max_tokens
+            )
+        )
+
     def read_chat_section(self, reply_id: str, source_id: str, start: int, length: int) -> SectionText:
         """Exact characters of an original a reply analyzed in sections; SectionError if gone or out of range."""
         text = self.sections.read(reply_id, source_id, start, length)
@@ -237,7 +257,7 @@ class Chat:
                 request = msgspec.structs.replace(request, workspace=info.workspace)
         else:
             store = self.store if request.persist else self.memory
-            info = store.create_session(workspace=str(root) if root else None)
+            info = store.create_session(workspace=str(root) if root else None, session_id=request.new_session_id)
         reply_id = uuid.uuid4().hex
         context = ReplyContext(
             store=store,

@@ -263,3 +263,6 @@ class _PrintEvents:
 
     def summary(self, text: str, first_seq: int, last_seq: int) -> None:
         print(f"[summarized messages #{first_seq}-#{last_seq}]", file=sys.stderr)
+
+    def context_usage(self, usage) -> None:
+        pass  # a shell user sees the answer; `imprintd config` says the model and its window

@@ -17,12 +17,15 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
+from imprintd.context.usage import ContextUsage
+
 StepState = Literal["started", "finished", "failed"]
 
 
 class ToolStep(msgspec.Struct, frozen=True, kw_only=True):
     """One tool step as the client shows it, e.g. "Searching the workspace for …"."""
 
+    #: Unique within the reply (``step-1``, ``step-2``, …): the model's own call ids can repeat.
     call_id: str
     tool: str
     title: str
@@ -54,3 +57,6 @@ class ReplyEvents(Protocol):
 
     def summary(self, text: str, first_seq: int, last_seq: int) -> None:
         """The running summary was (re)written and now covers messages first_seq..last_seq."""
+
+    def context_usage(self, usage: ContextUsage) -> None:
+        """What fills the context of the coordinator round about to be sent to the model."""

@@ -12,9 +12,11 @@ import msgspec
 
 # The core defines these vocabularies; the wire uses them as they are.
 from imprintd import reply
+from imprintd.context.usage import ContextUsage
 from imprintd.events import StepState
 from imprintd.messages import Message, SourceKind, Style
 from imprintd.messages import SourceRef as CoreSourceRef
+from imprintd.models.identity import ModelIdentity
 from imprintd.research.loop import Stop as StopReason
 from imprintd.store import SessionInfo, StoredSummary
 
@@ -26,14 +28,17 @@ DELETE_SESSION = "imprint/deleteSession"
 SUMMARY = "imprint/summary"
 READ_CHAT_SECTION = "imprint/read_chat_section"
 CONVERSATION_HISTORY = "imprint/conversation_history"
+CONTEXT = "imprint/context"
 # Notifications (server to client)
 REPLY_DELTA = "imprint/replyDelta"
 REPLY_PREAMBLE = "imprint/replyPreamble"
 TOOL_STEP = "imprint/toolStep"
 SUMMARY_UPDATED = "imprint/summaryUpdated"
+MODEL_CHANGED = "imprint/modelChanged"
+CONTEXT_USAGE = "imprint/contextUsage"
 
-REQUESTS = (CHAT, SESSIONS, SESSION, DELETE_SESSION, SUMMARY, READ_CHAT_SECTION, CONVERSATION_HISTORY)
-NOTIFICATIONS = (REPLY_DELTA, REPLY_PREAMBLE, TOOL_STEP, SUMMARY_UPDATED)
+REQUESTS = (CHAT, SESSIONS, SESSION, DELETE_SESSION, SUMMARY, READ_CHAT_SECTION, CONVERSATION_HISTORY, CONTEXT)
+NOTIFICATIONS = (REPLY_DELTA, REPLY_PREAMBLE, TOOL_STEP, SUMMARY_UPDATED, MODEL_CHANGED, CONTEXT_USAGE)
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
@@ -257,3 +262,68 @@ class ConversationHistoryParams(Wire):
 class ConversationHistoryResult(Wire):
     session_id: str
     text: str
+
+
+# -- the model in use -----------------------------------------------------------
+class ModelInfo(Wire):
+    """The model the daemon answers with: ``initialize``'s ``capabilities.experimental.imprint``
+    and the ``imprint/modelChanged`` notification."""
+
+    provider: str
+    model: str
+    n_ctx: int
+
+    @classmethod
+    def from_core(cls, identity: ModelIdentity) -> ModelInfo:
+        return cls(provider=identity.provider, model=identity.model, n_ctx=identity.n_ctx)
+
+
+# -- what fills the context -------------------------------------------------------
+class ContextParts(Wire):
+    """Tokens by part of the prompt; they add up to ``used``."""
+
+    system: int
+    tools: int
+    summary: int
+    earlier: int
+    question: int
+    research: int
+
+
+class ContextUsageWire(Wire):
+    """``imprint/contextUsage`` (a coordinator round's prompt) and ``imprint/context``'s result
+    (the next question's, with ``reply_id`` null)."""
+
+    session_id: str
+    reply_id: str | None
+    n_ctx: int
+    output_allowance: int
+    exact: bool
+    used: int
+    parts: ContextParts
+    in_view: list[tuple[int, int]]
+    summarized: list[tuple[int, int]]
+    dropped: list[tuple[int, int]]
+
+    @classmethod
+    def from_core(cls, session_id: str, reply_id: str | None, usage: ContextUsage) -> ContextUsageWire:
+        parts = usage.parts
+        return cls(
+            session_id=session_id,
+            reply_id=reply_id,
+            n_ctx=usage.n_ctx,
+            output_allowance=usage.output_allowance,
+            exact=usage.exact,
+            used=usage.used,
+            parts=ContextParts(
+                system=parts.system,
+                tools=parts.tools,
+                summary=parts.summary,
+                earlier=parts.earlier,
+                question=parts.question,
+                research=parts.research,
+            ),
+            in_view=list(usage.in_view),
+            summarized=list(usage.summarized),
+            dropped=list(usage.dropped),
+        )

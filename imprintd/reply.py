@@ -28,8 +28,11 @@ import msgspec
 from imprintd import messages as msg
 from imprintd import prompts
 from imprintd.context import summary as summaries
+from imprintd.context import usage
+from imprintd.context.fitting import fit_prompt
 from imprintd.context.history import STRATEGY_LINE, ConversationHistory, ConversationHistoryTool, should_offer
 from imprintd.context.sections import ReplySections
+from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, SourceRef, Style
 from imprintd.models.base import Model
@@ -40,6 +43,7 @@ from imprintd.research.loop import ReplyScope, Stop, research
 from imprintd.settings import ChatSettings
 from imprintd.store import ConversationStore, SessionInfo, StoredSummary
 from imprintd.tools.base import Tool
+from imprintd.tools.workspace import WORKSPACE_SPECS
 
 
 class ReplyRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,6 +51,9 @@ class ReplyRequest(msgspec.Struct, frozen=True, kw_only=True):
 
     text: str
     session_id: str | None = None
+    #: With no ``session_id``: the id the new session is stored under (default a random one).
+    #: ACP names a session at ``session/new`` and stores it with its first question.
+    new_session_id: str | None = None
     style: Style = "written"
     persist: bool = True
     workspace: str | None = None
@@ -68,9 +75,6 @@ class ReplyContext:
     workspace_tools: Callable[[ReplyEvents], Awaitable[list[Tool]]]
     #: This reply's analyzed originals (``read_chat_section``).
     sections: ReplySections
-
-
-__all__ = ["ReplyContext", "ReplyOutcome", "ReplyRequest", "SourceRef", "run_reply"]
 
 
 class ReplyOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -98,16 +102,12 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     )
     tools = [*workspace_tools, *history_tool]
     specs = [tool.spec for tool in tools]
-    tool_lines = ((prompts.TOOL_STRATEGY,) if workspace_tools else ()) + ((STRATEGY_LINE,) if history_tool else ())
-    tool_lines += (prompts.CITATIONS,) if tools else ()
+    tool_lines = _tool_lines(workspace=bool(workspace_tools), history=offered)
 
     summary = await _summary_step(
         model, store, info, stored, request.style, tool_lines, specs, settings.max_tokens, events, clock
     )
-    covered = summary.last_seq if summary and summary.text else 0
-    block = _summary_block(summary, earlier, lookup_guidance=offered)
-    system = msg.system(prompts.system_prompt(style=request.style, tool_lines=tool_lines, summary_block=block))
-    history = [m for m in earlier if (m.seq or 0) > covered]
+    system, history, layout = compose_prompt(request.style, tool_lines, summary, earlier, lookup_guidance=offered)
 
     scope = ReplyScope(
         model=model,
@@ -119,6 +119,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
         time_budget=settings.research_time_budget,
         clock=clock,
         analysis_context=settings.analysis_context,
+        layout=layout,
         style=request.style,
     )
     outcome = await research(scope, system=system, history=history, question=question, tools=tools)
@@ -157,6 +158,57 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     # The reply, all or nothing; the answer keeps its sources.
     store.extend(info.id, [*outcome.exchange, msg.assistant(text, sources=sources)])
     return ReplyOutcome(session_id=info.id, reply_id=reply_id, text=text, sources=sources, stop_reason=outcome.stop)
+
+
+def next_question_usage(
+    model: Model,
+    *,
+    stored: Sequence[Message],
+    summary: StoredSummary | None,
+    workspace: bool,
+    style: Style = "written",
+    max_tokens: int,
+) -> ContextUsage:
+    """What the next question's first round would get, without asking one (it counts 0 tokens).
+
+    Composed as ``run_reply`` composes a round (the tools it would offer, the summary as it stands,
+    fitting), before any summary step the question might bring about. Counts: call it from a worker thread.
+    """
+    offered = should_offer(stored, tools_offered=workspace)
+    specs = [*(WORKSPACE_SPECS if workspace else ()), *((ConversationHistoryTool.spec,) if offered else ())]
+    tool_lines = _tool_lines(workspace=workspace, history=offered)
+    system, history, layout = compose_prompt(style, tool_lines, summary, stored, lookup_guidance=offered)
+    fitted = fit_prompt(model, system=system, history=history, current=[], tools=specs, max_tokens=max_tokens)
+    return usage.measure(
+        model, fitted.messages, current=0, tools=specs, max_tokens=max_tokens, layout=layout, used=fitted.prompt_tokens
+    )
+
+
+def compose_prompt(
+    style: Style,
+    tool_lines: tuple[str, ...],
+    summary: StoredSummary | None,
+    earlier: Sequence[Message],
+    *,
+    lookup_guidance: bool,
+) -> tuple[Message, list[Message], usage.Layout]:
+    """The system message, the history research is given (what the summary does not cover), and
+    where they came from."""
+    covered = summary.last_seq if summary and summary.text else 0
+    block = _summary_block(summary, earlier, lookup_guidance=lookup_guidance)
+    system = msg.system(prompts.system_prompt(style=style, tool_lines=tool_lines, summary_block=block))
+    history = [m for m in earlier if (m.seq or 0) > covered]
+    layout = usage.Layout(
+        system_base=msg.system(prompts.system_prompt(style=style, tool_lines=tool_lines)),
+        earlier=tuple(m.seq for m in earlier if m.seq is not None),
+        summarized=(summary.first_seq, summary.last_seq) if summary and summary.text else None,
+    )
+    return system, history, layout
+
+
+def _tool_lines(*, workspace: bool, history: bool) -> tuple[str, ...]:
+    lines = ((prompts.TOOL_STRATEGY,) if workspace else ()) + ((STRATEGY_LINE,) if history else ())
+    return lines + ((prompts.CITATIONS,) if workspace or history else ())
 
 
 async def _summary_step(

@@ -24,7 +24,7 @@ import logging
 import re
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, BinaryIO, TypeVar
 
 import cattrs
@@ -40,6 +40,7 @@ from pygls.exceptions import (
 )
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage
+from pygls.protocol.language_server import lsp_method
 
 from imprintd import wellformed
 
@@ -80,10 +81,20 @@ logging.getLogger("pygls.protocol.json_rpc").addFilter(ExpectedErrorFilter())
 class ImprintProtocol(LanguageServerProtocol):
     """pygls' LSP protocol with the lifecycle and error rules of the spec enforced."""
 
-    def __init__(self, server, converter):
+    def __init__(self, server, converter) -> None:
         super().__init__(server, converter)
         self.initialize_received = False
         self.exit_code: int | None = None
+        #: ``capabilities.experimental`` of the ``initialize`` result, asked once the editor's
+        #: initialize handler has run (pygls builds the rest of the capabilities itself).
+        self.experimental: Callable[[], Any] | None = None
+
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams) -> Generator[Any, Any, types.InitializeResult]:
+        result = yield from super().lsp_initialize(params)
+        if self.experimental is not None:
+            result.capabilities.experimental = self.experimental()
+        return result
 
     # -- lifecycle ----------------------------------------------------------
     def handle_message(self, message) -> None:

@@ -13,10 +13,11 @@ import inspect
 import logging
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlparse
 
 import apsw
+import msgspec
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
@@ -27,6 +28,7 @@ from imprintd.chat import Chat, ReplyRequest, WorkspaceMissing
 from imprintd.context.history import HistoryError
 from imprintd.context.sections import SectionError
 from imprintd.models.base import ModelError
+from imprintd.models.identity import identify_model
 from imprintd.research.loop import ReplyFailed
 from imprintd.rpc import ImprintProtocol, leave_despite_busy_threads, msgspec_handler, run_stdio
 from imprintd.store import SessionNotFound, StoreError
@@ -95,19 +97,30 @@ class ImprintServer(LanguageServer):
         super().__init__("imprintd", __version__, protocol_cls=ImprintProtocol)
         self.chat = chat
         self.on_stop = chat.close
+        cast(ImprintProtocol, self.protocol).experimental = lambda: {"imprint": msgspec.to_builtins(self.model_info())}
+
+    def model_info(self) -> wire.ModelInfo:
+        return wire.ModelInfo.from_core(identify_model(self.chat.settings))
 
     def report_settings_errors(self, errors: tuple[str, ...]) -> None:
         for error in errors:
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=error))
 
-    def apply_editor_settings(self, values: Any) -> None:
+    def apply_editor_settings(self, values: Any, *, report_model: bool = True) -> None:
+        """Apply editor settings; ``imprint/modelChanged`` when they change the model in use.
+
+        ``initialize`` says the model in its result, so it passes ``report_model=False``.
+        """
         if not values:
             return  # nothing sent: null, {}, or an empty Lua table encoded as []
         if isinstance(values, dict):
             values = values.get("imprint", values)
-        before = len(self.chat.resolved.errors)
+        before, model_before = len(self.chat.resolved.errors), self.model_info()
         self.chat.update_settings(self.chat.resolved.apply(values, "editor"))
         self.report_settings_errors(self.chat.resolved.errors[before:])
+        model = self.model_info()
+        if report_model and model != model_before:
+            self.protocol.notify(wire.MODEL_CHANGED, msgspec.to_builtins(model))
 
 
 # -- lifecycle and settings ---------------------------------------------------------------------
@@ -115,7 +128,7 @@ def initialize(server: ImprintServer, params: types.InitializeParams) -> None:
     root = params.workspace_folders[0].uri if params.workspace_folders else params.root_uri
     server.chat.workspace = _path_from_uri(root) if root else params.root_path
     server.report_settings_errors(server.chat.resolved.errors)
-    server.apply_editor_settings(params.initialization_options)
+    server.apply_editor_settings(params.initialization_options, report_model=False)
 
 
 def did_change_configuration(server: ImprintServer, params: types.DidChangeConfigurationParams) -> None:
@@ -184,6 +197,11 @@ def conversation_history(
     return wire.ConversationHistoryResult(session_id=params.session_id, text=text)
 
 
+async def context(server: ImprintServer, params: wire.SessionParams) -> wire.ContextUsageWire:
+    usage = await server.chat.context_usage(params.session_id)
+    return wire.ContextUsageWire.from_core(params.session_id, None, usage)
+
+
 #: Each method and its handler; ``imprint/*`` params and results are msgspec Structs.
 LSP_HANDLERS = ((types.INITIALIZE, initialize), (types.WORKSPACE_DID_CHANGE_CONFIGURATION, did_change_configuration))
 IMPRINT_HANDLERS = (
@@ -194,6 +212,7 @@ IMPRINT_HANDLERS = (
     (wire.SUMMARY, wire.SessionParams, summary),
     (wire.READ_CHAT_SECTION, wire.ReadChatSectionParams, read_chat_section),
     (wire.CONVERSATION_HISTORY, wire.ConversationHistoryParams, conversation_history),
+    (wire.CONTEXT, wire.SessionParams, context),
 )
 
 

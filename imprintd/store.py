@@ -83,9 +83,15 @@ class SessionNotFound(StoreError):
 
 @runtime_checkable
 class ConversationStore(Protocol):
-    """What the reply path needs from a store; ``Store`` and ``MemoryStore`` both provide it."""
+    """What the reply path needs from a store; ``Store`` and ``MemoryStore`` both provide it.
 
-    def create_session(self, *, title: str = "", workspace: str | None = None) -> SessionInfo: ...
+    ``create_session`` stores a session under ``session_id`` when given (a front door that
+    named the session before its first question), else under a new random id.
+    """
+
+    def create_session(
+        self, *, title: str = "", workspace: str | None = None, session_id: str | None = None
+    ) -> SessionInfo: ...
     def session(self, session_id: str) -> SessionInfo: ...
     def sessions(self) -> list[SessionInfo]: ...
     def delete_session(self, session_id: str) -> None: ...
@@ -349,9 +355,11 @@ class Store:
 
     # -- ConversationStore --
 
-    def create_session(self, *, title: str = "", workspace: str | None = None) -> SessionInfo:
+    def create_session(
+        self, *, title: str = "", workspace: str | None = None, session_id: str | None = None
+    ) -> SessionInfo:
         now = self._clock()
-        session_id = new_session_id()
+        session_id = session_id or new_session_id()
         with self.transaction() as db:
             db.execute(
                 "INSERT INTO sessions (id, title, workspace, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
@@ -566,10 +574,12 @@ class MemoryStore:
         self._sessions: dict[str, _MemorySession] = {}
         self._created = 0
 
-    def create_session(self, *, title: str = "", workspace: str | None = None) -> SessionInfo:
+    def create_session(
+        self, *, title: str = "", workspace: str | None = None, session_id: str | None = None
+    ) -> SessionInfo:
         now = self._clock()
         info = SessionInfo(
-            id=new_session_id(),
+            id=session_id or new_session_id(),
             title=title,
             workspace=workspace,
             created_at=now,

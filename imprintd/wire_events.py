@@ -17,6 +17,7 @@ import msgspec
 from lsprotocol import types
 
 from imprintd import protocol as wire
+from imprintd.context.usage import ContextUsage
 from imprintd.events import ToolStep
 
 logger = logging.getLogger(__name__)
@@ -88,6 +89,9 @@ class WireEvents:
                 summary=wire.SummaryInfo(text=text, first_seq=first_seq, last_seq=last_seq),
             ),
         )
+
+    def context_usage(self, usage: ContextUsage) -> None:
+        self._notify(wire.CONTEXT_USAGE, wire.ContextUsageWire.from_core(self.session_id, self.reply_id, usage))
 
     def progress(self, message: str, percentage: int | None = None) -> None:
         if self._token is None and self._creating is None:

@@ -30,6 +30,9 @@ class RecordingEvents:
     def summary(self, text: str, first_seq: int, last_seq: int) -> None:
         self.log.append(("summary", (text, first_seq, last_seq)))
 
+    def context_usage(self, usage) -> None:
+        self.log.append(("context_usage", usage))
+
     @property
     def streamed(self) -> str:
         return "".join(payload for kind, payload in self.log if kind == "text")
@@ -54,6 +57,10 @@ class RecordingEvents:
     @property
     def steps(self) -> list[ToolStep]:
         return [payload for kind, payload in self.log if kind == "tool_step"]
+
+    @property
+    def usages(self) -> list:
+        return [payload for kind, payload in self.log if kind == "context_usage"]
 
     @property
     def summaries(self) -> list[tuple[str, int, int]]:

@@ -75,6 +75,7 @@ class StandInModel:
     n_ctx: int = 8192
     model_id: str = "standin"
     native_tools: bool = True
+    exact_counts: bool = True
     requests: list[Request] = field(default_factory=list)
     #: Set while a request is generating, to check that requests never overlap.
     busy: bool = False

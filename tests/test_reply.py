@@ -10,7 +10,8 @@ import anyio
 import pytest
 
 from imprintd.chat import ReplyRequest
-from imprintd.models.base import Completion
+from imprintd.context.sections import WORKER_SYSTEM_PROMPT
+from imprintd.models.base import Completion, ModelError
 from tests.helpers import ask, make_chat, tool_turn
 from tests.recording import RecordingEvents
 from tests.standin import Fail, Hang, StandInModel, call
@@ -372,3 +373,33 @@ async def test_the_final_answer_has_its_own_120_seconds_at_most(model, workspace
     assert model.requests[-1].timeout == pytest.approx(0.3, abs=0.01)
     assert outcome.text.startswith("Billing listens on…\n\n(The answer was cut short. The strongest findings")
     assert events.streamed == outcome.text
+
+
+async def test_a_final_turn_that_fails_after_a_paste_analysis_answers_from_the_pastes_notes():
+    # The analysis of the user's own message is among the notes: a failed final turn lists its
+    # findings (a section source of that message), never "the research found nothing".
+    model = StandInModel(n_ctx=2048)
+    chat = make_chat(model, **{"chat.research_token_budget": 3000, "chat.max_tokens": 256})
+    paste = "".join(f"line {n}: service alpha{n} listens on port {9000 + n}\n" for n in range(400))
+
+    def reply(request):
+        if request.system.startswith(WORKER_SYSTEM_PROMPT[:40]):
+            return "alpha7 listens on port 9007"
+        raise ModelError("502 Bad Gateway")  # the final turn
+
+    model.queue(*[reply] * 40)
+    outcome, events = await ask(chat, paste)
+
+    assert outcome.stop_reason == "token_budget"
+    final = model.requests[-1]
+    assert not final.tools and "(The research found nothing to note.)" not in final.text
+    asked = final.messages[-1].content
+    assert "Research notes:\n[1] notes on section 1 of " in asked and asked.count("alpha7 listens on port 9007") >= 1
+    assert "Notes of worker" not in asked  # the question's notes come once, as notes
+    assert outcome.text.startswith(
+        "I couldn't write a full answer. The strongest findings of the research:\n- notes on section 1 of "
+    )
+    assert "nothing to report" not in outcome.text and events.streamed == outcome.text
+    first = outcome.sources[0]
+    assert (first.number, first.kind, first.message, first.path, first.cited) == (1, "section", 1, None, True)
+    assert first.label.startswith("notes on section 1 of ") and first.label.endswith(" of message #1")

@@ -1,12 +1,14 @@
 """The ACP methods, as thin handlers over the core ``chat.Chat`` (the one the LSP server uses).
 
-An ACP session is a stored Imprint session: ``session/new`` creates it with ``cwd`` as its
-workspace, ``session/prompt`` asks the core for a reply in it, ``session/load`` replays it,
+An ACP session is a stored Imprint session: ``session/new`` names it, with ``cwd`` as its
+workspace, and its first ``session/prompt`` stores it (a session never asked anything leaves
+nothing behind); ``session/prompt`` asks the core for a reply in it, ``session/load`` replays it,
 ``session/list`` and ``session/delete`` work on the same store. Nothing here decides
 anything about a reply.
 
 Each prompt runs as its own task. ``session/cancel`` cancels it (the core keeps the
-question and stores nothing else) and the prompt answers ``{stopReason: "cancelled"}``. A
+question and stores nothing else), nothing more is sent for it, and the prompt answers
+``{stopReason: "cancelled"}``. A
 prompt sent while another runs in the same session waits for it, so replies in one
 session never interleave.
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import apsw
+import msgspec
 
 from imprintd import __version__
 from imprintd.acp import wire
@@ -30,7 +33,7 @@ from imprintd.acp.replay import replay
 from imprintd.chat import Chat, ReplyRequest, WorkspaceMissing
 from imprintd.models.base import ModelError
 from imprintd.research.loop import ReplyFailed
-from imprintd.store import SessionNotFound, StoreError
+from imprintd.store import SessionNotFound, StoreError, new_session_id
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +51,8 @@ class Agent:
         self.connection = connection
         self._cwd: dict[str, Path] = {}  # the folder each session researches, as the client last said
         self._prompts: dict[str, list[asyncio.Task]] = {}  # running and waiting replies by session
+        self._events: dict[asyncio.Task, AcpEvents] = {}  # what each of them sends
+        self._unstored: set[str] = set()  # named by session/new, not yet asked anything
 
     @property
     def requests(self):
@@ -78,14 +83,18 @@ class Agent:
     # -- sessions ---------------------------------------------------------------
     def new_session(self, params: wire.NewSessionParams) -> wire.NewSessionResult:
         root = _folder(params.cwd)
-        info = _store_call(lambda: self.chat.store.create_session(workspace=str(root)))
-        self._cwd[info.id] = root
-        _log_mcp(info.id, params.mcp_servers)
-        logger.info("session %s on %s", info.id, root)
-        return wire.NewSessionResult(session_id=info.id)
+        session_id = new_session_id()
+        self._unstored.add(session_id)
+        self._cwd[session_id] = root
+        _log_mcp(session_id, params.mcp_servers)
+        logger.info("session %s on %s", session_id, root)
+        return wire.NewSessionResult(session_id=session_id)
 
     def load_session(self, params: wire.LoadSessionParams) -> None:
         root = _folder(params.cwd)
+        if self._is_unstored(params.session_id):
+            self._cwd[params.session_id] = root
+            return None  # never asked anything: nothing to replay
         store, info = self._locate(params.session_id)
         messages = _store_call(lambda: store.messages(info.id))
         self._cwd[info.id] = root
@@ -116,12 +125,29 @@ class Agent:
         return wire.ListSessionsResult(sessions=listed)
 
     def delete_session(self, params: wire.SessionParams) -> dict:
-        self._locate(params.session_id)
+        unstored = self._is_unstored(params.session_id)
+        if not unstored:
+            self._locate(params.session_id)
         self._cancel_prompts(params.session_id)
-        _store_call(lambda: self.chat.delete_session(params.session_id))
+        if not unstored:
+            _store_call(lambda: self.chat.delete_session(params.session_id))
+        self._unstored.discard(params.session_id)
         self._cwd.pop(params.session_id, None)
         logger.info("session %s deleted", params.session_id)
         return {}
+
+    def _is_unstored(self, session_id: str) -> bool:
+        """Named by ``session/new`` and not stored yet (its first prompt stores it)."""
+        if session_id not in self._unstored:
+            return False
+        try:
+            self.chat.locate(session_id)
+        except SessionNotFound:
+            return True
+        except (StoreError, apsw.Error) as error:
+            raise RpcError(INTERNAL_ERROR, f"The session store failed: {error}") from None
+        self._unstored.discard(session_id)  # its first prompt stored it
+        return False
 
     def _locate(self, session_id: str):
         try:
@@ -134,19 +160,27 @@ class Agent:
     # -- prompts ----------------------------------------------------------------
     def prompt(self, params: wire.PromptParams):
         """Start the reply now (so a cancel right behind it finds it); answer when it ends."""
-        _, info = self._locate(params.session_id)
-        root = self._cwd.get(info.id) or (Path(info.workspace) if info.workspace else None)
+        session_id = params.session_id
+        if self._is_unstored(session_id):
+            root: Path | None = self._cwd[session_id]
+        else:
+            _, info = self._locate(session_id)
+            root = self._cwd.get(info.id) or (Path(info.workspace) if info.workspace else None)
         question = question_text(params.prompt, root)
-        events = AcpEvents(self.connection, info.id, root)
-        request = ReplyRequest(text=question, session_id=info.id, workspace=str(root) if root else None)
-        waiting = list(self._prompts.get(info.id, ()))
+        events = AcpEvents(self.connection, session_id, root)
+        request = ReplyRequest(text=question, session_id=session_id, workspace=str(root) if root else None)
+        waiting = list(self._prompts.get(session_id, ()))
         reply = asyncio.ensure_future(self._reply_after(waiting, request, events))
-        self._prompts.setdefault(info.id, []).append(reply)
-        return self._answer(info.id, reply, events)
+        self._prompts.setdefault(session_id, []).append(reply)
+        self._events[reply] = events
+        return self._answer(session_id, reply, events)
 
     async def _reply_after(self, earlier: Sequence[asyncio.Task], request: ReplyRequest, events: AcpEvents):
         if earlier:
             await asyncio.wait(earlier)
+        if self._is_unstored(request.session_id or ""):
+            # The session's first question: the core stores the session under the id ACP knows.
+            request = msgspec.structs.replace(request, session_id=None, new_session_id=request.session_id)
         return await self.chat.reply(request, events)
 
     async def _answer(self, session_id: str, reply: asyncio.Task, events: AcpEvents) -> wire.PromptResult:
@@ -156,6 +190,7 @@ class Agent:
             reply.cancel()
             raise
         finally:
+            self._events.pop(reply, None)
             running = self._prompts.get(session_id, [])
             if reply in running:
                 running.remove(reply)
@@ -178,6 +213,9 @@ class Agent:
     def _cancel_prompts(self, session_id: str) -> int:
         running = self._prompts.get(session_id, [])
         for reply in running:
+            events = self._events.get(reply)
+            if events is not None:
+                events.close()  # no text after the cancel, whatever the reply reports on its way out
             reply.cancel()
         return len(running)
 
@@ -212,11 +250,15 @@ def question_text(blocks: Sequence[wire.ContentBlock], root: Path | None) -> str
 
 
 def _join(pieces: list[str]) -> str:
-    """Pieces of one message: a space between two that would otherwise run together."""
+    """Pieces of one message: a line break between two that would otherwise run together.
+
+    A space would run a path into the question's words ("see src/app.pyWhy…" or "src/app.py Why");
+    a block the editor wrote with its own spacing keeps it.
+    """
     joined = ""
     for piece in pieces:
         if joined and piece and not joined[-1].isspace() and not piece[0].isspace():
-            joined += " "
+            joined += "\n"
         joined += piece
     return joined
 

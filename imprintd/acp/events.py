@@ -1,17 +1,21 @@
 """ReplyEvents as ACP ``session/update`` notifications, for one prompt.
 
-An ACP chunk cannot be taken back, and text the model streams may turn out not to be the
-answer (a research round that goes on to call tools, a preamble cut by a stop). So each
-part's text is held until it is settled: ``text_was_preamble()`` sends it as an
-``agent_thought_chunk``; when the reply returns, ``finish`` sends the result's text (the
-answer, Sources list included) as the ``agent_message_chunk`` and then one ``resource_link``
-per source in the workspace (its ``description`` says when it was read, not cited, or why it
-does not support what cites it). Tool steps become ``tool_call`` / ``tool_call_update``; progress and summaries
-become thought chunks, one line each (ADR 0093: never the answer).
+Reply text streams: each piece the model writes goes out as an ``agent_message_chunk`` as it
+comes. Text a research round writes before it calls tools is part of the transcript, a message
+shown before that round's ``tool_call``s (ACP has no way to take a chunk back, and other ACP
+agents show such text the same way); the text after it starts a new paragraph. After a research
+stop the final answer from notes streams the same way, the daemon's ``Sources:`` list included;
+when the reply returns, ``finish`` sends whatever of the result's text did not stream, then
+one ``resource_link`` per source in the workspace (its ``description`` says when it was read,
+not cited, or why it does not support what cites it). A cancelled prompt is ``close``d: nothing is sent after it.
+Tool steps become ``tool_call`` / ``tool_call_update``; progress and summaries become thought
+chunks, one line each (ADR 0093: never the answer). Each coordinator round's context usage is
+a ``usage_update``: its tokens of the window (ACP has no place for the parts).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,10 +24,15 @@ from typing import Any
 from msgspec import UNSET
 
 from imprintd.acp import wire
+from imprintd.context.usage import ContextUsage
 from imprintd.events import ToolStep
 from imprintd.messages import SourceRef
 
+logger = logging.getLogger(__name__)
+
 SESSION_UPDATE = "session/update"
+#: What starts the text that follows a preamble: its own paragraph.
+PARAGRAPH = "\n\n"
 
 #: How each tool shows in an ACP client (its icon and grouping).
 TOOL_KINDS: dict[str, wire.ToolKind] = {
@@ -86,11 +95,21 @@ class AcpEvents:
         self.session_id = session_id
         self.root = root
         self.reply_id = ""
+        #: The text streamed since the last preamble: the answer so far, if nothing follows it.
         self._part: list[str] = []
+        #: Text went out and turned out to be preamble: the next text starts a paragraph.
+        self._after_preamble = False
+        self._closed = False
         self._calls = 0
         self._open: dict[str, str] = {}  # the model's call id -> our toolCallId for a started step
 
+    def close(self) -> None:
+        """The prompt was cancelled: nothing more is sent for it, whatever the reply still reports."""
+        self._closed = True
+
     def update(self, update: wire.SessionUpdate) -> None:
+        if self._closed:
+            return
         self._connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=self.session_id, update=update))
 
     def thought(self, text: str) -> None:
@@ -102,18 +121,28 @@ class AcpEvents:
         self.reply_id = reply_id
 
     def text(self, delta: str) -> None:
+        if not delta:
+            return
         self._part.append(delta)
+        shown = PARAGRAPH + delta if self._after_preamble else delta
+        self._after_preamble = False
+        self.update(wire.AgentMessageChunk(content=text_block(shown)))
 
     def text_was_preamble(self) -> None:
-        """The text since the last call was not the answer: it is shown as thinking."""
-        self.thought("".join(self._part))
-        self._part.clear()
+        """The text since the last call was not the answer; it was shown, and stays, as written."""
+        if self._part:
+            self._part.clear()
+            self._after_preamble = True
 
     def progress(self, message: str, percentage: int | None = None) -> None:
         self.thought(message + "\n")
 
     def summary(self, text: str, first_seq: int, last_seq: int) -> None:
         self.thought(f"Summarized the earlier conversation (messages #{first_seq}–#{last_seq}).\n")
+
+    def context_usage(self, usage: ContextUsage) -> None:
+        """ACP's ``usage_update`` holds the total and the window; the parts have no place in it."""
+        self.update(wire.UsageUpdate(used=usage.used, size=usage.n_ctx))
 
     def tool_step(self, step: ToolStep) -> None:
         if step.state == "started":
@@ -154,10 +183,15 @@ class AcpEvents:
 
     # -- the end of the reply -------------------------------------------------------
     def finish(self, outcome) -> None:
-        """Send the answer: the result's text, then a link to each source's lines."""
-        self._part.clear()  # streamed answer text: the result's text replaces it
-        if outcome.text:
-            self.update(wire.AgentMessageChunk(content=text_block(outcome.text)))
+        """Send what of the result's text did not stream (normally nothing), then a link to each source's lines."""
+        streamed = "".join(self._part)
+        if outcome.text.startswith(streamed):
+            self.text(outcome.text[len(streamed) :])
+        else:  # the core streams exactly its answer; a chunk sent cannot be taken back
+            logger.warning(
+                "reply %s: the answer differs from the text streamed; the streamed text stands", self.reply_id
+            )
+        self._part.clear()
         for link in source_links(self.root, outcome.sources):
             self.update(wire.AgentMessageChunk(content=link))
 

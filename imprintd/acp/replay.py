@@ -1,10 +1,11 @@
 """``session/load``: a stored session replayed as the ``session/update`` notifications a client shows.
 
 Exactly what was stored, in order: a user message is a ``user_message_chunk``; an assistant
-message that called tools is its text as thinking (it was not the answer) and a finished
-``tool_call`` for each call, ``failed`` when its stored result is an error; the answer is an
-``agent_message_chunk`` followed by a ``resource_link`` per stored source in the workspace, as
-the live answer sent them (answers stored before sources were kept have only their text).
+message that called tools is its text as a message (as it streamed live, before its calls)
+and a finished ``tool_call`` for each call, ``failed`` when its stored result is an error; the
+answer is an ``agent_message_chunk`` followed by a ``resource_link`` per stored source in the
+workspace, as the live answer sent them (answers stored before sources were kept have only
+their text).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def replay(messages: Sequence[Message], root: Path | None) -> Iterator[wire.Sess
             yield wire.UserMessageChunk(content=text_block(message.content))
         elif message.role == "assistant" and message.tool_calls:
             if message.content:
-                yield wire.AgentThoughtChunk(content=text_block(message.content))
+                yield wire.AgentMessageChunk(content=text_block(message.content))
             results = _results_after(messages, index)
             for call in message.tool_calls:
                 result = results.get(call.id)

@@ -214,7 +214,14 @@ class ToolCallUpdate(_Wire, tag_field="sessionUpdate", tag="tool_call_update"):
     content: list[ToolCallContent] | UnsetType = UNSET
 
 
-SessionUpdate = UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | ToolCallStart | ToolCallUpdate
+class UsageUpdate(_Wire, tag_field="sessionUpdate", tag="usage_update"):
+    """Tokens in the context (``used``) of the window (``size``)."""
+
+    used: int
+    size: int
+
+
+SessionUpdate = UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | ToolCallStart | ToolCallUpdate | UsageUpdate
 
 
 class SessionNotification(_Wire):

@@ -70,6 +70,8 @@ class Model(Protocol):
     model_id: str
     #: The context window the prompt, tool schemas and output allowance must fit.
     n_ctx: int
+    #: True when counts are the model's own tokenization (local), False for an estimate (remote).
+    exact_counts: bool
 
     @property
     def native_tools(self) -> bool:

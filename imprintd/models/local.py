@@ -314,6 +314,8 @@ class LocalModel:
     Constructing it touches nothing; the file is checked and the weights load on first use.
     """
 
+    exact_counts = True  # the GGUF's own template and tokenizer
+
     def __init__(
         self,
         model_path: str | os.PathLike[str],

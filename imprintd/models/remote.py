@@ -277,6 +277,7 @@ class RemoteModel:
     """
 
     native_tools = True
+    exact_counts = False  # the UTF-8-byte estimate: the server's tokenizer is not here
 
     def __init__(
         self,

@@ -61,8 +61,8 @@ class Numbering:
     def __init__(self) -> None:
         self._by_key: dict[str, Passage] = {}
         self._by_number: dict[int, Passage] = {}
-        #: Analyzed sources that are a message of the conversation: source id → its seq.
-        self._messages: dict[str, int] = {}
+        #: Analyzed sources: source id → what it is in words, and its message's seq (the user's).
+        self._sources: dict[str, tuple[str, int | None]] = {}
 
     def __len__(self) -> int:
         return len(self._by_number)
@@ -96,7 +96,7 @@ class Numbering:
         """A copy to number a result in without giving its numbers away (it may be analyzed instead)."""
         copy = Numbering()
         copy._by_key, copy._by_number = dict(self._by_key), dict(self._by_number)
-        copy._messages = dict(self._messages)
+        copy._sources = dict(self._sources)
         return copy
 
     # -- numbering results ---------------------------------------------------------------------
@@ -154,8 +154,8 @@ class Numbering:
         if call.name == "read_chat_section" and result.evidence:
             # Its evidence key is "section:<source id>:<start>:<end>" (``context/sections.py``).
             _, source_id, start, end = result.evidence[0].split(":")
-            message = self._messages.get(source_id)
-            label = f"characters {start}–{end} of message #{message}" if message is not None else result.subject
+            where, message = self._sources.get(source_id, ("an analyzed source", None))
+            label = f"characters {start}–{end} of {where}"
             passage = self._number(
                 f"reread:{result.evidence[0]}",
                 kind="section",
@@ -174,12 +174,12 @@ class Numbering:
         or a tool ``result``, whose place the notes point at)."""
         place = result.sources[0] if result is not None and len(result.sources) == 1 else None
         if message is not None:
-            self._messages[analysis.source_id] = message
             where = f"message #{message}"
         elif place is not None:
             where = _span(place.path, place.start_line, place.end_line)
         else:
             where = "a long tool result"
+        self._sources[analysis.source_id] = (where, message)
         passages = []
         for worker in analysis.workers:
             first, last = worker.sections[0], worker.sections[-1]
@@ -206,6 +206,8 @@ class Numbering:
 _CITATION = re.compile(r"(?P<space>[ \t]*)(?<![\w)])\[(?P<numbers>\d+(?:[ \t]*,[ \t]*\d+)*)\]")
 #: The end of a chunk that may still become a citation: spaces, then perhaps an open bracket.
 _PENDING = re.compile(r"[ \t]*(?:\[[\d, \t]*)?\Z")
+#: What a citation's bracket never follows.
+_NOT_BEFORE = re.compile(r"[\w)]")
 
 
 def cited_numbers(text: str) -> list[int]:
@@ -238,19 +240,29 @@ class CitationFilter:
 
     def __init__(self, valid: Callable[[int], bool], emit: Callable[[str], None]) -> None:
         self._valid, self._emit, self._pending = valid, emit, ""
+        self._last = ""  # the last character emitted: what a held-back bracket follows
 
     def __call__(self, chunk: str) -> None:
         text = self._pending + chunk
         match = _PENDING.search(text)
         cut = match.start() if match else len(text)
+        before = text[cut - 1] if cut else self._last
+        if cut < len(text) and text[cut] == "[" and _NOT_BEFORE.match(before):
+            cut = len(text)  # "items[…": indexing, never a citation, whatever follows
         self._pending = text[cut:]
         if cut:
-            self._emit(keep_valid(text[:cut], self._valid))
+            self._emit(self._clean(text[:cut]))
+            self._last = text[cut - 1]
+
+    def _clean(self, part: str) -> str:
+        # With the character before it, so "f(x)" then "[8]" is still indexing, not a citation.
+        cleaned = keep_valid(self._last + part, self._valid)
+        return cleaned[len(self._last) :] if cleaned.startswith(self._last) else keep_valid(part, self._valid)
 
     def close(self) -> None:
         if self._pending:
             pending, self._pending = self._pending, ""
-            self._emit(keep_valid(pending, self._valid))
+            self._emit(self._clean(pending))
 
 
 def strip_citations(text: str) -> str:

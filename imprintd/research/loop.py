@@ -30,6 +30,7 @@ import msgspec
 
 from imprintd import messages as msg
 from imprintd.context import sections as sec
+from imprintd.context import usage
 from imprintd.context.fitting import Fitted, fit_prompt
 from imprintd.events import ReplyEvents, StepState, ToolStep
 from imprintd.messages import Message, Style, ToolCall
@@ -87,6 +88,9 @@ class ReplyScope(msgspec.Struct, kw_only=True):
     clock: ReplyClock | None = None
     #: ``chat.analysis_context``: the most tokens of one section worker's context.
     analysis_context: int = sec.WORKER_CONTEXT_TOKENS
+    #: Where the prompt's messages come from, for ``ReplyEvents.context_usage``; None: the
+    #: system message has no summary and the history is every earlier message.
+    layout: usage.Layout | None = None
     #: A spoken answer is read aloud: citations are kept out of its streamed text.
     style: Style = "written"
 
@@ -120,6 +124,9 @@ class _Loop:
         self.outcome = Research(stop="answer", question=question, budget=self.budget)
         self.numbering = self.outcome.numbering
         self.clock = scope.clock or ReplyClock(scope.time_budget)
+        self.layout = scope.layout or usage.Layout(
+            system_base=system, earlier=tuple(m.seq for m in history if m.seq is not None)
+        )
         self.seen: set[str] = set()
         #: Each call run in this reply, by its name and arguments: its result, and the text
         #: the model was shown for it (whole, analyzed or clipped), for an identical call.
@@ -128,6 +135,9 @@ class _Loop:
         self.analyzed: dict[str, sec.Analysis] = {}
         #: A budget ran out while a tool result was being analyzed: research stops on it.
         self.cut: Stop | None = None
+        #: Tool steps reported so far: each step's id is its number in the reply, because
+        #: models reuse call ids across rounds ("call_0" every round) and clients key steps by id.
+        self.step_count = 0
 
     @property
     def model(self) -> Model:
@@ -159,6 +169,7 @@ class _Loop:
                 )
             except BudgetExhausted:
                 return self._stop("token_budget")
+            self.scope.events.context_usage(await self._usage(fitted, specs))
             completion = None
             # A number that names no result of this reply never reaches the client.
             stream = CitationFilter(self._citable, self.scope.events.text)
@@ -208,6 +219,21 @@ class _Loop:
                 current=self.current,
                 tools=specs,
                 max_tokens=self.scope.max_tokens,
+            )
+        )
+
+    async def _usage(self, fitted: Fitted, specs) -> usage.ContextUsage:
+        """What fills the context of the round about to be sent: ``fitted``, counted by the model."""
+        current = len(self.current)
+        return await anyio.to_thread.run_sync(
+            lambda: usage.measure(
+                self.model,
+                fitted.messages,
+                current=current,
+                tools=specs,
+                max_tokens=self.scope.max_tokens,
+                layout=self.layout,
+                used=fitted.prompt_tokens,
             )
         )
 
@@ -305,12 +331,14 @@ class _Loop:
         """Run ``call``; its result is kept under ``key`` for an identical call (unknown tools are not)."""
         tool = tools.get(call.name)
         events = self.scope.events
+        self.step_count += 1
+        step_id = f"step-{self.step_count}"
         if tool is None:
             names = ", ".join(tools) or "none"
             result = ToolResult(ok=False, text=f"There is no tool named {call.name!r}; the tools are: {names}.")
             events.tool_step(
                 ToolStep(
-                    call_id=call.id,
+                    call_id=step_id,
                     tool=call.name,
                     title=f"Calling {call.name}",
                     state="failed",
@@ -321,7 +349,7 @@ class _Loop:
             return result
         title = _title(tool, call)
         events.tool_step(
-            ToolStep(call_id=call.id, tool=call.name, title=title, state="started", arguments=dict(call.arguments))
+            ToolStep(call_id=step_id, tool=call.name, title=title, state="started", arguments=dict(call.arguments))
         )
         try:
             result = await tool.run(call.arguments)
@@ -331,7 +359,7 @@ class _Loop:
         detail = "" if result.ok else result.text
         events.tool_step(
             ToolStep(
-                call_id=call.id, tool=call.name, title=title, state=state, detail=detail, arguments=dict(call.arguments)
+                call_id=step_id, tool=call.name, title=title, state=state, detail=detail, arguments=dict(call.arguments)
             )
         )
         self.results[key] = result

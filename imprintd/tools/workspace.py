@@ -280,6 +280,10 @@ def _scan_size() -> str:
     return f"{mib:g} MiB"
 
 
+#: What the workspace tools offer the model, known without an index (``imprint/context``).
+WORKSPACE_SPECS = (SearchTool.spec, ReadFileTool.spec)
+
+
 def workspace_tools(index: WorkspaceIndex, root: Path) -> list[Tool]:
     """The workspace tools for one reply: search over ``index`` and reads inside ``root``."""
     return [SearchTool(index), ReadFileTool(root)]

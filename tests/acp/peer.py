@@ -8,8 +8,9 @@ quietly drops or defaults fields it cannot read; a round trip catches that).
 
 from __future__ import annotations
 
+import asyncio
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -79,9 +80,12 @@ class RecordingClient:
 
     def __init__(self) -> None:
         self.updates: list[tuple[str, Any]] = []
+        self.arrived = asyncio.Condition()
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        self.updates.append((session_id, update))
+        async with self.arrived:
+            self.updates.append((session_id, update))
+            self.arrived.notify_all()
 
     def on_connect(self, conn) -> None:
         pass
@@ -99,6 +103,16 @@ class Peer:
 
     def updates(self, session_id: str) -> list[Any]:
         return [update for sid, update in self.client.updates if sid == session_id]
+
+    async def wait_for_update(self, session_id: str, wanted: Callable[[Any], bool], timeout: float = 60) -> Any:
+        """The first update of ``session_id`` that is ``wanted``, waiting for it to arrive."""
+
+        def found() -> Any:
+            return next((update for update in self.updates(session_id) if wanted(update)), None)
+
+        async with self.client.arrived:
+            await asyncio.wait_for(self.client.arrived.wait_for(lambda: found() is not None), timeout)
+            return found()
 
     def take_updates(self, session_id: str) -> list[Any]:
         """The updates of ``session_id`` since the last call, for asserting one prompt at a time."""

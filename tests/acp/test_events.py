@@ -8,6 +8,7 @@ import msgspec
 from acp import schema
 
 from imprintd.acp.events import AcpEvents, stop_reason
+from imprintd.context.usage import ContextUsage, Parts
 from imprintd.events import ToolStep
 from imprintd.reply import ReplyOutcome
 from tests.acp.peer import conforms
@@ -72,20 +73,68 @@ def test_a_live_read_file_step_points_at_the_file_and_line_it_reads(tmp_path):
         assert update["locations"] == [expected], arguments
 
 
-def test_preamble_text_is_a_thought_and_only_the_result_is_the_message():
+def sent_texts(sent: Sent) -> list[tuple[str, str]]:
+    for notification in sent.notifications:
+        conforms(schema.SessionNotification, notification)
+    return [(n["update"]["sessionUpdate"], n["update"]["content"]["text"]) for n in sent.notifications]
+
+
+def test_text_streams_as_message_chunks_and_a_preamble_stays_before_the_answer():
     acp_events, sent = events()
     acp_events.text("Let me look ")
     acp_events.text("that up.")
+    assert sent_texts(sent) == [("agent_message_chunk", "Let me look "), ("agent_message_chunk", "that up.")]
     acp_events.text_was_preamble()
-    acp_events.text_was_preamble()  # nothing new streamed: nothing sent
+    acp_events.text_was_preamble()  # nothing new streamed: nothing changes
     acp_events.text("Billing listens")
+    acp_events.text(" on 8101.")
     acp_events.finish(ReplyOutcome(session_id="session-1", reply_id="reply-1", text="Billing listens on 8101."))
-    for notification in sent.notifications:
-        conforms(schema.SessionNotification, notification)
-    assert [(n["update"]["sessionUpdate"], n["update"]["content"]["text"]) for n in sent.notifications] == [
-        ("agent_thought_chunk", "Let me look that up."),
-        ("agent_message_chunk", "Billing listens on 8101."),
+    assert sent_texts(sent)[2:] == [
+        ("agent_message_chunk", "\n\nBilling listens"),  # the answer starts its own paragraph
+        ("agent_message_chunk", " on 8101."),  # and nothing is sent twice when the reply returns
     ]
+
+
+def test_finish_sends_what_of_the_result_did_not_stream():
+    acp_events, sent = events()
+    acp_events.text("Billing listens on 8101.")
+    acp_events.finish(
+        ReplyOutcome(session_id="session-1", reply_id="reply-1", text="Billing listens on 8101.\n\nSources: …")
+    )
+    assert sent_texts(sent) == [
+        ("agent_message_chunk", "Billing listens on 8101."),
+        ("agent_message_chunk", "\n\nSources: …"),
+    ]
+
+
+def test_context_usage_is_a_usage_update_of_the_window():
+    acp_events, sent = events()
+    parts = Parts(system=400, tools=1200, summary=300, earlier=2900, question=150, research=350)
+    acp_events.context_usage(
+        ContextUsage(
+            n_ctx=8192,
+            output_allowance=1024,
+            exact=True,
+            used=parts.total,
+            parts=parts,
+            in_view=((12, 40),),
+            summarized=((1, 11),),
+            dropped=(),
+        )
+    )
+    [notification] = sent.notifications
+    conforms(schema.SessionNotification, notification)
+    assert notification["update"] == {"sessionUpdate": "usage_update", "used": 5300, "size": 8192}
+
+
+def test_nothing_is_sent_once_the_prompt_is_closed():
+    acp_events, sent = events()
+    acp_events.text("Once upon")
+    acp_events.close()
+    acp_events.text(" a time")
+    acp_events.progress("Analyzing section 1 of 2")
+    acp_events.tool_step(ToolStep(call_id="c", tool="search", title="Searching", state="started"))
+    assert sent_texts(sent) == [("agent_message_chunk", "Once upon")]
 
 
 def test_stop_reasons_map_to_acp():

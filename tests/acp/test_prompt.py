@@ -60,7 +60,7 @@ async def test_a_prompt_streams_the_answer_and_ends_the_turn(agent, stub, worksp
 
     assert answer.stop_reason == "end_turn"
     updates = agent.take_updates(session.session_id)
-    assert texts(updates, "agent_message_chunk") == ["Billing listens on 8101."]
+    assert texts(updates, "agent_message_chunk") == ["Billing", " listens", " on", " 8101."]  # as the model wrote it
     assert user_messages(stub.requests[-1])[-1] == "Which port does billing use?"
     assert stored_messages(daemon_env, session.session_id) == [
         ("user", "Which port does billing use?"),
@@ -68,6 +68,31 @@ async def test_a_prompt_streams_the_answer_and_ends_the_turn(agent, stub, worksp
     ]
     with stored(daemon_env) as store:
         assert store.session(session.session_id).workspace == str(workspace.resolve())
+
+
+async def test_the_answer_streams_while_the_model_is_still_writing(agent, stub, workspace, daemon_env):
+    answer_text = (
+        "Billing listens on 8101 in every environment: the compose file maps it, the gateway "
+        "forwards to it, and the health check probes it there every ten seconds."
+    )
+    words = answer_text.split(" ")
+    hold = threading.Event()
+    stub.queue(StubReply(text=answer_text, hold=hold))  # the model writes one piece, then waits for the test
+    session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+    prompt = asyncio.ensure_future(ask(agent, session.session_id, acp.text_block("Which port does billing use?")))
+    try:
+        first = await agent.wait_for_update(session.session_id, lambda u: u.session_update == "agent_message_chunk")
+        # The client shows the first piece while the rest is not even written yet.
+        assert first.content.text == words[0]
+        assert len(first.content.text) < len(answer_text) / 3
+        assert not prompt.done()
+    finally:
+        hold.set()
+    assert (await asyncio.wait_for(prompt, 60)).stop_reason == "end_turn"
+    chunks = texts(agent.take_updates(session.session_id), "agent_message_chunk")
+    assert len(chunks) == len(words)  # each piece the model wrote is a chunk of its own
+    assert "".join(chunks) == answer_text
+    assert stored_messages(daemon_env, session.session_id)[-1] == ("assistant", answer_text)
 
 
 async def test_a_follow_up_in_the_session_sends_the_earlier_exchange(agent, stub, workspace):
@@ -99,8 +124,8 @@ async def test_attached_resources_go_with_the_question_and_links_are_named(agent
         acp.resource_block(acp.embedded_text_resource(f"{config.as_uri()}#L1:1", "port: 8101")),
     )
 
-    question = (
-        "What does billing.yaml (deploy/billing.yaml) set? Compare with the selection.\n\n"
+    question = (  # blocks that would run together go on lines of their own
+        "What does\nbilling.yaml (deploy/billing.yaml)\nset? Compare with the selection.\n\n"
         "Attached deploy/billing.yaml#L1:1:\n```\nport: 8101\n```"
     )
     assert user_messages(stub.requests[-1])[-1] == question
@@ -165,16 +190,18 @@ async def test_cancel_answers_cancelled_and_stores_only_the_question(agent, stub
     prompt = asyncio.ensure_future(ask(agent, session.session_id, acp.text_block("Tell me a long story")))
     try:
         assert await asyncio.to_thread(reached.wait, 60), "the question never reached the model"
+        await agent.wait_for_update(session.session_id, lambda u: u.session_update == "agent_message_chunk")
         await agent.conn.cancel(session_id=session.session_id)
         answer = await asyncio.wait_for(prompt, 60)
     finally:
-        hold.set()
+        hold.set()  # the model would go on writing; none of it may reach the client
     assert answer.stop_reason == "cancelled"
-    assert texts(agent.take_updates(session.session_id), "agent_message_chunk") == []
+    assert texts(agent.take_updates(session.session_id), "agent_message_chunk") == ["This"]
     assert stored_messages(daemon_env, session.session_id) == [("user", "Tell me a long story")]
 
     stub.queue("A short one.")  # the agent and the session go on
     assert (await ask(agent, session.session_id, acp.text_block("A short one, then"))).stop_reason == "end_turn"
+    assert "".join(texts(agent.take_updates(session.session_id), "agent_message_chunk")) == "A short one."
     assert stored_messages(daemon_env, session.session_id) == [
         ("user", "Tell me a long story"),
         ("user", "A short one, then"),

@@ -87,7 +87,7 @@ async def test_load_in_a_new_agent_replays_exactly_what_was_stored(daemon_env, s
         if u.session_update != "tool_call" and getattr(u.content, "type", None) != "resource_link"
     ] == [
         ("user_message_chunk", stored[0].content),
-        ("agent_thought_chunk", "Reading the deployment."),  # a round that called tools: not the answer
+        ("agent_message_chunk", "Reading the deployment."),  # as it streamed: before the round's calls
         ("agent_message_chunk", stored[5].content),
         ("user_message_chunk", stored[6].content),
         ("agent_message_chunk", stored[7].content),
@@ -104,7 +104,7 @@ async def test_load_in_a_new_agent_replays_exactly_what_was_stored(daemon_env, s
     kinds = [u.session_update for u in replayed]
     assert kinds == [
         "user_message_chunk",
-        "agent_thought_chunk",
+        "agent_message_chunk",
         "tool_call",
         "tool_call",
         "agent_message_chunk",
@@ -180,3 +180,29 @@ async def test_delete_removes_the_session_from_the_store(agent, stub, workspace,
         with pytest.raises(acp.RequestError) as error:
             await attempt
         assert error.value.code == -32002 and gone.session_id in str(error.value)
+
+
+async def test_a_session_never_asked_anything_leaves_nothing_stored(daemon_env, stub, tmp_path, workspace):
+    async with acp_agent(daemon_env, tmp_path) as agent:
+        unasked = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+        dropped = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+        # It is a session all the same: it loads (with nothing to replay) and deletes.
+        loaded = await agent.conn.load_session(cwd=str(workspace), session_id=unasked.session_id, mcp_servers=[])
+        assert loaded is None or loaded.model_dump(exclude_none=True) == {}
+        assert agent.take_updates(unasked.session_id) == []
+        assert await agent.delete_session(dropped.session_id) == {}
+        with pytest.raises(acp.RequestError) as error:
+            await ask(agent, dropped.session_id, "Still there?")
+        assert error.value.code == -32002
+        with Store.open(Path(daemon_env["IMPRINT_DATA_DIR"]) / "imprint.sqlite3") as store:
+            assert store.sessions() == []
+        stub.queue("Hello.")
+        await ask(agent, unasked.session_id, "Hi")  # its first question stores it, under the id ACP knows
+    with Store.open(Path(daemon_env["IMPRINT_DATA_DIR"]) / "imprint.sqlite3") as store:
+        assert [(info.id, info.workspace) for info in store.sessions()] == [
+            (unasked.session_id, str(workspace.resolve()))
+        ]
+    assert [(m.role, m.content) for m in stored_messages(daemon_env, unasked.session_id)] == [
+        ("user", "Hi"),
+        ("assistant", "Hello."),
+    ]

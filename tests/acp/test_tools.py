@@ -69,26 +69,30 @@ async def test_tool_steps_are_tool_calls_with_kind_status_and_location(agent, st
     assert refused.title == "Reading ../outside.txt" and refused.locations is None  # never point outside
     detail = failed.content[0].content.text
     assert "'..' segments are not allowed" in detail
-    # What the model wrote before calling tools is not the answer; only the result's text is.
+    # The text streamed as it was written: the round's words before its call, the answer after the steps.
     # It cited nothing after a read: the place read is listed, marked as not cited, and linked.
-    assert texts(updates, "agent_message_chunk") == [
-        f"Billing listens on 8101.\n\nSources:\n[1] {PORT_FILE}:2-4 (read, not cited)"
+    messages = [
+        (updates.index(u), u.content.text)
+        for u in updates
+        if u.session_update == "agent_message_chunk" and u.content.type == "text"
     ]
+    assert "".join(text for _, text in messages) == (
+        f"Let me read the deployment.\n\nBilling listens on 8101.\n\nSources:\n[1] {PORT_FILE}:2-4 (read, not cited)"
+    )
+    before = [index for index, text in messages if index < updates.index(read)]
+    assert "".join(text for index, text in messages if index in before) == "Let me read the deployment."
+    assert all(index > updates.index(failed) for index, _ in messages if index not in before)
     [link] = [u.content for u in updates if u.session_update == "agent_message_chunk" and u.content.type != "text"]
     assert (link.type, link.name, link.description) == ("resource_link", f"{PORT_FILE}:2-4", "read, not cited")
     thoughts = texts(updates, "agent_thought_chunk")
     assert f"Indexing the workspace: {len(INDEXED)} of {len(INDEXED)} files\n" in thoughts
-    # It is thinking, sent once the round went on to its tool call, before that call starts.
-    preamble = next(
-        u
-        for u in updates
-        if u.session_update == "agent_thought_chunk" and u.content.text == "Let me read the deployment."
-    )
-    assert updates.index(preamble) == updates.index(read) - 1
-    # The order a client shows: the steps, then the answer and its link last.
-    kinds = [u.session_update for u in updates]
-    assert kinds.index("tool_call") < kinds.index("agent_message_chunk") == len(kinds) - 2
-    assert updates[-1].content.type == "resource_link"
+    assert "Let me read the deployment." not in "".join(thoughts)
+    assert updates[-1].content.type == "resource_link"  # the answer, then its link, last
+    # What fills the context, as ACP can say it: each round's tokens of the window, before that round.
+    usage = [u for u in updates if u.session_update == "usage_update"]
+    assert len(usage) == len(stub.requests) == 3 and {u.size for u in usage} == {8192}
+    assert usage[0].used < usage[1].used < usage[2].used  # each round carries the research so far
+    assert updates.index(usage[1]) < updates.index(refused)
 
 
 async def test_a_research_stop_answers_with_sources_as_resource_links(daemon_env, stub, tmp_path):
@@ -109,10 +113,17 @@ async def test_a_research_stop_answers_with_sources_as_resource_links(daemon_env
 
     assert answer.stop_reason == "end_turn"  # the token budget stopped research; the turn still ended
     messages = [u.content for u in updates if u.session_update == "agent_message_chunk"]
-    text, *links = messages
-    assert text.type == "text" and text.text.startswith("Billing listens on 8101")
-    assert "\n\nSources:\n" in text.text  # the result's text whole, the daemon's Sources list included
-    assert len(links) == 2 and all(link.type == "resource_link" for link in links)
+    links = [m for m in messages if m.type == "resource_link"]
+    assert messages == [m for m in messages if m.type == "text"] + links  # the links come after the text
+    writing = next(
+        u for u in updates if u.session_update == "agent_thought_chunk" and "research notes" in u.content.text
+    )
+    pieces = texts(updates[updates.index(writing) :], "agent_message_chunk")
+    assert len(pieces) > 10  # the answer from notes streams piece by piece, as it is written
+    answer_text = "".join(pieces)
+    assert answer_text.lstrip("\n").startswith("Billing listens on 8101")
+    assert "\n\nSources:\n" in answer_text  # the daemon's Sources list streams with it
+    assert len(links) == 2
     root = workspace.resolve()
     for link in links:
         path = PORT_FILE if PORT_FILE in link.uri else TIMEOUT_FILE
@@ -147,5 +158,6 @@ async def test_text_cut_off_by_the_time_budget_is_thinking_and_the_answer_from_n
         hold.set()
     assert answer.stop_reason == "end_turn"  # the time budget stopped research; the answer from notes ends the turn
     assert "tools" not in stub.requests[-1]  # the tools-free final request wrote the answer
-    assert texts(updates, "agent_thought_chunk")[-2:] == ["Let", "Writing the answer from the research notes…\n"]
-    assert texts(updates, "agent_message_chunk") == ["From what I have: nothing about billing yet."]
+    assert texts(updates, "agent_thought_chunk")[-1] == "Writing the answer from the research notes…\n"
+    # What the cut round wrote stays as it streamed; the answer from notes follows in its own paragraph.
+    assert "".join(texts(updates, "agent_message_chunk")) == "Let\n\nFrom what I have: nothing about billing yet."

@@ -202,7 +202,7 @@ def test_a_session_stored_before_the_index_is_indexed_once_when_first_searched(m
     monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
     tokenized = count_tokenizing(monkeypatch)
     with Store.open(clock=clock) as upgraded:
-        assert connection_of(upgraded).pragma("user_version") == 2
+        assert connection_of(upgraded).pragma("user_version") == len(MIGRATIONS)
         assert connection_of(upgraded).execute("SELECT count(*) FROM history_windows").fetchone() == (0,)
         history = ConversationHistory(upgraded.messages(session.id), upgraded.history_index(session.id))
         assert "8101" in history.search("billing port")

@@ -58,6 +58,9 @@ class RecordingEvents:
     def summary(self, text: str, first_seq: int, last_seq: int) -> None:
         pass
 
+    def context_usage(self, usage) -> None:
+        pass
+
 
 @dataclass
 class FakeBudget:

@@ -57,7 +57,8 @@ async def test_text_before_a_tool_call_streams_as_a_preamble_part_and_the_answer
     kinds = [m if m != "imprint/toolStep" else f"toolStep:{p.state}" for m, p in events]
     first_step = kinds.index("toolStep:started")
     assert kinds[kinds.index("imprint/replyPreamble") + 1] == "toolStep:started"
-    assert all(k == "imprint/replyDelta" for k in kinds[: first_step - 1])
+    assert kinds[0] == "imprint/contextUsage"  # what fills the round's context, before it is sent
+    assert all(k == "imprint/replyDelta" for k in kinds[1 : first_step - 1])
     preamble = [p for m, p in events if m == "imprint/replyPreamble"]
     assert [p.part for p in preamble] == [0]
     parts: dict[int, str] = {}
@@ -172,3 +173,25 @@ async def test_short_requests_are_answered_while_a_reply_is_generating(client, s
         hold.set()
     result = await asyncio.wait_for(reply, 60)
     assert result.text == "A slow answer that takes its time"
+
+
+async def test_tool_steps_have_ids_unique_in_the_reply_when_the_model_reuses_its_own(client, stub):
+    stub.queue(  # the stub names every round's first call "call_0", as many servers do
+        StubReply(tool_calls=[{"name": "search", "arguments": {"query": "billing port"}}]),
+        StubReply(tool_calls=[{"name": "search", "arguments": {"query": "billing config"}}]),
+        "Billing listens on 8101.",
+    )
+    result = await client.protocol.send_request_async("imprint/chat", {"text": "Which port does billing use?"})
+    steps = [
+        (p.callId, p.state, p.title)
+        for m, p in client.notifications
+        if m == "imprint/toolStep" and p.replyId == result.replyId
+    ]
+    assert steps == [
+        ("step-1", "started", "Searching the workspace for “billing port”"),
+        ("step-1", "finished", "Searching the workspace for “billing port”"),
+        ("step-2", "started", "Searching the workspace for “billing config”"),
+        ("step-2", "finished", "Searching the workspace for “billing config”"),
+    ]
+    # The model is shown its own ids, as it wrote them.
+    assert [c["id"] for m in stub.requests[1]["messages"] for c in m.get("tool_calls") or ()] == ["call_0"]

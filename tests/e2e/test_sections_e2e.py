@@ -219,7 +219,7 @@ async def test_a_paste_is_analyzed_in_sections_and_the_coordinator_rereads_an_ex
         for m, p in client.notifications
         if m == "imprint/toolStep" and p.replyId == result.replyId
     ]
-    assert steps == [("read_chat_section", "started", "call_read"), ("read_chat_section", "finished", "call_read")]
+    assert steps == [("read_chat_section", "started", "step-1"), ("read_chat_section", "finished", "step-1")]
     assert any(m.startswith("Rereading characters") for m in progress_messages(client))
 
     # An editor rereads the same range, exactly.

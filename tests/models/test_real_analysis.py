@@ -60,6 +60,10 @@ class RecordingModel:
     def native_tools(self) -> bool:
         return self.model.native_tools
 
+    @property
+    def exact_counts(self) -> bool:
+        return self.model.exact_counts
+
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
         return self.model.count_prompt(messages, tools)
 

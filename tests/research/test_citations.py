@@ -9,8 +9,11 @@ that shares a number, an identifier, a quoted string or (without those) a word.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from imprintd.context.sections import Analysis, WorkerNotes
 from imprintd.research.citations import (
     CitationFilter,
     Numbering,
@@ -115,7 +118,7 @@ def test_invalid_numbers_are_removed_and_code_indexing_is_left_alone():
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 100])
 def test_the_stream_filter_emits_what_keep_valid_gives_whatever_the_chunks(size):
-    text = "It listens on 8101 [1] and [12] waits [3, 1].  Odd [ 7 ] and [9]\nnext [2]"
+    text = "It listens on 8101 [1] and [12] waits [3, 1].  Odd [ 7 ] and [9]\nnext [2] items[7] f(x)[8]"
     valid = {1, 2, 3}.__contains__
     out: list[str] = []
     stream = CitationFilter(valid, out.append)
@@ -123,7 +126,9 @@ def test_the_stream_filter_emits_what_keep_valid_gives_whatever_the_chunks(size)
         stream(text[start : start + size])
     stream.close()
     assert (
-        "".join(out) == keep_valid(text, valid) == ("It listens on 8101 [1] and waits [3, 1].  Odd [ 7 ] and\nnext [2]")
+        "".join(out)
+        == keep_valid(text, valid)
+        == ("It listens on 8101 [1] and waits [3, 1].  Odd [ 7 ] and\nnext [2] items[7] f(x)[8]")
     )
 
 
@@ -193,3 +198,49 @@ def test_an_answer_citing_nothing_lists_the_places_it_read_not_cited():
     ]
     assert sources_block(refs) == "Sources:\n[2] b.py:3 (read, not cited)\n[3] message #4 (read, not cited)"
     assert sources("Nothing read.", {1: found}, [found]) == []  # a search alone is not a read
+
+
+def test_section_notes_and_rereads_are_named_by_their_place_in_words():
+    numbering = Numbering()
+    analysis = Analysis(
+        source_id="src1",
+        kind="tool:read_file",
+        label="read_file result",
+        total_chars=90_000,
+        sections=((0, 45_000), (44_936, 90_000)),
+        workers=(
+            WorkerNotes(worker=1, sections=(1,), notes="FATAL at 03:12"),
+            WorkerNotes(worker=2, sections=(2,), notes="ok"),
+        ),
+    )
+    big = read_result("logs/app.log", 1, 900, "…")
+    notes = numbering.analysis(analysis, result=big)
+    assert [(p.number, p.kind, p.label, p.path, p.start_line, p.message) for p in notes] == [
+        (1, "section", "notes on section 1 of 2 of logs/app.log:1–900", "logs/app.log", 1, None),
+        (2, "section", "notes on section 2 of 2 of logs/app.log:1–900", "logs/app.log", 1, None),
+    ]
+    reread = ToolResult(
+        text="FATAL at 03:12",
+        subject="characters 10–24 of the analyzed read_file result",
+        evidence=("section:src1:10:24",),
+    )
+    shown, [passage] = numbering.result(call("read_chat_section", source_id="src1", start=10, length=14), reread)
+    assert shown == "[3] characters 10–24 of logs/app.log:1–900\nFATAL at 03:12"
+    assert "read_file" not in passage.label and passage.read
+
+
+def test_the_stream_filter_agrees_with_keep_valid_on_random_text_and_chunks():
+    rng = random.Random(19)  # seeded: the same cases every run
+    pieces = ["x", " ", "[", "1", "2", "]", ",", "(", ")", "a", "\n", ".", "  ", "[3", ", 9]"]
+    valid = {1, 2, 3}.__contains__
+    for _ in range(5000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 20)))
+        out: list[str] = []
+        stream = CitationFilter(valid, out.append)
+        at = 0
+        while at < len(text):
+            size = rng.randint(1, 4)
+            stream(text[at : at + size])
+            at += size
+        stream.close()
+        assert "".join(out) == keep_valid(text, valid), text

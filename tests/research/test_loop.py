@@ -15,7 +15,7 @@ from imprintd.models.base import Completion
 from imprintd.research import loop as loop_mod
 from imprintd.research.loop import ReplyFailed, research
 from imprintd.research.notes import build_notes
-from imprintd.tools.base import Source, ToolResult
+from imprintd.tools.base import Hit, Source, ToolResult
 from tests.helpers import tool_turn
 from tests.recording import RecordingEvents
 from tests.research.fakes import SYSTEM, FakeSearch, scope
@@ -436,3 +436,47 @@ async def test_workers_on_a_tool_result_see_the_users_question_even_when_it_was_
         asked = request.messages[-1].content.split("Your notes so far:")[0]
         assert "QUESTION: which service logged the disk error?" in asked
         assert "[Section analysis]" not in asked
+
+
+async def test_tool_steps_are_numbered_within_the_reply_when_the_model_reuses_call_ids(model: StandInModel):
+    events = RecordingEvents()
+    model.queue(  # the id "call_0" every round, and twice in one round, as many servers write it
+        tool_turn(call("search", "call_0", query="billing port")),
+        tool_turn(call("search", "call_0", query="billing config"), call("ghost", "call_0")),
+        "Billing uses 8101.",
+    )
+    question = msg.user("Which port does billing use?", seq=1)
+    outcome = await research(scope(model, events), system=SYSTEM, history=[], question=question, tools=[FakeSearch()])
+    assert outcome.stop == "answer"
+    assert [(s.call_id, s.state) for s in events.steps] == [
+        ("step-1", "started"),
+        ("step-1", "finished"),
+        ("step-2", "started"),
+        ("step-2", "finished"),
+        ("step-3", "failed"),  # an unknown tool fails without starting, under its own number
+    ]
+    # What the model is shown keeps its own ids: the numbering is the clients'.
+    assert [m.tool_call_id for m in model.requests[2].messages if m.role == "tool"] == ["call_0"] * 3
+
+
+async def test_numbered_results_leave_every_earlier_message_of_the_prompt_unchanged(model: StandInModel):
+    # Numbers are given when a result arrives: round k+1's prompt starts with round k's, byte
+    # for byte (llama.cpp reuses the evaluated prefix), and a place found again keeps its number.
+    shared = Hit(id="shared", path="src/port.py", start_line=1, end_line=3, score=2.0, excerpt="PORT = 8101")
+    other = Hit(id="other", path="src/b.py", start_line=4, end_line=6, score=1.0, excerpt="B = 1")
+    search = FakeSearch(
+        {
+            "port": ToolResult(text="t", subject="port", evidence=("shared",), hits=(shared,)),
+            "b": ToolResult(text="t", subject="b", evidence=("other", "shared"), hits=(other, shared)),
+        }
+    )
+    model.queue(
+        tool_turn(call("search", query="port")), tool_turn(call("search", call_id="c2", query="b")), "8101 [1]."
+    )
+    outcome = await research(scope(model), system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[search])
+    assert outcome.stop == "answer"
+    prompts = [request.messages for request in model.requests]
+    for earlier, later in zip(prompts, prompts[1:], strict=False):
+        assert later[: len(earlier)] == earlier
+    assert prompts[1][-1].content == "[1] src/port.py:1–3\nPORT = 8101"
+    assert prompts[2][-1].content == "[2] src/b.py:4–6\nB = 1\n\n[1] src/port.py:1–3\nPORT = 8101"

@@ -1,0 +1,33 @@
+"""Which model a configuration means, by name, as clients show it (``initialize``'s
+``capabilities.experimental.imprint`` and ``imprint/modelChanged``; protocol.md).
+
+The remote model's name, or the GGUF file's name (the embedded one's included). Light on
+purpose: ``initialize`` asks for it, and nothing here imports a provider, loads weights or
+opens a connection (``models/factory.py`` builds the model itself).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from imprintd.models.embedded import find_embedded_model
+from imprintd.settings import ChatSettings
+
+
+class ModelIdentity(msgspec.Struct, frozen=True, kw_only=True):
+    provider: str
+    #: The remote model's name or the GGUF file's name; "" when there is none (nothing configured
+    #: for a remote provider, or no embedded model installed).
+    model: str
+    n_ctx: int
+
+
+def identify_model(chat: ChatSettings) -> ModelIdentity:
+    if chat.provider == "local":
+        path = Path(chat.model) if chat.model else find_embedded_model()
+        name = path.name if path is not None else ""
+    else:
+        name = chat.model
+    return ModelIdentity(provider=chat.provider, model=name, n_ctx=chat.n_ctx)

@@ -1,0 +1,72 @@
+"""The daemon says which model it answers with: in ``initialize``'s result, and in
+``imprint/modelChanged`` when a settings change alters it (whatever set it: config file,
+environment, ``initializationOptions`` or the editor's later settings)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, client_capabilities
+
+from imprintd import __version__
+from imprintd.models.embedded import find_embedded_model
+
+
+async def started(env: dict[str, str], options=None):
+    lsp = await ClientServerConfig(server_command=[sys.executable, "-m", "imprintd", "serve"], server_env=env).start()
+    lsp.changes = []
+    lsp.feature("imprint/modelChanged")(lambda params: lsp.changes.append(params))
+    result = await lsp.initialize_session(
+        types.InitializeParams(capabilities=client_capabilities("visual-studio-code"), initialization_options=options)
+    )
+    return lsp, result
+
+
+async def test_initialize_names_the_model_the_config_file_set_and_changes_are_announced(daemon_env, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('[chat]\nmodel = "qwen3.5-4b"\nn_ctx = 4096\n', encoding="utf-8")
+    env = {k: v for k, v in daemon_env.items() if k not in ("IMPRINT_CHAT_MODEL", "IMPRINT_CHAT_N_CTX")}
+    lsp, result = await started({**env, "IMPRINT_CONFIG": str(config)})
+    try:
+        assert (result.server_info.name, result.server_info.version) == ("imprintd", __version__)
+        assert result.capabilities.experimental == {
+            "imprint": {"provider": "openai", "model": "qwen3.5-4b", "nCtx": 4096}
+        }
+
+        def change(settings) -> None:
+            lsp.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=settings))
+
+        change({"chat": {"n_ctx": 16384}})
+        change({"chat": {"max_tokens": 512}})  # not the model: nothing to announce
+        change({"chat": {"n_ctx": 10}})  # refused: the model stays as it is
+        change({"imprint": {"chat": {"model": "qwen3.5-9b"}}})
+        for _ in range(2):
+            await asyncio.wait_for(lsp.wait_for_notification("imprint/modelChanged"), 60)
+        # Notifications are handled in order, so the two in between would have come before the last.
+        assert [(c.provider, c.model, c.nCtx) for c in lsp.changes] == [
+            ("openai", "qwen3.5-4b", 16384),
+            ("openai", "qwen3.5-9b", 16384),
+        ]
+    finally:
+        await lsp.shutdown_session()
+        await lsp.stop()
+
+
+async def test_initialization_options_are_in_the_result_and_the_embedded_model_is_named_by_its_file(daemon_env):
+    lsp, result = await started(daemon_env, {"chat": {"provider": "local", "model": "", "n_ctx": 2048}})
+    try:
+        embedded = find_embedded_model()
+        assert embedded is not None  # the test extra installs it
+        assert result.capabilities.experimental == {
+            "imprint": {"provider": "local", "model": embedded.name, "nCtx": 2048}
+        }
+        lsp.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"chat": {"model": "/models/Qwen3.5-4B-Q4_K_M.gguf"}})
+        )
+        await asyncio.wait_for(lsp.wait_for_notification("imprint/modelChanged"), 60)
+        assert [(c.provider, c.model, c.nCtx) for c in lsp.changes] == [("local", "Qwen3.5-4B-Q4_K_M.gguf", 2048)]
+    finally:
+        await lsp.shutdown_session()
+        await lsp.stop()
