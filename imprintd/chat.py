@@ -7,10 +7,13 @@ or a section read, and translates the answer to its wire. See docs/architecture.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import logging
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
@@ -18,11 +21,13 @@ import msgspec
 
 from imprintd import settings as settings_mod
 from imprintd.context.history import ConversationHistory, HistoryError
-from imprintd.context.sections import SectionArchive
+from imprintd.context.sections import MAX_SOURCE_CHARS, SectionArchive
 from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
-from imprintd.models.base import Model
+from imprintd.models.base import Model, SessionStates, session_requests
+from imprintd.models.state_cache import delete_session_files, states_folder
+from imprintd.private import private_folder
 from imprintd.reply import ReplyContext, ReplyOutcome, ReplyRequest, next_question_usage, run_reply
 from imprintd.settings import ChatSettings, Resolved
 from imprintd.store import (
@@ -35,7 +40,8 @@ from imprintd.store import (
     StoreError,
 )
 from imprintd.tools.base import Tool
-from imprintd.tools.index import WorkspaceIndex
+from imprintd.tools.index import LIMITED_BY_BYTES, LIMITED_BY_FILES, LIMITED_BY_TIME, IndexLimits, WorkspaceIndex
+from imprintd.tools.paths import OWN_FILES
 from imprintd.tools.workspace import workspace_tools
 
 logger = logging.getLogger(__name__)
@@ -47,22 +53,90 @@ _MODEL_KEYS = ("provider", "model", "base_url", "n_ctx")
 
 
 class WorkspaceMissing(ValueError):
-    """The workspace a request names is not a folder; the message says which."""
+    """The workspace a request names cannot be used as one; the message says which and why."""
 
 
-def _index_progress(events: ReplyEvents):
+class QuestionTooLong(ValueError):
+    """A question longer than section analysis reads (``MAX_SOURCE_CHARS``): refused before
+    anything is stored, since no reply could read it."""
+
+
+def workspace_folder(folder: str) -> Path:
+    """``folder`` as the real folder it names, or WorkspaceMissing saying why it cannot be one.
+
+    A path from a client is not trusted to be a path: too long for the system, holding a NUL,
+    a symbolic link loop, something other than a folder. Each is refused in words (a front
+    door answers -32602 naming its field), never as an internal error.
+    """
+    shown = _shown_path(folder)
+    if "\x00" in folder:
+        raise WorkspaceMissing(f"the workspace folder {shown} contains a NUL character; give the folder's path.")
+    try:
+        root = Path(folder).expanduser().resolve(strict=True)
+    except RuntimeError:  # Python 3.11 reports a symlink loop (ELOOP) this way; so does a missing home
+        raise WorkspaceMissing(f"the workspace folder {shown} cannot be resolved: a symbolic link loop.") from None
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            why = "the path is too long for this system"
+        elif error.errno == errno.ELOOP:
+            why = "a symbolic link loop"
+        elif error.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise WorkspaceMissing(f"the workspace folder {shown} does not exist or is not a folder.") from None
+        else:
+            why = error.strerror or str(error)
+        raise WorkspaceMissing(f"the workspace folder {shown} cannot be resolved: {why}.") from None
+    if not root.is_dir():
+        raise WorkspaceMissing(f"the workspace folder {shown} does not exist or is not a folder.")
+    return root
+
+
+def _shown_path(folder: str, limit: int = 120) -> str:
+    """A client's path fit for an error message: control characters visible, a long one cut."""
+    text = repr(folder)[1:-1] if any(ord(c) < 32 for c in folder) else folder
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(folder):,} characters)"
+
+
+#: Indexing before a reply takes at most this share of ``chat.research_time_budget``; the
+#: reply then searches what is indexed, and the next one goes on indexing.
+INDEX_TIME_SHARE = 0.5
+
+
+def _limit_note(limited_by: str, settings: ChatSettings) -> str:
+    if limited_by == LIMITED_BY_FILES:
+        return f"first {settings.index_max_files:,} files of a larger folder (chat.index_max_files)"
+    if limited_by == LIMITED_BY_BYTES:
+        return f"first {settings.index_max_bytes:,} bytes of files of a larger folder (chat.index_max_bytes)"
+    return ""
+
+
+def _index_progress(events: ReplyEvents, index: WorkspaceIndex, settings: ChatSettings):
     """A progress callback for the indexing thread: reports reach the loop, a few per run."""
     last = [-1]
 
     def report(done: int, total: int) -> None:
+        note = _limit_note(index.limited_by, settings)
         if not total:
+            if note and done == 0:  # nothing changed, but the index is not the whole folder
+                anyio.from_thread.run_sync(events.progress, f"Indexing the workspace: {note}, up to date", 100)
             return  # nothing changed since the last reply: nothing to show
         percentage = done * 100 // total if total else 100
         if percentage // 10 != last[0] // 10 or done == total:
             last[0] = percentage
-            anyio.from_thread.run_sync(events.progress, f"Indexing the workspace: {done} of {total} files", percentage)
+            what = f"{note}: {done} of {total} files" if note else f"{done} of {total} files"
+            anyio.from_thread.run_sync(events.progress, f"Indexing the workspace: {what}", percentage)
 
     return report
+
+
+def _broad_folder(root: Path) -> str:
+    """Which broad folder ``root`` is ("the root folder", "your home folder"); "" for any other."""
+    if root == Path(root.anchor):
+        return "the root folder"
+    try:
+        home = Path.home().resolve()
+    except (RuntimeError, OSError):
+        return ""
+    return "your home folder" if root == home else ""
 
 
 class SessionView(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,6 +162,27 @@ def _default_model_factory(chat: ChatSettings) -> Model:
     return create_model(chat)
 
 
+class SessionTurns:
+    """One reply at a time per session, in the order they were asked (anyio's lock is FIFO).
+
+    A session's lock exists only while a reply holds or awaits it.
+    """
+
+    def __init__(self) -> None:
+        self._locks: dict[str, anyio.Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, session_id: str) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(session_id, anyio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            statistics = lock.statistics()
+            if not statistics.locked and not statistics.tasks_waiting and self._locks.get(session_id) is lock:
+                del self._locks[session_id]
+
+
 class Chat:
     """One per process: holds the settings, the stores and the (lazily loaded) model."""
 
@@ -109,6 +204,7 @@ class Chat:
         self.sections = SectionArchive()
         self._indexes: dict[Path, WorkspaceIndex] = {}
         self._index_locks: dict[Path, anyio.Lock] = {}
+        self._turns = SessionTurns()
 
     # -- settings and parts -------------------------------------------------
     @property
@@ -123,19 +219,22 @@ class Chat:
         """The database, opened on first use so that ``initialize`` never waits on disk."""
         if self._store is None:
             path = (self._data_dir or settings_mod.data_dir()) / "imprint.sqlite3"
+            OWN_FILES.add(path, database=True)
             self._store = Store.open(path)
         return self._store
 
     def _index_path(self) -> Path:
         folder = settings_mod.cache_dir()
         try:
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_folder(folder)
         except OSError as error:  # IMPRINT_CACHE_DIR=/dev/null, a read-only folder
             raise StoreError(
                 f"the cache folder {folder} cannot be used: {error.strerror or error}. "
                 "Set IMPRINT_CACHE_DIR to a folder this user can write."
             ) from None
-        return folder / "workspace-index.sqlite3"
+        path = folder / "workspace-index.sqlite3"
+        OWN_FILES.add(path, database=True)
+        return path
 
     def model(self) -> Model:
         """The chat model for the current settings; created once, recreated when they change."""
@@ -143,6 +242,10 @@ class Chat:
         if self._model is None or key != self._model_settings:
             self._model = self._model_factory(self.settings)
             self._model_settings = key
+        if isinstance(self._model, SessionStates):
+            self._model.set_state_limits(
+                memory_bytes=self.settings.state_cache_memory, disk_bytes=self.settings.state_cache_disk
+            )
         return self._model
 
     def workspace_root(self, workspace: str | None) -> Path | None:
@@ -150,10 +253,7 @@ class Chat:
         folder = workspace or self.workspace
         if not folder:
             return None
-        root = Path(folder).expanduser().resolve()
-        if not root.is_dir():
-            raise WorkspaceMissing(f"The workspace folder {folder} does not exist or is not a folder.")
-        return root
+        return workspace_folder(folder)
 
     async def workspace_tools(self, workspace: str | None, events: ReplyEvents) -> list[Tool]:
         """Search and read tools over ``workspace`` (or the editor's), its index brought up to date.
@@ -167,12 +267,33 @@ class Chat:
         index = self._indexes.get(root)
         if index is None:
             index = self._indexes[root] = WorkspaceIndex(self._index_path(), root)
+        settings = self.settings
+        if broad := _broad_folder(root):
+            events.progress(
+                f"The workspace is {broad} ({root}): Imprint searches only the first "
+                f"{settings.index_max_files:,} files and {settings.index_max_bytes:,} bytes it finds there "
+                "(chat.index_max_files, chat.index_max_bytes). Open a project folder for answers about one project."
+            )
         lock = self._index_locks.setdefault(root, anyio.Lock())
         async with lock:
-            await anyio.to_thread.run_sync(index.update, _index_progress(events))
+            limits = IndexLimits(
+                max_files=settings.index_max_files,
+                max_bytes=settings.index_max_bytes,
+                deadline=time.monotonic() + settings.research_time_budget * INDEX_TIME_SHARE,
+            )
+            started = time.monotonic()
+            stats = await anyio.to_thread.run_sync(index.update, _index_progress(events, index, settings), limits)
+        if stats.limited_by == LIMITED_BY_TIME:
+            events.progress(
+                f"Indexing the workspace stopped after {time.monotonic() - started:.0f} s "
+                f"({INDEX_TIME_SHARE:.0%} of chat.research_time_budget): this reply searches what is "
+                "indexed so far, and the next one goes on indexing."
+            )
         return workspace_tools(index, root)
 
     def close(self) -> None:
+        if isinstance(self._model, SessionStates):
+            self._model.close_states()  # states still queued reach the disk for the next start
         for index in self._indexes.values():
             index.close()
         self._indexes.clear()
@@ -195,6 +316,10 @@ class Chat:
     def delete_session(self, session_id: str) -> None:
         store, _ = self.locate(session_id)
         store.delete_session(session_id)
+        # Its model states go with it: those of the model in use, and files of earlier runs.
+        if isinstance(self._model, SessionStates):
+            self._model.forget_session(session_id)
+        delete_session_files(states_folder(settings_mod.cache_dir()), session_id)
 
     def session(self, session_id: str) -> SessionView:
         store, info = self.locate(session_id)
@@ -248,16 +373,37 @@ class Chat:
 
     # -- replies ------------------------------------------------------------
     async def reply(self, request: ReplyRequest, events: ReplyEvents) -> ReplyOutcome:
-        """Answer ``request`` in its session; see ``imprintd.reply`` for the steps."""
-        root = self.workspace_root(request.workspace)  # refuse a bad request before anything is stored
+        """Answer ``request`` in its session; see ``imprintd.reply`` for the steps.
+
+        Replies in one session take turns in the order they were asked: each question is
+        stored and answered only after the one before it, so the model answering it sees the
+        earlier question with its answer. One cancelled while it waits stores nothing.
+        """
+        # Refuse a request that cannot be answered before anything is stored: a refused
+        # question stores nothing.
+        if len(request.text) > MAX_SOURCE_CHARS:
+            raise QuestionTooLong(
+                f"the question is {len(request.text):,} characters, more than the {MAX_SOURCE_CHARS:,} "
+                "a reply can read (section analysis stops there); nothing was stored. "
+                "Send the part that matters, or ask about a file in the workspace instead."
+            )
+        root = self.workspace_root(request.workspace)
         if request.session_id:
-            store, info = self.locate(request.session_id)
-            if not request.workspace and info.workspace and Path(info.workspace).is_dir():
-                # A follow-up researches the folder its session was started on, unless told otherwise.
-                request = msgspec.structs.replace(request, workspace=info.workspace)
+            self.locate(request.session_id)  # an unknown session is refused at once, not after a wait
+            session_id = request.session_id
         else:
             store = self.store if request.persist else self.memory
-            info = store.create_session(workspace=str(root) if root else None, session_id=request.new_session_id)
+            session_id = store.create_session(
+                workspace=str(root) if root else None, session_id=request.new_session_id
+            ).id
+        async with self._turns.turn(session_id):
+            return await self._reply_in_turn(session_id, request, events)
+
+    async def _reply_in_turn(self, session_id: str, request: ReplyRequest, events: ReplyEvents) -> ReplyOutcome:
+        store, info = self.locate(session_id)  # as it is now: earlier turns added to it
+        if request.session_id and not request.workspace and info.workspace and Path(info.workspace).is_dir():
+            # A follow-up researches the folder its session was started on, unless told otherwise.
+            request = msgspec.structs.replace(request, workspace=info.workspace)
         reply_id = uuid.uuid4().hex
         context = ReplyContext(
             store=store,
@@ -269,4 +415,6 @@ class Chat:
             sections=self.sections.open(reply_id),
             workspace_tools=functools.partial(self.workspace_tools, request.workspace),
         )
-        return await run_reply(context, events)
+        # Every model request of this reply serves this session (the local model keeps its state).
+        with session_requests(info.id, persist=store is not self.memory):
+            return await run_reply(context, events)

@@ -7,9 +7,11 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from imprintd import __version__
 from imprintd import settings as settings_mod
+from imprintd.private import private_file
 from imprintd.redact import MaskSecrets
 
 DESCRIPTION = """\
@@ -113,7 +115,17 @@ def _configure_logging(args: argparse.Namespace, command: str) -> None:
     level = logging.DEBUG if verbose else logging.INFO if command in _DAEMONS else logging.WARNING
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if getattr(args, "log_file", None):
-        handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
+        from imprintd.tools.paths import OWN_FILES
+
+        # Under -v the log holds conversation text: only this user may read it, and no tool.
+        try:
+            private_file(Path(args.log_file))
+            handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
+        except OSError as error:
+            raise SystemExit(
+                f"imprintd: --log-file {args.log_file} cannot be used: {error.strerror or error}"
+            ) from None
+        OWN_FILES.add(args.log_file)
     # The API key never reaches a log line, whoever wrote it (a server's error body can echo it).
     masking = MaskSecrets([os.environ.get(API_KEY_ENV, "")])
     for handler in handlers:
@@ -191,7 +203,7 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
 
     import anyio
 
-    from imprintd.chat import Chat, ReplyRequest, WorkspaceMissing
+    from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing
     from imprintd.models.base import ModelError
     from imprintd.research.loop import ReplyFailed
     from imprintd.store import StoreError
@@ -207,7 +219,7 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
     )
     try:
         outcome = anyio.run(chat.reply, request, events)
-    except WorkspaceMissing as error:
+    except (WorkspaceMissing, QuestionTooLong) as error:
         print(f"imprintd: {error}", file=sys.stderr)
         return 2
     except (ModelError, StoreError, ReplyFailed) as error:

@@ -4,7 +4,14 @@
 everything around it, so a summary can still say "the user pasted the compose file with the
 database password" without repeating the password. It recognises:
 
-- provider keys and tokens by their shape: OpenAI ``sk-…``, GitHub ``ghp_/gho_/ghu_/ghs_/ghr_…``
+- every secret gitleaks' default rule set finds (``imprintd.secret_rules``: 221 provider
+  shapes such as Stripe, Hugging Face, Anthropic, GitLab and Azure AD, and gitleaks' generic
+  rule, which takes a high-entropy value after a name like ``key``, ``token`` or ``secret``:
+  Azure's ``AccountKey=…`` among them);
+- password flags of command lines: ``mysql -pVALUE`` (and ``mysqldump``, ``mysqladmin``,
+  ``mariadb``), ``sshpass -p VALUE``, ``--password VALUE``;
+- provider keys and tokens by their shape (kept beside gitleaks' for the shorter or looser
+  forms it leaves alone): OpenAI ``sk-…``, GitHub ``ghp_/gho_/ghu_/ghs_/ghr_…``
   and ``github_pat_…``, Slack ``xox[baprs]-…``, AWS access key ids ``AKIA…``/``ASIA…``, Google
   ``AIza…``, JSON Web Tokens, and ``Bearer``/``Basic`` credentials in headers;
 - PEM private key blocks (``-----BEGIN … PRIVATE KEY-----`` to its ``END`` line);
@@ -24,9 +31,12 @@ they are. Redaction is idempotent.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Sequence
+
+from imprintd import secret_rules
 
 MARK = "[REDACTED]"
 PRIVATE_KEY_MARK = "[REDACTED PRIVATE KEY]"
@@ -70,6 +80,15 @@ _BEARER = re.compile(r"(?P<lead>\bBearer\s+)(?P<value>(?=[A-Za-z0-9._~+/=\-]*\d)
 _AUTH_HEADER = re.compile(
     r"(?P<lead>\bAuthorization[\"']?\s*[:=]\s*[\"']?(?:Basic|Bearer|Token|Digest)\s+)(?P<value>[^\s\"',;]+)",
     re.IGNORECASE,
+)
+
+# -- password flags on command lines --------------------------------------------------------------
+# MySQL's client tools take the password glued to "-p" ("-p" alone prompts, and the next word
+# is the database); sshpass takes it as the next word; many tools take "--password VALUE".
+_CLI_PASSWORD = re.compile(
+    r"(?P<lead>\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mariadb|mariadb-dump)\b"
+    r"[^\n|;&]{0,200}?\s-p)(?P<value>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"']+)"
+    r"|(?P<lead2>\bsshpass\s+-p\s*|(?<![\w-])--password[ \t]+)(?P<value2>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"'-][^\s\"']*)"
 )
 
 # -- passwords in URLs --------------------------------------------------------------------------
@@ -135,6 +154,7 @@ def redact(text: str) -> str:
         return text
     text = _PEM.sub(PRIVATE_KEY_MARK, text)
     text = _orphan_pem_ends(text)
+    text = _CLI_PASSWORD.sub(_cli_password, text)
     text = _SHAPES.sub(MARK, text)
     text = _AUTH_HEADER.sub(_keep_lead, text)
     text = _BEARER.sub(_keep_lead, text)
@@ -143,7 +163,73 @@ def redact(text: str) -> str:
     text = _ASSIGN_EQ.sub(_assignment, text)
     text = _ASSIGN_COLON.sub(_assignment, text)
     text = _PASSWORD_COLON.sub(_assignment, text)
-    return text
+    # Last, so that a value the rules above took whole (quotes kept) is not taken again.
+    return _rule_set_secrets(text)
+
+
+#: Characters past an excerpt's edge that are redacted with it, so that a secret reaching
+#: into the excerpt is seen whole (no rule finds a secret this long).
+EXCERPT_MARGIN = 2 * secret_rules.WINDOW
+
+
+def redact_head(text: str, length: int) -> str:
+    """At most the first ``length`` characters of ``redact(text)``, redacting only what they need.
+
+    A message of megabytes that the summarizer clips to its ends costs what its ends cost.
+    """
+    if len(text) <= length + 2 * EXCERPT_MARGIN:
+        return redact(text)[:length]
+    redacted = redact(text[: length + EXCERPT_MARGIN])
+    if len(redacted) < length + EXCERPT_MARGIN // 2:
+        # Secrets took up much of the margin: the one cut at its end could reach the excerpt.
+        return redact(text)[:length]
+    return redacted[:length]
+
+
+def redact_tail(text: str, length: int) -> str:
+    """At most the last ``length`` characters of ``redact(text)``; see ``redact_head``."""
+    if length <= 0:
+        return ""
+    if len(text) <= length + 2 * EXCERPT_MARGIN:
+        return redact(text)[-length:]
+    redacted = redact(text[len(text) - length - EXCERPT_MARGIN :])
+    if len(redacted) < length + EXCERPT_MARGIN // 2:
+        return redact(text)[-length:]
+    return redacted[-length:]
+
+
+def _rule_set_secrets(text: str) -> str:
+    """``text`` with each secret gitleaks' rules find replaced; overlapping finds become one."""
+    spans = sorted((start, end) for start, end, _ in secret_rules.find(text))
+    if not spans:
+        return text
+    pieces, position = [], 0
+    for start, end in spans:
+        if end <= position:
+            continue
+        if start < position:
+            start = position  # the part before was replaced with the finding it overlaps
+        else:
+            pieces.append(text[position:start])
+            pieces.append(MARK)
+        position = end
+    pieces.append(text[position:])
+    return "".join(pieces)
+
+
+def _cli_password(match: re.Match[str]) -> str:
+    lead, value = (
+        (match.group("lead"), match.group("value"))
+        if match.group("lead")
+        else (
+            match.group("lead2"),
+            match.group("value2"),
+        )
+    )
+    if _REFERENCE.match(value.strip("'\"")):
+        return match.group(0)
+    quote = value[0] if value[:1] in ("'", '"') else ""
+    return f"{lead}{quote}{MARK}{quote}"
 
 
 def _orphan_pem_ends(text: str) -> str:
@@ -203,6 +289,38 @@ def mask(text: str, *secrets: str | None) -> str:
     return text
 
 
+def mask_json(text: str, secret: str | None) -> str:
+    r"""JSON text with ``secret`` masked however its characters are written: as themselves or
+    escaped (``\u0073k-…``, ``\/``), so the secret is gone once the text is decoded too."""
+    if not secret:
+        return text
+    return _json_spelling(secret).sub(MARK, text)
+
+
+#: JSON's two-character escapes, by the character they stand for.
+_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+@functools.lru_cache(maxsize=8)
+def _json_spelling(secret: str) -> re.Pattern[str]:
+    """A pattern matching ``secret`` in JSON text, each character written any way JSON may."""
+
+    def forms(character: str) -> str:
+        written = [re.escape(character)]
+        if ord(character) < 0x10000:
+            written.append(rf"\\u(?i:{ord(character):04x})")
+        if character in _SHORT_ESCAPES:
+            written.append(re.escape(_SHORT_ESCAPES[character]))
+        return "(?:" + "|".join(written) + ")"
+
+    return re.compile("".join(forms(character) for character in secret))
+
+
+def hide_url_passwords(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:PASSWORD@host`` URL masked."""
+    return _URL_PASSWORD.sub(_keep_lead, text)
+
+
 class MaskSecrets(logging.Filter):
     """A log handler filter that masks known secret values in every record it passes on,
     tracebacks included (a server's error text can echo the API key it was sent), and the
@@ -230,4 +348,4 @@ class MaskSecrets(logging.Filter):
         return True
 
     def _mask(self, text: str) -> str:
-        return _URL_PASSWORD.sub(_keep_lead, mask(text, *self.secrets))
+        return hide_url_passwords(mask(text, *self.secrets))

@@ -26,6 +26,7 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, BinaryIO, TypeVar
+from urllib.parse import urlparse
 
 import cattrs
 import msgspec
@@ -75,7 +76,20 @@ class ExpectedErrorFilter(logging.Filter):
         return True
 
 
+class StructureTracebackFilter(logging.Filter):
+    """Drop pygls' record of a message it could not structure: a traceback of several
+    kilobytes (a cattrs ExceptionGroup) per malformed message, which a client could send
+    without end. ``ImprintProtocol.receive_body`` answers or logs each such message in one
+    line naming the field; with ``-v`` (debug) the traceback is kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Unable to deserialize message"):
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
 logging.getLogger("pygls.protocol.json_rpc").addFilter(ExpectedErrorFilter())
+logging.getLogger("pygls.protocol.json_rpc").addFilter(StructureTracebackFilter())
 
 
 class ImprintProtocol(LanguageServerProtocol):
@@ -85,6 +99,10 @@ class ImprintProtocol(LanguageServerProtocol):
         super().__init__(server, converter)
         self.initialize_received = False
         self.exit_code: int | None = None
+        #: An ``initialize`` ``rootUri`` that does not parse as a URI, kept from pygls (below)
+        #: for the server to report.
+        self.unparsable_root_uri: str | None = None
+
         #: ``capabilities.experimental`` of the ``initialize`` result, asked once the editor's
         #: initialize handler has run (pygls builds the rest of the capabilities itself).
         self.experimental: Callable[[], Any] | None = None
@@ -117,11 +135,20 @@ class ImprintProtocol(LanguageServerProtocol):
                 self.send_error(msg_id, JsonRpcInvalidRequest("The server is already initialized."))
                 return
             self.initialize_received = True
+            self._keep_unparsable_root_uri(message.params)
         elif method is not None and not self.initialize_received:
             if is_request:
                 self.send_error(msg_id, JsonRpcServerNotInitialized(f"Received {method!r} before 'initialize'."))
             return  # notifications before initialize are dropped, as the spec says
         super().handle_message(message)
+
+    def _keep_unparsable_root_uri(self, params: types.InitializeParams) -> None:
+        """pygls parses ``rootUri`` before any handler runs, and one that does not parse
+        (``file://[::1/ws``) fails ``initialize`` as an internal error; it is set aside instead."""
+        try:
+            urlparse(params.root_uri or "")
+        except ValueError:
+            self.unparsable_root_uri, params.root_uri = params.root_uri, None
 
     # -- errors -------------------------------------------------------------
     def send_error(self, msg_id: Any, error: JsonRpcException) -> None:
@@ -195,8 +222,18 @@ class ImprintProtocol(LanguageServerProtocol):
     def _structure(self, raw: dict) -> Any:
         """LSP messages become lsprotocol types; ``imprint/*`` params stay plain JSON for msgspec."""
         method = raw.get("method")
-        if method is None or self.get_message_type(method) is not None:
-            return self.structure_message(raw)
+        if method is None:
+            return self.structure_message(raw)  # a response: pygls pairs it with what it asked
+        message_type = self.get_message_type(method)
+        if message_type is not None:
+            # Structured here, not by pygls' structure_message, which formats a traceback of
+            # every failure before logging it: seconds of work for a list of 10,000 bad items.
+            try:
+                return self._converter.structure(raw, message_type)
+            except cattrs.ClassValidationError as error:
+                raise JsonRpcInvalidParams() from error
+            except Exception as error:  # cattrs raises what the structuring hit
+                raise JsonRpcInvalidParams(f"{type(error).__name__}: {error}") from error
         params = raw.get("params")
         if "id" in raw:
             return JsonRPCRequestMessage(id=raw["id"], method=method, jsonrpc="2.0", params=params)
@@ -234,10 +271,18 @@ def _envelope_problem(raw: Any) -> str | None:
     return None
 
 
+#: Problems named of a message that could not be structured; a list of 100,000 bad items
+#: must not make a line (or an answer) of 100,000 reasons.
+MAX_PROBLEMS_NAMED = 8
+
+
 def _structure_error_detail(error: JsonRpcException) -> str:
     cause = error.__cause__
     if isinstance(cause, cattrs.ClassValidationError):
-        return "; ".join(cattrs.transform_error(cause, path="params").__iter__()) or str(cause)
+        problems = cattrs.transform_error(cause, path="params")
+        named = "; ".join(problems[:MAX_PROBLEMS_NAMED])
+        more = len(problems) - MAX_PROBLEMS_NAMED
+        return (f"{named}; and {more} more" if more > 0 else named) or str(cause)
     return error.message
 
 

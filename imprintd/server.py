@@ -24,7 +24,7 @@ from pygls.lsp.server import LanguageServer
 
 from imprintd import __version__
 from imprintd import protocol as wire
-from imprintd.chat import Chat, ReplyRequest, WorkspaceMissing
+from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing, workspace_folder
 from imprintd.context.history import HistoryError
 from imprintd.context.sections import SectionError
 from imprintd.models.base import ModelError
@@ -49,6 +49,7 @@ class RequestFailed(JsonRpcException):
 CORE_ERRORS: tuple[tuple[tuple[type[Exception], ...], Callable[[Exception], JsonRpcException]], ...] = (
     ((SessionNotFound,), lambda error: JsonRpcInvalidParams(f"sessionId: {error}")),
     ((WorkspaceMissing,), lambda error: JsonRpcInvalidParams(f"workspace: {error}")),
+    ((QuestionTooLong,), lambda error: JsonRpcInvalidParams(f"text: {error}")),
     ((HistoryError, SectionError), lambda error: JsonRpcInvalidParams(str(error))),
     ((ModelError, ReplyFailed, StoreError, apsw.Error), lambda error: RequestFailed(str(error))),
 )
@@ -125,10 +126,43 @@ class ImprintServer(LanguageServer):
 
 # -- lifecycle and settings ---------------------------------------------------------------------
 def initialize(server: ImprintServer, params: types.InitializeParams) -> None:
-    root = params.workspace_folders[0].uri if params.workspace_folders else params.root_uri
-    server.chat.workspace = _path_from_uri(root) if root else params.root_path
+    server.chat.workspace = _editor_workspace(server, params)
     server.report_settings_errors(server.chat.resolved.errors)
     server.apply_editor_settings(params.initialization_options, report_model=False)
+
+
+def _editor_workspace(server: ImprintServer, params: types.InitializeParams) -> str | None:
+    """The editor's folder: ``workspaceFolders[0]``, else ``rootUri``, else ``rootPath``.
+
+    One that cannot be used (not a file: URI, too long, a NUL, a symbolic link loop, not a
+    folder) is reported once, naming the field, and ignored: chats then research the folder
+    each names, or none, instead of every one failing on the editor's.
+    """
+    protocol = server.protocol
+    unparsable = protocol.unparsable_root_uri if isinstance(protocol, ImprintProtocol) else None
+    uri: str | None
+    if params.workspace_folders:
+        field, uri = "workspaceFolders[0].uri", params.workspace_folders[0].uri
+    elif params.root_uri or unparsable:
+        field, uri = "rootUri", params.root_uri or unparsable
+    elif params.root_path:
+        field, uri = "rootPath", None
+    else:
+        return None
+    folder = _path_from_uri(uri) if uri is not None else params.root_path
+    try:
+        if folder is None:
+            raise WorkspaceMissing(f"{_shown(uri or '')} is not a file: URI of a local folder.")
+        return str(workspace_folder(folder))
+    except WorkspaceMissing as error:
+        message = f"initialize {field}: {error} Imprint ignores it; a chat can name its folder (workspace)."
+        logger.warning("%s", message)
+        server.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
+        return None
+
+
+def _shown(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text):,} characters)"
 
 
 def did_change_configuration(server: ImprintServer, params: types.DidChangeConfigurationParams) -> None:
@@ -227,7 +261,11 @@ def build_server(chat: Chat) -> ImprintServer:
 
 
 def _path_from_uri(uri: str) -> str | None:
-    parsed = urlparse(uri)
+    """The local path of a ``file:`` URI; None for any other URI, or one that does not parse."""
+    try:
+        parsed = urlparse(uri)
+    except ValueError:  # "file://[x": an unclosed IPv6 host
+        return None
     return unquote(parsed.path) if parsed.scheme == "file" else None
 
 

@@ -21,6 +21,8 @@ import msgspec.inspect
 import platformdirs
 from msgspec import Meta
 
+from imprintd.redact import hide_url_passwords
+
 APP_NAME = "imprint"
 
 
@@ -83,6 +85,22 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
     research_token_budget: Annotated[
         int, Meta(ge=1024, le=16_777_216, description="tokens research may spend on one reply")
     ] = 65536
+    index_max_files: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=10_000_000,
+            description="files of a workspace the search index keeps: the first the walk finds, shallow folders first",
+        ),
+    ] = 20_000
+    index_max_bytes: Annotated[
+        int,
+        Meta(
+            ge=1024,
+            le=68_719_476_736,
+            description="bytes of workspace files the search index reads, all files together",
+        ),
+    ] = 268_435_456
     research_time_budget: Annotated[
         float,
         Meta(
@@ -92,6 +110,22 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
             extra={"unit": "seconds"},
         ),
     ] = 300.0
+    state_cache_memory: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=1 << 40,
+            description="bytes of local model state kept in memory per process for follow-ups; 0 turns it off",
+        ),
+    ] = 2 << 30
+    state_cache_disk: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=1 << 40,
+            description="bytes of local model state kept in the cache dir across restarts; 0 turns it off",
+        ),
+    ] = 4 << 30
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -177,7 +211,7 @@ def coerce(key: str, value: Any, *, from_text: bool = False) -> Any:
         if not spec.check(converted):
             raise ValueError
     except (TypeError, ValueError):
-        raise SettingsError(f"{key} = {value!r} is not accepted: expected {spec.accepted}") from None
+        raise SettingsError(f"{key} = {_shown(value)} is not accepted: expected {spec.accepted}") from None
     return converted
 
 
@@ -212,7 +246,7 @@ class Resolved:
         if not isinstance(values, Mapping):
             error = (
                 f'settings from {source} must be an object such as {{"chat": {{"n_ctx": 4096}}}}, '
-                f"got {_shown(values)}; all of them were ignored"
+                f"got {_shown(values, 80)}; all of them were ignored"
             )
             return Resolved(self.settings, self.origins, self.errors + (error,))
         settings, origins, errors = self.settings, dict(self.origins), list(self.errors)
@@ -222,16 +256,17 @@ class Resolved:
                 origins[key] = source
             except SettingsError as error:
                 errors.append(
-                    f"{error} (from {source}; keeping {settings.get(key)!r})"
+                    f"{error} (from {source}; keeping {_shown(settings.get(key))})"
                     if key in KEYS
                     else f"{error} (from {source})"
                 )
         return Resolved(settings, origins, tuple(errors))
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:79] + "…"
+def _shown(value: Any, limit: int | None = None) -> str:
+    """``value`` as a refusal or ``imprintd config`` quotes it: the password of a URL masked."""
+    text = hide_url_passwords(repr(value))
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def config_file() -> Path:
@@ -289,6 +324,6 @@ def load(cli_values: Mapping[str, Any] | None = None, environ: Mapping[str, str]
 def describe(resolved: Resolved, extra: Iterable[tuple[str, str]] = ()) -> str:
     """The effective settings and where each came from, as ``imprintd config`` prints them."""
     width = max(len(key) for key in KEYS)
-    lines = [f"{key:<{width}}  {resolved.settings.get(key)!r:<28}  ({resolved.origins[key]})" for key in KEYS]
+    lines = [f"{key:<{width}}  {_shown(resolved.settings.get(key)):<28}  ({resolved.origins[key]})" for key in KEYS]
     lines.extend(f"{name:<{width}}  {value}" for name, value in extra)
     return "\n".join(lines)

@@ -13,11 +13,14 @@ same API, nothing on disk, at most 400 messages a session and 4,000 characters a
 result, and an in-memory history index per session.
 
 Both implement ``ConversationStore``, which is all the reply path needs.
+
+SQLite's errors about the file itself (busy past the busy timeout, damaged, disk full, not
+writable) become a ``StoreError`` naming the file and what to do about that cause
+(``database_problem``), the same at start-up as on any later read or write.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 import time
@@ -35,6 +38,7 @@ from imprintd.context import history_index
 from imprintd.context.history import calls_by_id, indexed_messages
 from imprintd.context.history_index import HistoryIndex, MemoryHistoryIndex, SqliteHistoryIndex
 from imprintd.messages import Message, SourceRef, ToolCall
+from imprintd.private import private_database, private_folder
 from imprintd.settings import data_dir
 
 DB_NAME = "imprint.sqlite3"
@@ -73,6 +77,14 @@ class StoredSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 class StoreError(Exception):
     """The store cannot do what was asked; the message says why and what to do."""
+
+
+class DatabaseBusy(StoreError):
+    """Another connection kept the database locked for longer than the busy timeout."""
+
+
+class DatabaseDamaged(StoreError):
+    """The database file is not a readable SQLite database (any more)."""
 
 
 class SessionNotFound(StoreError):
@@ -123,6 +135,48 @@ def _check_summary(summary: StoredSummary) -> None:
         raise ValueError(
             f"summary covers #{summary.first_seq}..#{summary.last_seq}; expected 1 <= first_seq <= last_seq"
         )
+
+
+def database_problem(path: Path, error: apsw.Error) -> StoreError | None:
+    """What SQLite's ``error`` on the database ``path`` means and what to do, or None when it
+    says nothing about the file (a bug's error stays as it is).
+
+    The advice fits the cause: a busy database is another process at work (waiting longer
+    helps, moving the file away does not); a damaged one must be moved away or restored.
+    """
+    if isinstance(error, apsw.BusyError | apsw.LockedError):
+        return DatabaseBusy(
+            f"the database {path} is busy: another process kept it locked for more than "
+            f"{BUSY_TIMEOUT_MS / 1000:g} s (another imprintd using the same data folder?). Try again."
+        )
+    if isinstance(error, apsw.CorruptError | apsw.NotADBError):
+        return DatabaseDamaged(
+            f"the database {path} is damaged or not an SQLite database ({error}). Stop imprintd and move "
+            "it away with its -wal and -shm files (imprintd then starts an empty one), or restore it "
+            "from a backup; or set IMPRINT_DATA_DIR to another folder."
+        )
+    if isinstance(error, apsw.FullError):
+        return StoreError(f"the disk holding the database {path} is full ({error}); free some space and try again.")
+    if isinstance(error, apsw.ReadOnlyError | apsw.PermissionsError | apsw.CantOpenError):
+        return StoreError(
+            f"the database {path} cannot be written ({error}): check that this user may write it "
+            "and its folder, or set IMPRINT_DATA_DIR to a folder this user can write."
+        )
+    if isinstance(error, apsw.IOError):
+        return StoreError(f"reading or writing the database {path} failed: the disk or file system reported {error}.")
+    return None
+
+
+@contextmanager
+def naming_problems(path: Path) -> Iterator[None]:
+    """Raise SQLite's errors about the file ``path`` as ``database_problem`` words them."""
+    try:
+        yield
+    except apsw.Error as error:
+        problem = database_problem(path, error)
+        if problem is None:
+            raise
+        raise problem from error
 
 
 # --- migrations ---------------------------------------------------------------------------
@@ -269,15 +323,6 @@ def _message_from_row(row: tuple) -> Message:
     )
 
 
-def _create_private_file(path: Path) -> None:
-    # Conversations are private. SQLite creates the -wal and -shm files with the
-    # database file's permissions, so making the file 0600 up front covers all three.
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    except FileExistsError:
-        pass
-
-
 class Store:
     """Sessions, messages and summaries in one SQLite database (apsw).
 
@@ -298,27 +343,24 @@ class Store:
         """Open (creating if needed) the database; default ``data_dir()/imprint.sqlite3``."""
         path = data_dir() / DB_NAME if path is None else path
         try:
-            # 0700: only this user reads the conversations (existing dirs are left as they are).
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            _create_private_file(path)
+            # Only this user reads the conversations: folders made 0700, the database (and so
+            # its -wal and -shm, which SQLite creates with its mode) 0600.
+            private_folder(path.parent)
+            private_database(path)
         except OSError as error:  # IMPRINT_DATA_DIR=/dev/null, a read-only or unreadable folder
             raise StoreError(
                 f"the data folder {path.parent} cannot be used: {error.strerror or error}. "
                 "Set IMPRINT_DATA_DIR to a folder this user can write."
             ) from None
-        try:
+        with naming_problems(path):
             db = apsw.Connection(str(path))
-        except apsw.Error as error:
-            raise StoreError(f"cannot open the database {path}: {error}") from error
         try:
-            _configure(db, path)
-            migrate(db, path)
+            with naming_problems(path):
+                _configure(db, path)
+                migrate(db, path)
         except apsw.Error as error:
             db.close()
-            raise StoreError(
-                f"cannot use the database {path}: {error}. If it is not an imprintd database, "
-                "move it away or set IMPRINT_DATA_DIR to another directory."
-            ) from error
+            raise StoreError(f"cannot use the database {path}: {error}") from error
         except BaseException:
             db.close()
             raise
@@ -333,14 +375,18 @@ class Store:
     @contextmanager
     def reading(self) -> Iterator[apsw.Connection]:
         """Hold the store's lock to read several statements from the connection (other
-        modules' tables, such as the history index's); write through ``transaction()``."""
-        with self._lock:
+        modules' tables, such as the history index's); write through ``transaction()``.
+
+        A problem with the file (busy past the timeout, damaged, disk full) is raised as a
+        StoreError naming it and the way out (``database_problem``), here as at start-up.
+        """
+        with self._lock, naming_problems(self._path):
             yield self._db
 
     @contextmanager
     def transaction(self) -> Iterator[apsw.Connection]:
         """Hold the store's lock in a ``BEGIN IMMEDIATE`` transaction; commit on success."""
-        with self._lock, immediate(self._db) as db:
+        with self._lock, naming_problems(self._path), immediate(self._db) as db:
             yield db
 
     def close(self) -> None:
@@ -376,18 +422,16 @@ class Store:
         )
 
     def session(self, session_id: str) -> SessionInfo:
-        with self._lock:
-            row = self._db.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = ?", (session_id,)
-            ).fetchone()
+        with self.reading() as db:
+            row = db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE s.id = ?", (session_id,)).fetchone()
         if row is None:
             raise SessionNotFound(session_id)
         return _session_from_row(row)
 
     def sessions(self) -> list[SessionInfo]:
         # rowid breaks ties between equal timestamps: the later-created session first.
-        with self._lock:
-            rows = self._db.execute(
+        with self.reading() as db:
+            rows = db.execute(
                 f"SELECT {_SESSION_COLUMNS} FROM sessions s ORDER BY s.updated_at DESC, s.rowid DESC"
             ).fetchall()
         return [_session_from_row(row) for row in rows]
@@ -447,18 +491,18 @@ class Store:
         return stored
 
     def messages(self, session_id: str) -> list[Message]:
-        with self._lock:
+        with self.reading() as db:
             self._require(session_id)
-            rows = self._db.execute(
+            rows = db.execute(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY seq",
                 (session_id,),
             ).fetchall()
         return [_message_from_row(row) for row in rows]
 
     def summary(self, session_id: str) -> StoredSummary | None:
-        with self._lock:
+        with self.reading() as db:
             self._require(session_id)
-            row = self._db.execute(
+            row = db.execute(
                 "SELECT text, first_seq, last_seq, retry_at FROM chat_summaries WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
@@ -483,7 +527,7 @@ class Store:
 
     def history_index(self, session_id: str) -> HistoryIndex:
         """The session's conversation_history index, kept in this database."""
-        with self._lock:
+        with self.reading():
             self._require(session_id)
         return SqliteHistoryIndex(self, session_id, _to_index)
 

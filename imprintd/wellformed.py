@@ -7,7 +7,8 @@ nested arrays would end the process with ``RecursionError``. And lone surrogates
 ``surrogatepass``): Python strings hold them, but SQLite, UTF-8 output and every client do
 not. Both are found here once, where input is decoded (client messages in ``rpc`` and
 ``acp.jsonrpc``, model stream chunks in ``models.remote``), so no handler has to think about
-them. Both front doors also name a param msgspec refused the same way (``field_message``).
+them. Both front doors also name a param msgspec refused the same way (``field_message``),
+and ``imprintd acp`` names a string holding bytes that are not UTF-8 (``find_undecodable``).
 
 The walk is iterative and skipped entirely when a cheap look at the raw text shows it is
 not needed, so ordinary messages pay next to nothing.
@@ -15,6 +16,7 @@ not needed, so ordinary messages pay next to nothing.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -92,6 +94,40 @@ def _check_text(text: str, path: str) -> None:
         f"contains a lone surrogate (U+{code:04X} at character {match.start()}); "
         "text must be valid Unicode (UTF-8 without unpaired surrogates)",
     )
+
+
+#: A byte that is not UTF-8, as ``surrogateescape`` decoding keeps it (U+DC80..U+DCFF).
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+def find_undecodable(raw: bytes) -> tuple[Any, Malformed] | None:
+    """For bytes that are not UTF-8: the message decoded with each bad byte kept as an escape,
+    and ``Malformed`` naming the first string (key or value) that holds one; None when the bad
+    bytes lie outside every string, or the bytes are not JSON even so."""
+    try:
+        value = json.loads(raw.decode("utf-8", "surrogateescape"))
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        current, path, depth = stack.pop()
+        texts: list[tuple[str, str]] = []
+        if isinstance(current, str):
+            texts.append((current, path))
+        elif isinstance(current, dict) and depth < MAX_NESTING:
+            for key, item in reversed(current.items()):
+                child = f"{path}.{key}" if path else str(key)
+                texts.append((key, child))
+                stack.append((item, child, depth + 1))
+        elif isinstance(current, list) and depth < MAX_NESTING:
+            stack.extend((current[i], f"{path}[{i}]", depth + 1) for i in range(len(current) - 1, -1, -1))
+        for text, where in texts:
+            match = _ESCAPED_BYTE.search(text)
+            if match:
+                byte = ord(match.group()) - 0xDC00
+                why = f"is not valid UTF-8 (byte 0x{byte:02X} at character {match.start()}); text must be UTF-8"
+                return value, Malformed(_printable(where), why)
+    return None
 
 
 def _printable(path: str) -> str:

@@ -27,6 +27,13 @@ class StubReply:
     #: Answer with this HTTP status and body instead of a stream (error replies).
     status: int = 200
     body: str = ""
+    #: Stream this piece again and again, ``max_tokens`` ignored, as a misconfigured server
+    #: does: until the daemon hangs up, or ``ENDLESS_LIMIT`` pieces (then it finishes).
+    endless: str = ""
+
+
+#: The most pieces an endless reply streams when nobody hangs up (about 12 MB of events).
+ENDLESS_LIMIT = 50_000
 
 
 Script = StubReply | str | Callable[[dict], "StubReply | str"]
@@ -39,6 +46,9 @@ class OpenAIStub:
         self.replies: list[Script] = []
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        #: Pieces of an endless reply sent so far, and whether the daemon hung up on it.
+        self.endless_sent = 0
+        self.hung_up = threading.Event()
         self._lock = threading.Lock()
         stub = self
 
@@ -101,6 +111,9 @@ class OpenAIStub:
                         self.wfile.flush()
                         return
                     self._event(self._chunk({"role": "assistant", "content": ""}))
+                    if reply.endless:
+                        self._endless(reply.endless)
+                        return
                     words = reply.text.split(" ") if reply.text else []
                     for index, word in enumerate(words):
                         self._event(self._chunk({"content": word if index == 0 else " " + word}))
@@ -124,7 +137,16 @@ class OpenAIStub:
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
-                    pass  # the daemon hung up (a cancelled reply)
+                    stub.hung_up.set()  # the daemon hung up (a cancelled or cut reply)
+
+            def _endless(self, piece: str) -> None:
+                while stub.endless_sent < ENDLESS_LIMIT:
+                    self._event(self._chunk({"content": piece}))
+                    stub.endless_sent += 1
+                self._event(self._chunk({}, "stop"))
+                self._event("[DONE]")
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

@@ -109,7 +109,7 @@ def _settings_rows(path: Path) -> dict[str, tuple[str, str]]:
 def _default_cell(value) -> str:
     if isinstance(value, str):
         return f"`{value}`" if value else "empty"
-    return f"{value:g}"
+    return str(value) if isinstance(value, int) else f"{value:g}"  # 268435456, not 2.68435e+08
 
 
 @pytest.mark.parametrize("doc", [ROOT / "README.md", ROOT / "protocol.md"], ids=lambda p: p.name)

@@ -8,9 +8,9 @@ anything about a reply.
 
 Each prompt runs as its own task. ``session/cancel`` cancels it (the core keeps the
 question and stores nothing else), nothing more is sent for it, and the prompt answers
-``{stopReason: "cancelled"}``. A
-prompt sent while another runs in the same session waits for it, so replies in one
-session never interleave.
+``{stopReason: "cancelled"}``. A prompt sent while another runs in the same session waits for
+it (here, so that a session's first prompt stores it before the next one asks; ``Chat.reply``
+takes a session's replies in turn as well), so replies in one session never interleave.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from imprintd.acp import wire
 from imprintd.acp.events import SESSION_UPDATE, AcpEvents, stop_reason
 from imprintd.acp.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND, Connection, RpcError
 from imprintd.acp.replay import replay
-from imprintd.chat import Chat, ReplyRequest, WorkspaceMissing
+from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing, workspace_folder
 from imprintd.models.base import ModelError
 from imprintd.research.loop import ReplyFailed
 from imprintd.store import SessionNotFound, StoreError, new_session_id
@@ -273,7 +273,10 @@ def _attachment(resource: wire.ResourceContents, root: Path | None) -> str:
 
 def _shown_path(uri: str, root: Path | None) -> str:
     """A file URI as the workspace-relative path the tools take, when it is inside the workspace."""
-    parsed = urlparse(uri)
+    try:
+        parsed = urlparse(uri)
+    except ValueError:  # "file://[x": shown as sent
+        return uri
     if parsed.scheme != "file":
         return uri
     path = Path(unquote(parsed.path))
@@ -284,15 +287,17 @@ def _shown_path(uri: str, root: Path | None) -> str:
 
 
 def _folder(cwd: str) -> Path:
-    """``cwd`` as a resolved folder; -32602 naming it when it is not an absolute path to a folder."""
-    path = Path(cwd)
-    if not path.is_absolute():
+    """``cwd`` as a resolved folder; -32602 naming it when it is not an absolute path to a folder
+    (too long, a NUL, a symbolic link loop and the like included: ``chat.workspace_folder``)."""
+    if not Path(cwd).is_absolute():
         raise RpcError(
-            INVALID_PARAMS, f"cwd: {cwd!r} is not an absolute path; ACP sends the workspace folder's absolute path."
+            INVALID_PARAMS,
+            f"cwd: {cwd[:120]!r} is not an absolute path; ACP sends the workspace folder's absolute path.",
         )
-    if not path.is_dir():
-        raise RpcError(INVALID_PARAMS, f"cwd: the workspace folder {cwd} does not exist or is not a folder.")
-    return path.resolve()
+    try:
+        return workspace_folder(cwd)
+    except WorkspaceMissing as error:
+        raise RpcError(INVALID_PARAMS, f"cwd: {error}") from None
 
 
 def _log_mcp(session_id: str, servers: Sequence[wire.McpServer]) -> None:
@@ -316,6 +321,8 @@ def _reply_error(error: BaseException) -> BaseException:
         return RpcError(RESOURCE_NOT_FOUND, f"sessionId: {error}")
     if isinstance(error, WorkspaceMissing):
         return RpcError(INVALID_PARAMS, f"cwd: {error}")
+    if isinstance(error, QuestionTooLong):
+        return RpcError(INVALID_PARAMS, f"prompt: {error} (attached resources count with the text)")
     if isinstance(error, (ModelError, ReplyFailed, StoreError, apsw.Error)):
         return RpcError(INTERNAL_ERROR, str(error))
     return error

@@ -99,6 +99,9 @@ class Dispatcher:
                 f"A message of {line.length} bytes exceeds the limit of {MAX_LINE} bytes; it was skipped.",
             )
             return
+        if not _is_utf8(line):
+            self._refuse_undecodable(line)
+            return
         if wellformed.may_need_check(line) and self._refused_as_malformed(line):
             return
         try:
@@ -143,6 +146,20 @@ class Dispatcher:
                 self.connection.fail(*answer)
             return True
         return False
+
+    def _refuse_undecodable(self, line: bytes) -> None:
+        """A line that is not UTF-8: -32602 naming the string that holds the bad bytes, -32700
+        when they are not inside a string (or the line is not JSON even so)."""
+        found = wellformed.find_undecodable(line)
+        if found is None:
+            self.connection.fail(None, PARSE_ERROR, "Invalid JSON: the line is not UTF-8 text.")
+            return
+        raw, error = found
+        answer = wellformed.refusal(raw, error) if isinstance(raw, dict) else None
+        if answer is None:
+            logger.warning("dropping a message that is not UTF-8: %s", error)
+        else:
+            self.connection.fail(*answer)
 
     # -- requests ---------------------------------------------------------------
     def _request(self, request_id: int | str, method: str, raw: msgspec.Raw | Any) -> None:
@@ -189,6 +206,15 @@ class Dispatcher:
             handler(_decode_params(method, raw))
         except Exception:  # a notification has no one to answer: log it and go on
             logger.exception("notification %s failed", method)
+
+
+def _is_utf8(line: bytes) -> bool:
+    """Whether ``line`` decodes as UTF-8; the bytes of a lone surrogate pass, for ``wellformed`` to name."""
+    try:
+        line.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _decode_params(method: str, raw: msgspec.Raw | Any) -> Any:

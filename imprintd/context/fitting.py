@@ -6,7 +6,13 @@ allowance do not fit ``model.n_ctx``, earlier history goes a piece at a time:
 1. earlier turns' tool exchanges, oldest first (an assistant tool-call message, its own
    text included, together with all its tool results, matched by ``tool_call_id``);
 2. then whole earlier exchanges, oldest first, each from its user question up to the next
-   one, so the kept history still starts with a question and no tool result is orphaned;
+   one, so the kept history still starts with a question and no tool result is orphaned.
+   They go at fixed drop points, not one per reply: every exchange that starts before the
+   first point at which the rest fits, the points being multiples of half the room history
+   has beside the system prompt and tools (``drop_step``). The points stay put while the
+   conversation grows, so after a drop the next replies only append to the prompt and the
+   model's prefix cache serves all but the new tokens (this departs from ADR 0140's "only as
+   much as must": up to a step more goes);
 3. if the current turn alone is still too big, ``fits`` is False and the caller sends the
    current turn's oversized input or evidence to section analysis (ADR 0093).
 
@@ -17,15 +23,16 @@ taken once at the start; each removal subtracts the model's cached per-message c
 and one exact count confirms the result when the running total says it fits (if the exact
 count disagrees and the prompt is still over, removal goes on from the exact figure).
 Per-message counts can also be pessimistic (a real template's joins add less than a message
-counted alone), so the running total may ask for more removals than needed: after the last
-one, when an exact count came in under the running total, the pieces removed last are put
-back, newest first, while the exact count says they fit. So ``measurements`` is at most the number of removed pieces plus the pieces put back
-plus three, and usually two.
+counted alone), so the running total may ask for more tool exchanges to go than needed: when
+no whole exchange had to go and an exact count came in under the running total, the tool
+exchanges removed last are put back, newest first, while the exact count says they fit. Step 2
+counts the system prompt and tools once for its step. So ``measurements`` is at most the number
+of removed pieces plus the pieces put back plus four, and usually two.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 
@@ -124,24 +131,17 @@ def fit_prompt(
     total = measure()
     exact = True
     dropped = {"research": 0, "exchange": 0}
-    # Step 2's pieces are computed over the whole history, but only what is still kept
-    # goes with them: by then every tool exchange has already gone in step 1.
-    plan = [("research", piece) for piece in research_pieces(history)]
-    plan += [("exchange", piece) for piece in exchange_pieces(history)]
-    removed: list[tuple[str, list[int]]] = []  # in the order removed
+    removed: list[list[int]] = []  # research pieces, in the order removed
     pessimistic = False  # an exact count came in under the running total: too much may have gone
-    for kind, piece in plan:
+    for piece in research_pieces(history):
         if total <= limit:
             break
-        live = [index for index in piece if kept[index]]
-        if not live:
-            continue
-        for index in live:
+        for index in piece:
             kept[index] = False
-        dropped[kind] += 1
-        removed.append((kind, live))
+        dropped["research"] += 1
+        removed.append(piece)
         # Cached per-message counts keep a long session cheap; the exact count confirms.
-        total -= sum(model.count_message(history[index]) for index in live)
+        total -= sum(model.count_message(history[index]) for index in piece)
         exact = False
         if total <= limit:
             estimate, total, exact = total, measure(), True
@@ -150,21 +150,26 @@ def fit_prompt(
         estimate, total = total, measure()
         pessimistic = pessimistic or total < estimate
     restored = 0
-    while pessimistic and removed and total <= limit:
-        # Put back the piece removed last while it fits: the history is then what removal
-        # would have left had it stopped one piece earlier, so it stays well formed.
-        kind, live = removed[-1]
-        for index in live:
-            kept[index] = True
-        with_it = measure()
-        if with_it > limit:
+    if total > limit:
+        measurements += 1  # the system prompt and tools, counted once for the step
+        step = drop_step(model, system, tools, limit)
+        total, dropped["exchange"] = _drop_exchanges(model, history, kept, step, limit, total, measure, pessimistic)
+    else:
+        while pessimistic and removed:
+            # Put back the piece removed last while it fits: the history is then what removal
+            # would have left had it stopped one piece earlier, so it stays well formed.
+            live = removed[-1]
             for index in live:
-                kept[index] = False
-            break
-        removed.pop()
-        dropped[kind] -= 1
-        restored += 1
-        total = with_it
+                kept[index] = True
+            with_it = measure()
+            if with_it > limit:
+                for index in live:
+                    kept[index] = False
+                break
+            removed.pop()
+            dropped["research"] -= 1
+            restored += 1
+            total = with_it
     return Fitted(
         messages=_assemble(system, history, kept, current),
         prompt_tokens=total,
@@ -174,6 +179,65 @@ def fit_prompt(
         measurements=measurements,
         restored=restored,
     )
+
+
+def drop_step(model: Model, system: Message, tools: Sequence[ToolSpec], limit: int) -> int:
+    """Tokens of history between two drop points: half the room history has beside the
+    system prompt and tools (at least one token)."""
+    return max(1, (limit - model.count_prompt([system], tools)) // 2)
+
+
+def _drop_exchanges(
+    model: Model,
+    history: Sequence[Message],
+    kept: list[bool],
+    step: int,
+    limit: int,
+    total: int,
+    measure: Callable[[], int],
+    pessimistic: bool,
+) -> tuple[int, int]:
+    """Step 2: drop whole exchanges at fixed drop points; returns (exact total, exchanges dropped).
+
+    An exchange's place is where it starts in the history, in cached per-message tokens, which
+    later replies do not change (they only append). Drop point k is k times ``step``:
+    the exchanges starting before the first point at which the rest fits go. The point stays
+    put while the conversation grows, so the replies after a drop only append to the prompt
+    (and llama.cpp, or a remote server's prefix cache, evaluates only what is new) until the
+    conversation has grown by about a step again. Where the next point would leave no earlier
+    exchange at all (the current turn fills the context), they go one at a time instead.
+    """
+    counts = [model.count_message(message) for message in history]
+    starts = [0]
+    for count in counts:
+        starts.append(starts[-1] + count)
+    pieces = exchange_pieces(history)  # oldest first, so their starts increase
+    dropped, next_piece, exact = 0, 0, True
+    while total > limit and next_piece < len(pieces):
+        # The first drop point past the oldest exchange still kept.
+        point = (starts[pieces[next_piece][0]] // step + 1) * step
+        one_at_a_time = starts[pieces[-1][0]] < point
+        while next_piece < len(pieces) and starts[pieces[next_piece][0]] < point:
+            live = [index for index in pieces[next_piece] if kept[index]]
+            for index in live:
+                kept[index] = False
+            if live:
+                dropped += 1
+                total -= sum(counts[index] for index in live)
+                exact = False
+            next_piece += 1
+            if one_at_a_time and total <= limit:
+                # The point would take every earlier exchange: a current turn that fills the
+                # context (a long paste) keeps what fits of the newest ones instead.
+                break
+        # Pessimistic per-message counts would carry removal past the point that fits: then
+        # every point is confirmed by an exact count.
+        if not exact and (total <= limit or pessimistic):
+            estimate, total, exact = total, measure(), True
+            pessimistic = pessimistic or total < estimate
+    if not exact:
+        total = measure()
+    return total, dropped
 
 
 def _assemble(

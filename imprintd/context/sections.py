@@ -34,7 +34,7 @@ import msgspec
 
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, ToolSpec
-from imprintd.models.base import Completion, Model, ModelError
+from imprintd.models.base import Completion, Model, ModelError, side_requests
 from imprintd.research.budget import BudgetExhausted
 from imprintd.tools.base import ToolError, ToolResult, parse_arguments, tool_spec
 
@@ -628,17 +628,21 @@ def _announce(
 
 
 async def _run_worker(model: Model, messages: list[Message], budget: Budget | None, timeout: float) -> Completion:
-    """One worker request under the budget: reserve before, settle after (with no output on failure)."""
+    """One worker request under the budget: reserve before, settle after (with no output on failure).
+
+    A side request: its model state is not kept, and the coordinator's is restored after it.
+    """
     reservation = None
-    if budget is not None:
-        reservation = budget.reserve(model, messages, (), NOTES_MAX_TOKENS)
-    try:
-        completion = await model.complete(messages, (), max_tokens=NOTES_MAX_TOKENS, timeout=timeout)
-    except BaseException:
+    with side_requests():
         if budget is not None:
-            # Settled on failure and on cancellation alike: the reservation must not leak.
-            budget.settle(reservation, None)
-        raise
+            reservation = budget.reserve(model, messages, (), NOTES_MAX_TOKENS)
+        try:
+            completion = await model.complete(messages, (), max_tokens=NOTES_MAX_TOKENS, timeout=timeout)
+        except BaseException:
+            if budget is not None:
+                # Settled on failure and on cancellation alike: the reservation must not leak.
+                budget.settle(reservation, None)
+            raise
     if budget is not None:
         budget.settle(reservation, completion)
     return completion

@@ -34,8 +34,8 @@ import msgspec
 from imprintd.context.history import TOOL_NAME, calls_by_id, describe_call
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, ToolSpec
-from imprintd.models.base import Model, ModelError
-from imprintd.redact import redact
+from imprintd.models.base import Model, ModelError, side_requests
+from imprintd.redact import EXCERPT_MARGIN, redact, redact_head, redact_tail
 from imprintd.store import StoredSummary
 
 SUMMARY_RESERVE_TOKENS = 900
@@ -271,11 +271,19 @@ def _transcript_line(message: Message, calls, clip_chars: tuple[int, int]) -> st
         call = calls.get(message.tool_call_id or "")
         name = describe_call(call) if call else message.name or "tool"
         return f"{number} tool result: {name} ({len(message.content):,} characters)"
-    text = clip(redact(message.content), *clip_chars)
+    text = redacted_clip(message.content, *clip_chars)
     if message.tool_calls:
         called = "; ".join(describe_call(c) for c in message.tool_calls)
         return f"{number} {message.role}: " + (f"{text}\n(called {called})" if text.strip() else f"called {called}")
     return f"{number} {message.role}: {text}"
+
+
+def redacted_clip(text: str, head: int, tail: int) -> str:
+    """``clip(redact(text), head, tail)``, without redacting the middle that clipping drops."""
+    if len(text) <= head + tail + 2 * EXCERPT_MARGIN:
+        return clip(redact(text), head, tail)
+    omitted = len(text) - head - tail
+    return f"{redact_head(text, head)}\n[… {omitted:,} characters omitted …]\n{redact_tail(text, tail)}"
 
 
 def clip(text: str, head: int, tail: int) -> str:
@@ -339,7 +347,7 @@ def covered_material(messages: Sequence[Message]) -> list[str]:
 
 def _first_line(text: str, limit: int = 80) -> str:
     line = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    line = redact(line)
+    line = redact_head(line, limit + 1)
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
@@ -396,7 +404,8 @@ async def update_summary(
         return _failed(state, numbers, message_count, "no time left in the reply's time budget")
     with anyio.move_on_after(timeout + _DEADLINE_GRACE_S) as guard:
         try:
-            completion = await model.complete(request, (), max_tokens=SUMMARY_OUTPUT_TOKENS, timeout=timeout)
+            with side_requests():  # the session's state is restored after it, not replaced by it
+                completion = await model.complete(request, (), max_tokens=SUMMARY_OUTPUT_TOKENS, timeout=timeout)
         except ModelError as error:
             return _failed(state, numbers, message_count, f"the model failed: {error}")
     if guard.cancelled_caught or completion.finish_reason == "deadline":

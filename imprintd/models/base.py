@@ -4,13 +4,20 @@ A model renders and counts a fully formatted prompt (messages plus tool schemas,
 prompt included), streams a completion under a deadline and cancellation, and reports usage.
 Providers: ``local.py`` (llama.cpp, exact counts) and ``remote.py`` (OpenAI-compatible, the
 UTF-8-byte estimate of ADR 0093). Tests use the stand-in in ``tests/standin.py``.
+
+A request also carries, implicitly, the session it serves (``session_requests``, set by
+``Chat.reply`` for the reply's task) and whether its model state is worth keeping
+(``side_requests``: the summary and section workers). The local provider keeps and restores
+llama.cpp's state per session by it (``state_cache.py``); remote providers ignore it.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Literal, Protocol, runtime_checkable
 
 import anyio
@@ -108,6 +115,23 @@ class Model(Protocol):
         ...
 
 
+@runtime_checkable
+class SessionStates(Protocol):
+    """A model that keeps state per session (the local provider, ``state_cache.py``)."""
+
+    def set_state_limits(self, *, memory_bytes: int, disk_bytes: int) -> None:
+        """Apply ``chat.state_cache_memory`` and ``chat.state_cache_disk``."""
+        ...
+
+    def forget_session(self, session_id: str) -> None:
+        """Delete every state of ``session_id``."""
+        ...
+
+    def close_states(self) -> None:
+        """Write what is queued and stop writing."""
+        ...
+
+
 def report_usage(model_id: str, completion: Completion) -> Completion:
     """Log what a request cost (prompt, actually evaluated, generated) and pass it on."""
     usage = completion.usage
@@ -134,3 +158,46 @@ def inference_lock() -> anyio.Lock:
     if lock is None:
         lock = _locks[loop] = anyio.Lock()
     return lock
+
+
+class RequestScope(msgspec.Struct, frozen=True, kw_only=True):
+    """Whose request this is, for the model state a local provider keeps per session."""
+
+    session_id: str
+    #: False for a session with persistence off: its states stay in memory.
+    persist: bool
+    #: False for side requests (the summary, section workers): their state is not kept, and
+    #: the session's state is restored after them.
+    keep: bool = True
+
+
+# A context variable, not a parameter: every request of a reply (research rounds, workers, the
+# summary, the final answer) serves that reply's session, and each reply runs in its own task,
+# so concurrent replies never see each other's scope.
+_scope: contextvars.ContextVar[RequestScope | None] = contextvars.ContextVar("imprintd_request_scope", default=None)
+
+
+def request_scope() -> RequestScope | None:
+    """The scope of requests made here; None outside a reply."""
+    return _scope.get()
+
+
+@contextmanager
+def session_requests(session_id: str, *, persist: bool) -> Iterator[None]:
+    """Model requests made in this block serve ``session_id``."""
+    token = _scope.set(RequestScope(session_id=session_id, persist=persist))
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
+@contextmanager
+def side_requests() -> Iterator[None]:
+    """Model requests made in this block (a summary, a section worker) are not kept."""
+    scope = _scope.get()
+    token = _scope.set(None if scope is None else msgspec.structs.replace(scope, keep=False))
+    try:
+        yield
+    finally:
+        _scope.reset(token)

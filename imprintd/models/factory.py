@@ -2,6 +2,8 @@
 
 * ``chat.provider = "local"`` with ``chat.model`` a GGUF path: that file through llama.cpp.
 * ``chat.provider = "local"`` with ``chat.model`` empty: the embedded SmolLM2 GGUF.
+* A local model keeps per-session state within ``chat.state_cache_memory`` bytes and, in
+  ``model-states/`` under the cache dir, ``chat.state_cache_disk`` bytes.
 * ``chat.provider = "openai"``: the OpenAI-compatible server at ``chat.base_url`` serving
   ``chat.model``, with the API key from ``IMPRINT_CHAT_API_KEY``.
 
@@ -12,12 +14,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from imprintd.models.base import Model, ModelUnavailable
 from imprintd.models.embedded import EMBEDDED_NAME, embedded_model_path
 from imprintd.models.local import LocalModel, check_gguf
 from imprintd.models.remote import API_KEY_ENV, RemoteModel
-from imprintd.settings import ChatSettings
+from imprintd.models.state_cache import states_folder
+from imprintd.settings import ChatSettings, cache_dir
 
 
 def create_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -> Model:
@@ -37,9 +41,15 @@ def create_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -
         return RemoteModel(chat.base_url, chat.model, n_ctx=chat.n_ctx, api_key=environ.get(API_KEY_ENV) or None)
     if chat.provider != "local":
         raise ModelUnavailable(f'chat.provider {chat.provider!r} is not known: use "local" or "openai"')
-    if chat.model:
-        return LocalModel(chat.model, n_ctx=chat.n_ctx)
-    return LocalModel(embedded_model_path(), n_ctx=chat.n_ctx, name=EMBEDDED_NAME)
+    path, name = (Path(chat.model), None) if chat.model else (embedded_model_path(), EMBEDDED_NAME)
+    return LocalModel(
+        path,
+        n_ctx=chat.n_ctx,
+        name=name,
+        state_cache_memory=chat.state_cache_memory,
+        state_cache_disk=chat.state_cache_disk,
+        state_folder=states_folder(cache_dir()),
+    )
 
 
 def describe_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -> str:
@@ -51,7 +61,7 @@ def describe_model(chat: ChatSettings, environ: Mapping[str, str] | None = None)
         return f"unavailable: {error}"
     if isinstance(model, RemoteModel):
         key = "with an API key" if environ.get(API_KEY_ENV) else f"without an API key ({API_KEY_ENV} unset)"
-        return f"remote {model.model!r} at {model.base_url} (OpenAI-compatible, {key}; n_ctx {chat.n_ctx})"
+        return f"remote {model.model!r} at {model.shown_url} (OpenAI-compatible, {key}; n_ctx {chat.n_ctx})"
     assert isinstance(model, LocalModel)
     try:
         check_gguf(model.model_path)

@@ -24,6 +24,11 @@
   beforehand how much of a prompt it holds, which the research budget charges by. Rendering is deterministic (the
   template's ``strftime_now`` returns the date the model was loaded) so equal leading messages
   give equal leading tokens.
+* **Per-session state** (``state_cache.py``). After a session's coordinator round or final
+  answer, llama.cpp's sequence state is kept with the tokens it holds; before the session's next
+  request the state sharing the longest prefix with the prompt is restored when that beats what
+  the context holds, so a summary, a section worker, another session or a restart in between
+  does not cost the session its prefix. ``reusable_prefix`` counts a state it would restore.
 
 The weights load lazily, once, on first use; a missing path or a file without the GGUF magic
 raises ``ModelUnavailable`` naming the path.
@@ -32,10 +37,15 @@ raises ``ModelUnavailable`` naming the path.
 from __future__ import annotations
 
 import codecs
+import ctypes
+import hashlib
+import json
+import logging
 import math
 import os
 import threading
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -54,12 +64,17 @@ from imprintd.models.base import (
     FinishReason,
     ModelError,
     ModelUnavailable,
+    RequestScope,
     TextCallback,
     Usage,
     inference_lock,
     report_usage,
+    request_scope,
 )
+from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
 from imprintd.models.toolcalls import Mode, ParsedOutput, VisibleTextFilter, format_call, tools_prompt
+
+logger = logging.getLogger("imprintd.models.local")
 
 GGUF_MAGIC = b"GGUF"
 #: The clock deadlines are measured on (a module attribute so tests can move time on).
@@ -210,6 +225,8 @@ class _Run:
     finished: threading.Event = field(default_factory=threading.Event)
     in_prompt: bool = True
     evaluated: int = 0
+    #: The session this request serves (``base.session_requests``); None: nothing is kept.
+    scope: RequestScope | None = None
 
     def check(self) -> None:
         if self.stop.is_set():
@@ -243,6 +260,7 @@ class _Loaded:
 
         self.llama = llama
         self.path = path
+        self.template = template
         self._lib = lib
         self._vocab = llama._model.vocab
         bos_id, eos_id = llama.token_bos(), llama.token_eos()
@@ -273,6 +291,45 @@ class _Loaded:
             raise ModelError(
                 f"the chat template of {self.path.name} could not render the conversation: {error}"
             ) from None
+
+    def held_tokens(self) -> array:
+        """The tokens llama.cpp holds evaluated, in order."""
+        tokens = array("i")
+        tokens.frombytes(self.llama.input_ids[: self.llama.n_tokens].tobytes())
+        return tokens
+
+    def save_sequence(self) -> tuple[array, bytearray] | None:
+        """The tokens held and llama.cpp's state of their sequence (KV cache, no logits)."""
+        llama = self.llama
+        if llama.n_tokens == 0:
+            return None
+        context = llama._ctx.ctx
+        size = self._lib.llama_state_seq_get_size(context, 0)
+        data = bytearray(size)
+        written = self._lib.llama_state_seq_get_data(context, (ctypes.c_uint8 * size).from_buffer(data), size, 0)
+        if not written:
+            return None
+        if written < size:
+            del data[written:]
+        return self.held_tokens(), data
+
+    def restore_sequence(self, state: SavedState) -> bool:
+        """Make ``state`` what llama.cpp holds; False (the context then holds nothing) if refused."""
+        llama = self.llama
+        size = len(state.data)
+        view = (ctypes.c_uint8 * size).from_buffer(state.data)
+        try:
+            read = self._lib.llama_state_seq_set_data(llama._ctx.ctx, view, size, 0)
+        finally:
+            del view
+        if read != size:
+            llama.reset()
+            return False
+        count = len(state.tokens)
+        llama.input_ids[:count] = state.tokens
+        llama.n_tokens = count
+        llama._requires_eval = True  # logits come from the next evaluation, never from the state
+        return True
 
     def _end_of_turn_ids(self, template: str) -> set[int]:
         ids = set()
@@ -327,6 +384,9 @@ class LocalModel:
         temperature: float = 0.0,
         extra_buffers: bool | None = None,
         name: str | None = None,
+        state_cache_memory: int = 0,
+        state_cache_disk: int = 0,
+        state_folder: str | os.PathLike[str] | None = None,
     ) -> None:
         self.model_path = Path(model_path).expanduser()
         self.n_ctx = n_ctx
@@ -348,6 +408,16 @@ class LocalModel:
         #: Usage of the latest generation, cancelled ones included (a cancelled request
         #: returns nothing, so this is where its cost can be seen).
         self.last_usage: Usage | None = None
+        # Per-session states (chat.state_cache_memory / chat.state_cache_disk bytes; 0 is off),
+        # the cache created with the model, when its identity is known.
+        self._state_limits = (state_cache_memory, state_cache_disk)
+        self._state_folder = Path(state_folder).expanduser() if state_folder is not None else None
+        self.states: StateCache | None = None
+        #: What the latest request restored: (session, tokens of the state, "memory" or "disk").
+        self.last_restore: tuple[str, int, str] | None = None
+        #: Seconds the latest request took to its first token once it held the model (a state
+        #: restored and the prompt evaluated), for the benchmark.
+        self.last_first_token_s: float | None = None
 
     def __repr__(self) -> str:
         return f"LocalModel({str(self.model_path)!r}, n_ctx={self.n_ctx})"
@@ -360,8 +430,143 @@ class LocalModel:
             return loaded
         with self._load_lock:
             if self._loaded is None:
-                self._loaded = self._load()
+                loaded = self._load()
+                memory, disk = self._state_limits
+                self.states = StateCache(
+                    self._state_folder if disk > 0 else None,
+                    self._fingerprint(loaded),
+                    memory_bytes=memory,
+                    disk_bytes=disk,
+                )
+                self._loaded = loaded
             return self._loaded
+
+    def _fingerprint(self, loaded: _Loaded) -> str:
+        """What a saved state is valid for: the model file, the context's settings, the build."""
+        import llama_cpp
+
+        llama = loaded.llama
+        stat = self.model_path.stat()
+        params = llama.context_params
+        identity = {
+            "format": FORMAT_VERSION,
+            "model": str(self.model_path.resolve()),
+            "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns,
+            "n_ctx": llama.n_ctx(),
+            "n_batch": llama.n_batch,
+            "context": {
+                name: str(getattr(params, name, None))
+                for name in ("n_ubatch", "type_k", "type_v", "flash_attn_type", "offload_kqv", "swa_full", "kv_unified")
+            },
+            "extra_buffers": self._extra_buffers,
+            "template": hashlib.sha256(loaded.template.encode("utf-8")).hexdigest(),
+            "llama_cpp": llama_cpp.__version__,
+            "system": llama_cpp.llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
+        }
+        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()
+
+    # -- per-session state ------------------------------------------------------------------
+    def set_state_limits(self, *, memory_bytes: int, disk_bytes: int) -> None:
+        """Apply new ``chat.state_cache_memory`` / ``chat.state_cache_disk`` values."""
+        if (memory_bytes, disk_bytes) == self._state_limits:
+            return
+        self._state_limits = (memory_bytes, disk_bytes)
+        if self.states is not None:
+            if self.states.folder is None and disk_bytes > 0:
+                self.states.folder = self._state_folder
+            self.states.set_limits(memory_bytes=memory_bytes, disk_bytes=disk_bytes)
+
+    def forget_session(self, session_id: str) -> None:
+        """Delete the session's states, in memory and on disk."""
+        if self.states is not None:
+            self.states.forget(session_id)
+        if self._state_folder is not None:
+            delete_session_files(self._state_folder, session_id)
+
+    def close_states(self, timeout: float = 10.0) -> None:
+        """Write the states still queued (within ``timeout``) and stop the writer."""
+        if self.states is not None:
+            self.states.close(timeout)
+
+    def _recurrent(self, loaded: _Loaded) -> bool:
+        llama = loaded.llama
+        return bool(getattr(llama, "_is_recurrent", False) or getattr(llama, "_is_hybrid", False))
+
+    def _state_reuse(self, loaded: _Loaded, prompt_length: int) -> Callable[[int, int], int]:
+        """How many prompt tokens a restored state would keep, as ``Llama.generate`` reuses them."""
+        recurrent = self._recurrent(loaded)
+
+        def reuse(common: int, state_tokens: int) -> int:
+            if recurrent:
+                # A recurrent memory cannot be cut back: only a state the prompt extends helps.
+                return common if common == state_tokens < prompt_length else 0
+            return common - 1 if common and common == prompt_length else common
+
+        return reuse
+
+    def _best_state(self, loaded: _Loaded, scope: RequestScope | None, prompt: array, held: int):
+        if (
+            self.states is None
+            or scope is None
+            or not scope.keep
+            or not self.states.memory_bytes
+            and not (self.states.folder and self.states.disk_bytes)
+        ):
+            return None
+        candidate = self.states.best(scope.session_id, prompt, self._state_reuse(loaded, len(prompt)))
+        return candidate if candidate is not None and candidate.reused > held else None
+
+    def _restore_state(self, loaded: _Loaded, run: _Run, tokens: list[int]) -> None:
+        """Before a session's request: restore its best state when it beats what the context holds."""
+        self.last_restore = None
+        scope = run.scope
+        if self.states is None or scope is None or not scope.keep:
+            return
+        prompt = array("i", tokens)
+        held = _live_reuse(common_prefix(loaded.held_tokens(), prompt), len(prompt))
+        candidate = self._best_state(loaded, scope, prompt, held)
+        if candidate is None:
+            return
+        state = self.states.take(candidate)
+        if state is None:
+            return
+        if not loaded.restore_sequence(state):
+            self.states.discard(candidate, "llama.cpp could not load it")
+            return
+        self.last_restore = (scope.session_id, len(state.tokens), candidate.where)
+        logger.info(
+            "restored a model state of %d tokens from %s (%d of %d prompt tokens reused; the context held %d)",
+            len(state.tokens),
+            candidate.where,
+            candidate.reused,
+            len(prompt),
+            held,
+        )
+
+    def _keep_state(self, loaded: _Loaded, run: _Run) -> None:
+        """After a session's coordinator round or final answer: keep what llama.cpp holds."""
+        scope = run.scope
+        states = self.states
+        if states is None or scope is None or not scope.keep:
+            return
+        if not states.memory_bytes and not (states.folder is not None and states.disk_bytes):
+            return
+        started = time.perf_counter()
+        saved = loaded.save_sequence()
+        if saved is None:
+            return
+        tokens, data = saved
+        states.keep(
+            SavedState(session_id=scope.session_id, tokens=tokens, data=data, serial=states.new_serial()),
+            persist=scope.persist,
+        )
+        logger.debug(
+            "kept a model state of %d tokens (%d bytes) in %.1f ms",
+            len(tokens),
+            len(data),
+            (time.perf_counter() - started) * 1000,
+        )
 
     def _load(self) -> _Loaded:
         check_gguf(self.model_path)
@@ -455,18 +660,16 @@ class LocalModel:
 
         Mirrors ``Llama.generate``: the longest common prefix of the tokens it evaluated last
         and the prompt, less one when that is the whole prompt (one token is replayed to get
-        fresh logits). Generating the prompt now would evaluate the rest; the research budget
+        fresh logits), or the prefix a state of this session (``request_scope``) would restore
+        when that is longer. Generating the prompt now would evaluate the rest; the research budget
         charges that (docs/decisions.md, "Research budget"). Another request before this one changes the answer.
         """
         tokens = self.prompt_tokens(messages, tools)
-        llama = self.load().llama
-        held = llama.input_ids[: llama.n_tokens].tolist()
-        common = 0
-        for before, now in zip(held, tokens, strict=False):
-            if before != now:
-                break
-            common += 1
-        return len(tokens), common - 1 if common and common == len(tokens) else common
+        loaded = self.load()
+        prompt = array("i", tokens)
+        held = _live_reuse(common_prefix(loaded.held_tokens(), prompt), len(prompt))
+        candidate = self._best_state(loaded, request_scope(), prompt, held)
+        return len(tokens), candidate.reused if candidate is not None else held
 
     def count_text(self, text: str) -> int:
         if not text:
@@ -516,7 +719,7 @@ class LocalModel:
         on_text: TextCallback | None = None,
     ) -> Completion:
         deadline = math.inf if timeout is None else _clock() + timeout
-        run = _Run(deadline=deadline)
+        run = _Run(deadline=deadline, scope=request_scope())
         # Loading and tokenizing a long prompt block; neither needs the lock.
         loaded = await anyio.to_thread.run_sync(self.load)
         tokens = await anyio.to_thread.run_sync(self.prompt_tokens, messages, tools)
@@ -614,6 +817,9 @@ class LocalModel:
         generated = 0
         finish = "stop"
         with loaded.generation_lock:  # llama.cpp state is single-threaded whatever the event loop
+            started = time.perf_counter()
+            self.last_first_token_s = None
+            self._restore_state(loaded, run, tokens)
             loaded.active = run
             stream = llama.generate(
                 tokens,
@@ -626,6 +832,8 @@ class LocalModel:
                 while True:
                     run.check()  # before producing the next token: cancel and deadline
                     token = next(stream, None)
+                    if run.in_prompt:
+                        self.last_first_token_s = time.perf_counter() - started
                     run.in_prompt = False
                     if token is None or loaded.is_end(token):
                         break
@@ -641,6 +849,8 @@ class LocalModel:
             finally:
                 stream.close()
                 loaded.active = None
+            if finish != "cancelled":
+                self._keep_state(loaded, run)
         tail = visible.feed(decoder.decode(b"", final=True))
         last, parsed = visible.finish()
         rest = tail + last
@@ -648,6 +858,12 @@ class LocalModel:
             emit(rest)
         self.last_usage = Usage(prompt_tokens=len(tokens), evaluated_tokens=run.evaluated, generated_tokens=generated)
         return _Result(parsed=parsed, finish=finish, evaluated=run.evaluated, generated=generated)
+
+
+def _live_reuse(common: int, prompt_length: int) -> int:
+    """Prompt tokens ``Llama.generate`` keeps of a context sharing ``common`` with it (one replayed
+    when the prompt is all held, for fresh logits)."""
+    return common - 1 if common and common == prompt_length else common
 
 
 def _template_message(message: Message, native: bool) -> dict[str, Any]:

@@ -16,7 +16,12 @@ context are not available locally; ``chat.n_ctx`` is the budget:
   header and end marker a template adds;
 * a prompt: the sum of its messages, each tool schema as its OpenAI JSON, plus
   ``PROMPT_OVERHEAD`` for the generation prompt. The estimate is additive by construction, so
-  ``count_prompt == PROMPT_OVERHEAD + tools + sum(count_message)`` exactly.
+  ``count_prompt == PROMPT_OVERHEAD + tools + sum(count_message)`` exactly;
+* output: a server that ignores ``max_tokens`` (one misconfigured to stream forever) is cut
+  once its text, tool names and arguments reach ``max_tokens * OUTPUT_BYTES_PER_TOKEN`` bytes:
+  the stream is closed and the completion ends with finish ``"length"``, as a local model's
+  does. Not at the three bytes of the estimate: that over-counts, and would cut an English
+  answer that is within its allowance at three quarters of it.
 
 Failures raise ``ModelError`` naming the cause (refused connection, unknown host, 401, 404,
 429, 5xx, a stream cut short, no answer within the read timeout, a stream chunk that is not
@@ -46,13 +51,14 @@ from imprintd.models.base import (
     Completion,
     FinishReason,
     ModelError,
+    ModelUnavailable,
     TextCallback,
     Usage,
     inference_lock,
     report_usage,
 )
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter, call_from_object, new_call_id
-from imprintd.redact import mask
+from imprintd.redact import hide_url_passwords, mask, mask_json
 
 API_KEY_ENV = "IMPRINT_CHAT_API_KEY"
 #: UTF-8 bytes per estimated token (ADR 0093's remote estimate).
@@ -61,6 +67,40 @@ BYTES_PER_TOKEN = 3
 MESSAGE_OVERHEAD = 4
 #: Estimated tokens of the generation prompt that ends every formatted prompt.
 PROMPT_OVERHEAD = 3
+#: UTF-8 bytes a token of output may average before a server is taken to ignore ``max_tokens``:
+#: about twice what tokenizers average on English (four), so an answer within its allowance is
+#: never cut, while one that streams on stops within 8 KiB per 1,024 tokens.
+OUTPUT_BYTES_PER_TOKEN = 8
+
+
+#: What an API key may hold: printable ASCII, as HTTP headers carry it (RFC 9110 field values).
+_KEY_CHARACTERS = frozenset(chr(code) for code in range(0x21, 0x7F))
+
+
+def usable_api_key(key: str | None) -> str | None:
+    """``key`` when an ``Authorization`` header can carry it; None for none.
+
+    Raises ``ModelUnavailable`` naming ``IMPRINT_CHAT_API_KEY`` and what is accepted, without
+    repeating the key: a line break or a character outside printable ASCII cannot go into a
+    header, and the HTTP library's refusal would quote it.
+    """
+    if not key:
+        return None
+    bad = set(key) - _KEY_CHARACTERS
+    if not bad:
+        return key
+    if bad & {"\r", "\n"}:
+        what = "a line break (CR or LF; a file written on Windows ends its lines with CR LF)"
+    elif bad & {" ", "\t"}:
+        what = "a space or tab"
+    elif any(ord(character) > 0x7E for character in bad):
+        what = "a character outside ASCII"
+    else:
+        what = "a control character"
+    raise ModelUnavailable(
+        f"{API_KEY_ENV} holds {what}; an API key is accepted as printable ASCII (letters, digits "
+        "and punctuation) without spaces or line breaks. Set it to the key alone."
+    )
 
 
 def estimate_tokens(text: str) -> int:
@@ -191,20 +231,41 @@ def _longest_prefix_suffix(text: str, secret: str) -> int:
 
 @dataclass
 class _Stream:
-    """What has arrived of one streamed reply."""
+    """What has arrived of one streamed reply.
+
+    ``allowance`` is the request's ``max_tokens`` in UTF-8 bytes (``OUTPUT_BYTES_PER_TOKEN``
+    a token): a server that ignores ``max_tokens`` is cut there, as a local model is at its
+    token count, with finish ``"length"``, and the stream is closed (``cut``).
+    """
 
     filter: VisibleTextFilter
     on_text: TextCallback | None
     #: The API key: a server that writes it into the reply has it masked before anything sees it.
     secret: _SecretMask = field(default_factory=lambda: _SecretMask(None))
+    allowance: int = 1 << 62
     raw: list[str] = field(default_factory=list)
     shown: list[str] = field(default_factory=list)
     calls: dict[int, _PartialCall] = field(default_factory=dict)
     finish: str | None = None
     done: bool = False
+    cut: bool = False
     server_usage: dict[str, Any] | None = None
+    #: UTF-8 bytes of output so far: text, tool names and arguments.
+    output_bytes: int = 0
+
+    def take(self, piece: str) -> str:
+        """``piece``, or as much of it as the output allowance has left (then the stream is cut)."""
+        size = len(piece.encode("utf-8"))
+        if self.output_bytes + size <= self.allowance:
+            self.output_bytes += size
+            return piece
+        left = max(0, self.allowance - self.output_bytes)
+        self.output_bytes = self.allowance
+        self.cut, self.finish = True, "length"
+        return piece.encode("utf-8")[:left].decode("utf-8", errors="ignore")
 
     def text(self, piece: str) -> None:
+        piece = self.take(piece)
         self.raw.append(piece)
         self.show(self.filter.feed(self.secret.feed(piece)))
 
@@ -225,8 +286,9 @@ class _Stream:
             if delta.content:
                 self.text(delta.content)
             for part in delta.tool_calls or ():
-                self.call_delta(part)
-            if choice.finish_reason:
+                if not self.cut:
+                    self.call_delta(part)
+            if choice.finish_reason and not self.cut:
                 self.finish = choice.finish_reason
 
     def call_delta(self, part: _CallDelta) -> None:
@@ -236,11 +298,11 @@ class _Stream:
         call = self.calls.setdefault(index, _PartialCall())
         call.id = call.id or part.id or ""
         function = part.function or _FunctionDelta()
-        call.name = call.name or function.name or ""
+        call.name = call.name or self.take(function.name or "")
         if isinstance(function.arguments, dict):  # a server that sends the object, not its text
-            call.arguments.append(json.dumps(function.arguments, ensure_ascii=False))
+            call.arguments.append(self.take(json.dumps(function.arguments, ensure_ascii=False)))
         elif function.arguments:
-            call.arguments.append(function.arguments)
+            call.arguments.append(self.take(function.arguments))
 
     def parsed(self, tools: Sequence[ToolSpec]) -> ParsedOutput:
         """Visible text, the calls (native deltas first, then any written as text), and errors."""
@@ -249,11 +311,19 @@ class _Stream:
         self.show(last)
         names = {tool.name for tool in tools}
         calls, errors = [], [from_text.error] if from_text.error else []
+        secret = self.secret.secret
         for index in sorted(self.calls):
             partial = self.calls[index]
-            ident = partial.id or new_call_id()
-            arguments = mask("".join(partial.arguments), self.secret.secret)
-            result = call_from_object({"name": partial.name, "arguments": arguments}, names, lambda: ident)  # noqa: B023 (used before the loop moves on)
+            # The key may come back in any field of a call: an id holding it is replaced (ids
+            # reach the client and the store), the name and arguments have it masked, the
+            # arguments however their JSON spells it (``\u``-escaped, it decodes to the key).
+            ident = partial.id if partial.id and mask(partial.id, secret) == partial.id else new_call_id()
+            arguments = mask_json("".join(partial.arguments), secret)
+            result = call_from_object(
+                {"name": mask(partial.name, secret), "arguments": arguments},
+                names,
+                lambda: ident,  # noqa: B023 (used before the loop moves on)
+            )
             if isinstance(result, str):
                 errors.append(result)
             else:
@@ -291,16 +361,18 @@ class RemoteModel:
         temperature: float | None = 0.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        #: The URL as every message names it: a password in it is masked.
+        self.shown_url = hide_url_passwords(self.base_url)
         self.model = model
         self.n_ctx = n_ctx
-        self.model_id = f"openai:{self.base_url}#{model}"
-        self._api_key = api_key or None  # never logged, never in repr
+        self.model_id = f"openai:{self.shown_url}#{model}"
+        self._api_key = usable_api_key(api_key)  # never logged, never in repr
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._temperature = temperature
 
     def __repr__(self) -> str:
-        return f"RemoteModel({self.base_url!r}, {self.model!r}, n_ctx={self.n_ctx})"
+        return f"RemoteModel({self.shown_url!r}, {self.model!r}, n_ctx={self.n_ctx})"
 
     @property
     def url(self) -> str:
@@ -365,7 +437,12 @@ class RemoteModel:
                 f"prompt of about {prompt_tokens} tokens plus {max_tokens} output tokens "
                 f"exceeds the {self.n_ctx}-token context (chat.n_ctx)"
             )
-        stream = _Stream(filter=VisibleTextFilter(tools, "native"), on_text=on_text, secret=_SecretMask(self._api_key))
+        stream = _Stream(
+            filter=VisibleTextFilter(tools, "native"),
+            on_text=on_text,
+            secret=_SecretMask(self._api_key),
+            allowance=max_tokens * OUTPUT_BYTES_PER_TOKEN,
+        )
         body = self.request_body(messages, tools, max_tokens)
         with anyio.move_on_after(timeout):
             async with inference_lock():
@@ -399,9 +476,7 @@ class RemoteModel:
         return report_usage(self.model_id, completion)
 
     def _usage(self, stream: _Stream, prompt_tokens: int, parsed: ParsedOutput) -> Usage:
-        generated = estimate_tokens("".join(stream.raw)) + sum(
-            estimate_tokens(call.name) + estimate_tokens("".join(call.arguments)) for call in stream.calls.values()
-        )
+        generated = math.ceil(stream.output_bytes / BYTES_PER_TOKEN)
         evaluated = prompt_tokens
         usage = stream.server_usage or {}
         if isinstance(usage.get("prompt_tokens"), int):
@@ -415,8 +490,9 @@ class RemoteModel:
         try:
             await self._stream_unmasked(body, stream)
         except ModelError as error:
-            # Error bodies are the server's words, and some echo the key they were sent.
-            masked = mask(str(error), self._api_key)
+            # Error bodies are the server's words, and some echo the key they were sent; the
+            # HTTP library's words can quote the URL, password and all.
+            masked = hide_url_passwords(mask(str(error), self._api_key))
             if masked != str(error):
                 raise type(error)(masked) from None
             raise
@@ -461,6 +537,8 @@ class RemoteModel:
                 stream.done = True
                 return
             stream.apply(parse_chunk(data))
+            if stream.cut:
+                return  # leaving the response's context closes the stream: the server stops
 
     def _status_message(self, response: httpx.Response) -> str:
         status = response.status_code

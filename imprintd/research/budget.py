@@ -7,7 +7,8 @@ What the model holds is the prefix of the last request it ran, whatever that req
 (a section worker replaces a coordinator round's prefix, and the reverse):
 
 * a model that can say so (``reusable_prefix``: the local provider, from llama.cpp's own
-  evaluated tokens) is charged exactly the tokens past that prefix;
+  evaluated tokens, or the session's saved state it will restore first) is charged exactly
+  the tokens past that prefix;
 * any other (remote) is charged its formatted prompt tokens past the leading messages it
   shares with the previous request of this reply to that model, when both offered the same
   tools (tool schemas render first), less 16 tokens kept charged for the next turn's header

@@ -24,16 +24,19 @@ import json
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import apsw
 import msgspec
 
+from imprintd.private import private_database
 from imprintd.store import StoreError, immediate
 from imprintd.tools.base import Hit, ToolError
-from imprintd.tools.paths import is_secret_name, is_shown_name, open_regular_file
+from imprintd.tools.paths import OWN_FILES, is_secret_name, is_shown_name, open_regular_file
 
 #: Files larger than this are recorded but not read (generated data, logs, dumps).
 MAX_FILE_BYTES = 1 << 20
@@ -129,6 +132,27 @@ def migrate_workspace_index(conn: apsw.Connection) -> None:
         conn.execute(RANK_SQL)
 
 
+@dataclass(frozen=True)
+class IndexLimits:
+    """How much of a workspace one index holds, and how long one update may take.
+
+    A folder such as ``/`` or a home folder holds hundreds of thousands of files: the index
+    keeps the first ``max_files`` the walk finds (shallow folders first) and stops adding
+    files once their sizes reach ``max_bytes``, which also bounds the walk. Past ``deadline``
+    (a ``time.monotonic()`` value) an update stops between batches of files read, keeping
+    what it wrote; it always writes one batch, so the next update goes on from there even
+    when the walk alone took the time.
+    """
+
+    max_files: int
+    max_bytes: int
+    deadline: float | None = None
+
+
+#: Why an update did not cover the whole workspace (``IndexStats.limited_by``).
+LIMITED_BY_FILES, LIMITED_BY_BYTES, LIMITED_BY_TIME = "files", "bytes", "time"
+
+
 class IndexStats(msgspec.Struct, frozen=True, kw_only=True):
     """What one ``update`` did."""
 
@@ -138,6 +162,7 @@ class IndexStats(msgspec.Struct, frozen=True, kw_only=True):
     unchanged: int  # same mtime and size as indexed before
     removed: int  # gone from disk (or now ignored) and dropped from the index
     chunks: int  # chunks written this run
+    limited_by: str = ""  # "files", "bytes" or "time" when the update stopped at a limit
 
 
 @dataclass(frozen=True)
@@ -224,11 +249,12 @@ def scan_workspace(root: Path, rules: IgnoreRules | None = None) -> Iterator[_Se
     search result (``[hit …] path:lines``); ``read_file`` refuses such names too.
     """
     rules = rules or IgnoreRules.for_root(root)
-    stack: list[tuple[str, str]] = [(str(root), "")]
-    while stack:
-        directory, prefix = stack.pop()
+    # Breadth first: when the index is bounded, the files it keeps are the shallow ones.
+    pending: deque[tuple[str, str]] = deque([(str(root), "")])
+    while pending:
+        directory, prefix = pending.popleft()
         try:
-            entries = list(os.scandir(directory))
+            entries = sorted(os.scandir(directory), key=lambda entry: entry.name)  # the same first files each time
         except OSError:
             continue  # unreadable folder: skip it rather than fail the whole update
         for entry in entries:
@@ -240,7 +266,7 @@ def scan_workspace(root: Path, rules: IgnoreRules | None = None) -> Iterator[_Se
             try:
                 if entry.is_dir(follow_symlinks=False):
                     if not rules.ignores_dir(relative, entry.name):
-                        stack.append((entry.path, relative + "/"))
+                        pending.append((entry.path, relative + "/"))
                 elif entry.is_file(follow_symlinks=False):
                     if not rules.ignores_file(relative, entry.name):
                         stat = entry.stat(follow_symlinks=False)
@@ -249,9 +275,16 @@ def scan_workspace(root: Path, rules: IgnoreRules | None = None) -> Iterator[_Se
                 continue
 
 
-def read_text_file(root: Path, relative: str, size: int, mtime_ns: int | None = None) -> str | None:
+def read_text_file(
+    root: Path,
+    relative: str,
+    size: int,
+    mtime_ns: int | None = None,
+    own: frozenset[tuple[int, int]] = frozenset(),
+) -> str | None:
     """The text of the workspace file ``relative``, or None for a binary, undecodable or
-    oversized file, or one that is no longer the regular file the scan saw.
+    oversized file, one that is no longer the regular file the scan saw, or one of the
+    daemon's own files (``own``: their device and inode, ``paths.OWN_FILES``).
 
     Opened with ``paths.open_regular_file`` (no symlink followed, a FIFO refused without
     waiting); a file whose size or mtime differ from the scan's is left for the next update,
@@ -263,6 +296,8 @@ def read_text_file(root: Path, relative: str, size: int, mtime_ns: int | None = 
         with open_regular_file(root, relative) as handle:
             opened = os.fstat(handle.fileno())
             if opened.st_size != size or mtime_ns is not None and opened.st_mtime_ns != mtime_ns:
+                return None
+            if (opened.st_dev, opened.st_ino) in own:
                 return None
             data = handle.read(MAX_FILE_BYTES + 1)
     except OSError:
@@ -383,10 +418,13 @@ def open_index_db(path: Path | str) -> apsw.Connection:
     not a writable folder), so the client hears which file and why.
     """
     try:
+        # It holds workspace text: 0600 whatever the umask (and so its -wal and -shm).
+        private_database(Path(path))
         conn = apsw.Connection(str(path))
-    except apsw.Error as error:
+    except (apsw.Error, OSError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
         raise StoreError(
-            f"cannot open the workspace index {path}: {error}. Set IMPRINT_CACHE_DIR to a folder this user can write."
+            f"cannot open the workspace index {path}: {reason}. Set IMPRINT_CACHE_DIR to a folder this user can write."
         ) from None
     try:
         conn.set_busy_timeout(BUSY_TIMEOUT_MS)
@@ -418,26 +456,53 @@ class WorkspaceIndex:
         self._factory: ConnectionFactory = db if callable(db) else (lambda: open_index_db(db))
         self._reader: apsw.Connection | None = None
         self._reader_lock = threading.Lock()
+        self._own: frozenset[tuple[int, int]] = frozenset()
+        #: Why the last update stopped short of the whole workspace ("" when it did not);
+        #: set once the walk is done, before progress reports the first file.
+        self.limited_by = ""
 
     # -- indexing --
 
-    def update(self, progress: ProgressCallback | None = None) -> IndexStats:
+    def update(self, progress: ProgressCallback | None = None, limits: IndexLimits | None = None) -> IndexStats:
         """Bring the index up to date with the files on disk; report (done, total) files.
 
         Only new files and files whose mtime or size changed are read and re-chunked;
-        files gone from disk, or now ignored or secret, are dropped.
+        files gone from disk, or now ignored or secret, are dropped; so are files past
+        ``limits.max_files`` or ``limits.max_bytes``. Past ``limits.deadline`` it stops
+        between batches (``IndexStats.limited_by`` says which limit stopped it).
         """
         if not self.root.is_dir():
             # Refuse rather than scan nothing: an unmounted folder would empty the index.
             raise FileNotFoundError(f"the workspace folder {self.root} does not exist")
         conn = self._factory()
         try:
-            return self._update(conn, progress)
+            return self._update(conn, progress, limits)
         finally:
             conn.close()
 
-    def _update(self, conn: apsw.Connection, progress: ProgressCallback | None) -> IndexStats:
-        on_disk = {seen.path: seen for seen in scan_workspace(self.root)}
+    def _within(self, scanned: Iterable[_Seen], limits: IndexLimits | None) -> dict[str, _Seen]:
+        """The scanned files the index keeps, in walk order; sets ``limited_by``."""
+        self.limited_by = ""
+        kept: dict[str, _Seen] = {}
+        total_bytes = 0
+        for seen in scanned:
+            if limits is not None:
+                read_bytes = seen.size if seen.size <= MAX_FILE_BYTES else 0  # larger ones are not read
+                if len(kept) >= limits.max_files:
+                    self.limited_by = LIMITED_BY_FILES
+                elif total_bytes + read_bytes > limits.max_bytes:
+                    self.limited_by = LIMITED_BY_BYTES
+                if self.limited_by:
+                    break
+                total_bytes += read_bytes
+            kept[seen.path] = seen
+        return kept
+
+    def _update(
+        self, conn: apsw.Connection, progress: ProgressCallback | None, limits: IndexLimits | None
+    ) -> IndexStats:
+        self._own = OWN_FILES.identities()  # asked once per update: the log may be new since
+        on_disk = self._within(scan_workspace(self.root), limits)
         known = {
             path: (file_id, mtime_ns, size)
             for file_id, path, mtime_ns, size in conn.execute(
@@ -450,6 +515,7 @@ class WorkspaceIndex:
             for path, seen in sorted(on_disk.items())
             if known.get(path, (None, None, None))[1:] != (seen.mtime_ns, seen.size)
         ]
+        # Files past a bound leave the index too: it stays bounded.
         gone = sorted(known.keys() - on_disk.keys())
         total = len(changed)
         if progress:
@@ -458,7 +524,8 @@ class WorkspaceIndex:
             with immediate(conn):
                 self._remove(conn, gone)
         indexed = skipped = chunks = done = 0
-        for prepared in self._prepared_batches(changed):
+        deadline = limits.deadline if limits is not None else None
+        for prepared in self._prepared_batches(changed, deadline):
             with immediate(conn):
                 chunks += self._write_batch(conn, prepared)
             written = sum(file_chunks is not None for _, file_chunks in prepared)
@@ -474,23 +541,29 @@ class WorkspaceIndex:
             unchanged=len(on_disk) - total,
             removed=len(gone),
             chunks=chunks,
+            limited_by=self.limited_by,
         )
 
-    def _prepared_batches(self, changed: list[_Seen]) -> Iterator[list[tuple[_Seen, list[_Chunk] | None]]]:
+    def _prepared_batches(
+        self, changed: list[_Seen], deadline: float | None = None
+    ) -> Iterator[list[tuple[_Seen, list[_Chunk] | None]]]:
         """Batches of changed files, read and chunked outside the write transaction so the
-        write lock is held only to write.
+        write lock is held only to write; none started past ``deadline``.
 
         (Preparing the next batch in a helper thread while this one is written was measured
         on the bench and gained no wall time while costing CPU; so it is done in line.)
         """
         for start in range(0, len(changed), BATCH_FILES):
+            if start and deadline is not None and time.monotonic() > deadline:
+                self.limited_by = LIMITED_BY_TIME
+                return
             yield self._prepare(changed[start : start + BATCH_FILES])
 
     def _prepare(self, batch: list[_Seen]) -> list[tuple[_Seen, list[_Chunk] | None]]:
         return [(seen, self._chunks_of(seen)) for seen in batch]
 
     def _chunks_of(self, seen: _Seen) -> list[_Chunk] | None:
-        text = read_text_file(self.root, seen.path, seen.size, seen.mtime_ns)
+        text = read_text_file(self.root, seen.path, seen.size, seen.mtime_ns, self._own)
         return None if text is None else chunk_lines(split_lines(text))
 
     # Statement order matters for speed. FTS5 flushes its pending in-memory index to a new

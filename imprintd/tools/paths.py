@@ -10,6 +10,12 @@ resolved a moment ago may be a symlink to outside, a FIFO or a folder by the tim
 opened. ``open_regular_file`` is how every workspace file is opened (index, ``.gitignore``,
 ``read_file``): no symlink followed on the way, nothing that can block, nothing but a
 regular file accepted, checked on the opened file itself.
+
+The daemon's own files (its log, its conversation database, the workspace index, with their
+``-wal``/``-shm``/``-journal``) hold every session's text, so wherever they sit, a workspace
+that contains them must not expose them: ``OWN_FILES`` knows them by the file itself (device
+and inode, so a hard link or a symlink to one is the same file), and reads, the index and so
+search refuse them.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import fnmatch
 import os
 import re
 import stat
+import threading
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -64,6 +71,50 @@ SECRET_DIR_NAMES: frozenset[str] = frozenset({".git", ".ssh", ".gnupg", ".aws", 
 # means, and newline/CR could forge lines in tool results and logs.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+#: Files SQLite keeps beside a database while it is open.
+_SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
+
+OWN_FILE_REFUSAL = (
+    "it is one of imprintd's own files (its log, its conversation database or its workspace index), "
+    "which tools never read"
+)
+
+
+class OwnFiles:
+    """The files this daemon writes, registered as it opens them; asked by identity."""
+
+    def __init__(self) -> None:
+        self._paths: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, path: str | Path, *, database: bool = False) -> None:
+        """Register ``path`` (and for a database the files SQLite keeps beside it)."""
+        suffixes = ("", *_SQLITE_COMPANIONS) if database else ("",)
+        with self._lock:
+            self._paths.update(os.path.abspath(f"{path}{suffix}") for suffix in suffixes)
+
+    def identities(self) -> frozenset[tuple[int, int]]:
+        """(device, inode) of each registered file that exists now."""
+        with self._lock:
+            paths = list(self._paths)
+        found = set()
+        for path in paths:
+            try:
+                status = os.stat(path)
+            except (OSError, ValueError):
+                continue
+            found.add((status.st_dev, status.st_ino))
+        return frozenset(found)
+
+    def holds(self, status: os.stat_result) -> bool:
+        """Whether the file ``status`` describes (``fstat`` of an open file) is one of them."""
+        return (status.st_dev, status.st_ino) in self.identities()
+
+
+#: The process's own files: the CLI registers its log file, the chat service its databases.
+OWN_FILES = OwnFiles()
 
 
 def _components(relative: str | PurePosixPath) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import errno
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
@@ -19,7 +20,14 @@ import msgspec
 
 from imprintd.tools.base import Hit, Source, Tool, ToolError, ToolResult, parse_arguments, tool_spec
 from imprintd.tools.index import WorkspaceIndex
-from imprintd.tools.paths import NotRegularFile, normalized, open_regular_file, resolve_in_workspace
+from imprintd.tools.paths import (
+    OWN_FILE_REFUSAL,
+    OWN_FILES,
+    NotRegularFile,
+    normalized,
+    open_regular_file,
+    resolve_in_workspace,
+)
 
 #: Characters of file text one read_file call returns.
 READ_LIMIT = 4_000
@@ -230,7 +238,9 @@ class ReadFileTool:
             # The resolved path holds no symlink; one found on the way now was swapped in
             # since, and is refused rather than followed.
             with open_regular_file(real_root, resolved.relative_to(real_root).parts) as handle:
-                read = read_lines(handle, start, end, self.limit)
+                # Asked of the open file: a link to one, or one swapped in, is the file read.
+                own = OWN_FILES.holds(os.fstat(handle.fileno()))
+                read = None if own else read_lines(handle, start, end, self.limit)
         except ToolError as error:
             raise ToolError(f"cannot read {shown}: {error}") from None
         except (FileNotFoundError, NotRegularFile):
@@ -242,6 +252,8 @@ class ReadFileTool:
                     "or a file now stands on its way); links are not followed"
                 ) from None
             raise ToolError(f"cannot read {shown}: {error.strerror or error}") from None
+        if read is None:
+            raise ToolError(f"refused path {shown!r}: {OWN_FILE_REFUSAL}")
         return self._result(shown, read, end)
 
     @staticmethod

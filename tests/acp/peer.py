@@ -9,7 +9,11 @@ quietly drops or defaults fields it cannot read; a round trip catches that).
 from __future__ import annotations
 
 import asyncio
+import json
+import queue
+import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -161,3 +165,61 @@ async def acp_agent(
 def texts(updates, kind: str) -> list[str]:
     """The text of each ``kind`` chunk (``agent_message_chunk``, ``agent_thought_chunk`` …)."""
     return [u.content.text for u in updates if u.session_update == kind and u.content.type == "text"]
+
+
+#: Seconds a raw read waits for the agent's next line.
+TIMEOUT_S = 60
+
+
+class RawAgent:
+    """``imprintd acp`` on pipes: write raw bytes, read stdout line by line (a thread reads)."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "imprintd", "acp", *args],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        self.stdout = b""
+        self.stderr = b""
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.stdout += line
+            self.lines.put(line)
+
+    def _read_stderr(self) -> None:
+        self.stderr = self.process.stderr.read()
+
+    def write(self, data: bytes) -> None:
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def send(self, message: dict) -> None:
+        self.write(json.dumps(message).encode() + b"\n")
+
+    def request(self, request_id: int, method: str, params: dict | None = None) -> None:
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+
+    def read(self) -> dict:
+        line = self.lines.get(timeout=TIMEOUT_S)
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        message = json.loads(line)
+        assert message["jsonrpc"] == "2.0"
+        if "error" in message:
+            assert "result" not in message and "id" in message
+            conforms(schema.Error, message["error"])
+        return message
+
+    def close(self) -> int:
+        self.process.stdin.close()
+        code = self.process.wait(timeout=TIMEOUT_S)
+        return code

@@ -4,72 +4,13 @@ request answered once, bad lines answered and the agent still alive afterwards."
 from __future__ import annotations
 
 import json
-import queue
-import subprocess
-import sys
 import threading
 
 import pytest
 from acp import schema
 
-from tests.acp.peer import SchemaChecker, conforms
+from tests.acp.peer import TIMEOUT_S, RawAgent, SchemaChecker
 from tests.openai_stub import StubReply
-
-TIMEOUT_S = 60
-
-
-class RawAgent:
-    """``imprintd acp`` on pipes: write raw bytes, read stdout line by line (a thread reads)."""
-
-    def __init__(self, env: dict[str, str], *args: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "imprintd", "acp", *args],
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        self.lines: queue.Queue[bytes] = queue.Queue()
-        self.stdout = b""
-        self.stderr = b""
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._read_stderr, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.stdout += line
-            self.lines.put(line)
-
-    def _read_stderr(self) -> None:
-        self.stderr = self.process.stderr.read()
-
-    def write(self, data: bytes) -> None:
-        self.process.stdin.write(data)
-        self.process.stdin.flush()
-
-    def send(self, message: dict) -> None:
-        self.write(json.dumps(message).encode() + b"\n")
-
-    def request(self, request_id: int, method: str, params: dict | None = None) -> None:
-        message = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if params is not None:
-            message["params"] = params
-        self.send(message)
-
-    def read(self) -> dict:
-        line = self.lines.get(timeout=TIMEOUT_S)
-        assert line.endswith(b"\n") and line.count(b"\n") == 1
-        message = json.loads(line)
-        assert message["jsonrpc"] == "2.0"
-        if "error" in message:
-            assert "result" not in message and "id" in message
-            conforms(schema.Error, message["error"])
-        return message
-
-    def close(self) -> int:
-        self.process.stdin.close()
-        code = self.process.wait(timeout=TIMEOUT_S)
-        return code
 
 
 @pytest.fixture

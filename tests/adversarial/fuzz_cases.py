@@ -3,7 +3,12 @@
 A case is raw bytes to write to the daemon's stdin (whole frames, headers included) and
 what must come back: an answer with a given code to a given id, an answer with ``"id":
 null``, or nothing (notifications and client responses are never answered). Every case is
-built to be invalid in one known way, so its answer is known without running anything.
+built to be invalid in one known way, so its answer is known without running anything. A case
+that reaches the model brings the scripted model's replies with it.
+
+Strings holding ``%`` (``PERCENT``) go into every string param, the method, the id, settings
+and the model's error bodies: the logging of an answer must never format them (a ``%d`` that
+raised once cost a request its answer).
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.openai_stub import StubReply
+
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
+REQUEST_FAILED = -32803
 
 
 @dataclass
@@ -26,6 +34,8 @@ class Case:
     #: how many "id": null error answers must come (all of code ``null_code``).
     nulls: int = 0
     null_code: int = INVALID_REQUEST
+    #: what the scripted model answers the case's requests that reach it, in order.
+    model_replies: list[StubReply] = field(default_factory=list)
 
 
 def frame(body: bytes, *, length: int | None = None, header: str | None = None) -> bytes:
@@ -72,6 +82,8 @@ WRONG: dict[str, list[Any]] = {
     "nonneg": [-1, 1.5, "0", True, None, [], {}],
     "length": [0, 4001, -5, 2.5, "5", True, None, []],
 }
+#: Strings a %-format would read as directives, alone and inside text and paths.
+PERCENT = ["%d", "%s", "%(x)s", "100%", "%", "%%", "%.99999f", "%n", "a%sb%d", "/no/such/%s/%(x)s", "100% of %d"]
 NOT_PARAMS = [5, "x", True, 1.5]  # params that are neither an object nor an array: -32600
 BAD_IDS = [True, False, 1.5, None, [], {}, [1], {"id": 1}, 1e400]
 JUNK_VALUES = [0, -1, 2**70, 1.5, -0.0, "", "x" * 300, "é\u2028\u0000", True, None, [], {}, [[1]], {"a": {"b": [None]}}]
@@ -358,6 +370,73 @@ class CaseMaker:
             ),
         )
 
+    # -- strings holding '%', in every string param and error path ------------------------------
+    def percent(self) -> str:
+        return self.rng.choice(PERCENT)
+
+    def percent_in_every_param(self) -> Case:
+        """One request per method with each of its string params holding '%'; all refused."""
+        data, answers = b"", []
+        for method, fields in METHODS.items():
+            params = self.valid_params(method)
+            for name, (value, _) in fields.items():
+                if isinstance(value, str) and name != "style":
+                    params[name] = self.percent()
+            if method == "imprint/chat":  # a missing workspace and an unknown session: -32602 either way
+                params["workspace"] = "/no/such/" + self.percent()
+            message = self.request(method, params)
+            data += frame(dumps(message))
+            answers.append((message["id"], INVALID_PARAMS))
+        style = self.request("imprint/chat", {"text": "hi", "style": self.percent()})
+        data += frame(dumps(style))
+        answers.append((style["id"], INVALID_PARAMS))
+        return Case("'%' in every string param", data, answers=answers)
+
+    def percent_in_method_and_id(self) -> Case:
+        unknown = self.request("imprint/" + self.percent(), {})
+        msg_id = f"{self.percent()}-{self.new_id()}"
+        named = {"jsonrpc": "2.0", "id": msg_id, "method": "imprint/session", "params": {"sessionId": self.percent()}}
+        hover = self.request("textDocument/hover", {"textDocument": self.percent(), "position": self.percent()})
+        return Case(
+            "'%' in the method, the id and an LSP param",
+            frame(dumps(unknown)) + frame(dumps(named)) + frame(dumps(hover)),
+            answers=[(unknown["id"], METHOD_NOT_FOUND), (msg_id, INVALID_PARAMS), (hover["id"], INVALID_PARAMS)],
+        )
+
+    def percent_in_notifications(self) -> Case:
+        # Refused values (a base_url that is accepted would send later cases' chats elsewhere).
+        settings = {"chat": {"n_ctx": self.percent(), "base_url": "ftp://u:" + self.percent() + "@h/v1"}}
+        notifications = [
+            {"method": "workspace/didChangeConfiguration", "params": {"settings": settings}},
+            {"method": "textDocument/didOpen", "params": {"textDocument": self.percent()}},
+            {"method": "$/cancelRequest", "params": {"id": self.percent()}},
+            {"method": "imprint/" + self.percent(), "params": {"x": self.percent()}},
+        ]
+        data = b"".join(frame(dumps({"jsonrpc": "2.0", **n})) for n in notifications)
+        return Case("'%' in settings and notifications", data)
+
+    def percent_in_model_errors(self) -> Case:
+        """A chat that reaches the model, whose text, answer or error holds '%'."""
+        reply = self.rng.choice(
+            [
+                StubReply(
+                    status=429, body=json.dumps({"error": {"message": f"You used 100% of your quota {self.percent()}"}})
+                ),
+                StubReply(status=500, body=f"{self.percent()} upstream {self.percent()}"),
+                StubReply(raw_events=[json.dumps({"choices": self.percent()})]),
+                StubReply(raw_events=[f"{{{self.percent()}"]),
+                StubReply(text=f"Sure: 100% {self.percent()}."),
+            ]
+        )
+        message = self.request("imprint/chat", {"text": f"{self.percent()} {self.percent()}", "persist": False})
+        code = None if reply.text else REQUEST_FAILED
+        return Case(
+            f"model answer {reply.status}",
+            frame(dumps(message)),
+            answers=[(message["id"], code)],
+            model_replies=[reply],
+        )
+
     def all_makers(self) -> list[Callable[[], Case]]:
         return [
             getattr(self, name)
@@ -394,5 +473,9 @@ class CaseMaker:
                 "lone_surrogate_notification",
                 "cancel_with_bad_id",
                 "editor_settings",
+                "percent_in_every_param",
+                "percent_in_method_and_id",
+                "percent_in_notifications",
+                "percent_in_model_errors",
             )
         ]

@@ -1,7 +1,9 @@
 """Seeded fuzzing of the real daemon over stdio: malformed frames and bodies, each followed
 by a sentinel request; every request gets exactly one answer, with the code protocol.md names.
 
-Set ``IMPRINT_FUZZ_SEED`` to replay a run; the seed is in every failure message. Set
+Set ``IMPRINT_FUZZ_SEED`` to replay a run; the seed is in every failure message. Strings
+holding ``%`` go into every string param, the method, the id, settings and the model's error
+bodies (``fuzz_cases.PERCENT``), so no answer's logging may format them. Set
 ``IMPRINT_FUZZ_CASES`` to send more (or fewer) than the default 1,200 random cases; every
 kind of case is also sent once before them, whatever the seed.
 """
@@ -12,15 +14,16 @@ import os
 import random
 from collections import Counter
 
-from tests.adversarial.fuzz_cases import Case, CaseMaker
+from tests.adversarial.fuzz_cases import PERCENT, Case, CaseMaker
 from tests.e2e.rawclient import RawClient
 
 CASES = int(os.environ.get("IMPRINT_FUZZ_CASES", "1200"))
 
 
-def test_malformed_frames_and_bodies_each_get_the_documented_answer(daemon_env):
+def test_malformed_frames_and_bodies_each_get_the_documented_answer(daemon_env, stub):
     seed = int(os.environ.get("IMPRINT_FUZZ_SEED", random.randrange(2**32)))
     print(f"fuzz seed {seed} (replay with IMPRINT_FUZZ_SEED={seed})")
+    print(f"'%'-bearing strings tried in every string param and error path: {' '.join(PERCENT)}")
     maker = CaseMaker(random.Random(seed))
     makers = maker.all_makers()
     cases = [make() for make in makers] + [maker.rng.choice(makers)() for _ in range(CASES)]
@@ -30,6 +33,7 @@ def test_malformed_frames_and_bodies_each_get_the_documented_answer(daemon_env):
     try:
         client.initialize()
         for number, case in enumerate(cases):
+            stub.queue(*case.model_replies)
             client.proc.stdin.write(case.data)
             sentinel = f"sentinel-{number}"
             client.send({"id": sentinel, "method": "imprint/sessions", "params": {}})
@@ -42,9 +46,11 @@ def test_malformed_frames_and_bodies_each_get_the_documented_answer(daemon_env):
         assert late == [], f"seed {seed}: answers after the last case: {late[:5]}"
     finally:
         client.kill()
-    assert "internal error" not in client.stderr_text(), (
-        f"seed {seed}: an internal error was logged:\n{client.stderr_text()[-3000:]}"
-    )
+    log = client.stderr_text()
+    assert "internal error" not in log, f"seed {seed}: an internal error was logged:\n{log[-3000:]}"
+    # A record that failed to format ('%' in an error text) costs its answer; a traceback
+    # of a refusal costs kilobytes of log: neither may appear.
+    assert "--- Logging error ---" not in log and "Traceback" not in log, f"seed {seed}:\n{log[-3000:]}"
     # Every id was answered exactly once across the whole run.
     assert [key for key, count in answered.items() if count > 1] == [], f"seed {seed}: answered twice"
 

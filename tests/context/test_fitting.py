@@ -142,7 +142,8 @@ def test_then_whole_exchanges_go_oldest_first():
     assert kept == [m for m in b + c if not m.is_tool_exchange]
     assert (fitted.dropped_tool_exchanges, fitted.dropped_exchanges) == (3, 1)
     assert_well_formed(kept)
-    assert fitted.measurements == model.prompt_counts == 2
+    # The start, after the research, the system prompt for the drop step, and the result.
+    assert fitted.measurements == model.prompt_counts == 4
 
 
 def test_every_budget_leaves_a_well_formed_minimal_history():
@@ -172,7 +173,7 @@ def test_every_budget_leaves_a_well_formed_minimal_history():
             assert dropped <= previous_dropped
         previous_dropped = dropped
         assert fitted.prompt_tokens == total(model, fitted.messages)
-        assert fitted.measurements <= 2
+        assert fitted.measurements <= 4
     assert previous_dropped == 0
 
 
@@ -181,7 +182,7 @@ def test_current_turn_is_never_dropped_and_too_big_alone_does_not_fit():
     current = [user("paste: " + text(900))]
     model = CountingModel(n_ctx=800)
     fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
-    assert fitted.measurements == model.prompt_counts == 2
+    assert fitted.measurements == model.prompt_counts == 4
     assert not fitted.fits
     assert fitted.messages == [SYSTEM, *current]
     assert fitted.prompt_tokens == total(model, fitted.messages)
@@ -264,16 +265,30 @@ def test_measurements_stay_bounded_when_counts_are_not_additive():
 
 
 def ideal_fit(model, history, current) -> list[Message]:
-    """Brute force: the messages left by removing the fewest pieces, in ADR 0140's order, that fit."""
-    plan = research_pieces(history) + exchange_pieces(history)
+    """Brute force: the fewest tool exchanges, oldest first, that must go; if all of them are not
+    enough, the whole exchanges starting before the first drop point (a multiple of half the
+    room beside the system prompt) at which the rest fits."""
     kept = [True] * len(history)
-    for piece in [[], *plan]:
+
+    def fitting() -> list[Message] | None:
+        messages = [SYSTEM, *(m for m, keep in zip(history, kept, strict=False) if keep), *current]
+        return messages if model.count_prompt(messages) + MAX_TOKENS <= model.n_ctx else None
+
+    for piece in [[], *research_pieces(history)]:
         for index in piece:
             kept[index] = False
-        messages = [SYSTEM, *(m for m, keep in zip(history, kept, strict=False) if keep), *current]
-        if model.count_prompt(messages) + MAX_TOKENS <= model.n_ctx:
+        if (messages := fitting()) is not None:
             return messages
-    return messages
+    step = max(1, (model.n_ctx - MAX_TOKENS - model.count_prompt([SYSTEM])) // 2)
+    starts = [sum(model.count_message(m) for m in history[: piece[0]]) for piece in exchange_pieces(history)]
+    for point in range(step, starts[-1] + step + 1, step):
+        for start, piece in zip(starts, exchange_pieces(history), strict=True):
+            if start < point:
+                for index in piece:
+                    kept[index] = False
+        if (messages := fitting()) is not None:
+            return messages
+    return [SYSTEM, *current]
 
 
 def test_pessimistic_counts_remove_no_more_than_must_go():
@@ -292,13 +307,13 @@ def test_pessimistic_counts_remove_no_more_than_must_go():
     assert restored > 0  # pessimistic totals did remove too much, and it was put back
 
 
-def test_a_400_message_session_fits_with_two_exact_counts():
+def test_a_400_message_session_fits_with_four_exact_counts():
     history = [m for n in range(100) for m in exchange(f"e{n}", research_tokens=150, answer_tokens=80)]
     assert len(history) == 400
     current = [user("what did we decide about the gateway?")]
     model = CountingModel(n_ctx=8192)
     fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=1024)
-    assert fitted.measurements == model.prompt_counts == 2
+    assert fitted.measurements == model.prompt_counts == 4
     assert fitted.fits
     assert fitted.dropped_tool_exchanges == 100
     assert 0 < fitted.dropped_exchanges < 100
@@ -313,3 +328,39 @@ def test_inputs_are_not_mutated():
     fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
     assert history == before_history and current == before_current
     assert fitted.messages is not history and fitted.messages is not current
+
+
+def replies_of_a_growing_session(model, count: int) -> list[list[Message]]:
+    """The kept history of each of ``count`` replies, one exchange more each time."""
+    history: list[Message] = []
+    kept = []
+    for n in range(count):
+        current = [user(f"question {n}: " + text(30))]
+        fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
+        assert fitted.fits
+        kept.append(kept_history(fitted, current))
+        history = history + current + [assistant(f"answer {n}: " + text(40))]
+    return kept
+
+
+def test_follow_ups_only_append_between_drop_points():
+    model = StandInModel(n_ctx=1200)
+    kept = replies_of_a_growing_session(model, 40)
+    drops = 0
+    for before, after in zip(kept, kept[1:], strict=False):
+        if after[: len(before)] != before:
+            drops += 1  # the prompt changed early: only where a drop point was passed
+            assert after[0] != before[0]
+    # Each exchange is about 80 tokens; half the room beside the system prompt is about 550, so a
+    # drop comes every six or seven replies once the session is full, not every reply.
+    assert 2 <= drops <= 6
+    assert all(kept_one and kept_one[0].role == "user" for kept_one in kept[10:])
+
+
+def test_dropping_one_exchange_at_a_time_would_change_the_prompt_every_reply(monkeypatch):
+    from imprintd.context import fitting
+
+    monkeypatch.setattr(fitting, "drop_step", lambda *args: 1)  # the rule before drop points
+    kept = replies_of_a_growing_session(StandInModel(n_ctx=1200), 40)
+    changed = sum(after[: len(before)] != before for before, after in zip(kept, kept[1:], strict=False))
+    assert changed >= 25

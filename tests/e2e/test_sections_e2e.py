@@ -253,18 +253,19 @@ async def stored_messages(client) -> list[tuple[str, str]]:
     return [(m.role, m.content) for m in session.messages]
 
 
-async def test_a_paste_over_a_million_characters_fails_naming_the_limit_and_the_question_stays(client, stub):
+async def test_a_paste_over_a_million_characters_is_refused_naming_the_limit_and_nothing_is_stored(client, stub):
     # 1,000,001 characters is about 1 MB on the wire: well under the 16 MiB frame cap.
     paste, _ = make_paste(size=1_000_001, fact_at=900_000)
     assert len(paste) == 1_000_001
     with pytest.raises(JsonRpcException) as error:
         await chat(client, text=paste)
-    assert error.value.code == -32803
+    assert error.value.code == -32602 and error.value.message.startswith("text:")
     assert re.search(r"1,?000,?000\b", error.value.message), error.value.message
-    assert "1000001 characters" in error.value.message or "1,000,001 characters" in error.value.message
+    assert "1,000,001 characters" in error.value.message
     assert stub.requests == []  # refused before any worker ran
     assert not [m for m, _ in client.notifications if m == "imprint/replyDelta"]
-    assert await stored_messages(client) == [("user", paste)]
+    listed = await client.protocol.send_request_async("imprint/sessions", {})
+    assert listed.sessions == []  # a refused question stores nothing
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,303 @@
+"""gitleaks' default rule set, read for Python's ``re`` (SECURITY.md, "Secrets").
+
+``imprintd/data/gitleaks.toml`` is gitleaks' own ``config/gitleaks.toml``, unchanged, from
+release v8.30.1 (commit 83d9cd684c87d95d656c1458ef04895a7f1cbd8e; MIT licence, in
+``imprintd/data/gitleaks.LICENSE``). To update it, copy the file of a newer release over it
+and set ``SHA256`` (a test checks the file against it and that every rule still compiles).
+
+``find(text)`` reports the span of each secret gitleaks would report, by its rules:
+
+- a rule runs only when one of its ``keywords`` occurs in the text (lower-cased), and its
+  regex is searched near each occurrence only (the keyword lies inside the match, and no
+  match is longer than ``WINDOW``), so that a long message costs little;
+- the secret is the rule's ``secretGroup``, else its first non-empty group, else the match;
+- it is dropped when its Shannon entropy is at most the rule's ``entropy``, or when the
+  global or the rule's allowlists allow it (regexes on the secret, the match or the line;
+  stopwords in the secret; ``condition = "AND"``), as gitleaks does.
+
+One departure: 150 provider rules end a token only at a quote, white space, ``;`` or the
+end (their ``(?:[\\x60'"\\s;]|\\\\[nr]|$)``), so a token at the end of a sentence ("log in with
+hf_….") or in brackets went unseen; here ``.``, ``,``, ``:``, ``!``, ``?`` and closing
+brackets end one too (``_END_OF_TOKEN``). The generic rule keeps gitleaks' ending: its value
+may itself hold dots.
+
+Not taken over: rules with only a ``path`` (they name files, not text), path and commit
+allowlists (the summarizer reads messages, not files), gitleaks' base64 and percent decoding
+passes, and the ``gitleaks:allow`` comment. gitleaks writes Go (RE2) regexes; ``_to_python``
+rewrites the three constructs Python spells differently (a ``(?i)`` flag group that is not
+at the very start, ``\\z``, POSIX classes such as ``[[:alnum:]]``), and every rule compiles
+(``UNTRANSLATED`` lists any that would not, and why). RE2 never backtracks; Python's ``re``
+may, so the windows above also bound how much text one search can walk.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import re
+import string
+import tomllib
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VERSION = "v8.30.1"
+COMMIT = "83d9cd684c87d95d656c1458ef04895a7f1cbd8e"
+SHA256 = "e163e53b9e7e8a8511e77271e2b323ed057759542a6d988258afe3a1fa329caf"
+
+#: Characters searched on each side of a keyword. gitleaks' longest matches (the generic
+#: rule: a 50-character name, 20 of padding, a 150-character value) stay within it; a longer
+#: token would only be found as far as it reaches.
+WINDOW = 400
+
+_DATA = Path(__file__).parent / "data" / "gitleaks.toml"
+
+
+@dataclass(frozen=True)
+class Allowlist:
+    regexes: tuple[re.Pattern[str], ...] = ()
+    stopwords: tuple[str, ...] = ()
+    target: str = "secret"  # or "match", "line"
+    all_of: bool = False  # condition = "AND"
+
+    def allows(self, secret: str, match: str, line: str) -> bool:
+        target = {"match": match, "line": line}.get(self.target, secret)
+        by_regex = bool(target) and any(pattern.search(target) for pattern in self.regexes)
+        lowered = secret.lower()
+        by_stopword = bool(secret) and any(word in lowered for word in self.stopwords)
+        if self.all_of:
+            checks = ([by_regex] if self.regexes else []) + ([by_stopword] if self.stopwords else [])
+            return bool(checks) and all(checks)
+        return by_regex or by_stopword
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    regex: re.Pattern[str]
+    keywords: tuple[str, ...]
+    entropy: float = 0.0
+    secret_group: int = 0
+    allowlists: tuple[Allowlist, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    rules: tuple[Rule, ...]
+    allowlist: Allowlist
+    #: Rules that could not be read for Python's ``re``: (id, why). Empty for v8.30.1.
+    untranslated: tuple[tuple[str, str], ...]
+
+
+# -- Go (RE2) syntax to Python's ------------------------------------------------------------
+
+_POSIX_CLASSES = {
+    "alnum": "a-zA-Z0-9",
+    "alpha": "a-zA-Z",
+    "digit": "0-9",
+    "xdigit": "0-9a-fA-F",
+    "lower": "a-z",
+    "upper": "A-Z",
+    "word": "a-zA-Z0-9_",
+    "space": r"\t\n\v\f\r ",
+    "blank": r"\t ",
+    "punct": r"!-/:-@\[-`{-~",
+}
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+#: How gitleaks' provider rules end a token, and the ending used here (see the docstring).
+_GITLEAKS_END_OF_TOKEN = r"""(?:[\x60'"\s;]|\\[nr]|$)"""
+_END_OF_TOKEN = r"""(?:[\x60'"\s;.,:!?)\]}>]|\\[nr]|$)"""
+_FLAG_GROUP = re.compile(r"\(\?([a-zA-Z-]+)\)")
+
+
+def _to_python(pattern: str) -> str:
+    """``pattern`` (Go RE2 syntax) in Python's: the same language of strings."""
+    out: list[str] = []
+    # For each open group: whether a "(?flags:" we opened for a mid-pattern "(?flags)" must be
+    # closed before it (RE2's "(?i)" holds to the end of the enclosing group).
+    closers: list[int] = [0]
+    i, in_class = 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            escape = pattern[i : i + 2]
+            out.append(r"\Z" if escape == r"\z" else escape)
+            i += 2
+            continue
+        if in_class:
+            posix = re.match(r"\[:(\^?)([a-z]+):\]", pattern[i:])
+            if posix and posix.group(2) in _POSIX_CLASSES and not posix.group(1):
+                out.append(_POSIX_CLASSES[posix.group(2)])
+                i += posix.end()
+                continue
+            if char == "]" and not (out and out[-1] in ("[", "[^")):
+                in_class = False
+                out.append(char)
+            elif char in "[&~|":
+                out.append("\\" + char)  # literal in RE2; Python warns of set operations
+            else:
+                out.append(char)
+            i += 1
+            continue
+        if char == "[":
+            in_class = True
+            if pattern.startswith("[^", i):
+                out.append("[^")
+                i += 2
+            else:
+                out.append("[")
+                i += 1
+            if i < len(pattern) and pattern[i] == "]":  # a leading "]" is a literal
+                out.append(r"\]")
+                i += 1
+            continue
+        flags = _FLAG_GROUP.match(pattern, i)
+        if flags and i > 0:
+            out.append(f"(?{flags.group(1)}:")
+            closers[-1] += 1
+            i = flags.end()
+            continue
+        if char == "(":
+            closers.append(0)
+        elif char == ")":
+            out.append(")" * closers.pop())
+            if not closers:
+                closers.append(0)
+        out.append(char)
+        i += 1
+    out.append(")" * sum(closers))
+    return "".join(out)
+
+
+def compile_go(pattern: str) -> re.Pattern[str]:
+    """A Go regex compiled for Python; ASCII classes, as RE2's ``\\w``, ``\\s`` and ``\\b`` are."""
+    return re.compile(_to_python(pattern), re.ASCII)
+
+
+def _allowlist(spec: dict) -> Allowlist:
+    return Allowlist(
+        regexes=tuple(compile_go(p) for p in spec.get("regexes", ())),
+        stopwords=tuple(word.lower() for word in spec.get("stopwords", ())),
+        target=spec.get("regexTarget", "secret"),
+        all_of=spec.get("condition", "OR").upper() == "AND",
+    )
+
+
+@functools.cache
+def load() -> RuleSet:
+    """The vendored rule set, compiled once."""
+    data = _DATA.read_bytes()
+    config = tomllib.loads(data.decode("utf-8"))
+    rules, untranslated = [], []
+    for spec in config["rules"]:
+        if "regex" not in spec:
+            continue  # a path-only rule
+        pattern = spec["regex"]
+        if not spec["id"].startswith("generic"):
+            pattern = pattern.replace(_GITLEAKS_END_OF_TOKEN, _END_OF_TOKEN)
+        try:
+            rules.append(
+                Rule(
+                    id=spec["id"],
+                    regex=compile_go(pattern),
+                    keywords=tuple(word.lower() for word in spec.get("keywords", ())),
+                    entropy=float(spec.get("entropy", 0.0)),
+                    secret_group=int(spec.get("secretGroup", 0)),
+                    allowlists=tuple(_allowlist(a) for a in spec.get("allowlists", ()) if not _only_paths(a)),
+                )
+            )
+        except re.error as error:
+            untranslated.append((spec["id"], str(error)))
+    return RuleSet(tuple(rules), _allowlist(config.get("allowlist", {})), tuple(untranslated))
+
+
+def _only_paths(spec: dict) -> bool:
+    return not spec.get("regexes") and not spec.get("stopwords")
+
+
+def digest() -> str:
+    return hashlib.sha256(_DATA.read_bytes()).hexdigest()
+
+
+# -- finding secrets --------------------------------------------------------------------------
+
+
+def shannon_entropy(text: str) -> float:
+    if not text:
+        return 0.0
+    total = len(text)
+    return -sum(count / total * math.log2(count / total) for count in Counter(text).values())
+
+
+def find(text: str, rule_set: RuleSet | None = None) -> Iterator[tuple[int, int, str]]:
+    """``(start, end, rule id)`` of each secret the rules find in ``text``, in no set order."""
+    rule_set = rule_set or load()
+    lowered = text.translate(_ASCII_LOWER)  # keywords are ASCII; str.lower() may change lengths
+    windows_by_keyword: dict[str, list[tuple[int, int]]] = {}
+    for rule in rule_set.rules:
+        if not rule.keywords:
+            yield from _matches(rule, rule_set, text, 0, len(text))
+            continue
+        found = []
+        for keyword in rule.keywords:
+            if keyword not in windows_by_keyword:
+                windows_by_keyword[keyword] = list(_windows(lowered, keyword))
+            if windows_by_keyword[keyword]:
+                found.append(windows_by_keyword[keyword])
+        windows = found[0] if len(found) == 1 else _merged(w for each in found for w in each)
+        for start, end in windows:
+            yield from _matches(rule, rule_set, text, start, end)
+
+
+def _windows(lowered: str, keyword: str) -> Iterator[tuple[int, int]]:
+    """The text around each occurrence of ``keyword``, occurrences closer than that merged.
+
+    Each step jumps to the last occurrence within reach, so a text that is the keyword over
+    and over costs a step per ``WINDOW`` characters, not one per occurrence.
+    """
+    size, reach = len(keyword), 2 * WINDOW + len(keyword)
+    first = lowered.find(keyword)
+    while first != -1:
+        last = first
+        while (nearer := lowered.rfind(keyword, last + 1, last + reach + size)) != -1:
+            last = nearer
+        yield max(0, first - WINDOW), min(len(lowered), last + size + WINDOW)
+        first = lowered.find(keyword, last + 1)
+
+
+def _merged(windows: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(windows):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _matches(rule: Rule, rule_set: RuleSet, text: str, start: int, end: int) -> Iterator[tuple[int, int, str]]:
+    for match in rule.regex.finditer(text, start, end):
+        if match.end() == match.start():
+            continue
+        group = _secret_group(rule, match)
+        secret = match.group(group)
+        if rule.entropy and shannon_entropy(secret) <= rule.entropy:
+            continue
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        line_end = text.find("\n", match.end())
+        line = text[line_start : len(text) if line_end == -1 else line_end]
+        matched = match.group(0).strip("\n")
+        if any(a.allows(secret, matched, line) for a in (rule_set.allowlist, *rule.allowlists)):
+            continue
+        yield match.start(group), match.end(group), rule.id
+
+
+def _secret_group(rule: Rule, match: re.Match[str]) -> int:
+    if rule.secret_group and rule.secret_group <= (match.re.groups or 0):
+        return rule.secret_group
+    for index in range(1, (match.re.groups or 0) + 1):
+        if match.group(index):
+            return index
+    return 0
