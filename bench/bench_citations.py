@@ -198,6 +198,7 @@ class ScriptedModel:
     model_id = "bench-scripted"
     n_ctx = 32768
     native_tools = True
+    exact_counts = True
 
     def __init__(self) -> None:
         self.reply: Reply | None = None
@@ -217,8 +218,12 @@ class ScriptedModel:
             3 + sum(map(self.count_message, messages)) + sum(self.count_text(json.dumps(t.as_openai())) for t in tools)
         )
 
-    async def complete(self, messages, tools=(), *, max_tokens, timeout=None, on_text=None) -> Completion:
+    async def complete(
+        self, messages, tools=(), *, max_tokens, timeout=None, on_text=None, on_start=None, **ignored
+    ) -> Completion:
         assert self.reply is not None
+        if on_start is not None:
+            await on_start()  # the research budget charges the request here, as a real model's would
         usage = Usage(prompt_tokens=self.count_prompt(messages, tools), evaluated_tokens=0, generated_tokens=1)
         rounds = sum(1 for m in messages if m.role == "assistant" and m.tool_calls and m.seq is None)
         if rounds < len(self.reply.facts):
@@ -315,7 +320,8 @@ class Tally:
 
 async def run(root: Path) -> tuple[Tally, Tally, list[str]]:
     model = ScriptedModel()
-    resolved = settings_mod.load({}, environ={}).apply({"chat.n_ctx": 32768}, "bench")
+    # The scripted rounds are the reply's whole research: no first look before them.
+    resolved = settings_mod.load({}, environ={}).apply({"chat.n_ctx": 32768, "chat.first_look": False}, "bench")
     chat = Chat(resolved, model_factory=lambda chat_settings: model)
     lexical, records, misses = Tally(), Tally(), []
     for number, reply in enumerate(replies(), start=1):

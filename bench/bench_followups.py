@@ -130,12 +130,12 @@ class Bench:
         bench = self
 
         class Recorded(LocalModel):
-            async def complete(self, messages, tools=(), *, max_tokens, timeout=None, on_text=None):
+            async def complete(self, messages, tools=(), *, max_tokens, timeout=None, on_text=None, **hooks):
                 scope = request_scope()
                 # A research round follows its fitting; the final answer and side requests do not.
                 coordinator = scope is not None and scope.keep and bool(bench._sliding)
                 completion = await super().complete(
-                    messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text
+                    messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text, **hooks
                 )
                 prompt = array("i", self.prompt_tokens(messages, tools))
                 baseline = prompt

@@ -108,8 +108,9 @@ class Measured:
         self._charge = prompt - held
         return prompt, held
 
-    async def complete(self, messages, tools=(), *, max_tokens, timeout=None, on_text=None):
-        charged, self._charge = self._charge, None
+    async def complete(
+        self, messages, tools=(), *, max_tokens, timeout=None, on_text=None, on_start=None, on_retry=None
+    ):
         kind = (
             "worker"
             if not tools and messages[0].content == sec.WORKER_SYSTEM_PROMPT
@@ -117,10 +118,14 @@ class Measured:
             if tools
             else "final answer"
         )
-        row = Row(kind=kind, prompt=self.model.count_prompt(messages, tools), charged=charged)
+        row = Row(kind=kind, prompt=self.model.count_prompt(messages, tools), charged=None)
         self.rows.append(row)
         started = time.monotonic()
-        completion = await self.model.complete(messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text)
+        self._charge = None
+        completion = await self.model.complete(
+            messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text, on_start=on_start
+        )
+        row.charged = self._charge  # the budget measures under the lock, in on_start
         row.seconds = time.monotonic() - started
         usage = completion.usage
         row.evaluated, row.generated, row.finish = (

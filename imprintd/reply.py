@@ -4,17 +4,19 @@
 2. Summary step (ADR 0141): only when the conversation's own text no longer fits beside
    the summary, the oldest exchanges are summarized; on failure ADR 0140's dropping stands.
 3. Research (``research/loop.py``): fit, charge, generate, run tools, until an answer or a stop.
-4. A stop other than an answer writes the final answer from notes (ADR 0127). Either way the
-   answer's citations of this reply's numbered results become its sources, checked and listed
-   after it (``research/citations.py``). Characters a section analysis left unread are named
-   after the answer.
+4. A stop other than an answer writes the final answer from notes (ADR 0127), within its own
+   120 s. Either way the answer's citations of this reply's numbered results become its
+   sources, checked and listed after it (``research/citations.py``). What was not read or done
+   (characters a section analysis left unread, a round the model failed) is named after the
+   answer, with the setting that would help; a direct answer cut off by the output limit says so.
 5. The reply and its tool exchanges are stored, the answer with its sources; only then is the
    reply acknowledged.
 
-``chat.research_time_budget`` bounds steps 2–4 together (``research/clock.py``), from when the
-workspace index is up to date, keeping a share for the final answer.
+``chat.research_time_budget`` bounds steps 2–3 (``research/clock.py``), from when the
+workspace index is up to date, less a share kept for the final answer.
 
-A cancelled or failed reply keeps the stored question and stores nothing else.
+A cancelled reply, and one that failed before anything was gathered, keeps the stored
+question and stores nothing else; any other stop ends in an answer from what was gathered.
 """
 
 from __future__ import annotations
@@ -37,13 +39,17 @@ from imprintd.events import ReplyEvents
 from imprintd.messages import Message, SourceRef, Style
 from imprintd.models.base import Model
 from imprintd.research import citations
-from imprintd.research.answer import coverage_note, final_answer
+from imprintd.research import clock as clocks
+from imprintd.research.answer import coverage_note, cut_off_note, final_answer
 from imprintd.research.clock import ReplyClock
 from imprintd.research.loop import ReplyScope, Stop, research
 from imprintd.settings import ChatSettings
 from imprintd.store import ConversationStore, SessionInfo, StoredSummary
 from imprintd.tools.base import Tool
 from imprintd.tools.workspace import WORKSPACE_SPECS
+
+#: Said after an answer the repetition guard cut (``models/repetition.py``).
+REPEATED_ITSELF = "(The model started repeating itself here, so the answer was cut off.)"
 
 
 class ReplyRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,7 +102,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
 
     workspace_tools = await context.workspace_tools(events)
     clock = ReplyClock(settings.research_time_budget)  # indexing is not the reply's to bound
-    offered = should_offer(earlier, tools_offered=bool(workspace_tools))
+    offered = should_offer(earlier)
     history_tool = (
         [ConversationHistoryTool(ConversationHistory(earlier, store.history_index(info.id)))] if offered else []
     )
@@ -121,14 +127,20 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
         analysis_context=settings.analysis_context,
         layout=layout,
         style=request.style,
+        first_look=settings.first_look,
     )
     outcome = await research(scope, system=system, history=history, question=question, tools=tools)
 
     sources: tuple[SourceRef, ...] = ()
-    coverage = coverage_note(outcome.analyses)
+    coverage = "\n".join(part for part in (outcome.failure, coverage_note(outcome.analyses)) if part)
     if outcome.answer is not None:
         passages = outcome.numbering.by_number()
         text = citations.plain(outcome.answer.text, passages, request.style)  # as it streamed
+        if outcome.stop == "length":
+            coverage = "\n".join(part for part in (cut_off_note(settings.max_tokens), coverage) if part)
+        elif outcome.stop == "repetition":
+            # What streamed went on into the loop; the result's text is the answer to show.
+            coverage = "\n".join(part for part in (REPEATED_ITSELF, coverage) if part)
         if coverage:
             events.text("\n\n" + coverage)
             text += "\n\n" + coverage
@@ -148,7 +160,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
             steps=outcome.steps,
             style=request.style,
             max_tokens=settings.max_tokens,
-            timeout=clock.final_left(),
+            timeout=clocks.FINAL_TIMEOUT_S,  # its own deadline, whatever research left (ADR 0101)
             coverage=coverage,
             numbering=outcome.numbering,
             question_analysis=outcome.question_analysis,
@@ -174,7 +186,7 @@ def next_question_usage(
     Composed as ``run_reply`` composes a round (the tools it would offer, the summary as it stands,
     fitting), before any summary step the question might bring about. Counts: call it from a worker thread.
     """
-    offered = should_offer(stored, tools_offered=workspace)
+    offered = should_offer(stored)
     specs = [*(WORKSPACE_SPECS if workspace else ()), *((ConversationHistoryTool.spec,) if offered else ())]
     tool_lines = _tool_lines(workspace=workspace, history=offered)
     system, history, layout = compose_prompt(style, tool_lines, summary, stored, lookup_guidance=offered)

@@ -106,7 +106,7 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
         Meta(
             ge=1,
             le=86_400,
-            description="seconds one reply may take, section analysis and the final answer included",
+            description="seconds one reply's research may take (summary, rounds, section analysis); the final answer then has its own 120 s",
             extra={"unit": "seconds"},
         ),
     ] = 300.0
@@ -126,6 +126,9 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
             description="bytes of local model state kept in the cache dir across restarts; 0 turns it off",
         ),
     ] = 4 << 30
+    first_look: Annotated[
+        bool, Meta(description="search the workspace with the question before the model's first round")
+    ] = True
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -165,6 +168,8 @@ def _key(section: str, field: msgspec.inspect.Field) -> Key:
         return Key(
             name, str, " or ".join(f'"{v}"' for v in values), help_text, lambda v: v in values, ", ".join(values)
         )
+    if isinstance(kind, msgspec.inspect.BoolType):
+        return Key(name, bool, "true or false", help_text, bounds="true, false")
     if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
         low, high = kind.ge, kind.le
         number = "an integer" if isinstance(kind, msgspec.inspect.IntType) else f"a number of {extra['unit']}"
@@ -190,6 +195,10 @@ KEYS: dict[str, Key] = {key.name: key for key in (_key("chat", field) for field 
 DEFAULTS = Settings()
 
 
+#: How a yes/no setting may be written in the environment or on the command line.
+_BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
 class SettingsError(ValueError):
     """A value was refused; the message names the key, the value and what is accepted."""
 
@@ -202,15 +211,17 @@ def coerce(key: str, value: Any, *, from_text: bool = False) -> Any:
         raise SettingsError(f"unknown setting {key!r}; known settings: {known}")
     converted = value
     try:
-        if from_text and isinstance(value, str) and spec.type is not str:
+        if from_text and isinstance(value, str) and spec.type is bool:
+            converted = _BOOL_WORDS[value.strip().lower()]
+        elif from_text and isinstance(value, str) and spec.type is not str:
             converted = spec.type(value.strip())
         elif spec.type is float and isinstance(value, int) and not isinstance(value, bool):
             converted = float(value)
-        if not isinstance(converted, spec.type) or isinstance(converted, bool):
+        if not isinstance(converted, spec.type) or (isinstance(converted, bool) and spec.type is not bool):
             raise TypeError
         if not spec.check(converted):
             raise ValueError
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, KeyError):
         raise SettingsError(f"{key} = {_shown(value)} is not accepted: expected {spec.accepted}") from None
     return converted
 

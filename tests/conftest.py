@@ -67,6 +67,9 @@ def daemon_env(tmp_path, stub) -> dict[str, str]:
             "IMPRINT_CHAT_BASE_URL": stub.base_url,
             "IMPRINT_CHAT_MODEL": "stub",
             "IMPRINT_CHAT_N_CTX": "8192",
+            # On for users; off here, where tests script the model's rounds one by one. The
+            # first look's own tests turn it on.
+            "IMPRINT_CHAT_FIRST_LOOK": "false",
         }
     )
     return env

@@ -19,8 +19,12 @@ from tests.recording import RecordingEvents
 
 
 def make_chat(model: Model, **settings: Any) -> Chat:
-    """A Chat on ``model`` with the default settings and ``settings`` (dotted keys) applied."""
-    resolved = settings_mod.load({}, environ={}).apply(settings, "test")
+    """A Chat on ``model`` with the default settings and ``settings`` (dotted keys) applied.
+
+    The first look is off unless a test turns it on: tests script the model's rounds, and a
+    search made before them would be one more exchange in every prompt they check.
+    """
+    resolved = settings_mod.load({}, environ={}).apply({"chat.first_look": False, **settings}, "test")
     return Chat(resolved, model_factory=lambda chat_settings: model)
 
 

@@ -24,12 +24,15 @@ class StubReply:
     hold: threading.Event | None = None
     #: Send these ``data:`` payloads verbatim instead of a well-formed stream (malformed chunks).
     raw_events: list[str] | None = None
-    #: Answer with this HTTP status and body instead of a stream (error replies).
+    #: Answer with this HTTP status and body instead of a stream (error replies), with these headers.
     status: int = 200
     body: str = ""
     #: Stream this piece again and again, ``max_tokens`` ignored, as a misconfigured server
     #: does: until the daemon hangs up, or ``ENDLESS_LIMIT`` pieces (then it finishes).
     endless: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    #: The stream's finish_reason ("length": the answer hit its output limit); default "stop" or "tool_calls".
+    finish_reason: str = ""
 
 
 #: The most pieces an endless reply streams when nobody hangs up (about 12 MB of events).
@@ -73,12 +76,14 @@ class OpenAIStub:
                 if isinstance(reply, str):
                     reply = StubReply(text=reply)
                 if reply.status != 200:
-                    self._send_json(reply.status, reply.body.encode())
+                    self._send_json(reply.status, reply.body.encode(), reply.headers)
                     return
                 self._stream(reply)
 
-            def _send_json(self, status: int, body: bytes) -> None:
+            def _send_json(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -132,7 +137,7 @@ class OpenAIStub:
                         self._event(
                             self._chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[half:]}}]})
                         )
-                    self._event(self._chunk({}, "tool_calls" if reply.tool_calls else "stop"))
+                    self._event(self._chunk({}, reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")))
                     self._event("[DONE]")
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()

@@ -17,7 +17,7 @@ import anyio
 import msgspec
 
 from imprintd.messages import Message, ToolCall, ToolSpec
-from imprintd.models.base import Completion, ModelError, TextCallback, Usage, inference_lock
+from imprintd.models.base import Completion, ModelError, RetryCallback, StartHook, TextCallback, Usage, inference_lock
 from imprintd.models.toolcalls import VisibleTextFilter
 
 #: Tokens every message costs beyond its text (role header and end marker).
@@ -39,6 +39,8 @@ class Request:
     tools: list[ToolSpec]
     max_tokens: int
     timeout: float | None
+    #: The GBNF grammar the request asked the output to follow, if any.
+    grammar: str | None = None
 
     @property
     def text(self) -> str:
@@ -107,8 +109,11 @@ class StandInModel:
         max_tokens: int,
         timeout: float | None = None,
         on_text: TextCallback | None = None,
+        on_start: StartHook | None = None,
+        on_retry: RetryCallback | None = None,
+        grammar: str | None = None,
     ) -> Completion:
-        request = Request(list(messages), list(tools), max_tokens, timeout)
+        request = Request(list(messages), list(tools), max_tokens, timeout, grammar)
         self.requests.append(request)
         prompt_tokens = self.count_prompt(messages, tools)
         if prompt_tokens + max_tokens > self.n_ctx:
@@ -122,6 +127,14 @@ class StandInModel:
         written = _Written(on_text, None if tools else VisibleTextFilter((), "native" if self.native_tools else "json"))
         with anyio.move_on_after(timeout) as scope:
             async with inference_lock():
+                if on_start is not None:
+                    try:
+                        await on_start()
+                    except BaseException:
+                        # Refused before it started (e.g. by the budget): it never reached the model.
+                        self.requests.remove(request)
+                        self.replies.insert(0, reply)
+                        raise
                 if self.busy:
                     self.overlapped = True
                 self.busy = True

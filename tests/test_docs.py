@@ -107,6 +107,8 @@ def _settings_rows(path: Path) -> dict[str, tuple[str, str]]:
 
 
 def _default_cell(value) -> str:
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
     if isinstance(value, str):
         return f"`{value}`" if value else "empty"
     return str(value) if isinstance(value, int) else f"{value:g}"  # 268435456, not 2.68435e+08
@@ -121,7 +123,7 @@ def test_the_settings_tables_say_what_the_settings_struct_declares(doc):
     for name, key in settings.KEYS.items():
         default, accepted = rows[name]
         assert default == _default_cell(settings.DEFAULTS.get(name)), f"{doc.name}: {name} default"
-        if key.type is str and key.bounds:
+        if key.type in (str, bool) and key.bounds:
             assert accepted == ", ".join(f"`{value}`" for value in key.bounds.split(", ")), f"{doc.name}: {name}"
         elif key.bounds:
             unit = " s" if key.type is float else ""

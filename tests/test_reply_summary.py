@@ -480,9 +480,9 @@ async def test_the_history_tool_is_offered_only_with_earlier_messages(model, wor
     assert info.persist is persist
 
 
-async def test_without_tools_offered_the_history_tool_and_its_guidance_are_not_offered(model):
-    # ADR 0141: offered whenever there are earlier messages *and tools are offered*. A reply
-    # without a workspace offers no tools, so neither the tool nor the lookup guidance.
+async def test_without_a_workspace_the_history_tool_and_its_guidance_are_still_offered(model):
+    # Departing from ADR 0141 ("and tools are offered"): a chat with no folder must still reach
+    # a paste the summary covered, so the history tool is offered whenever there are earlier messages.
     chat = small_chat(model)
     store, sid = new_session(chat)
     seeded = StoredSummary(text="- (#1–#2) The user pasted the staging compose file.", first_seq=1, last_seq=2)
@@ -490,8 +490,8 @@ async def test_without_tools_offered_the_history_tool_and_its_guidance_are_not_o
     script(model, dispatch(answer("Hello.")))
     await ask(chat, "What did I paste?", sid)
     [request] = model.requests
-    assert request.tools == []
-    assert STRATEGY_LINE not in request.system and "use conversation_history" not in request.system
+    assert [tool.name for tool in request.tools] == ["conversation_history"]
+    assert STRATEGY_LINE in request.system and "use conversation_history" in request.system
     assert seeded.text in request.system  # the summary itself is still there
 
 

@@ -47,6 +47,8 @@ def test_sources_layer_in_order_and_each_value_says_where_it_came_from(monkeypat
         ("chat.max_tokens", True, "16 to 32768"),
         ("chat.research_time_budget", 0, "1 to 86400"),
         ("chat.base_url", "ftp://x", "http(s) URL"),
+        ("chat.first_look", "false", "true or false"),
+        ("chat.first_look", 0, "true or false"),
     ],
 )
 def test_a_refused_value_names_key_value_and_range_and_the_previous_value_stays(key, value, accepted):
@@ -87,3 +89,18 @@ def test_describe_lists_every_key_with_its_origin():
     for key in s.KEYS:
         assert key in text
     assert "4096" in text and "(command line)" in text
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("false", False), ("Off", False), ("0", False), ("true", True), (" yes ", True)]
+)
+def test_a_yes_no_setting_reads_the_usual_words_from_the_environment(text, value):
+    resolved = s.load({}, environ={"IMPRINT_CHAT_FIRST_LOOK": text})
+    assert resolved.settings.chat.first_look is value and resolved.errors == ()
+
+
+def test_a_yes_no_setting_refuses_other_words_naming_what_it_accepts():
+    resolved = s.load({}, environ={"IMPRINT_CHAT_FIRST_LOOK": "maybe"})
+    [error] = resolved.errors
+    assert "chat.first_look" in error and "'maybe'" in error and "true or false" in error
+    assert resolved.settings.chat.first_look is True

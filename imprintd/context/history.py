@@ -173,6 +173,11 @@ class HistoryError(ToolError):
     """A search or read that cannot be done as asked; the message says why."""
 
 
+def is_stopword(word: str) -> bool:
+    """A lower-case word too common to search for (the workspace's first look drops them too)."""
+    return word in _STOPWORDS
+
+
 def query_stems(query: str) -> list[str]:
     """The distinct stems a query searches for, stop words left out unless nothing else is left."""
     words = [match.group().lower() for match in WORD.finditer(query)]
@@ -906,6 +911,8 @@ def _as_int(value: Any) -> int | None:
     return None
 
 
-def should_offer(earlier_messages: Sequence[Message], tools_offered: bool) -> bool:
-    """ADR 0141: offered whenever there are earlier messages and tools are offered."""
-    return tools_offered and len(earlier_messages) > 0
+def should_offer(earlier_messages: Sequence[Message]) -> bool:
+    """Offered whenever the session has earlier messages, with or without a workspace: a paste
+    the summary covered must stay readable in a chat with no folder (ADR 0141 also asked for
+    other tools; docs/decisions.md, "Conversation history", says why that no longer holds)."""
+    return len(earlier_messages) > 0

@@ -12,10 +12,12 @@ before any worker runs, the plan's cost is estimated against what is left of the
 token budget, and a progress message says up front what will not be covered and which
 setting would cover it. Sections are then read in order from the start until the source is
 covered or the token budget, the time budget (``time_left``) or the 64 sections per reply
-run out: the notes of the sections read are kept, never discarded, and the ``Analysis``
-says exactly which characters were not read (``cut``, ``read_to``). Other limits and worker
-failures stop analysis explicitly (``AnalysisError``, naming the limit and how far coverage
-got): never is partial coverage returned as complete. Originals live in memory only, under random ids, per reply (``ReplySections``); a bounded
+run out, or a worker fails (its model request fails, runs past its own 120 s, or writes no
+notes): the notes of the sections read are kept, never discarded, and the ``Analysis`` says
+exactly which characters were not read and why (``cut``, ``failure``, ``read_to``), with the
+setting and value that would read them (``advice``). A source that cannot be analyzed at
+all (over the size limit, a context too small for any section) is refused before any worker
+runs (``AnalysisError``): never is partial coverage returned as complete. Originals live in memory only, under random ids, per reply (``ReplySections``); a bounded
 process-wide ``SectionArchive`` keeps recent replies' registries for ``imprint/read_chat_section``.
 Progress goes through ``ReplyEvents.progress``, never the reply text. With analysis off
 (0 workers) tool results are clipped to a 4,000-character prefix, as before the record.
@@ -23,6 +25,7 @@ Progress goes through ``ReplyEvents.progress``, never the reply text. With analy
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 from collections import OrderedDict
@@ -35,7 +38,7 @@ import msgspec
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, ToolSpec
 from imprintd.models.base import Completion, Model, ModelError, side_requests
-from imprintd.research.budget import BudgetExhausted
+from imprintd.research.budget import BudgetExhausted, charged_complete
 from imprintd.tools.base import ToolError, ToolResult, parse_arguments, tool_spec
 
 __all__ = [
@@ -70,6 +73,8 @@ __all__ = [
     "kind_label",
     "clip_tool_result",
     "prepare_tool_result",
+    "header_chars",
+    "FAILURE_CUTS",
 ]
 
 # -- the record's limits -------------------------------------------------------------------
@@ -113,7 +118,8 @@ PLAN_MARGIN_TOKENS = 8
 #: ``kind`` of the user's own message; a tool result's kind is ``tool_kind(name)``.
 USER_KIND = "user"
 
-#: Why reading stopped before the end of a source, and the setting that would read further.
+#: Why reading stopped before the end of a source, and the setting that would read further
+#: ("" where no setting helps). The first three are limits; the rest are a worker that failed.
 CUT_REASONS = {
     "token_budget": ("the research token budget ran out", "chat.research_token_budget"),
     "time_budget": ("the research time budget ran out", "chat.research_time_budget"),
@@ -121,7 +127,15 @@ CUT_REASONS = {
         "this reply reached its limit of sections analyzed",
         "chat.analysis_context (larger sections; the context chat.n_ctx must allow them)",
     ),
+    "worker_failed": ("a note-taking worker's model request failed", ""),
+    "worker_timeout": ("a note-taking worker ran past its own deadline", "chat.analysis_context"),
+    "empty_notes": ("a note-taking worker wrote no notes", ""),
 }
+#: Cuts that a worker's failure caused (research then stops on ``model_error``).
+FAILURE_CUTS = frozenset({"worker_failed", "worker_timeout", "empty_notes"})
+#: The smallest worker context a setting may name (``chat.analysis_context`` accepts 1,024–65,536).
+MIN_WORKER_CONTEXT = 1024
+MAX_WORKER_CONTEXT = 65536
 
 WORKER_SYSTEM_PROMPT = (
     "You take notes for another assistant who must answer a question about a source that is "
@@ -367,6 +381,10 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True):
     planned: int = 0
     #: Why reading stopped before the end ("" when the whole source was read).
     cut: str = ""
+    #: What went wrong, when a worker failed (the model's error, the limit it ran past).
+    failure: str = ""
+    #: The setting, with a value, that would let the rest be read ("" when none would).
+    advice: str = ""
 
     @property
     def complete(self) -> bool:
@@ -389,11 +407,13 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True):
             return ""
         reason, setting = CUT_REASONS[self.cut]
         where = "your message" if self.kind == USER_KIND else f"the {self.label}"
+        detail = f" ({self.failure})" if self.failure else ""
+        advice = self.advice or (f"Raising {setting} would let the rest be read." if setting else "")
         return (
             f"Characters {self.read_to:,}–{self.total_chars:,} of {where} "
-            f"({self.total_chars:,} characters) were not read: {reason} after {len(self.sections)} of "
-            f"{self.needed} sections. Raising {setting} would let them be read."
-        )
+            f"({self.total_chars:,} characters) were not read: {reason}{detail} after {len(self.sections)} of "
+            f"{self.needed} sections. {advice}"
+        ).rstrip()
 
     def coordinator_text(self, *, reread: bool = True, numbers: Sequence[int] = (), notes: bool = True) -> str:
         """What the coordinator sees instead of the original.
@@ -475,11 +495,12 @@ async def analyze(
     seconds research may still use; ``worker_context`` is ``chat.analysis_context``.
 
     Sections are read in order. The token budget (``BudgetExhausted`` from ``budget``), the
-    time budget and the per-reply section limit end reading early: the Analysis then holds the
-    notes of the sections read and says what was not read (``cut``). Before the first worker,
-    a progress message says what the token budget or section limit will leave unread. Raises
-    AnalysisError when another limit or a worker failure stops coverage; a cancellation of
-    the calling task stops the running worker and propagates, and no further section starts.
+    time budget, the per-reply section limit and a failing worker end reading early: the
+    Analysis then holds the notes of the sections read and says what was not read (``cut``).
+    Before the first worker, a progress message estimates what the token budget or section
+    limit will leave unread; when reading stops early another says what was read. Raises
+    AnalysisError when the source cannot be analyzed at all; a cancellation of the calling
+    task stops the running worker and propagates, and no further section starts.
     """
     if not 1 <= workers <= MAX_WORKERS:
         raise ValueError(f"workers must be from 1 to {MAX_WORKERS}, not {workers}")
@@ -500,20 +521,21 @@ async def analyze(
     )
     room = sections.room()
     to_read = min(len(ranges), room)
-    _announce(events, label, ranges, prompts, to_read, budget, len(source))
+    spent_before = _spent(budget)
+    _announce(events, label, ranges, prompts, to_read, budget, len(source), context, model.n_ctx)
     source_id = sections.register(source, label)
 
     notes = [""] * workers
     covered: list[list[int]] = [[] for _ in range(workers)]
     seconds: list[float] = []
     cut = "" if to_read == len(ranges) else "section_limit"
+    failure = ""
     for index, (start, end) in enumerate(ranges[:to_read]):
         number, worker = index + 1, index % workers
         left = time_left() if time_left is not None else math.inf
         if left <= 0 or (seconds and left < sum(seconds) / len(seconds)):
             cut = "time_budget"  # the next section would not finish in time: keep what was read
             break
-        events.progress(f"Analyzing section {number} of {len(ranges)}", 100 * index // len(ranges))
         messages = worker_messages(
             question=worker_question,
             notes=notes[worker],
@@ -525,42 +547,56 @@ async def analyze(
             label=label,
             total=len(source),
         )
-        stopped = f"section analysis of the {label} stopped at section {number} of {len(ranges)}"
-        coverage = _coverage(ranges, index, len(source))
-        prompt_tokens = model.count_prompt(messages)
+        prompt_tokens = await anyio.to_thread.run_sync(model.count_prompt, messages)
         if prompt_tokens + NOTES_MAX_TOKENS > context:
-            raise AnalysisError(
-                f"{stopped}: its prompt of {prompt_tokens} tokens plus {NOTES_MAX_TOKENS} output "
-                f"tokens exceeds the {context}-token worker context; {coverage}"
+            raise AnalysisError(  # the plan measured this very prompt: a model whose counts drift
+                f"section analysis of the {label} stopped at section {number} of {len(ranges)}: its prompt of "
+                f"{prompt_tokens} tokens plus {NOTES_MAX_TOKENS} output tokens exceeds the {context}-token "
+                f"worker context; {_coverage(ranges, index, len(source))}"
             )
         timeout = min(WORKER_TIMEOUT_S, left)
+        started = functools.partial(
+            events.progress, f"Analyzing section {number} of {len(ranges)}", 100 * index // len(ranges)
+        )
         try:
-            completion = await _run_worker(model, messages, budget, timeout)
+            # A side request: its model state is not kept, and the coordinator's is restored after it.
+            with side_requests():
+                completion = await charged_complete(
+                    budget,
+                    model,
+                    messages,
+                    (),
+                    max_tokens=NOTES_MAX_TOKENS,
+                    timeout=timeout,
+                    # Said once the section really starts (its budget charged), never for one that does not run.
+                    started=started,
+                    on_retry=events.progress,
+                )
         except BudgetExhausted:
             cut = "token_budget"  # nothing was charged for this section: keep what was read
             break
         except ModelError as error:
             sections.count_section()
-            raise AnalysisError(f"{stopped}: worker {worker + 1} failed: {error}; {coverage}") from error
+            cut, failure = "worker_failed", f"worker {worker + 1} on section {number}: {error}"
+            break
         sections.count_section()
         if completion.finish_reason == "deadline":
             if timeout < WORKER_TIMEOUT_S:
                 cut = "time_budget"  # the reply's time ran out mid-section: that section is unread
-                break
-            raise AnalysisError(
-                f"{stopped}: worker {worker + 1} did not finish within the {WORKER_TIMEOUT_S:g}-second "
-                f"limit; {coverage}"
-            )
+            else:
+                cut, failure = "worker_timeout", f"worker {worker + 1} on section {number}, after {timeout:g} s"
+            break
         rewritten = completion.text.strip()
         if not rewritten:
-            raise AnalysisError(f"{stopped}: worker {worker + 1} returned empty notes; {coverage}")
+            cut, failure = "empty_notes", f"worker {worker + 1} on section {number}"
+            break
         notes[worker] = rewritten
         covered[worker].append(number)
         if time_left is not None:
             seconds.append(left - time_left())  # what this section took of the reply's time
 
     read = sum(len(numbers) for numbers in covered)
-    return Analysis(
+    analysis = Analysis(
         source_id=source_id,
         kind=kind,
         label=label,
@@ -575,7 +611,87 @@ async def analyze(
         tail=tail,
         planned=len(ranges),
         cut=cut,
+        failure=failure,
+        advice=_advice(
+            cut,
+            ranges=ranges,
+            prompts=prompts,
+            read=read,
+            room=room,
+            spent_before=spent_before,
+            seconds=seconds,
+            context=context,
+            n_ctx=model.n_ctx,
+        ),
     )
+    if cut:
+        # The up-front estimate was an estimate: say what actually happened.
+        events.progress(
+            f"Read {read} of {len(ranges)} sections of the {label} (characters 0–{analysis.read_to:,} of "
+            f"{len(source):,}): {CUT_REASONS[cut][0]}."
+        )
+    return analysis
+
+
+def _spent(budget: Budget | None) -> int | None:
+    remaining, total = getattr(budget, "remaining", None), getattr(budget, "total", None)
+    return total - remaining if isinstance(remaining, int) and isinstance(total, int) else None
+
+
+def _round_up(tokens: int, step: int = 1024) -> int:
+    return -(-tokens // step) * step
+
+
+def _limit_advice(context: int, n_ctx: int, needed: int, room: int) -> str:
+    """The worker context that would read ``needed`` sections' worth in ``room`` sections.
+
+    Sections grow about in step with the worker context; ``chat.n_ctx`` caps it, so past the
+    model's context only raising both helps.
+    """
+    if room <= 0:
+        return "This reply has analyzed as many sections as it may; ask about the rest in a new question."
+    target = 1 << max(10, math.ceil(math.log2(context * needed / room * 1.1)))
+    if target > MAX_WORKER_CONTEXT:
+        return (
+            f"Even the largest chat.analysis_context ({MAX_WORKER_CONTEXT:,}, with chat.n_ctx at least that) "
+            "would not read it whole; ask about the rest in a new question."
+        )
+    if target > n_ctx:
+        return (
+            f"chat.analysis_context is capped by chat.n_ctx ({n_ctx:,}): raising both to {target:,} "
+            "would let the rest be read."
+        )
+    return f"Raising chat.analysis_context to {target:,} would let the rest be read."
+
+
+def _advice(
+    cut: str,
+    *,
+    ranges: Sequence[tuple[int, int]],
+    prompts: Sequence[int],
+    read: int,
+    room: int,
+    spent_before: int | None,
+    seconds: Sequence[float],
+    context: int,
+    n_ctx: int,
+) -> str:
+    """The setting, with a value, that would let the unread rest be read ("" when none would)."""
+    if cut == "token_budget" and spent_before is not None:
+        needed = _round_up(spent_before + sum(prompts) + NOTES_MAX_TOKENS * len(ranges))
+        return f"Raising chat.research_token_budget to about {needed:,} would let the rest be read."
+    if cut == "time_budget" and seconds:
+        more = math.ceil(sum(seconds) / len(seconds) * (len(ranges) - read))
+        return f"Raising chat.research_time_budget by about {more:,} s would let the rest be read."
+    if cut == "section_limit":
+        return _limit_advice(context, n_ctx, len(ranges), room)
+    if cut == "worker_timeout" and context > MIN_WORKER_CONTEXT:
+        smaller = max(MIN_WORKER_CONTEXT, context // 2)
+        return (
+            f"A smaller chat.analysis_context ({smaller:,}: sections of about half the size, each read "
+            "in about half the time) would let a slow model read the rest."
+        )
+    return ""
 
 
 def _affordable(prompts: Sequence[int], count: int, remaining: int) -> int:
@@ -600,8 +716,14 @@ def _announce(
     to_read: int,
     budget: Budget | None,
     total: int,
+    context: int,
+    n_ctx: int,
 ) -> None:
-    """Before any worker runs: say what the section limit or the token budget will leave unread."""
+    """Before any worker runs: say what the section limit or the token budget will likely leave unread.
+
+    An estimate, said as one: the token budget's covers no credit for a shared prefix or
+    unused output, so more may be read; what was read in the end is said when reading stops.
+    """
     remaining, budget_total = getattr(budget, "remaining", None), getattr(budget, "total", None)
     affordable = to_read
     if isinstance(remaining, int) and isinstance(budget_total, int):
@@ -611,41 +733,18 @@ def _announce(
     covered = ranges[affordable - 1][1] if affordable else 0
     if affordable < to_read and isinstance(remaining, int) and isinstance(budget_total, int):
         spent = budget_total - remaining
-        needed = spent + sum(prompts) + NOTES_MAX_TOKENS * len(ranges)
-        needed = -(-needed // 1024) * 1024  # a round figure to set
+        needed = _round_up(spent + sum(prompts) + NOTES_MAX_TOKENS * len(ranges))  # a round figure to set
         why = (
             f"the research token budget ({budget_total:,} tokens, {remaining:,} left) covers about "
             f"{affordable}; chat.research_token_budget = {needed:,} would cover all of it"
         )
+        # The estimate gives no credit for a shared prefix or unused output: more may be read.
+        unread = f"Characters from about {covered:,} to {total:,} will likely not be read."
     else:
-        why = (
-            f"this reply may analyze {to_read} more; a larger chat.analysis_context (larger sections, "
-            "within chat.n_ctx) would cover more"
-        )
-    events.progress(
-        f"The {label} needs {len(ranges)} sections: {why}. Characters {covered:,}–{total:,} will not be read."
-    )
-
-
-async def _run_worker(model: Model, messages: list[Message], budget: Budget | None, timeout: float) -> Completion:
-    """One worker request under the budget: reserve before, settle after (with no output on failure).
-
-    A side request: its model state is not kept, and the coordinator's is restored after it.
-    """
-    reservation = None
-    with side_requests():
-        if budget is not None:
-            reservation = budget.reserve(model, messages, (), NOTES_MAX_TOKENS)
-        try:
-            completion = await model.complete(messages, (), max_tokens=NOTES_MAX_TOKENS, timeout=timeout)
-        except BaseException:
-            if budget is not None:
-                # Settled on failure and on cancellation alike: the reservation must not leak.
-                budget.settle(reservation, None)
-            raise
-    if budget is not None:
-        budget.settle(reservation, completion)
-    return completion
+        why = f"this reply may analyze {to_read} more. {_limit_advice(context, n_ctx, len(ranges), to_read)}"
+        why = why.rstrip(".")
+        unread = f"Characters {covered:,}–{total:,} will not be read."
+    events.progress(f"The {label} needs {len(ranges)} sections: {why}. {unread}")
 
 
 def _excerpts(source: str) -> tuple[str, str]:
@@ -852,6 +951,15 @@ def clip_tool_result(text: str) -> str:
         f"{text[:CLIP_CHARS]}\n[clipped: showing the first {CLIP_CHARS} of {len(text)} characters; "
         "section analysis is off]"
     )
+
+
+def header_chars(total: int, kind: str) -> int:
+    """Characters of an analysis's header for a source of ``total`` characters, before any notes:
+    a source no longer than this is never analyzed (its notes could only be longer)."""
+    probe = Analysis(
+        source_id="x" * 12, kind=kind, label=kind_label(kind), total_chars=total, sections=((0, total),), workers=()
+    )
+    return len(probe.coordinator_text())
 
 
 def prepare_tool_result(text: str, *, workers: int, fits: Callable[[str], bool]) -> str | None:

@@ -8,7 +8,9 @@ exchanges, plus the question) fits beside the current summary block. Only when i
    most half the room left beside a full-size summary (900 tokens reserved), so the next
    summary waits until the conversation has grown by that half again.
 2. ``update_summary`` asks the model for one bullet per newly covered exchange (at most 300
-   output tokens, 120 seconds including the wait for the model), given the summary so far.
+   output tokens, 120 seconds including the wait for the model), given the summary so far;
+   a local model writes them under a grammar (``bullet_grammar``) that allows exactly those
+   bullets, each opening with its exchange's message numbers.
    Long messages are clipped head and tail, tool results are named rather than included.
    The bullets are appended; past 2,000 characters the oldest go first.
 3. ``summary_block`` puts the summary in the system prompt under "Earlier in this
@@ -16,7 +18,9 @@ exchanges, plus the question) fits beside the current summary block. Only when i
 
 If the model fails, times out or the request cannot fit, the previous summary stays, the
 reply falls back to ADR 0140's dropping, and no new attempt is made until six more messages
-have been added (``retry_at``). Secrets are redacted (ADR 0060) in everything the summarizer
+have been added (``retry_at``); a summary skipped because the reply had no time left sets no
+retry point. A question too big for the context alone is left out of the plan (it is
+analyzed in sections whatever the history holds). Secrets are redacted (ADR 0060) in everything the summarizer
 reads and in what it writes.
 
 A state with empty ``text`` covers nothing, whatever its numbers say: it only carries the
@@ -115,6 +119,24 @@ def _uncovered(messages: Sequence[Message], covered: int, question: Message | No
     ]
 
 
+def bullet_grammar(to_cover: Sequence[Message]) -> str:
+    """The GBNF a local model's summary is written under: one bullet per exchange, in order.
+
+    Each bullet opens with its exchange's message numbers, ``- (#12)`` or ``- (#12–#13)``, and
+    goes on with a line of the model's own words; nothing else can be written (a small model
+    left free wrote prose, repeated itself or cited no number, and no summary came of it).
+    """
+    rules = []
+    for index, group in enumerate(exchanges(to_cover), 1):
+        numbers = [m.seq for m in group if m.seq is not None]
+        if not numbers:
+            continue
+        cited = f"#{numbers[0]}" if len(numbers) == 1 else f"#{numbers[0]}–#{numbers[-1]}"
+        rules.append(f'bullet{index} ::= "- ({cited}) " line "\\n"')
+    names = " ".join(rule.split(" ", 1)[0] for rule in rules)
+    return "\n".join([f"root ::= {names}", *rules, "line ::= [^\\n]+"])
+
+
 def exchanges(messages: Sequence[Message]) -> list[list[Message]]:
     """Messages grouped as exchanges: a user message up to the next one (ADR 0140)."""
     groups: list[list[Message]] = []
@@ -164,7 +186,13 @@ def plan_coverage(
     ones' text takes at most half the room left beside a full-size summary:
     room = n_ctx − max_tokens − system − tools − question − 900. Always at least one
     exchange when the text does not fit; an empty list when there is nothing left to cover.
+
+    A question too big for the context even alone is left out: it goes to section analysis
+    whatever the history holds, so summarizing for it would cover exact earlier messages for
+    a drop that is only temporary.
     """
+    if model.count_prompt([system, question], tools) + max_tokens > model.n_ctx:
+        question = Message(role="user", content="", seq=question.seq)
     if conversation_fits(
         model, system=system, summary=summary, messages=messages, question=question, tools=tools, max_tokens=max_tokens
     ):
@@ -395,17 +423,25 @@ async def update_summary(
     numbers = [m.seq for m in to_cover if m.seq is not None]
     if not numbers:
         return SummaryOutcome(ok=False, state=state, reason="nothing to cover")
+    timeout = max(0.0, min(timeout, SUMMARY_TIMEOUT_S))
+    if timeout <= 0:
+        # Not the model's failure: the next reply, with time of its own, may try again.
+        return SummaryOutcome(ok=False, state=state, reason="no time left in the reply's time budget")
     events.progress(PROGRESS)
     request = fit_summarizer_request(model, so_far, to_cover, context=messages)
     if request is None:
         return _failed(state, numbers, message_count, "the summary request does not fit the model")
-    timeout = max(0.0, min(timeout, SUMMARY_TIMEOUT_S))
-    if timeout <= 0:
-        return _failed(state, numbers, message_count, "no time left in the reply's time budget")
     with anyio.move_on_after(timeout + _DEADLINE_GRACE_S) as guard:
         try:
             with side_requests():  # the session's state is restored after it, not replaced by it
-                completion = await model.complete(request, (), max_tokens=SUMMARY_OUTPUT_TOKENS, timeout=timeout)
+                completion = await model.complete(
+                    request,
+                    (),
+                    max_tokens=SUMMARY_OUTPUT_TOKENS,
+                    timeout=timeout,
+                    on_retry=events.progress,
+                    grammar=bullet_grammar(to_cover),
+                )
         except ModelError as error:
             return _failed(state, numbers, message_count, f"the model failed: {error}")
     if guard.cancelled_caught or completion.finish_reason == "deadline":

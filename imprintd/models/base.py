@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Literal, Protocol, runtime_checkable
 
@@ -27,7 +27,7 @@ from imprintd.messages import Message, ToolCall, ToolSpec
 
 logger = logging.getLogger("imprintd.models")
 
-FinishReason = Literal["stop", "length", "tool_calls", "deadline"]
+FinishReason = Literal["stop", "length", "tool_calls", "deadline", "repetition"]
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,7 +43,9 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
 
     ``text`` is what the model wrote, tool-call markup removed. ``finish_reason`` is
     ``"deadline"`` when the request's time ran out; ``text`` then holds what was written
-    before it. ``tool_call_error`` names what was wrong with a malformed call, which is
+    before it. ``"repetition"``: the model started looping (``repetition.RepetitionGuard``)
+    and generation stopped; ``text`` is cut back to the last whole sentence before the loop.
+    ``tool_call_error`` names what was wrong with a malformed call, which is
     not run; the caller tells the model. ``wrote_tool_call`` is True when no tools were
     offered and the model wrote call markup as text anyway (``<tool_call>``, or in JSON mode
     a ``{"name": …}`` object; ``toolcalls.VisibleTextFilter``): ``text`` and what streamed
@@ -67,6 +69,12 @@ class ModelUnavailable(ModelError):
 
 
 TextCallback = Callable[[str], None]
+#: Called on the event loop once a request holds the inference lock, before anything is
+#: evaluated; what it raises ends the request unsent (the research budget charges here, so
+#: a local model's held prefix is measured when no other request can change it).
+StartHook = Callable[[], Awaitable[object]]
+#: Told, in words, that a transient failure is being retried ("server error 502; retrying in 2 s").
+RetryCallback = Callable[[str], None]
 
 
 @runtime_checkable
@@ -105,12 +113,21 @@ class Model(Protocol):
         max_tokens: int,
         timeout: float | None = None,
         on_text: TextCallback | None = None,
+        on_start: StartHook | None = None,
+        on_retry: RetryCallback | None = None,
+        grammar: str | None = None,
     ) -> Completion:
         """Generate a reply, calling ``on_text`` with each piece of visible text as it comes.
 
+        ``grammar``, a GBNF grammar (llama.cpp's), constrains what a local model may write; a
+        provider that cannot constrain its output (a remote server) ignores it.
+
         Runs under the process-wide inference lock; ``timeout`` covers the wait for the
-        lock too. Cancelling the calling task stops generation before the next token and
-        re-raises the cancellation. Raises ``ModelError`` on failure.
+        lock too. ``on_start`` is awaited once the lock is held, before anything is
+        evaluated (not at all when the deadline passes in the queue). A provider that
+        retries transient failures says so through ``on_retry``. Cancelling the calling task
+        stops generation before the next token and re-raises the cancellation. Raises
+        ``ModelError`` on failure.
         """
         ...
 

@@ -65,12 +65,15 @@ from imprintd.models.base import (
     ModelError,
     ModelUnavailable,
     RequestScope,
+    RetryCallback,
+    StartHook,
     TextCallback,
     Usage,
     inference_lock,
     report_usage,
     request_scope,
 )
+from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
 from imprintd.models.toolcalls import Mode, ParsedOutput, VisibleTextFilter, format_call, tools_prompt
 
@@ -227,6 +230,8 @@ class _Run:
     evaluated: int = 0
     #: The session this request serves (``base.session_requests``); None: nothing is kept.
     scope: RequestScope | None = None
+    #: The compiled GBNF grammar the output must follow (a ``LlamaGrammar``), if any.
+    grammar: Any = None
 
     def check(self) -> None:
         if self.stop.is_set():
@@ -241,6 +246,8 @@ class _Result:
     finish: str
     evaluated: int
     generated: int
+    #: Where the loop the repetition guard stopped starts in the visible text (finish "repetition").
+    loop_start: int = 0
 
 
 class _Loaded:
@@ -717,9 +724,14 @@ class LocalModel:
         max_tokens: int,
         timeout: float | None = None,
         on_text: TextCallback | None = None,
+        on_start: StartHook | None = None,
+        on_retry: RetryCallback | None = None,
+        grammar: str | None = None,
     ) -> Completion:
         deadline = math.inf if timeout is None else _clock() + timeout
         run = _Run(deadline=deadline, scope=request_scope())
+        if grammar:
+            run.grammar = _compiled_grammar(grammar)
         # Loading and tokenizing a long prompt block; neither needs the lock.
         loaded = await anyio.to_thread.run_sync(self.load)
         tokens = await anyio.to_thread.run_sync(self.prompt_tokens, messages, tools)
@@ -739,21 +751,24 @@ class LocalModel:
             usage = Usage(prompt_tokens=prompt_tokens, evaluated_tokens=0, generated_tokens=0)
             return report_usage(self.model_id, Completion(text="", finish_reason="deadline", usage=usage))
         try:
+            if on_start is not None:
+                await on_start()  # e.g. the budget, measured against the prefix llama.cpp holds now
             result = await self._run_worker(loaded, run, tokens, tools, mode, max_tokens, on_text)
         finally:
             lock.release()
         finish: FinishReason = "stop"
-        if result.finish in ("length", "deadline"):
+        if result.finish in ("length", "deadline", "repetition"):
             finish = result.finish  # type: ignore[assignment]
         elif result.parsed.calls:
             finish = "tool_calls"
-        deadline_hit = finish == "deadline"
+        cut = finish in ("deadline", "repetition")  # calls after the cut were never finished
+        text = cut_before_loop(result.parsed.text, result.loop_start) if finish == "repetition" else result.parsed.text
         return report_usage(
             self.model_id,
             Completion(
-                text=result.parsed.text,
-                tool_calls=() if deadline_hit else result.parsed.calls,
-                tool_call_error=None if deadline_hit else result.parsed.error,
+                text=text,
+                tool_calls=() if cut else result.parsed.calls,
+                tool_call_error=None if cut else result.parsed.error,
                 finish_reason=finish,
                 wrote_tool_call=result.parsed.wrote_call,
                 usage=Usage(
@@ -813,6 +828,7 @@ class LocalModel:
         """The worker: evaluate the prompt, then sample token by token until a stop."""
         llama = loaded.llama
         visible = VisibleTextFilter(tools, mode)
+        guard = RepetitionGuard()
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         generated = 0
         finish = "stop"
@@ -827,6 +843,7 @@ class LocalModel:
                 top_k=1 if self._temperature == 0 else 40,
                 repeat_penalty=1.0,
                 reset=True,
+                grammar=run.grammar,
             )
             try:
                 while True:
@@ -841,6 +858,9 @@ class LocalModel:
                     piece = visible.feed(decoder.decode(llama.detokenize([token])))
                     if piece:
                         emit(piece)
+                        if guard.feed(piece):
+                            finish = "repetition"
+                            break
                     if generated >= max_tokens:
                         finish = "length"
                         break
@@ -857,13 +877,25 @@ class LocalModel:
         if rest and finish != "cancelled":
             emit(rest)
         self.last_usage = Usage(prompt_tokens=len(tokens), evaluated_tokens=run.evaluated, generated_tokens=generated)
-        return _Result(parsed=parsed, finish=finish, evaluated=run.evaluated, generated=generated)
+        return _Result(
+            parsed=parsed, finish=finish, evaluated=run.evaluated, generated=generated, loop_start=guard.loop_start
+        )
 
 
 def _live_reuse(common: int, prompt_length: int) -> int:
     """Prompt tokens ``Llama.generate`` keeps of a context sharing ``common`` with it (one replayed
     when the prompt is all held, for fresh logits)."""
     return common - 1 if common and common == prompt_length else common
+
+
+def _compiled_grammar(grammar: str) -> Any:
+    """``grammar`` (GBNF) compiled for llama.cpp's sampler; ModelError naming the fault if it does not parse."""
+    from llama_cpp import LlamaGrammar
+
+    try:
+        return LlamaGrammar.from_string(grammar, verbose=False)
+    except (ValueError, RuntimeError) as error:
+        raise ModelError(f"the output grammar does not parse: {error}") from None
 
 
 def _template_message(message: Message, native: bool) -> dict[str, Any]:

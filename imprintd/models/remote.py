@@ -23,7 +23,11 @@ context are not available locally; ``chat.n_ctx`` is the budget:
   does. Not at the three bytes of the estimate: that over-counts, and would cut an English
   answer that is within its allowance at three quarters of it.
 
-Failures raise ``ModelError`` naming the cause (refused connection, unknown host, 401, 404,
+A transient failure (429, 500, 502, 503, 504, or a connection reset before the first byte) is
+asked again after 1, 2 and 4 s, or after the server's ``Retry-After``, while the wait ends
+within the request's deadline (which the reply's time budget bounds); each retry is reported
+through ``on_retry``. Nothing is retried once any of the reply has arrived. Failures then raise
+``ModelError`` naming the cause (refused connection, unknown host, 401, 404,
 429, 5xx, a stream cut short, no answer within the read timeout, a stream chunk that is not
 JSON or not of the ``chat.completion.chunk`` shape); nothing waits forever. The API key comes
 from ``IMPRINT_CHAT_API_KEY`` and is only ever put in the Authorization header: a server that
@@ -33,6 +37,7 @@ before the text goes on to the client, the store or the log.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import math
 import socket
@@ -52,11 +57,14 @@ from imprintd.models.base import (
     FinishReason,
     ModelError,
     ModelUnavailable,
+    RetryCallback,
+    StartHook,
     TextCallback,
     Usage,
     inference_lock,
     report_usage,
 )
+from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter, call_from_object, new_call_id
 from imprintd.redact import hide_url_passwords, mask, mask_json
 
@@ -101,6 +109,40 @@ def usable_api_key(key: str | None) -> str | None:
         f"{API_KEY_ENV} holds {what}; an API key is accepted as printable ASCII (letters, digits "
         "and punctuation) without spaces or line breaks. Set it to the key alone."
     )
+
+
+#: Statuses worth asking again: rate limited, or a server or gateway failing for now.
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: Seconds waited before each retry of a transient failure (unless the server says Retry-After).
+RETRY_DELAYS_S = (1.0, 2.0, 4.0)
+#: Retries of one request at most (one per delay).
+MAX_RETRIES = len(RETRY_DELAYS_S)
+
+
+class _Transient(ModelError):
+    """A failure that asking again may cure; ``retry_after`` is the server's wait, if it named one."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The ``Retry-After`` header in seconds (delta-seconds or an HTTP date), or None."""
+    value = response.headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def estimate_tokens(text: str) -> int:
@@ -264,16 +306,22 @@ class _Stream:
         self.cut, self.finish = True, "length"
         return piece.encode("utf-8")[:left].decode("utf-8", errors="ignore")
 
+    #: Any of the reply has arrived: a failure now is not retried (text may have streamed).
+    received: bool = False
+    guard: RepetitionGuard = field(default_factory=RepetitionGuard)
+
     def text(self, piece: str) -> None:
         piece = self.take(piece)
         self.raw.append(piece)
         self.show(self.filter.feed(self.secret.feed(piece)))
 
     def show(self, visible: str) -> None:
-        if visible:
+        if visible and not self.guard.looping:
             self.shown.append(visible)
             if self.on_text is not None:
                 self.on_text(visible)
+            if self.guard.feed(visible):
+                self.finish = "repetition"
 
     def apply(self, chunk: _Chunk) -> None:
         """Take one ``chat.completion.chunk``."""
@@ -430,6 +478,9 @@ class RemoteModel:
         max_tokens: int,
         timeout: float | None = None,
         on_text: TextCallback | None = None,
+        on_start: StartHook | None = None,
+        on_retry: RetryCallback | None = None,
+        grammar: str | None = None,  # not sent: OpenAI-compatible servers do not share one way to take it
     ) -> Completion:
         prompt_tokens = self.count_prompt(messages, tools)
         if prompt_tokens + max_tokens > self.n_ctx:
@@ -444,9 +495,12 @@ class RemoteModel:
             allowance=max_tokens * OUTPUT_BYTES_PER_TOKEN,
         )
         body = self.request_body(messages, tools, max_tokens)
+        deadline = math.inf if timeout is None else anyio.current_time() + timeout
         with anyio.move_on_after(timeout):
             async with inference_lock():
-                await self._stream(body, stream)
+                if on_start is not None:
+                    await on_start()
+                await self._stream(body, stream, deadline, on_retry)
             return self._completion(stream, tools, prompt_tokens)
         # The deadline passed: keep what was written (ADR semantics of the base protocol).
         parsed = stream.parsed(tools)
@@ -463,13 +517,16 @@ class RemoteModel:
     def _completion(self, stream: _Stream, tools: Sequence[ToolSpec], prompt_tokens: int) -> Completion:
         parsed = stream.parsed(tools)
         finish: FinishReason = "length" if stream.finish == "length" else "stop"
-        if parsed.calls and finish == "stop":
+        if stream.guard.looping:
+            finish = "repetition"
+        elif parsed.calls and finish == "stop":
             finish = "tool_calls"
+        looped = finish == "repetition"
         completion = Completion(
-            text=parsed.text,
-            tool_calls=parsed.calls,
+            text=cut_before_loop(parsed.text, stream.guard.loop_start) if looped else parsed.text,
+            tool_calls=() if looped else parsed.calls,
             finish_reason=finish,
-            tool_call_error=parsed.error,
+            tool_call_error=None if looped else parsed.error,
             wrote_tool_call=parsed.wrote_call,
             usage=self._usage(stream, prompt_tokens, parsed),
         )
@@ -486,16 +543,50 @@ class RemoteModel:
             evaluated = max(0, usage["prompt_tokens"] - (cached if isinstance(cached, int) else 0))
         return Usage(prompt_tokens=prompt_tokens, evaluated_tokens=evaluated, generated_tokens=generated)
 
-    async def _stream(self, body: dict[str, Any], stream: _Stream) -> None:
-        try:
-            await self._stream_unmasked(body, stream)
-        except ModelError as error:
-            # Error bodies are the server's words, and some echo the key they were sent; the
-            # HTTP library's words can quote the URL, password and all.
-            masked = hide_url_passwords(mask(str(error), self._api_key))
-            if masked != str(error):
-                raise type(error)(masked) from None
-            raise
+    async def _stream(
+        self, body: dict[str, Any], stream: _Stream, deadline: float, on_retry: RetryCallback | None
+    ) -> None:
+        """Stream one reply, retrying a transient failure (429, 5xx gateway errors, a connection
+        reset before the first byte) after ``RETRY_DELAYS_S`` or the server's ``Retry-After``,
+        while the wait ends before ``deadline``; never once any of the reply has arrived."""
+        attempt = 0
+        while True:
+            try:
+                await self._stream_unmasked(body, stream)
+                return
+            except _Transient as error:
+                attempt += 1
+                if stream.received:
+                    raise self._masked(error) from None
+                if attempt > len(RETRY_DELAYS_S):
+                    raise self._masked(ModelError(f"{error} (tried {attempt} times)")) from None
+                wait = error.retry_after if error.retry_after is not None else RETRY_DELAYS_S[attempt - 1]
+                left = deadline - anyio.current_time()
+                if wait >= left:
+                    raise self._masked(
+                        ModelError(f"{error} (not retried: a wait of {wait:g} s would pass the request's deadline)")
+                    ) from None
+                if on_retry is not None:
+                    on_retry(
+                        hide_url_passwords(
+                            mask(
+                                f"The model server: {error}. Retrying in {wait:g} s (attempt {attempt + 1} of "
+                                f"{len(RETRY_DELAYS_S) + 1})…",
+                                self._api_key,
+                            )
+                        )
+                    )
+                await anyio.sleep(wait)
+            except ModelError as error:
+                raise self._masked(error) from None
+
+    def _masked(self, error: ModelError) -> ModelError:
+        # Error bodies are the server's words, and some echo the key they were sent; the
+        # HTTP library's words can quote the URL, password and all.
+        masked = hide_url_passwords(mask(str(error), self._api_key))
+        if isinstance(error, _Transient):
+            return ModelError(masked)
+        return type(error)(masked) if masked != str(error) else error
 
     async def _stream_unmasked(self, body: dict[str, Any], stream: _Stream) -> None:
         timeout = httpx.Timeout(
@@ -507,6 +598,8 @@ class RemoteModel:
                 async with client.stream("POST", self.url, json=body, headers=self._headers()) as response:
                     if response.status_code >= 400:
                         await response.aread()
+                        if response.status_code in TRANSIENT_STATUSES:
+                            raise _Transient(self._status_message(response), _retry_after(response))
                         raise ModelError(self._status_message(response))
                     await self._read_events(response, stream)
         except httpx.TimeoutException as error:
@@ -522,7 +615,10 @@ class RemoteModel:
         except httpx.ConnectError as error:
             raise ModelError(self._connect_message(error)) from None
         except (httpx.RemoteProtocolError, httpx.ReadError) as error:
-            raise ModelError(f"the stream ended before the reply finished ({error or type(error).__name__})") from None
+            reason = f"the stream ended before the reply finished ({error or type(error).__name__})"
+            if not stream.received:
+                raise _Transient(reason) from None  # reset before the first byte: safe to ask again
+            raise ModelError(reason) from None
         except httpx.HTTPError as error:
             raise ModelError(f"the request to {self.url} failed: {error or type(error).__name__}") from None
         if not stream.done and stream.finish is None:
@@ -530,6 +626,7 @@ class RemoteModel:
 
     async def _read_events(self, response: httpx.Response, stream: _Stream) -> None:
         async for line in response.aiter_lines():
+            stream.received = True
             if not line.startswith("data:"):
                 continue  # comments (": ping"), event names, blank separators
             data = line[5:].strip()
@@ -537,7 +634,7 @@ class RemoteModel:
                 stream.done = True
                 return
             stream.apply(parse_chunk(data))
-            if stream.cut:
+            if stream.cut or stream.guard.looping:
                 return  # leaving the response's context closes the stream: the server stops
 
     def _status_message(self, response: httpx.Response) -> str:

@@ -17,25 +17,25 @@ What the model holds is the prefix of the last request it ran, whatever that req
 the allowance it did not generate is refunded. A request starts only when its charge and
 whole allowance fit in what remains, so no request crosses the budget.
 
-Usage, for every research request::
+Every research request goes through ``charged_complete``, which reserves once the request
+holds the inference lock (``Model.complete``'s ``on_start``): a local model's held prefix is
+measured when no other reply's request can change it before this one runs::
 
-    reservation = budget.reserve(model, messages, tools, max_tokens)  # or BudgetExhausted
-    completion = None
-    try:
-        completion = await model.complete(messages, tools, max_tokens=max_tokens)
-    finally:
-        budget.settle(reservation, completion)
+    completion = await charged_complete(budget, model, messages, tools, max_tokens=max_tokens)
+    # BudgetExhausted: refused unsent, nothing charged; ModelError: refunded in full
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
+import anyio
+import anyio.to_thread
 import msgspec
 
 from imprintd.messages import Message, ToolSpec
-from imprintd.models.base import Completion, Model
+from imprintd.models.base import Completion, Model, RetryCallback, TextCallback
 
 #: ADR 0157: of the shared prefix, this many tokens stay charged: the next turn's header
 #: that a rendered prefix adds (and the generation prompt a prefix count includes).
@@ -191,3 +191,44 @@ class ResearchBudget:
         self.ledger.append(
             LedgerEntry(kind="refund", number=reservation.number, amount=refund, remaining=self.remaining)
         )
+
+
+async def charged_complete(
+    budget: Any,
+    model: Model,
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec],
+    *,
+    max_tokens: int,
+    timeout: float | None,
+    on_text: TextCallback | None = None,
+    on_retry: RetryCallback | None = None,
+    started: Callable[[], None] | None = None,
+) -> Completion:
+    """``model.complete`` charged to ``budget`` (a ``ResearchBudget``, or None for no budget).
+
+    The reservation is made once the request holds the inference lock, in a worker thread
+    (measuring tokenizes the prompt); ``started`` is called after it, when the request really
+    starts. A request whose deadline passes in the queue is never charged. Settled on success,
+    failure and cancellation alike.
+    """
+    reservation: Reservation | None = None
+
+    async def start() -> None:
+        nonlocal reservation
+        if budget is not None:
+            # Shielded: a reservation once made must be known here, to be settled.
+            with anyio.CancelScope(shield=True):
+                reservation = await anyio.to_thread.run_sync(budget.reserve, model, messages, tools, max_tokens)
+        if started is not None:
+            started()
+
+    completion: Completion | None = None
+    try:
+        completion = await model.complete(
+            messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text, on_start=start, on_retry=on_retry
+        )
+        return completion
+    finally:
+        if reservation is not None:
+            budget.settle(reservation, completion)

@@ -2,17 +2,16 @@
 
 See docs/decisions.md, "When research stops".
 
-The clock starts when the reply's workspace index is up to date. Everything the reply does
-after that counts against it: the running summary (ADR 0141), coordinator rounds and their tools, section
-analysis (ADR 0093) and the final answer written from notes (ADR 0127). A share of the
-budget is kept for that final answer: research (summary, rounds, section workers) may use
-the budget less this reserve, and the final answer gets whatever is left of the whole
-budget, at most its own 120 seconds. So a reply ends within about the budget, whatever the
-model does.
+The clock starts when the reply's workspace index is up to date. The running summary
+(ADR 0141), coordinator rounds and their tools, and section analysis (ADR 0093) count
+against it: research may use the budget less a share kept for the final answer (20%, at
+most 120 s). The final answer written from notes (ADR 0127) then keeps its own 120-second
+deadline (ADR 0101), whatever research left: a slow local model writing it is not cut short
+by time research spent. So a reply ends within the budget less that share plus 120 s (the
+defaults: 240 s of research, then at most 120 s of answer), whatever the model does.
 
     clock = ReplyClock(300.0)    # once the reply's tools are ready
     clock.research_left()        # seconds research may still use (≤ 0: stop)
-    clock.final_left()           # seconds the final answer may use
 
 Reading the time needs a running event loop (``anyio.current_time``).
 """
@@ -21,7 +20,7 @@ from __future__ import annotations
 
 import anyio
 
-#: The final answer's own limit (ADR 0101, kept by ADR 0127); the budget can only shorten it.
+#: The final answer's own limit (ADR 0101, kept by ADR 0127), whatever research left.
 FINAL_TIMEOUT_S = 120.0
 #: The share of the time budget kept for the final answer, at most FINAL_TIMEOUT_S.
 FINAL_SHARE = 0.2
@@ -43,7 +42,3 @@ class ReplyClock:
     def research_left(self) -> float:
         """Seconds research may still use: the budget less the final answer's reserve."""
         return self.budget_s - self.final_reserve_s - self.elapsed()
-
-    def final_left(self) -> float:
-        """Seconds the final answer may use: what is left of the whole budget, at most 120."""
-        return max(0.0, min(FINAL_TIMEOUT_S, self.budget_s - self.elapsed()))

@@ -9,14 +9,18 @@ when it does not (ADR 0093); the user's own oversized message is analyzed the sa
 place a result shows opens with its number, given once per reply (``research/citations.py``),
 and the model's text streams with citations of numbers no result has removed.
 Research stops on an answer, the token budget, the time budget, two rounds without new
-evidence, or a full context; every stop but an answer is followed by the final answer
-written from notes (``research/answer.py``, ADR 0127).
+evidence, a full context, or a model failure after something was gathered (a round's error
+after the provider's retries, a section worker that fails or runs past its 120 s); every
+stop but an answer is followed by the final answer written from notes
+(``research/answer.py``, ADR 0127), which says what was not read or done. A reply fails
+(``ReplyFailed``, or the model's error) only when nothing was gathered to answer from.
 
 The time budget (``research/clock.py``) bounds the whole reply: rounds and section workers
 get only the time research has left, keeping the final answer's share. An analysis that a
-budget cuts short keeps the notes of the sections read (``sections.analyze``) and research
-stops on that budget; the final answer is written from those notes and says which
-characters were not read.
+budget or a failing worker cuts short keeps the notes of the sections read
+(``sections.analyze``) and research stops on it; the final answer is written from those
+notes and says which characters were not read. Every request is charged once it holds the
+inference lock (``budget.charged_complete``).
 """
 
 from __future__ import annotations
@@ -34,14 +38,17 @@ from imprintd.context import usage
 from imprintd.context.fitting import Fitted, fit_prompt
 from imprintd.events import ReplyEvents, StepState, ToolStep
 from imprintd.messages import Message, Style, ToolCall
-from imprintd.models.base import Completion, Model
-from imprintd.research.budget import BudgetExhausted, ResearchBudget
+from imprintd.models.base import Completion, Model, ModelError
+from imprintd.research import first_look
+from imprintd.research.budget import BudgetExhausted, ResearchBudget, charged_complete
 from imprintd.research.citations import CitationFilter, Numbering
 from imprintd.research.clock import ReplyClock
 from imprintd.research.notes import ToolStepRecord
 from imprintd.tools.base import Tool, ToolError, ToolResult
 
-Stop = Literal["answer", "length", "token_budget", "time_budget", "no_new_evidence", "context_full"]
+Stop = Literal[
+    "answer", "length", "repetition", "token_budget", "time_budget", "no_new_evidence", "context_full", "model_error"
+]
 
 #: Rounds in a row that add no new hit or read before research stops (ADR 0157's patience).
 NO_NEW_EVIDENCE_PATIENCE = 2
@@ -50,7 +57,8 @@ REPEATED = "(Same call as before; its result again.)"
 
 
 class ReplyFailed(Exception):
-    """The reply cannot be written (e.g. an oversized message with analysis off); says why."""
+    """The reply cannot be written and nothing was gathered to write it from (an oversized
+    message with analysis off, a model that fails before any evidence); says why."""
 
 
 class Research(msgspec.Struct, kw_only=True):
@@ -70,6 +78,8 @@ class Research(msgspec.Struct, kw_only=True):
     analyses: list[sec.Analysis] = msgspec.field(default_factory=list)
     #: The reply's token budget, with its ledger of every request reserved and settled.
     budget: ResearchBudget | None = None
+    #: What a model failure left undone, in words for the answer ("" when none stopped research).
+    failure: str = ""
     #: The numbers of every result the coordinator saw (``research/citations.py``).
     numbering: Numbering = msgspec.field(default_factory=Numbering)
 
@@ -93,6 +103,8 @@ class ReplyScope(msgspec.Struct, kw_only=True):
     layout: usage.Layout | None = None
     #: A spoken answer is read aloud: citations are kept out of its streamed text.
     style: Style = "written"
+    #: ``chat.first_look``: search the workspace with the question before the first round.
+    first_look: bool = False
 
 
 class _Cut(Exception):
@@ -138,6 +150,8 @@ class _Loop:
         #: Tool steps reported so far: each step's id is its number in the reply, because
         #: models reuse call ids across rounds ("call_0" every round) and clients key steps by id.
         self.step_count = 0
+        #: False once the reread tool's schema alone would have filled the context.
+        self.reread = True
 
     @property
     def model(self) -> Model:
@@ -145,16 +159,21 @@ class _Loop:
 
     def offered(self) -> list[Tool]:
         tools = list(self.tools.values())
-        if self.scope.sections.chars and "read_chat_section" not in self.tools:
+        if self._may_reread():
             tools.append(sec.ReadChatSectionTool(self.scope.sections))
         return tools
 
+    def _may_reread(self) -> bool:
+        return self.reread and bool(self.scope.sections.chars) and "read_chat_section" not in self.tools
+
     async def run(self) -> Research:
+        await self._first_look()
         stale_rounds = 0
+        rounds = 0
         while True:
             try:
                 fitted = await self._fit()
-            except _Cut as cut:  # a budget ran out while analyzing the oversized question
+            except _Cut as cut:  # a budget or a failing worker ended the oversized question's analysis
                 return self._stop(cut.stop)
             if fitted is None:
                 return self._stop("context_full")
@@ -163,33 +182,45 @@ class _Loop:
             left = self.clock.research_left()
             if left <= 0:
                 return self._stop("time_budget")
-            try:
-                reservation = await anyio.to_thread.run_sync(
-                    self.budget.reserve, self.model, fitted.messages, specs, self.scope.max_tokens
-                )
-            except BudgetExhausted:
-                return self._stop("token_budget")
+            rounds += 1
             self.scope.events.context_usage(await self._usage(fitted, specs))
-            completion = None
             # A number that names no result of this reply never reaches the client.
             stream = CitationFilter(self._citable, self.scope.events.text)
             try:
-                completion = await self.model.complete(
+                completion = await charged_complete(
+                    self.budget,
+                    self.model,
                     fitted.messages,
                     specs,
                     max_tokens=self.scope.max_tokens,
                     timeout=left,
                     on_text=stream,
+                    on_retry=self.scope.events.progress,
                 )
+            except BudgetExhausted:
+                return self._stop("token_budget")
+            except ModelError as error:
+                if not self._gathered():
+                    raise
+                stream.close()
+                self.scope.events.text_was_preamble()  # whatever streamed was not the answer
+                done = {1: "the question's analysis", 2: "round 1"}.get(rounds, f"rounds 1–{rounds - 1}")
+                self.outcome.failure = (
+                    f"Research stopped early: the model failed in round {rounds} ({error}), so this answer is "
+                    f"written from what {done} found."
+                )
+                return self._stop("model_error")
             finally:
-                self.budget.settle(reservation, completion)
                 stream.close()
             if completion.finish_reason == "deadline":
                 self.scope.events.text_was_preamble()  # the final answer from notes follows
                 return self._stop("time_budget")
             if not completion.tool_calls and not completion.tool_call_error:
                 self.outcome.answer = completion
-                return self._stop("length" if completion.finish_reason == "length" else "answer")
+                finish = completion.finish_reason
+                return self._stop(
+                    "length" if finish == "length" else "repetition" if finish == "repetition" else "answer"
+                )
             self.scope.events.text_was_preamble()  # the round goes on to its tool calls
             found_new = await self._run_calls(completion, {tool.spec.name: tool for tool in tools})
             if self.cut is not None:
@@ -197,6 +228,23 @@ class _Loop:
             stale_rounds = 0 if found_new else stale_rounds + 1
             if stale_rounds >= NO_NEW_EVIDENCE_PATIENCE:
                 return self._stop("no_new_evidence")
+
+    def _gathered(self) -> bool:
+        """Has this reply anything to write an answer from: a result read, or notes of an analysis?"""
+        question = self.outcome.question_analysis
+        if question is not None and question.workers:
+            return True
+        return any(
+            record.result is not None
+            and record.result.ok
+            # An empty read or search ("No results for …") saw nothing, whatever its text says.
+            and bool(
+                record.analysis.workers
+                if record.analysis is not None
+                else record.result.hits or record.result.sources or record.result.evidence
+            )
+            for record in self.outcome.steps
+        )
 
     def _citable(self, number: int) -> bool:
         return self.scope.style != "spoken" and self.numbering.get(number) is not None
@@ -210,7 +258,15 @@ class _Loop:
     async def _fit_offered(self) -> Fitted:
         # Counting can tokenize a long stored session the first time (and load the model), so
         # it runs in a worker thread: other requests keep being answered meanwhile.
-        specs = [tool.spec for tool in self.offered()]
+        fitted = await self._fit_with([tool.spec for tool in self.offered()])
+        if not fitted.fits and self._may_reread():
+            # The reread tool's schema (a few hundred tokens) must not alone fill the context:
+            # research goes on from the notes without it.
+            self.reread = False
+            fitted = await self._fit_with([tool.spec for tool in self.offered()])
+        return fitted
+
+    async def _fit_with(self, specs: list) -> Fitted:
         return await anyio.to_thread.run_sync(
             lambda: fit_prompt(
                 self.model,
@@ -254,37 +310,70 @@ class _Loop:
                 f"{self.scope.max_tokens} reserved for the answer, in {self.model.n_ctx}), and section "
                 "analysis is off (chat.analysis_workers = 0)."
             )
-        analysis = await self._analyze(question.content, sec.USER_KIND, question.content)
+        try:
+            analysis = await self._analyze(question.content, sec.USER_KIND, question.content)
+        except sec.AnalysisError as error:
+            raise ReplyFailed(str(error)) from None
+        if analysis.cut in sec.FAILURE_CUTS and not analysis.workers:
+            # Nothing of the message was read and nothing else gathered yet: the one case that fails.
+            raise ReplyFailed(analysis.unread_sentence())
         numbers = [passage.number for passage in self.numbering.analysis(analysis, message=question.seq)]
         self.current[0] = msg.user(analysis.coordinator_text(numbers=numbers), seq=question.seq)
         self.outcome.question_analysis = analysis
-        stop = _budget_stop(analysis.cut)
+        stop = _cut_stop(analysis.cut)
         if stop is not None:
             raise _Cut(stop)
-        fitted = await self._fit_offered()  # the offer now includes read_chat_section
+        fitted = await self._fit_offered()  # the offer now includes read_chat_section, if it fits
+        if not self.reread:
+            self.current[0] = msg.user(analysis.coordinator_text(reread=False, numbers=numbers), seq=question.seq)
+            fitted = await self._fit_offered()
         return fitted if fitted.fits else None
 
     async def _analyze(self, text: str, kind: str, question: str) -> sec.Analysis:
-        """An analysis, complete or cut short by a budget; ReplyFailed when none can be had."""
-        try:
-            analysis = await sec.analyze(
-                self.model,
-                text,
-                kind=kind,
-                question=question,
-                workers=self.scope.analysis_workers,
-                events=self.scope.events,
-                sections=self.scope.sections,
-                budget=self.budget,
-                time_left=self.clock.research_left,
-                worker_context=self.scope.analysis_context,
-            )
-        except sec.AnalysisError as error:
-            raise ReplyFailed(str(error)) from None
+        """An analysis, complete or cut short; AnalysisError when the source cannot be analyzed at all."""
+        analysis = await sec.analyze(
+            self.model,
+            text,
+            kind=kind,
+            question=question,
+            workers=self.scope.analysis_workers,
+            events=self.scope.events,
+            sections=self.scope.sections,
+            budget=self.budget,
+            time_left=self.clock.research_left,
+            worker_context=self.scope.analysis_context,
+        )
         self.outcome.analyses.append(analysis)
         return analysis
 
     # -- tools ------------------------------------------------------------------
+    async def _first_look(self) -> None:
+        """Search the workspace with the question before the first round (``first_look.py``).
+
+        Skipped with the setting off, without a workspace, for a question with nothing to
+        search for, and for a question too long to leave the first look its share (it is the
+        subject itself, and section analysis reads it). When the question and the look do not
+        fit together the look leaves the prompt again; its step stays for the notes.
+        """
+        search = self.tools.get("search")
+        if not self.scope.first_look or search is None:
+            return
+        question = self.current[0]
+        share = first_look.token_share(self.model.n_ctx, self.scope.max_tokens)
+        if (
+            len(question.content) > share * 8
+            or await anyio.to_thread.run_sync(self.model.count_message, question) > share
+        ):
+            return
+        terms = first_look.query(question.content, self.history)
+        if terms is None:
+            return
+        looking = first_look.FirstLookSearch(search, self.model.count_text, share)
+        call = ToolCall(id=first_look.new_call_id(), name="search", arguments={"query": terms})
+        await self._run_calls(Completion(text="", tool_calls=(call,)), {"search": looking})
+        if not (await self._fit_offered()).fits:
+            del self.current[1:]
+
     async def _run_calls(self, completion: Completion, tools: dict[str, Tool]) -> bool:
         """Run this round's calls; True when any of them brought evidence not seen before."""
         call_message = msg.assistant(completion.text, tool_calls=completion.tool_calls)
@@ -385,17 +474,30 @@ class _Loop:
         if prepared is not None:
             self.numbering.result(call, result)  # shown: its numbers are given now
             return prepared, None
-        analysis = await self._analyze(result.text, sec.tool_kind(call.name), self.asked)
-        stop = _budget_stop(analysis.cut)
+        if len(numbered) <= sec.header_chars(len(result.text), sec.tool_kind(call.name)):
+            # Analysis would show more than the result itself: pass it whole (the next round's
+            # fit then says whether research filled the context).
+            self.numbering.result(call, result)
+            return numbered, None
+        try:
+            analysis = await self._analyze(result.text, sec.tool_kind(call.name), self.asked)
+        except sec.AnalysisError as error:
+            # Too big to analyze at all: the model is told so, and research goes on without it.
+            return f"(This result could not be shown: {error}.)", None
+        stop = _cut_stop(analysis.cut)
         if stop is not None:
             self.cut = stop  # research ends after this round; the final answer reads the notes
+        if analysis.cut in sec.FAILURE_CUTS and not self._gathered():
+            raise ReplyFailed(analysis.unread_sentence())
         numbers = [passage.number for passage in self.numbering.analysis(analysis, result=result)]
         return analysis.coordinator_text(numbers=numbers), analysis
 
 
-def _budget_stop(cut: str) -> Stop | None:
-    """The stop an analysis cut short by a budget calls for; None when it was read whole or hit the section limit."""
-    return "token_budget" if cut == "token_budget" else "time_budget" if cut == "time_budget" else None
+def _cut_stop(cut: str) -> Stop | None:
+    """The stop an analysis cut short calls for; None when it was read whole or hit the section limit."""
+    if cut in ("token_budget", "time_budget"):
+        return cut  # type: ignore[return-value]
+    return "model_error" if cut in sec.FAILURE_CUTS else None
 
 
 def _call_key(call: ToolCall) -> str:

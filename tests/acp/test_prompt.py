@@ -167,7 +167,8 @@ async def test_bad_prompts_are_answered_with_errors_naming_what_was_wrong(agent,
 async def test_an_unreachable_model_fails_the_prompt_with_the_cause_and_the_agent_keeps_serving(
     agent, stub, workspace, daemon_env
 ):
-    stub.queue(lambda request: (_ for _ in ()).throw(ConnectionError()))  # the stub drops the connection
+    # The stub drops the connection, on the first try and on each of the three retries.
+    stub.queue(*[lambda request: (_ for _ in ()).throw(ConnectionError())] * 4)
     session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
     with pytest.raises(acp.RequestError) as error:
         await ask(agent, session.session_id, acp.text_block("Is anyone there?"))

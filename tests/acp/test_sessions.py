@@ -125,7 +125,7 @@ async def test_load_in_a_new_agent_replays_exactly_what_was_stored(daemon_env, s
 
 
 async def test_a_cancelled_prompt_replays_as_its_question_alone(daemon_env, stub, tmp_path, workspace):
-    stub.queue(lambda request: (_ for _ in ()).throw(ConnectionError()))
+    stub.queue(*[lambda request: (_ for _ in ()).throw(ConnectionError())] * 4)  # a try and three retries
     async with acp_agent(daemon_env, tmp_path) as agent:
         session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
         with pytest.raises(acp.RequestError):

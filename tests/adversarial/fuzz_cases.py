@@ -420,9 +420,11 @@ class CaseMaker:
         reply = self.rng.choice(
             [
                 StubReply(
-                    status=429, body=json.dumps({"error": {"message": f"You used 100% of your quota {self.percent()}"}})
+                    status=429,
+                    body=json.dumps({"error": {"message": f"You used 100% of your quota {self.percent()}"}}),
+                    headers={"Retry-After": "0"},  # retried at once: the test need not wait out the backoff
                 ),
-                StubReply(status=500, body=f"{self.percent()} upstream {self.percent()}"),
+                StubReply(status=500, body=f"{self.percent()} upstream {self.percent()}", headers={"Retry-After": "0"}),
                 StubReply(raw_events=[json.dumps({"choices": self.percent()})]),
                 StubReply(raw_events=[f"{{{self.percent()}"]),
                 StubReply(text=f"Sure: 100% {self.percent()}."),
@@ -430,11 +432,13 @@ class CaseMaker:
         )
         message = self.request("imprint/chat", {"text": f"{self.percent()} {self.percent()}", "persist": False})
         code = None if reply.text else REQUEST_FAILED
+        # A transient status is asked again (three retries), each retry answered the same way.
+        tries = 4 if reply.status in (429, 500) else 1
         return Case(
             f"model answer {reply.status}",
             frame(dumps(message)),
             answers=[(message["id"], code)],
-            model_replies=[reply],
+            model_replies=[reply] * tries,
         )
 
     def all_makers(self) -> list[Callable[[], Case]]:

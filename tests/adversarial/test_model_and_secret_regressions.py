@@ -221,7 +221,8 @@ def test_names_that_only_contain_pass_are_not_secrets(text):
 
 
 def test_a_model_error_body_with_a_percent_sign_is_answered(raw, stub):
-    stub.queue(StubReply(status=429, body='{"error": {"message": "You have used 100% of your quota (%d left)"}}'))
+    quota = StubReply(status=429, body='{"error": {"message": "You have used 100% of your quota (%d left)"}}')
+    stub.queue(*[quota] * 4)  # the first try and its three retries
     raw.initialize()
     request_id = raw.request("imprint/chat", {"text": "Which port?", "persist": False})
     error = raw.response(request_id)["error"]  # before the fix: never answered

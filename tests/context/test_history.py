@@ -263,11 +263,9 @@ async def test_tool_takes_a_number_written_as_text():
     assert (await tool.run({"message": 3.0, "offset": None, "query": None})).text == result.text
 
 
-def test_offered_only_with_earlier_messages_and_tools():
-    earlier = session()
-    assert should_offer(earlier, True)
-    assert not should_offer([], True)
-    assert not should_offer(earlier, False)
+def test_offered_whenever_there_are_earlier_messages():
+    assert should_offer(session())
+    assert not should_offer([])
 
 
 def test_strategy_line():

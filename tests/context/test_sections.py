@@ -28,7 +28,6 @@ from imprintd.context.sections import (
     split_sections,
     tool_kind,
 )
-from imprintd.models.base import ModelError
 from imprintd.research.budget import ResearchBudget
 from imprintd.tools.base import ToolError
 from tests.standin import Fail, Hang, Request, StandInModel
@@ -415,7 +414,12 @@ async def test_a_token_budget_too_small_is_said_up_front_and_the_notes_read_are_
         f"({budget.total:,} tokens, {budget.total:,} left) covers about 2;"
     )
     assert "chat.research_token_budget = " in first
-    assert f"Characters {analysis_ranges(model, source)[1][1]:,}–{len(source):,} will not be read." in first
+    # An estimate, said as one; what was read in the end is said when reading stops.
+    assert (
+        f"Characters from about {analysis_ranges(model, source)[1][1]:,} to {len(source):,} will likely not be read."
+        in first
+    )
+    assert events.progress_calls[-1][0].startswith(f"Read {read} of 6 sections of the search_workspace result")
     assert budget.open_reservations == () and budget.remaining >= 0
     assert analysis.read_to == analysis.sections[-1][1]
     assert f"the research token budget ran out after {read} of 6 sections" in analysis.unread_sentence()
@@ -477,35 +481,53 @@ async def test_a_worker_cut_by_the_time_budget_leaves_its_section_unread():
     assert [w.notes for w in analysis.workers] == ["NOTE-s1"]
 
 
-async def test_a_failing_worker_stops_analysis_saying_how_far_it_got():
+async def test_a_failing_worker_ends_reading_keeping_the_sections_read():
     model = StandInModel(n_ctx=1536)
     source = text_needing(model, 4)
-    model.queue(tagger, Fail("the model crashed"))
-    with pytest.raises(AnalysisError) as error:
-        await run_analysis(model, source)
-    message = str(error.value)
-    assert "stopped at section 2 of 4" in message and "worker 2 failed: the model crashed" in message
-    assert "sections 1–1 of 4 were analyzed" in message
-    assert isinstance(error.value.__cause__, ModelError)
+    events = RecordingEvents()
+    model.queue(tagger, Fail("server error 502"))
+    analysis = await run_analysis(model, source, events=events)
+    assert analysis.cut == "worker_failed" and len(analysis.sections) == 1 and analysis.needed == 4
+    assert [w.notes for w in analysis.workers] == ["NOTE-s1"]
+    assert analysis.failure == "worker 2 on section 2: server error 502"
+    sentence = analysis.unread_sentence()
+    assert sentence == (
+        f"Characters {analysis.read_to:,}–{len(source):,} of the search_workspace result ({len(source):,} "
+        "characters) were not read: a note-taking worker's model request failed (worker 2 on section 2: "
+        "server error 502) after 1 of 4 sections."
+    )
     assert len(model.requests) == 2
+    # Progress named only the sections that ran, then what was read in the end.
+    said = [message for message, _ in events.progress_calls]
+    assert said[-3:] == [
+        "Analyzing section 1 of 4",
+        "Analyzing section 2 of 4",
+        f"Read 1 of 4 sections of the search_workspace result (characters 0–{analysis.read_to:,} of "
+        f"{len(source):,}): a note-taking worker's model request failed.",
+    ]
 
 
-async def test_a_worker_past_its_deadline_stops_analysis(monkeypatch):
+async def test_a_worker_past_its_own_deadline_ends_reading_and_names_a_smaller_worker_context(monkeypatch):
     monkeypatch.setattr(sec, "WORKER_TIMEOUT_S", 0.01)
-    model = StandInModel(n_ctx=1536)
+    model = StandInModel(n_ctx=8192)
     source = text_needing(model, 3)
     model.queue(tagger, tagger, Hang("partial notes"))
-    with pytest.raises(AnalysisError, match=r"section 3 of 3: worker 1 did not finish within the 0.01-second"):
-        await run_analysis(model, source)
+    analysis = await run_analysis(model, source)
     assert [r.timeout for r in model.requests] == [0.01] * 3
+    assert analysis.cut == "worker_timeout" and len(analysis.sections) == 2
+    assert analysis.failure == "worker 1 on section 3, after 0.01 s"
+    assert "A smaller chat.analysis_context (2,048: sections of about half the size" in analysis.unread_sentence()
 
 
-async def test_empty_notes_stop_analysis():
+async def test_empty_notes_end_reading():
     model = StandInModel(n_ctx=1536)
     source = text_needing(model, 2)
     model.queue("   ")
-    with pytest.raises(AnalysisError, match="worker 1 returned empty notes; no section of the 2 was analyzed"):
-        await run_analysis(model, source)
+    analysis = await run_analysis(model, source)
+    assert analysis.cut == "empty_notes" and analysis.sections == () and analysis.workers == ()
+    assert "a note-taking worker wrote no notes (worker 1 on section 1) after 0 of 2 sections" in (
+        analysis.unread_sentence()
+    )
 
 
 async def test_a_context_too_small_for_any_section_fails_explicitly():
@@ -544,8 +566,7 @@ async def test_a_failed_request_is_settled_with_no_output_and_a_refused_reservat
     source = text_needing(model, 3)
     model.queue(tagger, Fail())
     budget = FakeBudget()
-    with pytest.raises(AnalysisError):
-        await run_analysis(model, source, budget=budget)
+    assert (await run_analysis(model, source, budget=budget)).cut == "worker_failed"
     assert budget.calls[-1] == ("settle", "r2", None)
 
     model = StandInModel(n_ctx=1536)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
 
 from imprintd.context import summary as summaries
@@ -79,6 +80,17 @@ def test_the_plan_covers_nothing_while_the_text_fits():
     question = question_after(earlier)
     args = dict(system=SYSTEM, summary=None, messages=earlier, question=question, tools=TOOLS, max_tokens=512)
     assert conversation_fits(model, **args)
+    assert plan_coverage(model, **args) is None
+
+
+def test_a_question_that_will_be_analyzed_in_sections_is_left_out_of_the_plan():
+    """Two short exchanges and a paste too big for the context alone: the paste goes to section
+    analysis whatever the history holds, so nothing is summarized for it."""
+    model = StandInModel(n_ctx=4096)
+    earlier = conversation(2, chars=60)
+    paste = user("log line\n" * 3000, seq=earlier[-1].seq + 1)
+    assert model.count_prompt([SYSTEM, paste], TOOLS) + 512 > model.n_ctx
+    args = dict(system=SYSTEM, summary=None, messages=earlier, question=paste, tools=TOOLS, max_tokens=512)
     assert plan_coverage(model, **args) is None
 
 
@@ -319,6 +331,20 @@ async def test_a_summary_out_of_time_falls_back_discards_the_partial_and_waits_s
     assert should_attempt(outcome.state, 19)
 
 
+async def test_a_summary_skipped_for_no_time_left_sets_no_retry_point():
+    model = StandInModel()
+    earlier = conversation(6)
+    state = StoredSummary(text="- (#1–#2) Q1 asked.", first_seq=1, last_seq=2)
+    events = RecordingEvents()
+    outcome = await update_summary(
+        model, state=state, messages=earlier, to_cover=earlier[2:6], message_count=13, events=events, timeout=0
+    )
+    assert not outcome.ok and outcome.reason == "no time left in the reply's time budget"
+    assert outcome.state == state and outcome.state.retry_at is None  # the next reply may try again
+    assert should_attempt(outcome.state, 14)
+    assert model.requests == [] and events.log == []  # nothing asked, nothing announced
+
+
 @pytest.mark.parametrize("reply", [Fail("model gone"), "", "I could not summarize this."])
 async def test_failures_and_empty_output_keep_the_previous_summary(reply):
     model = StandInModel()
@@ -438,3 +464,40 @@ async def test_a_cut_off_summary_with_no_whole_bullet_falls_back():
         model, state=None, messages=earlier, to_cover=earlier[:8], message_count=9, events=RecordingEvents()
     )
     assert not outcome.ok and outcome.state.text == "" and outcome.state.retry_at == 15
+
+
+# -- the bullets' grammar ---------------------------------------------------------------------
+
+
+def test_the_grammar_allows_one_bullet_per_exchange_in_order_each_citing_its_numbers():
+    messages = [
+        user("a", seq=4),
+        assistant("b", seq=5),
+        tool_result(ToolCall(id="c", name="search"), "r"),
+        user("d", seq=7),
+    ]
+    messages[2] = msgspec.structs.replace(messages[2], seq=6)
+    assert summaries.bullet_grammar(messages) == (
+        "root ::= bullet1 bullet2\n"
+        'bullet1 ::= "- (#4–#6) " line "\\n"\n'
+        'bullet2 ::= "- (#7) " line "\\n"\n'
+        "line ::= [^\\n]+"
+    )
+
+
+async def test_the_summarizer_request_asks_for_the_grammar_of_what_it_covers():
+    model = StandInModel()
+    covered = [
+        user("Which port?", seq=1),
+        assistant("8101.", seq=2),
+        user("And the host?", seq=3),
+        assistant("h1.", seq=4),
+    ]
+    model.queue("- (#1–#2) The billing port is 8101.\n- (#3–#4) The host is h1.\n")
+    outcome = await summaries.update_summary(
+        model, state=None, messages=covered, to_cover=covered, message_count=5, events=RecordingEvents()
+    )
+    assert outcome.ok and outcome.state.last_seq == 4
+    [request] = model.requests
+    assert request.grammar == summaries.bullet_grammar(covered)
+    assert '"- (#1–#2) "' in request.grammar and '"- (#3–#4) "' in request.grammar

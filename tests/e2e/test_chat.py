@@ -120,7 +120,8 @@ def _last_request_id(client):
 
 
 async def test_unreachable_model_fails_the_reply_with_the_cause_and_keeps_serving(client, stub, daemon_env):
-    stub.queue(lambda request: (_ for _ in ()).throw(ConnectionError()))  # the stub drops the connection
+    # The stub drops the connection, on the first try and on each of the three retries.
+    stub.queue(*[lambda request: (_ for _ in ()).throw(ConnectionError())] * 4)
     with pytest.raises(JsonRpcException) as error:
         await chat(client, text="Is anyone there?")
     assert error.value.code == -32803
@@ -195,3 +196,39 @@ async def test_tool_steps_have_ids_unique_in_the_reply_when_the_model_reuses_its
     ]
     # The model is shown its own ids, as it wrote them.
     assert [c["id"] for m in stub.requests[1]["messages"] for c in m.get("tool_calls") or ()] == ["call_0"]
+
+
+async def test_a_model_that_loops_is_stopped_and_the_reply_says_so(client, stub):
+    loop = "It is set in the constructor. " + "the default value " * 400
+    stub.queue(loop)
+    result = await chat(client, text="What is the default salt?")
+    assert result.stopReason == "repetition"
+    assert result.text == (
+        "It is set in the constructor.\n\n(The model started repeating itself here, so the answer was cut off.)"
+    )
+    assert len(deltas(client, result.replyId)) < 400  # the stream stopped at the loop, not 1,200 words on
+    session = await client.protocol.send_request_async("imprint/session", {"sessionId": result.sessionId})
+    assert session.messages[-1].content == result.text  # stored as shown
+
+
+async def test_the_first_look_reaches_the_model_and_the_client_before_the_first_round(client, stub, tmp_path):
+    workspace = tmp_path / "shop"
+    (workspace / "services").mkdir(parents=True)
+    (workspace / "services" / "billing.yaml").write_text("name: billing\nport: 8101\n", encoding="utf-8")
+    # On by default for users; the tests' daemon starts with it off, so the editor turns it on.
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"imprint": {"chat": {"first_look": True}}})
+    )
+    stub.queue("Billing listens on 8101 [1].")
+    result = await chat(client, text="Which port does billing listen on?", workspace=str(workspace))
+
+    [sent] = stub.requests
+    call, found = sent["messages"][-2], sent["messages"][-1]
+    assert call["role"] == "assistant" and call["tool_calls"][0]["function"]["name"] == "search"
+    assert found["role"] == "tool" and "services/billing.yaml" in found["content"] and "port: 8101" in found["content"]
+    steps = [(p.state, p.title) for m, p in client.notifications if m == "imprint/toolStep"]
+    assert steps == [
+        ("started", "Looking in the workspace for “port billing listen”"),
+        ("finished", "Looking in the workspace for “port billing listen”"),
+    ]
+    assert result.text.startswith("Billing listens on 8101")

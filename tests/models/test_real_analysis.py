@@ -13,6 +13,7 @@ parameters.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -76,12 +77,14 @@ class RecordingModel:
     def reusable_prefix(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> tuple[int, int]:
         return self.model.reusable_prefix(messages, tools)
 
-    async def complete(self, messages, tools=(), *, max_tokens, timeout=None, on_text=None) -> Completion:
+    async def complete(
+        self, messages, tools=(), *, max_tokens, timeout=None, on_text=None, on_start=None, on_retry=None
+    ) -> Completion:
         request = Request(list(messages), list(tools), max_tokens, self.model.count_prompt(messages, tools))
         self.requests.append(request)
         started = time.monotonic()
         request.completion = await self.model.complete(
-            messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text
+            messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text, on_start=on_start
         )
         request.seconds = time.monotonic() - started
         return request.completion
@@ -193,3 +196,51 @@ async def test_a_multi_section_paste_is_analyzed_and_answered_on_the_embedded_mo
         f"Analyzing section {n} of {sections}" for n in range(1, sections + 1)
     ]
     assert "Analyzing section" not in events.streamed
+
+
+@needs_real_model
+async def test_a_worker_past_its_deadline_on_the_embedded_model_ends_in_an_answer_from_the_sections_read(
+    tmp_path, monkeypatch
+):
+    """The second section's worker runs past its own deadline (shortened to 1 ms once the first
+    section is read, as a slow CPU or a long wait for the inference lock would): the reply does
+    not fail, the answer is written from section 1's notes and says what was not read and why.
+    The first section gets 20 minutes: on a loaded 2-core machine it can take more than 120 s."""
+    monkeypatch.setattr(sec, "WORKER_TIMEOUT_S", 1200.0)
+
+    class SlowAfterTheFirstSection(RecordingModel):
+        async def complete(self, messages, tools=(), **kwargs) -> Completion:
+            completion = await super().complete(messages, tools, **kwargs)
+            if is_worker(self.requests[-1]):
+                monkeypatch.setattr(sec, "WORKER_TIMEOUT_S", 0.001)
+            return completion
+
+    model = SlowAfterTheFirstSection(LocalModel(embedded_model_path(), n_ctx=N_CTX))
+    resolved = settings_mod.load({}, environ={}).apply(
+        {"chat.n_ctx": N_CTX, "chat.max_tokens": MAX_TOKENS, "chat.research_time_budget": 1800}, "test"
+    )
+    chat = Chat(resolved, model_factory=lambda chat_settings: model, data_dir=tmp_path / "data")
+    text = f"Here is our config file:\n\n{pasted_config()}\nWhich port does the billing service use now?"
+    events = RecordingEvents()
+    outcome = await chat.reply(ReplyRequest(text=text), events)
+    print(f"\n[real timeout] stop: {outcome.stop_reason}; answer: {outcome.text!r}")
+
+    workers = [r for r in model.requests if is_worker(r)]
+    assert len(workers) == 2  # section 1 read, section 2 timed out, nothing after it
+    assert workers[0].completion is not None and workers[0].completion.finish_reason != "deadline"
+    assert workers[1].completion is not None and workers[1].completion.finish_reason == "deadline"
+    assert outcome.stop_reason == "model_error"
+    final = model.requests[-1]
+    assert final.tools == [] and "Research notes:" in final.messages[-1].content
+    assert workers[0].completion.text.strip()[:40] in final.messages[-1].content  # section 1's notes
+    assert re.search(
+        r"Characters [\d,]+–[\d,]+ of your message \([\d,]+ characters\) were not read: a note-taking worker "
+        r"ran past its own deadline \(worker 2 on section 2, after 0\.001 s\) after 1 of \d+ sections\. "
+        r"A smaller chat\.analysis_context \(1,024:",
+        outcome.text,
+    )
+    assert events.streamed == outcome.text
+    assert [(m.role, m.content) for m in chat.store.messages(outcome.session_id)] == [
+        ("user", text),
+        ("assistant", outcome.text),
+    ]

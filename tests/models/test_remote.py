@@ -15,7 +15,8 @@ import anyio
 import pytest
 
 from imprintd.messages import ToolCall, ToolSpec, assistant, system, tool_result, user
-from imprintd.models.base import ModelError
+from imprintd.models import remote as remote_mod
+from imprintd.models.base import ModelError, inference_lock
 from imprintd.models.remote import (
     MESSAGE_OVERHEAD,
     PROMPT_OVERHEAD,
@@ -41,6 +42,12 @@ MESSAGES = [system("You are terse."), user("Say hi.")]
 
 def model_for(server: ScriptedServer, **kwargs) -> RemoteModel:
     return RemoteModel(server.base_url, "test-model", n_ctx=4096, **kwargs)
+
+
+@pytest.fixture
+def no_retry_wait(monkeypatch):
+    """Retries of transient failures wait 10 ms instead of 1, 2 and 4 s (a Retry-After still counts)."""
+    monkeypatch.setattr(remote_mod, "RETRY_DELAYS_S", (0.01, 0.01, 0.01))
 
 
 def free_port() -> int:
@@ -279,9 +286,9 @@ def error_reply(code: int, body: dict | None = None, headers: dict | None = None
         (400, {"error": {"message": "bad field"}}, None, "the server refused the request (400 Bad Request): bad field"),
     ],
 )
-async def test_http_errors_are_named(code, body, headers, expected):
+async def test_http_errors_are_named(code, body, headers, expected, no_retry_wait):
     with ScriptedServer(error_reply(code, body, headers)) as server, pytest.raises(ModelError) as caught:
-        await model_for(server, api_key="sk-secret").complete(MESSAGES, max_tokens=8, timeout=60)
+        await model_for(server, api_key="sk-secret").complete(MESSAGES, max_tokens=8, timeout=5)
     message = str(caught.value)
     assert message.startswith(expected)
     assert "sk-secret" not in message
@@ -292,9 +299,101 @@ async def test_http_errors_are_named(code, body, headers, expected):
 async def test_stream_that_stops_mid_reply():
     with ScriptedServer(stream_reply(chunk("Half a "), chunk("repl"), done=False)) as server:
         pieces: list[str] = []
+        retries: list[str] = []
         with pytest.raises(ModelError, match="the stream ended before the reply finished"):
-            await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60, on_text=pieces.append)
+            await model_for(server).complete(
+                MESSAGES, max_tokens=8, timeout=60, on_text=pieces.append, on_retry=retries.append
+            )
     assert "".join(pieces).startswith("Half a")
+    assert len(server.requests) == 1 and retries == []  # text had streamed: never asked again
+
+
+# -- retries of transient failures ------------------------------------------------------------------------
+def failing_then(failures: list, reply):
+    """A handler that answers each of ``failures`` in turn (a status, or "reset"), then ``reply``."""
+
+    def handle(request: Recorded, writer: Writer) -> None:
+        if failures:
+            failure = failures.pop(0)
+            if failure == "reset":
+                # Close the connection before a byte of the response: the client reads a reset.
+                writer._handler.connection.shutdown(socket.SHUT_RDWR)
+                return
+            code, headers = failure if isinstance(failure, tuple) else (failure, None)
+            writer.json(code, {"error": {"message": f"status {code}"}}, headers)
+            return
+        reply(request, writer)
+
+    return handle
+
+
+@pytest.mark.parametrize("failure", [429, 500, 502, 503, 504, "reset"])
+async def test_a_transient_failure_is_retried_and_each_retry_is_reported(failure, no_retry_wait):
+    answer = stream_reply(chunk("Hello"), chunk(" there", finish="stop"))
+    with ScriptedServer(failing_then([failure, failure], answer)) as server:
+        retries: list[str] = []
+        pieces: list[str] = []
+        completion = await model_for(server, api_key="sk-secret").complete(
+            MESSAGES, max_tokens=8, timeout=60, on_text=pieces.append, on_retry=retries.append
+        )
+    assert completion.text == "Hello there" and "".join(pieces) == "Hello there"
+    assert len(server.requests) == 3
+    assert [r.body for r in server.requests] == [server.requests[0].body] * 3  # the same request each time
+    assert len(retries) == 2
+    assert retries[0].endswith("Retrying in 0.01 s (attempt 2 of 4)…") and "attempt 3 of 4" in retries[1]
+    expected = "the stream ended before the reply finished" if failure == "reset" else str(failure)
+    assert expected in retries[0] and "sk-secret" not in "".join(retries)
+
+
+async def test_retries_stop_after_three_and_the_error_says_so(no_retry_wait):
+    with ScriptedServer(failing_then([502] * 5, stream_reply(chunk("late", finish="stop")))) as server:
+        retries: list[str] = []
+        with pytest.raises(ModelError, match=r"^server error 502: status 502 \(tried 4 times\)$"):
+            await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60, on_retry=retries.append)
+    assert len(server.requests) == 4 and len(retries) == 3
+
+
+async def test_retry_after_is_honoured(no_retry_wait):
+    answer = stream_reply(chunk("ok", finish="stop"))
+    with ScriptedServer(failing_then([(429, {"Retry-After": "1"})], answer)) as server:
+        retries: list[str] = []
+        started = anyio.current_time()
+        completion = await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60, on_retry=retries.append)
+        waited = anyio.current_time() - started
+    assert completion.text == "ok" and len(server.requests) == 2
+    assert waited >= 1.0  # the server's second, not the 10 ms of the first backoff step
+    assert retries == [
+        "The model server: rate limited (429) by " + server.base_url + "; retry after 1 s: status 429. "
+        "Retrying in 1 s (attempt 2 of 4)…"
+    ]
+
+
+async def test_a_wait_past_the_deadline_is_not_waited(no_retry_wait):
+    answer = stream_reply(chunk("ok", finish="stop"))
+    with ScriptedServer(failing_then([(503, {"Retry-After": "30"})], answer)) as server:
+        retries: list[str] = []
+        with pytest.raises(ModelError, match=r"not retried: a wait of 30 s would pass the request's deadline"):
+            await model_for(server).complete(MESSAGES, max_tokens=8, timeout=5, on_retry=retries.append)
+    assert len(server.requests) == 1 and retries == []
+
+
+async def test_a_refusal_is_not_retried(no_retry_wait):
+    with ScriptedServer(failing_then([400], stream_reply(chunk("ok", finish="stop")))) as server:
+        with pytest.raises(ModelError, match="refused the request"):
+            await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60)
+    assert len(server.requests) == 1
+
+
+async def test_the_start_hook_runs_under_the_lock_once_per_request_not_per_retry(no_retry_wait):
+    answer = stream_reply(chunk("ok", finish="stop"))
+    with ScriptedServer(failing_then([502], answer)) as server:
+        calls: list[bool] = []
+
+        async def start() -> None:
+            calls.append(inference_lock().locked())
+
+        await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60, on_start=start)
+    assert calls == [True] and len(server.requests) == 2
 
 
 async def test_finish_reason_without_done_is_a_complete_reply():

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import anyio
 import msgspec
 import pytest
 
 from imprintd.messages import Message, ToolSpec, assistant, system, tool_result, user
 from imprintd.models.base import Completion, Usage
-from imprintd.research.budget import HEADER_TOKENS, BudgetExhausted, ResearchBudget
+from imprintd.research.budget import HEADER_TOKENS, BudgetExhausted, ResearchBudget, charged_complete
+from tests.lock import lock_held_elsewhere
 from tests.standin import StandInModel, call
 
 SEARCH = ToolSpec(
@@ -261,3 +263,34 @@ async def test_every_coordinator_and_worker_request_of_a_research_run_is_reserve
     assert budget.reservations[-1].prompt_charge == model.count_prompt(
         model.requests[-1].messages, model.requests[-1].tools
     )
+
+
+# -- charged once the request holds the inference lock ----------------------------------------------------
+async def test_a_request_is_measured_and_charged_only_once_it_holds_the_inference_lock():
+    model = StandInModel()
+    model.queue("ok")
+    budget = ResearchBudget(10_000)
+    results = []
+
+    async def run() -> None:
+        results.append(await charged_complete(budget, model, [user("hi")], (), max_tokens=16, timeout=30))
+
+    async with anyio.create_task_group() as group:
+        async with lock_held_elsewhere():
+            group.start_soon(run)
+            await anyio.wait_all_tasks_blocked()
+            # Another reply's request holds the lock (and may change what a local model holds):
+            # nothing is measured or charged while this one waits.
+            assert budget.reservations == []
+    assert results[0].text == "ok"
+    assert len(budget.reservations) == 1 and budget.open_reservations == ()
+
+
+async def test_a_request_whose_deadline_passes_in_the_queue_is_never_charged():
+    model = StandInModel()
+    model.queue("never")
+    budget = ResearchBudget(10_000)
+    async with lock_held_elsewhere():
+        completion = await charged_complete(budget, model, [user("hi")], (), max_tokens=16, timeout=0.05)
+    assert completion.finish_reason == "deadline"
+    assert budget.reservations == [] and budget.remaining == 10_000

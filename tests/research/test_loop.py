@@ -11,15 +11,16 @@ import pytest
 from imprintd import messages as msg
 from imprintd.context import sections as sec
 from imprintd.messages import ToolSpec
-from imprintd.models.base import Completion
+from imprintd.models.base import Completion, ModelError
 from imprintd.research import loop as loop_mod
+from imprintd.research.citations import Numbering
 from imprintd.research.loop import ReplyFailed, research
 from imprintd.research.notes import build_notes
 from imprintd.tools.base import Hit, Source, ToolResult
 from tests.helpers import tool_turn
 from tests.recording import RecordingEvents
 from tests.research.fakes import SYSTEM, FakeSearch, scope
-from tests.standin import Hang, StandInModel, call
+from tests.standin import Fail, Hang, StandInModel, call
 
 
 async def test_a_plain_answer_ends_research_in_one_request(model: StandInModel):
@@ -480,3 +481,86 @@ async def test_numbered_results_leave_every_earlier_message_of_the_prompt_unchan
         assert later[: len(earlier)] == earlier
     assert prompts[1][-1].content == "[1] src/port.py:1–3\nPORT = 8101"
     assert prompts[2][-1].content == "[2] src/b.py:4–6\nB = 1\n\n[1] src/port.py:1–3\nPORT = 8101"
+
+
+# -- one rule for a stop after work -------------------------------------------------------------------
+async def test_a_round_failing_after_a_search_stops_on_model_error_keeping_the_search(model: StandInModel):
+    events = RecordingEvents()
+    model.queue(
+        Completion(text="Looking.", tool_calls=(call("search", query="billing port"),)),
+        Fail("server error 502: bad gateway (tried 4 times)"),
+    )
+    question = msg.user("Which port?", seq=1)
+    outcome = await research(scope(model, events), system=SYSTEM, history=[], question=question, tools=[FakeSearch()])
+    assert outcome.stop == "model_error"
+    assert outcome.failure == (
+        "Research stopped early: the model failed in round 2 (server error 502: bad gateway (tried 4 times)), "
+        "so this answer is written from what round 1 found."
+    )
+    assert [m.role for m in outcome.exchange] == ["assistant", "tool"]  # the search is kept, to be stored
+    assert build_notes(outcome.steps)[0].text  # and becomes a note for the final answer
+
+
+async def test_a_round_failing_before_anything_was_gathered_fails(model: StandInModel):
+    model.queue(Fail("server error 503"))
+    with pytest.raises(ModelError, match="server error 503"):
+        await research(scope(model), system=SYSTEM, history=[], question=msg.user("q", seq=1), tools=[FakeSearch()])
+
+
+async def test_a_result_shorter_than_an_analysis_header_is_passed_whole_and_research_stops_full(
+    model: StandInModel,
+):
+    """A context nearly full of research: the short result does not fit, but its analysis could
+    only be longer, so it is passed whole and the next fit stops research (context_full)."""
+    short = "x " * 150  # 300 characters: shorter than an analysis header
+    assert len(short) < sec.header_chars(len(short), sec.tool_kind("search"))
+    searching = call("search", query="a " * 120)
+    question = msg.user("q", seq=1)
+    found = ToolResult(text=short, evidence=("passage:1",))
+    shown = Numbering().result(searching, found)[0]  # as the coordinator is shown it, numbered
+    before = model.count_prompt([SYSTEM, question, msg.assistant("", tool_calls=(searching,))], [FakeSearch().spec])
+    model.n_ctx = before + 256 + model.count_message(msg.tool_result(searching, shown)) - 1  # one token short
+
+    class Short(FakeSearch):
+        async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
+            await super().run(arguments)
+            return found
+
+    model.queue(tool_turn(searching))
+    outcome = await research(
+        scope(model, max_tokens=256), system=SYSTEM, history=[], question=question, tools=[Short()]
+    )
+    assert outcome.stop == "context_full" and outcome.analyses == []
+    assert outcome.exchange[-1].content == short
+    assert len(model.requests) == 1  # no section worker ran
+
+
+async def test_the_reread_tool_is_not_offered_when_its_schema_alone_would_fill_the_context(model: StandInModel):
+    """After the question's analysis, read_chat_section's schema must not alone make the context full."""
+    model.n_ctx = 1536
+
+    def reply(request):
+        if not request.tools and request.system == sec.WORKER_SYSTEM_PROMPT:
+            return "- [s1] the paste lists lines"
+        return "Answered from the notes."
+
+    question = msg.user("line of the paste\n" * 600 + "What is in it?", seq=1)
+    # First, with room to spare: what the coordinator is sent with the reread tool, and without it.
+    model.queue(*[reply] * 40)
+    first = await research(scope(model, max_tokens=16), system=SYSTEM, history=[], question=question, tools=[])
+    with_reread = model.requests[-1]
+    assert [tool.name for tool in with_reread.tools] == ["read_chat_section"]
+    numbers = sorted(first.numbering.by_number())
+    bare = [SYSTEM, msg.user(first.question_analysis.coordinator_text(reread=False, numbers=numbers), seq=1)]
+    needed = model.count_prompt(bare)
+    assert model.count_prompt(with_reread.messages, with_reread.tools) > needed
+    # Then with an output allowance that leaves room for the notes but not the schema as well.
+    model.requests.clear()
+    model.queue(*[reply] * 40)
+    outcome = await research(
+        scope(model, max_tokens=model.n_ctx - needed), system=SYSTEM, history=[], question=question, tools=[]
+    )
+    assert outcome.stop == "answer" and outcome.answer.text == "Answered from the notes."  # not context_full
+    coordinator = model.requests[-1]
+    assert coordinator.tools == []
+    assert "read_chat_section" not in coordinator.messages[-1].content  # nor its guidance

@@ -175,6 +175,7 @@ def daemon_env(tmp_path, stub) -> dict[str, str]:
         "IMPRINT_CHAT_BASE_URL": stub.base_url,
         "IMPRINT_CHAT_MODEL": "stub",
         "IMPRINT_CHAT_N_CTX": "8192",
+        "IMPRINT_CHAT_FIRST_LOOK": "false",  # the scripted model's rounds are the test's own
     }
 
 

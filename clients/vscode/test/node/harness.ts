@@ -96,6 +96,7 @@ export class Home {
       IMPRINT_CHAT_BASE_URL: stub.baseUrl,
       IMPRINT_CHAT_MODEL: "stub",
       IMPRINT_CHAT_N_CTX: "8192",
+      IMPRINT_CHAT_FIRST_LOOK: "false", // the scripted model's rounds are the test's own
     };
   }
 

@@ -1,0 +1,122 @@
+"""The first look: the workspace is searched with the question before the model's first round
+(docs/decisions.md, "First look").
+
+Small local models rarely call tools; asked about a workspace they answer from what they
+believe. Editors' assistants retrieve context before the model runs for that reason. So before
+the first round of a reply with a workspace, the research loop runs the workspace ``search``
+itself, with the question's words (and, for a follow-up, those of the exchange it follows), and
+the model starts with the best hits as this reply's first research result: a tool exchange like
+any other, numbered and cited, fitted and charged like research. The model may still search and
+read more.
+
+The query and its bounds are decided here; the loop runs it (``research/loop.py``).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from imprintd.context.history import is_stopword
+from imprintd.messages import Message
+from imprintd.tools.base import Tool, ToolResult
+from imprintd.tools.workspace import format_hits
+
+#: How the first look's call ids begin: the shape of the ids Imprint gives parsed calls
+#: (``call_`` and hex digits), with a letter no hex id has, so it never takes a model's id.
+CALL_ID_PREFIX = "call_look"
+#: The share of the prompt's room (the context less the output allowance) the first look may
+#: fill: it is evidence to start from, not the whole of the research.
+SHARE = 0.25
+#: Words a follow-up takes from the exchange it follows, after the question's own.
+FOLLOW_UP_WORDS = 12
+#: Words in all: the workspace search uses at most 32.
+MAX_WORDS = 24
+
+_WORD = re.compile(r"[^\W_](?:[\w.]*[^\W_])?")
+#: Question words the conversation's stop words do not need but a workspace search does.
+_ALSO_COMMON = frozenset(
+    ["many", "much", "any", "some", "all", "also", "should", "may", "might", "must", "just", "only"]
+)
+
+
+def new_call_id() -> str:
+    """A fresh id for one reply's first look (ids stay unique across a session's replies)."""
+    return CALL_ID_PREFIX + secrets.token_hex(4)
+
+
+def is_first_look(call_id: str) -> bool:
+    return call_id.startswith(CALL_ID_PREFIX)
+
+
+def content_words(text: str) -> list[str]:
+    """The words of ``text`` worth searching for: stop words and single letters left out, in order, once each."""
+    words = [word for word in _WORD.findall(text) if len(word) > 1 and not _common(word.lower())]
+    return list(dict.fromkeys(words))
+
+
+def query(question: str, earlier: Sequence[Message]) -> str | None:
+    """The first look's search query, or None when the question has nothing to search for.
+
+    A follow-up ("and its port?") adds the words of the exchange it follows: the last question
+    and answer before it.
+    """
+    own = content_words(question)
+    if not own:
+        return None
+    words = own
+    exchange = _last_exchange(earlier)
+    if exchange:
+        extra = [word for word in content_words(" ".join(m.content for m in exchange)) if word not in own]
+        words = own + extra[:FOLLOW_UP_WORDS]
+    return " ".join(words[:MAX_WORDS])
+
+
+def _common(word: str) -> bool:
+    return is_stopword(word) or word in _ALSO_COMMON
+
+
+def _last_exchange(earlier: Sequence[Message]) -> list[Message]:
+    """The last user question before this one and the assistant's answer to it."""
+    for index in range(len(earlier) - 1, -1, -1):
+        if earlier[index].role == "user":
+            answer = [m for m in earlier[index + 1 :] if m.role == "assistant" and not m.tool_calls][-1:]
+            return [earlier[index], *answer]
+    return []
+
+
+def token_share(n_ctx: int, max_tokens: int) -> int:
+    """Tokens the first look's result may take in the prompt."""
+    return int((n_ctx - max_tokens) * SHARE)
+
+
+class FirstLookSearch:
+    """The workspace ``search``, as the first look runs it: its best hits within ``share`` tokens.
+
+    The lowest-ranked hits go until the result fits; the title says it was Imprint's look,
+    not a call the model made.
+    """
+
+    def __init__(self, search: Tool, count_text: Callable[[str], int], share: int) -> None:
+        self.search = search
+        self.spec = search.spec
+        self._count = count_text
+        self._share = share
+
+    def title(self, arguments: Mapping[str, Any]) -> str:
+        return f"Looking in the workspace for “{arguments.get('query', '')}”"
+
+    async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
+        result = await self.search.run(arguments)
+        hits = list(result.hits)
+        while len(hits) > 1 and self._count(format_hits(hits)) > self._share:
+            hits.pop()
+        if len(hits) == len(result.hits):
+            return result
+        return msgspec.structs.replace(
+            result, text=format_hits(hits), hits=tuple(hits), evidence=tuple(hit.id for hit in hits)
+        )

@@ -1,0 +1,138 @@
+"""The first look: the workspace searched with the question before the model's first round.
+
+With the stand-in model and the shop workspace: what the first prompt holds, what the client is
+shown, what is stored, when the look is skipped, its share of the context, follow-ups, and the
+notes a research stop writes from it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from imprintd.research import first_look
+from tests.helpers import ask, make_chat, tool_turn
+from tests.standin import StandInModel, call
+
+ON = {"chat.first_look": True}
+
+
+def first_look_exchange(request):
+    """This reply's first look in a prompt (the last one: earlier replies' are history), or None."""
+    found = None
+    for index, message in enumerate(request.messages):
+        if message.role == "assistant" and message.tool_calls and first_look.is_first_look(message.tool_calls[0].id):
+            found = message.tool_calls[0], request.messages[index + 1]
+    return found
+
+
+async def test_the_model_starts_with_the_best_hits_for_the_question(model, workspace):
+    chat = make_chat(model, **ON)
+    model.queue("Billing listens on port 8101 [1].")
+    outcome, events = await ask(chat, "Which port does the billing service listen on?", workspace=workspace)
+
+    [request] = model.requests
+    look_call, look_result = first_look_exchange(request)
+    assert look_call.name == "search" and look_call.arguments == {"query": "port billing service listen"}
+    assert (
+        look_result.role == "tool"
+        and "services/billing.yaml" in look_result.content
+        and "port: 8101" in look_result.content
+    )
+    assert request.messages[-2:] == [request.messages[-2], look_result]  # after the question, as research
+
+    started, finished = events.steps  # the look is the reply's first step
+    assert (started.call_id, started.state, finished.state) == ("step-1", "started", "finished")
+    assert started.tool == "search" and started.title == "Looking in the workspace for “port billing service listen”"
+
+    stored = chat.session(outcome.session_id).messages
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert first_look.is_first_look(stored[1].tool_calls[0].id) and "port: 8101" in stored[2].content
+    # The look is a numbered result like any other: the answer's [1] is a source.
+    assert stored[3].content == "Billing listens on port 8101 [1].\n\nSources:\n[1] services/billing.yaml:1-4"
+    assert [(s.number, s.path, s.cited) for s in outcome.sources] == [(1, "services/billing.yaml", True)]
+
+
+async def test_the_model_may_still_search_and_read_more(model, workspace):
+    chat = make_chat(model, **ON)
+    model.queue(tool_turn(call("read_file", path="docs/deploy.md")), "Rollouts take 5 minutes.")
+    await ask(chat, "How long do billing rollouts take?", workspace=workspace)
+    first, second = model.requests
+    assert [t.name for t in first.tools] == ["search", "read_file"]
+    assert first_look_exchange(first) is not None and first_look_exchange(second) is not None
+    assert "Rollouts take 5 minutes." in second.messages[-1].content
+
+
+async def test_no_look_without_words_to_search_for_without_a_workspace_or_with_the_setting_off(model, workspace):
+    cases = [
+        (make_chat(model, **ON), "What is it?", workspace),
+        (make_chat(model, **ON), "Which port does billing use?", None),
+        (make_chat(model), "Which port does billing use?", workspace),  # the tests' default: off
+        (make_chat(model, **{"chat.first_look": False}), "Which port does billing use?", workspace),
+    ]
+    for chat, question, folder in cases:
+        model.queue("An answer.")
+        outcome, events = await ask(chat, question, workspace=folder)
+        assert first_look_exchange(model.requests[-1]) is None, question
+        assert not events.steps
+        assert [m.role for m in chat.session(outcome.session_id).messages] == ["user", "assistant"]
+
+
+async def test_a_follow_up_searches_with_the_words_of_the_exchange_it_follows(model, workspace):
+    chat = make_chat(model, **ON)
+    model.queue("It is deployed behind the gateway.", "Port 8101.")
+    first, _ = await ask(chat, "Where is the billing service deployed?", workspace=workspace)
+    await ask(chat, "And its port?", first.session_id)
+    look_call, _ = first_look_exchange(model.requests[-1])
+    query = look_call.arguments["query"]
+    assert query.startswith("port ") and "billing" in query and "gateway" in query
+    earlier_call, _ = first_look_exchange(model.requests[0])
+    assert earlier_call.id != look_call.id  # each reply's look is its own call
+
+
+async def test_the_look_keeps_its_best_hits_within_its_share_of_the_context(workspace):
+    for n in range(12):
+        (workspace / "docs" / f"billing-{n}.md").write_text(
+            "\n".join(f"Billing note {n}.{line}: the billing port is 8101 on host {line}." for line in range(60)),
+            encoding="utf-8",
+        )
+    model = StandInModel(n_ctx=2048)
+    chat = make_chat(model, **ON, **{"chat.n_ctx": 2048, "chat.max_tokens": 512})
+    model.queue("Port 8101.")
+    await ask(chat, "Which billing port?", workspace=workspace)
+    _, look_result = first_look_exchange(model.requests[0])
+    share = first_look.token_share(2048, 512)
+    assert model.count_text(look_result.content) <= share
+    assert re.search(r"^\[1\] docs/billing-\d+\.md:", look_result.content, re.MULTILINE)  # the best ones, not nothing
+
+
+async def test_an_oversized_question_gets_no_look_it_is_the_subject_itself(model, workspace):
+    chat = make_chat(model, **ON, **{"chat.analysis_workers": 0})
+    model.queue("It is a long log.")
+    long_question = "Which port does billing use in this log? " + "billing port 8101 log line. " * 400
+    share = first_look.token_share(model.n_ctx, 1024)
+    assert model.count_text(long_question) > share
+    await ask(chat, long_question, workspace=workspace)
+    assert first_look_exchange(model.requests[0]) is None
+
+
+async def test_a_research_stop_writes_the_answer_from_the_look_s_notes(model, workspace):
+    chat = make_chat(model, **ON)
+    # The model repeats the look's own search: no new evidence twice, then the final answer.
+    repeat = tool_turn(call("search", call_id="again", query="port billing service listen"))
+    model.queue(repeat, repeat, "Billing listens on port 8101 [1].")
+    outcome, _ = await ask(chat, "Which port does the billing service listen on?", workspace=workspace)
+    assert outcome.stop_reason == "no_new_evidence"
+    final = model.requests[-1]
+    assert final.tools == [] and "port: 8101" in final.messages[-1].content
+    assert outcome.sources and outcome.sources[0].path == "services/billing.yaml"
+
+
+def test_the_query_leaves_out_question_words_and_keeps_identifiers():
+    assert first_look.query("What is the default timeout of an httpx client, in seconds?", []) == (
+        "default timeout httpx client seconds"
+    )
+    assert (
+        first_look.query("Which hash does DigestAuth use for MD5 in _auth.py?", []) == "hash DigestAuth use MD5 auth.py"
+    )
+    assert first_look.query("What is it?", []) is None
+    assert first_look.query("?", []) is None
