@@ -56,3 +56,4 @@ end, {
 command("ImprintRestart", function() imprint().restart() end, { desc = "Imprint: restart the daemon" })
 command("ImprintLog", function() imprint().log() end, { desc = "Imprint: open the daemon's log" })
 command("ImprintSources", function() imprint().sources() end, { desc = "Imprint: sources of the last answer to quickfix" })
+command("ImprintContext", function() imprint().context() end, { desc = "Imprint: what fills the model's context" })

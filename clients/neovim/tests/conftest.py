@@ -95,6 +95,18 @@ class Editor:
             params,
         )
 
+    def screen(self) -> list[str]:
+        """The screen's text, row by row (trailing blanks cut), after a redraw."""
+        return self.lua(SCREEN)
+
+    def winbar(self) -> str:
+        """The chat window's winbar as Neovim draws it, at the window's width."""
+        return self.lua("""
+            local win = require('imprint.chat')._state.win
+            return vim.api.nvim_eval_statusline(vim.wo[win].winbar,
+              { winid = win, use_winbar = true, maxwidth = vim.api.nvim_win_get_width(win) }).str
+        """)
+
     def tool_lines(self) -> list[tuple[int, str, bool]]:
         """The tool-step virtual lines: (row, text, above)."""
         return [
@@ -113,6 +125,17 @@ class Editor:
         """)
         ]
 
+
+SCREEN = """
+vim.cmd.redraw()
+local rows = {}
+for row = 1, vim.o.lines do
+  local cells = {}
+  for col = 1, vim.o.columns do cells[#cells + 1] = vim.fn.screenstring(row, col) end
+  rows[#rows + 1] = (table.concat(cells):gsub('%s+$', ''))
+end
+return rows
+"""
 
 RECORDERS = """
 _G.test_notes, _G.test_done, _G.test_progress = {}, {}, {}

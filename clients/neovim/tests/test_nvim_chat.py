@@ -72,6 +72,8 @@ def test_research_folds_the_preamble_shows_tool_steps_and_progress_and_ends_with
         end })
     """)
 
+    editor.command("Imprint")
+    editor.lua("vim.api.nvim_win_set_width(require('imprint.chat')._state.win, 90)")  # room for it all
     editor.command("Imprint Which port does billing use?")
     [done] = editor.wait_done(1)
     assert done["status"] == "done", editor.notes()
@@ -96,8 +98,9 @@ def test_research_folds_the_preamble_shows_tool_steps_and_progress_and_ends_with
         local chat = require('imprint.chat')
         return vim.api.nvim_win_call(chat._state.win, function() return { vim.fn.foldclosed(7), vim.fn.foldclosedend(7) } end)
     """) == [7, 8]
-    # The one read (the repeats were answered from before) as a finished step, above the answer.
-    assert editor.tool_lines() == [(9, f"  ✓ Reading {PORT_FILE}", True)]
+    # The one read (the repeats were answered from before) as a finished step, under the blank
+    # line that ends the thinking block, so above the answer.
+    assert editor.tool_lines() == [(8, f"  ✓ Reading {PORT_FILE}", False)]
     # Progress reached LspProgress (fidget.nvim, lualine) with the daemon's messages.
     progress = editor.lua("return _G.test_progress")
     messages = [p["message"] for p in progress if p["client"] == "imprintd"]
@@ -105,12 +108,11 @@ def test_research_folds_the_preamble_shows_tool_steps_and_progress_and_ends_with
     assert "Writing the answer from the research notes…" in messages
     assert progress[-1]["kind"] == "end"
     winbars = editor.lua("return _G.test_winbars")
-    assert f"%#ImprintWinbar#Imprint · Which port does billing use? · Reading {PORT_FILE}" in winbars
-    # The winbar is back to its idle text.
-    assert (
-        editor.lua("return vim.wo[require('imprint.chat')._state.win].winbar")
-        == "%#ImprintWinbar#Imprint · Which port does billing use?"
-    )
+    reading = f"%#ImprintWinbar#Imprint%< · Which port does billing use? · Reading {PORT_FILE}"
+    assert any(winbar.split("%=")[0] == reading for winbar in winbars), winbars
+    # The winbar is back to its idle text (the model and its context share at the right).
+    winbar = editor.lua("return vim.wo[require('imprint.chat')._state.win].winbar")
+    assert winbar.split("%=")[0] == "%#ImprintWinbar#Imprint%< · Which port does billing use?"
 
 
 LOG_HAS = """
@@ -261,3 +263,159 @@ def test_opening_the_chat_with_a_missing_command_says_so(bare_editor, options):
     errors = [message for message, level in bare_editor.notes() if level == 4]
     assert errors and "'imprintd-not-installed' is not an executable" in errors[0]
     assert "set `cmd`" in errors[0]
+
+
+def held_answer(release, text: str, arrived=None):
+    """A scripted reply that holds the model's answer until the test releases it (and sets
+    `arrived` when the model is asked)."""
+
+    def answer(request: dict) -> str:
+        if arrived is not None:
+            arrived.set()
+        release.wait(60)
+        return text
+
+    return answer
+
+
+FINISHED_STEPS = """(function()
+  local chat, count = require('imprint.chat'), 0
+  for _, m in ipairs(vim.api.nvim_buf_get_extmarks(chat.buffer(), chat.ns_tools, 0, -1, { details = true })) do
+    for _, line in ipairs(m[4].virt_lines or {}) do
+      if line[1][1]:find('✓', 1, true) then count = count + 1 end
+    end
+  end
+  return count
+end)()"""
+
+
+def chat_column(rows: list[str]) -> list[str]:
+    """The chat window's part of each screen row (the chat is the right-hand split)."""
+    return [row.split("│", 1)[1] if "│" in row else "" for row in rows]
+
+
+def test_research_steps_show_in_the_order_they_ran_while_research_goes_on_and_when_reopened(editor, stub, workspace):
+    import threading
+
+    write_repo(workspace)
+    arrived, release = threading.Event(), threading.Event()
+    search = {"name": "search", "id": "call_a", "arguments": {"query": "billing port"}}
+    read_deploy = {"name": "read_file", "id": "call_b", "arguments": {"path": PORT_FILE}}
+    read_readme = {"name": "read_file", "id": "call_c", "arguments": {"path": "README.md"}}
+    stub.queue(
+        StubReply(text="Let me search first.", tool_calls=[search]),
+        StubReply(text="Now the deployment.", tool_calls=[read_deploy]),
+        StubReply(tool_calls=[read_readme]),  # a round that writes no text
+        held_answer(release, ANSWER, arrived),
+    )
+    expected = [
+        "+--  2 lines: > **Thinking**",
+        "  ✓ Searching the workspace for “billing port”",
+        "+--  2 lines: > **Thinking**",
+        f"  ✓ Reading {PORT_FILE}",
+        "  ✓ Reading README.md",
+    ]
+
+    def shown() -> list[str]:
+        wanted = ("+--", "  ✓", "  ⋯")
+        return [line.rstrip("·") for line in chat_column(editor.screen()) if line.startswith(wanted)]
+
+    editor.command("Imprint")
+    editor.lua("vim.api.nvim_win_set_width(require('imprint.chat')._state.win, 90)")  # whole step lines
+    try:
+        editor.command("Imprint Which port does billing use?")
+        editor.wait(FINISHED_STEPS + " == 3", "three finished steps")
+        assert arrived.wait(30), "the answer was never asked for"
+        # While the answer is still being written: every step is on screen, oldest first, each
+        # under the thinking of its round.
+        assert shown() == expected
+    finally:
+        release.set()
+    [done] = editor.wait_done(1)
+    assert shown() == expected
+    assert ANSWER in editor.chat_lines()
+
+    editor.command("ImprintNew")
+    editor.lua("require('imprint.sessions').open(...)", done["sessionId"])
+    editor.wait(f"require('imprint.chat').session_id() == '{done['sessionId']}'", "the session to open")
+    assert shown() == expected
+
+
+def test_the_winbar_drops_finished_indexing_once_the_answer_streams_and_keeps_its_name_before_a_long_title(
+    editor, stub, workspace
+):
+    import threading
+
+    write_repo(workspace)  # files to index: the first reply reports indexing them
+    release = threading.Event()
+    stub.queue(StubReply(text="Billing listens on 8101.", hold=release))
+    question = "Which port does the billing service listen on, and where in the deployment is that set?"
+    try:
+        editor.command("Imprint " + question)
+        editor.wait(
+            "vim.api.nvim_buf_get_lines(require('imprint.chat').buffer(), -2, -1, false)[1] == 'Billing'",
+            "the first delta",
+        )
+        progress = [p["message"] for p in editor.lua("return _G.test_progress") if p["client"] == "imprintd"]
+        assert "Indexing the workspace: 2 of 2 files" in progress  # what the winbar showed before
+        shown = editor.winbar()
+        assert "Indexing" not in shown
+        width = editor.lua("return vim.api.nvim_win_get_width(require('imprint.chat')._state.win)")
+        assert width < len(question)
+        # The name first, the title cut to fit, what happens now last.
+        assert shown.startswith("Imprint · Which port") and shown.endswith("… · answering…"), shown
+        assert len(shown) <= width
+    finally:
+        release.set()
+    editor.wait_done(1)
+    assert editor.winbar().startswith("Imprint · Which port") and "…" in editor.winbar()
+    # Wider, the whole title shows.
+    editor.command("set columns=200")
+    editor.lua("vim.api.nvim_win_set_width(require('imprint.chat')._state.win, 190)")
+    editor.wait("vim.wo[require('imprint.chat')._state.win].winbar:find('set%?') ~= nil", "the winbar to widen")
+    assert editor.winbar().startswith("Imprint · " + question)
+
+
+def test_cancelling_the_first_question_before_any_text_keeps_its_session_for_the_next(editor, stub):
+    import threading
+
+    arrived, release = threading.Event(), threading.Event()
+
+    def held(request: dict) -> str:
+        arrived.set()
+        release.wait(60)
+        return "Never shown."
+
+    stub.queue(held, "A short one instead.")
+    # As when the cancel beats the round's imprint/contextUsage (say, while the workspace is
+    # indexed): no notification names the new session.
+    editor.lua("require('imprint.chat').on_context_usage = function() end")
+    try:
+        editor.command("Imprint Tell me a long story")
+        assert arrived.wait(30), "the question never reached the model"
+        # The daemon stored the question in a new session, and no notification named it yet.
+        assert editor.lua("return require('imprint.chat').session_id()") is None
+        editor.lua(LOG_HAS)
+        editor.lua("vim.lsp.log.set_level('debug')")
+        editor.command("ImprintCancel")
+        editor.wait("_G.log_has('Received cancellation ack')", "the daemon's -32800 answer to the cancelled request")
+    finally:
+        release.set()
+    # Asked at once, while the chat may still be finding the cancelled question's session.
+    editor.command("Imprint Then a short one")
+    done = editor.wait_done(2)
+    assert [d["status"] for d in done] == ["cancelled", "done"], editor.notes()
+    session_id = done[1]["sessionId"]
+    assert editor.lua("return require('imprint.chat').session_id()") == session_id
+    stored = editor.request("imprint/session", {"sessionId": session_id})
+    assert [(m["role"], m["content"]) for m in stored["messages"]] == [
+        ("user", "Tell me a long story"),
+        ("user", "Then a short one"),
+        ("assistant", "A short one instead."),
+    ]
+    assert len(editor.request("imprint/sessions")["sessions"]) == 1
+    # The model saw the cancelled question as part of the same conversation.
+    assert [m["content"] for m in stub.requests[-1]["messages"] if m["role"] == "user"] == [
+        "Tell me a long story",
+        "Then a short one",
+    ]

@@ -4,7 +4,9 @@ over, :ImprintSources fills the quickfix list, <CR> on a source opens the file a
 
 from __future__ import annotations
 
-from repo_script import PORT_FILE, PREAMBLE, researcher, write_repo
+from repo_script import BILLING, PORT_FILE, PREAMBLE, researcher, rounds_done, write_repo
+
+from tests.openai_stub import StubReply
 
 PICK_BY_TITLE = """
 local title = ...
@@ -85,7 +87,7 @@ def test_an_opened_research_session_shows_thinking_and_steps_and_its_sources_ope
     editor.wait(f"require('imprint.chat').session_id() == '{done['sessionId']}'", "the session to open")
     # The stored session reads as the live chat did: thinking, the step, the answer with Sources.
     assert editor.chat_lines() == live
-    assert editor.tool_lines() == [(9, f"  ✓ Reading {PORT_FILE}", True)]
+    assert editor.tool_lines() == [(8, f"  ✓ Reading {PORT_FILE}", False)]
     assert "> " + PREAMBLE in editor.chat_lines()
 
     # :ImprintSources: the quickfix list holds the cited file and lines.
@@ -134,3 +136,193 @@ def test_sources_of_a_live_answer_reach_the_quickfix_list_and_gd_opens_them(edit
         str(workspace / PORT_FILE),
         item["lnum"],
     ]
+
+
+WINDOWS = """
+return vim.tbl_map(function(win)
+  return vim.fn.fnamemodify(vim.api.nvim_buf_get_name(vim.api.nvim_win_get_buf(win)), ':t')
+end, vim.api.nvim_tabpage_list_wins(0))
+"""
+
+
+def test_a_quickfix_jump_from_the_input_area_leaves_it_for_questions_and_a_citation_reuses_the_file_window(
+    editor, stub, workspace
+):
+    write_repo(workspace)
+    stub.queue(*[researcher] * 6)
+    nvim = editor.nvim
+    nvim.input(":Imprint<CR>")
+    nvim.input("i")
+    nvim.input("Which port does billing use?<C-s>")
+    editor.wait_done(1)
+    nvim.input("<Esc>")
+
+    # From the input area: the sources to quickfix, <CR> on the first one.
+    nvim.input(":ImprintSources<CR>")
+    nvim.input("<CR>")
+    assert editor.lua("return vim.api.nvim_buf_get_name(0)") == str(workspace / PORT_FILE)
+    input_area = "return vim.api.nvim_buf_get_name(vim.api.nvim_win_get_buf(require('imprint.chat')._state.input_win))"
+    assert editor.lua(input_area) == "imprint://input"
+    # The file, the chat, the input area and the quickfix list.
+    assert sorted(editor.lua(WINDOWS)) == ["", "billing.yaml", "chat", "input"]
+
+    # :Imprint then i types into the input area, not into the file.
+    nvim.input(":Imprint<CR>")
+    nvim.input("i")
+    nvim.input("typed")
+    assert editor.lua("return vim.api.nvim_buf_get_name(0)") == "imprint://input"
+    assert editor.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)") == ["typed"]
+    assert (workspace / PORT_FILE).read_text(encoding="utf-8") == BILLING
+    assert not editor.lua("return vim.bo[vim.fn.bufnr(...)].modified", str(workspace / PORT_FILE))
+    nvim.input("<Esc>")
+
+    # <CR> on the citation opens the file in the window that already shows it: no new split.
+    windows = editor.lua("return #vim.api.nvim_tabpage_list_wins(0)")
+    nvim.input(":Imprint<CR>")
+    row = editor.chat_lines().index("Billing listens on 8101 [1].") + 1
+    editor.lua("vim.api.nvim_win_set_cursor(0, { ..., 24 })", row)
+    nvim.input("<CR>")
+    assert editor.lua("return vim.api.nvim_buf_get_name(0)") == str(workspace / PORT_FILE)
+    assert editor.lua("return #vim.api.nvim_tabpage_list_wins(0)") == windows
+    assert editor.lua(WINDOWS).count("billing.yaml") == 1
+
+
+def test_an_input_window_showing_another_buffer_is_not_typed_into_or_closed(editor, stub, workspace):
+    write_repo(workspace)
+    nvim = editor.nvim
+    nvim.input(":Imprint<CR>")
+    nvim.input("i<Esc>")
+    # Whatever put it there ('winfixbuf' turned off, a plugin), the input window now shows a file.
+    editor.command("setlocal nowinfixbuf | edit README.md")
+    file_window = editor.lua("return vim.api.nvim_get_current_win()")
+    nvim.input(":Imprint<CR>")
+    nvim.input("i")
+    nvim.input("typed")
+    assert editor.lua("return vim.api.nvim_buf_get_name(0)") == "imprint://input"
+    assert editor.lua("return vim.api.nvim_get_current_win()") != file_window
+    assert editor.lua("return vim.api.nvim_buf_get_lines(vim.fn.bufnr('README.md'), 0, -1, false)") == [
+        "# shop",
+        "",
+        "A small shop backend.",
+    ]
+    nvim.input("<Esc>")
+    nvim.input(":Imprint<CR>q")  # closes the chat and its input, not the file's window
+    assert editor.lua("return vim.api.nvim_win_is_valid(...)", file_window)
+    assert editor.lua("return vim.api.nvim_buf_get_name(vim.api.nvim_win_get_buf(...))", file_window).endswith(
+        "README.md"
+    )
+
+
+QUICKFIX = """
+return vim.tbl_map(function(i)
+  return { name = i.bufnr > 0 and vim.api.nvim_buf_get_name(i.bufnr) or '', lnum = i.lnum, end_lnum = i.end_lnum,
+    text = i.text, type = i.type, valid = i.valid }
+end, vim.fn.getqflist())
+"""
+
+
+def one_round_then(answer: str, call: dict):
+    """A scripted model (queued once per request) that makes `call` in its first round and then
+    answers `answer` with the tools still offered: the direct path, no research stop."""
+
+    def model(request: dict):
+        if rounds_done(request) == 0:
+            return StubReply(tool_calls=[call])
+        return answer
+
+    return model
+
+
+READ_DEPLOY = {"name": "read_file", "id": "read_0", "arguments": {"path": PORT_FILE}}
+
+
+def test_a_direct_answer_and_its_reopened_session_put_their_cited_sources_in_the_quickfix_list(editor, stub, workspace):
+    write_repo(workspace)
+    stub.queue(*[one_round_then("Billing listens on 8101 [1].", READ_DEPLOY)] * 2)
+    done = ask(editor, "Which port does billing use?", 1)
+    stored = editor.request("imprint/session", {"sessionId": done["sessionId"]})
+    [source] = stored["messages"][-1]["sources"]
+    assert source["kind"] == "file" and source["cited"] is True and source["supported"] is True
+
+    editor.command("ImprintSources")
+    [item] = editor.lua(QUICKFIX)
+    assert item == {
+        "name": str(workspace / PORT_FILE),
+        "lnum": source["startLine"],
+        "end_lnum": source["endLine"],
+        "text": f"[1] {source['label']}",
+        "type": "",
+        "valid": 1,
+    }
+    assert "read_file" not in item["text"]
+
+    editor.command("cclose")
+    editor.command("ImprintNew")
+    editor.lua("require('imprint.sessions').open(...)", done["sessionId"])
+    editor.wait(f"require('imprint.chat').session_id() == '{done['sessionId']}'", "the session to open")
+    editor.command("ImprintSources")
+    assert editor.lua(QUICKFIX) == [item]
+    # <CR> on the citation of the reopened answer opens the file at the source's line.
+    editor.command("cclose")
+    editor.lua("vim.api.nvim_set_current_win(require('imprint.chat')._state.win)")
+    row = editor.chat_lines().index("Billing listens on 8101 [1].") + 1
+    editor.lua("vim.api.nvim_win_set_cursor(0, { ..., 24 })", row)
+    editor.command('execute "normal \\<CR>"')
+    assert editor.lua("return { vim.api.nvim_buf_get_name(0), vim.api.nvim_win_get_cursor(0)[1] }") == [
+        str(workspace / PORT_FILE),
+        source["startLine"],
+    ]
+
+
+def test_read_but_not_cited_and_unsupported_sources_say_so_in_the_quickfix_list(editor, stub, workspace):
+    write_repo(workspace)
+    stub.queue(*[one_round_then("Billing listens on its usual port.", READ_DEPLOY)] * 2)
+    ask(editor, "Which port does billing use?", 1)
+    editor.command("ImprintSources")
+    [read] = editor.lua(QUICKFIX)
+    assert read["text"].startswith("[1] deploy/billing.yaml") and read["text"].endswith(" (read, not cited)")
+    assert read["valid"] == 1 and read["type"] == ""
+
+    editor.command("cclose")
+    stub.queue(*[one_round_then("Payments listen on 9999 [1].", {**READ_DEPLOY, "id": "read_1"})] * 2)
+    done = ask(editor, "And payments?", 2)
+    [source] = editor.request("imprint/session", {"sessionId": done["sessionId"]})["messages"][-1]["sources"]
+    assert source["supported"] is False and source["reason"]
+    editor.command("ImprintSources")
+    [unsupported] = editor.lua(QUICKFIX)
+    assert unsupported["text"] == f"[1] {source['label']} (unsupported: {source['reason']})"
+    assert unsupported["type"] == "W"
+    # In the chat, its Sources line is muted, with the reason after it.
+    marks = editor.lua("""
+        local chat = require('imprint.chat')
+        return vim.tbl_map(function(m) return { m[2], m[4].hl_group, m[4].virt_text and m[4].virt_text[1][1] or '' } end,
+          vim.api.nvim_buf_get_extmarks(chat.buffer(), chat.ns_hl, 0, -1, { details = true }))
+    """)
+    row = max(index for index, line in enumerate(editor.chat_lines()) if line.startswith("[1] "))
+    assert marks == [[row, "ImprintSourceUnsupported", "  " + source["reason"]]]
+
+
+def test_a_message_source_jumps_to_that_message_in_the_chat(editor, stub, workspace):
+    write_repo(workspace)
+    stub.queue("Noted: billing moved to 8102.")
+    ask(editor, "Remember that billing moved to port 8102.", 1)
+    history = {"name": "conversation_history", "id": "history_0", "arguments": {"message": 1}}
+    stub.queue(*[one_round_then("You said billing moved to 8102 [1].", history)] * 2)
+    done = ask(editor, "Where did I say billing moved?", 2)
+    [source] = editor.request("imprint/session", {"sessionId": done["sessionId"]})["messages"][-1]["sources"]
+    assert source["kind"] == "message" and source["message"] == 1
+
+    editor.command("ImprintSources")
+    editor.wait("#vim.fn.getqflist() > 0", "the quickfix list (after finding the message in the chat)")
+    [item] = editor.lua(QUICKFIX)
+    assert item["name"] == "imprint://chat" and item["lnum"] == 1  # the first "## You"
+    assert item["text"] == f"[1] {source['label']}"
+
+    # <CR> on the citation moves the chat to message #1.
+    editor.command("cclose")
+    editor.lua("vim.api.nvim_set_current_win(require('imprint.chat')._state.win)")
+    row = editor.chat_lines().index("You said billing moved to 8102 [1].") + 1
+    editor.lua("vim.api.nvim_win_set_cursor(0, { ..., 32 })", row)
+    editor.command('execute "normal \\<CR>"')
+    editor.wait("vim.api.nvim_win_get_cursor(0)[1] == 1", "the cursor to reach message #1")
+    assert editor.lua("return vim.api.nvim_buf_get_name(0)") == "imprint://chat"

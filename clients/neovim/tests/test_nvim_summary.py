@@ -48,9 +48,9 @@ def test_a_summary_shows_as_a_folded_divider_above_the_question_that_needed_it(e
     ) == [row + 1, end]
     assert lines[-1] == 'Billing listens on 8101: the compose file you pasted has `ports: ["8101:8101"]`.'
     assert (
-        len(lines) - 1,
+        len(lines) - 2,  # under the blank line after "## Imprint", above the answer
         "  ✓ Searching earlier in this conversation for “billing port”",
-        True,
+        False,
     ) in editor.tool_lines()
 
     # Reopened, the session shows the divider before the first message it does not cover.

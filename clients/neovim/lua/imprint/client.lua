@@ -10,8 +10,71 @@ M.NAME = "imprintd"
 --- @type integer|nil
 M.client_id = nil
 
+--- The model the daemon answers with, as it reports it: { provider, model, nCtx } (initialize's
+--- capabilities.experimental.imprint, then imprint/modelChanged); nil before it said.
+M.model = nil
+
 --- Functions waiting for the client to finish `initialize`.
 local waiting = {}
+
+--- The settings the running daemon was last sent, as dotted keys.
+local sent = {}
+
+--- `settings` as dotted keys: { chat = { n_ctx = 1 } } and { ["chat.n_ctx"] = 1 } give the same.
+local function flatten(settings, prefix, out)
+  out = out or {}
+  for key, value in pairs(settings) do
+    local name = prefix and (prefix .. "." .. key) or key
+    if type(value) == "table" then
+      flatten(value, name, out)
+    else
+      out[name] = value
+    end
+  end
+  return out
+end
+
+--- `settings` without the keys set to vim.NIL (a setting being unset), and those keys.
+local function without_unset(settings, prefix, unset)
+  local kept = vim.empty_dict() -- an empty group encodes as {}, not []
+  for key, value in pairs(settings) do
+    local name = prefix and (prefix .. "." .. key) or key
+    if value == vim.NIL then
+      unset[#unset + 1] = name
+    elseif type(value) == "table" then
+      kept[key] = without_unset(value, name, unset)
+    else
+      kept[key] = value
+    end
+  end
+  return kept
+end
+
+--- What to send for `settings`: them, and null for every key the daemon was sent before that
+--- is gone now (or unset with vim.NIL), so it goes back to the daemon's own value.
+local function payload(settings, unset)
+  local out = vim.deepcopy(settings)
+  local now = flatten(settings)
+  local gone = vim.deepcopy(unset)
+  for name in pairs(sent) do
+    if now[name] == nil and not vim.tbl_contains(gone, name) then
+      gone[#gone + 1] = name
+    end
+  end
+  table.sort(gone)
+  for _, name in ipairs(gone) do
+    local parts = vim.split(name, ".", { plain = true })
+    local group = out
+    for index = 1, #parts - 1 do
+      if type(group[parts[index]]) ~= "table" then
+        group[parts[index]] = {}
+      end
+      group = group[parts[index]]
+    end
+    group[parts[#parts]] = vim.NIL
+  end
+  return out, now
+end
 
 local LEVELS = { [1] = vim.log.levels.ERROR, [2] = vim.log.levels.WARN, [3] = vim.log.levels.INFO, [4] = vim.log.levels.DEBUG }
 
@@ -40,6 +103,13 @@ local handlers = {
   end,
   ["imprint/summaryUpdated"] = function(_, params)
     chat().on_summary(params)
+  end,
+  ["imprint/contextUsage"] = function(_, params)
+    chat().on_context_usage(params)
+  end,
+  ["imprint/modelChanged"] = function(_, params)
+    M.model = params
+    chat().on_model()
   end,
   -- A refused setting (or any daemon message) reaches the user through vim.notify.
   ["window/showMessage"] = function(_, params)
@@ -80,6 +150,7 @@ function M.start()
       .. "`pip install imprintd`, or set `cmd` in require('imprint').setup()"):format(cmd[1])
   end
   local root = config.root_dir()
+  sent = flatten(config.options.settings)
   local id = vim.lsp.start({
     name = M.NAME,
     cmd = cmd,
@@ -88,13 +159,18 @@ function M.start()
     init_options = object(config.options.settings),
     settings = object(config.options.settings),
     handlers = handlers,
-    on_init = function(client)
+    on_init = function(client, result)
+      local experimental = result and result.capabilities and result.capabilities.experimental
+      M.model = type(experimental) == "table" and type(experimental.imprint) == "table" and experimental.imprint
+        or nil
+      chat().on_model()
       flush_waiting(client, nil)
     end,
     on_exit = function(code, signal, client_id)
       vim.schedule(function()
         if client_id == M.client_id then
           M.client_id = nil
+          M.model = nil
           flush_waiting(nil, ("the daemon exited (code %d) before it answered initialize; "
             .. ":ImprintLog shows why"):format(code))
           chat().on_daemon_exit(code, signal)
@@ -154,13 +230,18 @@ function M.cancel(request_id)
   end
 end
 
---- Merge `settings` into the current ones and send them to the running daemon.
+--- Merge `settings` into the current ones (a key set to vim.NIL is removed) and send them to
+--- the running daemon, with null for each key it had that is gone.
 function M.update_settings(settings)
-  config.options.settings = vim.tbl_deep_extend("force", config.options.settings, settings)
+  local unset = {}
+  config.options.settings =
+    without_unset(vim.tbl_deep_extend("force", config.options.settings, settings), nil, unset)
   local client = M.get()
   if client then
+    local values, now = payload(config.options.settings, unset)
     client.settings = object(config.options.settings)
-    client:notify("workspace/didChangeConfiguration", { settings = object(config.options.settings) })
+    client:notify("workspace/didChangeConfiguration", { settings = object(values) })
+    sent = now
   end
 end
 

@@ -1,5 +1,6 @@
 --- :checkhealth imprint — Neovim version, the daemon on PATH and its version, a daemon that
---- starts and answers `initialize`, and the model in use; each failure says what to do.
+--- starts and answers `initialize`, and the model in use as that answer names it; each failure
+--- says what to do.
 local config = require("imprint.config")
 
 local M = {}
@@ -60,8 +61,12 @@ local function check_executable()
   return true
 end
 
+--- What the daemon's initialize said of its model, when it said (an older daemon does not).
+local reported
+
 --- Start a throwaway daemon with the plugin's command and ask it `initialize`.
 local function check_initialize()
+  reported = nil
   local messages = {}
   local exited
   local dispatchers = {
@@ -98,6 +103,12 @@ local function check_initialize()
   if answer then
     local info = answer.serverInfo or {}
     health.ok(("the daemon starts and answers initialize (%s %s)"):format(info.name or "?", info.version or "?"))
+    local experimental = answer.capabilities and answer.capabilities.experimental
+    reported = type(experimental) == "table" and experimental.imprint or nil
+    if type(reported) == "table" then
+      health.ok(("model in use: %s (%s, n_ctx %s), as the daemon reports it"):format(
+        reported.model ~= "" and reported.model or "(none set)", reported.provider or "?", tostring(reported.nCtx)))
+    end
     rpc.notify("initialized", vim.empty_dict())
     vim.wait(200, function() return #messages > 0 end, 20) -- a refused setting comes right after
     for _, message in ipairs(messages) do
@@ -139,7 +150,9 @@ end
 local function check_client()
   local client = require("imprint.client").get()
   if client then
-    health.info(("the plugin's daemon is running (client id %d, workspace %s)"):format(client.id, client.root_dir or "?"))
+    local model = require("imprint.client").model
+    health.info(("the plugin's daemon is running (client id %d, workspace %s%s)"):format(client.id,
+      client.root_dir or "?", model and (", model " .. (model.model ~= "" and model.model or "(none set)")) or ""))
   else
     health.info("the plugin's daemon is not running (it starts with the first :Imprint)")
   end
@@ -151,7 +164,9 @@ function M.check()
   health.start("imprintd")
   if check_executable() then
     check_initialize()
-    check_model()
+    if type(reported) ~= "table" then
+      check_model() -- a daemon that does not report its model: what `imprintd config` says
+    end
   end
   check_client()
 end

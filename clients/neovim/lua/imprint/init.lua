@@ -45,7 +45,8 @@ function M.setup(opts)
   end
 end
 
---- Change daemon settings at runtime (sent as workspace/didChangeConfiguration).
+--- Change daemon settings at runtime (sent as workspace/didChangeConfiguration); a key set to
+--- vim.NIL is unset, and so is every key that disappeared from the settings.
 function M.set_settings(settings)
   vim.validate("settings", settings, "table")
   client().update_settings(settings)
@@ -108,6 +109,11 @@ end
 
 function M.sources()
   return chat().sources_to_quickfix()
+end
+
+--- A float with what fills the model's context (:ImprintContext).
+function M.context()
+  return chat().open_context()
 end
 
 function M.sessions()

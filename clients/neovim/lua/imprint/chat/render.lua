@@ -1,0 +1,150 @@
+--- A stored session (an `imprint/session` result) as the live chat showed it: the transcript,
+--- thinking and summary blocks folded, and each tool call as a finished or failed step.
+local api = vim.api
+local state = require("imprint.chat.state")
+local ui = require("imprint.chat.ui")
+local folds = require("imprint.chat.folds")
+local steps = require("imprint.chat.steps")
+
+local split_lines = ui.split_lines
+
+local M = {}
+
+local TOOL_TITLES = {
+  search = function(args) return ("Searching the workspace for “%s”"):format(args.query or "") end,
+  read_file = function(args) return "Reading " .. (args.path or "") end,
+  conversation_history = function(args)
+    return args.query and ("Searching earlier in this conversation for “%s”"):format(args.query)
+      or ("Reading message #%s"):format(tostring(args.message or "?"))
+  end,
+}
+
+local function tool_title(call)
+  local title = TOOL_TITLES[call.name]
+  local args = type(call.arguments) == "table" and call.arguments or {}
+  return title and title(args) or (call.name .. " " .. vim.json.encode(call.arguments or vim.empty_dict()))
+end
+
+--- The transcript of a stored session: lines, folded blocks, tool steps to place, and the
+--- answers that have sources ({ row, sources }).
+function M.session(messages, summary)
+  local lines, blocks, placed, answers = {}, {}, {}, {}
+  local function add(new)
+    for _, line in ipairs(new) do
+      lines[#lines + 1] = line
+    end
+  end
+  local function add_quoted(head, text, hl)
+    local block = folds.quoted(head, split_lines(text))
+    blocks[#blocks + 1] = { row = #lines, lines = block, hl = hl }
+    add(block)
+    add({ "" })
+  end
+  -- How each call ended, from its stored result. A repeated call was answered from before
+  -- and, as in the live reply, is no step of its own.
+  local results = {} -- toolCallId -> "finished" | "failed" | "repeat"
+  for _, m in ipairs(messages) do
+    if m.role == "tool" and m.toolCallId then
+      results[m.toolCallId] = vim.startswith(m.content, "(Same call as before") and "repeat"
+        or vim.startswith(m.content, "Error:") and "failed" or "finished"
+    end
+  end
+  local last_role
+  local summary_placed = summary == nil or summary == vim.NIL
+  for _, m in ipairs(messages) do
+    if not summary_placed and m.seq > summary.lastSeq then
+      if #lines > 0 then
+        add({ "" })
+      end
+      add_quoted(("> **Summary of messages #%d–#%d**"):format(summary.firstSeq, summary.lastSeq), summary.text,
+        "ImprintSummary")
+      summary_placed = true
+      last_role = nil
+    end
+    if m.role == "user" then
+      if last_role == "user" then
+        add({ "", "## Imprint", "", state.CANCELLED })
+      end
+      if #lines > 0 and lines[#lines] ~= "" then
+        add({ "" })
+      end
+      add({ "## You", "" })
+      add(split_lines(m.content))
+      last_role = "user"
+    elseif m.role == "assistant" then
+      if last_role ~= "assistant" then
+        add({ "", "## Imprint", "" })
+      end
+      local calls = m.toolCalls or {}
+      if #calls > 0 then
+        if m.content ~= "" then
+          add_quoted(state.THINKING_HEAD, m.content, "ImprintThinking")
+        end
+        for _, call in ipairs(calls) do
+          local outcome = results[call.id] or "finished"
+          if outcome ~= "repeat" then
+            -- Under the blank line that ends the thinking block (or the heading), as live.
+            placed[#placed + 1] = { row = #lines - 1, state = outcome, title = tool_title(call) }
+          end
+        end
+      else
+        if type(m.sources) == "table" and #m.sources > 0 then
+          answers[#answers + 1] = { row = #lines, sources = m.sources }
+        end
+        add(split_lines(m.content))
+      end
+      last_role = "assistant"
+    end
+  end
+  if last_role == "user" then
+    add({ "", "## Imprint", "", state.CANCELLED })
+  end
+  return lines, blocks, placed, answers
+end
+
+--- Show a stored session in the chat buffer.
+function M.show(result)
+  local chat = require("imprint.chat")
+  if state.reply then
+    chat.cancel()
+  end
+  ui.clear()
+  local buf = ui.buffer()
+  local lines, blocks, placed, answers = M.session(result.messages, result.summary)
+  local session = result.session
+  local workspace = session.workspace ~= vim.NIL and session.workspace or nil
+  ui.edit(function()
+    api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+    for _, block in ipairs(blocks) do
+      folds.add(buf, block.row, block.lines, block.hl)
+    end
+  end)
+  local group
+  for _, step in ipairs(placed) do
+    if not group or group.row ~= step.row then
+      if group then
+        steps.show(buf, group)
+      end
+      group = steps.group(step.row, false)
+    end
+    group.lines[#group.lines + 1] = steps.line(step.state, step.title)
+  end
+  if group then
+    steps.show(buf, group)
+  end
+  local sources = require("imprint.chat.sources")
+  for _, answer in ipairs(answers) do
+    sources.remember(buf, answer.row, answer.sources, workspace)
+  end
+  local latest = answers[#answers]
+  state.last_sources = latest and { sources = latest.sources, workspace = workspace } or nil
+  state.session_id = session.sessionId
+  state.title = session.title
+  state.workspace = workspace
+  ui.open()
+  ui.update_winbar()
+  ui.scroll_to_end()
+  require("imprint.chat.context").refresh(session.sessionId)
+end
+
+return M
