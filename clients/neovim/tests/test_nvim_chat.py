@@ -419,3 +419,49 @@ def test_cancelling_the_first_question_before_any_text_keeps_its_session_for_the
         "Tell me a long story",
         "Then a short one",
     ]
+
+
+RECORD_NOTIFY = """
+_G.test_sent = {}
+local c = require('imprint.client').get()
+local notify = c.notify
+c.notify = function(self, method, params)
+  if method == 'workspace/didChangeConfiguration' then table.insert(_G.test_sent, params.settings) end
+  return notify(self, method, params)
+end
+"""
+
+
+def test_a_setting_that_disappears_or_is_set_to_nil_is_sent_as_null_and_the_daemon_goes_back_to_its_own(
+    bare_editor, options, stub
+):
+    from imprintd.settings import ChatSettings
+
+    default = ChatSettings().max_tokens
+    editor = bare_editor
+    editor.lua("require('imprint').setup(...)", {**options, "settings": {"chat": {"max_tokens": 77, "n_ctx": 8192}}})
+    stub.queue("one", "two", "three", "four")
+    editor.command("Imprint hi")
+    editor.wait_done(1)
+    assert stub.requests[0]["max_tokens"] == 77
+    editor.lua(RECORD_NOTIFY)
+
+    # setup() again without max_tokens: it went away, so it is sent as null.
+    editor.lua("require('imprint').setup(...)", {**options, "settings": {"chat": {"n_ctx": 8192}}})
+    assert editor.lua("return _G.test_sent") == [{"chat": {"n_ctx": 8192, "max_tokens": None}}]
+    editor.command("Imprint again")
+    editor.wait_done(2)
+    assert stub.requests[1]["max_tokens"] == default
+
+    # set_settings: a value, then vim.NIL to unset it.
+    editor.lua("require('imprint').set_settings({ chat = { max_tokens = 55 } })")
+    editor.command("Imprint three")
+    editor.wait_done(3)
+    assert stub.requests[2]["max_tokens"] == 55
+    editor.lua("require('imprint').set_settings({ chat = { max_tokens = vim.NIL } })")
+    assert editor.lua("return _G.test_sent")[-1] == {"chat": {"n_ctx": 8192, "max_tokens": None}}
+    assert editor.lua("return require('imprint.config').options.settings") == {"chat": {"n_ctx": 8192}}
+    editor.command("Imprint four")
+    editor.wait_done(4)
+    assert stub.requests[3]["max_tokens"] == default
+    assert not [message for message, level in editor.notes() if level == 4], editor.notes()
