@@ -192,6 +192,8 @@ class Recorder:
 
     def summary(self, text: str, first_seq: int, last_seq: int) -> None: ...
 
+    def context_usage(self, usage) -> None: ...
+
 
 @dataclass
 class Row:
