@@ -1,11 +1,14 @@
 """Helpers tests share (fixtures live in ``conftest.py``): chats on the stand-in model, one
-way to ask for a reply, scripted tool turns, and a look inside a store's database.
+way to ask for a reply, scripted tool turns, a look inside a store's database, and the remote
+provider's estimate of a request body the scripted server received.
 
 Test modules import from here, never from one another.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 import apsw
@@ -59,3 +62,23 @@ def integrity_check(store: Store) -> str:
     """SQLite's ``PRAGMA integrity_check``: ``"ok"``, or the problems found, one a line."""
     with store.reading() as db:
         return "\n".join(str(row[0]) for row in db.execute("PRAGMA integrity_check"))
+
+
+def estimated_prompt(request: dict) -> int:
+    """The remote provider's estimate of one request body as it went over the wire (one token per
+    started three UTF-8 bytes): 3 for the generation prompt, each tool schema as JSON, and per
+    message 4 + its content + its tool calls (as JSON) + its name."""
+
+    def estimate(text: str) -> int:
+        return math.ceil(len(text.encode("utf-8")) / 3)
+
+    total = 3 + sum(estimate(json.dumps(tool, ensure_ascii=False)) for tool in request.get("tools", ()))
+    for message in request["messages"]:
+        calls = "".join(
+            json.dumps(
+                {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}, ensure_ascii=False
+            )
+            for c in message.get("tool_calls", ())
+        )
+        total += 4 + estimate(message["content"] or "") + estimate(calls) + estimate(message.get("name", ""))
+    return total

@@ -9,7 +9,6 @@ seen), the scripted OpenAI-compatible model on loopback. Each test asserts what 
 from __future__ import annotations
 
 import json
-import math
 import re
 
 import pytest
@@ -18,6 +17,7 @@ from imprintd.context.summary import SUMMARIZER_SYSTEM
 from tests.conversations import BILLING_QUESTION, FOLLOW_UPS, PASTE
 from tests.e2e import summary_script
 from tests.e2e.rawclient import RawClient
+from tests.helpers import estimated_prompt
 from tests.openai_stub import StubReply
 
 WORKER_SYSTEM_START = "You take notes for another assistant"
@@ -33,24 +33,6 @@ def is_worker(body: dict) -> bool:
 def is_final(body: dict) -> bool:
     """The tools-free final answer written from notes."""
     return "tools" not in body and "Research notes:" in body["messages"][-1]["content"]
-
-
-def estimated_prompt(body: dict) -> int:
-    """The remote provider's estimate of a request body (three UTF-8 bytes a token)."""
-
-    def estimate(text: str) -> int:
-        return math.ceil(len(text.encode("utf-8")) / 3)
-
-    total = 3 + sum(estimate(json.dumps(tool, ensure_ascii=False)) for tool in body.get("tools", ()))
-    for message in body["messages"]:
-        calls = "".join(
-            json.dumps(
-                {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}, ensure_ascii=False
-            )
-            for c in message.get("tool_calls", ())
-        )
-        total += 4 + estimate(message["content"] or "") + estimate(calls) + estimate(message.get("name", ""))
-    return total
 
 
 def paste(lines: int) -> str:

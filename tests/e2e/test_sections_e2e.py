@@ -9,13 +9,12 @@ Every request the model receives fits the budget by the remote provider's estima
 
 from __future__ import annotations
 
-import json
-import math
 import re
 
 import pytest
 from pygls.exceptions import JsonRpcException
 
+from tests.helpers import estimated_prompt
 from tests.openai_stub import StubReply
 
 N_CTX = 2048
@@ -101,26 +100,6 @@ def coordinator_prompt(stub) -> str:
 
 def is_worker(request: dict) -> bool:
     return "tools" not in request and request["messages"][0]["content"].startswith(WORKER_SYSTEM_START)
-
-
-def estimate(text: str) -> int:
-    """The remote provider's estimate (ADR 0093): one token per started three UTF-8 bytes."""
-    return math.ceil(len(text.encode("utf-8")) / 3)
-
-
-def estimated_prompt(request: dict) -> int:
-    """The remote estimate of one request body: 3 for the generation prompt, each tool schema
-    as JSON, and per message 4 + its content + its tool calls (as JSON) + its name."""
-    total = 3 + sum(estimate(json.dumps(tool, ensure_ascii=False)) for tool in request.get("tools", ()))
-    for message in request["messages"]:
-        calls = "".join(
-            json.dumps(
-                {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}, ensure_ascii=False
-            )
-            for c in message.get("tool_calls", ())
-        )
-        total += 4 + estimate(message["content"] or "") + estimate(calls) + estimate(message.get("name", ""))
-    return total
 
 
 def model_script(read_start: int, read_length: int):
