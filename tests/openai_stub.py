@@ -27,8 +27,9 @@ class StubReply:
     #: Answer with this HTTP status and body instead of a stream (error replies), with these headers.
     status: int = 200
     body: str = ""
-    #: Stream this piece again and again, ``max_tokens`` ignored, as a misconfigured server
-    #: does: until the daemon hangs up, or ``ENDLESS_LIMIT`` pieces (then it finishes).
+    #: Stream this piece again and again, each time followed by its number, ``max_tokens``
+    #: ignored, as a misconfigured server does: until the daemon hangs up, or ``ENDLESS_LIMIT``
+    #: pieces (then it finishes).
     endless: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     #: The stream's finish_reason ("length": the answer hit its output limit); default "stop" or "tool_calls".
@@ -146,7 +147,9 @@ class OpenAIStub:
 
             def _endless(self, piece: str) -> None:
                 while stub.endless_sent < ENDLESS_LIMIT:
-                    self._event(self._chunk({"content": piece}))
+                    # Numbered, so the text never repeats itself: what is cut is the output
+                    # allowance, not a loop (the repetition guard would stop that sooner).
+                    self._event(self._chunk({"content": f"{piece}{stub.endless_sent} "}))
                     stub.endless_sent += 1
                 self._event(self._chunk({}, "stop"))
                 self._event("[DONE]")

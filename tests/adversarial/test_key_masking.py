@@ -144,7 +144,8 @@ def with_password(url: str) -> str:
 
 
 def test_a_password_in_the_base_url_stays_out_of_a_failed_replys_answer(daemon_env, stub):
-    stub.queue(StubReply(status=429, body='{"error": {"message": "slow down"}}'))
+    # A 429 is retried three times (at once: Retry-After 0), then the reply fails naming it.
+    stub.queue(*[StubReply(status=429, body='{"error": {"message": "slow down"}}', headers={"Retry-After": "0"})] * 4)
     client = RawClient({**daemon_env, "IMPRINT_CHAT_BASE_URL": with_password(stub.base_url)})
     try:
         client.initialize()

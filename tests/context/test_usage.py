@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from imprintd import messages as msg
 from imprintd import prompts
-from imprintd.context.history import STRATEGY_LINE, TOOL_NAME
+from imprintd.context.history import STRATEGY_LINE, TOOL_NAME, ConversationHistoryTool
 from imprintd.context.usage import ContextUsage, ranges
 from imprintd.store import StoredSummary
 from tests.conversations import BILLING_QUESTION, FOLLOW_UPS, PASTE, PASTE_REPLY
@@ -113,7 +113,7 @@ async def test_the_next_question_gets_what_the_round_got_less_the_question(model
     assert len(model.requests) == 1  # counting asked the model nothing
 
 
-async def test_without_a_workspace_the_next_question_is_counted_without_tools(model):
+async def test_without_a_workspace_the_next_question_is_counted_with_the_history_tool_alone(model):
     chat = make_chat(model, **{"chat.max_tokens": MAX_TOKENS})
     info = chat.store.create_session(workspace=None)
     chat.store.append(info.id, msg.user("Hello"))
@@ -121,8 +121,10 @@ async def test_without_a_workspace_the_next_question_is_counted_without_tools(mo
 
     usage = await chat.context_usage(info.id)
 
-    system = msg.system(prompts.system_prompt())
-    assert usage.parts.tools == 0 and usage.parts.system == model.count_message(system) + PROMPT_OVERHEAD
+    # With earlier messages conversation_history is offered, workspace or not; no search or read.
+    system = msg.system(prompts.system_prompt(tool_lines=(STRATEGY_LINE, prompts.CITATIONS)))
+    assert usage.parts.tools == model.count_tools([ConversationHistoryTool.spec])
+    assert usage.parts.system == model.count_message(system) + PROMPT_OVERHEAD
     assert usage.parts.earlier == model.count_message(msg.user("Hello")) + model.count_message(msg.assistant("Hi."))
     assert usage.in_view == ((1, 2),) and usage.summarized == usage.dropped == ()
 
