@@ -73,6 +73,7 @@ from imprintd.models.base import (
     report_usage,
     request_scope,
 )
+from imprintd.models.call_grammar import CallWatch
 from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
 from imprintd.models.toolcalls import Mode, ParsedOutput, VisibleTextFilter, format_call, tools_prompt
@@ -394,6 +395,7 @@ class LocalModel:
         state_cache_memory: int = 0,
         state_cache_disk: int = 0,
         state_folder: str | os.PathLike[str] | None = None,
+        tool_call_grammar: bool = True,
     ) -> None:
         self.model_path = Path(model_path).expanduser()
         self.n_ctx = n_ctx
@@ -404,6 +406,8 @@ class LocalModel:
         self._n_threads_batch = n_threads_batch or batch_threads
         self._n_batch = n_batch
         self._temperature = temperature  # 0: greedy
+        #: Whether a tool call the model opens is finished under the offered tools' grammar.
+        self._tool_call_grammar = tool_call_grammar
         # llama.cpp's extra weight buffers (AMX, repacked layouts): None = on unless the build
         # uses AMX, whose matmul crashes the process in this llama.cpp (see _has_amx).
         self._extra_buffers = extra_buffers
@@ -829,7 +833,11 @@ class LocalModel:
         llama = loaded.llama
         visible = VisibleTextFilter(tools, mode)
         guard = RepetitionGuard()
+        # A call is finished under a grammar of the offered tools (call_grammar.py), unless the
+        # whole output already has one.
+        watch = CallWatch(tools, mode) if self._tool_call_grammar and run.grammar is None else None
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        kept: list[int] = []  # the tokens generated so far that stay in the reply
         generated = 0
         finish = "stop"
         with loaded.generation_lock:  # llama.cpp state is single-threaded whatever the event loop
@@ -837,14 +845,7 @@ class LocalModel:
             self.last_first_token_s = None
             self._restore_state(loaded, run, tokens)
             loaded.active = run
-            stream = llama.generate(
-                tokens,
-                temp=self._temperature,
-                top_k=1 if self._temperature == 0 else 40,
-                repeat_penalty=1.0,
-                reset=True,
-                grammar=run.grammar,
-            )
+            stream = self._stream(llama, tokens, run.grammar)
             try:
                 while True:
                     run.check()  # before producing the next token: cancel and deadline
@@ -855,7 +856,18 @@ class LocalModel:
                     if token is None or loaded.is_end(token):
                         break
                     generated += 1
-                    piece = visible.feed(decoder.decode(llama.detokenize([token])))
+                    before = decoder.getstate()
+                    text = decoder.decode(llama.detokenize([token]))
+                    call = watch.feed(text) if watch is not None else None
+                    if call is not None and not before[0]:
+                        # This token opened a call: generate it again, under the call's grammar,
+                        # from the tokens before it (held evaluated; one is replayed for logits).
+                        stream.close()
+                        decoder.setstate(before)
+                        stream = self._stream(llama, tokens + kept, _compiled_grammar(call))
+                        continue
+                    kept.append(token)
+                    piece = visible.feed(text)
                     if piece:
                         emit(piece)
                         if guard.feed(piece):
@@ -879,6 +891,17 @@ class LocalModel:
         self.last_usage = Usage(prompt_tokens=len(tokens), evaluated_tokens=run.evaluated, generated_tokens=generated)
         return _Result(
             parsed=parsed, finish=finish, evaluated=run.evaluated, generated=generated, loop_start=guard.loop_start
+        )
+
+    def _stream(self, llama: Any, tokens: list[int], grammar: Any) -> Any:
+        """llama.cpp's token stream for ``tokens``, greedy unless a temperature is set."""
+        return llama.generate(
+            tokens,
+            temp=self._temperature,
+            top_k=1 if self._temperature == 0 else 40,
+            repeat_penalty=1.0,
+            reset=True,
+            grammar=grammar,
         )
 
 

@@ -178,6 +178,16 @@ def _skip_space(text: str, index: int) -> int:
     return index
 
 
+@dataclass(frozen=True)
+class JsonOpening:
+    """How a JSON call opened: ``text[:end]`` is the opening, up to the colon after ``key``."""
+
+    end: int
+    key: str
+    fenced: bool
+    listed: bool
+
+
 def opening_state(text: str) -> OpeningState:
     """Whether ``text`` starts a JSON call: ``yes``, ``no``, or ``maybe`` (too short to tell).
 
@@ -185,44 +195,53 @@ def opening_state(text: str) -> OpeningState:
     then a newline), an optional ``[``, then ``{"name":`` (or ``"arguments"`` /
     ``"parameters"``), with any whitespace between those parts.
     """
+    return scan_opening(text)[0]
+
+
+def scan_opening(text: str) -> tuple[OpeningState, JsonOpening | None]:
+    """``opening_state`` of ``text``, and for ``yes`` where the opening ends and what it holds."""
     if not text:
-        return "maybe"
+        return "maybe", None
     index = 0
-    if text[0] == "`":
+    fenced = text[0] == "`"
+    if fenced:
         if not text.startswith(FENCE):
-            return "maybe" if FENCE.startswith(text) else "no"
+            return ("maybe" if FENCE.startswith(text) else "no"), None
         newline = text.find("\n", len(FENCE))
         info = text[len(FENCE) : newline if newline >= 0 else len(text)].strip().lower()
         if newline < 0:
-            return "maybe" if "json".startswith(info) else "no"
+            return ("maybe" if "json".startswith(info) else "no"), None
         if info not in ("", "json"):
-            return "no"
+            return "no", None
         index = newline + 1
     elif text[0] not in "{[":
-        return "no"
+        return "no", None
     index = _skip_space(text, index)
-    if index < len(text) and text[index] == "[":
+    listed = index < len(text) and text[index] == "["
+    if listed:
         index = _skip_space(text, index + 1)
     if index == len(text):
-        return "maybe"
+        return "maybe", None
     if text[index] != "{":
-        return "no"
+        return "no", None
     index = _skip_space(text, index + 1)
     if index == len(text):
-        return "maybe"
+        return "maybe", None
     if text[index] != '"':
-        return "no"
+        return "no", None
     rest = text[index + 1 :]
     for key in CALL_KEYS:
         quoted = key + '"'
         if rest.startswith(quoted):
             colon = _skip_space(text, index + 1 + len(quoted))
             if colon == len(text):
-                return "maybe"
-            return "yes" if text[colon] == ":" else "no"
+                return "maybe", None
+            if text[colon] != ":":
+                return "no", None
+            return "yes", JsonOpening(end=colon + 1, key=key, fenced=fenced, listed=listed)
         if quoted.startswith(rest):
-            return "maybe"
-    return "no"
+            return "maybe", None
+    return "no", None
 
 
 def _candidates(text: str, start: int = 0):

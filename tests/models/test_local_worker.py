@@ -24,18 +24,36 @@ SEARCH = ToolSpec(name="search", description="Search.", parameters={"type": "obj
 END = -1
 
 
+PROMPT = [1, 2, 3]
+#: Token ids of what the fake writes under a grammar start here.
+CONSTRAINED = 1000
+
+
 @dataclass
 class FakeLlama:
-    """Yields token ids 0..n-1, each detokenizing to ``pieces[i]`` bytes; ``END`` ends the turn."""
+    """Yields token ids 0..n-1, each detokenizing to ``pieces[i]`` bytes; ``END`` ends the turn.
+
+    Asked again with the first prompt and some of its ids, it goes on after them.
+    Under a grammar it writes ``constrained`` instead (ids from ``CONSTRAINED``). ``requests``
+    keeps the tokens and the grammar of each generation asked for.
+    """
 
     pieces: list[bytes]
-    tokens_evaluated: int = 0
+    constrained: list[bytes] = field(default_factory=list)
+    requests: list[tuple[list[int], object]] = field(default_factory=list)
 
     def generate(self, tokens, **kwargs):
-        yield from range(len(self.pieces))
+        grammar = kwargs.get("grammar")
+        self.requests.append((list(tokens), grammar))
+        if grammar is not None and self.constrained:
+            yield from range(CONSTRAINED, CONSTRAINED + len(self.constrained))
+        else:
+            yield from range(len(tokens) - len(self.requests[0][0]), len(self.pieces))
         yield END
 
     def detokenize(self, tokens, prev_tokens=None, special=False) -> bytes:
+        if tokens[0] >= CONSTRAINED:
+            return self.constrained[tokens[0] - CONSTRAINED]
         return self.pieces[tokens[0]]
 
 
@@ -50,11 +68,12 @@ class FakeLoaded:
         return token == END
 
 
-def run(pieces: list[bytes], tools=(), mode="json", max_tokens=100):
-    model = LocalModel("/unused.gguf")
+def run(pieces: list[bytes], tools=(), mode="json", max_tokens=100, llama: FakeLlama | None = None, **options):
+    model = LocalModel("/unused.gguf", **options)
     shown: list[str] = []
+    llama = llama or FakeLlama(pieces)
     result = model._generate(
-        FakeLoaded(FakeLlama(pieces)), _Run(deadline=float("inf")), [1, 2, 3], tools, mode, max_tokens, shown.append
+        FakeLoaded(llama), _Run(deadline=float("inf")), list(PROMPT), tools, mode, max_tokens, shown.append
     )
     return result, shown
 
@@ -94,8 +113,66 @@ def test_hermes_tool_call_in_native_mode():
 
 
 def test_malformed_call_is_an_error_not_a_call():
-    result, _ = run([b'{"name": "search", "arguments": "oops"}'], tools=[SEARCH])
+    result, _ = run([b'{"name": "search", "arguments": "oops"}'], tools=[SEARCH], tool_call_grammar=False)
     assert result.parsed.calls == () and "not valid JSON" in result.parsed.error
+
+
+# -- a call the model opens is finished under the tools' grammar (call_grammar.py) ------------
+
+#: A model writing a call it gets wrong: a misspelt tool, "parameters", an argument search lacks.
+WRONG_CALL = [b"Let me check.", b' {"na', b'me": "serch", "parameters": {"q": 1}}']
+
+
+def test_the_token_that_opens_a_call_is_generated_again_under_the_grammar():
+    # The fake writes under the grammar what a constrained model would: the opening's end, then a valid call.
+    llama = FakeLlama(WRONG_CALL, constrained=[b'me":', b' "search", "arguments": {"query": "port"}}'])
+    result, shown = run([], tools=[SEARCH], llama=llama)
+    (first, _), (again, grammar) = llama.requests
+    assert first == PROMPT
+    # From the tokens before the one that completed the opening; the grammar starts with what it wrote of it.
+    assert again == PROMPT + [0, 1]
+    assert 'root ::= "me\\":" ws named-call' in grammar._grammar.splitlines()
+    assert '"\\"search\\""' in grammar._grammar and "serch" not in grammar._grammar
+    assert [(c.name, c.arguments) for c in result.parsed.calls] == [("search", {"query": "port"})]
+    assert result.parsed.error is None
+    assert "".join(shown) == result.parsed.text == "Let me check."
+    assert result.generated == 2 + 1 + 2  # the dropped token was generated too
+
+
+def test_without_the_grammar_the_same_call_is_an_error():
+    result, _ = run(WRONG_CALL, tools=[SEARCH], tool_call_grammar=False)
+    assert result.parsed.calls == () and "unknown tool 'serch'" in result.parsed.error
+
+
+def test_a_native_call_is_finished_under_the_grammar_from_its_opening_tag():
+    llama = FakeLlama(
+        [b"<tool_", b'call>\n{"name": "find"}'],
+        constrained=[b"call>", b'\n{"name": "search", "arguments": {"query": "port"}}\n</tool_call>'],
+    )
+    result, shown = run([], tools=[SEARCH], mode="native", llama=llama)
+    assert llama.requests[1][0] == PROMPT + [0]
+    assert 'root ::= "call>" call-block' in llama.requests[1][1]._grammar
+    assert result.parsed.calls[0].name == "search" and shown == []
+
+
+@pytest.mark.parametrize("case", ["no tools", "output grammar", "split character"])
+def test_no_second_generation_when(case):
+    tools, grammar = [SEARCH], None
+    pieces = [b'{"name": "search", "arguments": {"query": "port"}}']
+    if case == "no tools":
+        tools = []
+    elif case == "output grammar":  # the whole output has a grammar already (a summary's bullets)
+        grammar = object()
+    else:  # the opening's token also ends a character begun before it: the text cannot restart there
+        pieces = [b"caf\xc3", b'\xa9 {"name": "search", "arguments": {"query": "port"}}']
+    llama = FakeLlama(pieces)
+    control = _Run(deadline=float("inf"), grammar=grammar)
+    result = LocalModel("/unused.gguf")._generate(FakeLoaded(llama), control, list(PROMPT), tools, "json", 100, print)
+    assert len(llama.requests) == 1
+    # What the model wrote is parsed as it stands: a call when tools were offered.
+    assert [c.name for c in result.parsed.calls] == ([] if case == "no tools" else ["search"])
+    if case == "split character":
+        assert result.parsed.text == "café"
 
 
 def test_cancel_before_the_next_token():

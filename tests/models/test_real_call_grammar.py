@@ -1,0 +1,134 @@
+"""Tool calls on the real embedded model: llama.cpp takes every call grammar, the grammar lets
+through exactly the calls the tools accept, and a call the model opens always parses and validates
+(left free, the same model writes one that does not)."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import pytest
+
+from imprintd.context.history import SPEC as HISTORY
+from imprintd.context.history import HistoryArguments
+from imprintd.context.sections import READ_CHAT_SECTION_SPEC, ReadChatSectionArguments
+from imprintd.messages import system, user
+from imprintd.models.call_grammar import call_grammar, find_opening
+from imprintd.models.local import LocalModel
+from imprintd.tools.base import parse_arguments
+from imprintd.tools.workspace import ReadFileArguments, ReadFileTool, SearchArguments, SearchTool
+from tests.models.real_model import needs_real_model
+
+TOOLS = [SearchTool.spec, ReadFileTool.spec, HISTORY, READ_CHAT_SECTION_SPEC]
+ARGUMENTS = {
+    "search": SearchArguments,
+    "read_file": ReadFileArguments,
+    "conversation_history": HistoryArguments,
+    "read_chat_section": ReadChatSectionArguments,
+}
+#: Each way a call can open, with what the model wrote of it before the grammar took over.
+OPENINGS = [
+    ("<tool_call>", "native", "<tool_call>"),
+    ('{"name":', "json", '{"name":'),
+    ('{"arguments":', "json", '{"arguments":'),
+    ('```json\n[{"parameters":', "json", '[{"parameters":'),
+]
+
+
+def grammar_for(text: str, mode: str, written: str) -> str:
+    opening, _ = find_opening(text, mode)
+    assert opening is not None
+    return call_grammar(TOOLS, opening, written)
+
+
+class Sampler:
+    """llama.cpp's grammar sampler on the model's vocabulary, asked token by token what it allows."""
+
+    def __init__(self, model: LocalModel, grammar: str) -> None:
+        from llama_cpp import llama_cpp as lib
+
+        self.lib = lib
+        self.llama = model.load().llama
+        self.pointer = lib.llama_sampler_init_grammar(self.llama._model.vocab, grammar.encode(), b"root")
+
+    def allows(self, token: int) -> bool:
+        data = (self.lib.llama_token_data * 1)(self.lib.llama_token_data(token, 0.0, 0.0))
+        candidates = self.lib.llama_token_data_array(data, 1, -1, False)
+        self.lib.llama_sampler_apply(self.pointer, ctypes.byref(candidates))
+        return data[0].logit != -math.inf
+
+    def accepts(self, text: str) -> bool:
+        """Whether the grammar lets a model write ``text`` and then end its turn."""
+        for token in self.llama.tokenize(text.encode(), add_bos=False, special=False):
+            if not self.allows(token):
+                return False
+            self.lib.llama_sampler_accept(self.pointer, token)
+        return self.allows(self.llama.token_eos())
+
+    def close(self) -> None:
+        self.lib.llama_sampler_free(self.pointer)
+
+
+@needs_real_model
+@pytest.mark.parametrize(("text", "mode", "written"), OPENINGS)
+def test_llama_cpp_takes_the_grammar_of_every_opening(local_model, text, mode, written):
+    sampler = Sampler(local_model, grammar_for(text, mode, written))
+    assert sampler.pointer, "llama.cpp did not parse the grammar"
+    sampler.close()
+
+
+VALID = [
+    ' "search", "arguments": {"query": "retry limit"}}',
+    ' "read_file", "arguments": {"path": "src/app.py", "start_line": 3, "end_line": 40}}',
+    ' "read_file", "arguments": {"path": "a \\"quoted\\"\\n name.py"}}',
+    ' "conversation_history", "arguments": {"message": 12, "offset": 0}}',
+    ' "read_chat_section", "arguments": {"source_id": "paste-1", "start": 0, "length": 4000}}',
+]
+INVALID = {
+    "an unknown tool": ' "serch", "arguments": {"query": "x"}}',
+    "parameters for arguments": ' "search", "parameters": {"query": "x"}}',
+    "an argument the tool lacks": ' "search", "arguments": {"q": "x"}}',
+    "a required argument missing": ' "read_file", "arguments": {"start_line": 3}}',
+    "below the minimum": ' "read_file", "arguments": {"path": "a.py", "start_line": 0}}',
+    "above the maximum": ' "read_chat_section", "arguments": {"source_id": "s", "start": 0, "length": 4001}}',
+    "a string for a number": ' "conversation_history", "arguments": {"message": "12"}}',
+    "a raw newline in a string": ' "search", "arguments": {"query": "a\nb"}}',
+    "a call not closed": ' "search", "arguments": {"query": "x"}',
+    "text after the call": ' "search", "arguments": {"query": "x"}} Done.',
+}
+
+
+@needs_real_model
+def test_the_grammar_lets_through_exactly_the_calls_the_tools_accept(local_model):
+    from imprintd.models.toolcalls import parse_tool_calls
+
+    grammar = grammar_for('{"name":', "json", '{"name":')
+    for rest in VALID:
+        sampler = Sampler(local_model, grammar)
+        assert sampler.accepts('{"name":' + rest), rest
+        sampler.close()
+        (call,) = parse_tool_calls('{"name":' + rest, TOOLS, "json").calls
+        parse_arguments(call.name, call.arguments, ARGUMENTS[call.name])  # raises if not valid
+    for what, rest in INVALID.items():
+        sampler = Sampler(local_model, grammar)
+        assert not sampler.accepts('{"name":' + rest), what
+        sampler.close()
+
+
+#: A question on which the embedded model, offered the workspace tools, opens a call it gets wrong.
+ASKED = [system("You answer questions about the user's workspace. Use the tools."), user("Read the file src/app.py.")]
+
+
+@needs_real_model
+async def test_a_call_the_embedded_model_opens_parses_and_validates(local_model, monkeypatch):
+    tools = [SearchTool.spec, ReadFileTool.spec]
+    streamed: list[str] = []
+    finished = await local_model.complete(ASKED, tools, max_tokens=160, on_text=streamed.append)
+    assert finished.finish_reason == "tool_calls" and finished.tool_call_error is None
+    for call in finished.tool_calls:
+        parse_arguments(call.name, call.arguments, ARGUMENTS[call.name])
+    assert "".join(streamed) == finished.text and "{" not in finished.text
+
+    monkeypatch.setattr(local_model, "_tool_call_grammar", False)  # LocalModel(tool_call_grammar=False)
+    unconstrained = await local_model.complete(ASKED, tools, max_tokens=160)
+    assert unconstrained.tool_calls == () and unconstrained.tool_call_error  # the same model, left free
