@@ -37,9 +37,10 @@ from imprintd.models.toolcalls import FENCE, HERMES_CLOSE, HERMES_OPEN, JsonOpen
 CHAR_RULE = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
 #: The largest integer an argument without a ``maximum`` may have (15 digits, as the converter allows).
 INTEGER_LIMIT = 10**15 - 1
-#: Whitespace between the parts of a call: one space, or a newline and some indentation; bounded
-#: so that a model cannot run away in it.
-WS_RULE = '| " " | "\\n" [ ]{0,8}'
+#: Whitespace between the parts of a call: none, one space, or a newline and up to this many
+#: spaces of indentation; bounded so that a model cannot run away in it.
+WS_INDENT = 8
+WS_RULE = f'| " " | "\\n" [ ]{{0,{WS_INDENT}}}'
 
 
 @dataclass(frozen=True)

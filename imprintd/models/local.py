@@ -17,7 +17,9 @@
   on the event-loop thread, UTF-8 sequences split across tokens decoded whole.
 * **Tool calls.** A template that renders ``tools`` gets them natively and its Hermes
   ``<tool_call>`` output is parsed; otherwise the tools are described in the system prompt and
-  a JSON call is parsed from the text (``toolcalls.py``).
+  a JSON call is parsed from the text (``toolcalls.py``). Once the model opens a call, the
+  rest of it is generated under a grammar of the offered tools (``call_grammar.py``): the
+  opening token is sampled again from the tokens before it, constrained.
 * **Prefix reuse (ADR 0157).** ``Llama.generate`` keeps the evaluated prefix of the previous
   prompt and evaluates only the rest; ``Usage.evaluated_tokens`` is what llama.cpp actually
   evaluated for this prompt, measured at its ``eval`` call, and ``reusable_prefix`` says
