@@ -1,7 +1,9 @@
 """Do the embedded model's tool calls parse and validate? With and without the call grammar.
 
-Each request is what a research round sends (the daemon's system prompt with its tool strategy,
-``search`` and ``read_file`` offered) with a question that asks for a lookup. Every request is
+Each request is what a research round sends (``search`` and ``read_file`` offered) with a
+question that asks for a lookup, under two system prompts: the daemon's own (with its tool
+strategy), and one line telling the model to use the tools, under which the embedded model
+opens calls more often. Every request is
 made twice in the same process, side by side: once with the grammar a call the model opens is
 finished under (``models/call_grammar.py``), once with the model left free. Each completion is
 one of: no call, a valid call (it parses, names an offered tool, and its arguments pass the
@@ -74,9 +76,15 @@ def judge(completion: Completion) -> tuple[str, str]:
     return "valid", "; ".join(f"{c.name}({c.arguments})" for c in completion.tool_calls)
 
 
-async def ask(model: LocalModel, question: str, max_tokens: int, grammar: bool) -> Outcome:
+SYSTEMS = {
+    "daemon": prompts.system_prompt(tool_lines=(prompts.TOOL_STRATEGY, prompts.CITATIONS)),
+    "told": "You answer questions about the user's workspace. Use the tools.",
+}
+
+
+async def ask(model: LocalModel, prompt: str, question: str, max_tokens: int, grammar: bool) -> Outcome:
     model._tool_call_grammar = grammar  # as LocalModel(tool_call_grammar=...) sets it
-    messages = [system(prompts.system_prompt(tool_lines=(prompts.TOOL_STRATEGY,))), user(question)]
+    messages = [system(prompt), user(question)]
     started = time.perf_counter()
     completion = await model.complete(messages, TOOLS, max_tokens=max_tokens)
     seconds = time.perf_counter() - started
@@ -93,24 +101,31 @@ def main() -> None:
 
     model = LocalModel(embedded_model_path(), n_ctx=args.n_ctx)
     model.load()
+    for label, prompt in SYSTEMS.items():
+        print(f"system prompt: {label}")
+        report(model, prompt, args)
+        print()
+
+
+def report(model: LocalModel, prompt: str, args: argparse.Namespace) -> None:
     results: dict[bool, list[Outcome]] = {True: [], False: []}
     for number, question in enumerate(QUESTIONS, 1):
         # Alternate which goes first, so neither always finds the other's prefix evaluated.
         for grammar in (True, False) if number % 2 else (False, True):
-            results[grammar].append(anyio.run(ask, model, question, args.max_tokens, grammar))
+            results[grammar].append(anyio.run(ask, model, prompt, question, args.max_tokens, grammar))
         constrained, free = results[True][-1], results[False][-1]
         print(f"{number:2}. grammar: {constrained.kind:7}  free: {free.kind:7}  {question}")
         if args.show:
             print(f"      grammar: {constrained.detail}\n      free:    {free.detail}")
-
-    print()
     for grammar, label in ((True, "with the grammar"), (False, "left free")):
         rows = results[grammar]
         opened = [row for row in rows if row.kind != "none"]
         valid = sum(row.kind == "valid" for row in rows)
         print(f"{label:17} calls opened {len(opened):2} of {len(rows)}, valid {valid} of {len(opened)}")
     both = [
-        (c.seconds, f.seconds) for c, f in zip(results[True], results[False], strict=True) if "none" not in (c.kind, f.kind)
+        (c.seconds, f.seconds)
+        for c, f in zip(results[True], results[False], strict=True)
+        if "none" not in (c.kind, f.kind)
     ]
     if both:
         ratio = sum(c for c, _ in both) / sum(f for _, f in both)

@@ -224,6 +224,18 @@ def first_look_paths(messages) -> list[str] | None:
     return None
 
 
+#: A line the daemon adds to an answer (cut off, repeated itself): not the model's words.
+_DAEMON_LINE = re.compile(r"^\(The (answer|model) .*\)$", re.MULTILINE)
+#: A list item's or heading's number at the start of a line ("# 5. ", "3) "): not an answer.
+_ITEM_NUMBER = re.compile(r"^[ \t]*#*[ \t]*\d+[.)][ \t]+", re.MULTILINE)
+
+
+def model_words(answer: str) -> str:
+    """What an answer is judged on: the model's own words, without list numbers (a looping list
+    "# 1. … # 5. …" does not answer "5 seconds") or the lines the daemon adds."""
+    return _ITEM_NUMBER.sub("", _DAEMON_LINE.sub("", answer))
+
+
 async def ask(chat: Chat, workspace: Path, question: Question) -> Row:
     started = time.perf_counter()
     outcome = await chat.reply(ReplyRequest(text=question.text, persist=False, workspace=str(workspace)), Recorder())
@@ -233,7 +245,7 @@ async def ask(chat: Chat, workspace: Path, question: Question) -> Row:
     calls = [c for m in stored for c in m.tool_calls if not first_look.is_first_look(c.id)]
     return Row(
         question=question,
-        answered=re.search(question.answer, outcome.text, re.IGNORECASE) is not None,
+        answered=re.search(question.answer, model_words(outcome.text), re.IGNORECASE) is not None,
         first_look_file=None if seen is None else any(path.endswith(question.path) for path in seen),
         tool_calls=len(calls),
         looped=outcome.stop_reason == "repetition",

@@ -122,6 +122,8 @@ class Numbering:
                 )
                 passages.append(passage)
                 shown.append(f"[{passage.number}] {label}\n{hit.excerpt}")
+            if result.footer:
+                shown.append(result.footer)
             return "\n\n".join(shown), passages
         if result.quotes:
             shown, passages = [result.preface] if result.preface else [], []

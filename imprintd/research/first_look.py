@@ -14,6 +14,7 @@ The query and its bounds are decided here; the loop runs it (``research/loop.py`
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +24,7 @@ import msgspec
 
 from imprintd.context.history import is_stopword
 from imprintd.messages import Message
-from imprintd.tools.base import Tool, ToolResult
+from imprintd.tools.base import Hit, Tool, ToolResult
 from imprintd.tools.workspace import format_hits
 
 #: How the first look's call ids begin: the shape of the ids Imprint gives parsed calls
@@ -36,6 +37,12 @@ SHARE = 0.25
 FOLLOW_UP_WORDS = 12
 #: Words in all: the workspace search uses at most 32.
 MAX_WORDS = 24
+#: Lines of the hits repeated at the end of the look, those sharing the most (and the rarest)
+#: words with the query: where a small model looks last, the line that answers is most often one.
+BEST_LINES = 5
+#: A best line longer than this is cut (it is a pointer into the hit above, not the hit).
+BEST_LINE_CHARS = 160
+BEST_LINES_HEADING = "The lines above that match the question best:"
 
 _WORD = re.compile(r"[^\W_](?:[\w.]*[^\W_])?")
 #: Question words the conversation's stop words do not need but a workspace search does.
@@ -112,11 +119,63 @@ class FirstLookSearch:
 
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
         result = await self.search.run(arguments)
+        words = content_words(str(arguments.get("query", "")))
         hits = list(result.hits)
-        while len(hits) > 1 and self._count(format_hits(hits)) > self._share:
+        while len(hits) > 1 and self._count(look_text(hits, words)) > self._share:
             hits.pop()
-        if len(hits) == len(result.hits):
+        if not hits:
             return result
         return msgspec.structs.replace(
-            result, text=format_hits(hits), hits=tuple(hits), evidence=tuple(hit.id for hit in hits)
+            result,
+            text=look_text(hits, words),
+            hits=tuple(hits),
+            evidence=tuple(hit.id for hit in hits),
+            footer=best_lines_text(hits, words),
         )
+
+
+def look_text(hits: Sequence[Hit], words: Sequence[str]) -> str:
+    """The look's result as the model reads it: the hits, then the lines that match best."""
+    footer = best_lines_text(hits, words)
+    return format_hits(hits) + (f"\n\n{footer}" if footer else "")
+
+
+def best_lines_text(hits: Sequence[Hit], words: Sequence[str]) -> str:
+    """The heading and the best lines (``best_lines``), or nothing when no line shares a word."""
+    lines = best_lines(hits, words)
+    return "\n".join([BEST_LINES_HEADING, *lines]) if lines else ""
+
+
+def best_lines(hits: Sequence[Hit], words: Sequence[str], limit: int = BEST_LINES) -> list[str]:
+    """``path:line: text`` for the hits' lines that share the most query words, rarest counting most.
+
+    A word counts in a line that contains it anywhere (``timeout`` in ``DEFAULT_TIMEOUT_CONFIG``);
+    its weight is the log of how rare it is among the hits' lines. Ties keep the search's order.
+    """
+    terms = list(dict.fromkeys(word.lower() for word in words if len(word) > 2))
+    lines = [
+        (hit.path, hit.start_line + offset, text.strip())
+        for hit in hits
+        for offset, text in enumerate(hit.excerpt.split("\n"))
+        if text.strip()
+    ]
+    lowered = [text.lower() for _, _, text in lines]
+    weights = {}
+    for term in terms:
+        holding = sum(term in line for line in lowered)
+        if holding:
+            weights[term] = math.log(1 + len(lines) / holding)
+    scores = [sum(weight for term, weight in weights.items() if term in line) for line in lowered]
+    ranked = sorted(range(len(lines)), key=lambda index: -scores[index])
+    chosen: list[str] = []
+    seen: set[str] = set()
+    for index in ranked:
+        path, number, text = lines[index]
+        if scores[index] <= 0 or len(chosen) == limit:
+            break
+        if text in seen:
+            continue
+        seen.add(text)
+        cut = text if len(text) <= BEST_LINE_CHARS else text[: BEST_LINE_CHARS - 1] + "…"
+        chosen.append(f"{path}:{number}: {cut}")
+    return chosen

@@ -73,6 +73,7 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
     continuation: str = ""
     quotes: tuple[Quote, ...] = ()
     preface: str = ""
+    footer: str = ""
 
     @property
     def content(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from imprintd.research import first_look
+from imprintd.tools.base import Hit
 from tests.helpers import ask, make_chat, tool_turn
 from tests.standin import StandInModel, call
 
@@ -136,3 +137,42 @@ def test_the_query_leaves_out_question_words_and_keeps_identifiers():
     )
     assert first_look.query("What is it?", []) is None
     assert first_look.query("?", []) is None
+
+
+async def test_the_look_ends_with_the_lines_that_match_the_question_best(model, workspace):
+    chat = make_chat(model, **ON)
+    model.queue("Port 8101 [1].")
+    await ask(chat, "Which port does the billing service listen on?", workspace=workspace)
+    _, look_result = first_look_exchange(model.requests[0])
+    heading = look_result.content.index(first_look.BEST_LINES_HEADING)
+    best = look_result.content[heading:].splitlines()[1:]
+    # Each line named by its file and number, as a pointer into the numbered hits above it.
+    assert "services/billing.yaml:3: port: 8101" in best and len(best) <= first_look.BEST_LINES
+    assert look_result.content.startswith("[1] services/billing.yaml:1–4\n")
+
+
+def hit(path: str, start_line: int, excerpt: str) -> Hit:
+    return Hit(
+        id=path, path=path, start_line=start_line, end_line=start_line + excerpt.count("\n"), score=1.0, excerpt=excerpt
+    )
+
+
+def test_best_lines_weigh_rare_words_over_common_ones_and_name_each_line():
+    hits = [
+        hit(
+            "httpx/_config.py",
+            10,
+            "import httpx\nfrom httpx import Client\nDEFAULT_TIMEOUT_CONFIG = Timeout(timeout=5.0)",
+        ),
+        hit("httpx/_client.py", 40, "class Client:\n    timeout = None\n" + "x" * 300),
+    ]
+    lines = first_look.best_lines(hits, ["default", "timeout", "httpx", "client"], limit=2)
+    # "default" is in one line, the others in two: the constant first, named by its line; then
+    # the line with two words of the same weight, before those with one.
+    assert lines == [
+        "httpx/_config.py:12: DEFAULT_TIMEOUT_CONFIG = Timeout(timeout=5.0)",
+        "httpx/_config.py:11: from httpx import Client",
+    ]
+    assert first_look.best_lines(hits, ["nowhere"]) == []
+    long = first_look.best_lines([hit("a.txt", 1, "x" * 300)], ["xxx"])
+    assert len(long[0]) == len("a.txt:1: ") + first_look.BEST_LINE_CHARS and long[0].endswith("…")
