@@ -142,21 +142,17 @@ class ArgumentRules:
 
     def named_call(self) -> str:
         """The rule for ``"<tool>", "arguments": {...}}``: what follows ``{"name":``."""
-        choices = [
-            f'{literal(_quoted(tool.name))} ws "," ws "\\"arguments\\"" ws ":" ws {self._arguments[tool.name]} ws "}}"'
-            for tool in self._tools
-        ]
-        self.add("named-call", " | ".join(choices))
-        return "named-call"
+        return self._per_tool("named-call", '{name} ws "," ws "\\"arguments\\"" ws ":" ws {arguments} ws "}}"')
 
     def arguments_first(self) -> str:
         """The rule for ``{...}, "name": "<tool>"}``: what follows ``{"arguments":``."""
-        choices = [
-            f'{self._arguments[tool.name]} ws "," ws "\\"name\\"" ws ":" ws {literal(_quoted(tool.name))} ws "}}"'
-            for tool in self._tools
-        ]
-        self.add("arguments-first", " | ".join(choices))
-        return "arguments-first"
+        return self._per_tool("arguments-first", '{arguments} ws "," ws "\\"name\\"" ws ":" ws {name} ws "}}"')
+
+    def _per_tool(self, rule: str, shape: str) -> str:
+        """Add ``rule``: one choice per tool, ``shape`` filled with its quoted name and its arguments' rule."""
+        choices = [shape.format(name=literal(_quoted(t.name)), arguments=self._arguments[t.name]) for t in self._tools]
+        self.add(rule, " | ".join(choices))
+        return rule
 
     def grammar(self) -> str:
         return self._converter.format_grammar()
