@@ -11,8 +11,10 @@ model repeated itself.
 Two shapes count as a loop, both deterministic and cheap to check after every piece:
 
 - **A repeated line**: the same line, of at least ``MIN_LINE_CHARS`` characters once stripped,
-  written ``LINE_REPEATS`` times in a row (blank lines between them do not count). Tables and lists repeat a shape, not a line: their
-  rows differ in their cells, so they never trip it.
+  written ``LINE_REPEATS`` times in a row (blank lines between them do not count); a list
+  number at its start does not make it another line (``# 11. 1.1.1.1``, ``# 12. 1.1.1.1``).
+  Tables and lists repeat a shape, not a line: their rows differ in their cells, so they never
+  trip it.
 - **A periodic tail**: the last ``PERIODIC_CHARS`` characters or more, and at least
   ``PERIODIC_REPEATS`` whole units, repeat one unit of at most ``MAX_PERIOD`` characters
   (``_json`` 40 times, a sentence written over and over on one line). Units of whitespace alone (indentation) and a unit of one repeated character, up to
@@ -38,6 +40,8 @@ MAX_RULE_CHARS = 400
 #: The guard looks at most this far back: enough for every shape above.
 _WINDOW = max(PERIODIC_REPEATS * MAX_PERIOD + MAX_PERIOD, MAX_RULE_CHARS + 1, 4096)
 
+#: A list item's number at the start of a line ("3. ", "# 12) "): counting, not content.
+_LIST_NUMBER = re.compile(r"^#*\s*\d+[.)]\s+")
 _SENTENCE_END = re.compile(r"[.!?…:](?:[\"')\]]*)(?=\s)|\n")
 
 
@@ -81,12 +85,13 @@ def _repeated_line(tail: str) -> int | None:
     starts, position = [], 0
     for line in tail.split("\n")[:-1]:  # the last line may still be growing
         if line.strip():
-            starts.append((position, line.strip()))
+            starts.append((position, _LIST_NUMBER.sub("", line.strip())))
         position += len(line) + 1
     if len(starts) < LINE_REPEATS:
         return None
     last = starts[-1][1]
-    if len(last) < MIN_LINE_CHARS or any(text != last for _, text in starts[-LINE_REPEATS:]):
+    long_enough = len(tail[starts[-1][0] :].split("\n", 1)[0].strip()) >= MIN_LINE_CHARS
+    if not long_enough or not last or any(text != last for _, text in starts[-LINE_REPEATS:]):
         return None
     run = LINE_REPEATS
     while run < len(starts) and starts[-run - 1][1] == last:

@@ -180,3 +180,11 @@ async def test_the_embedded_model_s_loop_is_stopped_before_the_output_allowance(
     assert completion.finish_reason == "repetition"
     assert completion.usage.generated_tokens < 200  # stopped after a few repeats, not at 300
     assert completion.text.endswith(".") and completion.text.count(loop) <= 1
+
+
+def test_a_numbered_list_of_one_item_written_again_and_again_is_a_loop():
+    # What the embedded model wrote for "What is the default timeout of an httpx client?"
+    text = "The timeout is set in the client.\n" + "".join(f"# {n}. 1.1.1.1\n" for n in range(1, 80))
+    guard = feed_in_pieces(text, size=4)
+    assert guard.looping and len(guard.text) < 34 + 14 * 6
+    assert cut_before_loop(guard.text, guard.loop_start) == "The timeout is set in the client.\n# 1. 1.1.1.1"
