@@ -1,4 +1,4 @@
-"""The grammar a local model's tool call is finished under (docs/decisions.md, "Constrained structure").
+"""The grammar a local model's tool call is finished under (docs/decisions.md, "Tool-call grammar").
 
 Small models that open a tool call often get it wrong: an unknown tool name, ``parameters``
 where ``arguments`` belong, an argument the tool does not take, JSON that does not close. A

@@ -82,16 +82,17 @@ def _repeated_line(tail: str) -> int | None:
 
     Blank lines between the repeats do not break the run (a paragraph written again and again).
     """
-    starts, position = [], 0
+    starts, position, last_length = [], 0, 0
     for line in tail.split("\n")[:-1]:  # the last line may still be growing
-        if line.strip():
-            starts.append((position, _LIST_NUMBER.sub("", line.strip())))
+        stripped = line.strip()
+        if stripped:
+            starts.append((position, _LIST_NUMBER.sub("", stripped)))
+            last_length = len(stripped)
         position += len(line) + 1
     if len(starts) < LINE_REPEATS:
         return None
     last = starts[-1][1]
-    long_enough = len(tail[starts[-1][0] :].split("\n", 1)[0].strip()) >= MIN_LINE_CHARS
-    if not long_enough or not last or any(text != last for _, text in starts[-LINE_REPEATS:]):
+    if last_length < MIN_LINE_CHARS or not last or any(text != last for _, text in starts[-LINE_REPEATS:]):
         return None
     run = LINE_REPEATS
     while run < len(starts) and starts[-run - 1][1] == last:

@@ -121,23 +121,17 @@ class FirstLookSearch:
         result = await self.search.run(arguments)
         words = content_words(str(arguments.get("query", "")))
         hits = list(result.hits)
-        while len(hits) > 1 and self._count(look_text(hits, words)) > self._share:
-            hits.pop()
         if not hits:
             return result
+        while True:
+            footer = best_lines_text(hits, words)
+            text = format_hits(hits) + (f"\n\n{footer}" if footer else "")
+            if len(hits) == 1 or self._count(text) <= self._share:
+                break
+            hits.pop()
         return msgspec.structs.replace(
-            result,
-            text=look_text(hits, words),
-            hits=tuple(hits),
-            evidence=tuple(hit.id for hit in hits),
-            footer=best_lines_text(hits, words),
+            result, text=text, hits=tuple(hits), evidence=tuple(hit.id for hit in hits), footer=footer
         )
-
-
-def look_text(hits: Sequence[Hit], words: Sequence[str]) -> str:
-    """The look's result as the model reads it: the hits, then the lines that match best."""
-    footer = best_lines_text(hits, words)
-    return format_hits(hits) + (f"\n\n{footer}" if footer else "")
 
 
 def best_lines_text(hits: Sequence[Hit], words: Sequence[str]) -> str:
