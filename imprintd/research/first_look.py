@@ -7,9 +7,11 @@ the first round of a reply with a workspace, the research loop runs the workspac
 itself, with the question's words (and, for a follow-up, those of the exchange it follows), and
 the model starts with the best hits as this reply's first research result: a tool exchange like
 any other, numbered and cited, fitted and charged like research. The model may still search and
-read more.
+read more. The result ends with the hits' lines that match the question best, each constant
+they use followed by the line that binds it (the value asked for is often a constant's, bound in
+another file).
 
-The query and its bounds are decided here; the loop runs it (``research/loop.py``).
+The query, its bounds and those lines are decided here; the loop runs it (``research/loop.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import msgspec
 from imprintd.context.history import is_stopword
 from imprintd.messages import Message
 from imprintd.tools.base import Hit, Tool, ToolResult
-from imprintd.tools.workspace import format_hits
+from imprintd.tools.index import binding_of
+from imprintd.tools.workspace import SearchTool, format_hits
 
 #: How the first look's call ids begin: the shape of the ids Imprint gives parsed calls
 #: (``call_`` and hex digits), with a letter no hex id has, so it never takes a model's id.
@@ -43,8 +46,26 @@ BEST_LINES = 5
 #: A best line longer than this is cut (it is a pointer into the hit above, not the hit).
 BEST_LINE_CHARS = 160
 BEST_LINES_HEADING = "The lines above that match the question best:"
+#: The look's last line, before the question: a small model that reaches the end of a long
+#: result has lost the question asked before it, and answers something else (or loops).
+ASK_AGAIN = "Answer this question from the results above:"
+#: A question longer than this is cut where the look repeats it.
+ASK_AGAIN_CHARS = 500
+#: Constants the best lines use whose definitions follow them (``MAX_URL_LENGTH`` in
+#: ``if len(url) > MAX_URL_LENGTH:``): the value a question asks for is where the name is bound.
+DEFINITIONS = 3
+
+#: A constant's name: capitals and digits with at least one underscore (``DEFAULT_LIMITS``).
+_CONSTANT = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
+#: How much more a line counts that binds a query word's name to a value written out.
+BINDING_WEIGHT = 1.5
+#: ``name = value``, ``name: type = value``, ``"key": value`` and ``key=value`` (an argument).
+_BINDING = re.compile(r"[\"']?([\w.-]+)[\"']?\s*(?::[^=]*?)?(?<![=!<>])=(?!=)\s*(.+)|[\"']([\w.-]+)[\"']\s*:\s*(.+)")
+#: A value written out: a number, a quoted string, True or False.
+_LITERAL = re.compile(r"(?<![\w.])\d|[\"']|\b(?:True|False|true|false)\b")
 
 _WORD = re.compile(r"[^\W_](?:[\w.]*[^\W_])?")
+_COMPOUND = re.compile(r"[^\W_]+(?:-[^\W_]+)+")
 #: Question words the conversation's stop words do not need but a workspace search does.
 _ALSO_COMMON = frozenset(
     ["many", "much", "any", "some", "all", "also", "should", "may", "might", "must", "just", "only"]
@@ -63,6 +84,8 @@ def is_first_look(call_id: str) -> bool:
 def content_words(text: str) -> list[str]:
     """The words of ``text`` worth searching for: stop words and single letters left out, in order, once each."""
     words = [word for word in _WORD.findall(text) if len(word) > 1 and not _common(word.lower())]
+    # A hyphenated word is also searched written as one, as code names it (keep-alive: keepalive).
+    words += [compound.replace("-", "") for compound in _COMPOUND.findall(text)]
     return list(dict.fromkeys(words))
 
 
@@ -104,15 +127,16 @@ def token_share(n_ctx: int, max_tokens: int) -> int:
 class FirstLookSearch:
     """The workspace ``search``, as the first look runs it: its best hits within ``share`` tokens.
 
-    The lowest-ranked hits go until the result fits; the title says it was Imprint's look,
-    not a call the model made.
+    The lowest-ranked hits go until the result fits; the result ends with their best lines and
+    the ``question`` asked again. The title says it was Imprint's look, not a call the model made.
     """
 
-    def __init__(self, search: Tool, count_text: Callable[[str], int], share: int) -> None:
+    def __init__(self, search: Tool, count_text: Callable[[str], int], share: int, question: str) -> None:
         self.search = search
         self.spec = search.spec
         self._count = count_text
         self._share = share
+        self._question = question
 
     def title(self, arguments: Mapping[str, Any]) -> str:
         return f"Looking in the workspace for “{arguments.get('query', '')}”"
@@ -123,9 +147,14 @@ class FirstLookSearch:
         hits = list(result.hits)
         if not hits:
             return result
+        definitions = await self._definitions(_constants_used(best_lines(hits, words), hits))
+        question = " ".join(self._question.split())
+        if len(question) > ASK_AGAIN_CHARS:
+            question = question[: ASK_AGAIN_CHARS - 1] + "…"
         while True:
-            footer = best_lines_text(hits, words)
-            text = format_hits(hits) + (f"\n\n{footer}" if footer else "")
+            best = best_lines_text(hits, words, definitions)
+            footer = "\n\n".join(part for part in (best, f"{ASK_AGAIN} {question}") if part)
+            text = f"{format_hits(hits)}\n\n{footer}"
             if len(hits) == 1 or self._count(text) <= self._share:
                 break
             hits.pop()
@@ -133,10 +162,70 @@ class FirstLookSearch:
             result, text=text, hits=tuple(hits), evidence=tuple(hit.id for hit in hits), footer=footer
         )
 
+    async def _definitions(self, names: Sequence[str]) -> dict[str, str]:
+        """``path:line: text`` of the line binding each name, where the workspace has one."""
+        found = {}
+        if isinstance(self.search, SearchTool):
+            for name in names:
+                hit = await self.search.definition(name)
+                # One that only names another thing (``= UseClientDefault()``) answers nothing.
+                if hit is not None and _LITERAL.search(hit.excerpt.partition("=")[2]):
+                    found[name] = _pointer(hit.path, hit.start_line, hit.excerpt)
+        return found
 
-def best_lines_text(hits: Sequence[Hit], words: Sequence[str]) -> str:
-    """The heading and the best lines (``best_lines``), or nothing when no line shares a word."""
-    lines = best_lines(hits, words)
+
+def _lines(hits: Sequence[Hit]) -> list[tuple[str, int, str]]:
+    """(path, line number, stripped text) of every non-blank line of the hits' excerpts."""
+    return [
+        (hit.path, hit.start_line + offset, text.strip())
+        for hit in hits
+        for offset, text in enumerate(hit.excerpt.split("\n"))
+        if text.strip()
+    ]
+
+
+def _binding(line: str) -> tuple[str, str]:
+    """The name a line binds and the value it binds it to, or ("", "")."""
+    match = _BINDING.match(line)
+    if match is None:
+        return "", ""
+    return (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+
+
+def _pointer(path: str, number: int, text: str) -> str:
+    """A line as the look names it: ``path:line: text``, cut past ``BEST_LINE_CHARS``."""
+    cut = text if len(text) <= BEST_LINE_CHARS else text[: BEST_LINE_CHARS - 1] + "…"
+    return f"{path}:{number}: {cut}"
+
+
+def _constants_used(best: Sequence[str], hits: Sequence[Hit]) -> list[str]:
+    """The constants the best lines use but do not bind, and the hits do not bind either."""
+    bound = {
+        match.group()
+        for _, _, text in _lines(hits)
+        for match in _CONSTANT.finditer(text)
+        if re.match(binding_of(match.group()), text)
+    }
+    names: list[str] = []
+    for pointer in best:
+        text = pointer.split(": ", 1)[1]
+        names.extend(name for name in _CONSTANT.findall(text) if name not in bound)
+    return list(dict.fromkeys(names))[:DEFINITIONS]
+
+
+def best_lines_text(hits: Sequence[Hit], words: Sequence[str], definitions: Mapping[str, str] | None = None) -> str:
+    """The heading and the best lines (``best_lines``), or nothing when no line shares a word.
+
+    After a line that uses a constant, the line that binds it (``definitions``: the constant's
+    name to its line), once.
+    """
+    lines = []
+    for line in best_lines(hits, words):
+        lines.append(line)
+        for name in _CONSTANT.findall(line.split(": ", 1)[1]):
+            definition = (definitions or {}).get(name)
+            if definition is not None and definition not in lines:
+                lines.append(definition)
     return "\n".join([BEST_LINES_HEADING, *lines]) if lines else ""
 
 
@@ -147,12 +236,7 @@ def best_lines(hits: Sequence[Hit], words: Sequence[str], limit: int = BEST_LINE
     its weight is the log of how rare it is among the hits' lines. Ties keep the search's order.
     """
     terms = list(dict.fromkeys(word.lower() for word in words if len(word) > 2))
-    lines = [
-        (hit.path, hit.start_line + offset, text.strip())
-        for hit in hits
-        for offset, text in enumerate(hit.excerpt.split("\n"))
-        if text.strip()
-    ]
+    lines = _lines(hits)
     lowered = [text.lower() for _, _, text in lines]
     weights = {}
     for term in terms:
@@ -160,6 +244,11 @@ def best_lines(hits: Sequence[Hit], words: Sequence[str], limit: int = BEST_LINE
         if holding:
             weights[term] = math.log(1 + len(lines) / holding)
     scores = [sum(weight for term, weight in weights.items() if term in line) for line in lowered]
+    for index, line in enumerate(lowered):
+        # A line binding a name the question uses to a value (``retries: int = 0``) states it.
+        name, value = _binding(line)
+        if name and _LITERAL.search(value) and any(term in name for term in weights):
+            scores[index] *= BINDING_WEIGHT
     ranked = sorted(range(len(lines)), key=lambda index: -scores[index])
     chosen: list[str] = []
     seen: set[str] = set()
@@ -170,6 +259,5 @@ def best_lines(hits: Sequence[Hit], words: Sequence[str], limit: int = BEST_LINE
         if text in seen:
             continue
         seen.add(text)
-        cut = text if len(text) <= BEST_LINE_CHARS else text[: BEST_LINE_CHARS - 1] + "…"
-        chosen.append(f"{path}:{number}: {cut}")
+        chosen.append(_pointer(path, number, text))
     return chosen

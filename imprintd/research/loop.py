@@ -368,7 +368,7 @@ class _Loop:
         terms = first_look.query(question.content, self.history)
         if terms is None:
             return
-        looking = first_look.FirstLookSearch(search, self.model.count_text, share)
+        looking = first_look.FirstLookSearch(search, self.model.count_text, share, question.content)
         call = ToolCall(id=first_look.new_call_id(), name="search", arguments={"query": terms})
         await self._run_calls(Completion(text="", tool_calls=(call,)), {"search": looking})
         if not (await self._fit_offered()).fits:

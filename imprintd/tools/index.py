@@ -347,6 +347,9 @@ def chunk_lines(lines: Sequence[str], size: int = CHUNK_LINES, overlap: int = CH
 # --- search helpers -------------------------------------------------------------------------
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Chunks holding a name that ``definition`` looks through for the line binding it.
+DEFINITION_CHUNKS = 200
 _OPEN, _CLOSE = "\x02", "\x03"
 
 
@@ -360,6 +363,11 @@ def match_expression(query: str) -> str:
     if not words:
         raise ToolError(f"the query {query!r} has no words to search for")
     return " OR ".join(f'"{word}"' for word in words)
+
+
+def binding_of(name: str) -> str:
+    """A regular expression for a line's start binding ``name``: ``NAME = …``, ``NAME: type = …``."""
+    return rf"{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)"
 
 
 def hit_id(path: str, start_line: int) -> str:
@@ -658,6 +666,32 @@ class WorkspaceIndex:
             (_OPEN, _CLOSE, expression, self.workspace, max(1, int(limit))),
         )
         return [self._hit(*row) for row in rows]
+
+    def definition(self, name: str) -> Hit | None:
+        """The line that binds the constant ``name`` (``NAME = …``, ``NAME: type = …``), as a
+        one-line hit, or None. The least indented binding wins (module level before a class's),
+        then the first in path order; ``name`` is a single identifier.
+        """
+        if not _IDENTIFIER.fullmatch(name):
+            raise ToolError(f"definition: {name!r} is not an identifier")
+        binding = re.compile(rf"^([ \t]*){binding_of(name)}", re.MULTILINE)
+        rows = self._read(
+            "SELECT path, start_line, text FROM workspace_chunks WHERE workspace_chunks MATCH ? AND workspace = ? "
+            "ORDER BY path, start_line LIMIT ?",
+            (f'"{name.lower()}"', self.workspace, DEFINITION_CHUNKS),
+        )
+        best: tuple[int, Hit] | None = None
+        for path, start_line, text in rows:
+            for match in binding.finditer(text):
+                number = start_line + text.count("\n", 0, match.start())
+                end = text.find("\n", match.start())
+                line = text[match.start() : None if end < 0 else end].strip()
+                if best is None or len(match.group(1)) < best[0]:
+                    hit = Hit(
+                        id=hit_id(path, number), path=path, start_line=number, end_line=number, score=0.0, excerpt=line
+                    )
+                    best = (len(match.group(1)), hit)
+        return None if best is None else best[1]
 
     @staticmethod
     def _hit(path: str, start_line: int, end_line: int, text: str, bm25: float, highlighted: str) -> Hit:

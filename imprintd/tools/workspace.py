@@ -84,6 +84,10 @@ class SearchTool:
             hits=tuple(hits),
         )
 
+    async def definition(self, name: str) -> Hit | None:
+        """The line of the workspace binding the constant ``name`` (``WorkspaceIndex.definition``)."""
+        return await anyio.to_thread.run_sync(self.index.definition, name)
+
 
 class ReadFileArguments(msgspec.Struct, frozen=True, kw_only=True):
     path: Annotated[str, msgspec.Meta(description='Path relative to the workspace root, e.g. "src/app.py".')]

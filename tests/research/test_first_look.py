@@ -137,6 +137,10 @@ def test_the_query_leaves_out_question_words_and_keeps_identifiers():
     )
     assert first_look.query("What is it?", []) is None
     assert first_look.query("?", []) is None
+    # A hyphenated word also as code writes it (max_keepalive_connections holds "keepalive").
+    assert first_look.query("How many keep-alive connections by default?", []) == (
+        "keep alive connections default keepalive"
+    )
 
 
 async def test_the_look_ends_with_the_lines_that_match_the_question_best(model, workspace):
@@ -145,10 +149,13 @@ async def test_the_look_ends_with_the_lines_that_match_the_question_best(model, 
     await ask(chat, "Which port does the billing service listen on?", workspace=workspace)
     _, look_result = first_look_exchange(model.requests[0])
     heading = look_result.content.index(first_look.BEST_LINES_HEADING)
-    best = look_result.content[heading:].splitlines()[1:]
+    best, question = look_result.content[heading:].split("\n\n")
+    best = best.splitlines()[1:]
     # Each line named by its file and number, as a pointer into the numbered hits above it.
     assert "services/billing.yaml:3: port: 8101" in best and len(best) <= first_look.BEST_LINES
     assert look_result.content.startswith("[1] services/billing.yaml:1–4\n")
+    # Last, the question again: a small model at the end of a long result has lost it.
+    assert question == f"{first_look.ASK_AGAIN} Which port does the billing service listen on?"
 
 
 def hit(path: str, start_line: int, excerpt: str) -> Hit:
@@ -176,3 +183,44 @@ def test_best_lines_weigh_rare_words_over_common_ones_and_name_each_line():
     assert first_look.best_lines(hits, ["nowhere"]) == []
     long = first_look.best_lines([hit("a.txt", 1, "x" * 300)], ["xxx"])
     assert len(long[0]) == len("a.txt:1: ") + first_look.BEST_LINE_CHARS and long[0].endswith("…")
+
+
+def test_a_best_line_binding_a_question_word_to_a_value_comes_first():
+    hits = [hit("t.py", 1, "transport = HTTPTransport(retries=retries)\nretries: int = 0,\nretries = retries")]
+    # All three hold "retries" once; only the middle one says what it is.
+    assert first_look.best_lines(hits, ["retries"])[0] == "t.py:2: retries: int = 0,"
+
+
+async def test_the_look_follows_a_constant_its_best_lines_use_to_where_it_is_bound(model, tmp_path):
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "client.py").write_text(
+        "class Client:\n    def __init__(self, timeout=WAIT_LIMIT, pool=POOL_KIND, retry=RETRIES_BOUND):\n"
+        "        RETRIES_BOUND = 3\n        self.timeout = timeout\n"
+    )
+    # Without a word of the question: the search alone does not find these lines.
+    (root / "constants.py").write_text("WAIT_LIMIT = 5.0  # seconds\nPOOL_KIND = make_pool()\n")
+    chat = make_chat(model, **ON)
+    model.queue("5 seconds [1].")
+    await ask(chat, "What is the default timeout?", workspace=root)
+    _, look_result = first_look_exchange(model.requests[0])
+    best = look_result.content.split(first_look.BEST_LINES_HEADING)[1].split("\n\n")[0].splitlines()[1:]
+    # After the line using it, the binding with a value; not one naming another thing
+    # (POOL_KIND), nor one the hits show already (RETRIES_BOUND).
+    assert best[:2] == [
+        "client.py:2: def __init__(self, timeout=WAIT_LIMIT, pool=POOL_KIND, retry=RETRIES_BOUND):",
+        "constants.py:1: WAIT_LIMIT = 5.0  # seconds",
+    ]
+    assert len(best) == 3 and "constants.py" not in look_result.content.split(first_look.BEST_LINES_HEADING)[0]
+
+
+async def test_a_long_question_is_cut_where_the_look_asks_it_again(model, workspace):
+    chat = make_chat(model, **ON)
+    model.queue("8101 [1].")
+    await ask(
+        chat, "Which port does the billing service listen on?\n" + "Say why, in detail. " * 40, workspace=workspace
+    )
+    _, look_result = first_look_exchange(model.requests[0])
+    last = look_result.content.rsplit("\n\n", 1)[1]
+    assert last.startswith(f"{first_look.ASK_AGAIN} Which port does the billing service listen on? Say why")
+    assert last.endswith("…") and len(last) == len(first_look.ASK_AGAIN) + 1 + first_look.ASK_AGAIN_CHARS

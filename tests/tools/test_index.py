@@ -314,3 +314,21 @@ def test_concurrent_updates_of_one_workspace_do_not_duplicate(tmp_path, root):
     assert len(hits) == len({(h.path, h.start_line) for h in hits})
     first.close()
     second.close()
+
+
+def test_definition_finds_the_line_binding_a_constant_least_indented_first(tmp_path):
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a_uses.py").write_text("from b import MAX_SIZE\nif len(x) > MAX_SIZE:\n    MAX_SIZE == 3\n")
+    (root / "b_class.py").write_text("class Limits:\n    MAX_SIZE = 10\n")
+    (root / "c_module.py").write_text("import os\n\nMAX_SIZE: int = 65_536  # bytes\nOTHER = 1\n")
+    index = WorkspaceIndex(tmp_path / "index.db", root)
+    index.update()
+
+    found = index.definition("MAX_SIZE")
+    # Module level wins over the class's; a comparison (==) and a use are not bindings.
+    assert (found.path, found.start_line, found.end_line) == ("c_module.py", 3, 3)
+    assert found.excerpt == "MAX_SIZE: int = 65_536  # bytes"
+    assert index.definition("NOWHERE_DEFINED") is None
+    with pytest.raises(ToolError, match="'MAX SIZE' is not an identifier"):
+        index.definition("MAX SIZE")
