@@ -152,25 +152,28 @@ class FirstLookSearch:
         if len(question) > ASK_AGAIN_CHARS:
             question = question[: ASK_AGAIN_CHARS - 1] + "…"
         while True:
-            best = best_lines_text(hits, words, definitions)
+            best, bindings = best_lines_text(hits, words, definitions)
             footer = "\n\n".join(part for part in (best, f"{ASK_AGAIN} {question}") if part)
-            text = f"{format_hits(hits)}\n\n{footer}"
+            # A binding the best lines show is a hit of its own, after the search's: numbered,
+            # so an answer can cite the file that holds the value.
+            shown = hits + bindings
+            text = f"{format_hits(shown)}\n\n{footer}"
             if len(hits) == 1 or self._count(text) <= self._share:
                 break
             hits.pop()
         return msgspec.structs.replace(
-            result, text=text, hits=tuple(hits), evidence=tuple(hit.id for hit in hits), footer=footer
+            result, text=text, hits=tuple(shown), evidence=tuple(hit.id for hit in shown), footer=footer
         )
 
-    async def _definitions(self, names: Sequence[str]) -> dict[str, str]:
-        """``path:line: text`` of the line binding each name, where the workspace has one."""
+    async def _definitions(self, names: Sequence[str]) -> dict[str, Hit]:
+        """The line binding each name, as a one-line hit, where the workspace has one."""
         found = {}
         if isinstance(self.search, SearchTool):
             for name in names:
                 hit = await self.search.definition(name)
                 # One that only names another thing (``= UseClientDefault()``) answers nothing.
                 if hit is not None and _LITERAL.search(hit.excerpt.partition("=")[2]):
-                    found[name] = _pointer(hit.path, hit.start_line, hit.excerpt)
+                    found[name] = hit
         return found
 
 
@@ -213,20 +216,24 @@ def _constants_used(best: Sequence[str], hits: Sequence[Hit]) -> list[str]:
     return list(dict.fromkeys(names))[:DEFINITIONS]
 
 
-def best_lines_text(hits: Sequence[Hit], words: Sequence[str], definitions: Mapping[str, str] | None = None) -> str:
-    """The heading and the best lines (``best_lines``), or nothing when no line shares a word.
+def best_lines_text(
+    hits: Sequence[Hit], words: Sequence[str], definitions: Mapping[str, Hit] | None = None
+) -> tuple[str, list[Hit]]:
+    """The heading and the best lines (``best_lines``), or nothing when no line shares a word;
+    and the bindings shown among them.
 
     After a line that uses a constant, the line that binds it (``definitions``: the constant's
-    name to its line), once.
+    name to that line's hit), once.
     """
-    lines = []
+    lines, bindings = [], []
     for line in best_lines(hits, words):
         lines.append(line)
         for name in _CONSTANT.findall(line.split(": ", 1)[1]):
-            definition = (definitions or {}).get(name)
-            if definition is not None and definition not in lines:
-                lines.append(definition)
-    return "\n".join([BEST_LINES_HEADING, *lines]) if lines else ""
+            binding = (definitions or {}).get(name)
+            if binding is not None and binding not in bindings:
+                bindings.append(binding)
+                lines.append(_pointer(binding.path, binding.start_line, binding.excerpt))
+    return ("\n".join([BEST_LINES_HEADING, *lines]) if lines else ""), bindings
 
 
 def best_lines(hits: Sequence[Hit], words: Sequence[str], limit: int = BEST_LINES) -> list[str]:

@@ -201,8 +201,8 @@ async def test_the_look_follows_a_constant_its_best_lines_use_to_where_it_is_bou
     # Without a word of the question: the search alone does not find these lines.
     (root / "constants.py").write_text("WAIT_LIMIT = 5.0  # seconds\nPOOL_KIND = make_pool()\n")
     chat = make_chat(model, **ON)
-    model.queue("5 seconds [1].")
-    await ask(chat, "What is the default timeout?", workspace=root)
+    model.queue("5 seconds [2].")
+    outcome, _ = await ask(chat, "What is the default timeout?", workspace=root)
     _, look_result = first_look_exchange(model.requests[0])
     best = look_result.content.split(first_look.BEST_LINES_HEADING)[1].split("\n\n")[0].splitlines()[1:]
     # After the line using it, the binding with a value; not one naming another thing
@@ -211,7 +211,13 @@ async def test_the_look_follows_a_constant_its_best_lines_use_to_where_it_is_bou
         "client.py:2: def __init__(self, timeout=WAIT_LIMIT, pool=POOL_KIND, retry=RETRIES_BOUND):",
         "constants.py:1: WAIT_LIMIT = 5.0  # seconds",
     ]
-    assert len(best) == 3 and "constants.py" not in look_result.content.split(first_look.BEST_LINES_HEADING)[0]
+    assert len(best) == 3
+    # The binding is a numbered hit of its own, last, so the answer can cite the value's file.
+    hits = look_result.content.split(first_look.BEST_LINES_HEADING)[0]
+    assert hits.startswith("[1] client.py:1–4\n") and hits.endswith(
+        "[2] constants.py:1\nWAIT_LIMIT = 5.0  # seconds\n\n"
+    )
+    assert [(source.number, source.path, source.cited) for source in outcome.sources] == [(2, "constants.py", True)]
 
 
 async def test_a_long_question_is_cut_where_the_look_asks_it_again(model, workspace):
