@@ -669,8 +669,8 @@ class WorkspaceIndex:
 
     def definition(self, name: str) -> Hit | None:
         """The line that binds the constant ``name`` (``NAME = …``, ``NAME: type = …``), as a
-        one-line hit, or None. The least indented binding wins (module level before a class's),
-        then the first in path order; ``name`` is a single identifier.
+        one-line hit (cut past ``EXCERPT_CHARS``), or None. The least indented binding wins
+        (module level before a class's), then the first in path order; ``name`` is a single identifier.
         """
         if not _IDENTIFIER.fullmatch(name):
             raise ToolError(f"definition: {name!r} is not an identifier")
@@ -686,6 +686,8 @@ class WorkspaceIndex:
                 number = start_line + text.count("\n", 0, match.start())
                 end = text.find("\n", match.start())
                 line = text[match.start() : None if end < 0 else end].strip()
+                if len(line) > EXCERPT_CHARS:  # a minified file's line: the binding, not the file
+                    line = line[: EXCERPT_CHARS - 1] + "…"
                 if best is None or len(match.group(1)) < best[0]:
                     hit = Hit(
                         id=hit_id(path, number), path=path, start_line=number, end_line=number, score=0.0, excerpt=line

@@ -10,6 +10,7 @@ import pytest
 
 from imprintd.tools.base import ToolError
 from imprintd.tools.index import (
+    EXCERPT_CHARS,
     MAX_FILE_BYTES,
     IgnoreRules,
     WorkspaceIndex,
@@ -330,5 +331,10 @@ def test_definition_finds_the_line_binding_a_constant_least_indented_first(tmp_p
     assert (found.path, found.start_line, found.end_line) == ("c_module.py", 3, 3)
     assert found.excerpt == "MAX_SIZE: int = 65_536  # bytes"
     assert index.definition("NOWHERE_DEFINED") is None
+    (root / "d_minified.js").write_text("LONG_TABLE = [" + "1," * 2000 + "]\n")
+    index.update()
+    long = index.definition("LONG_TABLE")
+    assert long.excerpt.startswith("LONG_TABLE = [1,1,") and len(long.excerpt) == EXCERPT_CHARS
+    assert long.excerpt.endswith("…")
     with pytest.raises(ToolError, match="'MAX SIZE' is not an identifier"):
         index.definition("MAX SIZE")
