@@ -147,13 +147,14 @@ class FirstLookSearch:
         hits = list(result.hits)
         if not hits:
             return result
-        definitions = await self._definitions(_constants_used(best_lines(hits, words), hits))
+        best = best_lines(hits, words)
+        definitions = await self._definitions(_constants_used(best, hits))
         question = " ".join(self._question.split())
         if len(question) > ASK_AGAIN_CHARS:
             question = question[: ASK_AGAIN_CHARS - 1] + "…"
         while True:
-            best, bindings = best_lines_text(hits, words, definitions)
-            footer = "\n\n".join(part for part in (best, f"{ASK_AGAIN} {question}") if part)
+            shown_best, bindings = best_lines_text(best, definitions)
+            footer = "\n\n".join(part for part in (shown_best, f"{ASK_AGAIN} {question}") if part)
             # A binding the best lines show is a hit of its own, after the search's: numbered,
             # so an answer can cite the file that holds the value.
             shown = hits + bindings
@@ -161,6 +162,7 @@ class FirstLookSearch:
             if len(hits) == 1 or self._count(text) <= self._share:
                 break
             hits.pop()
+            best = best_lines(hits, words)
         return msgspec.structs.replace(
             result, text=text, hits=tuple(shown), evidence=tuple(hit.id for hit in shown), footer=footer
         )
@@ -216,17 +218,15 @@ def _constants_used(best: Sequence[str], hits: Sequence[Hit]) -> list[str]:
     return list(dict.fromkeys(names))[:DEFINITIONS]
 
 
-def best_lines_text(
-    hits: Sequence[Hit], words: Sequence[str], definitions: Mapping[str, Hit] | None = None
-) -> tuple[str, list[Hit]]:
-    """The heading and the best lines (``best_lines``), or nothing when no line shares a word;
-    and the bindings shown among them.
+def best_lines_text(best: Sequence[str], definitions: Mapping[str, Hit] | None = None) -> tuple[str, list[Hit]]:
+    """The heading and the best lines (``best_lines``' ``best``), or nothing without any; and the
+    bindings shown among them.
 
     After a line that uses a constant, the line that binds it (``definitions``: the constant's
     name to that line's hit), once.
     """
     lines, bindings = [], []
-    for line in best_lines(hits, words):
+    for line in best:
         lines.append(line)
         for name in _CONSTANT.findall(line.split(": ", 1)[1]):
             binding = (definitions or {}).get(name)
