@@ -43,6 +43,8 @@ from imprintd.settings import data_dir
 
 DB_NAME = "imprint.sqlite3"
 BUSY_TIMEOUT_MS = 5_000
+#: Pause between tries of a new database's switch to write-ahead logging (``switch_to_wal``).
+WAL_SWITCH_PAUSE_S = 0.01
 TITLE_LIMIT = 80
 
 # ADR 0141, voice: "at most 400 messages, 4,000 characters a result".
@@ -567,8 +569,8 @@ def _configure(db: apsw.Connection, path: Path) -> None:
     db.set_busy_timeout(BUSY_TIMEOUT_MS)
     # Refuse a newer database before anything writes to it (switching it to WAL would).
     _refuse_newer(path, _user_version(db), len(MIGRATIONS))
-    mode = db.pragma("journal_mode", "wal")
-    if str(mode).lower() != "wal":
+    mode = switch_to_wal(db, BUSY_TIMEOUT_MS)
+    if mode.lower() != "wal":
         raise StoreError(
             f"cannot use write-ahead logging for {path} (journal mode stays {mode!r}); "
             "set IMPRINT_DATA_DIR to a directory on a local disk."
@@ -578,6 +580,29 @@ def _configure(db: apsw.Connection, path: Path) -> None:
     # once committed. FULL's one fsync per commit costs milliseconds; a reply costs seconds.
     db.pragma("synchronous", "FULL")
     db.pragma("foreign_keys", True)
+
+
+def switch_to_wal(db: apsw.Connection, timeout_ms: int) -> str:
+    """Put the database in write-ahead logging; returns the journal mode SQLite reports.
+
+    A new file's first switch needs its write lock, and SQLite refuses it at once, without
+    waiting the busy timeout, while another connection holds that lock: two imprintd opening
+    a new database together (two editors starting) would leave one with "busy". So the
+    switch is tried again for ``timeout_ms``, the busy timeout. A file already in WAL stays
+    so (the mode is kept in the file): nothing to switch, nothing to wait for.
+    """
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        try:
+            return str(db.pragma("journal_mode", "wal"))
+        except apsw.BusyError:
+            if time.monotonic() >= deadline:
+                raise
+            _pause_before_retry()
+
+
+def _pause_before_retry() -> None:
+    time.sleep(WAL_SWITCH_PAUSE_S)
 
 
 # --- the in-memory store -------------------------------------------------------------------

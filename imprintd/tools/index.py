@@ -34,7 +34,7 @@ import apsw
 import msgspec
 
 from imprintd.private import private_database
-from imprintd.store import StoreError, immediate
+from imprintd.store import StoreError, immediate, switch_to_wal
 from imprintd.tools.base import Hit, ToolError
 from imprintd.tools.paths import OWN_FILES, is_secret_name, is_shown_name, open_regular_file
 
@@ -436,7 +436,7 @@ def open_index_db(path: Path | str) -> apsw.Connection:
         ) from None
     try:
         conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-        conn.pragma("journal_mode", "wal")
+        switch_to_wal(conn, BUSY_TIMEOUT_MS)  # one cache file for every workspace and daemon
         # NORMAL, unlike the store's FULL: the index is a cache rebuilt from the files, so a
         # commit lost to power failure costs a re-read, not a message.
         conn.pragma("synchronous", "NORMAL")

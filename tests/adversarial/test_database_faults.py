@@ -115,6 +115,46 @@ def test_a_database_busy_at_start_up_says_busy_not_damaged(tmp_path, short_busy_
         other.close()
 
 
+def test_a_new_database_another_imprintd_is_creating_is_waited_on(tmp_path, monkeypatch):
+    # Two imprintd opening a new data folder together (two editors starting): SQLite refuses
+    # the second's switch to write-ahead logging at once, without its busy timeout, while the
+    # first holds the new file's lock. Before the fix that chat failed with "busy" (1 in 5 runs
+    # of the two-daemon test below).
+    path = tmp_path / "imprint.sqlite3"
+    other = held(path)  # the first, creating the same new file
+    pauses = []
+
+    def other_finishes() -> None:
+        pauses.append(other.in_transaction)
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+
+    monkeypatch.setattr(store_mod, "_pause_before_retry", other_finishes)
+    store = Store.open(path)
+    assert pauses == [True]  # refused once, tried again after the other let go
+    with store.reading() as db:
+        assert db.pragma("journal_mode") == "wal"
+    session = store.create_session()
+    store.append(session.id, user("Which port?"))
+    assert [m.content for m in store.messages(session.id)] == ["Which port?"]
+    store.close()
+    other.close()
+
+
+def test_a_new_database_held_past_the_timeout_says_busy(tmp_path, short_busy_timeout):
+    path = tmp_path / "imprint.sqlite3"
+    other = held(path)
+    started = time.monotonic()
+    try:
+        with pytest.raises(DatabaseBusy) as error:
+            Store.open(path)
+        assert time.monotonic() - started >= 0.1  # tried for the busy timeout, not refused at once
+        assert_says_busy(error.value, path)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
 def test_two_daemons_on_one_data_dir_answer_every_chat(daemon_env, stub):
     daemons = [RawClient(daemon_env) for _ in range(2)]
     try:

@@ -8,6 +8,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from imprintd import store as store_mod
 from imprintd.tools.base import ToolError
 from imprintd.tools.index import (
     EXCERPT_CHARS,
@@ -18,6 +19,7 @@ from imprintd.tools.index import (
     excerpt_lines,
     match_expression,
     migrate_workspace_index,
+    open_index_db,
     split_lines,
 )
 
@@ -295,6 +297,26 @@ def test_search_keeps_reading_while_another_connection_writes(index, tmp_path):
     finally:
         writer.execute("ROLLBACK")
         writer.close()
+
+
+def test_a_new_index_another_daemon_is_creating_is_waited_on(tmp_path, monkeypatch):
+    """Two daemons creating the one cache file together: the second's switch to WAL, which
+    SQLite refuses at once while the first holds the new file, is tried again."""
+    path = tmp_path / "index.sqlite3"
+    other = apsw.Connection(str(path))
+    other.execute("BEGIN IMMEDIATE")  # the first daemon, creating the same new file
+    pauses: list[bool] = []
+
+    def other_finishes() -> None:
+        pauses.append(other.in_transaction)
+        other.execute("ROLLBACK")
+
+    monkeypatch.setattr(store_mod, "_pause_before_retry", other_finishes)
+    conn = open_index_db(path)  # before the fix: StoreError "database is locked … delete it"
+    assert pauses == [True]
+    assert conn.pragma("journal_mode") == "wal"
+    conn.close()
+    other.close()
 
 
 def test_concurrent_updates_of_one_workspace_do_not_duplicate(tmp_path, root):
