@@ -13,8 +13,9 @@ Two shapes count as a loop, both deterministic and cheap to check after every pi
 - **A repeated line**: the same line, of at least ``MIN_LINE_CHARS`` characters once stripped,
   written ``LINE_REPEATS`` times in a row (blank lines between them do not count); a list
   number at its start does not make it another line (``# 11. 1.1.1.1``, ``# 12. 1.1.1.1``).
-  Tables and lists repeat a shape, not a line: their rows differ in their cells, so they never
-  trip it.
+  So is a block of up to ``MAX_BLOCK_LINES`` lines written ``LINE_REPEATS`` times in a row
+  (a paragraph of several lines, too long for a periodic tail). Tables and lists repeat a
+  shape, not a line: their rows differ in their cells, so they never trip it.
 - **A periodic tail**: the last ``PERIODIC_CHARS`` characters or more, and at least
   ``PERIODIC_REPEATS`` whole units, repeat one unit of at most ``MAX_PERIOD`` characters
   (``_json`` 40 times, a sentence written over and over on one line). Units of whitespace alone (indentation) and a unit of one repeated character, up to
@@ -28,7 +29,10 @@ import re
 #: Consecutive identical lines that make a loop.
 LINE_REPEATS = 4
 #: Characters a line needs (stripped) to count: short lines ("}", "---", "") repeat legitimately.
+#: A block counts when its longest line has them.
 MIN_LINE_CHARS = 12
+#: The most lines a repeated block may have: a paragraph of a few lines, written again and again.
+MAX_BLOCK_LINES = 8
 #: Characters of the tail that must repeat one unit to count as a loop.
 PERIODIC_CHARS = 160
 #: Whole units a periodic tail needs besides its length (the same count as repeated lines).
@@ -64,7 +68,7 @@ class RepetitionGuard:
         self._size += len(piece)
         self._tail = (self._tail + piece)[-_WINDOW:]
         offset = self._size - len(self._tail)
-        start = _repeated_line(self._tail)
+        start = _repeated_lines(self._tail)
         if start is None:
             start = _periodic_tail(self._tail)
         if start is not None:
@@ -77,29 +81,37 @@ class RepetitionGuard:
         return "".join(self._text)
 
 
-def _repeated_line(tail: str) -> int | None:
-    """Where a run of ``LINE_REPEATS`` identical complete lines ending the text starts.
+def _repeated_lines(tail: str) -> int | None:
+    """Where a run of ``LINE_REPEATS`` identical complete lines, or blocks of up to
+    ``MAX_BLOCK_LINES`` lines, ending the text starts (past the first occurrence).
 
     Blank lines between the repeats do not break the run (a paragraph written again and again).
+    A block is checked only when its lines are not all one line (that is a run of lines).
     """
-    starts, position, last_length = [], 0, 0
+    lines, position = [], 0
     for line in tail.split("\n")[:-1]:  # the last line may still be growing
         stripped = line.strip()
         if stripped:
-            starts.append((position, _LIST_NUMBER.sub("", stripped)))
-            last_length = len(stripped)
+            lines.append((position, _LIST_NUMBER.sub("", stripped), len(stripped)))
         position += len(line) + 1
-    if len(starts) < LINE_REPEATS:
-        return None
-    last = starts[-1][1]
-    if last_length < MIN_LINE_CHARS or not last or any(text != last for _, text in starts[-LINE_REPEATS:]):
-        return None
-    run = LINE_REPEATS
-    while run < len(starts) and starts[-run - 1][1] == last:
-        run += 1
-    # Keep the first occurrence: the loop is the repeats after it.
-    first = starts[-run][0]
-    return tail.index("\n", first) + 1
+    texts = [text for _, text, _ in lines]
+    for size in range(1, MAX_BLOCK_LINES + 1):
+        if len(lines) < LINE_REPEATS * size:
+            return None
+        block = texts[-size:]
+        if size > 1 and len(set(block)) == 1:
+            continue
+        if max(length for _, _, length in lines[-size:]) < MIN_LINE_CHARS or not all(block):
+            continue
+        if any(texts[-size * (n + 1) : len(texts) - size * n] != block for n in range(1, LINE_REPEATS)):
+            continue
+        run = LINE_REPEATS
+        while size * (run + 1) <= len(texts) and texts[-size * (run + 1) : len(texts) - size * run] == block:
+            run += 1
+        # Keep the first occurrence: the loop is the repeats after it.
+        last_of_first = lines[-size * run + size - 1][0]
+        return tail.index("\n", last_of_first) + 1
+    return None
 
 
 def _periodic_tail(tail: str) -> int | None:

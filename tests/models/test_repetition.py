@@ -61,6 +61,35 @@ def test_a_paragraph_written_again_and_again_is_a_loop_blank_lines_between_or_no
     assert cut_before_loop(guard.text, guard.loop_start) == "The limit is 10.\n\n" + paragraph
 
 
+def test_a_paragraph_of_several_lines_written_again_and_again_is_a_loop():
+    # Too long for a periodic tail (its unit is past MAX_PERIOD), and no line repeats in a row.
+    paragraph = (
+        "The client's default timeout is five seconds, set by DEFAULT_TIMEOUT_CONFIG in _config.py.\n"
+        "Every request made through it waits that long for a connection, a read, a write and the pool.\n"
+        "Pass timeout=None to wait for ever, or an httpx.Timeout to set each of the four on its own.\n"
+    )
+    assert len(paragraph) > repetition.MAX_PERIOD
+    text = "Here is the answer.\n\n" + (paragraph + "\n") * 12
+    guard = feed_in_pieces(text, size=5)
+    assert guard.looping and len(guard.text) < len(text) // 2
+    assert cut_before_loop(guard.text, guard.loop_start) == "Here is the answer.\n\n" + paragraph.strip()
+
+
+def test_a_numbered_block_written_again_and_again_is_a_loop():
+    text = "Steps:\n" + "".join(
+        f"{n}. Open the file httpx/_config.py\n   and read DEFAULT_TIMEOUT_CONFIG there.\n" for n in range(1, 30)
+    )
+    guard = feed_in_pieces(text, size=4)
+    assert guard.looping
+    kept = cut_before_loop(guard.text, guard.loop_start)
+    assert kept == "Steps:\n1. Open the file httpx/_config.py\n   and read DEFAULT_TIMEOUT_CONFIG there."
+
+
+def test_a_block_written_three_times_is_not_yet_a_loop():
+    block = "First check the port in services/billing.yaml.\nThen restart the billing service.\n"
+    assert not feed_in_pieces(block * (repetition.LINE_REPEATS - 1) + "Done.\n").looping
+
+
 def test_a_loop_inside_a_code_block_is_cut_and_the_block_closed():
     text = "Set the limit:\n\n```\n# Usage: httpx -c 1000" + " -maxkeepall" * 80
     guard = feed_in_pieces(text, size=6)
@@ -95,12 +124,14 @@ CODE = (
 RULE = "Results\n" + "=" * 300 + "\nAll good.\n"
 INDENTED = "def f():\n" + " " * 200 + "return 1\n"
 SHORT_LINES = "}\n" * 30 + "---\n" * 30 + "\n" * 30
+#: Blocks of lines that repeat a shape: each differs from the last in a value.
+RECORDS = "".join(f"name: service-{n}\nport: {8100 + n}\nreplicas: 2\n\n" for n in range(40))
 
 
 @pytest.mark.parametrize(
     "text",
-    [TABLE, NUMBERED_LIST, BULLETS, CODE, RULE, INDENTED, SHORT_LINES],
-    ids=["table", "numbered-list", "bullets", "code", "rule", "indentation", "short-lines"],
+    [TABLE, NUMBERED_LIST, BULLETS, CODE, RULE, INDENTED, SHORT_LINES, RECORDS],
+    ids=["table", "numbered-list", "bullets", "code", "rule", "indentation", "short-lines", "records"],
 )
 def test_legitimate_repetition_is_not_a_loop(text):
     assert not feed_in_pieces(text).looping
