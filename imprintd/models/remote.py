@@ -40,9 +40,10 @@ from __future__ import annotations
 import email.utils
 import json
 import math
+import re
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,11 @@ PROMPT_OVERHEAD = 3
 #: about twice what tokenizers average on English (four), so an answer within its allowance is
 #: never cut, while one that streams on stops within 8 KiB per 1,024 tokens.
 OUTPUT_BYTES_PER_TOKEN = 8
+#: Characters one line of the event stream may hold. A chunk carries a few tokens; even a whole
+#: answer in one chunk (32,768 tokens of 8 bytes, JSON-escaped) fits. A server that streams on
+#: without a line break is refused instead of being buffered without end.
+MAX_STREAM_LINE_CHARS = 4 << 20
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 #: What an API key may hold: printable ASCII, as HTTP headers carry it (RFC 9110 field values).
@@ -625,7 +631,7 @@ class RemoteModel:
             raise ModelError("the stream ended before the reply finished (no [DONE] and no finish_reason)")
 
     async def _read_events(self, response: httpx.Response, stream: _Stream) -> None:
-        async for line in response.aiter_lines():
+        async for line in self._stream_lines(response):
             stream.received = True
             if not line.startswith("data:"):
                 continue  # comments (": ping"), event names, blank separators
@@ -636,6 +642,32 @@ class RemoteModel:
             stream.apply(parse_chunk(data))
             if stream.cut or stream.guard.looping:
                 return  # leaving the response's context closes the stream: the server stops
+
+    async def _stream_lines(self, response: httpx.Response) -> AsyncIterator[str]:
+        """The stream's lines, ended by CR LF, LF or CR as server-sent events are; ModelError
+        for one longer than ``MAX_STREAM_LINE_CHARS`` (httpx's ``aiter_lines`` has no bound).
+
+        A CR LF split between two reads gives an extra blank line, which the reader skips as
+        it skips every line that is not ``data:``.
+        """
+        parts: list[str] = []  # the line still growing, in pieces: joined once it ends
+        size = 0
+        async for text in response.aiter_text():
+            lines = _LINE_BREAK.split(text)
+            if len(lines) > 1:
+                yield "".join([*parts, lines[0]])
+                for line in lines[1:-1]:
+                    yield line
+                parts, size = [], 0
+            parts.append(lines[-1])
+            size += len(lines[-1])
+            if size > MAX_STREAM_LINE_CHARS:
+                raise ModelError(
+                    f"the model server at {self.base_url} sent a line of more than {MAX_STREAM_LINE_CHARS:,} "
+                    "characters without a line break: not a stream of chat.completion.chunk events"
+                )
+        if size:
+            yield "".join(parts)
 
     def _status_message(self, response: httpx.Response) -> str:
         status = response.status_code

@@ -414,6 +414,43 @@ async def test_garbage_chunk():
             await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60)
 
 
+async def test_a_stream_in_cr_lf_lines_reads_as_one_in_lf_lines():
+    def handle(request: Recorded, writer: Writer) -> None:
+        writer.start_stream()
+        # Each event in two writes, one ending between the CR and the LF of its line break.
+        for item in (chunk("Hello"), chunk(" there"), chunk(finish="stop")):
+            writer.raw(f"data: {json.dumps(item)}\r")
+            writer.raw("\n\r\n")
+        writer.raw("data: [DONE]\r\n\r\n")
+
+    with ScriptedServer(handle) as server:
+        result = await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60)
+    assert result.text == "Hello there" and result.finish_reason == "stop"
+
+
+async def test_a_line_without_end_is_refused_not_buffered(monkeypatch):
+    monkeypatch.setattr(remote_mod, "MAX_STREAM_LINE_CHARS", 50_000)
+    written: list[int] = []
+
+    def endless(request: Recorded, writer: Writer) -> None:
+        writer.start_stream()
+        writer.event(chunk("Half a "))
+        writer.raw("data: ")
+        try:
+            for _ in range(10_000):  # 40 MB, were it all read
+                writer.raw("x" * 4096)
+                written.append(4096)
+        except OSError:  # the client closed the stream
+            pass
+
+    pieces: list[str] = []
+    with ScriptedServer(endless) as server:
+        with pytest.raises(ModelError, match=r"more than 50,000 characters without a line break"):
+            await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60, on_text=pieces.append)
+    assert "".join(pieces).startswith("Half a")
+    assert sum(written) < 10_000 * 4096  # the client stopped reading: the server's writes failed
+
+
 def silent(request: Recorded, writer: Writer) -> None:
     """Accepts the request and never answers (until the test ends)."""
     writer.start_stream()
