@@ -441,6 +441,12 @@ def open_index_db(path: Path | str) -> apsw.Connection:
         # commit lost to power failure costs a re-read, not a message.
         conn.pragma("synchronous", "NORMAL")
         migrate_workspace_index(conn)
+    except apsw.BusyError:
+        conn.close()  # another daemon at work on it: deleting the cache would not help
+        raise StoreError(
+            f"the workspace index {path} is busy: another process kept it locked for more than "
+            f"{BUSY_TIMEOUT_MS / 1000:g} s (another imprintd indexing?). Try again."
+        ) from None
     except apsw.Error as error:
         conn.close()
         raise StoreError(

@@ -9,6 +9,8 @@ import apsw
 import pytest
 
 from imprintd import store as store_mod
+from imprintd.store import StoreError
+from imprintd.tools import index as index_mod
 from imprintd.tools.base import ToolError
 from imprintd.tools.index import (
     EXCERPT_CHARS,
@@ -317,6 +319,22 @@ def test_a_new_index_another_daemon_is_creating_is_waited_on(tmp_path, monkeypat
     assert conn.pragma("journal_mode") == "wal"
     conn.close()
     other.close()
+
+
+def test_a_new_index_held_past_the_timeout_says_busy_not_delete_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(index_mod, "BUSY_TIMEOUT_MS", 100)
+    path = tmp_path / "index.sqlite3"
+    other = apsw.Connection(str(path))
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreError) as error:
+            open_index_db(path)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    text = str(error.value)
+    assert str(path) in text and "is busy" in text and "0.1 s" in text and "Try again" in text
+    assert "delete it" not in text  # before: "database is locked. It is a cache: delete it"
 
 
 def test_concurrent_updates_of_one_workspace_do_not_duplicate(tmp_path, root):
