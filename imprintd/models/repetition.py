@@ -86,7 +86,7 @@ def _repeated_lines(tail: str) -> int | None:
     ``MAX_BLOCK_LINES`` lines, ending the text starts (past the first occurrence).
 
     Blank lines between the repeats do not break the run (a paragraph written again and again).
-    A block is checked only when its lines are not all one line (that is a run of lines).
+    The smallest block that repeats wins: one line written again is a block of one.
     """
     lines, position = [], 0
     for line in tail.split("\n")[:-1]:  # the last line may still be growing
@@ -99,8 +99,6 @@ def _repeated_lines(tail: str) -> int | None:
         if len(lines) < LINE_REPEATS * size:
             return None
         block = texts[-size:]
-        if size > 1 and len(set(block)) == 1:
-            continue
         if max(length for _, _, length in lines[-size:]) < MIN_LINE_CHARS or not all(block):
             continue
         if any(texts[-size * (n + 1) : len(texts) - size * n] != block for n in range(1, LINE_REPEATS)):
