@@ -45,6 +45,9 @@ class Question:
     answer: str  # a regular expression the answer must match (case-insensitive)
     path: str  # the file under httpx/ that holds the fact
     evidence: str  # text that file must contain for the question to stand
+    #: A regular expression an answer stating the opposite matches ("Yes, … enables HTTP/2 by
+    #: default"); such an answer is missed even where it also matches ``answer`` further on.
+    wrong: str = ""
 
 
 QUESTIONS = [
@@ -95,12 +98,14 @@ QUESTIONS = [
         r"\bfalse\b",
         "_client.py",
         "follow_redirects: bool = False",
+        wrong=r"follow_redirects\W*(=|is|defaults? to)\W*true\b",
     ),
     Question(
         "Does httpx's Client enable HTTP/2 by default?",
         r"\b(no|false|disabled|not)\b",
         "_client.py",
         "http2: bool = False",
+        wrong=r"\byes\b|\benables? http/?2 by default|http2\W*(=|is)\W*true\b",
     ),
     Question(
         "What is the default number of retries of httpx's HTTPTransport?",
@@ -145,12 +150,19 @@ QUESTIONS = [
         "_status_codes.py",
         "IM_A_TEAPOT = 418",
     ),
-    Question("What does trust_env default to in httpx's Client?", r"\btrue\b", "_client.py", "trust_env: bool = True"),
+    Question(
+        "What does trust_env default to in httpx's Client?",
+        r"\btrue\b",
+        "_client.py",
+        "trust_env: bool = True",
+        wrong=r"trust_env\W*(=|is|defaults? to)\W*false\b",
+    ),
     Question(
         "What does the verify argument default to in httpx?",
         r"\btrue\b",
         "_config.py",
         "verify: ssl.SSLContext | str | bool = True",
+        wrong=r"verify\W*(=|is|defaults? to)\W*false\b",
     ),
     Question(
         "What user agent does httpx send by default?",
@@ -166,7 +178,7 @@ QUESTIONS = [
     ),
     Question(
         "What does httpx do with the method of a 303 See Other redirect (other than HEAD)?",
-        r"\bGET\b",
+        r"(?<![\w.])(?-i:GET)\b(?![\w.(])",  # the method, in capitals, not part of a name (httpx.request.GET)
         "_client.py",
         'codes.SEE_OTHER and method != "HEAD"',
     ),
@@ -236,6 +248,14 @@ def model_words(answer: str) -> str:
     return _ITEM_NUMBER.sub("", _DAEMON_LINE.sub("", answer))
 
 
+def answers(question: Question, answer: str) -> bool:
+    """Whether ``answer`` states the question's fact (and not also its opposite)."""
+    words = model_words(answer)
+    if question.wrong and re.search(question.wrong, words, re.IGNORECASE):
+        return False
+    return re.search(question.answer, words, re.IGNORECASE) is not None
+
+
 async def ask(chat: Chat, workspace: Path, question: Question) -> Row:
     started = time.perf_counter()
     outcome = await chat.reply(ReplyRequest(text=question.text, persist=False, workspace=str(workspace)), Recorder())
@@ -245,7 +265,7 @@ async def ask(chat: Chat, workspace: Path, question: Question) -> Row:
     calls = [c for m in stored for c in m.tool_calls if not first_look.is_first_look(c.id)]
     return Row(
         question=question,
-        answered=re.search(question.answer, model_words(outcome.text), re.IGNORECASE) is not None,
+        answered=answers(question, outcome.text),
         first_look_file=None if seen is None else any(path.endswith(question.path) for path in seen),
         tool_calls=len(calls),
         looped=outcome.stop_reason == "repetition",
