@@ -105,7 +105,7 @@ QUESTIONS = [
         r"\b(no|false|disabled|not)\b",
         "_client.py",
         "http2: bool = False",
-        wrong=r"\byes\b|\benables? http/?2 by default|http2\W*(=|is)\W*true\b",
+        wrong=r"\byes\b|\benables? http/?2 by default",
     ),
     Question(
         "What is the default number of retries of httpx's HTTPTransport?",
@@ -178,7 +178,7 @@ QUESTIONS = [
     ),
     Question(
         "What does httpx do with the method of a 303 See Other redirect (other than HEAD)?",
-        r"(?<![\w.])(?-i:GET)\b(?![\w.(])",  # the method, in capitals, not part of a name (httpx.request.GET)
+        r"(?<![\w.])(?-i:GET)\b(?!\.?\w|\()",  # the method, in capitals, not part of a name (httpx.request.GET)
         "_client.py",
         'codes.SEE_OTHER and method != "HEAD"',
     ),

@@ -1,0 +1,42 @@
+"""How ``bench/eval_workspace_qa.py`` judges an answer: the figures in the README rest on it."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "bench" / "eval_workspace_qa.py"
+_SPEC = importlib.util.spec_from_file_location("eval_workspace_qa", _PATH)
+assert _SPEC and _SPEC.loader
+evaluation = importlib.util.module_from_spec(_SPEC)
+sys.modules.setdefault("eval_workspace_qa", evaluation)
+_SPEC.loader.exec_module(evaluation)
+
+
+def question(start: str):
+    return next(q for q in evaluation.QUESTIONS if q.text.startswith(start))
+
+
+@pytest.mark.parametrize(
+    ("start", "answer", "judged"),
+    [
+        ("What is the default timeout", "The default timeout of an httpx client is 5.0 seconds.", True),
+        # A looping numbered list's numbers are not the model's answer.
+        ("What is the default timeout", "# 4. 1.1.1.1\n# 5. 1.1.1.1", False),
+        # Nor is the line the daemon adds after a loop.
+        ("What is the default timeout", "The timeout is\n(The model started repeating itself here, 5)", False),
+        ("Does httpx's Client enable HTTP/2", "No, HTTP/2 is off unless http2=True.", True),
+        # The opposite stated first, a matching word later: missed.
+        ("Does httpx's Client enable HTTP/2", "Yes, httpx's Client enables HTTP/2 by default. It is not slow.", False),
+        ("What does trust_env default to", "The default value of `trust_env` is `True`.", True),
+        ("What does trust_env default to", "def f(proxy, verify=True, trust_env=False): ...", False),
+        ("What does httpx do with the method of a 303", "It changes the method to GET.", True),
+        # GET as part of a name, or "get" in another word's sense, is not the method.
+        ("What does httpx do with the method of a 303", "It calls httpx.request.GET.\n# Get all users", False),
+    ],
+)
+def test_an_answer_is_judged_on_the_models_own_words(start, answer, judged):
+    assert evaluation.answers(question(start), answer) is judged
