@@ -43,6 +43,10 @@ MAX_WORDS = 24
 #: Lines of the hits repeated at the end of the look, those sharing the most (and the rarest)
 #: words with the query: where a small model looks last, the line that answers is most often one.
 BEST_LINES = 5
+#: A line scoring under this share of the best line's score is not a best line: it shares too
+#: little with the question to point at the answer, and a small model copies values from any line
+#: it is shown (ftp's default port given as 80, the port a comment about http's names).
+MIN_SCORE_SHARE = 0.5
 #: A best line longer than this is cut (it is a pointer into the hit above, not the hit).
 BEST_LINE_CHARS = 160
 BEST_LINES_HEADING = "The lines above that match the question best:"
@@ -240,7 +244,8 @@ def best_lines(hits: Sequence[Hit], words: Sequence[str], limit: int = BEST_LINE
     """``path:line: text`` for the hits' lines that share the most query words, rarest counting most.
 
     A word counts in a line that contains it anywhere (``timeout`` in ``DEFAULT_TIMEOUT_CONFIG``);
-    its weight is the log of how rare it is among the hits' lines. Ties keep the search's order.
+    its weight is the log of how rare it is among the hits' lines. Only lines scoring at least
+    ``MIN_SCORE_SHARE`` of the best line's score are chosen. Ties keep the search's order.
     """
     terms = list(dict.fromkeys(word.lower() for word in words if len(word) > 2))
     lines = _lines(hits)
@@ -257,11 +262,12 @@ def best_lines(hits: Sequence[Hit], words: Sequence[str], limit: int = BEST_LINE
         if name and _LITERAL.search(value) and any(term in name for term in weights):
             scores[index] *= BINDING_WEIGHT
     ranked = sorted(range(len(lines)), key=lambda index: -scores[index])
+    enough = MIN_SCORE_SHARE * scores[ranked[0]] if ranked else 0.0
     chosen: list[str] = []
     seen: set[str] = set()
     for index in ranked:
         path, number, text = lines[index]
-        if scores[index] <= 0 or len(chosen) == limit:
+        if scores[index] <= 0 or scores[index] < enough or len(chosen) == limit:
             break
         if text in seen:
             continue

@@ -185,6 +185,17 @@ def test_best_lines_weigh_rare_words_over_common_ones_and_name_each_line():
     assert len(long[0]) == len("a.txt:1: ") + first_look.BEST_LINE_CHARS and long[0].endswith("…")
 
 
+def test_a_line_scoring_under_half_the_best_lines_score_is_left_out():
+    # Each word is in two of the three lines, so each weighs the same: the lines score 3, 2 and 1.
+    hits = [hit("n.txt", 1, "alpha beta gamma\nalpha beta\ngamma")]
+    assert first_look.MIN_SCORE_SHARE == 0.5
+    # The third shares a third of the first's score: too little to point at the answer.
+    assert first_look.best_lines(hits, ["alpha", "beta", "gamma"]) == [
+        "n.txt:1: alpha beta gamma",
+        "n.txt:2: alpha beta",
+    ]
+
+
 def test_a_best_line_binding_a_question_word_to_a_value_comes_first():
     hits = [hit("t.py", 1, "transport = HTTPTransport(retries=retries)\nretries: int = 0,\nretries = retries")]
     # All three hold "retries" once; only the middle one says what it is.
