@@ -7,7 +7,8 @@ unless ``--model`` names another GGUF. Every question has a known answer, a patt
 answer must contain, and the file that holds it; a question whose fact the installed httpx no
 longer holds is skipped, named.
 
-It reports, per question and in all: answers that contain the fact, whether the first look
+It reports, per question and in all: answers that state the fact (an answer that also states
+its opposite, "Yes, … enables HTTP/2" before a "not", does not), whether the first look
 (the workspace search made before the model's first round) held the answer's file, the tool
 calls the model made, loops the repetition guard stopped, and time. Not a test: a small model's
 answers are poor, and the figures go in the README.
