@@ -10,7 +10,9 @@ falls back to the highest source below that still sets it (the default at the bo
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,13 +41,27 @@ def _is_http_url(value: str) -> bool:
         url = httpx.URL(value)
     except (httpx.InvalidURL, TypeError, ValueError):
         return False
-    # httpx parses a port past 65535 and a host with a space, then fails to connect on them.
+    # httpx parses a port past 65535, a host with a space and one like "%d", then fails to
+    # connect on them (the last only once name resolution fails, naming no setting).
     return (
         url.scheme in ("http", "https")
-        and bool(url.host)
+        and _is_host(url.host, url.raw_host)
         and (url.port is None or 0 < url.port < 65536)
         and not any(character.isspace() for character in value)
     )
+
+
+#: A host name as sent (IDNA-encoded): labels of letters, digits, hyphens and underscores.
+_HOST_NAME = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?")
+
+
+def _is_host(host: str, raw_host: bytes) -> bool:
+    """Whether an URL's host is an IP address or a name that can be looked up."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return _HOST_NAME.fullmatch(raw_host.decode("ascii", "replace")) is not None
+    return True
 
 
 class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):

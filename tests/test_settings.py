@@ -38,6 +38,22 @@ def test_sources_layer_in_order_and_each_value_says_where_it_came_from(monkeypat
 
 
 @pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080/v1",
+        "https://[::1]:8443/v1",
+        "http://localhost/v1",
+        "http://gpu-box.local.:8080",
+        "http://my_server:8000/v1",
+        "https://bücher.example/v1",
+    ],
+)
+def test_a_server_url_by_address_or_name_is_taken(url):
+    resolved = s.load({}, environ={}).apply({"chat.base_url": url}, "editor")
+    assert resolved.errors == () and resolved.settings.chat.base_url == url
+
+
+@pytest.mark.parametrize(
     ("key", "value", "accepted"),
     [
         ("chat.analysis_workers", 9, "0 to 8"),
@@ -47,6 +63,10 @@ def test_sources_layer_in_order_and_each_value_says_where_it_came_from(monkeypat
         ("chat.max_tokens", True, "16 to 32768"),
         ("chat.research_time_budget", 0, "1 to 86400"),
         ("chat.base_url", "ftp://x", "http(s) URL"),
+        # httpx parses these, then the request fails to resolve or connect, naming no setting.
+        ("chat.base_url", "http://%d", "http(s) URL"),
+        ("chat.base_url", "http://local host/v1", "http(s) URL"),
+        ("chat.base_url", "http://127.0.0.1:70000/v1", "http(s) URL"),
         ("chat.first_look", "false", "true or false"),
         ("chat.first_look", 0, "true or false"),
     ],
