@@ -49,7 +49,13 @@ class SourceRef(msgspec.Struct, frozen=True, kw_only=True):
 class Message(msgspec.Struct, frozen=True, kw_only=True):
     """One chat message. ``role == "tool"`` messages answer the call named by ``tool_call_id``.
 
-    An assistant answer keeps its ``sources``, stored with it."""
+    An assistant answer keeps its ``sources``, stored with it.
+
+    ``content`` is what the user is shown. ``model_text``, when set, is the message as the model
+    read or wrote it (a tool result as numbered for the model, an answer without the daemon's
+    ``Sources:`` block): later prompts render it in place of ``content``, so a prompt repeats what
+    the model saw token for token (``prompt_content``). ``reasoning`` is what a reasoning model
+    thought before it answered: stored and shown folded, never answer text and never rendered back."""
 
     role: Role
     content: str = ""
@@ -58,6 +64,13 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     name: str | None = None
     seq: int | None = None
     sources: tuple[SourceRef, ...] = ()
+    model_text: str | None = None
+    reasoning: str = ""
+
+    @property
+    def prompt_content(self) -> str:
+        """The text a prompt renders for this message: what the model saw, else what was shown."""
+        return self.content if self.model_text is None else self.model_text
 
     @property
     def is_tool_exchange(self) -> bool:

@@ -237,10 +237,20 @@ def _migration_3_sources(db: apsw.Connection) -> None:
     db.execute("ALTER TABLE messages ADD COLUMN sources TEXT NOT NULL DEFAULT '[]'")
 
 
+def _migration_4_model_text_and_reasoning(db: apsw.Connection) -> None:
+    """A message as the model saw it, where that differs from what is shown (NULL: the same), and a
+    reasoning model's thoughts ('' for every earlier message)."""
+    db.execute(
+        "ALTER TABLE messages ADD COLUMN model_text TEXT;"
+        " ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT ''"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     _migration_1_conversations,
     _migration_2_history_index,
     _migration_3_sources,
+    _migration_4_model_text_and_reasoning,
 ]
 
 
@@ -296,7 +306,7 @@ _SESSION_COLUMNS = """
 _decode_tool_calls = msgspec.json.Decoder(tuple[ToolCall, ...]).decode
 _decode_sources = msgspec.json.Decoder(tuple[SourceRef, ...]).decode
 #: A message row as ``_message_from_row`` reads it.
-_MESSAGE_COLUMNS = "seq, role, content, tool_calls, tool_call_id, name, sources"
+_MESSAGE_COLUMNS = "seq, role, content, tool_calls, tool_call_id, name, sources, model_text, reasoning"
 
 
 def _session_from_row(row: tuple) -> SessionInfo:
@@ -313,7 +323,7 @@ def _session_from_row(row: tuple) -> SessionInfo:
 
 
 def _message_from_row(row: tuple) -> Message:
-    seq, role, content, tool_calls, tool_call_id, name, sources = row
+    seq, role, content, tool_calls, tool_call_id, name, sources, model_text, reasoning = row
     return Message(
         role=role,
         content=content,
@@ -322,6 +332,8 @@ def _message_from_row(row: tuple) -> Message:
         name=name,
         seq=seq,
         sources=_decode_sources(sources) if sources != "[]" else (),
+        model_text=model_text,
+        reasoning=reasoning,
     )
 
 
@@ -471,8 +483,9 @@ class Store:
                 seq += 1
                 db.execute(
                     "INSERT INTO messages"
-                    " (session_id, seq, role, content, tool_calls, tool_call_id, name, sources, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " (session_id, seq, role, content, tool_calls, tool_call_id, name, sources,"
+                    " model_text, reasoning, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         session_id,
                         seq,
@@ -482,6 +495,8 @@ class Store:
                         message.tool_call_id,
                         message.name,
                         msgspec.json.encode(message.sources).decode(),
+                        message.model_text,
+                        message.reasoning,
                         now,
                     ),
                 )
@@ -550,8 +565,8 @@ def _to_index(db: apsw.Connection, session_id: str, after_seq: int) -> list[hist
         f"SELECT {_MESSAGE_COLUMNS}, created_at FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq",
         (session_id, after_seq),
     ).fetchall()
-    messages = [_message_from_row(row[:7]) for row in rows]
-    created_at = {row[0]: row[7] for row in rows}
+    messages = [_message_from_row(row[:-1]) for row in rows]
+    created_at = {row[0]: row[-1] for row in rows}
     known = calls_by_id(messages)
     if any(m.role == "tool" and m.tool_call_id not in known for m in messages):
         # A result whose call was stored earlier: its query is found through that call.

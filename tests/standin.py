@@ -78,6 +78,8 @@ class StandInModel:
     model_id: str = "standin"
     native_tools: bool = True
     exact_counts: bool = True
+    chat_format: str = "hermes"
+    reasons: bool = False
     requests: list[Request] = field(default_factory=list)
     #: Set while a request is generating, to check that requests never overlap.
     busy: bool = False
@@ -112,6 +114,7 @@ class StandInModel:
         on_start: StartHook | None = None,
         on_retry: RetryCallback | None = None,
         grammar: str | None = None,
+        on_reasoning: TextCallback | None = None,
     ) -> Completion:
         request = Request(list(messages), list(tools), max_tokens, timeout, grammar)
         self.requests.append(request)

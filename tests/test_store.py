@@ -283,7 +283,7 @@ def test_reopening_keeps_data(isolated_dirs):
 
 def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
     with Store.open() as opened:
-        assert connection_of(opened).pragma("user_version") == len(MIGRATIONS) == 3
+        assert connection_of(opened).pragma("user_version") == len(MIGRATIONS) == 4
         tables = {
             row[0] for row in connection_of(opened).execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
         }
@@ -305,7 +305,7 @@ def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
     monkeypatch.setattr(store_module, "MIGRATIONS", [*MIGRATIONS, migration_next])
     for _ in range(2):
         with Store.open() as opened:
-            assert connection_of(opened).pragma("user_version") == 4
+            assert connection_of(opened).pragma("user_version") == 5
             assert connection_of(opened).execute("SELECT count(*) FROM later").fetchone() == (0,)
     assert runs == [1]
 
@@ -502,7 +502,29 @@ def test_a_database_from_before_sources_is_migrated_and_its_answers_have_none(is
         )
     monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
     with Store.open() as upgraded:
-        assert connection_of(upgraded).pragma("user_version") == 3
+        assert connection_of(upgraded).pragma("user_version") == len(MIGRATIONS)
         assert [(m.content, m.sources) for m in upgraded.messages(session.id)] == [("old", ())]
         upgraded.append(session.id, assistant("new", sources=SOURCES))
         assert upgraded.messages(session.id)[-1].sources == SOURCES
+
+
+def test_what_the_model_saw_and_its_reasoning_are_kept_in_both_stores(any_store):
+    session = any_store.create_session()
+    shown = assistant("8101 [1].\n\nSources:\n[1] a.py:1-2")
+    seen = Message(role="assistant", content=shown.content, model_text="8101 [1].", reasoning="The port is 8101.")
+    any_store.append(session.id, user("Which port?"))
+    stored = any_store.append(session.id, seen)
+    assert (stored.model_text, stored.reasoning, stored.prompt_content) == ("8101 [1].", "The port is 8101.", "8101 [1].")
+    assert any_store.messages(session.id)[-1] == stored
+    assert any_store.messages(session.id)[0].prompt_content == "Which port?"
+
+
+def test_a_database_from_before_model_text_is_migrated_with_none(isolated_dirs, monkeypatch):
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:3])
+    with Store.open() as old:
+        session = old.create_session()
+        old.append(session.id, assistant("old"))
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
+    with Store.open() as upgraded:
+        [message] = upgraded.messages(session.id)
+        assert (message.content, message.model_text, message.reasoning) == ("old", None, "")

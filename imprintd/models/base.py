@@ -58,6 +58,9 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     usage: Usage = Usage(prompt_tokens=0, evaluated_tokens=0, generated_tokens=0)
     tool_call_error: str | None = None
     wrote_tool_call: bool = False
+    #: What a reasoning model thought before it answered (its chat format's markers removed);
+    #: never part of ``text``.
+    reasoning: str = ""
 
 
 class ModelError(Exception):
@@ -89,6 +92,17 @@ class Model(Protocol):
     exact_counts: bool
 
     @property
+    def chat_format(self) -> str:
+        """How this model writes tool calls and reasoning (``models/chat_formats``): ``hermes``,
+        ``json-fallback``, …; ``openai`` for a remote server, which parses them itself."""
+        ...
+
+    @property
+    def reasons(self) -> bool:
+        """True when the model thinks before it answers (its reasoning comes through ``on_reasoning``)."""
+        ...
+
+    @property
     def native_tools(self) -> bool:
         """True when the model's own template renders tool schemas and it writes calls natively."""
         ...
@@ -116,8 +130,10 @@ class Model(Protocol):
         on_start: StartHook | None = None,
         on_retry: RetryCallback | None = None,
         grammar: str | None = None,
+        on_reasoning: TextCallback | None = None,
     ) -> Completion:
-        """Generate a reply, calling ``on_text`` with each piece of visible text as it comes.
+        """Generate a reply, calling ``on_text`` with each piece of visible text as it comes,
+        and ``on_reasoning`` with each piece of reasoning (never answer text).
 
         ``grammar``, a GBNF grammar (llama.cpp's), constrains what a local model may write; a
         provider that cannot constrain its output (a remote server) ignores it.

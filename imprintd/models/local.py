@@ -639,6 +639,14 @@ class LocalModel:
             self._native_tools = bool(template) and template_renders_tools(template or "")
         return self._native_tools
 
+    @property
+    def chat_format(self) -> str:
+        return "hermes" if self.native_tools else "json-fallback"
+
+    @property
+    def reasons(self) -> bool:
+        return False
+
     # -- rendering ----------------------------------------------------------------------------
     def _template_messages(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec], native: bool
@@ -733,6 +741,7 @@ class LocalModel:
         on_start: StartHook | None = None,
         on_retry: RetryCallback | None = None,
         grammar: str | None = None,
+        on_reasoning: TextCallback | None = None,
     ) -> Completion:
         deadline = math.inf if timeout is None else _clock() + timeout
         run = _Run(deadline=deadline, scope=request_scope())
@@ -931,7 +940,7 @@ def _template_message(message: Message, native: bool) -> dict[str, Any]:
     write and a tool result as a user message naming the tool, which every template renders.
     """
     if native:
-        out: dict[str, Any] = {"role": message.role, "content": message.content}
+        out: dict[str, Any] = {"role": message.role, "content": message.prompt_content}
         if message.tool_calls:
             out["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -942,8 +951,8 @@ def _template_message(message: Message, native: bool) -> dict[str, Any]:
             out["name"] = message.name or ""
         return out
     if message.role == "tool":
-        return {"role": "user", "content": f"Result of the {message.name or 'tool'} call:\n{message.content}"}
+        return {"role": "user", "content": f"Result of the {message.name or 'tool'} call:\n{message.prompt_content}"}
     if message.tool_calls:
         calls = "\n".join(format_call(c) for c in message.tool_calls)
-        return {"role": message.role, "content": f"{message.content}\n{calls}" if message.content else calls}
-    return {"role": message.role, "content": message.content}
+        return {"role": message.role, "content": f"{message.prompt_content}\n{calls}" if message.prompt_content else calls}
+    return {"role": message.role, "content": message.prompt_content}

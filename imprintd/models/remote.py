@@ -158,7 +158,7 @@ def estimate_tokens(text: str) -> int:
 
 def to_openai_message(message: Message) -> dict[str, Any]:
     """A core message in the ``/v1/chat/completions`` request form."""
-    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    out: dict[str, Any] = {"role": message.role, "content": message.prompt_content}
     if message.tool_calls:
         out["tool_calls"] = [
             {
@@ -401,6 +401,9 @@ class RemoteModel:
     """
 
     native_tools = True
+    #: The server parses tool calls and reasoning (``reasoning_content``) in its own format.
+    chat_format = "openai"
+    reasons = False
     exact_counts = False  # the UTF-8-byte estimate: the server's tokenizer is not here
 
     def __init__(
@@ -442,7 +445,7 @@ class RemoteModel:
         )
         return (
             MESSAGE_OVERHEAD
-            + estimate_tokens(message.content)
+            + estimate_tokens(message.prompt_content)
             + estimate_tokens(calls)
             + estimate_tokens(message.name or "")
         )
@@ -487,6 +490,7 @@ class RemoteModel:
         on_start: StartHook | None = None,
         on_retry: RetryCallback | None = None,
         grammar: str | None = None,  # not sent: OpenAI-compatible servers do not share one way to take it
+        on_reasoning: TextCallback | None = None,
     ) -> Completion:
         prompt_tokens = self.count_prompt(messages, tools)
         if prompt_tokens + max_tokens > self.n_ctx:
