@@ -514,7 +514,11 @@ def test_what_the_model_saw_and_its_reasoning_are_kept_in_both_stores(any_store)
     seen = Message(role="assistant", content=shown.content, model_text="8101 [1].", reasoning="The port is 8101.")
     any_store.append(session.id, user("Which port?"))
     stored = any_store.append(session.id, seen)
-    assert (stored.model_text, stored.reasoning, stored.prompt_content) == ("8101 [1].", "The port is 8101.", "8101 [1].")
+    assert (stored.model_text, stored.reasoning, stored.prompt_content) == (
+        "8101 [1].",
+        "The port is 8101.",
+        "8101 [1].",
+    )
     assert any_store.messages(session.id)[-1] == stored
     assert any_store.messages(session.id)[0].prompt_content == "Which port?"
 
@@ -523,7 +527,10 @@ def test_a_database_from_before_model_text_is_migrated_with_none(isolated_dirs, 
     monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:3])
     with Store.open() as old:
         session = old.create_session()
-        old.append(session.id, assistant("old"))
+        connection_of(old).execute(
+            "INSERT INTO messages (session_id, seq, role, content, created_at) VALUES (?, 1, 'assistant', 'old', 1.0)",
+            (session.id,),
+        )
     monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
     with Store.open() as upgraded:
         [message] = upgraded.messages(session.id)

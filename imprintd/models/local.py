@@ -954,5 +954,8 @@ def _template_message(message: Message, native: bool) -> dict[str, Any]:
         return {"role": "user", "content": f"Result of the {message.name or 'tool'} call:\n{message.prompt_content}"}
     if message.tool_calls:
         calls = "\n".join(format_call(c) for c in message.tool_calls)
-        return {"role": message.role, "content": f"{message.prompt_content}\n{calls}" if message.prompt_content else calls}
+        return {
+            "role": message.role,
+            "content": f"{message.prompt_content}\n{calls}" if message.prompt_content else calls,
+        }
     return {"role": message.role, "content": message.prompt_content}
