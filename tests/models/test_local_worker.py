@@ -18,6 +18,7 @@ from imprintd.models.local import (
     read_gguf_string,
     template_renders_tools,
 )
+from imprintd.models.templates import ChatTemplate
 from tests.models.real_model import needs_real_model
 
 SEARCH = ToolSpec(name="search", description="Search.", parameters={"type": "object", "properties": {}})
@@ -57,15 +58,30 @@ class FakeLlama:
         return self.pieces[tokens[0]]
 
 
+#: A template without tool support (calls are JSON in text) and one that writes Hermes calls.
+PLAIN_TEMPLATE = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+NATIVE_TEMPLATE = (
+    "{% if tools %}{% for t in tools %}{{ t | tojson }}{% endfor %}{% endif %}"
+    "{% for m in messages %}{{ m.role }}: {{ m.content }}<tool_call>{% endfor %}"
+)
+
+
 @dataclass
 class FakeLoaded:
     llama: FakeLlama
-    native_tools: bool = False
+    mode: str = "json"
     active: object = None
     generation_lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def __post_init__(self) -> None:
+        self.chat = ChatTemplate(NATIVE_TEMPLATE if self.mode == "native" else PLAIN_TEMPLATE, model_name="fake.gguf")
+        self.native_tools = self.chat.native
+
     def is_end(self, token: int) -> bool:
         return token == END
+
+    def detokenize(self, token: int) -> bytes:
+        return self.llama.detokenize([token], special=True)
 
 
 def run(pieces: list[bytes], tools=(), mode="json", max_tokens=100, llama: FakeLlama | None = None, **options):
@@ -73,7 +89,7 @@ def run(pieces: list[bytes], tools=(), mode="json", max_tokens=100, llama: FakeL
     shown: list[str] = []
     llama = llama or FakeLlama(pieces)
     result = model._generate(
-        FakeLoaded(llama), _Run(deadline=float("inf")), list(PROMPT), tools, mode, max_tokens, shown.append
+        FakeLoaded(llama, mode), _Run(deadline=float("inf")), list(PROMPT), tools, max_tokens, shown.append
     )
     return result, shown
 
@@ -167,7 +183,7 @@ def test_no_second_generation_when(case):
         pieces = [b"caf\xc3", b'\xa9 {"name": "search", "arguments": {"query": "port"}}']
     llama = FakeLlama(pieces)
     control = _Run(deadline=float("inf"), grammar=grammar)
-    result = LocalModel("/unused.gguf")._generate(FakeLoaded(llama), control, list(PROMPT), tools, "json", 100, print)
+    result = LocalModel("/unused.gguf")._generate(FakeLoaded(llama), control, list(PROMPT), tools, 100, print)
     assert len(llama.requests) == 1
     # What the model wrote is parsed as it stands: a call when tools were offered.
     assert [c.name for c in result.parsed.calls] == ([] if case == "no tools" else ["search"])
@@ -184,14 +200,14 @@ def test_cancel_before_the_next_token():
         shown.append(piece)
         control.stop.set()  # as the event loop does when the awaiting task is cancelled
 
-    result = model._generate(FakeLoaded(FakeLlama([b"one ", b"two ", b"three"])), control, [1], (), "none", 10, emit)
+    result = model._generate(FakeLoaded(FakeLlama([b"one ", b"two ", b"three"])), control, [1], (), 10, emit)
     assert result.finish == "cancelled" and result.generated == 1 and shown == ["one"]
 
 
 def test_deadline_before_the_next_token():
     model = LocalModel("/unused.gguf")
     control = _Run(deadline=float("-inf"))
-    result = model._generate(FakeLoaded(FakeLlama([b"one"])), control, [1], (), "none", 10, lambda p: None)
+    result = model._generate(FakeLoaded(FakeLlama([b"one"])), control, [1], (), 10, lambda p: None)
     assert result.finish == "deadline" and result.generated == 0 and result.parsed.text == ""
 
 
@@ -251,17 +267,8 @@ class TemplateOnly:
     """Stands in for a loaded model: the real sandboxed template renderer, a word tokenizer."""
 
     def __init__(self, template: str) -> None:
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        self.with_generation = Jinja2ChatFormatter(template=template, eos_token="", bos_token="")
-        self.without_generation = Jinja2ChatFormatter(
-            template=template, eos_token="", bos_token="", add_generation_prompt=False
-        )
+        self.chat = ChatTemplate(template, model_name="template-only.gguf")
         self.native_tools = template_renders_tools(template)
-
-    def render(self, messages, tools, generation: bool) -> str:
-        formatter = self.with_generation if generation else self.without_generation
-        return formatter(messages=messages, tools=tools).prompt
 
     def tokenize(self, text: str) -> list[int]:
         return list(range(len(text.split())))
