@@ -514,7 +514,11 @@ def test_what_the_model_saw_and_its_reasoning_are_kept_in_both_stores(any_store)
     seen = Message(role="assistant", content=shown.content, model_text="8101 [1].", reasoning="The port is 8101.")
     any_store.append(session.id, user("Which port?"))
     stored = any_store.append(session.id, seen)
-    assert (stored.model_text, stored.reasoning, stored.prompt_content) == ("8101 [1].", "The port is 8101.", "8101 [1].")
+    assert (stored.model_text, stored.reasoning, stored.prompt_content) == (
+        "8101 [1].",
+        "The port is 8101.",
+        "8101 [1].",
+    )
     assert any_store.messages(session.id)[-1] == stored
     assert any_store.messages(session.id)[0].prompt_content == "Which port?"
 

@@ -40,7 +40,16 @@ from imprintd.models.chat_formats import (
     JSON_FALLBACK,
     ChatFormat,
 )
-from imprintd.models.toolcalls import FENCE, HERMES_CLOSE, HERMES_OPEN, JsonOpening, Mode, scan_opening, syntax_of
+from imprintd.models.toolcalls import (
+    FENCE,
+    HERMES_CLOSE,
+    HERMES_OPEN,
+    JsonOpening,
+    Mode,
+    _partial_suffix,
+    scan_opening,
+    syntax_of,
+)
 
 #: JSON strings as the grammar writes them: no raw control characters, escapes as JSON has them.
 CHAR_RULE = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
@@ -77,7 +86,7 @@ def find_opening(text: str, mode: Mode | ChatFormat, start: int = 0) -> tuple[Ca
         found = text.find(marker, start)
         if found >= 0 and (best is None or found < best.start):
             best = CallOpening(start=found, end=found + len(marker), marker=marker)
-        resume = min(resume, max(start, len(text) - len(marker) + 1))
+        resume = min(resume, max(start, len(text) - _partial_suffix(text, marker)))
     if syntax.json_calls:
         for index in range(start, best.start if best is not None else len(text)):
             if text[index] in "{[`":

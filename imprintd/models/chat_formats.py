@@ -475,14 +475,10 @@ BY_NAME: dict[str, ChatFormat] = {f.name: f for f in (*FORMATS, JSON_FALLBACK)}
 
 
 def detect_format(template: str, renders_tools: bool) -> ChatFormat:
-    """The format a model with ``template`` writes calls in.
-
-    A template that does not render tool schemas gets them described in the system prompt and
-    answers in JSON (``json-fallback``), whatever else it knows.
-    """
-    if not renders_tools:
-        return JSON_FALLBACK
-    return next((f for f in FORMATS if f.matches(template)), HERMES_FORMAT)
+    """The format a model with ``template`` writes calls in: the first whose markers the template
+    writes; else Hermes where the template renders tool schemas (the most common training), and
+    ``json-fallback`` for a template that knows no tool calls."""
+    return next((f for f in FORMATS if f.matches(template)), HERMES_FORMAT if renders_tools else JSON_FALLBACK)
 
 
 # -- reasoning --------------------------------------------------------------------------------------
@@ -526,7 +522,9 @@ class ReasoningSplitter:
 
     def __init__(self, markers: Reasoning | None, *, opened: bool = False) -> None:
         self._markers = markers
-        self._state = "none" if markers is None else ("inside" if opened else "before")
+        self._state = "none" if markers is None else "before"
+        #: The prompt opened the thoughts: a reply that does not open them again starts inside.
+        self._opened = opened
         self._pending = ""
         self._reasoning_started = False
 
@@ -553,6 +551,9 @@ class ReasoningSplitter:
                     continue
                 if not final and markers.open.startswith(stripped):
                     break  # may still become the opening marker
+                if self._opened:
+                    self._state = "inside"
+                    continue
                 self._state = "after"
                 text.append(pending)
                 self._pending = ""

@@ -826,13 +826,13 @@ class LocalModel:
         """
         llama = loaded.llama
         chat = loaded.chat
-        visible = VisibleTextFilter(tools, chat.format.syntax)
+        visible = VisibleTextFilter(tools, chat.call_format.syntax)
         splitter = ReasoningSplitter(chat.reasoning, opened=chat.opens_reasoning)
         thoughts: list[str] = []
         guard = RepetitionGuard()
         # A call is finished under a grammar of the offered tools (call_grammar.py), unless the
         # whole output already has one.
-        watch = CallWatch(tools, chat.format) if self._tool_call_grammar and run.grammar is None else None
+        watch = CallWatch(tools, chat.call_format) if self._tool_call_grammar and run.grammar is None else None
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         kept: list[int] = []  # the tokens generated so far that stay in the reply
         generated = 0

@@ -29,6 +29,7 @@ Everything here is pure: no model, no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from datetime import datetime
@@ -125,7 +126,14 @@ class ChatTemplate:
         self.thinking = thinking
         self.renders_tools = self._probe_tools()
         self.format: ChatFormat = detect_format(source, self.renders_tools)
-        self.native = self.format is not JSON_FALLBACK
+        #: Whether tools reach the model through the template (else the system prompt describes them).
+        self.native = self.renders_tools
+        #: The syntax calls are parsed in: the family's, and JSON in text where the system
+        #: prompt asked for it.
+        self.call_format = self.format
+        if not self.native and self.format is not JSON_FALLBACK:
+            syntax = dataclasses.replace(self.format.syntax, json_calls=True)
+            self.call_format = dataclasses.replace(self.format, syntax=syntax)
         self.arguments_as_string, self.renders_calls, self.drops_text_beside_calls = self._probe_calls()
         self.reasoning, self.opens_reasoning = self._probe_reasoning()
 
@@ -144,8 +152,7 @@ class ChatTemplate:
 
     def _probe_calls(self) -> tuple[bool, bool, bool]:
         """(arguments as a JSON string, renders ``tool_calls`` at all, drops the text beside a call)."""
-        if not self.native:
-            return False, False, False
+        tools = [_PROBE_TOOL.as_openai()] if self.native else None
         for as_string in (False, True):
             messages = [
                 {"role": "user", "content": "hi"},
@@ -158,10 +165,11 @@ class ChatTemplate:
                 },
             ]
             try:
-                text = self.render_dicts(messages, [_PROBE_TOOL.as_openai()], generation=True)
+                text = self.render_dicts(messages, tools, generation=True)
             except TemplateError:
                 continue
-            if "probe_value_7a2d" in text:
+            # A mapping printed as Python (``{'probe_key': …}``, DeepSeek-R1) wants the JSON string.
+            if "probe_value_7a2d" in text and "'probe_key'" not in text:
                 return as_string, True, _PROBE_TEXT not in text
         return False, False, False
 
@@ -183,19 +191,29 @@ class ChatTemplate:
 
     # -- rendering ---------------------------------------------------------------------------
     def render(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, generation: bool = True) -> str:
-        """The prompt for ``messages`` (and ``tools``); ``TemplateError`` if the template refuses it."""
-        dicts = self.template_messages(messages, tools)
+        """The prompt for ``messages`` (and ``tools``); ``TemplateError`` if the template refuses it.
+
+        A conversation the template refuses is tried again in the shapes the strictest templates
+        take, each only when the one before is refused: same-role messages merged and a user turn
+        first; then tool exchanges written as text too; then the system message in the first
+        user turn (templates without a system role, Gemma 2).
+        """
         schemas = [t.as_openai() for t in tools] if tools and self.native else None
-        try:
-            return self.render_dicts(dicts, schemas, generation=generation)
-        except TemplateError as first:
-            normalized = normalize(dicts)
-            if normalized == dicts:
-                raise
+        dicts = self.template_messages(messages, tools)
+        folded = normalize(self.template_messages(messages, tools, fold=True))
+        shapes = [dicts, normalize(dicts), folded, system_in_first_user(folded)]
+        first: TemplateError | None = None
+        tried: list[list[dict[str, Any]]] = []
+        for shape in shapes:
+            if shape in tried:
+                continue
+            tried.append(shape)
             try:
-                return self.render_dicts(normalized, schemas, generation=generation)
-            except TemplateError:
-                raise first from None
+                return self.render_dicts(shape, schemas, generation=generation)
+            except TemplateError as error:
+                first = first or error
+        assert first is not None
+        raise first
 
     def render_dicts(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, generation: bool
@@ -231,10 +249,13 @@ class ChatTemplate:
             ) from None
 
     # -- messages as the template takes them -----------------------------------------------------
-    def template_messages(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> list[dict[str, Any]]:
+    def template_messages(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, fold: bool = False
+    ) -> list[dict[str, Any]]:
+        """``messages`` as this template takes them; with ``fold``, tool exchanges as plain text."""
         out: list[dict[str, Any]] = []
         for message in messages:
-            out.extend(self._template_message(message))
+            out.extend(self._template_message(message, fold or not self.renders_calls))
         if tools and not self.native:
             # The template cannot show tools: describe them at the end of the first system
             # message (or in one of their own), keeping everything before it byte-stable.
@@ -245,22 +266,18 @@ class ChatTemplate:
                 out.insert(0, {"role": "system", "content": block})
         return out
 
-    def _template_message(self, message: Message) -> list[dict[str, Any]]:
+    def _template_message(self, message: Message, fold: bool) -> list[dict[str, Any]]:
         """A core message as this template takes it (one, or two where a call's text would be lost).
 
-        Native templates get OpenAI/HF-shaped ``tool_calls`` and ``tool`` messages. Templates
-        without tool support see a past call as the JSON the model was asked to write and a tool
-        result as a user message naming the tool, which every template renders.
+        Templates that render ``tool_calls`` get them OpenAI/HF-shaped (arguments as the template
+        reads them), and ``tool`` messages. Otherwise (``fold``) a past call is written into the
+        text as the family writes calls, and a tool result is a user message naming the tool,
+        which every template renders.
         """
         content = message.prompt_content
-        if not self.native:
-            if message.role == "tool":
-                return [{"role": "user", "content": f"Result of the {message.name or 'tool'} call:\n{content}"}]
-            if message.tool_calls:
-                calls = self.format.write_calls(message.tool_calls)
-                return [{"role": message.role, "content": f"{content}\n{calls}" if content else calls}]
-            return [{"role": message.role, "content": content or _empty(message)}]
         if message.role == "tool":
+            if fold:
+                return [{"role": "user", "content": f"Result of the {message.name or 'tool'} call:\n{content}"}]
             return [
                 {
                     "role": "tool",
@@ -271,7 +288,7 @@ class ChatTemplate:
             ]
         if not message.tool_calls:
             return [{"role": message.role, "content": content or _empty(message)}]
-        if not self.renders_calls:
+        if fold:
             calls = self.format.write_calls(message.tool_calls)
             return [{"role": message.role, "content": f"{content}\n{calls}" if content else calls}]
         if content and self.drops_text_beside_calls:
@@ -302,21 +319,24 @@ class ChatTemplate:
     def count_renders(self, message: Message) -> tuple[str, str]:
         """Two renders whose difference is what ``message`` adds to a prompt: (without, with).
 
-        Lead-ins are tried from the shortest: a system message alone, any other after a fixed
-        system message; then with a user turn (templates that need one, Qwen3.5) and, for a
-        tool result, the call it answers. Raises ``TemplateError`` when none renders.
+        The message follows a lead-in the template accepts: a user turn before an assistant
+        message, an exchange before a user message, the call it answers before a tool result, a
+        user turn after a system message where the template needs one (Qwen3.5). Lead-ins
+        without a system message come first: templates move it (Mistral writes it into the last
+        user turn) or add a default one when there is none, which both renders then hold. The
+        first lead-in both of whose renders the template takes and that adds text is used;
+        ``TemplateError`` when none does.
         """
         call = ToolCall(id=message.tool_call_id or "call", name=message.name or "tool", arguments={})
         caller = Message(role="assistant", tool_calls=(call,))
-        if message.role == "system":
-            leads: list[tuple[list[Message], list[Message]]] = [([], []), ([], [LEAD_USER])]
-        elif message.role == "tool":
-            leads = [([LEAD_SYSTEM, LEAD_USER, caller], [])]
-        elif message.role == "assistant":
-            leads = [([LEAD_SYSTEM, LEAD_USER], []), ([LEAD_SYSTEM], [])]
-        else:
-            leads = [([LEAD_SYSTEM], []), ([LEAD_SYSTEM, LEAD_USER, Message(role="assistant", content="Hi.")], [])]
+        answer = Message(role="assistant", content="Hi.")
+        leads: list[tuple[list[Message], list[Message]]] = {
+            "system": [([], []), ([], [LEAD_USER])],
+            "tool": [([LEAD_USER, caller], []), ([LEAD_SYSTEM, LEAD_USER, caller], [])],
+            "assistant": [([LEAD_USER], []), ([LEAD_SYSTEM, LEAD_USER], [])],
+        }.get(message.role, [([LEAD_USER, answer], []), ([LEAD_SYSTEM], [])])
         failure: TemplateError | None = None
+        found: tuple[str, str] | None = None
         for lead, trail in leads:
             try:
                 base = self.render([*lead, *trail], generation=False) if lead or trail else ""
@@ -324,13 +344,25 @@ class ChatTemplate:
             except TemplateError as error:
                 failure = failure or error
                 continue
-            return base, full
+            if len(full) > len(base):
+                return base, full
+            found = found or (base, full)
+        if found is not None:
+            return found
         assert failure is not None
         raise failure
 
 
 def _empty(message: Message) -> str:
     return EMPTY_REPLY if message.role == "assistant" else ""
+
+
+def system_in_first_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with a leading system message written at the top of the first user turn."""
+    if len(messages) < 2 or messages[0]["role"] != "system" or messages[1]["role"] != "user":
+        return messages
+    system, first = messages[0], messages[1]
+    return [{**first, "content": f"{system['content']}\n\n{first['content']}"}, *messages[2:]]
 
 
 def normalize(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -178,7 +178,9 @@ def _hermes_block(text: str, start: int, opening: str, collected: _Collector) ->
 
 
 HERMES = CallSyntax("hermes", (HERMES_OPEN,), _hermes_block)
-JSON_IN_TEXT = CallSyntax("json-fallback", json_calls=True)
+#: JSON in text; a model trained on Hermes may still wrap its call in ``<tool_call>`` tags,
+#: which are taken as its markup, not shown.
+JSON_IN_TEXT = CallSyntax("json-fallback", (HERMES_OPEN,), _hermes_block, json_calls=True)
 
 
 def syntax_of(mode: Mode | CallSyntax) -> CallSyntax | None:
