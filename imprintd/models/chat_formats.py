@@ -561,14 +561,22 @@ class ReasoningSplitter:
             if self._state == "inside":
                 end = pending.find(markers.close)
                 if end >= 0:
-                    reasoning.append(self._thought(pending[:end]))
+                    reasoning.append(self._thought(pending[:end].rstrip()))
                     self._pending = ""
                     self._state = "after"
                     text.append(pending[end + len(markers.close) :])
                     break
-                keep = 0 if final else _partial(pending, markers.close)
-                reasoning.append(self._thought(pending[: len(pending) - keep]))
-                self._pending = pending[len(pending) - keep :]
+                if final:
+                    reasoning.append(self._thought(pending.rstrip()))
+                    self._pending = ""
+                    break
+                # Held back: what may still be the closing marker, and trailing whitespace
+                # (the thoughts end without it), so what streams is what is kept.
+                cut = len(pending) - _partial(pending, markers.close)
+                while cut > 0 and pending[cut - 1].isspace():
+                    cut -= 1
+                reasoning.append(self._thought(pending[:cut]))
+                self._pending = pending[cut:]
                 break
             text.append(self._pending)
             self._pending = ""

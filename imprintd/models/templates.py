@@ -330,11 +330,13 @@ class ChatTemplate:
         call = ToolCall(id=message.tool_call_id or "call", name=message.name or "tool", arguments={})
         caller = Message(role="assistant", tool_calls=(call,))
         answer = Message(role="assistant", content="Hi.")
-        leads: list[tuple[list[Message], list[Message]]] = {
+        Lead = list[tuple[list[Message], list[Message]]]
+        by_role: dict[str, Lead] = {
             "system": [([], []), ([], [LEAD_USER])],
             "tool": [([LEAD_USER, caller], []), ([LEAD_SYSTEM, LEAD_USER, caller], [])],
             "assistant": [([LEAD_USER], []), ([LEAD_SYSTEM, LEAD_USER], [])],
-        }.get(message.role, [([LEAD_USER, answer], []), ([LEAD_SYSTEM], [])])
+        }
+        leads = by_role.get(message.role, [([LEAD_USER, answer], []), ([LEAD_SYSTEM], [])])
         failure: TemplateError | None = None
         found: tuple[str, str] | None = None
         for lead, trail in leads:
