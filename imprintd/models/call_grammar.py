@@ -8,8 +8,10 @@ offered tools and the arguments follow that tool's JSON schema, converted by lla
 port of llama.cpp's JSON-schema-to-grammar. What it writes then always parses and validates.
 
 The provider (``local.py``) watches the text as it streams; ``CallWatch.feed`` says when the
-piece just decoded opens a call (``<tool_call>`` in the native form, ``{"name":`` and its
-variants in the JSON form, exactly where ``toolcalls.py`` starts parsing one). The provider then
+piece just decoded opens a call (the family's own opening, ``<tool_call>``, ``[TOOL_CALLS]``,
+``<|tool_call_start|>`` …, or ``{"name":`` and its variants in the JSON form, exactly where
+``toolcalls.py`` starts parsing one); the grammar then writes the rest in the family's syntax
+(``chat_formats.py``). The provider then
 drops that piece's token and generates again from the tokens before it, under a grammar that
 starts with the piece's text up to the end of the opening, so what was written stays written and
 the call goes on from there. The grammar ends where the call (or the block of calls) ends: the

@@ -4,22 +4,28 @@
 ``chat.provider = "local"`` with ``chat.model`` a GGUF path (or the embedded default).
 
 * **Exact counts.** Prompts are rendered with the GGUF's own chat template
-  (``tokenizer.chat_template``) through llama-cpp-python's sandboxed ``Jinja2ChatFormatter``,
-  with the tool schemas and the generation prompt, and counted with the model's tokenizer.
-  ``count_prompt`` is one tokenization of exactly what generation evaluates.
-  ``count_message`` is cached by the message's bytes: a message's tokens are those of the text
-  the template adds for it after a fixed lead-in (see ``_message_tokens``), so a fitting pass
-  tokenizes each message once.
+  (``tokenizer.chat_template``) by ``templates.ChatTemplate`` (a Jinja sandbox as
+  llama-cpp-python's), with the tool schemas and the generation prompt, and counted with the
+  model's tokenizer. ``count_prompt`` is one tokenization of exactly what generation evaluates
+  (a prompt the template refuses alone, a system prompt without a user turn, is counted with one
+  after it, less that turn). ``count_message`` is cached by the message's bytes: a message's
+  tokens are the difference of two whole renders with a lead-in the template accepts (see
+  ``_message_tokens``), so a fitting pass tokenizes each message once.
 * **Streaming under the inference lock.** Generation runs token by token in a worker thread
   while the process-wide ``inference_lock()`` is held. Between tokens (and between prompt
   batches) the worker checks a cancel flag and the deadline; cancelling the awaiting task sets
   the flag, waits for the worker to return (shielded), then re-raises. Text reaches ``on_text``
   on the event-loop thread, UTF-8 sequences split across tokens decoded whole.
-* **Tool calls.** A template that renders ``tools`` gets them natively and its Hermes
-  ``<tool_call>`` output is parsed; otherwise the tools are described in the system prompt and
-  a JSON call is parsed from the text (``toolcalls.py``). Once the model opens a call, the
-  rest of it is generated under a grammar of the offered tools (``call_grammar.py``): the
-  opening token is sampled again from the tokens before it, constrained.
+* **Tool calls and reasoning.** The template's chat format (``chat_formats.py``: Hermes,
+  Qwen XML, Llama 3 JSON, Mistral, Granite, LFM2, Gemma 4, DeepSeek-R1, …) says how the model
+  writes calls; a template that renders ``tools`` gets them natively, otherwise they are
+  described in the system prompt and a JSON call is parsed too (``toolcalls.py``). Tokens are
+  decoded with their special tokens, so markers are seen; a reasoning model's thoughts are
+  split off as they stream (``on_reasoning``, ``Completion.reasoning``), and ``chat.reasoning``
+  decides the template's thinking switch. Once the model opens a call, the rest of it is
+  generated under a grammar of the offered tools in the family's syntax
+  (``call_grammar.py``): the opening token is sampled again from the tokens before it,
+  constrained.
 * **Prefix reuse (ADR 0157).** ``Llama.generate`` keeps the evaluated prefix of the previous
   prompt and evaluates only the rest; ``Usage.evaluated_tokens`` is what llama.cpp actually
   evaluated for this prompt, measured at its ``eval`` call, and ``reusable_prefix`` says
@@ -80,7 +86,7 @@ from imprintd.models.call_grammar import CallWatch
 from imprintd.models.chat_formats import ReasoningSplitter
 from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
-from imprintd.models.templates import ChatTemplate, TemplateError
+from imprintd.models.templates import LEAD_USER, ChatTemplate, TemplateError
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter
 
 logger = logging.getLogger("imprintd.models.local")
@@ -251,7 +257,7 @@ class _Result:
 
 
 class _Loaded:
-    """The loaded model: llama.cpp, the template's two renderings, and its stop tokens."""
+    """The loaded model: llama.cpp, its chat template (``templates.ChatTemplate``), and its stop tokens."""
 
     def __init__(self, llama: Any, template: str, path: Path, *, thinking: bool = False) -> None:
         from llama_cpp import llama_cpp as lib
@@ -653,7 +659,18 @@ class LocalModel:
 
     # -- counting -------------------------------------------------------------------------------
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
-        return len(self.prompt_tokens(messages, tools))
+        try:
+            return len(self.prompt_tokens(messages, tools))
+        except TemplateError as refused:
+            # A prompt the daemon only counts (a system prompt alone, a conversation's prefix)
+            # that the template refuses as a whole conversation (Qwen3.5 wants a user turn):
+            # measured with a user turn after it, less what that turn adds.
+            loaded = self.load()
+            try:
+                with_user = len(loaded.tokenize(loaded.chat.render([*messages, LEAD_USER], tools)))
+            except TemplateError:
+                raise refused from None
+            return max(0, with_user - self.count_message(LEAD_USER))
 
     def reusable_prefix(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> tuple[int, int]:
         """(prompt tokens, how many of them llama.cpp holds evaluated already) for this prompt now.

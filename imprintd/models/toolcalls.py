@@ -1,12 +1,15 @@
 """Tool calls written in a model's text: parsing, the prompt that asks for them, and a stream filter.
 
-Two forms are understood (docs/architecture.md, "models/: one interface, two providers"):
+Each family's way of writing calls is a ``CallSyntax`` (the openings a call starts with and the
+parser of the block that follows); ``chat_formats.py`` holds the table of them. Two live here,
+and a ``Mode`` names them (docs/architecture.md, "models/: one interface, two providers"):
 
 * **Hermes / Qwen** (``native``): templates that render tool schemas teach the model to write
   ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, one block per call.
 * **JSON in text** (``json``): for templates without tool support the tools are described in
   the system prompt (``tools_prompt``) and the model answers with a bare or fenced JSON object
-  ``{"name": ..., "arguments": {...}}`` (or a list of them) somewhere in its reply.
+  ``{"name": ..., "arguments": {...}}`` (or a list of them) somewhere in its reply, or in
+  Hermes tags.
 
 A malformed call is never run: parsing returns it as an error naming what was wrong (bad JSON,
 unknown tool, arguments not an object), which the caller shows the model. Visible text excludes
