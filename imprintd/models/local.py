@@ -844,7 +844,7 @@ class LocalModel:
         llama = loaded.llama
         chat = loaded.chat
         visible = VisibleTextFilter(tools, chat.call_format.syntax)
-        splitter = ReasoningSplitter(chat.reasoning, opened=chat.opens_reasoning)
+        splitter = ReasoningSplitter(chat.markers, opened=chat.opens_reasoning)
         thoughts: list[str] = []
         guard = RepetitionGuard()
         # A call is finished under a grammar of the offered tools (call_grammar.py), unless the

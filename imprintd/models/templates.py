@@ -135,6 +135,9 @@ class ChatTemplate:
             syntax = dataclasses.replace(self.format.syntax, json_calls=True)
             self.call_format = dataclasses.replace(self.format, syntax=syntax)
         self.arguments_as_string, self.renders_calls, self.drops_text_beside_calls = self._probe_calls()
+        #: The reasoning markers the template knows: looked for in every reply, even with the
+        #: thinking switched off (a model may think anyway).
+        self.markers = detect_reasoning(source)
         self.reasoning, self.opens_reasoning = self._probe_reasoning()
 
     # -- facts -------------------------------------------------------------------------------
