@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 ModelFactory = Callable[[ChatSettings], Model]
 
 #: Settings that change which model is loaded; others apply to the next reply as they are.
-_MODEL_KEYS = ("provider", "model", "base_url", "n_ctx")
+_MODEL_KEYS = ("provider", "model", "base_url", "n_ctx", "reasoning")
 
 
 class WorkspaceMissing(ValueError):

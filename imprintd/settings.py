@@ -146,6 +146,13 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
     first_look: Annotated[
         bool, Meta(description="search the workspace with the question before the model's first round")
     ] = True
+    reasoning: Annotated[
+        Literal["auto", "on", "off"],
+        Meta(
+            description="whether a model that can think before answering does (enable_thinking); auto: "
+            "only with a context of 32768 tokens or more"
+        ),
+    ] = "auto"
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):

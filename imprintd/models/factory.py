@@ -49,6 +49,7 @@ def create_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -
         state_cache_memory=chat.state_cache_memory,
         state_cache_disk=chat.state_cache_disk,
         state_folder=states_folder(cache_dir()),
+        reasoning=chat.reasoning,
     )
 
 

@@ -4,22 +4,28 @@
 ``chat.provider = "local"`` with ``chat.model`` a GGUF path (or the embedded default).
 
 * **Exact counts.** Prompts are rendered with the GGUF's own chat template
-  (``tokenizer.chat_template``) through llama-cpp-python's sandboxed ``Jinja2ChatFormatter``,
-  with the tool schemas and the generation prompt, and counted with the model's tokenizer.
-  ``count_prompt`` is one tokenization of exactly what generation evaluates.
-  ``count_message`` is cached by the message's bytes: a message's tokens are those of the text
-  the template adds for it after a fixed lead-in (see ``_message_tokens``), so a fitting pass
-  tokenizes each message once.
+  (``tokenizer.chat_template``) by ``templates.ChatTemplate`` (a Jinja sandbox as
+  llama-cpp-python's), with the tool schemas and the generation prompt, and counted with the
+  model's tokenizer. ``count_prompt`` is one tokenization of exactly what generation evaluates
+  (a prompt the template refuses alone, a system prompt without a user turn, is counted with one
+  after it, less that turn). ``count_message`` is cached by the message's bytes: a message's
+  tokens are the difference of two whole renders with a lead-in the template accepts (see
+  ``_message_tokens``), so a fitting pass tokenizes each message once.
 * **Streaming under the inference lock.** Generation runs token by token in a worker thread
   while the process-wide ``inference_lock()`` is held. Between tokens (and between prompt
   batches) the worker checks a cancel flag and the deadline; cancelling the awaiting task sets
   the flag, waits for the worker to return (shielded), then re-raises. Text reaches ``on_text``
   on the event-loop thread, UTF-8 sequences split across tokens decoded whole.
-* **Tool calls.** A template that renders ``tools`` gets them natively and its Hermes
-  ``<tool_call>`` output is parsed; otherwise the tools are described in the system prompt and
-  a JSON call is parsed from the text (``toolcalls.py``). Once the model opens a call, the
-  rest of it is generated under a grammar of the offered tools (``call_grammar.py``): the
-  opening token is sampled again from the tokens before it, constrained.
+* **Tool calls and reasoning.** The template's chat format (``chat_formats.py``: Hermes,
+  Qwen XML, Llama 3 JSON, Mistral, Granite, LFM2, Gemma 4, DeepSeek-R1, …) says how the model
+  writes calls; a template that renders ``tools`` gets them natively, otherwise they are
+  described in the system prompt and a JSON call is parsed too (``toolcalls.py``). Tokens are
+  decoded with their special tokens, so markers are seen; a reasoning model's thoughts are
+  split off as they stream (``on_reasoning``, ``Completion.reasoning``), and ``chat.reasoning``
+  decides the template's thinking switch. Once the model opens a call, the rest of it is
+  generated under a grammar of the offered tools in the family's syntax
+  (``call_grammar.py``): the opening token is sampled again from the tokens before it,
+  constrained.
 * **Prefix reuse (ADR 0157).** ``Llama.generate`` keeps the evaluated prefix of the previous
   prompt and evaluates only the rest; ``Usage.evaluated_tokens`` is what llama.cpp actually
   evaluated for this prompt, measured at its ``eval`` call, and ``reusable_prefix`` says
@@ -39,6 +45,7 @@ raises ``ModelUnavailable`` naming the path.
 from __future__ import annotations
 
 import codecs
+import copy
 import ctypes
 import hashlib
 import json
@@ -76,23 +83,21 @@ from imprintd.models.base import (
     request_scope,
 )
 from imprintd.models.call_grammar import CallWatch
+from imprintd.models.chat_formats import ReasoningSplitter
 from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
-from imprintd.models.toolcalls import Mode, ParsedOutput, VisibleTextFilter, format_call, tools_prompt
+from imprintd.models.templates import LEAD_USER, ChatTemplate, TemplateError
+from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter
 
 logger = logging.getLogger("imprintd.models.local")
 
 GGUF_MAGIC = b"GGUF"
+#: The context from which ``chat.reasoning = "auto"`` lets a model think (docs/decisions.md, "Reasoning").
+THINKING_CONTEXT = 32768
 #: The clock deadlines are measured on (a module attribute so tests can move time on).
 _clock = time.monotonic
 #: Cached per-message counts kept (a conversation plus its research rounds fits many times over).
 MESSAGE_CACHE_SIZE = 8192
-#: The lead-in a non-system message's count is measured after (its content does not matter).
-_LEAD_IN = Message(role="system", content="You are a helpful assistant.")
-#: A tool offered only to learn whether the template renders tools at all.
-_PROBE_TOOL = ToolSpec(
-    name="imprint_probe_tool_5e1c", description="Probe.", parameters={"type": "object", "properties": {}}
-)
 #: End-of-turn markers of common templates; those the template uses stop generation too.
 _END_OF_TURN_MARKERS = (
     "<|im_end|>",
@@ -135,21 +140,17 @@ def check_gguf(path: Path) -> None:
         raise ModelUnavailable(f"the chat model file {path} is not a GGUF file (it does not start with 'GGUF')")
 
 
-def _probe_renders_tools(render: Callable[[list[dict[str, Any]], list[dict[str, Any]]], str]) -> bool:
-    try:
-        text = render([{"role": "user", "content": "hi"}], [_PROBE_TOOL.as_openai()])
-    except Exception:  # a template that fails on tools does not support them
-        return False
-    return _PROBE_TOOL.name in text
+def thinking_for(reasoning: str, n_ctx: int) -> bool:
+    """Whether ``chat.reasoning`` turns a template's reasoning switch on (docs/decisions.md,
+    "Reasoning"): ``auto`` only where the context leaves room for thoughts (``THINKING_CONTEXT``)."""
+    if reasoning == "auto":
+        return n_ctx >= THINKING_CONTEXT
+    return reasoning == "on"
 
 
 def template_renders_tools(template: str) -> bool:
-    """Whether a chat template shows the tool schemas it is given (rendered in llama-cpp-python's sandbox)."""
-    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-    formatter = Jinja2ChatFormatter(template=template, eos_token="", bos_token="")
-    # llama-cpp-python types these as its TypedDicts; ours are plain dicts of that shape.
-    return _probe_renders_tools(lambda messages, tools: formatter(messages=messages, tools=tools).prompt)  # type: ignore[arg-type]
+    """Whether a chat template shows the tool schemas it is given."""
+    return ChatTemplate(template, model_name="the model").renders_tools
 
 
 # GGUF metadata value types and the sizes of the fixed-size ones (gguf.md in llama.cpp).
@@ -251,22 +252,15 @@ class _Result:
     generated: int
     #: Where the loop the repetition guard stopped starts in the visible text (finish "repetition").
     loop_start: int = 0
+    #: What the model thought, its reasoning markers removed.
+    reasoning: str = ""
 
 
 class _Loaded:
-    """The loaded model: llama.cpp, the template's two renderings, and its stop tokens."""
+    """The loaded model: llama.cpp, its chat template (``templates.ChatTemplate``), and its stop tokens."""
 
-    def __init__(self, llama: Any, template: str, path: Path) -> None:
+    def __init__(self, llama: Any, template: str, path: Path, *, thinking: bool = False) -> None:
         from llama_cpp import llama_cpp as lib
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        loaded_on = datetime.now()
-
-        class Formatter(Jinja2ChatFormatter):
-            # Templates may print the date; a fixed one keeps the prompt byte-stable (ADR 0157).
-            @staticmethod
-            def strftime_now(f: str) -> str:
-                return loaded_on.strftime(f)
 
         self.llama = llama
         self.path = path
@@ -276,12 +270,12 @@ class _Loaded:
         bos_id, eos_id = llama.token_bos(), llama.token_eos()
         bos = llama._model.token_get_text(bos_id) if bos_id != -1 else ""
         eos = llama._model.token_get_text(eos_id) if eos_id != -1 else ""
-        self.with_generation = Formatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=True)
-        self.without_generation = Formatter(
-            template=template, eos_token=eos, bos_token=bos, add_generation_prompt=False
+        # Templates may print the date: the date the model was loaded (ADR 0157).
+        self.chat = ChatTemplate(
+            template, model_name=path.name, bos_token=bos, eos_token=eos, today=datetime.now(), thinking=thinking
         )
         self.stop_ids = self._end_of_turn_ids(template)
-        self.native_tools = self._renders_tools()
+        self.native_tools = self.chat.native
         self.active: _Run | None = None
         self.generation_lock = threading.Lock()
         self._install_eval_hook()
@@ -293,14 +287,10 @@ class _Loaded:
     def is_end(self, token: int) -> bool:
         return token in self.stop_ids or bool(self._lib.llama_vocab_is_eog(self._vocab, token))
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, generation: bool) -> str:
-        formatter = self.with_generation if generation else self.without_generation
-        try:
-            return formatter(messages=messages, tools=tools).prompt  # type: ignore[arg-type]  # TypedDict-shaped dicts
-        except Exception as error:  # jinja2 errors and the template's own raise_exception
-            raise ModelError(
-                f"the chat template of {self.path.name} could not render the conversation: {error}"
-            ) from None
+    def detokenize(self, token: int) -> bytes:
+        """A token's bytes, special tokens included (``[TOOL_CALLS]``, ``<think>``): the chat
+        format's parser and reasoning splitter see them; they never reach the user."""
+        return self.llama.detokenize([token], special=True)
 
     def held_tokens(self) -> array:
         """The tokens llama.cpp holds evaluated, in order."""
@@ -350,9 +340,6 @@ class _Loaded:
                     ids.add(tokens[0])
         return ids
 
-    def _renders_tools(self) -> bool:
-        return _probe_renders_tools(lambda messages, tools: self.render(messages, tools, True))
-
     def _install_eval_hook(self) -> None:
         # Llama.generate calls self.eval(tokens) with the whole unevaluated prompt suffix, then
         # with one token per step. Wrapping it measures what was actually evaluated (prefix reuse
@@ -398,6 +385,7 @@ class LocalModel:
         state_cache_disk: int = 0,
         state_folder: str | os.PathLike[str] | None = None,
         tool_call_grammar: bool = True,
+        reasoning: str = "auto",
     ) -> None:
         self.model_path = Path(model_path).expanduser()
         self.n_ctx = n_ctx
@@ -415,7 +403,9 @@ class LocalModel:
         self._extra_buffers = extra_buffers
         self._load_lock = threading.Lock()
         self._loaded: _Loaded | None = None
-        self._native_tools: bool | None = None
+        #: ``chat.reasoning``: whether templates that can switch reasoning get it on.
+        self._thinking = thinking_for(reasoning, n_ctx)
+        self._metadata_template: ChatTemplate | None = None
         self._counts: OrderedDict[bytes, int] = OrderedDict()
         self._counts_lock = threading.Lock()
         #: Usage of the latest generation, cancelled ones included (a cancelled request
@@ -618,63 +608,69 @@ class LocalModel:
             raise ModelUnavailable(
                 f"the chat model {self.model_path} has no chat template (tokenizer.chat_template) in its GGUF metadata"
             )
-        return _Loaded(llama, template, self.model_path)
+        try:
+            return _Loaded(llama, template, self.model_path, thinking=self._thinking)
+        except TemplateError as error:
+            llama.close()
+            raise ModelUnavailable(str(error)) from None
+
+    def _template(self) -> ChatTemplate | None:
+        """The GGUF's chat template: the loaded one, else read from the metadata alone (a
+        runtime Protocol check and ``imprintd config`` read these facts without the weights);
+        None while the file is missing or unreadable, whose error comes at first use."""
+        if self._loaded is not None:
+            return self._loaded.chat
+        if self._metadata_template is None:
+            try:
+                check_gguf(self.model_path)
+                source = read_gguf_string(self.model_path, "tokenizer.chat_template")
+                if not source:
+                    return None
+                self._metadata_template = ChatTemplate(source, model_name=self.model_path.name, thinking=self._thinking)
+            except (ModelError, OSError, ValueError):
+                return None
+        return self._metadata_template
 
     @property
     def native_tools(self) -> bool:
-        """Whether the GGUF's template renders tool schemas.
-
-        Answered from the GGUF's metadata without loading the weights (a runtime Protocol check
-        reads this attribute); False while the file is missing or unreadable, whose error comes
-        at first use.
-        """
-        if self._loaded is not None:
-            return self._loaded.native_tools
-        if self._native_tools is None:
-            try:
-                check_gguf(self.model_path)
-                template = read_gguf_string(self.model_path, "tokenizer.chat_template")
-            except (ModelUnavailable, OSError, ValueError):
-                return False
-            self._native_tools = bool(template) and template_renders_tools(template or "")
-        return self._native_tools
+        """Whether the GGUF's template renders tool schemas."""
+        template = self._template()
+        return template is not None and template.native
 
     @property
     def chat_format(self) -> str:
-        return "hermes" if self.native_tools else "json-fallback"
+        """The detected call format (``chat_formats.py``); ``json-fallback`` until a template is read."""
+        template = self._template()
+        return template.format.name if template is not None else "json-fallback"
 
     @property
     def reasons(self) -> bool:
-        return False
+        """Whether the model thinks before it answers, with ``chat.reasoning`` applied."""
+        template = self._template()
+        return template is not None and template.reasons
 
     # -- rendering ----------------------------------------------------------------------------
-    def _template_messages(
-        self, messages: Sequence[Message], tools: Sequence[ToolSpec], native: bool
-    ) -> list[dict[str, Any]]:
-        out = [_template_message(m, native) for m in messages]
-        if tools and not native:
-            # The template cannot show tools: describe them at the end of the first system
-            # message (or in one of their own), keeping everything before it byte-stable.
-            block = tools_prompt(tools)
-            if out and out[0]["role"] == "system":
-                out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{block}" if out[0]["content"] else block}
-            else:
-                out.insert(0, {"role": "system", "content": block})
-        return out
-
     def render_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> str:
         """The fully formatted prompt generation would evaluate, generation prompt included."""
-        loaded = self.load()
-        native = loaded.native_tools
-        schemas = [t.as_openai() for t in tools] if tools and native else None
-        return loaded.render(self._template_messages(messages, tools, native), schemas, True)
+        return self.load().chat.render(messages, tools)
 
     def prompt_tokens(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> list[int]:
         return self.load().tokenize(self.render_prompt(messages, tools))
 
     # -- counting -------------------------------------------------------------------------------
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
-        return len(self.prompt_tokens(messages, tools))
+        try:
+            return len(self.prompt_tokens(messages, tools))
+        except TemplateError as refused:
+            # A prompt the daemon only counts (a system prompt alone, a conversation's prefix)
+            # that the template refuses as a whole conversation (Qwen3.5 wants a user turn):
+            # measured with a user turn after it, less what that turn adds.
+            loaded = self.load()
+            try:
+                with_user = len(loaded.tokenize(loaded.chat.render([*messages, LEAD_USER], tools)))
+            except TemplateError:
+                raise refused from None
+            return max(0, with_user - self.count_message(LEAD_USER))
 
     def reusable_prefix(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> tuple[int, int]:
         """(prompt tokens, how many of them llama.cpp holds evaluated already) for this prompt now.
@@ -712,19 +708,14 @@ class LocalModel:
         return count
 
     def _message_tokens(self, message: Message) -> int:
-        """Tokens the template adds for ``message`` after a fixed lead-in.
+        """Tokens the template adds for ``message``: the difference of two whole renders, with a
+        lead-in the template accepts (``ChatTemplate.count_renders``).
 
-        A system message is measured on its own; any other after a fixed system message, so
-        templates that insert a default system prompt do not charge it to the message. The
-        added text is taken as a string suffix and tokenized once. Where a template's output
-        for the lead-in is not a prefix of its output with the message, the difference of the
-        two token counts is used instead.
+        Where the shorter render is a prefix of the longer, the added text is tokenized once;
+        otherwise the difference of the two token counts is used.
         """
         loaded = self.load()
-        native = loaded.native_tools
-        lead = [] if message.role == "system" else [_template_message(_LEAD_IN, native)]
-        base = loaded.render(lead, None, False) if lead else ""
-        full = loaded.render(lead + [_template_message(message, native)], None, False)
+        base, full = loaded.chat.count_renders(message)
         if full.startswith(base):
             return len(loaded.tokenize(full[len(base) :]))
         return max(0, len(loaded.tokenize(full)) - len(loaded.tokenize(base)))
@@ -756,7 +747,6 @@ class LocalModel:
                 f"prompt of {prompt_tokens} tokens plus {max_tokens} output tokens "
                 f"exceeds the {self.n_ctx}-token context"
             )
-        mode: Mode = "native" if loaded.native_tools else "json"
         lock = inference_lock()
         acquired = False
         with anyio.move_on_after(max(0.0, deadline - _clock())):
@@ -768,7 +758,7 @@ class LocalModel:
         try:
             if on_start is not None:
                 await on_start()  # e.g. the budget, measured against the prefix llama.cpp holds now
-            result = await self._run_worker(loaded, run, tokens, tools, mode, max_tokens, on_text)
+            result = await self._run_worker(loaded, run, tokens, tools, max_tokens, on_text, on_reasoning)
         finally:
             lock.release()
         finish: FinishReason = "stop"
@@ -786,6 +776,7 @@ class LocalModel:
                 tool_call_error=None if cut else result.parsed.error,
                 finish_reason=finish,
                 wrote_tool_call=result.parsed.wrote_call,
+                reasoning=result.reasoning,
                 usage=Usage(
                     prompt_tokens=prompt_tokens, evaluated_tokens=result.evaluated, generated_tokens=result.generated
                 ),
@@ -798,22 +789,26 @@ class LocalModel:
         run: _Run,
         tokens: list[int],
         tools: Sequence[ToolSpec],
-        mode: Mode,
         max_tokens: int,
         on_text: TextCallback | None,
+        on_reasoning: TextCallback | None = None,
     ) -> _Result:
-        def deliver(piece: str) -> None:
+        def deliver(callback: TextCallback, piece: str) -> None:
             # Runs on the event-loop thread; after a cancel nothing more reaches the caller.
-            if on_text is not None and not run.stop.is_set():
-                on_text(piece)
+            if not run.stop.is_set():
+                callback(piece)
 
         def emit(piece: str) -> None:
             if on_text is not None:
-                anyio.from_thread.run_sync(deliver, piece)
+                anyio.from_thread.run_sync(deliver, on_text, piece)
+
+        def think(piece: str) -> None:
+            if on_reasoning is not None:
+                anyio.from_thread.run_sync(deliver, on_reasoning, piece)
 
         def work() -> _Result:
             try:
-                return self._generate(loaded, run, tokens, tools, mode, max_tokens, emit)
+                return self._generate(loaded, run, tokens, tools, max_tokens, emit, think)
             finally:
                 run.finished.set()
 
@@ -836,17 +831,25 @@ class LocalModel:
         run: _Run,
         tokens: list[int],
         tools: Sequence[ToolSpec],
-        mode: Mode,
         max_tokens: int,
         emit: Callable[[str], None],
+        think: Callable[[str], None] = lambda piece: None,
     ) -> _Result:
-        """The worker: evaluate the prompt, then sample token by token until a stop."""
+        """The worker: evaluate the prompt, then sample token by token until a stop.
+
+        Each token is decoded with its special tokens (a family's markers may be special), its
+        reasoning split off and streamed through ``think``, and the answer text filtered of
+        call markup (the chat format's syntax) before it is emitted.
+        """
         llama = loaded.llama
-        visible = VisibleTextFilter(tools, mode)
+        chat = loaded.chat
+        visible = VisibleTextFilter(tools, chat.call_format.syntax)
+        splitter = ReasoningSplitter(chat.markers, opened=chat.opens_reasoning)
+        thoughts: list[str] = []
         guard = RepetitionGuard()
         # A call is finished under a grammar of the offered tools (call_grammar.py), unless the
         # whole output already has one.
-        watch = CallWatch(tools, mode) if self._tool_call_grammar and run.grammar is None else None
+        watch = CallWatch(tools, chat.call_format) if self._tool_call_grammar and run.grammar is None else None
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         kept: list[int] = []  # the tokens generated so far that stay in the reply
         generated = 0
@@ -868,16 +871,21 @@ class LocalModel:
                         break
                     generated += 1
                     before = decoder.getstate()
-                    text = decoder.decode(llama.detokenize([token]))
-                    call = watch.feed(text) if watch is not None else None
+                    split_before = copy.copy(splitter)
+                    thought, text = splitter.feed(decoder.decode(loaded.detokenize(token)))
+                    call = watch.feed(text) if watch is not None and text else None
                     if call is not None and not before[0]:
                         # This token opened a call: generate it again, under the call's grammar,
                         # from the tokens before it (held evaluated; one is replayed for logits).
                         stream.close()
                         decoder.setstate(before)
+                        splitter = split_before
                         stream = self._stream(llama, tokens + kept, _compiled_grammar(call))
                         continue
                     kept.append(token)
+                    if thought:
+                        thoughts.append(thought)
+                        think(thought)
                     piece = visible.feed(text)
                     if piece:
                         emit(piece)
@@ -894,14 +902,26 @@ class LocalModel:
                 loaded.active = None
             if finish != "cancelled":
                 self._keep_state(loaded, run)
-        tail = visible.feed(decoder.decode(b"", final=True))
+        thought, text = splitter.feed(decoder.decode(b"", final=True))
+        more_thought, more_text = splitter.finish()
+        thought += more_thought
+        if thought:
+            thoughts.append(thought)
+            if finish != "cancelled":
+                think(thought)
+        tail = visible.feed(text + more_text)
         last, parsed = visible.finish()
         rest = tail + last
         if rest and finish != "cancelled":
             emit(rest)
         self.last_usage = Usage(prompt_tokens=len(tokens), evaluated_tokens=run.evaluated, generated_tokens=generated)
         return _Result(
-            parsed=parsed, finish=finish, evaluated=run.evaluated, generated=generated, loop_start=guard.loop_start
+            parsed=parsed,
+            finish=finish,
+            evaluated=run.evaluated,
+            generated=generated,
+            loop_start=guard.loop_start,
+            reasoning="".join(thoughts).rstrip(),
         )
 
     def _stream(self, llama: Any, tokens: list[int], grammar: Any) -> Any:
@@ -930,32 +950,3 @@ def _compiled_grammar(grammar: str) -> Any:
         return LlamaGrammar.from_string(grammar, verbose=False)
     except (ValueError, RuntimeError) as error:
         raise ModelError(f"the output grammar does not parse: {error}") from None
-
-
-def _template_message(message: Message, native: bool) -> dict[str, Any]:
-    """A core message as chat templates take it.
-
-    Native templates get OpenAI/HF-shaped ``tool_calls`` (arguments as an object) and ``tool``
-    messages. Templates without tool support see a past call as the JSON the model was asked to
-    write and a tool result as a user message naming the tool, which every template renders.
-    """
-    if native:
-        out: dict[str, Any] = {"role": message.role, "content": message.prompt_content}
-        if message.tool_calls:
-            out["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in message.tool_calls
-            ]
-        if message.role == "tool":
-            out["tool_call_id"] = message.tool_call_id or ""
-            out["name"] = message.name or ""
-        return out
-    if message.role == "tool":
-        return {"role": "user", "content": f"Result of the {message.name or 'tool'} call:\n{message.prompt_content}"}
-    if message.tool_calls:
-        calls = "\n".join(format_call(c) for c in message.tool_calls)
-        return {
-            "role": message.role,
-            "content": f"{message.prompt_content}\n{calls}" if message.prompt_content else calls,
-        }
-    return {"role": message.role, "content": message.prompt_content}

@@ -1,12 +1,15 @@
 """Tool calls written in a model's text: parsing, the prompt that asks for them, and a stream filter.
 
-Two forms are understood (docs/architecture.md, "models/: one interface, two providers"):
+Each family's way of writing calls is a ``CallSyntax`` (the openings a call starts with and the
+parser of the block that follows); ``chat_formats.py`` holds the table of them. Two live here,
+and a ``Mode`` names them (docs/architecture.md, "models/: one interface, two providers"):
 
 * **Hermes / Qwen** (``native``): templates that render tool schemas teach the model to write
   ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, one block per call.
 * **JSON in text** (``json``): for templates without tool support the tools are described in
   the system prompt (``tools_prompt``) and the model answers with a bare or fenced JSON object
-  ``{"name": ..., "arguments": {...}}`` (or a list of them) somewhere in its reply.
+  ``{"name": ..., "arguments": {...}}`` (or a list of them) somewhere in its reply, or in
+  Hermes tags.
 
 A malformed call is never run: parsing returns it as an error naming what was wrong (bad JSON,
 unknown tool, arguments not an object), which the caller shows the model. Visible text excludes
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -141,30 +144,98 @@ def _kind(value: Any) -> str:
     return kinds.get(type(value), type(value).__name__)
 
 
+# -- call syntaxes -----------------------------------------------------------------------------
+
+#: Parses the call block that opens at ``start`` (with ``opening``) into the collector and
+#: returns where the block ends (``len(text)`` when it never closes).
+BlockParser = Callable[[str, int, str, "_Collector"], int]
+
+
+@dataclass(frozen=True)
+class CallSyntax:
+    """How one family writes tool calls in its text (``chat_formats.py`` holds them all).
+
+    ``openings`` are the strings a call block starts with; ``block`` parses the block from there.
+    With ``json_calls`` a bare or fenced JSON call object (``opening_state``) opens a call too.
+    """
+
+    name: str
+    openings: tuple[str, ...] = ()
+    block: BlockParser | None = None
+    json_calls: bool = False
+
+
+def _hermes_block(text: str, start: int, opening: str, collected: _Collector) -> int:
+    body_start = start + len(opening)
+    end = text.find(HERMES_CLOSE, body_start)
+    # A reply cut off (length, or an end-of-turn before the closing tag) leaves the last
+    # block open; its body is still the model's call.
+    body = text[body_start:] if end < 0 else text[body_start:end]
+    if body.lstrip().startswith("<function="):  # Qwen3.5 / Qwen3-Coder write XML inside the tags
+        from imprintd.models.chat_formats import parse_qwen_xml_body
+
+        parse_qwen_xml_body(body, collected)
+    else:
+        collected.add_json(body.strip(), allow_list=False)
+    return len(text) if end < 0 else end + len(HERMES_CLOSE)
+
+
+HERMES = CallSyntax("hermes", (HERMES_OPEN,), _hermes_block)
+#: JSON in text; a model trained on Hermes may still wrap its call in ``<tool_call>`` tags,
+#: which are taken as its markup, not shown.
+JSON_IN_TEXT = CallSyntax("json-fallback", (HERMES_OPEN,), _hermes_block, json_calls=True)
+
+
+def syntax_of(mode: Mode | CallSyntax) -> CallSyntax | None:
+    """The syntax a mode names (``native``: Hermes, ``json``: JSON in text, ``none``: None)."""
+    if isinstance(mode, CallSyntax):
+        return mode
+    return {"native": HERMES, "json": JSON_IN_TEXT}.get(mode)
+
+
+def _first_opening(text: str, syntax: CallSyntax, start: int) -> tuple[int, str] | None:
+    """Where the first call opens in ``text`` at or after ``start``, and with what ("" for JSON)."""
+    best: tuple[int, str] | None = None
+    for opening in syntax.openings:
+        found = text.find(opening, start)
+        if found >= 0 and (best is None or found < best[0]):
+            best = (found, opening)
+    if syntax.json_calls:
+        limit = best[0] if best is not None else len(text)
+        json_start = next((i for i in _candidates(text[:limit], start) if opening_state(text[i:]) == "yes"), None)
+        if json_start is not None:
+            best = (json_start, "")
+    return best
+
+
+def parse_syntax(
+    text: str, tool_names: Collection[str], syntax: CallSyntax, new_id: IdFactory = new_call_id
+) -> ParsedOutput:
+    """Calls written in ``syntax`` anywhere in ``text``; the text between and around them stays visible."""
+    collected = _Collector(tool_names, new_id)
+    visible: list[str] = []
+    position = 0
+    while position < len(text):
+        found = _first_opening(text, syntax, position)
+        if found is None:
+            break
+        start, opening = found
+        visible.append(text[position:start])
+        if opening:
+            assert syntax.block is not None
+            position = max(start + 1, syntax.block(text, start, opening, collected))
+        else:
+            position = _json_block(text, start, collected)
+    visible.append(text[position:])
+    return collected.result("".join(visible))
+
+
 # -- the Hermes / Qwen form ------------------------------------------------------------------
 
 
 def parse_hermes(text: str, tool_names: Collection[str], new_id: IdFactory = new_call_id) -> ParsedOutput:
     """Calls written as ``<tool_call>{json}</tool_call>`` blocks; a final unclosed block counts too."""
-    collected = _Collector(tool_names, new_id)
-    visible: list[str] = []
-    position = 0
-    while True:
-        start = text.find(HERMES_OPEN, position)
-        if start < 0:
-            visible.append(text[position:])
-            break
-        visible.append(text[position:start])
-        body_start = start + len(HERMES_OPEN)
-        end = text.find(HERMES_CLOSE, body_start)
-        # A reply cut off (length, or an end-of-turn before the closing tag) leaves the last
-        # block open; its body is still the model's call.
-        body = text[body_start:] if end < 0 else text[body_start:end]
-        collected.add_json(body.strip(), allow_list=False)
-        if end < 0:
-            break
-        position = end + len(HERMES_CLOSE)
-    return collected.result("".join(visible))
+    return parse_syntax(text, tool_names, HERMES, new_id)
 
 
 # -- the JSON-in-text form -------------------------------------------------------------------
@@ -244,7 +315,7 @@ def scan_opening(text: str) -> tuple[OpeningState, JsonOpening | None]:
     return "no", None
 
 
-def _candidates(text: str, start: int = 0):
+def _candidates(text: str, start: int = 0) -> Iterator[int]:
     """Indexes where a JSON call could open: each ``{``, ``[`` and backtick."""
     for index in range(start, len(text)):
         if text[index] in "{[`":
@@ -258,50 +329,35 @@ def parse_json_calls(text: str, tool_names: Collection[str], new_id: IdFactory =
     stay visible. A call whose JSON does not parse takes the rest of the reply with it, since
     where it was meant to end cannot be known.
     """
-    collected = _Collector(tool_names, new_id)
-    visible: list[str] = []
-    position = 0
-    decoder = json.JSONDecoder()
-    index = position
-    while index < len(text):
-        found = next((i for i in _candidates(text, index) if opening_state(text[i:]) == "yes"), None)
-        if found is None:
-            break
-        visible.append(text[position:found])
-        if text.startswith(FENCE, found):
-            body_start = text.index("\n", found) + 1
-            close = text.find(FENCE, body_start)
-            body = text[body_start:] if close < 0 else text[body_start:close]
-            collected.add_json(body.strip(), allow_list=True)
-            position = len(text) if close < 0 else close + len(FENCE)
-        else:
-            try:
-                value, end = decoder.raw_decode(text, found)
-            except json.JSONDecodeError as error:
-                collected.errors.append(
-                    bad_json(text[found:], json.JSONDecodeError(error.msg, error.doc, error.pos - found))
-                )
-                position = len(text)
-            else:
-                if isinstance(value, list):
-                    for item in value:
-                        collected.add_object(item)
-                else:
-                    collected.add_object(value)
-                position = end
-        index = position
-    visible.append(text[position:])
-    return collected.result("".join(visible))
+    return parse_syntax(text, tool_names, JSON_IN_TEXT, new_id)
 
 
-def parse_tool_calls(text: str, tools: Sequence[ToolSpec], mode: Mode, new_id: IdFactory = new_call_id) -> ParsedOutput:
-    """Split a finished reply by ``mode``; with no tools offered, nothing is a call."""
-    names = {tool.name for tool in tools}
-    if mode == "none" or not tools:
+def _json_block(text: str, found: int, collected: _Collector) -> int:
+    """Parse the JSON call opening at ``found``; return where it ends."""
+    if text.startswith(FENCE, found):
+        body_start = text.index("\n", found) + 1
+        close = text.find(FENCE, body_start)
+        body = text[body_start:] if close < 0 else text[body_start:close]
+        collected.add_json(body.strip(), allow_list=True)
+        return len(text) if close < 0 else close + len(FENCE)
+    try:
+        value, end = json.JSONDecoder().raw_decode(text, found)
+    except json.JSONDecodeError as error:
+        collected.errors.append(bad_json(text[found:], json.JSONDecodeError(error.msg, error.doc, error.pos - found)))
+        return len(text)
+    for item in value if isinstance(value, list) else [value]:
+        collected.add_object(item)
+    return end
+
+
+def parse_tool_calls(
+    text: str, tools: Sequence[ToolSpec], mode: Mode | CallSyntax, new_id: IdFactory = new_call_id
+) -> ParsedOutput:
+    """Split a finished reply by ``mode`` (or a family's syntax); with no tools offered, nothing is a call."""
+    syntax = syntax_of(mode)
+    if syntax is None or not tools:
         return ParsedOutput(text=text)
-    if mode == "native":
-        return parse_hermes(text, names, new_id)
-    return parse_json_calls(text, names, new_id)
+    return parse_syntax(text, {tool.name for tool in tools}, syntax, new_id)
 
 
 # -- asking for calls when the template cannot -----------------------------------------------
@@ -346,11 +402,12 @@ class VisibleTextFilter:
     Leading and trailing whitespace of the reply is dropped.
     """
 
-    def __init__(self, tools: Sequence[ToolSpec], mode: Mode, new_id: IdFactory = new_call_id) -> None:
+    def __init__(self, tools: Sequence[ToolSpec], mode: Mode | CallSyntax, new_id: IdFactory = new_call_id) -> None:
         self._tools = tuple(tools)
-        self._mode: Mode = mode if tools else "none"
-        #: With no tools offered, calls in ``mode`` are not parsed but still cut off the text.
-        self._unoffered: Mode = "none" if tools else mode
+        syntax = syntax_of(mode)
+        self._syntax = syntax if tools else None
+        #: With no tools offered, calls in the syntax are not parsed but still cut off the text.
+        self._unoffered = None if tools else syntax
         self._new_id = new_id
         self._pending = ""
         self._shown: list[str] = []
@@ -375,12 +432,16 @@ class VisibleTextFilter:
 
     def finish(self) -> tuple[str, ParsedOutput]:
         """The last visible piece and the whole reply's parsed output."""
-        if self._unoffered != "none":
+        if self._unoffered is not None:
             start = unoffered_call_start(self._pending, self._unoffered, final=True)[0]
             if start is not None:
                 self._wrote_call = True
                 self._pending = self._pending[:start]
-        held = parse_tool_calls(self._pending, self._tools, self._mode, self._new_id)
+        held = (
+            parse_syntax(self._pending, {t.name for t in self._tools}, self._syntax, self._new_id)
+            if self._syntax is not None
+            else ParsedOutput(text=self._pending)
+        )
         shown = "".join(self._shown)
         last = held.text
         if not shown:
@@ -393,41 +454,33 @@ class VisibleTextFilter:
     def _safe_length(self) -> int:
         """How much of the pending text cannot be (the start of) call markup."""
         pending = self._pending
-        if self._unoffered != "none":
+        if self._unoffered is not None:
             start, safe = unoffered_call_start(pending, self._unoffered, final=False)
             if start is not None:
                 self._locked = self._wrote_call = True
                 return _rstrip_length(pending, start)
             return _rstrip_length(pending, safe)
-        if self._mode == "native":
-            start = pending.find(HERMES_OPEN)
-            if start >= 0:
-                self._locked = True
-                return _rstrip_length(pending, start)
-            return _rstrip_length(pending, len(pending) - _partial_suffix(pending, HERMES_OPEN))
-        if self._mode == "json":
-            for index in _candidates(pending):
-                state = opening_state(pending[index:])
-                if state == "yes":
-                    self._locked = True
-                    return _rstrip_length(pending, index)
-                if state == "maybe":
-                    return _rstrip_length(pending, index)
-        return _rstrip_length(pending, len(pending))
+        if self._syntax is None:
+            return _rstrip_length(pending, len(pending))
+        start, safe = _markup_start(pending, self._syntax, self._syntax.openings, final=False)
+        if start is not None:
+            self._locked = True
+            return _rstrip_length(pending, start)
+        return _rstrip_length(pending, safe)
 
 
-def unoffered_call_start(text: str, mode: Mode, *, final: bool) -> tuple[int | None, int]:
-    """Where call markup starts in text written with no tools offered (None: nowhere), and how
-    much of ``text`` surely is not markup.
-
-    Either mode looks for ``<tool_call>``: a template without tool support may still have been
-    trained on it. In ``json`` mode a bare or fenced ``{"name": …}`` object (``opening_state``)
-    counts too. Unless ``final``, a tail that may still become markup is not yet safe.
-    """
-    start = text.find(HERMES_OPEN)
-    found = start if start >= 0 else None
-    safe = len(text) if final else len(text) - _partial_suffix(text, HERMES_OPEN)
-    if mode == "json":
+def _markup_start(text: str, syntax: CallSyntax, openings: Sequence[str], *, final: bool) -> tuple[int | None, int]:
+    """Where the first of ``openings`` (or a JSON call, for a syntax with ``json_calls``) starts
+    in ``text`` (None: nowhere), and how much of ``text`` surely is not markup."""
+    found: int | None = None
+    for opening in openings:
+        at = text.find(opening)
+        if at >= 0 and (found is None or at < found):
+            found = at
+    safe = len(text)
+    if not final:
+        safe -= max((_partial_suffix(text, opening) for opening in openings), default=0)
+    if syntax.json_calls:
         for index in _candidates(text):
             if found is not None and index >= found:
                 break
@@ -439,6 +492,22 @@ def unoffered_call_start(text: str, mode: Mode, *, final: bool) -> tuple[int | N
                 safe = min(safe, index)
                 break
     return found, safe
+
+
+def unoffered_call_start(text: str, mode: Mode | CallSyntax, *, final: bool) -> tuple[int | None, int]:
+    """Where call markup starts in text written with no tools offered (None: nowhere), and how
+    much of ``text`` surely is not markup.
+
+    Any syntax looks for ``<tool_call>`` besides its own openings: a template without tool
+    support may still have been trained on it. With JSON calls a bare or fenced ``{"name": …}``
+    object (``opening_state``) counts too. Unless ``final``, a tail that may still become
+    markup is not yet safe.
+    """
+    syntax = syntax_of(mode)
+    if syntax is None:
+        return None, len(text)
+    openings = tuple(dict.fromkeys((*syntax.openings, HERMES_OPEN)))
+    return _markup_start(text, syntax, openings, final=final)
 
 
 def _rstrip_length(text: str, end: int) -> int:

@@ -25,6 +25,7 @@ from imprintd.messages import (
 from imprintd.models import local
 from imprintd.models.base import Model, ModelError, ModelUnavailable, inference_lock
 from imprintd.models.local import LocalModel
+from imprintd.models.templates import ChatTemplate
 from imprintd.models.toolcalls import tools_prompt
 from tests.lock import lock_held_elsewhere
 from tests.models.real_model import needs_real_model
@@ -106,12 +107,24 @@ class ScriptedLoaded:
 
     def __init__(self, pieces: list[str], native_tools: bool) -> None:
         self.llama = ScriptedLlama(pieces)
-        self.native_tools = native_tools
+        self.chat = ChatTemplate(HERMES_TEMPLATE if native_tools else PLAIN_TEMPLATE, model_name="scripted.gguf")
+        self.native_tools = self.chat.native
         self.active = None
         self.generation_lock = threading.Lock()
 
     def is_end(self, token: int) -> bool:
         return token == ScriptedLlama.END
+
+    def detokenize(self, token: int) -> bytes:
+        return self.llama.detokenize([token], special=True)
+
+
+#: A template that renders tool schemas (its model writes Hermes calls) and one that does not.
+HERMES_TEMPLATE = (
+    "{% if tools %}<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools> <tool_call>{% endif %}"
+    "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+)
+PLAIN_TEMPLATE = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
 
 
 def scripted_local(pieces: list[str], *, native_tools: bool) -> LocalModel:

@@ -17,10 +17,15 @@ from imprintd.models.local import (
     _Run,
     read_gguf_string,
     template_renders_tools,
+    thinking_for,
 )
+from imprintd.models.templates import ChatTemplate
 from tests.models.real_model import needs_real_model
 
 SEARCH = ToolSpec(name="search", description="Search.", parameters={"type": "object", "properties": {}})
+QUERY_SEARCH = ToolSpec(
+    name="search", description="Search.", parameters={"type": "object", "properties": {"query": {"type": "string"}}}
+)
 END = -1
 
 
@@ -57,15 +62,49 @@ class FakeLlama:
         return self.pieces[tokens[0]]
 
 
+#: A template without tool support (calls are JSON in text) and one that writes Hermes calls.
+PLAIN_TEMPLATE = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+NATIVE_TEMPLATE = (
+    "{% if tools %}{% for t in tools %}{{ t | tojson }}{% endfor %}{% endif %}"
+    "{% for m in messages %}{{ m.role }}: {{ m.content }}<tool_call>{% endfor %}"
+)
+
+
+#: Templates of a reasoning model: one whose generation prompt opens the thoughts, one written by
+#: the model itself, one that closes them when thinking is off (Qwen3's switch).
+THINKING_TEMPLATE = "{% for m in messages %}{{ m.content }}\n{% endfor %}<think>\n"
+THINKS_ITSELF_TEMPLATE = "{% for m in messages %}{{ m.content }}\n{% endfor %}{# <think> #}"
+SWITCHED_TEMPLATE = (
+    "{% for m in messages %}{{ m.content }}\n{% endfor %}"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
+)
+#: A Mistral template: calls open with [TOOL_CALLS], a special token.
+MISTRAL_TEMPLATE = (
+    "{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}"
+    "{% for m in messages %}[INST]{{ m.content }}[/INST]{% endfor %}{# [TOOL_CALLS] #}"
+)
+TEMPLATES = {"native": NATIVE_TEMPLATE, "json": PLAIN_TEMPLATE, "think": THINKING_TEMPLATE}
+
+
 @dataclass
 class FakeLoaded:
     llama: FakeLlama
-    native_tools: bool = False
+    mode: str = "json"
     active: object = None
     generation_lock: threading.Lock = field(default_factory=threading.Lock)
+    template: str = ""
+    thinking: bool = True
+
+    def __post_init__(self) -> None:
+        source = self.template or TEMPLATES.get(self.mode, PLAIN_TEMPLATE)
+        self.chat = ChatTemplate(source, model_name="fake.gguf", thinking=self.thinking)
+        self.native_tools = self.chat.native
 
     def is_end(self, token: int) -> bool:
         return token == END
+
+    def detokenize(self, token: int) -> bytes:
+        return self.llama.detokenize([token], special=True)
 
 
 def run(pieces: list[bytes], tools=(), mode="json", max_tokens=100, llama: FakeLlama | None = None, **options):
@@ -73,7 +112,7 @@ def run(pieces: list[bytes], tools=(), mode="json", max_tokens=100, llama: FakeL
     shown: list[str] = []
     llama = llama or FakeLlama(pieces)
     result = model._generate(
-        FakeLoaded(llama), _Run(deadline=float("inf")), list(PROMPT), tools, mode, max_tokens, shown.append
+        FakeLoaded(llama, mode), _Run(deadline=float("inf")), list(PROMPT), tools, max_tokens, shown.append
     )
     return result, shown
 
@@ -110,6 +149,63 @@ def test_hermes_tool_call_in_native_mode():
         [b"<tool_", b'call>{"name": "search", "arguments": {}}', b"</tool_call>"], tools=[SEARCH], mode="native"
     )
     assert "".join(shown) == "" and result.parsed.calls[0].name == "search"
+
+
+# -- reasoning and special-token markers (chat_formats.py) ------------------------------------
+
+
+def generate(loaded: FakeLoaded, tools=()):
+    shown: list[str] = []
+    thought: list[str] = []
+    result = LocalModel("/unused.gguf")._generate(
+        loaded, _Run(deadline=float("inf")), list(PROMPT), tools, 100, shown.append, thought.append
+    )
+    return result, "".join(shown), "".join(thought)
+
+
+def test_reasoning_the_prompt_opened_streams_apart_from_the_answer():
+    llama = FakeLlama([b"The port ", b"is in config", b".\n</th", b"ink>\n\n", b"It is ", b"8080."])
+    result, shown, thought = generate(FakeLoaded(llama, template=THINKING_TEMPLATE))
+    assert thought == result.reasoning == "The port is in config."
+    assert shown == result.parsed.text == "It is 8080."
+
+
+def test_reasoning_the_model_opens_itself_streams_apart_and_a_later_marker_is_answer_text():
+    llama = FakeLlama([b"<thi", b"nk>Let me see.</think>", b"Use `<think>` tags."])
+    result, shown, thought = generate(FakeLoaded(llama, template=THINKS_ITSELF_TEMPLATE))
+    assert (thought, shown) == ("Let me see.", "Use `<think>` tags.")
+
+
+def test_with_thinking_switched_off_a_reply_is_all_answer():
+    loaded = FakeLoaded(FakeLlama([b"It is 8080."]), template=SWITCHED_TEMPLATE, thinking=False)
+    assert not loaded.chat.reasons
+    result, shown, thought = generate(loaded)
+    assert (thought, shown, result.reasoning) == ("", "It is 8080.", "")
+
+
+class SpecialLlama(FakeLlama):
+    """Its first token is a special token: it reads as text only when asked with ``special``."""
+
+    def detokenize(self, tokens, prev_tokens=None, special=False) -> bytes:
+        if tokens[0] == 0 and not special:
+            return b""
+        return super().detokenize(tokens, prev_tokens, special)
+
+
+def test_a_call_opened_by_a_special_token_is_seen_and_never_shown():
+    llama = SpecialLlama([b"[TOOL_CALLS]", b'search[ARGS]{"query"', b': "port"}'])
+    loaded = FakeLoaded(llama, template=MISTRAL_TEMPLATE + "[ARGS]")
+    assert loaded.chat.format.name == "mistral-args"
+    result, shown, _ = generate(loaded, tools=[QUERY_SEARCH])
+    assert shown == "" and [(c.name, c.arguments) for c in result.parsed.calls] == [("search", {"query": "port"})]
+
+
+@pytest.mark.parametrize(
+    ("setting", "n_ctx", "thinking"),
+    [("auto", 8192, False), ("auto", 32768, True), ("on", 8192, True), ("off", 65536, False)],
+)
+def test_chat_reasoning_decides_the_templates_switch(setting, n_ctx, thinking):
+    assert thinking_for(setting, n_ctx) is thinking
 
 
 def test_malformed_call_is_an_error_not_a_call():
@@ -167,7 +263,7 @@ def test_no_second_generation_when(case):
         pieces = [b"caf\xc3", b'\xa9 {"name": "search", "arguments": {"query": "port"}}']
     llama = FakeLlama(pieces)
     control = _Run(deadline=float("inf"), grammar=grammar)
-    result = LocalModel("/unused.gguf")._generate(FakeLoaded(llama), control, list(PROMPT), tools, "json", 100, print)
+    result = LocalModel("/unused.gguf")._generate(FakeLoaded(llama), control, list(PROMPT), tools, 100, print)
     assert len(llama.requests) == 1
     # What the model wrote is parsed as it stands: a call when tools were offered.
     assert [c.name for c in result.parsed.calls] == ([] if case == "no tools" else ["search"])
@@ -184,14 +280,14 @@ def test_cancel_before_the_next_token():
         shown.append(piece)
         control.stop.set()  # as the event loop does when the awaiting task is cancelled
 
-    result = model._generate(FakeLoaded(FakeLlama([b"one ", b"two ", b"three"])), control, [1], (), "none", 10, emit)
+    result = model._generate(FakeLoaded(FakeLlama([b"one ", b"two ", b"three"])), control, [1], (), 10, emit)
     assert result.finish == "cancelled" and result.generated == 1 and shown == ["one"]
 
 
 def test_deadline_before_the_next_token():
     model = LocalModel("/unused.gguf")
     control = _Run(deadline=float("-inf"))
-    result = model._generate(FakeLoaded(FakeLlama([b"one"])), control, [1], (), "none", 10, lambda p: None)
+    result = model._generate(FakeLoaded(FakeLlama([b"one"])), control, [1], (), 10, lambda p: None)
     assert result.finish == "deadline" and result.generated == 0 and result.parsed.text == ""
 
 
@@ -251,17 +347,8 @@ class TemplateOnly:
     """Stands in for a loaded model: the real sandboxed template renderer, a word tokenizer."""
 
     def __init__(self, template: str) -> None:
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        self.with_generation = Jinja2ChatFormatter(template=template, eos_token="", bos_token="")
-        self.without_generation = Jinja2ChatFormatter(
-            template=template, eos_token="", bos_token="", add_generation_prompt=False
-        )
+        self.chat = ChatTemplate(template, model_name="template-only.gguf")
         self.native_tools = template_renders_tools(template)
-
-    def render(self, messages, tools, generation: bool) -> str:
-        formatter = self.with_generation if generation else self.without_generation
-        return formatter(messages=messages, tools=tools).prompt
 
     def tokenize(self, text: str) -> list[int]:
         return list(range(len(text.split())))

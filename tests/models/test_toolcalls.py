@@ -223,9 +223,9 @@ def test_opening_state(text, state):
 def test_parse_tool_calls_modes():
     hermes = '<tool_call>{"name": "search", "arguments": {}}</tool_call>'
     assert parse_tool_calls(hermes, TOOLS, "native").calls[0].name == "search"
-    # The JSON form takes the object inside; the tags are not its markup and stay visible.
+    # The JSON form takes Hermes tags too (a model trained on them may write them): never shown.
     json_mode = parse_tool_calls(hermes, TOOLS, "json")
-    assert json_mode.calls[0].name == "search" and json_mode.text == "<tool_call></tool_call>"
+    assert json_mode.calls[0].name == "search" and json_mode.text == ""
     assert parse_tool_calls(hermes, (), "native").text == hermes  # no tools offered: nothing is a call
     assert parse_tool_calls('{"name": "search"}', TOOLS, "json").calls[0].name == "search"
     assert parse_tool_calls('{"name": "search"}', TOOLS, "none").calls == ()

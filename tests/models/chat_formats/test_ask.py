@@ -1,0 +1,87 @@
+"""``imprintd ask --workspace`` and a follow-up, end to end, with each family's chat template.
+
+Each family's template is written into a copy of the embedded model's GGUF (``gguf_copy.py``);
+the daemon's command then answers a question about a small workspace (the first look makes a
+call, a research round and the final answer follow) and a follow-up in the same session. What the
+embedded model writes is not judged: that every prompt of both replies renders through the real
+template, that both replies are stored, and that no call markup or reasoning marker reaches the
+answer. Kept cheap: a 2,048-token context, 24 output tokens a turn, research stopped after a
+second. About half a minute a family on two cores, so by default one family per call syntax
+that renders differently runs; ``IMPRINT_CONFORMANCE_FAMILIES=all`` runs every family, or a
+comma-separated list of names those.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from imprintd.models.chat_formats import BY_NAME, detect_reasoning
+from tests.models.chat_formats.families import FAMILIES, Family
+from tests.models.chat_formats.gguf_copy import with_chat_template
+from tests.models.real_model import needs_real_model
+
+CHEAP = {
+    "IMPRINT_CHAT_N_CTX": "2048",
+    "IMPRINT_CHAT_MAX_TOKENS": "24",
+    "IMPRINT_CHAT_ANALYSIS_WORKERS": "0",
+    "IMPRINT_CHAT_RESEARCH_TOKEN_BUDGET": "1024",
+    "IMPRINT_CHAT_RESEARCH_TIME_BUDGET": "1",
+    "IMPRINT_CHAT_REASONING": "on",  # the thinking prompts are rendered too
+}
+#: The families run by default: the strictest templates and the most distinct syntaxes.
+DEFAULT = {"qwen3.5", "mistral-nemo", "ministral3", "gemma4", "llama3.2", "gemma2"}
+CHOSEN = {name.strip() for name in os.environ.get("IMPRINT_CONFORMANCE_FAMILIES", "").split(",") if name.strip()}
+ASKED = [f for f in FAMILIES if "all" in CHOSEN or f.name in (CHOSEN or DEFAULT)]
+
+
+@pytest.fixture(scope="session")
+def family_ggufs(embedded_gguf, tmp_path_factory):
+    """Where each family's GGUF is, built on first use (one at a time: 98 MB each)."""
+    folder = tmp_path_factory.mktemp("family-ggufs")
+
+    def build(family: Family) -> Path:
+        for old in folder.glob("*.gguf"):
+            old.unlink()
+        return with_chat_template(embedded_gguf, folder / f"{family.name}.gguf", family.source)
+
+    return build
+
+
+def ask(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "imprintd", "ask", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **CHEAP, **env},
+        timeout=300,
+    )
+
+
+@needs_real_model
+@pytest.mark.parametrize("family", ASKED, ids=lambda f: f.name)
+def test_ask_and_a_follow_up_run_with_the_familys_template(family, family_ggufs, isolated_dirs, tmp_path):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "config.toml").write_text('[server]\nport = 8080\nhost = "0.0.0.0"\n', encoding="utf-8")
+    env = {"IMPRINT_CHAT_MODEL": str(family_ggufs(family))}
+
+    first = ask("Which port does the server listen on?", "--workspace", str(workspace), env=env)
+    assert first.returncode == 0, first.stderr
+    session = [line for line in first.stderr.splitlines() if line.startswith("session ")][-1].split()[1]
+    second = ask("And which host?", "--workspace", str(workspace), "--session", session, env=env)
+    assert second.returncode == 0, second.stderr
+
+    markers = set(BY_NAME[family.format].syntax.openings)
+    reasoning = detect_reasoning(family.source)
+    if reasoning is not None:
+        markers |= {reasoning.open, reasoning.close}
+    for answer in (first.stdout, second.stdout):
+        assert not [marker for marker in markers if marker in answer], answer
+
+    # The follow-up went on in the same session, its earlier exchange rendered into its prompts.
+    assert f"session {session}" in second.stderr
