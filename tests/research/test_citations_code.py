@@ -11,6 +11,8 @@ number too long for ``int`` is text, never a crash.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from imprintd.research import citations
@@ -22,6 +24,7 @@ from imprintd.research.citations import (
     keep_valid,
     sources,
 )
+from tests.helpers import ask, make_chat
 
 #: Results 1 and 2 exist; every other number names nothing.
 VALID = {1, 2}.__contains__
@@ -151,3 +154,34 @@ def test_a_number_too_long_for_int_is_text_everywhere():
     assert cited_numbers(text) == [1]
     [ref] = sources(text, {1: passage}, [passage])
     assert ref.supported is False
+
+
+# --- through a whole reply: the stream, the stored answer and the sources ------------------
+
+
+CODE_REPLY = (
+    "Billing listens on port 8101 [1]. In code:\n\n```python\nPORTS = [80, 443]\nweights = [1, 2, 3]\n"
+    'cfg = {"retries": [3]}\nlimits = [100]\n```\n\nThe list [0] element is the first; `x [2]` is code.'
+)
+
+
+async def test_a_reply_with_code_streams_and_stores_it_unchanged(model, workspace):
+    chat = make_chat(model, **{"chat.first_look": True})
+    model.queue(CODE_REPLY)
+    outcome, events = await ask(chat, "Which port does billing use?", workspace=workspace)
+    answer = CODE_REPLY + "\n\nSources:\n[1] services/billing.yaml:1-4"
+    assert events.streamed == answer
+    assert chat.session(outcome.session_id).messages[-1].content == answer
+    assert [(s.number, s.cited, s.supported) for s in outcome.sources] == [(1, True, True)]
+
+
+async def test_no_input_crashes_a_reply_a_5000_digit_bracket_is_text(model, workspace):
+    chat = make_chat(model, **{"chat.first_look": True, "chat.max_tokens": 4096})
+    rng = random.Random(35)  # digits that do not repeat: the repetition guard leaves them be
+    digits = "".join(rng.choice("0123456789") for _ in range(5000))
+    long, longer = f"[{digits[:5000]}]", f"[{digits[:4301]}, 7]"
+    model.queue(f"Billing listens on port 8101 [1]. The value is {long} and {longer}.")
+    outcome, events = await ask(chat, "Which port does billing use?", workspace=workspace)
+    assert long in outcome.text and longer in outcome.text
+    assert events.streamed == outcome.text
+    assert [s.number for s in outcome.sources] == [1]
