@@ -23,8 +23,7 @@ it; a question whose fact the installed package no longer holds is skipped, name
 It reports, per question and in all: answers judged right, whether the first look (the
 workspace search made before the model's first round) held the answer's file, the tool calls
 the model made, loops the repetition guard stopped, and time; ``--save`` writes every answer
-and its sources as JSON (``bench/labelled_citations.json`` was labelled from such runs). Not a
-test: a small model's answers are poor, and the figures go in the README.
+and its sources (with the lines each names) as JSON. Not a test: a small model's answers are poor, and the figures go in the README.
 
     python bench/eval_workspace_qa.py [--questions tuning|held-out] [--only N] [--n-ctx 8192]
         [--max-tokens 1024] [--set chat.first_look=false] [--show] [--save answers.json]
@@ -447,6 +446,14 @@ def answers(question: Question, answer: str) -> bool:
     )
 
 
+def _with_text(source: dict, workspace: Path) -> dict:
+    """A saved source with the lines it names (what the model read there, near enough to label by)."""
+    if source.get("path") and source.get("start_line"):
+        lines = (workspace / source["path"]).read_text("utf-8").splitlines()
+        source["text"] = "\n".join(lines[source["start_line"] - 1 : source["end_line"]])
+    return source
+
+
 async def ask(chat: Chat, workspace: Path, question: Question) -> Row:
     started = time.perf_counter()
     outcome = await chat.reply(ReplyRequest(text=question.text, persist=False, workspace=str(workspace)), Recorder())
@@ -463,7 +470,7 @@ async def ask(chat: Chat, workspace: Path, question: Question) -> Row:
         seconds=seconds,
         stop=outcome.stop_reason,
         answer=outcome.text,
-        sources=[msgspec.to_builtins(source) for source in outcome.sources],
+        sources=[_with_text(msgspec.to_builtins(source), workspace) for source in outcome.sources],
     )
 
 
