@@ -582,7 +582,7 @@ class _Claims:
     def __init__(self) -> None:
         self.bound: list[tuple[Citation, str]] = []
         self._sentence: list[str] = []
-        self._claimed = 0  # characters of the open sentence an earlier citation closed
+        self._claimed = 0  # pieces of the open sentence an earlier citation closed
         self._last = ""  # the last claim closed or ended
         self._block: list[str] = []
         self._run: list[str] = []  # backticks or tildes at a line's start: a fence or prose
@@ -611,7 +611,7 @@ class _Claims:
             self._ends = kind == "prose" and char in ".!?"
 
     def _end_sentence(self) -> None:
-        rest = "".join(self._sentence)[self._claimed :]
+        rest = "".join(self._sentence[self._claimed :])
         if _has_content(rest):
             self._last = rest.strip()
         self._sentence.clear()
@@ -626,10 +626,10 @@ class _Claims:
 
     def cite(self, citation: Citation) -> None:
         self._end_block()
-        sentence = "".join(self._sentence)
-        claim = sentence[self._claimed :]
+        # Only what came since the last claim is joined: many citations in one sentence stay linear.
+        claim = "".join(self._sentence[self._claimed :])
         if _has_content(claim):
-            self._last, self._claimed = claim.strip(), len(sentence)
+            self._last, self._claimed = claim.strip(), len(self._sentence)
         self.bound.append((citation, self._last))
 
 
@@ -644,13 +644,11 @@ def claims(text: str) -> list[tuple[Citation, str]]:
 
 def citing_sentences(text: str) -> dict[int, list[str]]:
     """Each cited number's claims, in order (a claim citing a number twice counts once)."""
-    found: dict[int, list[str]] = {}
+    found: dict[int, dict[str, None]] = {}
     for citation, claim in claims(text):
         for number in citation.numbers:
-            claims_of = found.setdefault(number, [])
-            if claim not in claims_of:
-                claims_of.append(claim)
-    return found
+            found.setdefault(number, {})[claim] = None
+    return {number: list(claims_of) for number, claims_of in found.items()}
 
 
 # --- checking a citation against its source --------------------------------------------------
