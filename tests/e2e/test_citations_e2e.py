@@ -246,7 +246,7 @@ async def test_a_citation_whose_source_says_nothing_of_its_sentence_is_unsupport
     assert by_number[port].supported is False
     assert by_number[port].reason == (
         "The cited text shares no number, name, quoted text or word with the sentence citing it: "
-        "“Its client gives up after TIMEOUT_SECONDS = 7.5.”"
+        "“Its client gives up after TIMEOUT_SECONDS = 7.5”"  # the claim the citation closes
     )
     assert (by_number[port + 1].supported, by_number[port + 1].reason) == (True, "")
     assert result.text.endswith(

@@ -67,6 +67,9 @@ def test_a_paragraph_of_several_lines_written_again_and_again_is_a_loop():
         "The client's default timeout is five seconds, set by DEFAULT_TIMEOUT_CONFIG in _config.py.\n"
         "Every request made through it waits that long for a connection, a read, a write and the pool.\n"
         "Pass timeout=None to wait for ever, or an httpx.Timeout to set each of the four on its own.\n"
+        "A pool timeout applies when every connection of the pool is in use and a request must wait.\n"
+        "A read timeout applies between two chunks of the response, not to the whole response body.\n"
+        "A write timeout applies between two chunks of the request, and a connect one to the socket.\n"
     )
     assert len(paragraph) > repetition.MAX_PERIOD
     text = "Here is the answer.\n\n" + (paragraph + "\n") * 12
@@ -91,9 +94,11 @@ def test_a_block_written_three_times_is_not_yet_a_loop():
 
 
 def test_a_loop_inside_a_code_block_is_cut_and_the_block_closed():
-    text = "Set the limit:\n\n```\n# Usage: httpx -c 1000" + " -maxkeepall" * 80
+    # In code a repeat is a loop only past DATA_LOOP_CHARS: 80 repeats (960 characters) are data.
+    assert not feed_in_pieces("Set the limit:\n\n```\n# Usage: httpx -c 1000" + " -maxkeepall" * 80).looping
+    text = "Set the limit:\n\n```\n# Usage: httpx -c 1000" + " -maxkeepall" * 400
     guard = feed_in_pieces(text, size=6)
-    assert guard.looping
+    assert guard.looping and len(guard.text) < len(text) * 3 // 4
     assert cut_before_loop(guard.text, guard.loop_start) == "Set the limit:\n\n```\n# Usage:\n```"
 
 

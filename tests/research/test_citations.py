@@ -20,8 +20,8 @@ from imprintd.research.citations import (
     Passage,
     check,
     cited_numbers,
+    claims,
     keep_valid,
-    sentences,
     sources,
     sources_block,
     strip_citations,
@@ -132,12 +132,17 @@ def test_the_stream_filter_emits_what_keep_valid_gives_whatever_the_chunks(size)
     )
 
 
-def test_sentences_keep_a_trailing_citation_and_split_lines():
-    assert sentences("Port is 8101. [1] Timeout 7.5 s [2].\n- retries: 3 [3]") == [
-        "Port is 8101. [1]",
-        "Timeout 7.5 s [2].",
-        "- retries: 3 [3]",
+def test_a_citation_binds_to_the_claim_it_closes_also_on_the_next_line():
+    text = "Retries are 3.\n[1] See [2]. The timeout is 5 [1] and retries 3 [2][1].\n```python\nTIMEOUT = 5\n```\n[3]"
+    assert [(c.numbers, claim) for c, claim in claims(text)] == [
+        ([1], "Retries are 3."),  # on its own line after the sentence
+        ([2], "See"),
+        ([1], "The timeout is 5"),
+        ([2], "and retries 3"),
+        ([1], "and retries 3"),  # right after another citation: the same claim
+        ([3], "```python\nTIMEOUT = 5\n```"),  # after a code block: the block
     ]
+    assert claims("[4] Nothing came before.")[0][1] == ""
 
 
 # --- the check -------------------------------------------------------------------------------
@@ -156,11 +161,47 @@ def passage(text: str, number: int = 1) -> Passage:
         ("It is set in billing.yaml [1].", "# deploy/billing.yaml"),  # a dotted name
         ('The header is "X-Request-Id" [1].', 'headers = {"X-Request-Id": rid}'),  # a quoted string
         ("Dunning sends reminder mails [1].", "Dunning: reminder mails for failed payments"),  # words
-        ("See [1].", "anything"),  # nothing to check
+        ("DEFAULT_TIMEOUT_CONFIG is 5 seconds [1].", "DEFAULT_TIMEOUT_CONFIG = Timeout(timeout=5.0)"),
+        ("trust_env defaults to True [1].", "def f(trust_env: bool = True):"),
+        ("The retries are 3, over 20 redirects [1].", "retries: 3\nMAX_REDIRECTS = 20"),
     ],
 )
 def test_a_source_sharing_something_with_its_sentence_is_supported(sentence, source):
     assert check(passage(source), [sentence]) == (True, "")
+
+
+@pytest.mark.parametrize("sentence", ["See [1].", "[1]", "As shown in [1]."])
+def test_a_citation_with_no_claim_beside_it_gets_no_verdict(sentence):
+    supported, reason = check(passage("anything at all"), [sentence])
+    assert supported is None
+    assert reason.startswith("No claim stands beside the citation")
+
+
+@pytest.mark.parametrize(
+    ("sentence", "source", "name", "value"),
+    [
+        (
+            "The default is DEFAULT_TIMEOUT_CONFIG, which is 60 seconds [1].",
+            "DEFAULT_TIMEOUT_CONFIG = Timeout(timeout=5.0)\nmax_redirects = 60",
+            "DEFAULT_TIMEOUT_CONFIG",
+            "5.0",
+        ),
+        ("The default timeout is 60 seconds [1].", "Timeout(timeout=5.0)", "timeout", "5.0"),
+        ("trust_env defaults to False [1].", "def f(trust_env: bool = True):", "trust_env", "True"),
+        (
+            "The header is `X-Id`, set in HEADER_NAME [1].",
+            'HEADER_NAME = "X-Request-Id"',
+            "HEADER_NAME",
+            '"X-Request-Id"',
+        ),
+        ("Billing listens on port 8080 [1].", "port: 8101", "port", "8101"),
+    ],
+)
+def test_a_value_the_source_contradicts_for_the_same_name_is_unsupported(sentence, source, name, value):
+    """One shared number or name is not enough when the source sets that name to another value."""
+    supported, reason = check(passage(source), [sentence])
+    assert supported is False
+    assert reason.startswith(f"The cited text sets {name} to {value}, which the sentence citing it does not say")
 
 
 @pytest.mark.parametrize(
