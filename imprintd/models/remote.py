@@ -5,6 +5,11 @@
 tool calls from ``delta.tool_calls`` (split across chunks: accumulated by ``index``, the id and
 name from the first delta, the argument text concatenated). A server that writes Hermes
 ``<tool_call>`` markup into the text instead (no tool parser configured) is understood too.
+A reasoning model's thoughts, sent apart by servers with a reasoning parser (``delta.reasoning_content``
+as llama.cpp's server and vLLM send it, or ``delta.reasoning``), stream through ``on_reasoning``
+into ``Completion.reasoning``, never into the text; they count against the output allowance
+like text. The model ``reasons`` from the first reply that brought any (a server's reasoning
+parser is not announced before it is used).
 
 Counting is the explicit UTF-8-byte estimate of ADR 0093, since the server's tokenizer and
 context are not available locally; ``chat.n_ctx`` is the budget:
@@ -192,6 +197,9 @@ class _CallDelta(msgspec.Struct, kw_only=True):
 class _Delta(msgspec.Struct, kw_only=True):
     content: str | None = None
     tool_calls: list[_CallDelta] | None = None
+    #: A reasoning model's thoughts: llama.cpp's server and vLLM's name, and the newer one.
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class _Choice(msgspec.Struct, kw_only=True):
@@ -290,6 +298,10 @@ class _Stream:
     on_text: TextCallback | None
     #: The API key: a server that writes it into the reply has it masked before anything sees it.
     secret: _SecretMask = field(default_factory=lambda: _SecretMask(None))
+    on_reasoning: TextCallback | None = None
+    #: The same key masked in the reasoning, which streams apart.
+    thought_secret: _SecretMask = field(default_factory=lambda: _SecretMask(None))
+    thought: list[str] = field(default_factory=list)
     allowance: int = 1 << 62
     raw: list[str] = field(default_factory=list)
     shown: list[str] = field(default_factory=list)
@@ -321,6 +333,15 @@ class _Stream:
         self.raw.append(piece)
         self.show(self.filter.feed(self.secret.feed(piece)))
 
+    def reasoning(self, piece: str) -> None:
+        self.show_thought(self.thought_secret.feed(self.take(piece)))
+
+    def show_thought(self, piece: str) -> None:
+        if piece:
+            self.thought.append(piece)
+            if self.on_reasoning is not None:
+                self.on_reasoning(piece)
+
     def show(self, visible: str) -> None:
         if visible and not self.guard.looping:
             self.shown.append(visible)
@@ -337,6 +358,10 @@ class _Stream:
             if choice.index != 0:
                 continue
             delta = choice.delta or _Delta()
+            # A server may send both names with the same text; the older one is read first.
+            thought = delta.reasoning_content or delta.reasoning
+            if thought and not self.cut:
+                self.reasoning(thought)
             if delta.content:
                 self.text(delta.content)
             for part in delta.tool_calls or ():
@@ -360,6 +385,7 @@ class _Stream:
 
     def parsed(self, tools: Sequence[ToolSpec]) -> ParsedOutput:
         """Visible text, the calls (native deltas first, then any written as text), and errors."""
+        self.show_thought(self.thought_secret.finish())
         self.show(self.filter.feed(self.secret.finish()))
         last, from_text = self.filter.finish()
         self.show(last)
@@ -403,6 +429,7 @@ class RemoteModel:
     native_tools = True
     #: The server parses tool calls and reasoning (``reasoning_content``) in its own format.
     chat_format = "openai"
+    #: True once a reply brought reasoning (see the module docstring).
     reasons = False
     exact_counts = False  # the UTF-8-byte estimate: the server's tokenizer is not here
 
@@ -503,6 +530,8 @@ class RemoteModel:
             on_text=on_text,
             secret=_SecretMask(self._api_key),
             allowance=max_tokens * OUTPUT_BYTES_PER_TOKEN,
+            on_reasoning=on_reasoning,
+            thought_secret=_SecretMask(self._api_key),
         )
         body = self.request_body(messages, tools, max_tokens)
         deadline = math.inf if timeout is None else anyio.current_time() + timeout
@@ -514,6 +543,7 @@ class RemoteModel:
             return self._completion(stream, tools, prompt_tokens)
         # The deadline passed: keep what was written (ADR semantics of the base protocol).
         parsed = stream.parsed(tools)
+        self._saw_reasoning(stream)
         return report_usage(
             self.model_id,
             Completion(
@@ -521,11 +551,17 @@ class RemoteModel:
                 finish_reason="deadline",
                 wrote_tool_call=parsed.wrote_call,
                 usage=self._usage(stream, prompt_tokens, parsed),
+                reasoning="".join(stream.thought),
             ),
         )
 
+    def _saw_reasoning(self, stream: _Stream) -> None:
+        if stream.thought:
+            self.reasons = True
+
     def _completion(self, stream: _Stream, tools: Sequence[ToolSpec], prompt_tokens: int) -> Completion:
         parsed = stream.parsed(tools)
+        self._saw_reasoning(stream)
         finish: FinishReason = "length" if stream.finish == "length" else "stop"
         if stream.guard.looping:
             finish = "repetition"
@@ -539,6 +575,7 @@ class RemoteModel:
             tool_call_error=None if looped else parsed.error,
             wrote_tool_call=parsed.wrote_call,
             usage=self._usage(stream, prompt_tokens, parsed),
+            reasoning="".join(stream.thought),
         )
         return report_usage(self.model_id, completion)
 
