@@ -113,3 +113,26 @@ def test_ask_keeps_a_reasoning_models_thoughts_off_stdout(capsys):
     piped.text("Port 8101.")
     out, err = capsys.readouterr()
     assert (out, err) == ("", "")
+
+
+def test_ask_prints_only_the_answer_of_a_reasoning_model_and_stores_its_thoughts(daemon_env, stub):
+    from pathlib import Path
+
+    from imprintd.store import Store
+    from tests.openai_stub import StubReply
+
+    stub.queue(StubReply(reasoning="PONDERING the capital of France.", text="Paris."))
+    result = subprocess.run(
+        [sys.executable, "-m", "imprintd", "ask", "What is the capital of France?"],
+        capture_output=True,
+        text=True,
+        env=daemon_env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Paris.\n"
+    assert "PONDERING" not in result.stderr  # not a terminal: the thoughts are left out
+    session_id = [line for line in result.stderr.splitlines() if line.startswith("session ")][-1].split()[1]
+    with Store.open(Path(daemon_env["IMPRINT_DATA_DIR"]) / "imprint.sqlite3") as store:
+        answer = store.messages(session_id)[-1]
+    assert (answer.content, answer.reasoning) == ("Paris.", "PONDERING the capital of France.")
