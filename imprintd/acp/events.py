@@ -106,6 +106,8 @@ class AcpEvents:
         self._open: dict[str, str] = {}  # the model's call id -> our toolCallId for a started step
         #: The last thought chunk was reasoning that did not end its line.
         self._mid_line = False
+        #: A round ended since the last reasoning: the next round's thoughts start a paragraph.
+        self._next_round = False
 
     def close(self) -> None:
         """The prompt was cancelled: nothing more is sent for it, whatever the reply still reports."""
@@ -137,11 +139,14 @@ class AcpEvents:
 
     def reasoning(self, delta: str) -> None:
         if delta:
-            self.update(wire.AgentThoughtChunk(content=text_block(delta)))
+            shown = PARAGRAPH + delta if self._next_round and self._mid_line else delta
+            self._next_round = False
+            self.update(wire.AgentThoughtChunk(content=text_block(shown)))
             self._mid_line = not delta.endswith("\n")
 
     def text_was_preamble(self) -> None:
         """The text since the last call was not the answer; it was shown, and stays, as written."""
+        self._next_round = True
         if self._part:
             self._part.clear()
             self._after_preamble = True

@@ -170,3 +170,11 @@ def test_reasoning_streams_as_thought_chunks_and_a_progress_line_after_it_starts
         ("agent_thought_chunk", "\nWriting the answer from the research notes…\n"),
         ("agent_message_chunk", "Port 8101."),
     ]
+
+
+def test_the_next_rounds_thoughts_start_a_paragraph_of_their_own():
+    acp_events, sent = events()
+    acp_events.reasoning("I should search.")
+    acp_events.text_was_preamble()  # the round called a tool
+    acp_events.reasoning("It says 8101.")
+    assert [n["update"]["content"]["text"] for n in sent.notifications] == ["I should search.", "\n\nIt says 8101."]
