@@ -441,6 +441,8 @@ test("a reasoning model's thoughts fold into closed “Thinking” blocks, never
 
   await post(page, { type: "replyEnd", text: "Billing listens on 8101.", sources: [], stopReason: "answer" });
   await settle(page);
+  await page.locator(".reasoning summary").last().click(); // one opened, for a person to look at
+  await page.screenshot({ path: path.join(OUTPUT_DIR, "panel-reasoning.png") });
   const answer = page.locator(".message.assistant").last();
   assert.equal((await answer.locator(".answer").innerText()).trim(), "Billing listens on 8101.");
   assert.equal(await answer.locator(".reasoning").count(), 2, "the thoughts stay, folded, once the answer is in");
