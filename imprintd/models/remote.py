@@ -8,8 +8,11 @@ name from the first delta, the argument text concatenated). A server that writes
 A reasoning model's thoughts, sent apart by servers with a reasoning parser (``delta.reasoning_content``
 as llama.cpp's server and vLLM send it, or ``delta.reasoning``), stream through ``on_reasoning``
 into ``Completion.reasoning``, never into the text; they count against the output allowance
-like text. The model ``reasons`` from the first reply that brought any (a server's reasoning
-parser is not announced before it is used).
+like text. A server without a reasoning parser sends the thoughts inside the content, opened by
+``<think>`` (Qwen3, DeepSeek-R1, SmolLM3 and most open reasoning models): content that opens
+with ``<think>`` is taken as reasoning up to ``</think>`` (``_ThinkSplitter``). The model
+``reasons`` from the first reply that brought any (a server's reasoning parser is not announced
+before it is used).
 
 Counting is the explicit UTF-8-byte estimate of ADR 0093, since the server's tokenizer and
 context are not available locally; ``chat.n_ctx`` is the budget:
@@ -243,6 +246,54 @@ def _chunk_problem(error: Exception) -> str:
     return text
 
 
+class _ThinkSplitter:
+    """Content that opens with ``<think>`` is reasoning up to ``</think>``; the rest is text.
+
+    Pieces pass on at once, except what could still be the opening marker at the very start
+    (whitespace, ``<``, ``<th`` …) and what could be the start of ``</think>`` while thinking.
+    Only an opening marker counts: ``<think>`` later in an answer is the answer's text.
+    """
+
+    OPEN, CLOSE = "<think>", "</think>"
+
+    def __init__(self) -> None:
+        self.state = "start"  # then "thinking", "after" (whitespace after </think> dropped), "text"
+        self.pending = ""
+
+    def feed(self, piece: str) -> tuple[str, str]:
+        """(reasoning, text) of ``piece``, as far as they can be told now."""
+        self.pending += piece
+        thought = ""
+        if self.state == "start":
+            opened = self.pending.lstrip()
+            if opened.startswith(self.OPEN):
+                self.state, self.pending = "thinking", opened[len(self.OPEN) :]
+            elif self.OPEN.startswith(opened):
+                return "", ""  # it may still open: hold it
+            else:
+                self.state = "text"
+        if self.state == "thinking":
+            end = self.pending.find(self.CLOSE)
+            if end < 0:
+                cut = len(self.pending) - _longest_prefix_suffix(self.pending, self.CLOSE)
+                thought, self.pending = self.pending[:cut], self.pending[cut:]
+                return thought, ""
+            thought, self.pending = self.pending[:end], self.pending[end + len(self.CLOSE) :]
+            self.state = "after"
+        if self.state == "after":
+            self.pending = self.pending.lstrip()
+            if not self.pending:
+                return thought, ""
+            self.state = "text"
+        text, self.pending = self.pending, ""
+        return thought, text
+
+    def finish(self) -> tuple[str, str]:
+        """What is still held: reasoning cut off before ``</think>``, or text."""
+        held, self.pending = self.pending, ""
+        return (held, "") if self.state == "thinking" else ("", held)
+
+
 @dataclass
 class _PartialCall:
     """One tool call being assembled from stream deltas."""
@@ -302,6 +353,8 @@ class _Stream:
     #: The same key masked in the reasoning, which streams apart.
     thought_secret: _SecretMask = field(default_factory=lambda: _SecretMask(None))
     thought: list[str] = field(default_factory=list)
+    #: Thoughts a server without a reasoning parser writes into the content, opened by ``<think>``.
+    splitter: _ThinkSplitter = field(default_factory=_ThinkSplitter)
     allowance: int = 1 << 62
     raw: list[str] = field(default_factory=list)
     shown: list[str] = field(default_factory=list)
@@ -331,7 +384,9 @@ class _Stream:
     def text(self, piece: str) -> None:
         piece = self.take(piece)
         self.raw.append(piece)
-        self.show(self.filter.feed(self.secret.feed(piece)))
+        thought, visible = self.splitter.feed(piece)
+        self.show_thought(self.thought_secret.feed(thought))
+        self.show(self.filter.feed(self.secret.feed(visible)))
 
     def reasoning(self, piece: str) -> None:
         self.show_thought(self.thought_secret.feed(self.take(piece)))
@@ -385,8 +440,9 @@ class _Stream:
 
     def parsed(self, tools: Sequence[ToolSpec]) -> ParsedOutput:
         """Visible text, the calls (native deltas first, then any written as text), and errors."""
-        self.show_thought(self.thought_secret.finish())
-        self.show(self.filter.feed(self.secret.finish()))
+        thought, visible = self.splitter.finish()
+        self.show_thought(self.thought_secret.feed(thought) + self.thought_secret.finish())
+        self.show(self.filter.feed(self.secret.feed(visible) + self.secret.finish()))
         last, from_text = self.filter.finish()
         self.show(last)
         names = {tool.name for tool in tools}

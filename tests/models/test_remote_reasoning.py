@@ -78,3 +78,35 @@ async def test_the_api_key_is_masked_in_reasoning():
         )
     assert "sk-secret-7" not in result.reasoning and "sk-secret-7" not in "".join(thoughts)
     assert result.reasoning == "".join(thoughts) and result.reasoning.endswith(" ok.")
+
+
+async def test_thoughts_a_server_leaves_in_the_content_after_think_are_kept_apart():
+    # No reasoning parser on the server: the model's <think> block arrives as content, split anywhere.
+    pieces = ["\n<th", "ink>The config", " says 8101.</thi", "nk>", "\n\n", "Port 8101."]
+    with ScriptedServer(stream_reply(*[chunk(p) for p in pieces], chunk(finish="stop"))) as server:
+        model = model_for(server)
+        texts: list[str] = []
+        thoughts: list[str] = []
+        result = await model.complete(
+            MESSAGES, max_tokens=64, timeout=60, on_text=texts.append, on_reasoning=thoughts.append
+        )
+    assert result.text == "".join(texts) == "Port 8101."
+    assert result.reasoning == "".join(thoughts) == "The config says 8101."
+    assert model.reasons is True
+
+
+async def test_think_later_in_an_answer_is_the_answers_text_and_a_lone_angle_bracket_is_not_held():
+    pieces = ["Use the ", "<think> tag", " to mark thoughts."]
+    with ScriptedServer(stream_reply(*[chunk(p) for p in pieces], chunk(finish="stop"))) as server:
+        result = await model_for(server).complete(MESSAGES, max_tokens=64, timeout=60)
+    assert (result.text, result.reasoning) == ("Use the <think> tag to mark thoughts.", "")
+    with ScriptedServer(stream_reply(chunk("<"), chunk(finish="stop"))) as server:
+        result = await model_for(server).complete(MESSAGES, max_tokens=64, timeout=60)
+    assert (result.text, result.reasoning) == ("<", "")
+
+
+async def test_thinking_cut_off_before_it_closes_stays_reasoning():
+    handler = stream_reply(chunk("<think>Let me see, the port"), chunk(finish="length"))
+    with ScriptedServer(handler) as server:
+        result = await model_for(server).complete(MESSAGES, max_tokens=64, timeout=60)
+    assert (result.text, result.reasoning, result.finish_reason) == ("", "Let me see, the port", "length")
