@@ -145,10 +145,17 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
         passages = outcome.numbering.by_number()
         text = citations.plain(outcome.answer.text, passages, request.style)  # as it streamed
         reasoning = outcome.answer.reasoning
+        thought_to_limit = not text.strip() and bool(reasoning) and outcome.stop == "length"
         if not text.strip():
-            text = NO_ANSWER_AFTER_THINKING if reasoning else NO_ANSWER
+            text = (
+                thought_to_limit_note(settings.max_tokens)
+                if thought_to_limit
+                else NO_ANSWER_AFTER_THINKING
+                if reasoning
+                else NO_ANSWER
+            )
             events.text(text)
-        if outcome.stop == "length":
+        if outcome.stop == "length" and not thought_to_limit:
             coverage = "\n".join(part for part in (cut_off_note(settings.max_tokens), coverage) if part)
         elif outcome.stop == "repetition":
             # What streamed went on into the loop; the result's text is the answer to show.
@@ -183,6 +190,14 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     answer = msgspec.structs.replace(msg.assistant(text, sources=sources), reasoning=reasoning)
     store.extend(info.id, [*outcome.exchange, answer])
     return ReplyOutcome(session_id=info.id, reply_id=reply_id, text=text, sources=sources, stop_reason=outcome.stop)
+
+
+def thought_to_limit_note(max_tokens: int) -> str:
+    """The answer of a model that spent its whole output allowance thinking."""
+    return (
+        f"(The model spent the output limit of {max_tokens:,} tokens thinking and wrote no answer; raising "
+        'chat.max_tokens, or setting chat.reasoning to "off", would leave it room to answer.)'
+    )
 
 
 def next_question_usage(

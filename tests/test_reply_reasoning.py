@@ -11,7 +11,7 @@ from __future__ import annotations
 from imprintd.context.summary import summarizer_request
 from imprintd.messages import Message, user
 from imprintd.models.base import Completion
-from imprintd.reply import NO_ANSWER, NO_ANSWER_AFTER_THINKING
+from imprintd.reply import NO_ANSWER, NO_ANSWER_AFTER_THINKING, thought_to_limit_note
 from imprintd.research.budget import ResearchBudget, charged_complete
 from tests.helpers import ask, make_chat
 from tests.standin import StandInModel, call, count_text
@@ -90,14 +90,16 @@ async def test_an_empty_answer_without_thinking_says_so_too(model):
     assert chat.store.messages(outcome.session_id)[-1].content == NO_ANSWER
 
 
-async def test_thinking_that_uses_up_the_output_limit_says_the_answer_was_cut_off():
+async def test_thinking_that_uses_up_the_output_limit_says_so_and_what_would_leave_room():
     model = StandInModel()
     chat = make_chat(model, **{"chat.max_tokens": 64})
     model.queue(Completion(text="Never written.", reasoning="word " * 400))
     outcome, events = await ask(chat, "Which port?")
     assert outcome.stop_reason == "length"
-    assert outcome.text.startswith(NO_ANSWER_AFTER_THINKING + "\n\n(The answer was cut off at the output limit")
+    assert outcome.text == thought_to_limit_note(64) == events.streamed
+    assert "output limit of 64 tokens thinking" in outcome.text and 'chat.reasoning to "off"' in outcome.text
     assert "Never written" not in outcome.text and events.thought.startswith("word word")
+    assert chat.store.messages(outcome.session_id)[-1].content == outcome.text
 
 
 async def test_the_final_answer_from_notes_streams_and_keeps_its_thinking(model, workspace):
