@@ -176,6 +176,9 @@ async def run(chars: int, n_ctx: int, time_budget: float, worker_timeout: float,
         def text(self, delta):
             pass
 
+        def reasoning(self, delta):
+            pass
+
         def progress(self, message, percentage=None):
             progress.append(message)
 

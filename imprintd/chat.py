@@ -25,7 +25,8 @@ from imprintd.context.sections import MAX_SOURCE_CHARS, SectionArchive
 from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
-from imprintd.models.base import Model, SessionStates, session_requests
+from imprintd.models.base import Model, ModelError, SessionStates, session_requests
+from imprintd.models.identity import ModelIdentity, identify_model
 from imprintd.models.state_cache import delete_session_files, states_folder
 from imprintd.private import private_folder
 from imprintd.reply import ReplyContext, ReplyOutcome, ReplyRequest, next_question_usage, run_reply
@@ -247,6 +248,26 @@ class Chat:
                 memory_bytes=self.settings.state_cache_memory, disk_bytes=self.settings.state_cache_disk
             )
         return self._model
+
+    def model_identity(self) -> ModelIdentity:
+        """The model in use as clients show it, with its chat format and whether it reasons.
+
+        Both are asked of the model built for the current settings, which answers them without
+        loading weights (a local model reads its GGUF's template). A model that cannot be built,
+        or a GGUF that is not there, leaves them unknown rather than failing: its error comes
+        with the first reply. A remote model says it reasons once its server has sent reasoning.
+        """
+        identity = identify_model(self.settings)
+        chat = self.settings
+        if not identity.model or (chat.provider == "local" and chat.model and not Path(chat.model).is_file()):
+            return identity
+        try:
+            model = self.model()
+            chat_format, reasons = model.chat_format, model.reasons
+        except (ModelError, OSError, ValueError) as error:
+            logger.info("the chat format of %s cannot be told yet: %s", identity.model, error)
+            return identity
+        return msgspec.structs.replace(identity, chat_format=chat_format, reasons=reasons)
 
     def workspace_root(self, workspace: str | None) -> Path | None:
         """The folder a reply may search: ``workspace``, else the editor's; WorkspaceMissing if not a folder."""

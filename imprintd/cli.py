@@ -164,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 resolved,
                 [
                     ("model in use", describe_model(resolved.settings.chat)),
+                    ("chat format", _describe_format(resolved)),
                     ("config file", str(settings_mod.config_file())),
                     ("data dir", str(settings_mod.data_dir())),
                 ],
@@ -173,6 +174,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "sessions":
         return _sessions(resolved)
     return _ask(resolved, args)
+
+
+def _describe_format(resolved: settings_mod.Resolved) -> str:
+    """How the model writes tool calls and whether it reasons, as detected (loads no weights)."""
+    from imprintd.chat import Chat
+
+    identity = Chat(resolved).model_identity()
+    if identity.chat_format is None:
+        return "unknown (the model cannot be read; see the model in use)"
+    if identity.chat_format == "openai":
+        return "openai (the server parses tool calls; reasoning it sends as reasoning_content is kept apart)"
+    thinks = "reasons before it answers" if identity.reasons else "answers without reasoning"
+    return f"{identity.chat_format}; the model {thinks}"
 
 
 def _sessions(resolved: settings_mod.Resolved) -> int:
@@ -209,7 +223,7 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
     from imprintd.store import StoreError
 
     chat = Chat(resolved)
-    events = _PrintEvents(live=sys.stdout.isatty())
+    events = _PrintEvents(live=sys.stdout.isatty(), thoughts=sys.stderr.isatty())
     request = ReplyRequest(
         text=args.question,
         session_id=args.session,
@@ -239,22 +253,48 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
     return 0
 
 
+#: How a reasoning model's thoughts are shown on a terminal's stderr: dimmed, under a heading.
+DIM, RESET = "\x1b[2m", "\x1b[0m"
+
+
 class _PrintEvents:
     """Reply text to stdout as it streams, on a terminal; progress and tool steps to stderr.
 
     Streamed text can turn out to be preamble (a research round that went on to call tools),
-    so piped output gets only the answer, written once the reply is done.
+    so piped output gets only the answer, written once the reply is done. A reasoning model's
+    thoughts are never on stdout: they stream dimmed to stderr when it is a terminal
+    (``thoughts``), and are left out when it is not (a script reading stderr wants its lines).
     """
 
-    def __init__(self, live: bool) -> None:
+    def __init__(self, live: bool, thoughts: bool = False) -> None:
         self.live = live
+        self.thoughts = thoughts
         #: What was printed of the current part.
         self.printed = ""
+        #: Thoughts are being printed (their heading is out, their last line not yet ended).
+        self.thinking = False
+
+    def reasoning(self, delta: str) -> None:
+        if not self.thoughts or not delta:
+            return
+        if not self.thinking:
+            self.thinking = True
+            sys.stderr.write(f"{DIM}Thinking…\n")
+        sys.stderr.write(f"{DIM}{delta}{RESET}")
+        sys.stderr.flush()
+
+    def _end_thoughts(self) -> None:
+        if self.thinking:
+            self.thinking = False
+            sys.stderr.write(f"{RESET}\n")
+            sys.stderr.flush()
 
     def begin(self, session_id: str, reply_id: str) -> None:
         pass
 
     def text(self, delta: str) -> None:
+        if delta:
+            self._end_thoughts()
         if not self.live:
             return
         self.printed += delta
@@ -262,14 +302,17 @@ class _PrintEvents:
         sys.stdout.flush()
 
     def text_was_preamble(self) -> None:
+        self._end_thoughts()
         if self.printed:
             sys.stdout.write("\n\n")  # the answer starts on its own paragraph
             self.printed = ""
 
     def progress(self, message: str, percentage: int | None = None) -> None:
+        self._end_thoughts()
         print(f"[{message}]", file=sys.stderr)
 
     def tool_step(self, step) -> None:
+        self._end_thoughts()
         if step.state != "started":
             print(f"[{step.title}: {step.state}{' - ' + step.detail if step.detail else ''}]", file=sys.stderr)
 

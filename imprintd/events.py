@@ -9,6 +9,9 @@ channels on purpose (ADR 0093): notes and progress are never shown or spoken as 
 Reply text streams in parts: a research round may write text and then call tools, so its
 text turns out to be preamble, not the answer. ``text_was_preamble`` says so once it is
 known, and the next text starts a new part; what was never called preamble is the answer.
+
+A reasoning model's thoughts stream on a channel of their own (``reasoning``), in the part
+of the text they come before: a client shows them folded, never as the answer (issue 31).
 """
 
 from __future__ import annotations
@@ -42,11 +45,18 @@ class ReplyEvents(Protocol):
     def text(self, delta: str) -> None:
         """A piece of the reply's text, in order; it belongs to the current part."""
 
+    def reasoning(self, delta: str) -> None:
+        """A piece of what a reasoning model thought before it wrote, in order; never answer text.
+
+        It belongs to the current part, ahead of that part's text (a round thinks, then writes).
+        """
+
     def text_was_preamble(self) -> None:
         """The text streamed since the last call was not the answer.
 
         The research round that wrote it went on to call tools, or was cut off by a stop
-        and the final answer from notes follows. Text after this call starts a new part.
+        and the final answer from notes follows. Text (and reasoning) after this call starts
+        a new part.
         """
 
     def progress(self, message: str, percentage: int | None = None) -> None:

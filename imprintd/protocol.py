@@ -32,13 +32,22 @@ CONTEXT = "imprint/context"
 # Notifications (server to client)
 REPLY_DELTA = "imprint/replyDelta"
 REPLY_PREAMBLE = "imprint/replyPreamble"
+REPLY_REASONING = "imprint/replyReasoning"
 TOOL_STEP = "imprint/toolStep"
 SUMMARY_UPDATED = "imprint/summaryUpdated"
 MODEL_CHANGED = "imprint/modelChanged"
 CONTEXT_USAGE = "imprint/contextUsage"
 
 REQUESTS = (CHAT, SESSIONS, SESSION, DELETE_SESSION, SUMMARY, READ_CHAT_SECTION, CONVERSATION_HISTORY, CONTEXT)
-NOTIFICATIONS = (REPLY_DELTA, REPLY_PREAMBLE, TOOL_STEP, SUMMARY_UPDATED, MODEL_CHANGED, CONTEXT_USAGE)
+NOTIFICATIONS = (
+    REPLY_DELTA,
+    REPLY_PREAMBLE,
+    REPLY_REASONING,
+    TOOL_STEP,
+    SUMMARY_UPDATED,
+    MODEL_CHANGED,
+    CONTEXT_USAGE,
+)
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
@@ -109,6 +118,16 @@ class ChatResult(Wire):
 
 class ReplyDelta(Wire):
     """The next piece of a reply's text, in ``part`` (0, 1, …)."""
+
+    session_id: str
+    reply_id: str
+    part: int
+    text: str
+
+
+class ReplyReasoning(Wire):
+    """The next piece of what a reasoning model thought, in ``part``, ahead of that part's text:
+    shown folded, never as the answer."""
 
     session_id: str
     reply_id: str
@@ -202,6 +221,8 @@ class MessageWire(Wire):
     name: str | None = None
     #: An answer's sources, as its ``imprint/chat`` result had them; [] on other messages.
     sources: list[SourceRef] = []
+    #: What a reasoning model thought before it wrote this assistant message; "" when nothing.
+    reasoning: str = ""
 
     @classmethod
     def from_core(cls, message: Message) -> MessageWire:
@@ -214,6 +235,7 @@ class MessageWire(Wire):
             tool_call_id=message.tool_call_id,
             name=message.name,
             sources=[SourceRef.from_core(source) for source in message.sources],
+            reasoning=message.reasoning,
         )
 
 
@@ -272,10 +294,22 @@ class ModelInfo(Wire):
     provider: str
     model: str
     n_ctx: int
+    #: How the model writes tool calls and reasoning (``hermes``, ``qwen-xml``, …, ``json-fallback``;
+    #: ``openai`` for a remote server, which parses them itself); null while it cannot be told
+    #: (the GGUF is missing or unreadable, no remote model is named).
+    chat_format: str | None
+    #: The model thinks before it answers (its thoughts come as ``imprint/replyReasoning``).
+    reasons: bool
 
     @classmethod
     def from_core(cls, identity: ModelIdentity) -> ModelInfo:
-        return cls(provider=identity.provider, model=identity.model, n_ctx=identity.n_ctx)
+        return cls(
+            provider=identity.provider,
+            model=identity.model,
+            n_ctx=identity.n_ctx,
+            chat_format=identity.chat_format,
+            reasons=identity.reasons,
+        )
 
 
 # -- what fills the context -------------------------------------------------------

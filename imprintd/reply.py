@@ -9,8 +9,11 @@
    sources, checked and listed after it (``research/citations.py``). What was not read or done
    (characters a section analysis left unread, a round the model failed) is named after the
    answer, with the setting that would help; a direct answer cut off by the output limit says so.
-5. The reply and its tool exchanges are stored, the answer with its sources; only then is the
-   reply acknowledged.
+5. The reply and its tool exchanges are stored, the answer with its sources and a reasoning
+   model's thoughts (``Message.reasoning``, streamed through ``ReplyEvents.reasoning``, never
+   answer text); only then is the reply acknowledged. An answer the model left empty (it only
+   thought) is stored and shown as ``NO_ANSWER``: an empty assistant message would be sent
+   back to the model in every later prompt, and some templates refuse one (Ministral 3).
 
 ``chat.research_time_budget`` bounds steps 2–3 (``research/clock.py``), from when the
 workspace index is up to date, less a share kept for the final answer.
@@ -50,6 +53,10 @@ from imprintd.tools.workspace import WORKSPACE_SPECS
 
 #: Said after an answer the repetition guard cut (``models/repetition.py``).
 REPEATED_ITSELF = "(The model started repeating itself here, so the answer was cut off.)"
+#: The answer when the model wrote none (a reasoning model that only thought): never stored empty.
+NO_ANSWER = "(The model wrote no answer.)"
+#: The same, when it thought first: its thinking is shown folded above this.
+NO_ANSWER_AFTER_THINKING = "(The model thought it over but wrote no answer.)"
 
 
 class ReplyRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -132,11 +139,23 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     outcome = await research(scope, system=system, history=history, question=question, tools=tools)
 
     sources: tuple[SourceRef, ...] = ()
+    reasoning = ""
     coverage = "\n".join(part for part in (outcome.failure, coverage_note(outcome.analyses)) if part)
     if outcome.answer is not None:
         passages = outcome.numbering.by_number()
         text = citations.plain(outcome.answer.text, passages, request.style)  # as it streamed
-        if outcome.stop == "length":
+        reasoning = outcome.answer.reasoning
+        thought_to_limit = not text.strip() and bool(reasoning) and outcome.stop == "length"
+        if not text.strip():
+            text = (
+                thought_to_limit_note(settings.max_tokens)
+                if thought_to_limit
+                else NO_ANSWER_AFTER_THINKING
+                if reasoning
+                else NO_ANSWER
+            )
+            events.text(text)
+        if outcome.stop == "length" and not thought_to_limit:
             coverage = "\n".join(part for part in (cut_off_note(settings.max_tokens), coverage) if part)
         elif outcome.stop == "repetition":
             # What streamed went on into the loop; the result's text is the answer to show.
@@ -166,10 +185,19 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
             question_analysis=outcome.question_analysis,
             question_seq=question.seq,
         )
-        text, sources = final.text, final.sources
-    # The reply, all or nothing; the answer keeps its sources.
-    store.extend(info.id, [*outcome.exchange, msg.assistant(text, sources=sources)])
+        text, sources, reasoning = final.text, final.sources, final.reasoning
+    # The reply, all or nothing; the answer keeps its sources and what the model thought.
+    answer = msgspec.structs.replace(msg.assistant(text, sources=sources), reasoning=reasoning)
+    store.extend(info.id, [*outcome.exchange, answer])
     return ReplyOutcome(session_id=info.id, reply_id=reply_id, text=text, sources=sources, stop_reason=outcome.stop)
+
+
+def thought_to_limit_note(max_tokens: int) -> str:
+    """The answer of a model that spent its whole output allowance thinking."""
+    return (
+        f"(The model spent the output limit of {max_tokens:,} tokens thinking and wrote no answer; raising "
+        'chat.max_tokens, or setting chat.reasoning to "off", would leave it room to answer.)'
+    )
 
 
 def next_question_usage(

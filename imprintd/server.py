@@ -28,7 +28,6 @@ from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing,
 from imprintd.context.history import HistoryError
 from imprintd.context.sections import SectionError
 from imprintd.models.base import ModelError
-from imprintd.models.identity import identify_model
 from imprintd.research.loop import ReplyFailed
 from imprintd.rpc import ImprintProtocol, leave_despite_busy_threads, msgspec_handler, run_stdio
 from imprintd.store import SessionNotFound, StoreError
@@ -98,10 +97,27 @@ class ImprintServer(LanguageServer):
         super().__init__("imprintd", __version__, protocol_cls=ImprintProtocol)
         self.chat = chat
         self.on_stop = chat.close
-        cast(ImprintProtocol, self.protocol).experimental = lambda: {"imprint": msgspec.to_builtins(self.model_info())}
+        #: The model as the client was last told it (``initialize``, then ``imprint/modelChanged``).
+        self.announced: wire.ModelInfo | None = None
+        cast(ImprintProtocol, self.protocol).experimental = self._initialize_model_info
 
     def model_info(self) -> wire.ModelInfo:
-        return wire.ModelInfo.from_core(identify_model(self.chat.settings))
+        return wire.ModelInfo.from_core(self.chat.model_identity())
+
+    def _initialize_model_info(self) -> dict[str, Any]:
+        self.announced = self.model_info()
+        return {"imprint": msgspec.to_builtins(self.announced)}
+
+    def announce_model(self) -> None:
+        """``imprint/modelChanged`` when the model, as clients show it, differs from what they were told.
+
+        After a settings change, and after each reply: a remote model is known to reason only
+        once its server has sent reasoning.
+        """
+        model = self.model_info()
+        if self.announced is not None and model != self.announced:
+            self.protocol.notify(wire.MODEL_CHANGED, msgspec.to_builtins(model))
+        self.announced = model
 
     def report_settings_errors(self, errors: tuple[str, ...]) -> None:
         for error in errors:
@@ -116,12 +132,11 @@ class ImprintServer(LanguageServer):
             return  # nothing sent: null, {}, or an empty Lua table encoded as []
         if isinstance(values, dict):
             values = values.get("imprint", values)
-        before, model_before = len(self.chat.resolved.errors), self.model_info()
+        before = len(self.chat.resolved.errors)
         self.chat.update_settings(self.chat.resolved.apply(values, "editor"))
         self.report_settings_errors(self.chat.resolved.errors[before:])
-        model = self.model_info()
-        if report_model and model != model_before:
-            self.protocol.notify(wire.MODEL_CHANGED, msgspec.to_builtins(model))
+        if report_model:
+            self.announce_model()
 
 
 # -- lifecycle and settings ---------------------------------------------------------------------
@@ -183,6 +198,7 @@ async def chat_reply(server: ImprintServer, params: wire.ChatParams) -> wire.Cha
         outcome = await server.chat.reply(request, events)
     finally:
         await events.finish()
+        server.announce_model()
     return wire.ChatResult.from_core(outcome)
 
 

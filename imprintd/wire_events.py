@@ -1,4 +1,5 @@
-"""ReplyEvents over the wire: reply text as ``imprint/replyDelta``, long work as LSP progress.
+"""ReplyEvents over the wire: reply text as ``imprint/replyDelta``, a reasoning model's thoughts
+as ``imprint/replyReasoning`` (in the part they precede), long work as LSP progress.
 
 Progress uses standard work-done progress: the request's own ``workDoneToken`` when the
 client sent one, else a token created with ``window/workDoneProgress/create`` when the
@@ -36,9 +37,10 @@ class WireEvents:
         self._pending: list[tuple[str, int | None]] = []
         self.session_id = ""
         self.reply_id = ""
-        #: The part the next delta belongs to, and whether any text went out in it yet.
+        #: The part the next delta belongs to, and whether any text or reasoning went out in it yet.
         self.part = 0
         self._part_has_text = False
+        self._part_has_reasoning = False
 
     def _notify(self, method: str, params: msgspec.Struct) -> None:
         self._server.protocol.notify(method, msgspec.to_builtins(params))
@@ -55,14 +57,23 @@ class WireEvents:
                 wire.ReplyDelta(session_id=self.session_id, reply_id=self.reply_id, part=self.part, text=delta),
             )
 
+    def reasoning(self, delta: str) -> None:
+        if delta:
+            self._part_has_reasoning = True
+            self._notify(
+                wire.REPLY_REASONING,
+                wire.ReplyReasoning(session_id=self.session_id, reply_id=self.reply_id, part=self.part, text=delta),
+            )
+
     def text_was_preamble(self) -> None:
-        if not self._part_has_text:
+        if not (self._part_has_text or self._part_has_reasoning):
             return  # nothing was shown, so nothing needs taking back
+        # A part of reasoning alone ends too: the next round's thoughts are a part of their own.
         self._notify(
             wire.REPLY_PREAMBLE, wire.ReplyPreamble(session_id=self.session_id, reply_id=self.reply_id, part=self.part)
         )
         self.part += 1
-        self._part_has_text = False
+        self._part_has_text = self._part_has_reasoning = False
 
     def tool_step(self, step: ToolStep) -> None:
         self._notify(

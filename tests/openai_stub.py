@@ -2,8 +2,10 @@
 
 The daemon talks to it through its real remote provider (``chat.provider = "openai"``), so
 an end-to-end test drives the real wire on both sides and can script exactly what the
-"model" says (answers, tool calls) and assert exactly what reached it. Replies stream as
-server-sent events, tool calls as native ``tool_calls`` deltas split across chunks.
+"model" says (answers, tool calls, reasoning) and assert exactly what reached it. Replies stream
+as server-sent events, tool calls as native ``tool_calls`` deltas split across chunks, and a
+reasoning model's thoughts as ``reasoning_content`` deltas ahead of the text, as llama.cpp's
+server and vLLM send them with a reasoning parser.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ class StubReply:
     headers: dict[str, str] = field(default_factory=dict)
     #: The stream's finish_reason ("length": the answer hit its output limit); default "stop" or "tool_calls".
     finish_reason: str = ""
+    #: What the model thought first, streamed word by word in ``reasoning_field`` deltas.
+    reasoning: str = ""
+    reasoning_field: str = "reasoning_content"
 
 
 #: The most pieces an endless reply streams when nobody hangs up (about 12 MB of events).
@@ -120,6 +125,9 @@ class OpenAIStub:
                     if reply.endless:
                         self._endless(reply.endless)
                         return
+                    thoughts = reply.reasoning.split(" ") if reply.reasoning else []
+                    for index, word in enumerate(thoughts):
+                        self._event(self._chunk({reply.reasoning_field: word if index == 0 else " " + word}))
                     words = reply.text.split(" ") if reply.text else []
                     for index, word in enumerate(words):
                         self._event(self._chunk({"content": word if index == 0 else " " + word}))

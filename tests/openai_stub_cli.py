@@ -38,7 +38,12 @@ class StubSession:
             {"id": call.get("id", f"call_{index}"), "name": call["name"], "arguments": call.get("arguments", {})}
             for index, call in enumerate(spec.get("toolCalls", []))
         ]
-        return StubReply(text=spec.get("text", ""), tool_calls=calls, hold=self.release if spec.get("hold") else None)
+        return StubReply(
+            text=spec.get("text", ""),
+            tool_calls=calls,
+            hold=self.release if spec.get("hold") else None,
+            reasoning=spec.get("reasoning", ""),
+        )
 
     def run(self, command: dict[str, Any]) -> dict[str, Any]:
         name = command.get("cmd")

@@ -18,6 +18,9 @@ class RecordingEvents:
     def text(self, delta: str) -> None:
         self.log.append(("text", delta))
 
+    def reasoning(self, delta: str) -> None:
+        self.log.append(("reasoning", delta))
+
     def text_was_preamble(self) -> None:
         self.log.append(("preamble", None))
 
@@ -49,6 +52,11 @@ class RecordingEvents:
                     parts.append(("preamble", current))
                 current = ""
         return parts + ([("answer", current)] if current else [])
+
+    @property
+    def thought(self) -> str:
+        """Every piece of reasoning streamed, joined."""
+        return "".join(payload for kind, payload in self.log if kind == "reasoning")
 
     @property
     def progress_messages(self) -> list[str]:

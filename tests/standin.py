@@ -4,7 +4,9 @@ It implements ``imprintd.models.base.Model`` with a deterministic, additive toke
 (so tests can compute exactly what fits) and honours timeouts, cancellation and the
 process-wide inference lock like the real providers. Like them, a reply to a request that
 offers no tools streams through ``VisibleTextFilter``: call markup written anyway stops the
-text and is reported as ``Completion.wrote_tool_call``. Never used outside tests.
+text and is reported as ``Completion.wrote_tool_call``. A scripted Completion's ``reasoning``
+streams first, through ``on_reasoning``, and counts against the output allowance and in
+``generated_tokens`` as a reasoning model's thinking does. Never used outside tests.
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ class StandInModel:
                     self.overlapped = True
                 self.busy = True
                 try:
-                    return await self._play(reply, request, prompt_tokens, max_tokens, written)
+                    return await self._play(reply, request, prompt_tokens, max_tokens, written, on_reasoning)
                 finally:
                     self.busy = False
         assert scope.cancel_called
@@ -154,7 +156,9 @@ class StandInModel:
             usage=Usage(prompt_tokens=prompt_tokens, evaluated_tokens=prompt_tokens, generated_tokens=count_text(text)),
         )
 
-    async def _play(self, reply, request, prompt_tokens, max_tokens, written: _Written) -> Completion:
+    async def _play(
+        self, reply, request, prompt_tokens, max_tokens, written: _Written, on_reasoning: TextCallback | None
+    ) -> Completion:
         if callable(reply) and not isinstance(reply, (Hang, Fail)):
             reply = reply(request)
         if isinstance(reply, Fail):
@@ -162,9 +166,23 @@ class StandInModel:
         if isinstance(reply, str):
             reply = Completion(text=reply)
         text = reply.text if isinstance(reply, (Completion, Hang)) else ""
-        words = text.split(" ")
         budget = max_tokens
         finish = reply.finish_reason if isinstance(reply, Completion) else "stop"
+        thought: list[str] = []
+        cut_thinking = False
+        reasoning = reply.reasoning if isinstance(reply, Completion) else ""
+        for index, word in enumerate(reasoning.split(" ") if reasoning else ()):
+            piece = word if index == 0 else " " + word
+            cost = count_text(piece)
+            if cost > budget:
+                finish, text, cut_thinking = "length", "", True  # the allowance ran out mid-thought
+                break
+            budget -= cost
+            await anyio.sleep(0)
+            thought.append(piece)
+            if on_reasoning is not None:
+                on_reasoning(piece)
+        words = text.split(" ") if text or not thought else []
         for index, word in enumerate(words):
             piece = word if index == 0 else " " + word
             cost = count_text(piece)
@@ -177,7 +195,7 @@ class StandInModel:
         if isinstance(reply, Hang):
             await anyio.sleep_forever()
         out, wrote_call = written.finish()
-        calls = reply.tool_calls if isinstance(reply, Completion) else ()
+        calls = reply.tool_calls if isinstance(reply, Completion) and not cut_thinking else ()
         return Completion(
             text=out,
             tool_calls=calls,
@@ -188,8 +206,10 @@ class StandInModel:
                 prompt_tokens=prompt_tokens,
                 evaluated_tokens=prompt_tokens,
                 generated_tokens=count_text("".join(written.raw))
+                + count_text("".join(thought))
                 + count_text("".join(msgspec.json.encode(c).decode() for c in calls)),
             ),
+            reasoning="".join(thought),
         )
 
 

@@ -82,3 +82,57 @@ def test_ask_that_cannot_be_answered_says_why_without_a_traceback():
     )
     assert result.returncode == 1 and "chat.analysis_workers = 0" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_config_says_the_chat_format_and_whether_the_model_reasons():
+    local = run("config")
+    assert local.returncode == 0, local.stderr
+    [line] = [line for line in local.stdout.splitlines() if line.startswith("chat format")]
+    if find_embedded_model() is not None:
+        assert line.endswith("; the model answers without reasoning")  # SmolLM2 does not think
+    remote = run("config", "--provider", "openai", "--model", "qwen3.5-4b")
+    assert (
+        "openai (the server parses tool calls; reasoning it sends as reasoning_content is kept apart)" in remote.stdout
+    )
+    missing = run("config", "--model", "/nowhere/model.gguf")
+    assert "unknown (the model cannot be read; see the model in use)" in missing.stdout
+
+
+def test_ask_keeps_a_reasoning_models_thoughts_off_stdout(capsys):
+    from imprintd.cli import DIM, _PrintEvents
+
+    shown = _PrintEvents(live=True, thoughts=True)
+    shown.reasoning("The port is in the config.")
+    shown.text("Port 8101.")
+    out, err = capsys.readouterr()
+    assert out == "Port 8101."
+    assert err.startswith(f"{DIM}Thinking…\n") and "The port is in the config." in err
+
+    piped = _PrintEvents(live=False, thoughts=False)  # stderr not a terminal: thoughts left out
+    piped.reasoning("The port is in the config.")
+    piped.text("Port 8101.")
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "")
+
+
+def test_ask_prints_only_the_answer_of_a_reasoning_model_and_stores_its_thoughts(daemon_env, stub):
+    from pathlib import Path
+
+    from imprintd.store import Store
+    from tests.openai_stub import StubReply
+
+    stub.queue(StubReply(reasoning="PONDERING the capital of France.", text="Paris."))
+    result = subprocess.run(
+        [sys.executable, "-m", "imprintd", "ask", "What is the capital of France?"],
+        capture_output=True,
+        text=True,
+        env=daemon_env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Paris.\n"
+    assert "PONDERING" not in result.stderr  # not a terminal: the thoughts are left out
+    session_id = [line for line in result.stderr.splitlines() if line.startswith("session ")][-1].split()[1]
+    with Store.open(Path(daemon_env["IMPRINT_DATA_DIR"]) / "imprint.sqlite3") as store:
+        answer = store.messages(session_id)[-1]
+    assert (answer.content, answer.reasoning) == ("Paris.", "PONDERING the capital of France.")

@@ -60,6 +60,23 @@ def test_deltas_are_numbered_by_part_and_only_a_part_with_text_is_called_preambl
     ]
 
 
+def test_reasoning_goes_out_apart_in_its_part_and_a_part_that_only_thought_is_closed():
+    server = fake_server(answer=True)
+    events = WireEvents(server)
+    events.begin("s1", "r1")
+    events.reasoning("")  # nothing to send
+    events.reasoning("I should search.")
+    events.text_was_preamble()  # the round thought, wrote nothing, and called a tool
+    events.reasoning("It says 8101.")
+    events.text("Port 8101.")
+    assert server.notified == [
+        ("imprint/replyReasoning", {"sessionId": "s1", "replyId": "r1", "part": 0, "text": "I should search."}),
+        ("imprint/replyPreamble", {"sessionId": "s1", "replyId": "r1", "part": 0}),
+        ("imprint/replyReasoning", {"sessionId": "s1", "replyId": "r1", "part": 1, "text": "It says 8101."}),
+        ("imprint/replyDelta", {"sessionId": "s1", "replyId": "r1", "part": 1, "text": "Port 8101."}),
+    ]
+
+
 async def test_progress_begins_reports_and_ends_once_the_token_exists():
     server = fake_server(answer=True)
     events = WireEvents(server)

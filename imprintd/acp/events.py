@@ -9,7 +9,9 @@ when the reply returns, ``finish`` sends whatever of the result's text did not s
 one ``resource_link`` per source in the workspace (its ``description`` says when it was read,
 not cited, or why it does not support what cites it). A cancelled prompt is ``close``d: nothing is sent after it.
 Tool steps become ``tool_call`` / ``tool_call_update``; progress and summaries become thought
-chunks, one line each (ADR 0093: never the answer). Each coordinator round's context usage is
+chunks, one line each (ADR 0093: never the answer). A reasoning model's thoughts stream as
+thought chunks too, as they come (issue 31: never an ``agent_message_chunk``); a progress line
+after them starts a line of its own. Each coordinator round's context usage is
 a ``usage_update``: its tokens of the window (ACP has no place for the parts).
 """
 
@@ -102,6 +104,10 @@ class AcpEvents:
         self._closed = False
         self._calls = 0
         self._open: dict[str, str] = {}  # the model's call id -> our toolCallId for a started step
+        #: The last thought chunk was reasoning that did not end its line.
+        self._mid_line = False
+        #: A round ended since the last reasoning: the next round's thoughts start a paragraph.
+        self._next_round = False
 
     def close(self) -> None:
         """The prompt was cancelled: nothing more is sent for it, whatever the reply still reports."""
@@ -114,6 +120,9 @@ class AcpEvents:
 
     def thought(self, text: str) -> None:
         if text:
+            if self._mid_line:
+                text = "\n" + text
+            self._mid_line = False
             self.update(wire.AgentThoughtChunk(content=text_block(text)))
 
     # -- ReplyEvents ----------------------------------------------------------------
@@ -128,8 +137,16 @@ class AcpEvents:
         self._after_preamble = False
         self.update(wire.AgentMessageChunk(content=text_block(shown)))
 
+    def reasoning(self, delta: str) -> None:
+        if delta:
+            shown = PARAGRAPH + delta if self._next_round and self._mid_line else delta
+            self._next_round = False
+            self.update(wire.AgentThoughtChunk(content=text_block(shown)))
+            self._mid_line = not delta.endswith("\n")
+
     def text_was_preamble(self) -> None:
         """The text since the last call was not the answer; it was shown, and stays, as written."""
+        self._next_round = True
         if self._part:
             self._part.clear()
             self._after_preamble = True

@@ -1,7 +1,8 @@
 """``session/load``: a stored session replayed as the ``session/update`` notifications a client shows.
 
 Exactly what was stored, in order: a user message is a ``user_message_chunk``; an assistant
-message that called tools is its text as a message (as it streamed live, before its calls)
+message's reasoning, when a reasoning model wrote it, is an ``agent_thought_chunk`` before it
+(as it streamed live); an assistant message that called tools is its text as a message (as it streamed live, before its calls)
 and a finished ``tool_call`` for each call, ``failed`` when its stored result is an error; the
 answer is an ``agent_message_chunk`` followed by a ``resource_link`` per stored source in the
 workspace, as the live answer sent them (answers stored before sources were kept have only
@@ -28,7 +29,10 @@ def replay(messages: Sequence[Message], root: Path | None) -> Iterator[wire.Sess
     for index, message in enumerate(messages):
         if message.role == "user":
             yield wire.UserMessageChunk(content=text_block(message.content))
-        elif message.role == "assistant" and message.tool_calls:
+            continue
+        if message.role == "assistant" and message.reasoning:
+            yield wire.AgentThoughtChunk(content=text_block(message.reasoning))
+        if message.role == "assistant" and message.tool_calls:
             if message.content:
                 yield wire.AgentMessageChunk(content=text_block(message.content))
             results = _results_after(messages, index)

@@ -22,6 +22,11 @@ class ModelIdentity(msgspec.Struct, frozen=True, kw_only=True):
     #: for a remote provider, or no embedded model installed).
     model: str
     n_ctx: int
+    #: The model's chat format (``Model.chat_format``) and whether it reasons (``Model.reasons``),
+    #: filled in by ``Chat.model_identity`` from the model built for these settings; None while
+    #: it cannot be told (nothing configured, a GGUF that is missing or unreadable).
+    chat_format: str | None = None
+    reasons: bool = False
 
 
 def identify_model(chat: ChatSettings) -> ModelIdentity:

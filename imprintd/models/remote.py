@@ -5,6 +5,14 @@
 tool calls from ``delta.tool_calls`` (split across chunks: accumulated by ``index``, the id and
 name from the first delta, the argument text concatenated). A server that writes Hermes
 ``<tool_call>`` markup into the text instead (no tool parser configured) is understood too.
+A reasoning model's thoughts, sent apart by servers with a reasoning parser (``delta.reasoning_content``
+as llama.cpp's server and vLLM send it, or ``delta.reasoning``), stream through ``on_reasoning``
+into ``Completion.reasoning``, never into the text; they count against the output allowance
+like text. A server without a reasoning parser sends the thoughts inside the content, opened by
+``<think>`` (Qwen3, DeepSeek-R1, SmolLM3 and most open reasoning models): content that opens
+with ``<think>`` is taken as reasoning up to ``</think>`` (``_ThinkSplitter``). The model
+``reasons`` from the first reply that brought any (a server's reasoning parser is not announced
+before it is used).
 
 Counting is the explicit UTF-8-byte estimate of ADR 0093, since the server's tokenizer and
 context are not available locally; ``chat.n_ctx`` is the budget:
@@ -192,6 +200,9 @@ class _CallDelta(msgspec.Struct, kw_only=True):
 class _Delta(msgspec.Struct, kw_only=True):
     content: str | None = None
     tool_calls: list[_CallDelta] | None = None
+    #: A reasoning model's thoughts: llama.cpp's server and vLLM's name, and the newer one.
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class _Choice(msgspec.Struct, kw_only=True):
@@ -233,6 +244,54 @@ def _chunk_problem(error: Exception) -> str:
         where = where.rstrip("`").lstrip(".")
         return f"{where or 'chunk'}: {problem[:1].lower()}{problem[1:]}"
     return text
+
+
+class _ThinkSplitter:
+    """Content that opens with ``<think>`` is reasoning up to ``</think>``; the rest is text.
+
+    Pieces pass on at once, except what could still be the opening marker at the very start
+    (whitespace, ``<``, ``<th`` …) and what could be the start of ``</think>`` while thinking.
+    Only an opening marker counts: ``<think>`` later in an answer is the answer's text.
+    """
+
+    OPEN, CLOSE = "<think>", "</think>"
+
+    def __init__(self) -> None:
+        self.state = "start"  # then "thinking", "after" (whitespace after </think> dropped), "text"
+        self.pending = ""
+
+    def feed(self, piece: str) -> tuple[str, str]:
+        """(reasoning, text) of ``piece``, as far as they can be told now."""
+        self.pending += piece
+        thought = ""
+        if self.state == "start":
+            opened = self.pending.lstrip()
+            if opened.startswith(self.OPEN):
+                self.state, self.pending = "thinking", opened[len(self.OPEN) :]
+            elif self.OPEN.startswith(opened):
+                return "", ""  # it may still open: hold it
+            else:
+                self.state = "text"
+        if self.state == "thinking":
+            end = self.pending.find(self.CLOSE)
+            if end < 0:
+                cut = len(self.pending) - _longest_prefix_suffix(self.pending, self.CLOSE)
+                thought, self.pending = self.pending[:cut], self.pending[cut:]
+                return thought, ""
+            thought, self.pending = self.pending[:end], self.pending[end + len(self.CLOSE) :]
+            self.state = "after"
+        if self.state == "after":
+            self.pending = self.pending.lstrip()
+            if not self.pending:
+                return thought, ""
+            self.state = "text"
+        text, self.pending = self.pending, ""
+        return thought, text
+
+    def finish(self) -> tuple[str, str]:
+        """What is still held: reasoning cut off before ``</think>``, or text."""
+        held, self.pending = self.pending, ""
+        return (held, "") if self.state == "thinking" else ("", held)
 
 
 @dataclass
@@ -290,6 +349,12 @@ class _Stream:
     on_text: TextCallback | None
     #: The API key: a server that writes it into the reply has it masked before anything sees it.
     secret: _SecretMask = field(default_factory=lambda: _SecretMask(None))
+    on_reasoning: TextCallback | None = None
+    #: The same key masked in the reasoning, which streams apart.
+    thought_secret: _SecretMask = field(default_factory=lambda: _SecretMask(None))
+    thought: list[str] = field(default_factory=list)
+    #: Thoughts a server without a reasoning parser writes into the content, opened by ``<think>``.
+    splitter: _ThinkSplitter = field(default_factory=_ThinkSplitter)
     allowance: int = 1 << 62
     raw: list[str] = field(default_factory=list)
     shown: list[str] = field(default_factory=list)
@@ -319,7 +384,18 @@ class _Stream:
     def text(self, piece: str) -> None:
         piece = self.take(piece)
         self.raw.append(piece)
-        self.show(self.filter.feed(self.secret.feed(piece)))
+        thought, visible = self.splitter.feed(piece)
+        self.show_thought(self.thought_secret.feed(thought))
+        self.show(self.filter.feed(self.secret.feed(visible)))
+
+    def reasoning(self, piece: str) -> None:
+        self.show_thought(self.thought_secret.feed(self.take(piece)))
+
+    def show_thought(self, piece: str) -> None:
+        if piece:
+            self.thought.append(piece)
+            if self.on_reasoning is not None:
+                self.on_reasoning(piece)
 
     def show(self, visible: str) -> None:
         if visible and not self.guard.looping:
@@ -337,6 +413,10 @@ class _Stream:
             if choice.index != 0:
                 continue
             delta = choice.delta or _Delta()
+            # A server may send both names with the same text; the older one is read first.
+            thought = delta.reasoning_content or delta.reasoning
+            if thought and not self.cut:
+                self.reasoning(thought)
             if delta.content:
                 self.text(delta.content)
             for part in delta.tool_calls or ():
@@ -360,7 +440,9 @@ class _Stream:
 
     def parsed(self, tools: Sequence[ToolSpec]) -> ParsedOutput:
         """Visible text, the calls (native deltas first, then any written as text), and errors."""
-        self.show(self.filter.feed(self.secret.finish()))
+        thought, visible = self.splitter.finish()
+        self.show_thought(self.thought_secret.feed(thought) + self.thought_secret.finish())
+        self.show(self.filter.feed(self.secret.feed(visible) + self.secret.finish()))
         last, from_text = self.filter.finish()
         self.show(last)
         names = {tool.name for tool in tools}
@@ -403,6 +485,7 @@ class RemoteModel:
     native_tools = True
     #: The server parses tool calls and reasoning (``reasoning_content``) in its own format.
     chat_format = "openai"
+    #: True once a reply brought reasoning (see the module docstring).
     reasons = False
     exact_counts = False  # the UTF-8-byte estimate: the server's tokenizer is not here
 
@@ -503,6 +586,8 @@ class RemoteModel:
             on_text=on_text,
             secret=_SecretMask(self._api_key),
             allowance=max_tokens * OUTPUT_BYTES_PER_TOKEN,
+            on_reasoning=on_reasoning,
+            thought_secret=_SecretMask(self._api_key),
         )
         body = self.request_body(messages, tools, max_tokens)
         deadline = math.inf if timeout is None else anyio.current_time() + timeout
@@ -514,6 +599,7 @@ class RemoteModel:
             return self._completion(stream, tools, prompt_tokens)
         # The deadline passed: keep what was written (ADR semantics of the base protocol).
         parsed = stream.parsed(tools)
+        self._saw_reasoning(stream)
         return report_usage(
             self.model_id,
             Completion(
@@ -521,11 +607,17 @@ class RemoteModel:
                 finish_reason="deadline",
                 wrote_tool_call=parsed.wrote_call,
                 usage=self._usage(stream, prompt_tokens, parsed),
+                reasoning="".join(stream.thought),
             ),
         )
 
+    def _saw_reasoning(self, stream: _Stream) -> None:
+        if stream.thought:
+            self.reasons = True
+
     def _completion(self, stream: _Stream, tools: Sequence[ToolSpec], prompt_tokens: int) -> Completion:
         parsed = stream.parsed(tools)
+        self._saw_reasoning(stream)
         finish: FinishReason = "length" if stream.finish == "length" else "stop"
         if stream.guard.looping:
             finish = "repetition"
@@ -539,6 +631,7 @@ class RemoteModel:
             tool_call_error=None if looped else parsed.error,
             wrote_tool_call=parsed.wrote_call,
             usage=self._usage(stream, prompt_tokens, parsed),
+            reasoning="".join(stream.thought),
         )
         return report_usage(self.model_id, completion)
 

@@ -36,6 +36,8 @@ __all__ = ["FINAL_TIMEOUT_S", "FinalAnswer", "final_answer", "coverage_note", "c
 class FinalAnswer(msgspec.Struct, frozen=True, kw_only=True):
     text: str
     sources: tuple[SourceRef, ...] = ()
+    #: What a reasoning model thought before it wrote the answer (streamed, stored, never text).
+    reasoning: str = ""
 
 
 async def final_answer(
@@ -83,7 +85,13 @@ async def final_answer(
             # No tools are offered; a model that writes a call anyway has its text (and what
             # streamed) stop before the markup and says so in ``wrote_tool_call``.
             completion = await model.complete(
-                request, (), max_tokens=max_tokens, timeout=timeout, on_text=stream, on_retry=events.progress
+                request,
+                (),
+                max_tokens=max_tokens,
+                timeout=timeout,
+                on_text=stream,
+                on_retry=events.progress,
+                on_reasoning=events.reasoning,
             )
         except ModelError as error:
             logger.warning("the final answer failed: %s", error)
@@ -116,7 +124,7 @@ async def final_answer(
         addition = "\n\n" + citations.sources_block(refs)
         events.text(addition)
         text += addition
-    return FinalAnswer(text=text, sources=tuple(refs))
+    return FinalAnswer(text=text, sources=tuple(refs), reasoning=completion.reasoning if completion else "")
 
 
 def cut_off_note(max_tokens: int) -> str:

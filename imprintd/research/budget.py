@@ -204,13 +204,15 @@ async def charged_complete(
     on_text: TextCallback | None = None,
     on_retry: RetryCallback | None = None,
     started: Callable[[], None] | None = None,
+    on_reasoning: TextCallback | None = None,
 ) -> Completion:
     """``model.complete`` charged to ``budget`` (a ``ResearchBudget``, or None for no budget).
 
     The reservation is made once the request holds the inference lock, in a worker thread
     (measuring tokenizes the prompt); ``started`` is called after it, when the request really
     starts. A request whose deadline passes in the queue is never charged. Settled on success,
-    failure and cancellation alike.
+    failure and cancellation alike. A reasoning model's thinking is output like any other: it
+    is in ``generated_tokens``, so it is charged (not refunded) like the answer's text.
     """
     reservation: Reservation | None = None
 
@@ -226,7 +228,14 @@ async def charged_complete(
     completion: Completion | None = None
     try:
         completion = await model.complete(
-            messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text, on_start=start, on_retry=on_retry
+            messages,
+            tools,
+            max_tokens=max_tokens,
+            timeout=timeout,
+            on_text=on_text,
+            on_start=start,
+            on_retry=on_retry,
+            on_reasoning=on_reasoning,
         )
         return completion
     finally:

@@ -196,6 +196,8 @@ class _Loop:
                     timeout=left,
                     on_text=stream,
                     on_retry=self.scope.events.progress,
+                    # Shown folded, never as the answer; charged with the round's output.
+                    on_reasoning=self.scope.events.reasoning,
                 )
             except BudgetExhausted:
                 return self._stop("token_budget")
@@ -377,6 +379,8 @@ class _Loop:
     async def _run_calls(self, completion: Completion, tools: dict[str, Tool]) -> bool:
         """Run this round's calls; True when any of them brought evidence not seen before."""
         call_message = msg.assistant(completion.text, tool_calls=completion.tool_calls)
+        if completion.reasoning:  # kept with the turn it led to; never rendered back, never a note
+            call_message = msgspec.structs.replace(call_message, reasoning=completion.reasoning)
         self.current.append(call_message)
         if completion.tool_calls:
             # Only a turn that ran tools is a tool exchange to store: a turn whose only call

@@ -154,3 +154,27 @@ def test_progress_and_a_written_summary_are_thoughts_one_line_each():
         ("agent_thought_chunk", "Analyzing section 3 of 12\n"),
         ("agent_thought_chunk", "Summarized the earlier conversation (messages #1–#12).\n"),
     ]
+
+
+def test_reasoning_streams_as_thought_chunks_and_a_progress_line_after_it_starts_its_own_line():
+    acp_events, sent = events()
+    acp_events.reasoning("The config")
+    acp_events.reasoning(" says 8101.")
+    acp_events.progress("Writing the answer from the research notes…")
+    acp_events.text("Port 8101.")
+    for notification in sent.notifications:
+        conforms(schema.SessionNotification, notification)
+    assert [(n["update"]["sessionUpdate"], n["update"]["content"]["text"]) for n in sent.notifications] == [
+        ("agent_thought_chunk", "The config"),
+        ("agent_thought_chunk", " says 8101."),
+        ("agent_thought_chunk", "\nWriting the answer from the research notes…\n"),
+        ("agent_message_chunk", "Port 8101."),
+    ]
+
+
+def test_the_next_rounds_thoughts_start_a_paragraph_of_their_own():
+    acp_events, sent = events()
+    acp_events.reasoning("I should search.")
+    acp_events.text_was_preamble()  # the round called a tool
+    acp_events.reasoning("It says 8101.")
+    assert [n["update"]["content"]["text"] for n in sent.notifications] == ["I should search.", "\n\nIt says 8101."]

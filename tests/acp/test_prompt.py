@@ -249,3 +249,25 @@ async def test_settings_come_from_the_imprint_environment_and_flags_after_acp(da
         session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
         await ask(agent, session.session_id, acp.text_block("Hi"))
     assert stub.requests[-1]["max_tokens"] == 66  # a flag wins over the environment
+
+
+async def test_a_reasoning_models_thoughts_are_thought_chunks_never_the_answer(agent, stub, workspace, daemon_env):
+    stub.queue(StubReply(reasoning="The user asks for the port.", text="Billing listens on 8101."))
+    session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+    await ask(agent, session.session_id, acp.text_block("Which port does billing use?"))
+    updates = agent.take_updates(session.session_id)
+    assert "".join(texts(updates, "agent_thought_chunk")).endswith("The user asks for the port.")
+    assert "".join(texts(updates, "agent_message_chunk")) == "Billing listens on 8101."
+    with stored(daemon_env) as store:
+        answer = store.messages(session.session_id)[-1]
+    assert (answer.content, answer.reasoning) == ("Billing listens on 8101.", "The user asks for the port.")
+
+    # Loaded again, the thoughts come back as a thought chunk before the answer they led to.
+    loaded = await agent.conn.load_session(cwd=str(workspace), session_id=session.session_id, mcp_servers=[])
+    assert loaded is None or loaded.model_dump(exclude_none=True) == {}
+    replayed = agent.take_updates(session.session_id)
+    assert [(u.session_update, u.content.text) for u in replayed] == [
+        ("user_message_chunk", "Which port does billing use?"),
+        ("agent_thought_chunk", "The user asks for the port."),
+        ("agent_message_chunk", "Billing listens on 8101."),
+    ]

@@ -53,7 +53,13 @@ async def test_initialize_names_the_model_the_config_file_set_and_changes_are_an
     try:
         assert (result.server_info.name, result.server_info.version) == ("imprintd", __version__)
         assert result.capabilities.experimental == {
-            "imprint": {"provider": "openai", "model": "qwen3.5-4b", "nCtx": 4096}
+            "imprint": {
+                "provider": "openai",
+                "model": "qwen3.5-4b",
+                "nCtx": 4096,
+                "chatFormat": "openai",
+                "reasons": False,
+            }
         }
 
         def change(settings) -> None:
@@ -65,9 +71,9 @@ async def test_initialize_names_the_model_the_config_file_set_and_changes_are_an
         change({"imprint": {"chat": {"model": "qwen3.5-9b"}}})
         await announced(lsp, 2)
         # Notifications are handled in order, so the two in between would have come before the last.
-        assert [(c.provider, c.model, c.nCtx) for c in lsp.changes] == [
-            ("openai", "qwen3.5-4b", 16384),
-            ("openai", "qwen3.5-9b", 16384),
+        assert [(c.provider, c.model, c.nCtx, c.chatFormat) for c in lsp.changes] == [
+            ("openai", "qwen3.5-4b", 16384, "openai"),
+            ("openai", "qwen3.5-9b", 16384, "openai"),
         ]
     finally:
         await lsp.shutdown_session()
@@ -79,14 +85,24 @@ async def test_initialization_options_are_in_the_result_and_the_embedded_model_i
     try:
         embedded = find_embedded_model()
         assert embedded is not None  # the test extra installs it
-        assert result.capabilities.experimental == {
-            "imprint": {"provider": "local", "model": embedded.name, "nCtx": 2048}
+        # The chat format is read from the GGUF's template without loading it (SmolLM2 has no
+        # tool syntax of its own, and does not reason).
+        imprint = result.capabilities.experimental["imprint"]
+        assert {k: v for k, v in imprint.items() if k != "chatFormat"} == {
+            "provider": "local",
+            "model": embedded.name,
+            "nCtx": 2048,
+            "reasons": False,
         }
+        assert isinstance(imprint["chatFormat"], str) and imprint["chatFormat"]
         lsp.workspace_did_change_configuration(
             types.DidChangeConfigurationParams(settings={"chat": {"model": "/models/Qwen3.5-4B-Q4_K_M.gguf"}})
         )
         await announced(lsp, 1)
-        assert [(c.provider, c.model, c.nCtx) for c in lsp.changes] == [("local", "Qwen3.5-4B-Q4_K_M.gguf", 2048)]
+        # A GGUF that is not there: its format cannot be told (the first reply names the problem).
+        assert [(c.provider, c.model, c.nCtx, c.chatFormat, c.reasons) for c in lsp.changes] == [
+            ("local", "Qwen3.5-4B-Q4_K_M.gguf", 2048, None, False)
+        ]
     finally:
         await lsp.shutdown_session()
         await lsp.stop()

@@ -36,7 +36,13 @@ def test_the_winbar_names_the_model_the_daemon_reports_and_follows_a_change(edit
     editor.wait_done(1)
     # The model is set in the daemon's environment (IMPRINT_CHAT_MODEL), never in the plugin.
     assert editor.lua("return vim.tbl_isempty(require('imprint.config').options.settings)") is True
-    assert editor.lua("return require('imprint.client').model") == {"provider": "openai", "model": "stub", "nCtx": 8192}
+    assert editor.lua("return require('imprint.client').model") == {
+        "provider": "openai",
+        "model": "stub",
+        "nCtx": 8192,
+        "chatFormat": "openai",
+        "reasons": False,
+    }
     assert editor.winbar().startswith("Imprint · hi") and "stub · " in editor.winbar()
 
     editor.lua("require('imprint').set_settings({ chat = { model = 'qwen3.5-4b', n_ctx = 4096 } })")
@@ -45,6 +51,8 @@ def test_the_winbar_names_the_model_the_daemon_reports_and_follows_a_change(edit
         "provider": "openai",
         "model": "qwen3.5-4b",
         "nCtx": 4096,
+        "chatFormat": "openai",
+        "reasons": False,
     }
     assert "qwen3.5-4b" in editor.winbar()
 
@@ -53,6 +61,7 @@ def test_checkhealth_names_the_model_from_initialize(editor):
     editor.command("checkhealth imprint")
     report = "\n".join(editor.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)"))
     assert "OK model in use: stub (openai, n_ctx 8192), as the daemon reports it" in report, report
+    assert "OK chat format: openai; the model answers without reasoning" in report, report
 
 
 def test_the_winbar_shows_the_context_share_of_each_round_then_of_the_next_question(editor, stub, workspace):

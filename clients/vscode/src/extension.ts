@@ -16,7 +16,7 @@ import { ChatController } from "./chat/controller";
 import { DaemonLog } from "./chat/daemonLog";
 import { missingDaemonMessage, resolveExecutable } from "./chat/executable";
 import { chatHtml } from "./chat/html";
-import { EditorKey, SETTINGS, SentSettings, describeModel } from "./chat/settings";
+import { EditorKey, SETTINGS, SentSettings, describeFormat, describeModel } from "./chat/settings";
 import { ConnectionStatus, FromView, ResearchState, ToView } from "./chat/view";
 import type { ModelReport } from "./protocol";
 
@@ -255,7 +255,9 @@ function showStatus(item: vscode.StatusBarItem, { state, detail, model: report }
   };
   item.text = `${icons[state]} Imprint · ${state === "ready" && report ? model : state}`;
   const window = report?.nCtx ? `, ${report.nCtx} tokens of context` : "";
-  item.tooltip = `Imprint: ${state}${detail ? ` (${detail})` : ""}\nModel: ${model}${window}\nClick to show the log.`;
+  const format = describeFormat(report);
+  item.tooltip = `Imprint: ${state}${detail ? ` (${detail})` : ""}\nModel: ${model}${window}` +
+    `${format ? `\nChat format: ${format}` : ""}\nClick to show the log.`;
   item.backgroundColor = state === "error" ? new vscode.ThemeColor("statusBarItem.errorBackground") : undefined;
   void vscode.commands.executeCommand("setContext", "imprint.answering", state === "answering");
 }

@@ -10,6 +10,7 @@ export const SESSION = "imprint/session";
 export const DELETE_SESSION = "imprint/deleteSession";
 export const REPLY_DELTA = "imprint/replyDelta";
 export const REPLY_PREAMBLE = "imprint/replyPreamble";
+export const REPLY_REASONING = "imprint/replyReasoning";
 export const TOOL_STEP = "imprint/toolStep";
 export const SUMMARY_UPDATED = "imprint/summaryUpdated";
 export const CONTEXT = "imprint/context";
@@ -67,6 +68,14 @@ export interface ReplyDelta {
   sessionId: string;
   replyId: string;
   /** The text part (0, 1, …); a part marked by `imprint/replyPreamble` was not the answer. */
+  part: number;
+  text: string;
+}
+
+/** What a reasoning model thought, in `part` before that part's text: shown folded, never as the answer. */
+export interface ReplyReasoning {
+  sessionId: string;
+  replyId: string;
   part: number;
   text: string;
 }
@@ -131,6 +140,8 @@ export interface StoredMessage {
   name: string | null;
   /** An answer's sources; `[]` on other messages (absent from daemons that predate it). */
   sources?: Source[];
+  /** What a reasoning model thought before writing this message; "" (or absent from older daemons) when nothing. */
+  reasoning?: string;
 }
 
 export interface SessionResult {
@@ -168,4 +179,8 @@ export interface ModelReport {
   provider: string;
   model: string;
   nCtx: number;
+  /** How the model writes tool calls and reasoning ("hermes", "qwen-xml", …, "openai"); null: not known (absent from older daemons). */
+  chatFormat?: string | null;
+  /** The model thinks before it answers (absent from older daemons). */
+  reasons?: boolean;
 }

@@ -98,6 +98,9 @@ local handlers = {
   ["imprint/replyPreamble"] = function(_, params)
     chat().on_preamble(params)
   end,
+  ["imprint/replyReasoning"] = function(_, params)
+    chat().on_reasoning(params)
+  end,
   ["imprint/toolStep"] = function(_, params)
     chat().on_tool_step(params)
   end,

@@ -108,6 +108,11 @@ local function check_initialize()
     if type(reported) == "table" then
       health.ok(("model in use: %s (%s, n_ctx %s), as the daemon reports it"):format(
         reported.model ~= "" and reported.model or "(none set)", reported.provider or "?", tostring(reported.nCtx)))
+      if reported.chatFormat ~= nil then -- a daemon before chat formats does not say
+        local format = reported.chatFormat ~= vim.NIL and reported.chatFormat or "not known (the model cannot be read)"
+        health.ok(("chat format: %s; the model %s"):format(format,
+          reported.reasons == true and "reasons before it answers" or "answers without reasoning"))
+      end
     end
     rpc.notify("initialized", vim.empty_dict())
     vim.wait(200, function() return #messages > 0 end, 20) -- a refused setting comes right after

@@ -105,6 +105,7 @@ export class ChatController {
     this.handlers = [
       connection.onNotification(wire.REPLY_DELTA, (p: wire.ReplyDelta) => this.onDelta(p)),
       connection.onNotification(wire.REPLY_PREAMBLE, (p: wire.ReplyPreamble) => this.onPreamble(p)),
+      connection.onNotification(wire.REPLY_REASONING, (p: wire.ReplyReasoning) => this.onReasoning(p)),
       connection.onNotification(wire.TOOL_STEP, (p: wire.ToolStep) => this.onToolStep(p)),
       connection.onNotification(wire.SUMMARY_UPDATED, (p: wire.SummaryUpdated) => this.onSummary(p)),
       connection.onNotification(wire.CONTEXT_USAGE, (p: wire.ContextUsage) => this.onContextUsage(p)),
@@ -364,6 +365,10 @@ export class ChatController {
     if (this.ours(params)) this.post({ type: "preamble", part: params.part });
   }
 
+  private onReasoning(params: wire.ReplyReasoning): void {
+    if (this.ours(params)) this.post({ type: "reasoning", part: params.part, text: params.text });
+  }
+
   private onToolStep(params: wire.ToolStep): void {
     if (!this.ours(params)) return;
     this.post({ type: "toolStep", callId: params.callId, title: params.title, state: params.state, detail: params.detail });
@@ -434,6 +439,8 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
   const items: TranscriptItem[] = [];
   const steps = new Map<string, StepRow>();
   let pending: StepRow[] = [];
+  /** What the model thought on the way to the next answer: its tool rounds' thoughts, then the answer's. */
+  let thoughts: string[] = [];
   // A question followed by another question (or ending the session) was stopped or failed:
   // such replies store nothing but the question.
   let unanswered: number | undefined;
@@ -442,6 +449,7 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
       if (unanswered !== undefined) items.push({ kind: "unanswered", seq: unanswered });
       unanswered = message.seq;
       pending = [];
+      thoughts = [];
       items.push({ kind: "user", seq: message.seq, text: message.content });
     } else if (message.role === "tool") {
       const step = message.toolCallId ? steps.get(message.toolCallId) : undefined;
@@ -450,6 +458,7 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
         step.detail = firstLine(message.content);
       }
     } else if (message.toolCalls.length > 0) {
+      if (message.reasoning) thoughts.push(message.reasoning);
       for (const call of message.toolCalls) {
         const row: StepRow = { callId: call.id, title: stepTitle(call), state: "finished", detail: "" };
         steps.set(call.id, row);
@@ -457,8 +466,12 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
       }
     } else {
       unanswered = undefined;
-      items.push({ kind: "assistant", seq: message.seq, text: message.content, steps: pending, sources: message.sources ?? [] });
+      if (message.reasoning) thoughts.push(message.reasoning);
+      const answer: TranscriptItem = { kind: "assistant", seq: message.seq, text: message.content, steps: pending, sources: message.sources ?? [] };
+      if (thoughts.length) answer.reasoning = thoughts.join("\n\n");
+      items.push(answer);
       pending = [];
+      thoughts = [];
     }
   }
   if (unanswered !== undefined) items.push({ kind: "unanswered", seq: unanswered });

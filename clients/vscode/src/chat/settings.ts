@@ -91,3 +91,10 @@ export function describeModel(report: ModelReport | undefined): string {
   if (!report) return "model not reported";
   return `${report.provider} · ${report.model || "default model"}`;
 }
+
+/** How the model writes tool calls and whether it reasons, as the daemon detected it; "" when not reported. */
+export function describeFormat(report: ModelReport | undefined): string {
+  if (!report || report.chatFormat === undefined) return "";
+  const format = report.chatFormat ?? "not known yet";
+  return report.reasons ? `${format}, thinks before answering` : format;
+}

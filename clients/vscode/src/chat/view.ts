@@ -10,7 +10,8 @@ import type { ContextUsage, Source, StopReason, Summary, ToolStepState } from ".
 /** A message of a transcript restored from `imprint/session`. */
 export type TranscriptItem =
   | { kind: "user"; seq: number; text: string }
-  | { kind: "assistant"; seq: number; text: string; steps: StepRow[]; sources: Source[] }
+  /** `reasoning`: what a reasoning model thought on the way to this answer (absent when nothing), shown folded. */
+  | { kind: "assistant"; seq: number; text: string; steps: StepRow[]; sources: Source[]; reasoning?: string }
   /** A question the session holds no answer to (stopped, or its reply failed). */
   | { kind: "unanswered"; seq: number }
   | { kind: "summary"; summary: Summary };
@@ -34,6 +35,8 @@ export type ToView =
   | { type: "replyStart" }
   | { type: "delta"; part: number; text: string }
   | { type: "preamble"; part: number }
+  /** A reasoning model's thoughts, in `part` before its text: folded, never the answer. */
+  | { type: "reasoning"; part: number; text: string }
   | ({ type: "toolStep" } & StepRow)
   | { type: "progress"; message: string; percentage?: number; done: boolean }
   | { type: "summary"; summary: Summary }

@@ -37,11 +37,18 @@ const sendButton = byId("send") as HTMLButtonElement;
 const stopButton = byId("stop") as HTMLButtonElement;
 const statusEl = byId("status");
 
-/** One streamed text part of the reply in flight. */
+/** One streamed text part of the reply in flight, and what the model thought before it. */
 interface Part {
   el: HTMLElement;
   text: string;
   preamble: boolean;
+  thought?: Thought;
+}
+
+/** A reasoning model's thoughts in a part: a collapsed "Thinking" block before the part's text. */
+interface Thought {
+  body: HTMLElement;
+  text: string;
 }
 
 /** The assistant message being answered. */
@@ -54,6 +61,7 @@ interface LiveReply {
   stepGroup: HTMLElement | undefined;
   progress: HTMLElement;
   dirty: Set<Part>;
+  dirtyThoughts: Set<Thought>;
 }
 
 let live: LiveReply | undefined;
@@ -228,7 +236,7 @@ function startReply(): LiveReply {
   progress.hidden = true;
   article.appendChild(progress);
   append(article);
-  return { article, flow, parts: new Map(), steps: new Map(), stepGroup: undefined, progress, dirty: new Set() };
+  return { article, flow, parts: new Map(), steps: new Map(), stepGroup: undefined, progress, dirty: new Set(), dirtyThoughts: new Set() };
 }
 
 function partOf(reply: LiveReply, index: number): Part {
@@ -251,6 +259,29 @@ function onDelta(index: number, text: string): void {
   scheduleRender();
 }
 
+/** The folded block a part's thoughts stream into, before its text (and its steps). */
+function reasoningBlock(text: string): { details: HTMLElement; body: HTMLElement } {
+  const details = element("details", "reasoning");
+  details.appendChild(element("summary", undefined, "Thinking"));
+  const body = element("div", "markdown thinking-text");
+  if (text) renderMarkdown(body, text);
+  details.appendChild(body);
+  return { details, body };
+}
+
+function onReasoning(index: number, text: string): void {
+  const reply = (live ??= startReply());
+  const part = partOf(reply, index);
+  if (!part.thought) {
+    const { details, body } = reasoningBlock("");
+    part.el.before(details);
+    part.thought = { body, text: "" };
+  }
+  part.thought.text += text;
+  reply.dirtyThoughts.add(part.thought);
+  scheduleRender();
+}
+
 function scheduleRender(): void {
   if (renderScheduled) return;
   renderScheduled = true;
@@ -266,6 +297,8 @@ function flushRender(): void {
     else renderMarkdown(part.el, withoutSourcesBlock(part.text));
   }
   live.dirty.clear();
+  for (const thought of live.dirtyThoughts) renderMarkdown(thought.body, thought.text);
+  live.dirtyThoughts.clear();
   scrollToEnd();
 }
 
@@ -274,6 +307,13 @@ function onPreamble(index: number): void {
   const reply = live;
   const part = reply?.parts.get(index);
   if (!reply || !part || part.preamble) return;
+  if (!part.text) {
+    // A round that only thought, then called tools: its thoughts stay folded, there is no text to fold.
+    part.el.remove();
+    part.preamble = true;
+    reply.dirty.delete(part);
+    return;
+  }
   const details = element("details", "thinking");
   details.appendChild(element("summary", undefined, "Thinking"));
   const body = element("div", "markdown thinking-text");
@@ -399,8 +439,11 @@ function renderItems(items: TranscriptItem[]): void {
       html.push(`<details class="summary-divider"><summary>Earlier conversation summarized: #${firstSeq}–#${lastSeq}</summary>` +
         `<div class="markdown summary-text">${markdown.render(text)}</div></details>`);
     } else {
+      const thought = item.reasoning
+        ? `<details class="reasoning"><summary>Thinking</summary><div class="markdown thinking-text">${markdown.render(item.reasoning)}</div></details>`
+        : "";
       html.push(`<article class="message assistant" data-seq="${item.seq}"><div class="role">Imprint</div><div class="flow">` +
-        `${stepsHtml(item.steps)}<div class="markdown answer pending">${escape(answerText(item.text, item.sources))}</div></div></article>`);
+        `${thought}${stepsHtml(item.steps)}<div class="markdown answer pending">${escape(answerText(item.text, item.sources))}</div></div></article>`);
     }
   }
   if (items.length) emptyEl.hidden = true;
@@ -605,6 +648,7 @@ function onMessage(message: ToView): void {
     case "replyStart": live = startReply(); scrollToEnd(); break;
     case "delta": onDelta(message.part, message.text); break;
     case "preamble": onPreamble(message.part); break;
+    case "reasoning": onReasoning(message.part, message.text); break;
     case "toolStep": onToolStep(message); break;
     case "progress": onProgress(message.message, message.percentage, message.done); break;
     case "summary": insertSummary(message.summary); break;

@@ -143,6 +143,28 @@ test("the streamed-text contract: preamble parts are marked and the answer comes
   assert.equal(withoutSourcesBlock(panel.ofType("replyEnd")[0].text), "Billing uses 8101.");
 });
 
+test("a reasoning model's thoughts reach the panel as reasoning, never as answer text, and come back with the session", async () => {
+  writeFileSync(path.join(home.workspace, "notes.txt"), "billing: 8101\n");
+  await stub.queue(
+    { reasoning: "I should read the notes.", toolCalls: [{ id: "call_read", name: "read_file", arguments: { path: "notes.txt" } }] },
+    { reasoning: "They say 8101.", text: "Billing uses 8101." },
+  );
+  await panel.controller.ask("Which port?");
+  const thoughts = panel.ofType("reasoning");
+  const thoughtOf = (part: number) => thoughts.filter((t) => t.part === part).map((t) => t.text).join("");
+  assert.equal(thoughtOf(0), "I should read the notes.");
+  assert.equal(thoughtOf(1), "They say 8101.");
+  assert.ok(!panel.ofType("delta").some((delta) => /read the notes|They say/.test(delta.text)), "no thought streams as answer text");
+  assert.equal(withoutSourcesBlock(panel.ofType("replyEnd")[0].text), "Billing uses 8101.");
+
+  const sessionId = panel.controller.sessionId!;
+  await panel.controller.openSession(sessionId);
+  const [reset] = panel.ofType("reset").slice(-1);
+  const answer = reset.items.find((item) => item.kind === "assistant");
+  assert.ok(answer && answer.kind === "assistant");
+  assert.equal(answer.reasoning, "I should read the notes.\n\nThey say 8101.");
+});
+
 test("Stop cancels the request: it answers -32800, the panel goes idle and the question stays stored", async () => {
   await stub.queue({ text: "This answer will never finish", hold: true });
   const asked = panel.controller.ask("Tell me a long story");
@@ -443,13 +465,14 @@ test("the status bar's model is the one the daemon reports: at initialize, then 
   const watching = new RecordedPanel(home.workspace);
   await watching.controller.attach(daemon.connection, daemon.initializeResult);
   // The daemon's environment names the model (IMPRINT_CHAT_MODEL); no editor setting does.
-  assert.deepEqual(watching.models, [{ provider: "openai", model: "stub", nCtx: 8192 }]);
+  assert.deepEqual(watching.models, [{ provider: "openai", model: "stub", nCtx: 8192, chatFormat: "openai", reasons: false }]);
   await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: { chat: { model: "other", n_ctx: 4096 } } });
-  assert.deepEqual(await watching.nextModel((model) => model?.model === "other"), { provider: "openai", model: "other", nCtx: 4096 });
+  assert.deepEqual(await watching.nextModel((model) => model?.model === "other"),
+    { provider: "openai", model: "other", nCtx: 4096, chatFormat: "openai", reasons: false });
   // Unsetting them goes back to the environment's, and the status bar follows.
   await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: { chat: { model: null, n_ctx: null } } });
   assert.deepEqual(await watching.nextModel((model) => watching.models.indexOf(model) > 1 && model?.model === "stub"),
-    { provider: "openai", model: "stub", nCtx: 8192 });
+    { provider: "openai", model: "stub", nCtx: 8192, chatFormat: "openai", reasons: false });
   watching.controller.dispose();
 });
 

@@ -20,6 +20,8 @@ export interface StubReplySpec {
   text?: string;
   toolCalls?: { id?: string; name: string; arguments?: Record<string, unknown> }[];
   hold?: boolean;
+  /** What the model thinks first, sent as `reasoning_content` deltas. */
+  reasoning?: string;
 }
 
 export interface ModelRequest {

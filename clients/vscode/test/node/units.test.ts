@@ -8,7 +8,7 @@ import { test } from "node:test";
 import { transcriptOf } from "../../src/chat/controller";
 import { DaemonLog } from "../../src/chat/daemonLog";
 import { missingDaemonMessage, resolveExecutable } from "../../src/chat/executable";
-import { SETTINGS, SentSettings, daemonSettings, describeModel } from "../../src/chat/settings";
+import { SETTINGS, SentSettings, daemonSettings, describeFormat, describeModel } from "../../src/chat/settings";
 import { withoutSourcesBlock } from "../../src/chat/sources";
 
 test("only explicitly set values are sent, by the daemon's names, nested by section", () => {
@@ -40,6 +40,11 @@ test("the model label is what the daemon reports, not a guess", () => {
   assert.equal(describeModel(undefined), "model not reported");
   assert.equal(describeModel({ provider: "openai", model: "gpt-4o-mini", nCtx: 8192 }), "openai · gpt-4o-mini");
   assert.equal(describeModel({ provider: "local", model: "SmolLM2-135M-Instruct-Q8_0.gguf", nCtx: 8192 }), "local · SmolLM2-135M-Instruct-Q8_0.gguf");
+  // The detected chat format, and whether the model thinks, for the status bar's tooltip.
+  assert.equal(describeFormat({ provider: "local", model: "m.gguf", nCtx: 8192 }), "");
+  assert.equal(describeFormat({ provider: "local", model: "m.gguf", nCtx: 8192, chatFormat: "hermes", reasons: false }), "hermes");
+  assert.equal(describeFormat({ provider: "local", model: "q.gguf", nCtx: 8192, chatFormat: "qwen-xml", reasons: true }), "qwen-xml, thinks before answering");
+  assert.equal(describeFormat({ provider: "local", model: "gone.gguf", nCtx: 8192, chatFormat: null, reasons: false }), "not known yet");
 });
 
 test("daemon log lines keep their level and lose the daemon's timestamp; a traceback keeps its record's level", () => {
@@ -102,6 +107,24 @@ test("a stored session folds tool exchanges into step rows and places the summar
       { callId: "c1", title: "Searching the workspace for “billing port”", state: "finished", detail: "" },
       { callId: "c2", title: "Reading ../x", state: "failed", detail: "Error: refused path '../x'" }] },
   ]);
+});
+
+test("a stored answer keeps what the model thought on the way to it, its tool rounds' thoughts first", () => {
+  const info = { sessionId: "s", title: "t", workspace: null, createdAt: 0, updatedAt: 0, messageCount: 6, persist: true };
+  const items = transcriptOf({
+    session: info, summary: null,
+    messages: [
+      { seq: 1, role: "user", content: "q", toolCalls: [], toolCallId: null, name: null, reasoning: "" },
+      { seq: 2, role: "assistant", content: "", toolCalls: [{ id: "c1", name: "search", arguments: { query: "port" } }],
+        toolCallId: null, name: null, reasoning: "I should search." },
+      { seq: 3, role: "tool", content: "[1] a.yaml:1", toolCalls: [], toolCallId: "c1", name: "search", reasoning: "" },
+      { seq: 4, role: "assistant", content: "Port 8101.", toolCalls: [], toolCallId: null, name: null, reasoning: "It says 8101." },
+      { seq: 5, role: "user", content: "q2", toolCalls: [], toolCallId: null, name: null, reasoning: "" },
+      { seq: 6, role: "assistant", content: "Yes.", toolCalls: [], toolCallId: null, name: null, reasoning: "" },
+    ],
+  });
+  const answers = items.filter((item) => item.kind === "assistant");
+  assert.deepEqual(answers.map((item) => item.kind === "assistant" && item.reasoning), ["I should search.\n\nIt says 8101.", undefined]);
 });
 
 test("a stored session keeps each answer's sources and marks questions left without an answer", () => {

@@ -412,3 +412,57 @@ test("research off: the panel says why and offers the way to turn it on", async 
   assert.match(await page.locator("#empty-text").innerText(), /searches and reads the files of this folder/);
   await page.close();
 });
+
+test("a reasoning model's thoughts fold into closed “Thinking” blocks, never into the answer, live and stored", async () => {
+  const page = await openPanel(browser, origin);
+  await post(page,
+    { type: "reset", title: "New chat", items: [] },
+    { type: "user", text: "Which port does billing use?" },
+    { type: "replyStart" },
+    { type: "reasoning", part: 0, text: "The user asks about billing. " },
+    { type: "reasoning", part: 0, text: "I should **search**." },
+    { type: "preamble", part: 0 },
+    { type: "toolStep", callId: "step-1", title: "Searching the workspace for “billing port”", state: "started", detail: "" },
+    { type: "toolStep", callId: "step-1", title: "Searching the workspace for “billing port”", state: "finished", detail: "" },
+    { type: "reasoning", part: 1, text: "The config says 8101 <img src=x onerror=\"window.__pwned = 3\">." },
+    { type: "delta", part: 1, text: "Billing listens on 8101." },
+  );
+  await settle(page);
+  const live = page.locator(".message.streaming");
+  assert.equal(await live.locator(".reasoning").count(), 2);
+  assert.equal(await live.locator(".thinking").count(), 0, "a round that only thought leaves no empty preamble block");
+  assert.deepEqual(await live.locator(".reasoning").evaluateAll((blocks) => blocks.map((b) => b.hasAttribute("open"))), [false, false]);
+  assert.equal(await live.locator(".reasoning .thinking-text").first().isVisible(), false, "thoughts start folded");
+  assert.equal((await live.locator(".reasoning summary").first().textContent())?.trim(), "Thinking");
+  assert.equal(await live.locator(".reasoning .thinking-text strong").first().textContent(), "search");
+  // The second round's thoughts come before its text, after the first round's step.
+  const order = await live.locator(".flow > *").evaluateAll((children) => children.map((child) => child.className));
+  assert.deepEqual(order, ["reasoning", "steps", "reasoning", "markdown answer"]);
+
+  await post(page, { type: "replyEnd", text: "Billing listens on 8101.", sources: [], stopReason: "answer" });
+  await settle(page);
+  await page.locator(".reasoning summary").last().click(); // one opened, for a person to look at
+  await page.screenshot({ path: path.join(OUTPUT_DIR, "panel-reasoning.png") });
+  const answer = page.locator(".message.assistant").last();
+  assert.equal((await answer.locator(".answer").innerText()).trim(), "Billing listens on 8101.");
+  assert.equal(await answer.locator(".reasoning").count(), 2, "the thoughts stay, folded, once the answer is in");
+  assert.equal(await page.locator("#transcript img").count(), 0);
+
+  // A stored session shows the answer's thoughts folded above it.
+  await post(page, {
+    type: "reset", title: "Billing", items: [
+      { kind: "user", seq: 1, text: "Which port?" },
+      { kind: "assistant", seq: 4, text: "Port 8101.", steps: [], sources: [], reasoning: "I should search.\n\nIt says 8101." },
+      { kind: "user", seq: 5, text: "Thanks" },
+      { kind: "assistant", seq: 6, text: "You're welcome.", steps: [], sources: [] },
+    ],
+  });
+  await settle(page);
+  const stored = page.locator(".message.assistant");
+  assert.equal(await stored.nth(0).locator(".reasoning").count(), 1);
+  assert.equal(await stored.nth(0).locator(".reasoning").getAttribute("open"), null);
+  assert.match(await stored.nth(0).locator(".reasoning .thinking-text").textContent() ?? "", /I should search\.\s*It says 8101\./);
+  assert.equal(await stored.nth(1).locator(".reasoning").count(), 0);
+  assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
+  await page.close();
+});

@@ -1,5 +1,6 @@
 --- The chat: one markdown transcript ("## You" / "## Imprint") with the streamed reply,
---- thinking (preamble) and summary blocks as closed folds, tool steps as virtual lines,
+--- thinking (preamble and a reasoning model's thoughts) and summary blocks as closed folds,
+--- tool steps as virtual lines,
 --- progress in the winbar, sources that open with <CR>/gd, and the input area.
 ---
 --- This module is what the rest of the plugin calls; each concern lives in its own module:
@@ -43,6 +44,7 @@ M.cancel = reply.cancel
 M.idle = reply.idle
 M.on_delta = reply.on_delta
 M.on_preamble = reply.on_preamble
+M.on_reasoning = reply.on_reasoning
 M.on_tool_step = reply.on_tool_step
 M.on_summary = reply.on_summary
 M.on_progress = reply.on_progress

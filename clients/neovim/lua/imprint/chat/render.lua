@@ -1,5 +1,6 @@
 --- A stored session (an `imprint/session` result) as the live chat showed it: the transcript,
---- thinking and summary blocks folded, and each tool call as a finished or failed step.
+--- thinking (preambles and a reasoning model's thoughts) and summary blocks folded, and each
+--- tool call as a finished or failed step.
 local api = vim.api
 local state = require("imprint.chat.state")
 local ui = require("imprint.chat.ui")
@@ -76,6 +77,9 @@ function M.session(messages, summary)
         add({ "", "## Imprint", "" })
       end
       local calls = m.toolCalls or {}
+      if type(m.reasoning) == "string" and vim.trim(m.reasoning) ~= "" then
+        add_quoted(state.THINKING_HEAD, vim.trim(m.reasoning), "ImprintThinking")
+      end
       if #calls > 0 then
         if m.content ~= "" then
           add_quoted(state.THINKING_HEAD, m.content, "ImprintThinking")

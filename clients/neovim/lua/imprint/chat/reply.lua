@@ -1,6 +1,8 @@
 --- The reply in flight: the question and an empty answer written at the end, the daemon's
 --- notifications for that reply (deltas appended with one nvim_buf_set_text each, a preamble
---- part turned into a folded thinking block, tool steps, a summary divider, progress), and its
+--- part turned into a folded thinking block, a reasoning model's thoughts gathered while the
+--- winbar says "Thinking…" and written as a folded thinking block before the text they led to,
+--- tool steps, a summary divider, progress), and its
 --- end: the result's text in place of what streamed, an error, or a cancel the plugin closes
 --- out itself.
 local api = vim.api
@@ -36,6 +38,7 @@ local function begin_exchange(question)
       row = row, -- where the next delta goes
       col = 0,
       has_text = false, -- whether the current part has text
+      thought = {}, -- the current part's reasoning, in pieces, not yet written
       steps = {}, -- callId -> { group = the round's steps, index = its line in them }
       group = nil, -- the steps of the current round
       exchange_mark = api.nvim_buf_set_extmark(buf, ns.marks, first + (lines[1] == "" and 1 or 0), 0, {}),
@@ -73,16 +76,58 @@ end
 
 local one_line = {}
 
+--- Write the part's reasoning gathered so far as a folded thinking block where the part
+--- begins (before its text, which has not come yet) and move the part's start after it.
+local function write_thought(reply)
+  if #reply.thought == 0 then
+    return
+  end
+  local text = table.concat(reply.thought)
+  reply.thought = {}
+  if vim.trim(text) == "" then
+    return
+  end
+  local buf = state.buf
+  local first = mark_row(buf, reply.part_mark)
+  local block = folds.quoted(state.THINKING_HEAD, split_lines(vim.trim(text)))
+  api.nvim_buf_set_lines(buf, first, first, false, vim.list_extend(vim.list_extend({}, block), { "" }))
+  folds.add(buf, first, block, "ImprintThinking")
+  reply.row = reply.row + #block + 1
+  api.nvim_buf_set_extmark(buf, ns.marks, first + #block + 1, 0, { id = reply.part_mark, right_gravity = false })
+end
+
+--- A notification of part `part` came: the reply's current part is that one.
+local function to_part(reply, part)
+  if part ~= reply.part then
+    write_thought(reply)
+    reply.part, reply.has_text = part, false
+  end
+end
+
+--- imprint/replyReasoning: what a reasoning model thinks before it writes. Gathered, with
+--- "Thinking…" in the winbar, and written folded once the part's text, tool steps, preamble
+--- or the result come: a closed fold shows nothing of it while it grows.
+function M.on_reasoning(params)
+  local reply = state.reply
+  if not adopt(reply, params) then
+    return
+  end
+  to_part(reply, params.part or 0)
+  reply.thought[#reply.thought + 1] = params.text
+  if state.progress ~= state.THINKING then
+    state.progress = state.THINKING
+    ui.update_winbar()
+  end
+end
+
 --- imprint/replyDelta: append the text at the end with one nvim_buf_set_text.
 function M.on_delta(params)
   local reply = state.reply
   if not adopt(reply, params) then
     return
   end
-  local part = params.part or 0
-  if part ~= reply.part then
-    reply.part, reply.has_text = part, false
-  end
+  to_part(reply, params.part or 0)
+  write_thought(reply)
   local text = params.text
   local lines
   if text:find("\n", 1, true) then
@@ -118,6 +163,12 @@ function M.on_preamble(params)
   if not adopt(reply, params) or params.part ~= reply.part then
     return
   end
+  write_thought(reply)
+  if not reply.has_text then
+    -- A part that only thought (then called tools): its thoughts are folded already.
+    reply.part = params.part + 1
+    return
+  end
   local buf = state.buf
   local first = mark_row(buf, reply.part_mark)
   local text_lines = api.nvim_buf_get_lines(buf, first, reply.row + 1, false)
@@ -139,6 +190,7 @@ function M.on_tool_step(params)
   if not adopt(reply, params) then
     return
   end
+  write_thought(reply)
   local buf = state.buf
   local line = steps.line(params.state, params.title, params.detail)
   local known = reply.steps[params.callId]
@@ -228,6 +280,7 @@ local function on_result(reply, err, result)
     return -- cancelled meanwhile: the plugin closed it out already
   end
   local buf = state.buf
+  write_thought(reply)
   if err then
     local message = type(err) == "table" and (err.message or vim.inspect(err)) or tostring(err)
     local lines = reply.has_text and { "", "", "> **Error:** " .. message } or { "> **Error:** " .. message }
@@ -342,6 +395,7 @@ function M.cancel()
   end
   reply.cancelled = true
   client.cancel(reply.request_id)
+  write_thought(reply)
   if reply.reply_id then
     state.cancelled[reply.reply_id] = true
   end

@@ -29,6 +29,8 @@ M.ns = {
 
 --- Lines the transcript writes in more than one place.
 M.THINKING_HEAD = "> **Thinking**"
+--- The winbar while a reasoning model's thoughts stream.
+M.THINKING = "Thinking…"
 M.CANCELLED = "_Cancelled._"
 
 return M

@@ -83,6 +83,20 @@ local function winbar_text(width)
   local now = state.progress or (state.reply and "answering…") or nil
   local model = require("imprint.client").model
   local model_name = model and model.model ~= "" and model.model or nil
+  if model_name then
+    -- A local model's detected chat format, and a mark when the model thinks first:
+    -- "Qwen3-4B.gguf (qwen-xml, thinks)". A remote server parses calls itself ("openai"): not shown.
+    local about = {}
+    if type(model.chatFormat) == "string" and model.chatFormat ~= "openai" then
+      about[#about + 1] = model.chatFormat
+    end
+    if model.reasons == true then
+      about[#about + 1] = "thinks"
+    end
+    if #about > 0 then
+      model_name = ("%s (%s)"):format(model_name, table.concat(about, ", "))
+    end
+  end
   local share = require("imprint.chat.context").share(state.context)
   local title = state.title ~= "" and state.title or nil
   local room = width - vim.fn.strdisplaywidth(head)
