@@ -15,12 +15,16 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import msgspec
 
 from imprintd import settings as settings_mod
 from imprintd.context.history import ConversationHistory, HistoryError
+from imprintd.conversations.search import SearchPage
+from imprintd.conversations.search import search as search_conversations
+from imprintd.conversations.titles import clean_title
 from imprintd.context.sections import MAX_SOURCE_CHARS, SectionArchive
 from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
@@ -329,6 +333,15 @@ class Chat:
         """The session's running summary; None before one was written."""
         store, info = self.locate(session_id)
         return store.summary(info.id)
+
+    def search_conversations(self, query: str, **filters: Any) -> SearchPage:
+        """Every stored session's messages matching ``query`` (``conversations.search``); SearchError."""
+        return search_conversations(self.store, query, **filters)
+
+    def rename_session(self, session_id: str, title: str) -> SessionInfo:
+        """Give the session ``title`` (ValueError when it is blank or too long); returns its info."""
+        store, info = self.locate(session_id)
+        return store.rename_session(info.id, clean_title(title))
 
     def conversation_history(
         self, session_id: str, *, query: str | None = None, message: int | None = None, offset: int = 0

@@ -1,4 +1,5 @@
-"""The ``imprintd`` command: ``serve`` (the daemon, default), ``acp``, ``ask``, ``sessions``, ``config``."""
+"""The ``imprintd`` command: ``serve`` (the daemon, default), ``acp``, ``ask``, ``sessions``, ``search``,
+``config``."""
 
 from __future__ import annotations
 
@@ -75,6 +76,20 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "sessions", parents=[common], help="list stored sessions", description="List stored sessions, newest first."
     )
+    search = commands.add_parser(
+        "search",
+        parents=[common],
+        help="search every stored conversation",
+        description="Search every stored conversation, best match first: one line per message found "
+        "(session id, message number, date, role, title, the words around the match [marked]).",
+    )
+    search.add_argument("query", help="words to look for (stems match: 'billing' finds 'billed')")
+    search.add_argument("--workspace", help="only sessions of this folder or a folder inside it")
+    search.add_argument("--since", help="only messages stored on or after this local date (YYYY-MM-DD)")
+    search.add_argument("--until", help="only messages stored on or before this local date (YYYY-MM-DD)")
+    search.add_argument("--limit", type=int, default=20, help="at most this many results (1-100, default 20)")
+    search.add_argument("--offset", type=int, default=0, help="skip this many results (the next page)")
+    search.add_argument("--json", action="store_true", help="print the result as imprint/searchConversations does")
     commands.add_parser(
         "config",
         parents=[common],
@@ -172,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if command == "sessions":
         return _sessions(resolved)
+    if command == "search":
+        return _search(resolved, args)
     return _ask(resolved, args)
 
 
@@ -193,6 +210,47 @@ def _sessions(resolved: settings_mod.Resolved) -> int:
         for info in listed:
             when = datetime.fromtimestamp(info.updated_at).strftime("%Y-%m-%d %H:%M")
             print(f"{info.id}  {when}  {info.message_count:>4} messages  {info.title}")
+    finally:
+        chat.close()
+    return 0
+
+
+def _search(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    import msgspec
+
+    from imprintd import protocol as wire
+    from imprintd.chat import Chat
+    from imprintd.conversations.search import SearchError, plain
+    from imprintd.store import StoreError
+
+    chat = Chat(resolved)
+    try:
+        try:
+            page = chat.search_conversations(
+                args.query,
+                workspace=args.workspace,
+                since=args.since,
+                until=args.until,
+                limit=args.limit,
+                offset=args.offset,
+            )
+        except (SearchError, StoreError) as error:
+            print(f"imprintd: {error}", file=sys.stderr)
+            return 2 if isinstance(error, SearchError) else 1
+        if args.json:
+            result = wire.SearchConversationsResult.from_core(args.query, page)
+            print(msgspec.json.encode(result).decode())
+            return 0
+        if not page.hits:
+            print(f"Nothing stored matches {args.query!r}.", file=sys.stderr)
+            return 1
+        for hit in page.hits:
+            when = datetime.fromtimestamp(hit.created_at).strftime("%Y-%m-%d %H:%M")
+            print(f"{hit.session_id}  #{hit.seq:<4} {when}  {hit.role:<9} {hit.title}  |  {plain(hit.snippet)}")
+        if page.next_offset is not None:
+            print(f"({page.total:,} found; next page: --offset {page.next_offset})", file=sys.stderr)
     finally:
         chat.close()
     return 0

@@ -12,6 +12,7 @@ import msgspec
 
 # The core defines these vocabularies; the wire uses them as they are.
 from imprintd import reply
+from imprintd.conversations import search as conversation_search
 from imprintd.context.usage import ContextUsage
 from imprintd.events import StepState
 from imprintd.messages import Message, SourceKind, Style
@@ -29,6 +30,8 @@ SUMMARY = "imprint/summary"
 READ_CHAT_SECTION = "imprint/read_chat_section"
 CONVERSATION_HISTORY = "imprint/conversation_history"
 CONTEXT = "imprint/context"
+SEARCH_CONVERSATIONS = "imprint/searchConversations"
+RENAME_SESSION = "imprint/renameSession"
 # Notifications (server to client)
 REPLY_DELTA = "imprint/replyDelta"
 REPLY_PREAMBLE = "imprint/replyPreamble"
@@ -37,7 +40,18 @@ SUMMARY_UPDATED = "imprint/summaryUpdated"
 MODEL_CHANGED = "imprint/modelChanged"
 CONTEXT_USAGE = "imprint/contextUsage"
 
-REQUESTS = (CHAT, SESSIONS, SESSION, DELETE_SESSION, SUMMARY, READ_CHAT_SECTION, CONVERSATION_HISTORY, CONTEXT)
+REQUESTS = (
+    CHAT,
+    SESSIONS,
+    SESSION,
+    DELETE_SESSION,
+    SUMMARY,
+    READ_CHAT_SECTION,
+    CONVERSATION_HISTORY,
+    CONTEXT,
+    SEARCH_CONVERSATIONS,
+    RENAME_SESSION,
+)
 NOTIFICATIONS = (REPLY_DELTA, REPLY_PREAMBLE, TOOL_STEP, SUMMARY_UPDATED, MODEL_CHANGED, CONTEXT_USAGE)
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
@@ -231,6 +245,72 @@ class DeleteSessionResult(Wire):
 class SummaryResult(Wire):
     session_id: str
     summary: SummaryInfo | None
+
+
+class RenameSessionParams(Wire):
+    session_id: NonEmpty
+    title: str
+
+
+class RenameSessionResult(Wire):
+    session: SessionInfoWire
+
+
+# -- searching every conversation ---------------------------------------------
+class SearchConversationsParams(Wire):
+    """``since``/``until``: local dates ``YYYY-MM-DD``, both included."""
+
+    query: str
+    workspace: str | None = None
+    since: str | None = None
+    until: str | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=conversation_search.MAX_LIMIT)] = conversation_search.DEFAULT_LIMIT
+    offset: NonNegative = 0
+
+
+class SnippetPart(Wire):
+    text: str
+    match: bool
+
+
+class SearchHit(Wire):
+    session_id: str
+    title: str
+    workspace: str | None
+    seq: int
+    role: str
+    created_at: float
+    score: float
+    snippet: list[SnippetPart]
+
+    @classmethod
+    def from_core(cls, hit: conversation_search.Hit) -> SearchHit:
+        return cls(
+            session_id=hit.session_id,
+            title=hit.title,
+            workspace=hit.workspace,
+            seq=hit.seq,
+            role=hit.role,
+            created_at=hit.created_at,
+            score=round(hit.score, 4),
+            snippet=[SnippetPart(text=part.text, match=part.match) for part in hit.snippet],
+        )
+
+
+class SearchConversationsResult(Wire):
+    query: str
+    hits: list[SearchHit]
+    total: int
+    next_offset: int | None
+
+    @classmethod
+    def from_core(cls, query: str, page: conversation_search.SearchPage) -> SearchConversationsResult:
+        return cls(
+            query=query,
+            hits=[SearchHit.from_core(hit) for hit in page.hits],
+            total=page.total,
+            next_offset=page.next_offset,
+        )
 
 
 # -- context engine -----------------------------------------------------------

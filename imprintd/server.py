@@ -26,6 +26,8 @@ from imprintd import __version__
 from imprintd import protocol as wire
 from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing, workspace_folder
 from imprintd.context.history import HistoryError
+from imprintd.conversations.search import SearchError
+from imprintd.conversations.titles import TitleError
 from imprintd.context.sections import SectionError
 from imprintd.models.base import ModelError
 from imprintd.models.identity import identify_model
@@ -51,6 +53,7 @@ CORE_ERRORS: tuple[tuple[tuple[type[Exception], ...], Callable[[Exception], Json
     ((WorkspaceMissing,), lambda error: JsonRpcInvalidParams(f"workspace: {error}")),
     ((QuestionTooLong,), lambda error: JsonRpcInvalidParams(f"text: {error}")),
     ((HistoryError, SectionError), lambda error: JsonRpcInvalidParams(str(error))),
+    ((SearchError, TitleError), lambda error: JsonRpcInvalidParams(str(error))),
     ((ModelError, ReplyFailed, StoreError, apsw.Error), lambda error: RequestFailed(str(error))),
 )
 
@@ -236,6 +239,25 @@ async def context(server: ImprintServer, params: wire.SessionParams) -> wire.Con
     return wire.ContextUsageWire.from_core(params.session_id, None, usage)
 
 
+def search_conversations(
+    server: ImprintServer, params: wire.SearchConversationsParams
+) -> wire.SearchConversationsResult:
+    page = server.chat.search_conversations(
+        params.query,
+        workspace=params.workspace,
+        since=params.since,
+        until=params.until,
+        limit=params.limit,
+        offset=params.offset,
+    )
+    return wire.SearchConversationsResult.from_core(params.query, page)
+
+
+def rename_session(server: ImprintServer, params: wire.RenameSessionParams) -> wire.RenameSessionResult:
+    info = server.chat.rename_session(params.session_id, params.title)
+    return wire.RenameSessionResult(session=wire.SessionInfoWire.from_core(info))
+
+
 #: Each method and its handler; ``imprint/*`` params and results are msgspec Structs.
 LSP_HANDLERS = ((types.INITIALIZE, initialize), (types.WORKSPACE_DID_CHANGE_CONFIGURATION, did_change_configuration))
 IMPRINT_HANDLERS = (
@@ -247,6 +269,8 @@ IMPRINT_HANDLERS = (
     (wire.READ_CHAT_SECTION, wire.ReadChatSectionParams, read_chat_section),
     (wire.CONVERSATION_HISTORY, wire.ConversationHistoryParams, conversation_history),
     (wire.CONTEXT, wire.SessionParams, context),
+    (wire.SEARCH_CONVERSATIONS, wire.SearchConversationsParams, search_conversations),
+    (wire.RENAME_SESSION, wire.RenameSessionParams, rename_session),
 )
 
 

@@ -77,6 +77,21 @@ class StoredSummary(msgspec.Struct, frozen=True, kw_only=True):
     retry_at: int | None = None
 
 
+class FoundMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A message found by ``Store.search``: its best window (``start:end`` of ``content``) and score."""
+
+    session_id: str
+    title: str
+    workspace: str | None
+    seq: int
+    role: str
+    content: str
+    created_at: float
+    start: int
+    end: int
+    score: float
+
+
 class StoreError(Exception):
     """The store cannot do what was asked; the message says why and what to do."""
 
@@ -246,11 +261,18 @@ def _migration_4_model_text_and_reasoning(db: apsw.Connection) -> None:
     )
 
 
+def _migration_5_search_every_session(db: apsw.Connection) -> None:
+    """The history index's postings by term, so one query reads every session's windows holding a
+    word (``imprint/searchConversations``) instead of scanning the postings of every session."""
+    db.execute("CREATE INDEX history_postings_by_term ON history_postings (term)")
+
+
 MIGRATIONS: list[Migration] = [
     _migration_1_conversations,
     _migration_2_history_index,
     _migration_3_sources,
     _migration_4_model_text_and_reasoning,
+    _migration_5_search_every_session,
 ]
 
 
@@ -351,6 +373,7 @@ class Store:
         self._path = path
         self._clock = clock
         self._lock = threading.RLock()
+        self._all_indexed = False
 
     @classmethod
     def open(cls, path: Path | None = None, *, clock: Clock = time.time) -> Store:
@@ -542,11 +565,161 @@ class Store:
                 (session_id, summary.text, summary.first_seq, summary.last_seq, summary.retry_at, self._clock()),
             )
 
+    def rename_session(self, session_id: str, title: str) -> SessionInfo:
+        """Give the session ``title``; its updated time stays (renaming is not a new message)."""
+        with self.transaction() as db:
+            db.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
+            if db.changes() == 0:
+                raise SessionNotFound(session_id)
+        return self.session(session_id)
+
+    def search_statistics(self, terms: Sequence[str]) -> tuple[int, float, dict[str, int]]:
+        """Over every stored session's index: the searchable windows, their average length in words,
+        and how many windows hold each of ``terms`` (what ``search``'s weights are made from)."""
+        self._index_every_session()
+        terms = list(dict.fromkeys(terms))
+        with self.reading() as db:
+            windows, words = db.execute(
+                "SELECT coalesce(sum(windows), 0), coalesce(sum(words), 0) FROM history_sessions"
+            ).fetchone()
+            counts = dict.fromkeys(terms, 0)
+            if terms:
+                counts.update(
+                    db.execute(
+                        "SELECT term, count(*) FROM history_postings"
+                        f" WHERE term IN ({', '.join('?' * len(terms))}) GROUP BY term",
+                        terms,
+                    ).fetchall()
+                )
+        return windows, words / windows if windows else 0.0, counts
+
+    def search(
+        self,
+        weights: dict[str, float],
+        *,
+        average_words: float,
+        k1: float,
+        b: float,
+        workspace: str | None = None,
+        after: float | None = None,
+        before: float | None = None,
+        limit: int = 20,
+        offset: int = 0,
+    ) -> tuple[list[FoundMessage], int]:
+        """Messages of every stored session holding any term of ``weights`` (term → idf), best first,
+        and how many there are in all.
+
+        A window scores BM25 (``k1``, ``b``, windows ``average_words`` long) times the share of the weight it matches; a message
+        its best window. ``workspace`` keeps sessions of that folder or one inside it; ``after``
+        and ``before`` (Unix seconds) bound when the message was stored. The scoring runs in SQLite
+        over the postings by term (migration 5), so its cost follows the windows that match, not
+        the number of sessions.
+        """
+        self._index_every_session()
+        total_weight = sum(weights.values())
+        if not weights or total_weight <= 0:
+            return [], 0
+        filters = []
+        params: dict[str, Any] = {
+            "weights": msgspec.json.encode(weights).decode(),
+            "k1": k1,
+            "b": b,
+            "total_weight": total_weight,
+            "average": average_words or 1.0,
+            "limit": limit,
+            "offset": offset,
+        }
+        if workspace is not None:
+            under = workspace.rstrip("/") + "/"
+            filters.append("(s.workspace = :workspace OR substr(s.workspace, 1, :under_length) = :under)")
+            params |= {"workspace": workspace, "under": under, "under_length": len(under)}
+        if after is not None:
+            filters.append("m.created_at >= :after")
+            params["after"] = after
+        if before is not None:
+            filters.append("m.created_at < :before")
+            params["before"] = before
+        where = " AND ".join(filters) or "1"
+        with self.reading() as db:
+            rows = db.execute(
+                f"""
+                WITH q(term, weight) AS (SELECT key, value FROM json_each(:weights)),
+                scored AS (
+                    SELECT p.history_id, w.seq, w.start_char, w.end_char,
+                        sum(q.weight * p.count * (:k1 + 1)
+                            / (p.count + :k1 * (1 - :b + :b * w.words / :average)))
+                        * sum(q.weight) / :total_weight AS score
+                    FROM q
+                    JOIN history_postings p ON p.term = q.term
+                    JOIN history_windows w ON w.history_id = p.history_id AND w.window = p.window
+                    GROUP BY p.history_id, p.window
+                ),
+                best AS (
+                    SELECT *, row_number() OVER (
+                        PARTITION BY history_id, seq ORDER BY score DESC, start_char
+                    ) AS place
+                    FROM scored
+                )
+                SELECT h.session_id, c.seq, c.start_char, c.end_char, c.score, count(*) OVER () AS total
+                FROM best c
+                JOIN history_sessions h ON h.id = c.history_id
+                JOIN sessions s ON s.id = h.session_id
+                JOIN messages m ON m.session_id = h.session_id AND m.seq = c.seq
+                WHERE c.place = 1 AND {where}
+                ORDER BY c.score DESC, m.created_at DESC, c.seq DESC
+                LIMIT :limit OFFSET :offset
+                """,
+                params,
+            ).fetchall()
+            found = [self._found(db, *row[:-1]) for row in rows]
+            total = rows[0][-1] if rows else 0
+        return found, total
+
     def history_index(self, session_id: str) -> HistoryIndex:
         """The session's conversation_history index, kept in this database."""
         with self.reading():
             self._require(session_id)
         return SqliteHistoryIndex(self, session_id, _to_index)
+
+    def _found(
+        self, db: apsw.Connection, session_id: str, seq: int, start: int, end: int, score: float
+    ) -> FoundMessage:
+        title, workspace, role, content, created_at = db.execute(
+            "SELECT s.title, s.workspace, m.role, m.content, m.created_at FROM messages m"
+            " JOIN sessions s ON s.id = m.session_id WHERE m.session_id = ? AND m.seq = ?",
+            (session_id, seq),
+        ).fetchone()
+        return FoundMessage(
+            session_id=session_id,
+            title=title,
+            workspace=workspace,
+            seq=seq,
+            role=role,
+            content=content,
+            created_at=created_at,
+            start=start,
+            end=end,
+            score=score,
+        )
+
+    def _index_every_session(self) -> None:
+        """Index the sessions stored before the history index existed (once per open store: every
+        later write indexes what it stores)."""
+        if self._all_indexed:
+            return
+        with self.reading() as db:
+            behind = [
+                session_id
+                for (session_id,) in db.execute(
+                    "SELECT s.id FROM sessions s LEFT JOIN history_sessions h ON h.session_id = s.id"
+                    " WHERE coalesce(h.last_seq, 0)"
+                    " < (SELECT coalesce(max(seq), 0) FROM messages m WHERE m.session_id = s.id)"
+                ).fetchall()
+            ]
+        for session_id in behind:
+            with self.transaction() as db:
+                history_index.catch_up(db, session_id, _to_index)
+        self._all_indexed = True
 
     def _require(self, session_id: str) -> None:
         if self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
@@ -729,6 +902,12 @@ class MemoryStore:
     def history_index(self, session_id: str) -> HistoryIndex:
         with self._lock:
             return self._get(session_id).index
+
+    def rename_session(self, session_id: str, title: str) -> SessionInfo:
+        with self._lock:
+            held = self._get(session_id)
+            held.info = msgspec.structs.replace(held.info, title=title)
+            return held.info
 
     def _get(self, session_id: str) -> _MemorySession:
         held = self._sessions.get(session_id)

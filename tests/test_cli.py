@@ -18,7 +18,7 @@ def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> 
     )
 
 
-@pytest.mark.parametrize("command", [(), ("serve",), ("ask",), ("sessions",), ("config",)])
+@pytest.mark.parametrize("command", [(), ("serve",), ("ask",), ("sessions",), ("search",), ("config",)])
 def test_every_command_has_help(command):
     result = run(*command, "--help")
     assert result.returncode == 0 and "usage: imprintd" in result.stdout
@@ -82,3 +82,34 @@ def test_ask_that_cannot_be_answered_says_why_without_a_traceback():
     )
     assert result.returncode == 1 and "chat.analysis_workers = 0" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_search_prints_one_line_per_hit_and_json_on_request(isolated_dirs):
+    import json
+
+    from imprintd.messages import assistant, user
+    from imprintd.store import Store
+
+    with Store.open() as db:
+        info = db.create_session(workspace="/home/me/shop")
+        db.extend(info.id, [user("Which port does billing use?"), assistant("Billing listens on port 8101.")])
+        db.extend(db.create_session().id, [user("Unrelated weather talk")])
+
+    lines = run("search", "billing port").stdout.splitlines()
+    assert len(lines) == 2 and all(line.startswith(f"{info.id}  #") for line in lines)
+    assert any("#2" in line and "assistant" in line and "[Billing] listens on [port] 8101." in line for line in lines)
+    assert all("Which port does billing use?" in line for line in lines)  # the title
+
+    printed = json.loads(run("search", "8101", "--json").stdout)
+    assert printed["total"] == 1 and printed["nextOffset"] is None
+    [hit] = printed["hits"]
+    assert (hit["sessionId"], hit["seq"], hit["role"]) == (info.id, 2, "assistant")
+    assert [part["text"] for part in hit["snippet"] if part["match"]] == ["8101"]
+
+
+def test_search_with_nothing_found_or_bad_input_says_so(isolated_dirs):
+    nothing = run("search", "zebra")
+    assert nothing.returncode == 1 and "Nothing stored matches 'zebra'" in nothing.stderr
+    bad = run("search", "x", "--since", "last week")
+    assert bad.returncode == 2
+    assert "since: 'last week' is not a date; expected YYYY-MM-DD" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,0 +1,118 @@
+"""Searching and renaming conversations over the real stdio protocol (issue 34): the daemon,
+the scripted OpenAI-compatible model on loopback, Neovim's and VS Code's capabilities."""
+
+from __future__ import annotations
+
+import pytest
+from pygls.exceptions import JsonRpcException
+
+
+async def request(client, method: str, params: dict):
+    return await client.protocol.send_request_async(method, params)
+
+
+async def chat(client, **params):
+    return await request(client, "imprint/chat", params)
+
+
+async def test_search_finds_every_stored_session_and_not_a_persist_false_one(client, stub):
+    stub.queue(
+        "Billing listens on port 8101.",
+        "Deploys go through the gateway.",
+        "The billing port is private to you.",
+    )
+    billing = await chat(client, text="Which port does billing use?")
+    deploy = await chat(client, text="How do we deploy?")
+    await chat(client, text="A billing question off the record", persist=False)
+
+    found = await request(client, "imprint/searchConversations", {"query": "billing port"})
+    assert found.query == "billing port" and found.total == 2 and found.nextOffset is None
+    assert {(h.sessionId, h.seq) for h in found.hits} == {(billing.sessionId, 1), (billing.sessionId, 2)}
+    top = found.hits[0]
+    assert top.title == "Which port does billing use?" and top.role in ("user", "assistant")
+    assert {p.text.lower() for p in top.snippet if p.match} == {"billing", "port"}
+    assert "".join(p.text for p in top.snippet) in ("Which port does billing use?", "Billing listens on port 8101.")
+
+    paged = await request(client, "imprint/searchConversations", {"query": "billing port", "limit": 1})
+    assert len(paged.hits) == 1 and paged.total == 2 and paged.nextOffset == 1
+    rest = await request(client, "imprint/searchConversations", {"query": "billing port", "limit": 1, "offset": 1})
+    assert [(h.sessionId, h.seq) for h in paged.hits + rest.hits] == [(h.sessionId, h.seq) for h in found.hits]
+
+    deploys = await request(client, "imprint/searchConversations", {"query": "deploy", "since": "2000-01-01"})
+    assert [h.sessionId for h in deploys.hits] == [deploy.sessionId, deploy.sessionId]
+
+
+BAD_SEARCHES = [
+        ({"query": ""}, "query: '' has no word to search for"),
+        ({"query": '"*"'}, "has no word to search for"),
+        ({}, "query"),
+        ({"query": 5}, "query"),
+        ({"query": "x", "limit": 0}, "limit"),
+        ({"query": "x", "limit": 101}, "limit"),
+        ({"query": "x", "offset": -1}, "offset"),
+        ({"query": "x", "since": "yesterday"}, "since: 'yesterday' is not a date; expected YYYY-MM-DD"),
+        ({"query": "x", "since": "2026-11-03", "until": "2026-11-01"}, "until: 2026-11-01 is before since"),
+]
+
+
+async def test_search_refuses_bad_input_naming_the_field_and_keeps_serving(client, stub):
+    for params, message in BAD_SEARCHES:
+        with pytest.raises(JsonRpcException) as error:
+            await request(client, "imprint/searchConversations", params)
+        assert error.value.code == -32602 and message in error.value.message, (params, error.value.message)
+    found = await request(client, "imprint/searchConversations", {"query": "anything"})
+    assert found.hits == [] and found.total == 0
+
+
+async def test_rename_titles_the_session_everywhere_and_keeps_its_place(client, stub):
+    stub.queue("one", "two")
+    first = await chat(client, text="First question\nwith a second line")
+    second = await chat(client, text="Second question")
+    listed = await request(client, "imprint/sessions", {})
+    assert [s.title for s in listed.sessions] == ["Second question", "First question"]
+
+    renamed = await request(client, "imprint/renameSession", {"sessionId": first.sessionId, "title": "  Billing\n port  "})
+    assert renamed.session.sessionId == first.sessionId and renamed.session.title == "Billing port"
+    listed = await request(client, "imprint/sessions", {})
+    assert [(s.sessionId, s.title) for s in listed.sessions] == [
+        (second.sessionId, "Second question"),
+        (first.sessionId, "Billing port"),
+    ]
+    session = await request(client, "imprint/session", {"sessionId": first.sessionId})
+    assert session.session.title == "Billing port"
+    found = await request(client, "imprint/searchConversations", {"query": "first"})
+    assert found.hits[0].title == "Billing port"
+    # a later question keeps the name the user gave
+    stub.queue("three")
+    await chat(client, text="And another?", sessionId=first.sessionId)
+    session = await request(client, "imprint/session", {"sessionId": first.sessionId})
+    assert session.session.title == "Billing port"
+
+
+async def test_a_persist_false_session_can_be_renamed(client, stub):
+    stub.queue("kept in memory")
+    off = await chat(client, text="Off the record", persist=False)
+    renamed = await request(client, "imprint/renameSession", {"sessionId": off.sessionId, "title": "Private"})
+    assert renamed.session.title == "Private" and renamed.session.persist is False
+
+
+BAD_RENAMES = [
+        ({"sessionId": "nope", "title": "x"}, "sessionId: no session with id 'nope'"),
+        ({"sessionId": "", "title": "x"}, "sessionId"),
+        ({"title": "x"}, "sessionId"),
+        ({"sessionId": "KNOWN", "title": " \n "}, "title: it is empty; give the session a name of 1 to 80 characters"),
+        ({"sessionId": "KNOWN", "title": "x" * 81}, "title: it has 81 characters; a title has at most 80"),
+        ({"sessionId": "KNOWN"}, "title"),
+]
+
+
+async def test_rename_refuses_bad_input_naming_the_field(client, stub):
+    stub.queue("an answer")
+    known = await chat(client, text="Keep my title")
+    for params, message in BAD_RENAMES:
+        params = {k: (known.sessionId if v == "KNOWN" else v) for k, v in params.items()}
+        with pytest.raises(JsonRpcException) as error:
+            await request(client, "imprint/renameSession", params)
+        assert error.value.code == -32602 and message in error.value.message, (params, error.value.message)
+    session = await request(client, "imprint/session", {"sessionId": known.sessionId})
+    assert session.session.title == "Keep my title"
