@@ -1,5 +1,5 @@
 """The ``imprintd`` command: ``serve`` (the daemon, default), ``acp``, ``ask``, ``sessions``, ``search``,
-``config``."""
+``export``, ``config``."""
 
 from __future__ import annotations
 
@@ -90,6 +90,16 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--limit", type=int, default=20, help="at most this many results (1-100, default 20)")
     search.add_argument("--offset", type=int, default=0, help="skip this many results (the next page)")
     search.add_argument("--json", action="store_true", help="print the result as imprint/searchConversations does")
+    export = commands.add_parser(
+        "export",
+        parents=[common],
+        help="write a stored conversation as Markdown or JSON",
+        description="Write a stored conversation as Markdown (questions, answers, tool steps folded, "
+        "sources as links, the running summary as a note) or JSON (what imprint/session returns).",
+    )
+    export.add_argument("session", help="the session's id (from `imprintd sessions` or `imprintd search`)")
+    export.add_argument("--format", choices=("md", "json"), default="md", help="md (the default) or json")
+    export.add_argument("-o", "--output", help="write to this file instead of stdout")
     commands.add_parser(
         "config",
         parents=[common],
@@ -189,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _sessions(resolved)
     if command == "search":
         return _search(resolved, args)
+    if command == "export":
+        return _export(resolved, args)
     return _ask(resolved, args)
 
 
@@ -253,6 +265,35 @@ def _search(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
             print(f"({page.total:,} found; next page: --offset {page.next_offset})", file=sys.stderr)
     finally:
         chat.close()
+    return 0
+
+
+def _export(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
+    from imprintd import protocol as wire
+    from imprintd.chat import Chat
+    from imprintd.store import StoreError
+
+    chat = Chat(resolved)
+    try:
+        try:
+            view = chat.session(args.session)
+        except StoreError as error:  # SessionNotFound included: it names the id
+            print(f"imprintd: {error}", file=sys.stderr)
+            return 1
+        exported = wire.ExportResult.from_view(
+            view.info, view.messages, view.summary, "markdown" if args.format == "md" else "json"
+        )
+    finally:
+        chat.close()
+    if not args.output:
+        sys.stdout.write(exported.text)
+        return 0
+    try:
+        Path(args.output).write_text(exported.text, encoding="utf-8")
+    except OSError as error:
+        print(f"imprintd: cannot write {args.output}: {error.strerror or error}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
 

@@ -12,6 +12,7 @@ import msgspec
 
 # The core defines these vocabularies; the wire uses them as they are.
 from imprintd import reply
+from imprintd.conversations import export as conversation_export
 from imprintd.conversations import search as conversation_search
 from imprintd.context.usage import ContextUsage
 from imprintd.events import StepState
@@ -32,6 +33,7 @@ CONVERSATION_HISTORY = "imprint/conversation_history"
 CONTEXT = "imprint/context"
 SEARCH_CONVERSATIONS = "imprint/searchConversations"
 RENAME_SESSION = "imprint/renameSession"
+EXPORT = "imprint/export"
 # Notifications (server to client)
 REPLY_DELTA = "imprint/replyDelta"
 REPLY_PREAMBLE = "imprint/replyPreamble"
@@ -51,6 +53,7 @@ REQUESTS = (
     CONTEXT,
     SEARCH_CONVERSATIONS,
     RENAME_SESSION,
+    EXPORT,
 )
 NOTIFICATIONS = (REPLY_DELTA, REPLY_PREAMBLE, TOOL_STEP, SUMMARY_UPDATED, MODEL_CHANGED, CONTEXT_USAGE)
 
@@ -236,6 +239,14 @@ class SessionResult(Wire):
     messages: list[MessageWire]
     summary: SummaryInfo | None
 
+    @classmethod
+    def from_view(cls, info: SessionInfo, messages: list[Message], summary: StoredSummary | None) -> SessionResult:
+        return cls(
+            session=SessionInfoWire.from_core(info),
+            messages=[MessageWire.from_core(m) for m in messages],
+            summary=SummaryInfo.from_core(summary),
+        )
+
 
 class DeleteSessionResult(Wire):
     session_id: str
@@ -254,6 +265,29 @@ class RenameSessionParams(Wire):
 
 class RenameSessionResult(Wire):
     session: SessionInfoWire
+
+
+class ExportParams(Wire):
+    session_id: NonEmpty
+    format: conversation_export.Format = "markdown"
+
+
+class ExportResult(Wire):
+    session_id: str
+    format: conversation_export.Format
+    file_name: str
+    text: str
+
+    @classmethod
+    def from_view(
+        cls, info: SessionInfo, messages: list[Message], summary: StoredSummary | None, format: conversation_export.Format
+    ) -> ExportResult:
+        if format == "markdown":
+            text = conversation_export.markdown(info, messages, summary)
+        else:  # what imprint/session returns, indented for reading
+            encoded = msgspec.json.encode(SessionResult.from_view(info, messages, summary))
+            text = msgspec.json.format(encoded, indent=2).decode() + "\n"
+        return cls(session_id=info.id, format=format, file_name=conversation_export.file_name(info, format), text=text)
 
 
 # -- searching every conversation ---------------------------------------------

@@ -253,6 +253,11 @@ def search_conversations(
     return wire.SearchConversationsResult.from_core(params.query, page)
 
 
+def export(server: ImprintServer, params: wire.ExportParams) -> wire.ExportResult:
+    view = server.chat.session(params.session_id)
+    return wire.ExportResult.from_view(view.info, view.messages, view.summary, params.format)
+
+
 def rename_session(server: ImprintServer, params: wire.RenameSessionParams) -> wire.RenameSessionResult:
     info = server.chat.rename_session(params.session_id, params.title)
     return wire.RenameSessionResult(session=wire.SessionInfoWire.from_core(info))
@@ -271,6 +276,7 @@ IMPRINT_HANDLERS = (
     (wire.CONTEXT, wire.SessionParams, context),
     (wire.SEARCH_CONVERSATIONS, wire.SearchConversationsParams, search_conversations),
     (wire.RENAME_SESSION, wire.RenameSessionParams, rename_session),
+    (wire.EXPORT, wire.ExportParams, export),
 )
 
 

@@ -263,8 +263,10 @@ def _migration_4_model_text_and_reasoning(db: apsw.Connection) -> None:
 
 def _migration_5_search_every_session(db: apsw.Connection) -> None:
     """The history index's postings by term, so one query reads every session's windows holding a
-    word (``imprint/searchConversations``) instead of scanning the postings of every session."""
-    db.execute("CREATE INDEX history_postings_by_term ON history_postings (term)")
+    word (``imprint/searchConversations``) instead of scanning the postings of every session. It
+    covers the count too (and, as the table has no rowid, the session and window), so a search
+    reads the index alone."""
+    db.execute("CREATE INDEX history_postings_by_term ON history_postings (term, count)")
 
 
 MIGRATIONS: list[Migration] = [
@@ -619,7 +621,6 @@ class Store:
         total_weight = sum(weights.values())
         if not weights or total_weight <= 0:
             return [], 0
-        filters = []
         params: dict[str, Any] = {
             "weights": msgspec.json.encode(weights).decode(),
             "k1": k1,
@@ -629,22 +630,28 @@ class Store:
             "limit": limit,
             "offset": offset,
         }
+        # Filters join only when asked: reading every candidate's message row costs more than the
+        # scoring (a message's row holds its text).
+        joins, filters = "", []
         if workspace is not None:
             under = workspace.rstrip("/") + "/"
+            joins += " JOIN sessions s ON s.id = h.session_id"
             filters.append("(s.workspace = :workspace OR substr(s.workspace, 1, :under_length) = :under)")
             params |= {"workspace": workspace, "under": under, "under_length": len(under)}
-        if after is not None:
-            filters.append("m.created_at >= :after")
-            params["after"] = after
-        if before is not None:
-            filters.append("m.created_at < :before")
-            params["before"] = before
+        if after is not None or before is not None:
+            joins += " JOIN messages m ON m.session_id = h.session_id AND m.seq = f.seq"
+            if after is not None:
+                filters.append("m.created_at >= :after")
+                params["after"] = after
+            if before is not None:
+                filters.append("m.created_at < :before")
+                params["before"] = before
         where = " AND ".join(filters) or "1"
         with self.reading() as db:
             rows = db.execute(
                 f"""
                 WITH q(term, weight) AS (SELECT key, value FROM json_each(:weights)),
-                scored AS (
+                windows AS (
                     SELECT p.history_id, w.seq, w.start_char, w.end_char,
                         sum(q.weight * p.count * (:k1 + 1)
                             / (p.count + :k1 * (1 - :b + :b * w.words / :average)))
@@ -654,19 +661,16 @@ class Store:
                     JOIN history_windows w ON w.history_id = p.history_id AND w.window = p.window
                     GROUP BY p.history_id, p.window
                 ),
-                best AS (
-                    SELECT *, row_number() OVER (
-                        PARTITION BY history_id, seq ORDER BY score DESC, start_char
-                    ) AS place
-                    FROM scored
+                found AS (
+                    -- a message scores its best window; SQLite takes start_char and end_char
+                    -- from the row max() picks
+                    SELECT history_id, seq, start_char, end_char, max(score) AS score
+                    FROM windows GROUP BY history_id, seq
                 )
-                SELECT h.session_id, c.seq, c.start_char, c.end_char, c.score, count(*) OVER () AS total
-                FROM best c
-                JOIN history_sessions h ON h.id = c.history_id
-                JOIN sessions s ON s.id = h.session_id
-                JOIN messages m ON m.session_id = h.session_id AND m.seq = c.seq
-                WHERE c.place = 1 AND {where}
-                ORDER BY c.score DESC, m.created_at DESC, c.seq DESC
+                SELECT h.session_id, f.seq, f.start_char, f.end_char, f.score, count(*) OVER () AS total
+                FROM found f JOIN history_sessions h ON h.id = f.history_id{joins}
+                WHERE {where}
+                ORDER BY f.score DESC, f.history_id DESC, f.seq DESC
                 LIMIT :limit OFFSET :offset
                 """,
                 params,

@@ -18,7 +18,7 @@ def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> 
     )
 
 
-@pytest.mark.parametrize("command", [(), ("serve",), ("ask",), ("sessions",), ("search",), ("config",)])
+@pytest.mark.parametrize("command", [(), ("serve",), ("ask",), ("sessions",), ("search",), ("export",), ("config",)])
 def test_every_command_has_help(command):
     result = run(*command, "--help")
     assert result.returncode == 0 and "usage: imprintd" in result.stdout
@@ -113,3 +113,32 @@ def test_search_with_nothing_found_or_bad_input_says_so(isolated_dirs):
     bad = run("search", "x", "--since", "last week")
     assert bad.returncode == 2
     assert "since: 'last week' is not a date; expected YYYY-MM-DD" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_export_writes_markdown_or_json_to_stdout_or_a_file(isolated_dirs, tmp_path):
+    import json
+
+    from imprintd.messages import assistant, user
+    from imprintd.store import Store
+
+    with Store.open() as db:
+        info = db.create_session()
+        db.extend(info.id, [user("Which port does billing use?"), assistant("Billing listens on port 8101.")])
+
+    md = run("export", info.id)
+    assert md.returncode == 0 and md.stdout.startswith("# Which port does billing use?\n")
+    assert "## Imprint (#2)\n\nBilling listens on port 8101." in md.stdout
+
+    target = tmp_path / "out.json"
+    written = run("export", info.id, "--format", "json", "-o", str(target))
+    assert written.returncode == 0 and written.stdout == "" and str(target) in written.stderr
+    stored = json.loads(target.read_text(encoding="utf-8"))
+    assert [(m["seq"], m["content"]) for m in stored["messages"]] == [
+        (1, "Which port does billing use?"),
+        (2, "Billing listens on port 8101."),
+    ]
+
+    missing = run("export", "nope")
+    assert missing.returncode == 1 and "no session with id 'nope'" in missing.stderr
+    unwritable = run("export", info.id, "-o", str(tmp_path / "no" / "such" / "dir.md"))
+    assert unwritable.returncode == 1 and "cannot write" in unwritable.stderr and "Traceback" not in unwritable.stderr

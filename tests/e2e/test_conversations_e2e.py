@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 from pygls.exceptions import JsonRpcException
 
+from tests.openai_stub import StubReply
+
 
 async def request(client, method: str, params: dict):
     return await client.protocol.send_request_async(method, params)
@@ -116,3 +118,38 @@ async def test_rename_refuses_bad_input_naming_the_field(client, stub):
         assert error.value.code == -32602 and message in error.value.message, (params, error.value.message)
     session = await request(client, "imprint/session", {"sessionId": known.sessionId})
     assert session.session.title == "Keep my title"
+
+
+async def test_export_gives_markdown_and_the_stored_messages_as_json(client, stub, tmp_path):
+    import json
+
+    (tmp_path / "workspace" / "billing.yaml").write_text("billing:\n  port: 8101\n")
+    stub.queue(
+        StubReply(text="", tool_calls=[{"name": "read_file", "arguments": {"path": "billing.yaml"}}]),
+        "Billing listens on 8101 [1].",
+    )
+    answered = await chat(client, text="Which port does billing use?")
+    md = await request(client, "imprint/export", {"sessionId": answered.sessionId})
+    assert md.format == "markdown" and md.fileName == "imprint-which-port-does-billing-use.md"
+    assert md.text.startswith("# Which port does billing use?\n")
+    assert "<summary>1 tool step</summary>" in md.text and "- read_file billing.yaml" in md.text
+    assert "Billing listens on 8101 [1]." in md.text
+    assert "1. [billing.yaml:1-2](billing.yaml#L1-L2)" in md.text
+
+    exported = await request(client, "imprint/export", {"sessionId": answered.sessionId, "format": "json"})
+    session = await client.protocol.send_request_async("imprint/session", {"sessionId": answered.sessionId})
+    as_json = json.loads(exported.text)
+    assert exported.fileName.endswith(".json")
+    assert [(m["seq"], m["role"], m["content"]) for m in as_json["messages"]] == [
+        (m.seq, m.role, m.content) for m in session.messages
+    ]
+    assert as_json["session"]["sessionId"] == answered.sessionId
+
+    for params, message in [
+        ({"sessionId": "nope"}, "sessionId: no session with id 'nope'"),
+        ({"sessionId": answered.sessionId, "format": "pdf"}, "format"),
+        ({}, "sessionId"),
+    ]:
+        with pytest.raises(JsonRpcException) as error:
+            await request(client, "imprint/export", params)
+        assert error.value.code == -32602 and message in error.value.message, error.value.message
