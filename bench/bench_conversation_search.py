@@ -49,16 +49,81 @@ QUERIES = [
     "flaky test retry",
 ]
 
-WORDS = (
-    "service config deploy cluster request timeout retry cache queue worker schedule token user "
-    "account invoice billing payment order customer report metric alert log error warning build "
-    "release branch merge test fixture module function class method field value setting option "
-    "policy region replica volume secret key rotate limit memory disk network proxy gateway route"
-).split()
-RARE = (
-    "postgres redis eviction maxmemory scheduler KeyError eu-west flaky 8101 kubernetes terraform "
-    "grafana prometheus nginx certbot webhook graphql protobuf"
-).split()
+WORDS = [
+    "service",
+    "config",
+    "deploy",
+    "cluster",
+    "request",
+    "timeout",
+    "retry",
+    "cache",
+    "queue",
+    "worker",
+    "schedule",
+    "token",
+    "user",
+    "account",
+    "invoice",
+    "billing",
+    "payment",
+    "order",
+    "customer",
+    "report",
+    "metric",
+    "alert",
+    "log",
+    "error",
+    "warning",
+    "build",
+    "release",
+    "branch",
+    "merge",
+    "test",
+    "fixture",
+    "module",
+    "function",
+    "class",
+    "method",
+    "field",
+    "value",
+    "setting",
+    "option",
+    "policy",
+    "region",
+    "replica",
+    "volume",
+    "secret",
+    "key",
+    "rotate",
+    "limit",
+    "memory",
+    "disk",
+    "network",
+    "proxy",
+    "gateway",
+    "route",
+]
+RARE = [
+    "postgres",
+    "redis",
+    "eviction",
+    "maxmemory",
+    "scheduler",
+    "KeyError",
+    "eu-west",
+    "flaky",
+    "8101",
+    "kubernetes",
+    "terraform",
+    "grafana",
+    "prometheus",
+    "nginx",
+    "certbot",
+    "webhook",
+    "graphql",
+    "protobuf",
+]
 
 
 def sentence(rng: random.Random, words: int) -> str:
@@ -134,15 +199,18 @@ def main() -> int:
                 ).fetchall()
 
         search(store, "warm up")  # the index check that runs once per open store
-        print(f"{'query':<32} {'FTS5 ms':>8} {'search ms':>10} {'ratio':>6} {'hits':>7}")
+        print(f"{'query':<32} {'FTS5 ms':>8} {'search ms':>10} {'ratio':>6} {'matching':>9}")
         fts_total = ours_total = 0.0
         for query in QUERIES:
             fts_ms = median_ms(lambda query=query: plain(query))
             ours_ms = median_ms(lambda query=query: search(store, query))
-            hits = search(store, query).total
+            with store.reading() as db:
+                (hits,) = db.execute(
+                    "SELECT count(*) FROM plain_fts WHERE plain_fts MATCH ?", (fts_query(query),)
+                ).fetchone()
             fts_total += fts_ms
             ours_total += ours_ms
-            print(f"{query:<32} {fts_ms:>8.2f} {ours_ms:>10.2f} {ours_ms / fts_ms:>5.2f}x {hits:>7,}", flush=True)
+            print(f"{query:<32} {fts_ms:>8.2f} {ours_ms:>10.2f} {ours_ms / fts_ms:>5.2f}x {hits:>9,}", flush=True)
         ratio = ours_total / fts_total
         slowest = max(median_ms(lambda query=query: search(store, query)) for query in QUERIES)
         print(f"{'all queries (sum of medians)':<32} {fts_total:>8.2f} {ours_total:>10.2f} {ratio:>5.2f}x")

@@ -22,11 +22,11 @@ import msgspec
 
 from imprintd import settings as settings_mod
 from imprintd.context.history import ConversationHistory, HistoryError
+from imprintd.context.sections import MAX_SOURCE_CHARS, SectionArchive
+from imprintd.context.usage import ContextUsage
 from imprintd.conversations.search import SearchPage
 from imprintd.conversations.search import search as search_conversations
 from imprintd.conversations.titles import clean_title
-from imprintd.context.sections import MAX_SOURCE_CHARS, SectionArchive
-from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
 from imprintd.models.base import Model, SessionStates, session_requests

@@ -262,7 +262,7 @@ def _search(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
             when = datetime.fromtimestamp(hit.created_at).strftime("%Y-%m-%d %H:%M")
             print(f"{hit.session_id}  #{hit.seq:<4} {when}  {hit.role:<9} {hit.title}  |  {plain(hit.snippet)}")
         if page.next_offset is not None:
-            print(f"({page.total:,} found; next page: --offset {page.next_offset})", file=sys.stderr)
+            print(f"(more found: --offset {page.next_offset} shows the next {args.limit})", file=sys.stderr)
     finally:
         chat.close()
     return 0

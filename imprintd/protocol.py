@@ -12,9 +12,9 @@ import msgspec
 
 # The core defines these vocabularies; the wire uses them as they are.
 from imprintd import reply
+from imprintd.context.usage import ContextUsage
 from imprintd.conversations import export as conversation_export
 from imprintd.conversations import search as conversation_search
-from imprintd.context.usage import ContextUsage
 from imprintd.events import StepState
 from imprintd.messages import Message, SourceKind, Style
 from imprintd.messages import SourceRef as CoreSourceRef
@@ -280,7 +280,11 @@ class ExportResult(Wire):
 
     @classmethod
     def from_view(
-        cls, info: SessionInfo, messages: list[Message], summary: StoredSummary | None, format: conversation_export.Format
+        cls,
+        info: SessionInfo,
+        messages: list[Message],
+        summary: StoredSummary | None,
+        format: conversation_export.Format,
     ) -> ExportResult:
         if format == "markdown":
             text = conversation_export.markdown(info, messages, summary)
@@ -334,7 +338,6 @@ class SearchHit(Wire):
 class SearchConversationsResult(Wire):
     query: str
     hits: list[SearchHit]
-    total: int
     next_offset: int | None
 
     @classmethod
@@ -342,7 +345,6 @@ class SearchConversationsResult(Wire):
         return cls(
             query=query,
             hits=[SearchHit.from_core(hit) for hit in page.hits],
-            total=page.total,
             next_offset=page.next_offset,
         )
 

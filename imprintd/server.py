@@ -26,9 +26,9 @@ from imprintd import __version__
 from imprintd import protocol as wire
 from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing, workspace_folder
 from imprintd.context.history import HistoryError
+from imprintd.context.sections import SectionError
 from imprintd.conversations.search import SearchError
 from imprintd.conversations.titles import TitleError
-from imprintd.context.sections import SectionError
 from imprintd.models.base import ModelError
 from imprintd.models.identity import identify_model
 from imprintd.research.loop import ReplyFailed

@@ -130,6 +130,7 @@ class ConversationStore(Protocol):
     def summary(self, session_id: str) -> StoredSummary | None: ...
     def save_summary(self, session_id: str, summary: StoredSummary) -> None: ...
     def history_index(self, session_id: str) -> HistoryIndex: ...
+    def rename_session(self, session_id: str, title: str) -> SessionInfo: ...
 
 
 # --- helpers shared by both stores -------------------------------------------------------
@@ -266,7 +267,7 @@ def _migration_5_search_every_session(db: apsw.Connection) -> None:
     word (``imprint/searchConversations``) instead of scanning the postings of every session. It
     covers the count too (and, as the table has no rowid, the session and window), so a search
     reads the index alone."""
-    db.execute("CREATE INDEX history_postings_by_term ON history_postings (term, count)")
+    db.execute("CREATE INDEX history_postings_by_term ON history_postings (term, history_id, window, count)")
 
 
 MIGRATIONS: list[Migration] = [
@@ -581,18 +582,18 @@ class Store:
         self._index_every_session()
         terms = list(dict.fromkeys(terms))
         with self.reading() as db:
-            windows, words = db.execute(
+            totals: tuple[Any, ...] = db.execute(  # an aggregate: always one row
                 "SELECT coalesce(sum(windows), 0), coalesce(sum(words), 0) FROM history_sessions"
-            ).fetchone()
+            ).fetchone() or (0, 0)
+            windows, words = totals
             counts = dict.fromkeys(terms, 0)
             if terms:
-                counts.update(
-                    db.execute(
-                        "SELECT term, count(*) FROM history_postings"
-                        f" WHERE term IN ({', '.join('?' * len(terms))}) GROUP BY term",
-                        terms,
-                    ).fetchall()
-                )
+                found: list[tuple[Any, ...]] = db.execute(
+                    "SELECT term, count(*) FROM history_postings"
+                    f" WHERE term IN ({', '.join('?' * len(terms))}) GROUP BY term",
+                    terms,
+                ).fetchall()
+                counts.update(found)
         return windows, words / windows if windows else 0.0, counts
 
     def search(
@@ -607,77 +608,75 @@ class Store:
         before: float | None = None,
         limit: int = 20,
         offset: int = 0,
-    ) -> tuple[list[FoundMessage], int]:
-        """Messages of every stored session holding any term of ``weights`` (term → idf), best first,
-        and how many there are in all.
+    ) -> tuple[list[FoundMessage], bool]:
+        """Messages ``offset`` .. ``offset + limit`` of every stored session holding any term of
+        ``weights`` (term → idf), best first, and whether more follow.
 
-        A window scores BM25 (``k1``, ``b``, windows ``average_words`` long) times the share of the weight it matches; a message
-        its best window. ``workspace`` keeps sessions of that folder or one inside it; ``after``
-        and ``before`` (Unix seconds) bound when the message was stored. The scoring runs in SQLite
-        over the postings by term (migration 5), so its cost follows the windows that match, not
-        the number of sessions.
+        A window scores BM25 (``k1``, ``b``, windows ``average_words`` long) times the share of the
+        weight it matches; a message its best window. ``workspace`` keeps sessions of that folder or
+        one inside it; ``after`` and ``before`` (Unix seconds) bound when the message was stored.
+        SQLite scores every window holding a term, from the postings by term (migration 5), and
+        keeps only the best ones (a bounded sort); the best window of each message is picked here.
         """
         self._index_every_session()
         total_weight = sum(weights.values())
         if not weights or total_weight <= 0:
-            return [], 0
+            return [], False
         params: dict[str, Any] = {
             "weights": msgspec.json.encode(weights).decode(),
             "k1": k1,
             "b": b,
             "total_weight": total_weight,
             "average": average_words or 1.0,
-            "limit": limit,
-            "offset": offset,
         }
         # Filters join only when asked: reading every candidate's message row costs more than the
         # scoring (a message's row holds its text).
         joins, filters = "", []
         if workspace is not None:
             under = workspace.rstrip("/") + "/"
-            joins += " JOIN sessions s ON s.id = h.session_id"
-            filters.append("(s.workspace = :workspace OR substr(s.workspace, 1, :under_length) = :under)")
+            joins += (
+                " JOIN history_sessions h ON h.id = p.history_id JOIN sessions s ON s.id = h.session_id"
+                " AND (s.workspace = :workspace OR substr(s.workspace, 1, :under_length) = :under)"
+            )
             params |= {"workspace": workspace, "under": under, "under_length": len(under)}
         if after is not None or before is not None:
-            joins += " JOIN messages m ON m.session_id = h.session_id AND m.seq = f.seq"
+            joins += (
+                " JOIN messages m ON m.session_id = (SELECT session_id FROM history_sessions WHERE id = p.history_id)"
+                " AND m.seq = w.seq"
+            )
             if after is not None:
                 filters.append("m.created_at >= :after")
                 params["after"] = after
             if before is not None:
                 filters.append("m.created_at < :before")
                 params["before"] = before
-        where = " AND ".join(filters) or "1"
+        sql = f"""
+            WITH q(term, weight) AS (SELECT key, value FROM json_each(:weights))
+            SELECT p.history_id, w.seq, w.start_char, w.end_char,
+                sum(q.weight * p.count * (:k1 + 1) / (p.count + :k1 * (1 - :b + :b * w.words / :average)))
+                * sum(q.weight) / :total_weight AS score
+            FROM q
+            JOIN history_postings p ON p.term = q.term
+            JOIN history_windows w ON w.history_id = p.history_id AND w.window = p.window{joins}
+            WHERE {" AND ".join(filters) or "1"}
+            GROUP BY p.history_id, p.window
+            ORDER BY score DESC, p.history_id DESC, w.seq DESC, w.start_char
+            LIMIT :windows
+        """
+        wanted = offset + limit + 1  # one more than the page tells whether another follows
+        windows = wanted * 3  # a long message has several windows among the best
         with self.reading() as db:
-            rows = db.execute(
-                f"""
-                WITH q(term, weight) AS (SELECT key, value FROM json_each(:weights)),
-                windows AS (
-                    SELECT p.history_id, w.seq, w.start_char, w.end_char,
-                        sum(q.weight * p.count * (:k1 + 1)
-                            / (p.count + :k1 * (1 - :b + :b * w.words / :average)))
-                        * sum(q.weight) / :total_weight AS score
-                    FROM q
-                    JOIN history_postings p ON p.term = q.term
-                    JOIN history_windows w ON w.history_id = p.history_id AND w.window = p.window
-                    GROUP BY p.history_id, p.window
-                ),
-                found AS (
-                    -- a message scores its best window; SQLite takes start_char and end_char
-                    -- from the row max() picks
-                    SELECT history_id, seq, start_char, end_char, max(score) AS score
-                    FROM windows GROUP BY history_id, seq
-                )
-                SELECT h.session_id, f.seq, f.start_char, f.end_char, f.score, count(*) OVER () AS total
-                FROM found f JOIN history_sessions h ON h.id = f.history_id{joins}
-                WHERE {where}
-                ORDER BY f.score DESC, f.history_id DESC, f.seq DESC
-                LIMIT :limit OFFSET :offset
-                """,
-                params,
-            ).fetchall()
-            found = [self._found(db, *row[:-1]) for row in rows]
-            total = rows[0][-1] if rows else 0
-        return found, total
+            while True:
+                rows: list[tuple[Any, ...]] = db.execute(sql, params | {"windows": windows}).fetchall()
+                best: dict[tuple[int, int], tuple[Any, ...]] = {}
+                for row in rows:
+                    best.setdefault((row[0], row[1]), row)
+                if len(best) >= wanted or len(rows) < windows:
+                    break
+                windows *= 4
+            page = list(best.values())[offset : offset + limit]
+            found = [self._found(db, *row) for row in page]
+        return found, len(best) > offset + limit
 
     def history_index(self, session_id: str) -> HistoryIndex:
         """The session's conversation_history index, kept in this database."""
@@ -686,13 +685,16 @@ class Store:
         return SqliteHistoryIndex(self, session_id, _to_index)
 
     def _found(
-        self, db: apsw.Connection, session_id: str, seq: int, start: int, end: int, score: float
+        self, db: apsw.Connection, history_id: int, seq: int, start: int, end: int, score: float
     ) -> FoundMessage:
-        title, workspace, role, content, created_at = db.execute(
-            "SELECT s.title, s.workspace, m.role, m.content, m.created_at FROM messages m"
-            " JOIN sessions s ON s.id = m.session_id WHERE m.session_id = ? AND m.seq = ?",
-            (session_id, seq),
+        row: tuple[Any, ...] | None = db.execute(
+            "SELECT s.id, s.title, s.workspace, m.role, m.content, m.created_at FROM history_sessions h"
+            " JOIN sessions s ON s.id = h.session_id JOIN messages m ON m.session_id = s.id AND m.seq = ?"
+            " WHERE h.id = ?",
+            (seq, history_id),
         ).fetchone()
+        assert row is not None, "a window's message is stored with it"
+        session_id, title, workspace, role, content, created_at = row
         return FoundMessage(
             session_id=session_id,
             title=title,
@@ -713,7 +715,7 @@ class Store:
             return
         with self.reading() as db:
             behind = [
-                session_id
+                str(session_id)
                 for (session_id,) in db.execute(
                     "SELECT s.id FROM sessions s LEFT JOIN history_sessions h ON h.session_id = s.id"
                     " WHERE coalesce(h.last_seq, 0)"

@@ -101,7 +101,7 @@ def test_search_prints_one_line_per_hit_and_json_on_request(isolated_dirs):
     assert all("Which port does billing use?" in line for line in lines)  # the title
 
     printed = json.loads(run("search", "8101", "--json").stdout)
-    assert printed["total"] == 1 and printed["nextOffset"] is None
+    assert len(printed["hits"]) == 1 and printed["nextOffset"] is None
     [hit] = printed["hits"]
     assert (hit["sessionId"], hit["seq"], hit["role"]) == (info.id, 2, "assistant")
     assert [part["text"] for part in hit["snippet"] if part["match"]] == ["8101"]

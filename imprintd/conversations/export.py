@@ -84,7 +84,9 @@ def _escape(text: str) -> str:
 
 def _summary_note(summary: StoredSummary) -> str:
     quoted = "\n".join(f"> {line}" if line else ">" for line in summary.text.splitlines())
-    return f"> **Summary of messages #{summary.first_seq}–#{summary.last_seq}** (what Imprint keeps in view)\n>\n{quoted}"
+    return (
+        f"> **Summary of messages #{summary.first_seq}–#{summary.last_seq}** (what Imprint keeps in view)\n>\n{quoted}"
+    )
 
 
 def _step_result(message: Message, calls: dict[str, ToolCall]) -> str:

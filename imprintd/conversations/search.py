@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 
-from imprintd.context.history import B, K1, query_terms
+from imprintd.context.history import K1, B, query_terms
 from imprintd.context.history_index import WORD, stem
 from imprintd.store import FoundMessage, Store
 
@@ -60,7 +61,6 @@ class Hit:
 @dataclass(frozen=True)
 class SearchPage:
     hits: tuple[Hit, ...]
-    total: int
     #: The ``offset`` of the next page; None on the last.
     next_offset: int | None
 
@@ -104,9 +104,7 @@ def search(
     """
     terms = query_terms(query)
     if not query.strip() or not terms:
-        raise SearchError(
-            f"query: {query!r} has no word to search for; give at least one word (letters or digits)"
-        )
+        raise SearchError(f"query: {query!r} has no word to search for; give at least one word (letters or digits)")
     if not 1 <= limit <= MAX_LIMIT:
         raise SearchError(f"limit: {limit} is out of range; expected 1 to {MAX_LIMIT}")
     if offset < 0:
@@ -117,10 +115,8 @@ def search(
     if after is not None and before is not None and before <= after:
         raise SearchError(f"until: {until} is before since: {since}")
     windows, average_words, counts = store.search_statistics(terms)
-    weights = {
-        term: math.log(1 + (windows - df + 0.5) / (df + 0.5)) for term, df in counts.items() if df
-    }
-    found, total = store.search(
+    weights = {term: math.log(1 + (windows - df + 0.5) / (df + 0.5)) for term, df in counts.items() if df}
+    found, more = store.search(
         weights,
         average_words=average_words,
         k1=K1,
@@ -133,8 +129,7 @@ def search(
     )
     wanted = {term for term in terms if not term.startswith("date:")}
     hits = tuple(_hit(message, wanted) for message in found)
-    more = offset + len(hits) < total
-    return SearchPage(hits=hits, total=total, next_offset=offset + len(hits) if more else None)
+    return SearchPage(hits=hits, next_offset=offset + len(hits) if more else None)
 
 
 def _hit(message: FoundMessage, wanted: set[str]) -> Hit:
@@ -156,7 +151,8 @@ def snippet(text: str, start: int, end: int, wanted: set[str], width: int = SNIP
 
     A message found only by its date or a tool call's arguments starts at the window's start.
     """
-    matches = [m for m in WORD.finditer(text, start, end) if stem(m.group()) in wanted]
+    is_wanted = _matcher(wanted)
+    matches = [m for m in WORD.finditer(text, start, end) if is_wanted(m.group())]
     focus = matches[0].start() if matches else start
     begin = max(0, focus - width // 3)
     finish = min(len(text), begin + width)
@@ -168,7 +164,7 @@ def snippet(text: str, start: int, end: int, wanted: set[str], width: int = SNIP
     parts: list[SnippetPart] = []
     cursor = begin
     for match in WORD.finditer(text, begin, finish):
-        if stem(match.group()) not in wanted:
+        if not is_wanted(match.group()):
             continue
         if match.start() > cursor:
             parts.append(SnippetPart(_one_line(text[cursor : match.start()]), False))
@@ -181,6 +177,17 @@ def snippet(text: str, start: int, end: int, wanted: set[str], width: int = SNIP
     if finish < len(text):
         parts.append(SnippetPart("…", False))
     return tuple(parts)
+
+
+def _matcher(wanted: set[str]) -> Callable[[str], bool]:
+    """Whether a word's stem is ``wanted``. Stemming is the slow part of a snippet, and a stem keeps
+    its word's first two letters (Snowball changes endings only), so other words are not stemmed."""
+    starts = tuple({term[:2] for term in wanted})
+
+    def is_wanted(word: str) -> bool:
+        return word.lower().startswith(starts) and stem(word) in wanted
+
+    return is_wanted
 
 
 def _one_line(text: str) -> str:

@@ -25,7 +25,5 @@ def clean_title(title: str) -> str:
     if not cleaned:
         raise TitleError("title: it is empty; give the session a name of 1 to 80 characters")
     if len(cleaned) > TITLE_LIMIT:
-        raise TitleError(
-            f"title: it has {len(cleaned):,} characters; a title has at most {TITLE_LIMIT}"
-        )
+        raise TitleError(f"title: it has {len(cleaned):,} characters; a title has at most {TITLE_LIMIT}")
     return cleaned

@@ -13,8 +13,19 @@ from imprintd.research.citations import sources_block
 from imprintd.store import SessionInfo, Store, StoredSummary
 
 SOURCES = (
-    SourceRef(number=1, kind="file", label="services/billing.yaml", path="services/billing.yaml", start_line=1, end_line=12),
-    SourceRef(number=2, kind="file", label="docs/deploy.md", path="docs/deploy.md", start_line=3, end_line=3, cited=False, supported=None),
+    SourceRef(
+        number=1, kind="file", label="services/billing.yaml", path="services/billing.yaml", start_line=1, end_line=12
+    ),
+    SourceRef(
+        number=2,
+        kind="file",
+        label="docs/deploy.md",
+        path="docs/deploy.md",
+        start_line=3,
+        end_line=3,
+        cited=False,
+        supported=None,
+    ),
     SourceRef(number=3, kind="message", label="message #1", message=1),
 )
 CALL = ToolCall(id="c1", name="search", arguments={"query": "billing port"})
@@ -46,7 +57,10 @@ def test_markdown_has_questions_answers_folded_steps_and_sources_as_workspace_li
     assert text.startswith("# Which port does billing use?\n")
     assert f"Session `{info.id}` · workspace `/home/me/shop`" in text and "6 messages" in text
     assert "## You (#1)\n\nWhich port does billing use?" in text
-    assert "## Imprint (#4)\n\n<details>\n<summary>1 tool step</summary>\n\nLet me look.\n- search for “billing port”" in text
+    assert (
+        "## Imprint (#4)\n\n<details>\n<summary>1 tool step</summary>\n\nLet me look.\n- search for “billing port”"
+        in text
+    )
     assert "Result of search for “billing port”:\n\n```\nservices/billing.yaml:3  port: 8101\n" in text
     assert f"… ({STEP_RESULT_CHARS + 500 + 36:,} characters in all)" in text  # clipped, saying how long it was
     assert "</details>\n\nBilling listens on 8101 [1].\n\nSources:\n\n" in text
@@ -79,7 +93,17 @@ def test_json_is_what_imprint_session_returns(isolated_dirs):
 
 
 def test_file_name_from_the_title_else_the_id():
-    info = SessionInfo(id="5f0c1234abcd", title="", workspace=None, created_at=0, updated_at=0, message_count=0, persist=True)
+    info = SessionInfo(
+        id="5f0c1234abcd", title="", workspace=None, created_at=0, updated_at=0, message_count=0, persist=True
+    )
     assert file_name(info, "markdown") == "imprint-5f0c1234.md"
-    titled = SessionInfo(id="x", title="Why does `make` fail on CI?!", workspace=None, created_at=0, updated_at=0, message_count=0, persist=True)
+    titled = SessionInfo(
+        id="x",
+        title="Why does `make` fail on CI?!",
+        workspace=None,
+        created_at=0,
+        updated_at=0,
+        message_count=0,
+        persist=True,
+    )
     assert file_name(titled, "json") == "imprint-why-does-make-fail-on-ci.json"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -56,9 +55,12 @@ def test_finds_messages_of_every_session_best_first_with_title_role_and_marked_s
     stored(db, user("What is the weather like?"), assistant("I cannot tell."))
 
     page = search(db, "billing port")
-    assert [(h.session_id, h.seq) for h in page.hits][:2] in ([(billing, 2), (billing, 1)], [(billing, 1), (billing, 2)])
+    assert [(h.session_id, h.seq) for h in page.hits][:2] in (
+        [(billing, 2), (billing, 1)],
+        [(billing, 1), (billing, 2)],
+    )
     assert {(h.session_id, h.seq) for h in page.hits} == {(billing, 1), (billing, 2), (other, 2)}
-    assert page.total == 3 and page.next_offset is None
+    assert page.next_offset is None
     top = page.hits[0]
     assert top.title == "Which port does the billing service listen on?"
     assert top.role in ("user", "assistant") and top.created_at == local("2026-11-20T12:00")
@@ -79,7 +81,6 @@ def test_pages_follow_each_other_without_gaps_or_repeats(db):
     first = search(db, "invoice", limit=3)
     second = search(db, "invoice", limit=3, offset=first.next_offset)
     third = search(db, "invoice", limit=3, offset=second.next_offset)
-    assert first.total == second.total == third.total == 7
     assert (first.next_offset, second.next_offset, third.next_offset) == (3, 6, None)
     found = [h.session_id for page in (first, second, third) for h in page.hits]
     assert len(found) == len(set(found)) == 7
@@ -116,9 +117,7 @@ def test_a_date_in_the_query_finds_that_days_messages(db, clock):
 
 def test_a_tool_result_is_found_by_its_calls_query(db):
     call = ToolCall(id="c1", name="search", arguments={"query": "flush interval"})
-    session = stored(
-        db, user("how often?"), assistant("", tool_calls=(call,)), tool_result(call, "cache.yaml:3 30s")
-    )
+    session = stored(db, user("how often?"), assistant("", tool_calls=(call,)), tool_result(call, "cache.yaml:3 30s"))
     hits = search(db, "flush interval").hits
     assert (session, 3) in {(h.session_id, h.seq) for h in hits}
 

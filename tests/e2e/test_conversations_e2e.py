@@ -28,7 +28,7 @@ async def test_search_finds_every_stored_session_and_not_a_persist_false_one(cli
     await chat(client, text="A billing question off the record", persist=False)
 
     found = await request(client, "imprint/searchConversations", {"query": "billing port"})
-    assert found.query == "billing port" and found.total == 2 and found.nextOffset is None
+    assert found.query == "billing port" and len(found.hits) == 2 and found.nextOffset is None
     assert {(h.sessionId, h.seq) for h in found.hits} == {(billing.sessionId, 1), (billing.sessionId, 2)}
     top = found.hits[0]
     assert top.title == "Which port does billing use?" and top.role in ("user", "assistant")
@@ -36,7 +36,7 @@ async def test_search_finds_every_stored_session_and_not_a_persist_false_one(cli
     assert "".join(p.text for p in top.snippet) in ("Which port does billing use?", "Billing listens on port 8101.")
 
     paged = await request(client, "imprint/searchConversations", {"query": "billing port", "limit": 1})
-    assert len(paged.hits) == 1 and paged.total == 2 and paged.nextOffset == 1
+    assert len(paged.hits) == 1 and paged.nextOffset == 1
     rest = await request(client, "imprint/searchConversations", {"query": "billing port", "limit": 1, "offset": 1})
     assert [(h.sessionId, h.seq) for h in paged.hits + rest.hits] == [(h.sessionId, h.seq) for h in found.hits]
 
@@ -45,15 +45,15 @@ async def test_search_finds_every_stored_session_and_not_a_persist_false_one(cli
 
 
 BAD_SEARCHES = [
-        ({"query": ""}, "query: '' has no word to search for"),
-        ({"query": '"*"'}, "has no word to search for"),
-        ({}, "query"),
-        ({"query": 5}, "query"),
-        ({"query": "x", "limit": 0}, "limit"),
-        ({"query": "x", "limit": 101}, "limit"),
-        ({"query": "x", "offset": -1}, "offset"),
-        ({"query": "x", "since": "yesterday"}, "since: 'yesterday' is not a date; expected YYYY-MM-DD"),
-        ({"query": "x", "since": "2026-11-03", "until": "2026-11-01"}, "until: 2026-11-01 is before since"),
+    ({"query": ""}, "query: '' has no word to search for"),
+    ({"query": '"*"'}, "has no word to search for"),
+    ({}, "query"),
+    ({"query": 5}, "query"),
+    ({"query": "x", "limit": 0}, "limit"),
+    ({"query": "x", "limit": 101}, "limit"),
+    ({"query": "x", "offset": -1}, "offset"),
+    ({"query": "x", "since": "yesterday"}, "since: 'yesterday' is not a date; expected YYYY-MM-DD"),
+    ({"query": "x", "since": "2026-11-03", "until": "2026-11-01"}, "until: 2026-11-01 is before since"),
 ]
 
 
@@ -63,7 +63,7 @@ async def test_search_refuses_bad_input_naming_the_field_and_keeps_serving(clien
             await request(client, "imprint/searchConversations", params)
         assert error.value.code == -32602 and message in error.value.message, (params, error.value.message)
     found = await request(client, "imprint/searchConversations", {"query": "anything"})
-    assert found.hits == [] and found.total == 0
+    assert found.hits == [] and found.nextOffset is None
 
 
 async def test_rename_titles_the_session_everywhere_and_keeps_its_place(client, stub):
@@ -73,7 +73,9 @@ async def test_rename_titles_the_session_everywhere_and_keeps_its_place(client, 
     listed = await request(client, "imprint/sessions", {})
     assert [s.title for s in listed.sessions] == ["Second question", "First question"]
 
-    renamed = await request(client, "imprint/renameSession", {"sessionId": first.sessionId, "title": "  Billing\n port  "})
+    renamed = await request(
+        client, "imprint/renameSession", {"sessionId": first.sessionId, "title": "  Billing\n port  "}
+    )
     assert renamed.session.sessionId == first.sessionId and renamed.session.title == "Billing port"
     listed = await request(client, "imprint/sessions", {})
     assert [(s.sessionId, s.title) for s in listed.sessions] == [
@@ -99,12 +101,12 @@ async def test_a_persist_false_session_can_be_renamed(client, stub):
 
 
 BAD_RENAMES = [
-        ({"sessionId": "nope", "title": "x"}, "sessionId: no session with id 'nope'"),
-        ({"sessionId": "", "title": "x"}, "sessionId"),
-        ({"title": "x"}, "sessionId"),
-        ({"sessionId": "KNOWN", "title": " \n "}, "title: it is empty; give the session a name of 1 to 80 characters"),
-        ({"sessionId": "KNOWN", "title": "x" * 81}, "title: it has 81 characters; a title has at most 80"),
-        ({"sessionId": "KNOWN"}, "title"),
+    ({"sessionId": "nope", "title": "x"}, "sessionId: no session with id 'nope'"),
+    ({"sessionId": "", "title": "x"}, "sessionId"),
+    ({"title": "x"}, "sessionId"),
+    ({"sessionId": "KNOWN", "title": " \n "}, "title: it is empty; give the session a name of 1 to 80 characters"),
+    ({"sessionId": "KNOWN", "title": "x" * 81}, "title: it has 81 characters; a title has at most 80"),
+    ({"sessionId": "KNOWN"}, "title"),
 ]
 
 
