@@ -24,6 +24,8 @@ from imprintd import settings as settings_mod
 from imprintd.context.history import ConversationHistory, HistoryError
 from imprintd.context.sections import MAX_SOURCE_CHARS, SectionArchive
 from imprintd.context.usage import ContextUsage
+from imprintd.conversations.compact import Compacted
+from imprintd.conversations.compact import compact as compact_session
 from imprintd.conversations.search import SearchPage
 from imprintd.conversations.search import search as search_conversations
 from imprintd.conversations.titles import clean_title
@@ -342,6 +344,20 @@ class Chat:
         """Give the session ``title`` (ValueError when it is blank or too long); returns its info."""
         store, info = self.locate(session_id)
         return store.rename_session(info.id, clean_title(title))
+
+    async def compact(self, session_id: str, events: ReplyEvents) -> Compacted:
+        """Write the session's running summary now (``conversations.compact``), in the session's
+        turn so it never interleaves with a reply; stores it and returns it. CompactFailed."""
+        self.locate(session_id)
+        async with self._turns.turn(session_id):
+            store, info = self.locate(session_id)
+            messages, state = store.messages(info.id), store.summary(info.id)
+            events.begin(info.id, uuid.uuid4().hex)
+            model = self.model()
+            done = await compact_session(model, messages, state, events)
+            if done.written and done.summary is not None:
+                store.save_summary(info.id, done.summary)
+            return done
 
     def conversation_history(
         self, session_id: str, *, query: str | None = None, message: int | None = None, offset: int = 0

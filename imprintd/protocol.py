@@ -34,6 +34,7 @@ CONTEXT = "imprint/context"
 SEARCH_CONVERSATIONS = "imprint/searchConversations"
 RENAME_SESSION = "imprint/renameSession"
 EXPORT = "imprint/export"
+COMPACT = "imprint/compact"
 # Notifications (server to client)
 REPLY_DELTA = "imprint/replyDelta"
 REPLY_PREAMBLE = "imprint/replyPreamble"
@@ -54,6 +55,7 @@ REQUESTS = (
     SEARCH_CONVERSATIONS,
     RENAME_SESSION,
     EXPORT,
+    COMPACT,
 )
 NOTIFICATIONS = (REPLY_DELTA, REPLY_PREAMBLE, TOOL_STEP, SUMMARY_UPDATED, MODEL_CHANGED, CONTEXT_USAGE)
 
@@ -292,6 +294,20 @@ class ExportResult(Wire):
             encoded = msgspec.json.encode(SessionResult.from_view(info, messages, summary))
             text = msgspec.json.format(encoded, indent=2).decode() + "\n"
         return cls(session_id=info.id, format=format, file_name=conversation_export.file_name(info, format), text=text)
+
+
+class CompactParams(Wire):
+    session_id: NonEmpty
+    work_done_token: int | str | None = None
+
+
+class CompactResult(Wire):
+    """``compacted`` false: nothing to summarize (``note`` says so); ``summary`` as it stands."""
+
+    session_id: str
+    compacted: bool
+    summary: SummaryInfo | None
+    note: str
 
 
 # -- searching every conversation ---------------------------------------------

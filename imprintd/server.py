@@ -27,6 +27,7 @@ from imprintd import protocol as wire
 from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing, workspace_folder
 from imprintd.context.history import HistoryError
 from imprintd.context.sections import SectionError
+from imprintd.conversations.compact import CompactFailed
 from imprintd.conversations.search import SearchError
 from imprintd.conversations.titles import TitleError
 from imprintd.models.base import ModelError
@@ -55,6 +56,7 @@ CORE_ERRORS: tuple[tuple[tuple[type[Exception], ...], Callable[[Exception], Json
     ((HistoryError, SectionError), lambda error: JsonRpcInvalidParams(str(error))),
     ((SearchError, TitleError), lambda error: JsonRpcInvalidParams(str(error))),
     ((ModelError, ReplyFailed, StoreError, apsw.Error), lambda error: RequestFailed(str(error))),
+    ((CompactFailed,), lambda error: RequestFailed(str(error))),
 )
 
 
@@ -258,6 +260,20 @@ def export(server: ImprintServer, params: wire.ExportParams) -> wire.ExportResul
     return wire.ExportResult.from_view(view.info, view.messages, view.summary, params.format)
 
 
+async def compact(server: ImprintServer, params: wire.CompactParams) -> wire.CompactResult:
+    events = WireEvents(server, work_done_token=params.work_done_token)
+    try:
+        done = await server.chat.compact(params.session_id, events)
+    finally:
+        await events.finish()
+    return wire.CompactResult(
+        session_id=params.session_id,
+        compacted=done.written,
+        summary=wire.SummaryInfo.from_core(done.summary),
+        note=done.note,
+    )
+
+
 def rename_session(server: ImprintServer, params: wire.RenameSessionParams) -> wire.RenameSessionResult:
     info = server.chat.rename_session(params.session_id, params.title)
     return wire.RenameSessionResult(session=wire.SessionInfoWire.from_core(info))
@@ -277,6 +293,7 @@ IMPRINT_HANDLERS = (
     (wire.SEARCH_CONVERSATIONS, wire.SearchConversationsParams, search_conversations),
     (wire.RENAME_SESSION, wire.RenameSessionParams, rename_session),
     (wire.EXPORT, wire.ExportParams, export),
+    (wire.COMPACT, wire.CompactParams, compact),
 )
 
 

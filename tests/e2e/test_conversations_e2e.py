@@ -155,3 +155,62 @@ async def test_export_gives_markdown_and_the_stored_messages_as_json(client, stu
         with pytest.raises(JsonRpcException) as error:
             await request(client, "imprint/export", params)
         assert error.value.code == -32602 and message in error.value.message, error.value.message
+
+
+async def test_compact_writes_the_summary_now_and_says_when_there_is_nothing_to_summarize(client, stub):
+    from tests.e2e.summary_script import bullets, is_summarizer
+
+    def model(body: dict):
+        if is_summarizer(body):
+            return bullets(body)
+        return "An answer."
+
+    stub.queue(*[model] * 4)
+    first = await chat(client, text="Here is the staging compose file.")
+    sid = first.sessionId
+    lonely = await request(client, "imprint/compact", {"sessionId": sid})
+    assert lonely.compacted is False and lonely.summary is None and "Nothing to summarize" in lonely.note
+    assert not any(is_summarizer(body) for body in stub.requests)
+
+    for text in ("What about topic three?", "And topic five?"):
+        await chat(client, text=text, sessionId=sid)
+    done = await request(client, "imprint/compact", {"sessionId": sid})
+    assert done.compacted is True and done.note == "The summary now covers messages #1–#4."
+    assert (done.summary.firstSeq, done.summary.lastSeq) == (1, 4)
+    assert (
+        done.summary.text
+        == "- (#1–#2) The user pasted the staging compose file.\n- (#3–#4) The user talked about topic 3."
+    )
+    [asked] = [body for body in stub.requests if is_summarizer(body)]
+    assert "#4 assistant" in asked["messages"][-1]["content"] and "#5" not in asked["messages"][-1]["content"]
+    updated = [p for m, p in client.notifications if m == "imprint/summaryUpdated"]
+    assert [(p.sessionId, p.summary.text) for p in updated] == [(sid, done.summary.text)]
+    stored = await request(client, "imprint/summary", {"sessionId": sid})
+    assert stored.summary.text == done.summary.text and stored.summary.lastSeq == 4
+
+    again = await request(client, "imprint/compact", {"sessionId": sid})
+    assert again.compacted is False and again.summary.text == done.summary.text
+    assert "after message #4" in again.note
+
+    for params, message in [({"sessionId": "nope"}, "sessionId: no session with id 'nope'"), ({}, "sessionId")]:
+        with pytest.raises(JsonRpcException) as error:
+            await request(client, "imprint/compact", params)
+        assert error.value.code == -32602 and message in error.value.message
+
+
+async def test_compact_that_fails_answers_32803_and_keeps_the_summary_as_it_was(client, stub):
+    from tests.e2e.summary_script import is_summarizer
+
+    def model(body: dict):
+        if is_summarizer(body):
+            return StubReply(status=400, body='{"error": {"message": "the summarizer is broken"}}')
+        return "An answer."
+
+    stub.queue(*[model] * 3)
+    first = await chat(client, text="First question")
+    await chat(client, text="Second question", sessionId=first.sessionId)
+    with pytest.raises(JsonRpcException) as error:
+        await request(client, "imprint/compact", {"sessionId": first.sessionId})
+    assert error.value.code == -32803 and "no summary was written" in error.value.message
+    stored = await request(client, "imprint/summary", {"sessionId": first.sessionId})
+    assert stored.summary is None
