@@ -6,6 +6,11 @@ nothing behind); ``session/prompt`` asks the core for a reply in it, ``session/l
 ``session/list`` and ``session/delete`` work on the same store. Nothing here decides
 anything about a reply.
 
+After ``session/new`` and ``session/load`` the agent publishes its slash commands
+(``available_commands_update``, ``commands.py``); a prompt starting with one runs it instead of
+asking the model. ``session_info_update`` carries the session's title: on ``session/load``, and
+after a prompt that gave the session its title (its first question).
+
 Each prompt runs as its own task. ``session/cancel`` cancels it (the core keeps the
 question and stores nothing else), nothing more is sent for it, and the prompt answers
 ``{stopReason: "cancelled"}``. A prompt sent while another runs in the same session waits for
@@ -26,11 +31,13 @@ import apsw
 import msgspec
 
 from imprintd import __version__
-from imprintd.acp import wire
-from imprintd.acp.events import SESSION_UPDATE, AcpEvents, stop_reason
+from imprintd.acp import commands, wire
+from imprintd.acp.events import SESSION_UPDATE, AcpEvents, source_links, stop_reason
 from imprintd.acp.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND, Connection, RpcError
 from imprintd.acp.replay import replay
 from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing, workspace_folder
+from imprintd.conversations.compact import CompactFailed
+from imprintd.conversations.export import markdown
 from imprintd.models.base import ModelError
 from imprintd.research.loop import ReplyFailed
 from imprintd.store import SessionNotFound, StoreError, new_session_id
@@ -53,6 +60,7 @@ class Agent:
         self._prompts: dict[str, list[asyncio.Task]] = {}  # running and waiting replies by session
         self._events: dict[asyncio.Task, AcpEvents] = {}  # what each of them sends
         self._unstored: set[str] = set()  # named by session/new, not yet asked anything
+        self._titles: dict[str, str] = {}  # the title each session's client was last told
 
     @property
     def requests(self):
@@ -88,12 +96,15 @@ class Agent:
         self._cwd[session_id] = root
         _log_mcp(session_id, params.mcp_servers)
         logger.info("session %s on %s", session_id, root)
+        # After the response (a sync handler's is sent when it returns): the client knows the id by then.
+        asyncio.get_running_loop().call_soon(self._publish_commands, session_id)
         return wire.NewSessionResult(session_id=session_id)
 
     def load_session(self, params: wire.LoadSessionParams) -> None:
         root = _folder(params.cwd)
         if self._is_unstored(params.session_id):
             self._cwd[params.session_id] = root
+            self._publish_commands(params.session_id)
             return None  # never asked anything: nothing to replay
         store, info = self._locate(params.session_id)
         messages = _store_call(lambda: store.messages(info.id))
@@ -101,7 +112,27 @@ class Agent:
         _log_mcp(info.id, params.mcp_servers)
         for update in replay(messages, root):
             self.connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=info.id, update=update))
+        self._tell_title(info.id, force=True)
+        self._publish_commands(info.id)
         return None
+
+    def _publish_commands(self, session_id: str) -> None:
+        update = wire.AvailableCommandsUpdate(available_commands=list(commands.COMMANDS))
+        self.connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=session_id, update=update))
+
+    def _tell_title(self, session_id: str, *, force: bool = False) -> None:
+        """``session_info_update`` with the session's title, when the client does not have it yet."""
+        try:
+            _, info = self.chat.locate(session_id)
+        except (StoreError, apsw.Error):  # deleted meanwhile, or the store failed: no title to tell
+            return
+        if not info.title or (not force and self._titles.get(session_id) == info.title):
+            return
+        self._titles[session_id] = info.title
+        update = wire.SessionInfoUpdate(
+            title=info.title, updated_at=datetime.fromtimestamp(info.updated_at, UTC).isoformat()
+        )
+        self.connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=session_id, update=update))
 
     def list_sessions(self, params: wire.ListSessionsParams) -> wire.ListSessionsResult:
         if params.cursor is not None:
@@ -168,6 +199,9 @@ class Agent:
             root = self._cwd.get(info.id) or (Path(info.workspace) if info.workspace else None)
         question = question_text(params.prompt, root)
         events = AcpEvents(self.connection, session_id, root)
+        command = commands.command_of(question)
+        if command is not None:
+            return self._run_command(command, session_id, events)
         request = ReplyRequest(text=question, session_id=session_id, workspace=str(root) if root else None)
         waiting = list(self._prompts.get(session_id, ()))
         reply = asyncio.ensure_future(self._reply_after(waiting, request, events))
@@ -204,7 +238,43 @@ class Agent:
             raise _reply_error(error)
         outcome = reply.result()
         events.finish(outcome)
+        self._tell_title(session_id)
         return wire.PromptResult(stop_reason=stop_reason(outcome.stop_reason))
+
+    # -- slash commands ---------------------------------------------------------------
+    async def _run_command(self, command: str, session_id: str, events: AcpEvents) -> wire.PromptResult:
+        """Run ``/command`` (``commands.py``) and answer with its result as the agent's message."""
+        if self._is_unstored(session_id):
+            events.text(f"Nothing to {command} yet: this session has no messages. Ask a question first.")
+            return wire.PromptResult(stop_reason="end_turn")
+        store, info = self._locate(session_id)
+        if command == "compact":
+            try:
+                done = await self.chat.compact(info.id, events)
+            except (CompactFailed, ModelError) as error:  # said in the session; nothing was stored
+                events.text(f"Compacting failed: {error}")
+                return wire.PromptResult(stop_reason="end_turn")
+            events.text(done.note + (f"\n\n{done.summary.text}" if done.written and done.summary else ""))
+        elif command == "context":
+            usage = await self.chat.context_usage(info.id)
+            events.text(commands.context_text(usage))
+        elif command == "sources":
+            messages = _store_call(lambda: store.messages(info.id))
+            answer = next((m for m in reversed(messages) if m.role == "assistant" and m.sources), None)
+            if answer is None:
+                events.text("No answer in this session has sources yet.")
+            else:
+                events.text(f"Sources of the answer #{answer.seq}:\n")
+                for link in source_links(events.root, answer.sources):
+                    events.update(wire.AgentMessageChunk(content=link))
+                    events.text("\n")
+                unlinked = [s for s in answer.sources if s.path is None]
+                for source in unlinked:
+                    events.text(f"[{source.number}] {source.label}\n")
+        else:  # export
+            view = _store_call(lambda: self.chat.session(info.id))
+            events.text(markdown(view.info, view.messages, view.summary))
+        return wire.PromptResult(stop_reason="end_turn")
 
     def cancel(self, params: wire.SessionParams) -> None:
         if not self._cancel_prompts(params.session_id):

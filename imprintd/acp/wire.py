@@ -221,7 +221,37 @@ class UsageUpdate(_Wire, tag_field="sessionUpdate", tag="usage_update"):
     size: int
 
 
-SessionUpdate = UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | ToolCallStart | ToolCallUpdate | UsageUpdate
+class SessionInfoUpdate(_Wire, tag_field="sessionUpdate", tag="session_info_update"):
+    """The session's title (and when it last changed), as ``session/list`` has them."""
+
+    title: str | UnsetType = UNSET
+    updated_at: str | UnsetType = UNSET
+
+
+class CommandInput(_Wire):
+    hint: str
+
+
+class AvailableCommand(_Wire):
+    name: str
+    description: str
+    input: CommandInput | UnsetType = UNSET
+
+
+class AvailableCommandsUpdate(_Wire, tag_field="sessionUpdate", tag="available_commands_update"):
+    available_commands: list[AvailableCommand]
+
+
+SessionUpdate = (
+    UserMessageChunk
+    | AgentMessageChunk
+    | AgentThoughtChunk
+    | ToolCallStart
+    | ToolCallUpdate
+    | UsageUpdate
+    | SessionInfoUpdate
+    | AvailableCommandsUpdate
+)
 
 
 class SessionNotification(_Wire):
