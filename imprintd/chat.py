@@ -32,6 +32,7 @@ from imprintd.conversations.titles import clean_title
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
 from imprintd.models.base import Model, SessionStates, session_requests
+from imprintd.models.on_disk import FoundModel, find_models
 from imprintd.models.state_cache import delete_session_files, states_folder
 from imprintd.private import private_folder
 from imprintd.reply import ReplyContext, ReplyOutcome, ReplyRequest, next_question_usage, run_reply
@@ -358,6 +359,11 @@ class Chat:
             if done.written and done.summary is not None:
                 store.save_summary(info.id, done.summary)
             return done
+
+    def models_on_disk(self) -> list[FoundModel]:
+        """GGUF models on this machine (``models.on_disk``): ``chat.models_dir`` first, then where other
+        tools keep theirs. Reads file headers: call it from a worker thread."""
+        return find_models(self.settings.models_dir)
 
     def conversation_history(
         self, session_id: str, *, query: str | None = None, message: int | None = None, offset: int = 0

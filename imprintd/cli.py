@@ -1,5 +1,5 @@
 """The ``imprintd`` command: ``serve`` (the daemon, default), ``acp``, ``ask``, ``sessions``, ``search``,
-``export``, ``config``."""
+``export``, ``models``, ``config``."""
 
 from __future__ import annotations
 
@@ -100,6 +100,15 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("session", help="the session's id (from `imprintd sessions` or `imprintd search`)")
     export.add_argument("--format", choices=("md", "json"), default="md", help="md (the default) or json")
     export.add_argument("-o", "--output", help="write to this file instead of stdout")
+    models = commands.add_parser(
+        "models",
+        parents=[common],
+        help="list the GGUF chat models on this machine",
+        description="List the GGUF models found in chat.models_dir, LM Studio's folder, the Hugging Face "
+        "cache, Ollama's store and llama.cpp's cache, read from their headers: chat models first (use one "
+        "with --model PATH or the chat.model setting), then files that are not chat models, with why.",
+    )
+    models.add_argument("--json", action="store_true", help="print imprint/models' list as JSON")
     commands.add_parser(
         "config",
         parents=[common],
@@ -201,6 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _search(resolved, args)
     if command == "export":
         return _export(resolved, args)
+    if command == "models":
+        return _models(resolved, args)
     return _ask(resolved, args)
 
 
@@ -294,6 +305,34 @@ def _export(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
         print(f"imprintd: cannot write {args.output}: {error.strerror or error}", file=sys.stderr)
         return 1
     print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def _models(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
+    import msgspec
+
+    from imprintd import protocol as wire
+    from imprintd.models.on_disk import find_models
+
+    found = find_models(resolved.settings.chat.models_dir)
+    if args.json:
+        print(msgspec.json.encode([wire.ModelOnDisk.from_core(m) for m in found]).decode())
+        return 0
+    if not found:
+        print(
+            "No GGUF models found (looked in chat.models_dir, LM Studio, the Hugging Face cache, Ollama, "
+            "llama.cpp's cache). Set chat.models_dir to a folder of .gguf files.",
+            file=sys.stderr,
+        )
+        return 1
+    for model in found:
+        size = f"{model.size / (1 << 30):.1f} GiB" if model.size >= 1 << 30 else f"{model.size / (1 << 20):.0f} MiB"
+        if model.chat:
+            context = f"{model.context_length:,} ctx" if model.context_length else "ctx ?"
+            details = f"{model.quantization or '?'}, {size}, {context}, {model.chat_format}, {model.source}"
+            print(f"{model.name}  ({details})\n    {model.path}")
+        else:
+            print(f"not a chat model: {model.name}  ({size}, {model.source}): {model.reason}\n    {model.path}")
     return 0
 
 

@@ -19,6 +19,7 @@ from imprintd.events import StepState
 from imprintd.messages import Message, SourceKind, Style
 from imprintd.messages import SourceRef as CoreSourceRef
 from imprintd.models.identity import ModelIdentity
+from imprintd.models.on_disk import FoundModel
 from imprintd.research.loop import Stop as StopReason
 from imprintd.store import SessionInfo, StoredSummary
 
@@ -35,6 +36,7 @@ SEARCH_CONVERSATIONS = "imprint/searchConversations"
 RENAME_SESSION = "imprint/renameSession"
 EXPORT = "imprint/export"
 COMPACT = "imprint/compact"
+MODELS = "imprint/models"
 # Notifications (server to client)
 REPLY_DELTA = "imprint/replyDelta"
 REPLY_PREAMBLE = "imprint/replyPreamble"
@@ -56,6 +58,7 @@ REQUESTS = (
     RENAME_SESSION,
     EXPORT,
     COMPACT,
+    MODELS,
 )
 NOTIFICATIONS = (REPLY_DELTA, REPLY_PREAMBLE, TOOL_STEP, SUMMARY_UPDATED, MODEL_CHANGED, CONTEXT_USAGE)
 
@@ -408,6 +411,47 @@ class ModelInfo(Wire):
     @classmethod
     def from_core(cls, identity: ModelIdentity) -> ModelInfo:
         return cls(provider=identity.provider, model=identity.model, n_ctx=identity.n_ctx)
+
+
+class ModelsParams(Wire):
+    pass
+
+
+class ModelOnDisk(Wire):
+    """A GGUF found on this machine, described from its header (protocol.md, ``imprint/models``)."""
+
+    name: str
+    path: str
+    source: str
+    size: int
+    architecture: str | None
+    quantization: str | None
+    context_length: int | None
+    has_chat_template: bool
+    chat_format: str | None
+    chat: bool
+    reason: str
+
+    @classmethod
+    def from_core(cls, found: FoundModel) -> ModelOnDisk:
+        return cls(
+            name=found.name,
+            path=found.path,
+            source=found.source,
+            size=found.size,
+            architecture=found.architecture,
+            quantization=found.quantization,
+            context_length=found.context_length,
+            has_chat_template=found.has_chat_template,
+            chat_format=found.chat_format,
+            chat=found.chat,
+            reason=found.reason,
+        )
+
+
+class ModelsResult(Wire):
+    current: ModelInfo
+    models: list[ModelOnDisk]
 
 
 # -- what fills the context -------------------------------------------------------

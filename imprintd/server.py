@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import unquote, urlparse
 
+import anyio
 import apsw
 import msgspec
 from lsprotocol import types
@@ -274,6 +275,11 @@ async def compact(server: ImprintServer, params: wire.CompactParams) -> wire.Com
     )
 
 
+async def models(server: ImprintServer, params: wire.ModelsParams) -> wire.ModelsResult:
+    found = await anyio.to_thread.run_sync(server.chat.models_on_disk)  # reads file headers
+    return wire.ModelsResult(current=server.model_info(), models=[wire.ModelOnDisk.from_core(m) for m in found])
+
+
 def rename_session(server: ImprintServer, params: wire.RenameSessionParams) -> wire.RenameSessionResult:
     info = server.chat.rename_session(params.session_id, params.title)
     return wire.RenameSessionResult(session=wire.SessionInfoWire.from_core(info))
@@ -294,6 +300,7 @@ IMPRINT_HANDLERS = (
     (wire.RENAME_SESSION, wire.RenameSessionParams, rename_session),
     (wire.EXPORT, wire.ExportParams, export),
     (wire.COMPACT, wire.CompactParams, compact),
+    (wire.MODELS, wire.ModelsParams, models),
 )
 
 

@@ -146,6 +146,13 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
     first_look: Annotated[
         bool, Meta(description="search the workspace with the question before the model's first round")
     ] = True
+    models_dir: Annotated[
+        str,
+        Meta(
+            description="a folder of GGUF models that imprint/models lists first (beside LM Studio, Hugging Face, Ollama)",
+            extra={"accepted": "a folder path; empty: none"},
+        ),
+    ] = ""
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):

@@ -18,7 +18,9 @@ def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> 
     )
 
 
-@pytest.mark.parametrize("command", [(), ("serve",), ("ask",), ("sessions",), ("search",), ("export",), ("config",)])
+@pytest.mark.parametrize(
+    "command", [(), ("serve",), ("ask",), ("sessions",), ("search",), ("export",), ("models",), ("config",)]
+)
 def test_every_command_has_help(command):
     result = run(*command, "--help")
     assert result.returncode == 0 and "usage: imprintd" in result.stdout

@@ -214,3 +214,23 @@ async def test_compact_that_fails_answers_32803_and_keeps_the_summary_as_it_was(
     assert error.value.code == -32803 and "no summary was written" in error.value.message
     stored = await request(client, "imprint/summary", {"sessionId": first.sessionId})
     assert stored.summary is None
+
+
+async def test_models_lists_the_ggufs_of_chat_models_dir_with_the_model_in_use(client, stub, tmp_path):
+    from lsprotocol import types
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "notes.gguf").write_bytes(b"not a model")
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"imprint": {"chat": {"models_dir": str(folder)}}})
+    )
+    found = await request(client, "imprint/models", {})
+    assert found.current.provider == "openai" and found.current.model == "stub"
+    mine = [m for m in found.models if m.source == "models_dir"]
+    assert [(m.path, m.chat, m.reason) for m in mine] == [
+        (str(folder / "notes.gguf"), False, "not a GGUF file (it does not start with GGUF)")
+    ]
+    with pytest.raises(JsonRpcException) as error:
+        await request(client, "imprint/models", [1])
+    assert error.value.code == -32602
