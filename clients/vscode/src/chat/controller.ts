@@ -328,6 +328,45 @@ export class ChatController {
     this.post({ type: "reveal", seq }, false);
   }
 
+  /** Every stored conversation's messages matching `query`, best first (`imprint/searchConversations`). */
+  async searchConversations(query: string, limit = 50): Promise<wire.SearchResult> {
+    return this.require().sendRequest<wire.SearchResult>(wire.SEARCH_CONVERSATIONS, { query, limit });
+  }
+
+  /** Shows a stored session scrolled to message `seq`, highlighted (a search result chosen). */
+  async openSessionAt(sessionId: string, seq: number): Promise<void> {
+    await this.openSession(sessionId);
+    this.post({ type: "reveal", seq }, false);
+  }
+
+  /** The open session as Markdown or JSON (`imprint/export`); undefined when none is open. */
+  async exportSession(format: "markdown" | "json" = "markdown"): Promise<wire.ExportResult | undefined> {
+    if (!this.sessionId) return undefined;
+    return this.require().sendRequest<wire.ExportResult>(wire.EXPORT, { sessionId: this.sessionId, format });
+  }
+
+  /** Writes the open session's running summary now (`imprint/compact`); undefined when none is open. */
+  async compact(): Promise<wire.CompactResult | undefined> {
+    if (!this.sessionId) return undefined;
+    return this.require().sendRequest<wire.CompactResult>(wire.COMPACT, { sessionId: this.sessionId });
+  }
+
+  /** Renames the open session; its new info, or undefined when none is open. */
+  async renameSession(title: string): Promise<wire.SessionInfo | undefined> {
+    if (!this.sessionId) return undefined;
+    const result = await this.require().sendRequest<wire.RenameSessionResult>(wire.RENAME_SESSION, {
+      sessionId: this.sessionId,
+      title,
+    });
+    this.title = result.session.title;
+    return result.session;
+  }
+
+  /** The GGUF models found on this machine and the model in use (`imprint/models`). */
+  async listModels(): Promise<wire.ModelsResult> {
+    return this.require().sendRequest<wire.ModelsResult>(wire.MODELS, {});
+  }
+
   async deleteSession(sessionId: string): Promise<void> {
     await this.require().sendRequest<wire.DeleteSessionResult>(wire.DELETE_SESSION, { sessionId });
     if (sessionId === this.sessionId) this.newChat();
