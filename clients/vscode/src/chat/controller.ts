@@ -108,7 +108,7 @@ export class ChatController {
       connection.onNotification(wire.TOOL_STEP, (p: wire.ToolStep) => this.onToolStep(p)),
       connection.onNotification(wire.SUMMARY_UPDATED, (p: wire.SummaryUpdated) => this.onSummary(p)),
       connection.onNotification(wire.CONTEXT_USAGE, (p: wire.ContextUsage) => this.onContextUsage(p)),
-      connection.onNotification(wire.MODEL_CHANGED, (p: wire.ModelReport) => this.setModel(p)),
+      connection.onNotification(wire.MODEL_CHANGED, (p: wire.ModelReport) => this.onModelChanged(connection, p)),
     ];
     const experimental = initialize?.capabilities?.experimental as { imprint?: wire.ModelReport } | undefined;
     this.setModel(experimental?.imprint);
@@ -148,6 +148,13 @@ export class ChatController {
 
   private research(): ResearchState {
     return this.options.research?.() ?? "on";
+  }
+
+  /** A new model or window: the meter shows the open session's next question against it now, not
+   *  after the next question (issue 34); a running reply's next round reports its own. */
+  private onModelChanged(connection: ChatConnection, model: wire.ModelReport): void {
+    this.setModel(model);
+    if (this.sessionId && !this.reply) void this.refreshContext(connection, this.sessionId);
   }
 
   private setModel(model: wire.ModelReport | undefined): void {

@@ -521,3 +521,21 @@ test("rename, export and compact act on the open conversation (issue 34)", async
   assert.equal(again?.compacted, false);
   assert.match(again?.note ?? "", /^Nothing to summarize/);
 });
+
+test("the context meter follows a new context window at once, not at the next question (issue 34)", async () => {
+  await stub.queue("Paris.");
+  await panel.controller.ask("Capital of France?");
+  panel.clear();
+  await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: { chat: { n_ctx: 4096 } } });
+  const deadline = Date.now() + 60_000;
+  let shown: wire.ContextUsage | null = null;
+  while (Date.now() < deadline) {
+    shown = panel.ofType("context").map((message) => message.usage).find((usage) => usage?.nCtx === 4096) ?? null;
+    if (shown) break;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  assert.ok(shown, "the meter got the new window");
+  assert.equal(shown!.replyId, null);
+  assert.equal(shown!.sessionId, panel.controller.sessionId);
+  assert.equal((await stub.requests()).length, 1, "no question was asked for it");
+});
