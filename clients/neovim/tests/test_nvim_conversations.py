@@ -122,3 +122,22 @@ def test_model_offers_the_chat_ggufs_of_models_dir_and_picking_one_sets_chat_mod
         f" return s.chat and s.chat.model == '{folder / 'smol.gguf'}' end)()",
         "chat.model to be the picked file",
     )
+
+
+def test_a_reopened_session_titles_the_first_look_as_the_live_step_did(editor):
+    steps = editor.lua(
+        """
+        local _, _, placed = require('imprint.chat.render').session({
+          { seq = 1, role = 'user', content = 'Which port?' },
+          { seq = 2, role = 'assistant', content = '', toolCalls = {
+            { id = 'call_look1a2b', name = 'search', arguments = { query = 'billing port' } } } },
+          { seq = 3, role = 'tool', content = 'billing.yaml:3 port: 8101', toolCallId = 'call_look1a2b' },
+          { seq = 4, role = 'assistant', content = '', toolCalls = {
+            { id = 'call_0', name = 'search', arguments = { query = 'port' } } } },
+          { seq = 5, role = 'tool', content = 'x', toolCallId = 'call_0' },
+          { seq = 6, role = 'assistant', content = '8101.' },
+        }, vim.NIL)
+        return vim.tbl_map(function(step) return step.title end, placed)
+        """
+    )
+    assert steps == ["Looking in the workspace for “billing port”", "Searching the workspace for “port”"]

@@ -491,7 +491,10 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
       items.push({ kind: "user", seq: message.seq, text: message.content });
     } else if (message.role === "tool") {
       const step = message.toolCallId ? steps.get(message.toolCallId) : undefined;
-      if (step && message.content.startsWith("Error")) {
+      if (step && message.content.startsWith(REPEATED_CALL)) {
+        // A repeat of an earlier identical call was answered from it: the live reply showed no step for it.
+        pending = pending.filter((row) => row !== step);
+      } else if (step && message.content.startsWith("Error")) {
         step.state = "failed";
         step.detail = firstLine(message.content);
       }
@@ -517,9 +520,16 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
 }
 
 /** A stored tool call's row title, worded as the daemon words the live step (imprintd/tools). */
+/** How the daemon stores a repeated call's result (imprintd/research/loop.py, REPEATED). */
+const REPEATED_CALL = "(Same call as before; its result again.)";
+/** The call id prefix of the daemon's own first look (imprintd/research/first_look.py, CALL_ID_PREFIX). */
+const FIRST_LOOK_ID = "call_look";
+
 function stepTitle(call: wire.ToolCall): string {
   const args = call.arguments ?? {};
   const text = (key: string) => (typeof args[key] === "string" ? (args[key] as string).trim() : "");
+  // Worded as the live step was: the first look is Imprint's own search.
+  if (call.id.startsWith(FIRST_LOOK_ID) && call.name === "search") return `Looking in the workspace for “${text("query")}”`;
   if (call.name === "search" && text("query")) return `Searching the workspace for “${text("query")}”`;
   if (call.name === "conversation_history" && text("query")) return `Searching earlier in this conversation for “${text("query")}”`;
   if (call.name === "read_file" && text("path")) {
