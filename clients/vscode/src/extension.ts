@@ -28,7 +28,7 @@ const OPEN_SESSION = "imprint.openSession";
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const log = vscode.window.createOutputChannel("Imprint", { log: true });
   const status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
-  status.command = "imprint.showLog";
+  status.command = "imprint.pickModel"; // the model it names: click to pick another (Show Log is a command)
   status.name = "Imprint";
   status.show();
 
