@@ -452,6 +452,10 @@ class ModelOnDisk(Wire):
 class ModelsResult(Wire):
     current: ModelInfo
     models: list[ModelOnDisk]
+    #: With ``chat.provider = "openai"``: the ids the server's ``/v1/models`` lists (else []), and
+    #: why it could not be asked ("" when it was).
+    served: list[str] = []
+    served_error: str = ""
 
 
 # -- what fills the context -------------------------------------------------------

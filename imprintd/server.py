@@ -33,6 +33,7 @@ from imprintd.conversations.search import SearchError
 from imprintd.conversations.titles import TitleError
 from imprintd.models.base import ModelError
 from imprintd.models.identity import identify_model
+from imprintd.models.served import served_models
 from imprintd.research.loop import ReplyFailed
 from imprintd.rpc import ImprintProtocol, leave_despite_busy_threads, msgspec_handler, run_stdio
 from imprintd.store import SessionNotFound, StoreError
@@ -277,7 +278,18 @@ async def compact(server: ImprintServer, params: wire.CompactParams) -> wire.Com
 
 async def models(server: ImprintServer, params: wire.ModelsParams) -> wire.ModelsResult:
     found = await anyio.to_thread.run_sync(server.chat.models_on_disk)  # reads file headers
-    return wire.ModelsResult(current=server.model_info(), models=[wire.ModelOnDisk.from_core(m) for m in found])
+    served, served_error = [], ""
+    if server.chat.settings.provider == "openai":
+        try:
+            served = await anyio.to_thread.run_sync(served_models, server.chat.settings.base_url)
+        except ModelError as error:
+            served_error = str(error)
+    return wire.ModelsResult(
+        current=server.model_info(),
+        models=[wire.ModelOnDisk.from_core(m) for m in found],
+        served=served,
+        served_error=served_error,
+    )
 
 
 def rename_session(server: ImprintServer, params: wire.RenameSessionParams) -> wire.RenameSessionResult:

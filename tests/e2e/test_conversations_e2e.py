@@ -227,6 +227,7 @@ async def test_models_lists_the_ggufs_of_chat_models_dir_with_the_model_in_use(c
     )
     found = await request(client, "imprint/models", {})
     assert found.current.provider == "openai" and found.current.model == "stub"
+    assert found.served == ["stub"] and found.servedError == ""  # the scripted server's GET /v1/models
     mine = [m for m in found.models if m.source == "models_dir"]
     assert [(m.path, m.chat, m.reason) for m in mine] == [
         (str(folder / "notes.gguf"), False, "not a GGUF file (it does not start with GGUF)")

@@ -199,6 +199,9 @@ export interface ModelOnDisk {
 export interface ModelsResult {
   current: { provider: string; model: string; nCtx: number };
   models: ModelOnDisk[];
+  /** With provider openai: the ids the server's /v1/models lists, and why it could not be asked. */
+  served: string[];
+  servedError: string;
 }
 
 export interface DeleteSessionResult {
