@@ -39,10 +39,21 @@ from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing,
 from imprintd.conversations.compact import CompactFailed
 from imprintd.conversations.export import markdown
 from imprintd.models.base import ModelError
+from imprintd.models.identity import identify_model
+from imprintd.models.on_disk import FoundModel, find_models
 from imprintd.research.loop import ReplyFailed
 from imprintd.store import SessionNotFound, StoreError, new_session_id
 
 logger = logging.getLogger(__name__)
+
+#: The id of the model picker among a session's config options.
+MODEL_OPTION = "model"
+
+
+def _model_note(model: FoundModel) -> str:
+    parts = [model.quantization, f"{model.context_length:,} ctx" if model.context_length else None, model.source]
+    return ", ".join(part for part in parts if part)
+
 
 AGENT_CAPABILITIES = {
     "loadSession": True,
@@ -61,6 +72,7 @@ class Agent:
         self._events: dict[asyncio.Task, AcpEvents] = {}  # what each of them sends
         self._unstored: set[str] = set()  # named by session/new, not yet asked anything
         self._titles: dict[str, str] = {}  # the title each session's client was last told
+        self._models: list[FoundModel] | None = None  # the chat GGUFs on this machine, found once
 
     @property
     def requests(self):
@@ -71,6 +83,7 @@ class Agent:
             "session/list": self.list_sessions,
             "session/delete": self.delete_session,
             "session/prompt": self.prompt,
+            "session/set_config_option": self.set_config_option,
         }
 
     @property
@@ -98,7 +111,43 @@ class Agent:
         logger.info("session %s on %s", session_id, root)
         # After the response (a sync handler's is sent when it returns): the client knows the id by then.
         asyncio.get_running_loop().call_soon(self._publish_commands, session_id)
-        return wire.NewSessionResult(session_id=session_id)
+        return wire.NewSessionResult(session_id=session_id, config_options=[self._model_option()])
+
+    # -- the model picker (a config option of category "model") ------------------------
+    def _model_option(self) -> wire.ConfigOption:
+        """The model in use and the GGUF chat models on this machine (``models.on_disk``), once
+        per agent: reading their headers takes a moment, and a new session should not wait for it."""
+        if self._models is None:
+            self._models = [m for m in find_models(self.chat.settings.models_dir) if m.chat]
+        identity = identify_model(self.chat.settings)
+        current = self.chat.settings.model or identity.model
+        options = [wire.ConfigSelectOption(value=m.path, name=m.name, description=_model_note(m)) for m in self._models]
+        if current not in {option.value for option in options}:
+            options.insert(0, wire.ConfigSelectOption(value=current, name=identity.model, description="in use"))
+        return wire.ConfigOption(
+            id=MODEL_OPTION, name="Model", category="model", current_value=current, options=options
+        )
+
+    def set_config_option(self, params: wire.SetConfigOptionParams) -> wire.SetConfigOptionResult:
+        if params.config_id != MODEL_OPTION:
+            raise RpcError(
+                INVALID_PARAMS, f"configId: {params.config_id!r} is not an option; the one option is 'model'."
+            )
+        offered = {option.value for option in self._model_option().options}
+        if params.value not in offered:
+            raise RpcError(INVALID_PARAMS, f"value: {params.value!r} is not one of the models offered.")
+        if params.value != self.chat.settings.model and Path(params.value).is_file():
+            self.chat.update_settings(
+                self.chat.resolved.apply({"chat": {"provider": "local", "model": params.value}}, "editor")
+            )
+        option = self._model_option()
+        update = wire.ConfigOptionUpdate(config_options=[option])
+        asyncio.get_running_loop().call_soon(
+            lambda: self.connection.notify(
+                SESSION_UPDATE, wire.SessionNotification(session_id=params.session_id, update=update)
+            )
+        )
+        return wire.SetConfigOptionResult(config_options=[option])
 
     def load_session(self, params: wire.LoadSessionParams) -> None:
         root = _folder(params.cwd)

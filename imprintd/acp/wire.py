@@ -133,8 +133,40 @@ class NewSessionParams(_Wire):
     additional_directories: list[str] | None = None
 
 
+class ConfigSelectOption(_Wire):
+    value: str
+    name: str
+    description: str | UnsetType = UNSET
+
+
+class ConfigOption(_Wire, tag_field="type", tag="select"):
+    """A session config option of the select kind (the model picker: category ``model``)."""
+
+    id: str
+    name: str
+    category: str
+    current_value: str
+    options: list[ConfigSelectOption]
+    description: str | UnsetType = UNSET
+
+
 class NewSessionResult(_Wire):
     session_id: str
+    config_options: list[ConfigOption] | UnsetType = UNSET
+
+
+class SetConfigOptionParams(_Wire):
+    session_id: str
+    config_id: str
+    value: str
+
+
+class SetConfigOptionResult(_Wire):
+    config_options: list[ConfigOption]
+
+
+class ConfigOptionUpdate(_Wire, tag_field="sessionUpdate", tag="config_option_update"):
+    config_options: list[ConfigOption]
 
 
 class LoadSessionParams(_Wire):
@@ -251,6 +283,7 @@ SessionUpdate = (
     | UsageUpdate
     | SessionInfoUpdate
     | AvailableCommandsUpdate
+    | ConfigOptionUpdate
 )
 
 
@@ -274,4 +307,5 @@ PARAMS: dict[str, msgspec.json.Decoder] = {
     "session/delete": msgspec.json.Decoder(SessionParams),
     "session/prompt": msgspec.json.Decoder(PromptParams),
     "session/cancel": msgspec.json.Decoder(SessionParams),
+    "session/set_config_option": msgspec.json.Decoder(SetConfigOptionParams),
 }

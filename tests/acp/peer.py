@@ -32,6 +32,7 @@ RESULTS: dict[str, type[BaseModel] | None] = {
     "session/list": schema.ListSessionsResponse,
     "session/delete": schema.DeleteSessionResponse,
     "session/prompt": schema.PromptResponse,
+    "session/set_config_option": schema.SetSessionConfigOptionResponse,
 }
 
 

@@ -117,3 +117,47 @@ async def test_an_unknown_slash_word_is_a_question(agent, stub, workspace, daemo
     await ask(agent, session.session_id, "/etc/hosts: what is it?")
     messages, _ = stored(daemon_env, session.session_id)
     assert messages == [(1, "user", "/etc/hosts: what is it?"), (2, "assistant", "It is a path.")]
+
+
+async def test_the_model_is_a_config_option_listing_the_chat_ggufs_and_choosing_one_sets_chat_model(
+    daemon_env, stub, tmp_path, workspace
+):
+    import shutil
+
+    import acp
+
+    from imprintd.models.embedded import find_embedded_model
+
+    embedded = find_embedded_model()
+    assert embedded is not None, "the embedded model comes with the test dependencies"
+    folder = tmp_path / "models"
+    folder.mkdir()
+    shutil.copy(embedded, folder / "smol.gguf")
+    (folder / "notes.gguf").write_bytes(b"not a model")
+    env = {**daemon_env, "IMPRINT_CHAT_MODELS_DIR": str(folder), "HOME": str(tmp_path / "home")}
+    async with acp_agent(env, tmp_path) as agent:
+        session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+
+        def unwrap(option):  # the SDK wraps a select option in a RootModel
+            return getattr(option, "root", option)
+
+        [option] = map(unwrap, session.config_options)
+        assert (option.id, option.category, option.type, option.current_value) == ("model", "model", "select", "stub")
+        values = [o.value for o in option.options]
+        assert values == ["stub", str(folder / "smol.gguf")]  # the one in use, then the chat GGUFs (not notes.gguf)
+
+        chosen = await agent.conn.set_config_option(
+            session_id=session.session_id, config_id="model", value=str(folder / "smol.gguf")
+        )
+        [after] = map(unwrap, chosen.config_options)
+        assert after.current_value == str(folder / "smol.gguf")
+        update = await agent.wait_for_update(session.session_id, lambda u: u.session_update == "config_option_update")
+        assert [unwrap(o).current_value for o in update.config_options] == [str(folder / "smol.gguf")]
+
+        for config_id, value, named in (("mode", "x", "configId"), ("model", "/nope.gguf", "value")):
+            try:
+                await agent.conn.set_config_option(session_id=session.session_id, config_id=config_id, value=value)
+            except acp.RequestError as error:
+                assert error.code == -32602 and named in str(error)
+            else:
+                raise AssertionError(f"{config_id}={value} was taken")
