@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import msgspec
@@ -23,10 +24,16 @@ from imprintd import settings as settings_mod
 from imprintd.context.history import ConversationHistory, HistoryError
 from imprintd.context.sections import MAX_SOURCE_CHARS, SectionArchive
 from imprintd.context.usage import ContextUsage
+from imprintd.conversations.compact import Compacted
+from imprintd.conversations.compact import compact as compact_session
+from imprintd.conversations.search import SearchPage
+from imprintd.conversations.search import search as search_conversations
+from imprintd.conversations.titles import clean_title
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
 from imprintd.models.base import Model, ModelError, SessionStates, session_requests
 from imprintd.models.identity import ModelIdentity, identify_model
+from imprintd.models.on_disk import FoundModel, find_models
 from imprintd.models.state_cache import delete_session_files, states_folder
 from imprintd.private import private_folder
 from imprintd.reply import ReplyContext, ReplyOutcome, ReplyRequest, next_question_usage, run_reply
@@ -350,6 +357,34 @@ class Chat:
         """The session's running summary; None before one was written."""
         store, info = self.locate(session_id)
         return store.summary(info.id)
+
+    def search_conversations(self, query: str, **filters: Any) -> SearchPage:
+        """Every stored session's messages matching ``query`` (``conversations.search``); SearchError."""
+        return search_conversations(self.store, query, **filters)
+
+    def rename_session(self, session_id: str, title: str) -> SessionInfo:
+        """Give the session ``title`` (ValueError when it is blank or too long); returns its info."""
+        store, info = self.locate(session_id)
+        return store.rename_session(info.id, clean_title(title))
+
+    async def compact(self, session_id: str, events: ReplyEvents) -> Compacted:
+        """Write the session's running summary now (``conversations.compact``), in the session's
+        turn so it never interleaves with a reply; stores it and returns it. CompactFailed."""
+        self.locate(session_id)
+        async with self._turns.turn(session_id):
+            store, info = self.locate(session_id)
+            messages, state = store.messages(info.id), store.summary(info.id)
+            events.begin(info.id, uuid.uuid4().hex)
+            model = self.model()
+            done = await compact_session(model, messages, state, events)
+            if done.written and done.summary is not None:
+                store.save_summary(info.id, done.summary)
+            return done
+
+    def models_on_disk(self) -> list[FoundModel]:
+        """GGUF models on this machine (``models.on_disk``): ``chat.models_dir`` first, then where other
+        tools keep theirs. Reads file headers: call it from a worker thread."""
+        return find_models(self.settings.models_dir)
 
     def conversation_history(
         self, session_id: str, *, query: str | None = None, message: int | None = None, offset: int = 0

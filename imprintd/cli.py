@@ -1,4 +1,5 @@
-"""The ``imprintd`` command: ``serve`` (the daemon, default), ``acp``, ``ask``, ``sessions``, ``config``."""
+"""The ``imprintd`` command: ``serve`` (the daemon, default), ``acp``, ``ask``, ``sessions``, ``search``,
+``export``, ``models``, ``config``."""
 
 from __future__ import annotations
 
@@ -75,6 +76,39 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "sessions", parents=[common], help="list stored sessions", description="List stored sessions, newest first."
     )
+    search = commands.add_parser(
+        "search",
+        parents=[common],
+        help="search every stored conversation",
+        description="Search every stored conversation, best match first: one line per message found "
+        "(session id, message number, date, role, title, the words around the match [marked]).",
+    )
+    search.add_argument("query", help="words to look for (stems match: 'billing' finds 'billed')")
+    search.add_argument("--workspace", help="only sessions of this folder or a folder inside it")
+    search.add_argument("--since", help="only messages stored on or after this local date (YYYY-MM-DD)")
+    search.add_argument("--until", help="only messages stored on or before this local date (YYYY-MM-DD)")
+    search.add_argument("--limit", type=int, default=20, help="at most this many results (1-100, default 20)")
+    search.add_argument("--offset", type=int, default=0, help="skip this many results (the next page)")
+    search.add_argument("--json", action="store_true", help="print the result as imprint/searchConversations does")
+    export = commands.add_parser(
+        "export",
+        parents=[common],
+        help="write a stored conversation as Markdown or JSON",
+        description="Write a stored conversation as Markdown (questions, answers, tool steps folded, "
+        "sources as links, the running summary as a note) or JSON (what imprint/session returns).",
+    )
+    export.add_argument("session", help="the session's id (from `imprintd sessions` or `imprintd search`)")
+    export.add_argument("--format", choices=("md", "json"), default="md", help="md (the default) or json")
+    export.add_argument("-o", "--output", help="write to this file instead of stdout")
+    models = commands.add_parser(
+        "models",
+        parents=[common],
+        help="list the GGUF chat models on this machine",
+        description="List the GGUF models found in chat.models_dir, LM Studio's folder, the Hugging Face "
+        "cache, Ollama's store and llama.cpp's cache, read from their headers: chat models first (use one "
+        "with --model PATH or the chat.model setting), then files that are not chat models, with why.",
+    )
+    models.add_argument("--json", action="store_true", help="print imprint/models' list as JSON")
     commands.add_parser(
         "config",
         parents=[common],
@@ -173,6 +207,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if command == "sessions":
         return _sessions(resolved)
+    if command == "search":
+        return _search(resolved, args)
+    if command == "export":
+        return _export(resolved, args)
+    if command == "models":
+        return _models(resolved, args)
     return _ask(resolved, args)
 
 
@@ -209,6 +249,104 @@ def _sessions(resolved: settings_mod.Resolved) -> int:
             print(f"{info.id}  {when}  {info.message_count:>4} messages  {info.title}")
     finally:
         chat.close()
+    return 0
+
+
+def _search(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    import msgspec
+
+    from imprintd import protocol as wire
+    from imprintd.chat import Chat
+    from imprintd.conversations.search import SearchError, plain
+    from imprintd.store import StoreError
+
+    chat = Chat(resolved)
+    try:
+        try:
+            page = chat.search_conversations(
+                args.query,
+                workspace=args.workspace,
+                since=args.since,
+                until=args.until,
+                limit=args.limit,
+                offset=args.offset,
+            )
+        except (SearchError, StoreError) as error:
+            print(f"imprintd: {error}", file=sys.stderr)
+            return 2 if isinstance(error, SearchError) else 1
+        if args.json:
+            result = wire.SearchConversationsResult.from_core(args.query, page)
+            print(msgspec.json.encode(result).decode())
+            return 0
+        if not page.hits:
+            print(f"Nothing stored matches {args.query!r}.", file=sys.stderr)
+            return 1
+        for hit in page.hits:
+            when = datetime.fromtimestamp(hit.created_at).strftime("%Y-%m-%d %H:%M")
+            print(f"{hit.session_id}  #{hit.seq:<4} {when}  {hit.role:<9} {hit.title}  |  {plain(hit.snippet)}")
+        if page.next_offset is not None:
+            print(f"(more found: --offset {page.next_offset} shows the next {args.limit})", file=sys.stderr)
+    finally:
+        chat.close()
+    return 0
+
+
+def _export(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
+    from imprintd import protocol as wire
+    from imprintd.chat import Chat
+    from imprintd.store import StoreError
+
+    chat = Chat(resolved)
+    try:
+        try:
+            view = chat.session(args.session)
+        except StoreError as error:  # SessionNotFound included: it names the id
+            print(f"imprintd: {error}", file=sys.stderr)
+            return 1
+        exported = wire.ExportResult.from_view(
+            view.info, view.messages, view.summary, "markdown" if args.format == "md" else "json"
+        )
+    finally:
+        chat.close()
+    if not args.output:
+        sys.stdout.write(exported.text)
+        return 0
+    try:
+        Path(args.output).write_text(exported.text, encoding="utf-8")
+    except OSError as error:
+        print(f"imprintd: cannot write {args.output}: {error.strerror or error}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def _models(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
+    import msgspec
+
+    from imprintd import protocol as wire
+    from imprintd.models.on_disk import find_models
+
+    found = find_models(resolved.settings.chat.models_dir)
+    if args.json:
+        print(msgspec.json.encode([wire.ModelOnDisk.from_core(m) for m in found]).decode())
+        return 0
+    if not found:
+        print(
+            "No GGUF models found (looked in chat.models_dir, LM Studio, the Hugging Face cache, Ollama, "
+            "llama.cpp's cache). Set chat.models_dir to a folder of .gguf files.",
+            file=sys.stderr,
+        )
+        return 1
+    for model in found:
+        size = f"{model.size / (1 << 30):.1f} GiB" if model.size >= 1 << 30 else f"{model.size / (1 << 20):.0f} MiB"
+        if model.chat:
+            context = f"{model.context_length:,} ctx" if model.context_length else "ctx ?"
+            details = f"{model.quantization or '?'}, {size}, {context}, {model.chat_format}, {model.source}"
+            print(f"{model.name}  ({details})\n    {model.path}")
+        else:
+            print(f"not a chat model: {model.name}  ({size}, {model.source}): {model.reason}\n    {model.path}")
     return 0
 
 

@@ -13,10 +13,13 @@ import msgspec
 # The core defines these vocabularies; the wire uses them as they are.
 from imprintd import reply
 from imprintd.context.usage import ContextUsage
+from imprintd.conversations import export as conversation_export
+from imprintd.conversations import search as conversation_search
 from imprintd.events import StepState
 from imprintd.messages import Message, SourceKind, Style
 from imprintd.messages import SourceRef as CoreSourceRef
 from imprintd.models.identity import ModelIdentity
+from imprintd.models.on_disk import FoundModel
 from imprintd.research.loop import Stop as StopReason
 from imprintd.store import SessionInfo, StoredSummary
 
@@ -29,6 +32,11 @@ SUMMARY = "imprint/summary"
 READ_CHAT_SECTION = "imprint/read_chat_section"
 CONVERSATION_HISTORY = "imprint/conversation_history"
 CONTEXT = "imprint/context"
+SEARCH_CONVERSATIONS = "imprint/searchConversations"
+RENAME_SESSION = "imprint/renameSession"
+EXPORT = "imprint/export"
+COMPACT = "imprint/compact"
+MODELS = "imprint/models"
 # Notifications (server to client)
 REPLY_DELTA = "imprint/replyDelta"
 REPLY_PREAMBLE = "imprint/replyPreamble"
@@ -38,16 +46,22 @@ SUMMARY_UPDATED = "imprint/summaryUpdated"
 MODEL_CHANGED = "imprint/modelChanged"
 CONTEXT_USAGE = "imprint/contextUsage"
 
-REQUESTS = (CHAT, SESSIONS, SESSION, DELETE_SESSION, SUMMARY, READ_CHAT_SECTION, CONVERSATION_HISTORY, CONTEXT)
-NOTIFICATIONS = (
-    REPLY_DELTA,
-    REPLY_PREAMBLE,
-    REPLY_REASONING,
-    TOOL_STEP,
-    SUMMARY_UPDATED,
-    MODEL_CHANGED,
-    CONTEXT_USAGE,
+REQUESTS = (
+    CHAT,
+    SESSIONS,
+    SESSION,
+    DELETE_SESSION,
+    SUMMARY,
+    READ_CHAT_SECTION,
+    CONVERSATION_HISTORY,
+    CONTEXT,
+    SEARCH_CONVERSATIONS,
+    RENAME_SESSION,
+    EXPORT,
+    COMPACT,
+    MODELS,
 )
+NOTIFICATIONS = (REPLY_DELTA, REPLY_PREAMBLE, REPLY_REASONING, TOOL_STEP, SUMMARY_UPDATED, MODEL_CHANGED, CONTEXT_USAGE)
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
@@ -244,6 +258,14 @@ class SessionResult(Wire):
     messages: list[MessageWire]
     summary: SummaryInfo | None
 
+    @classmethod
+    def from_view(cls, info: SessionInfo, messages: list[Message], summary: StoredSummary | None) -> SessionResult:
+        return cls(
+            session=SessionInfoWire.from_core(info),
+            messages=[MessageWire.from_core(m) for m in messages],
+            summary=SummaryInfo.from_core(summary),
+        )
+
 
 class DeleteSessionResult(Wire):
     session_id: str
@@ -253,6 +275,111 @@ class DeleteSessionResult(Wire):
 class SummaryResult(Wire):
     session_id: str
     summary: SummaryInfo | None
+
+
+class RenameSessionParams(Wire):
+    session_id: NonEmpty
+    title: str
+
+
+class RenameSessionResult(Wire):
+    session: SessionInfoWire
+
+
+class ExportParams(Wire):
+    session_id: NonEmpty
+    format: conversation_export.Format = "markdown"
+
+
+class ExportResult(Wire):
+    session_id: str
+    format: conversation_export.Format
+    file_name: str
+    text: str
+
+    @classmethod
+    def from_view(
+        cls,
+        info: SessionInfo,
+        messages: list[Message],
+        summary: StoredSummary | None,
+        format: conversation_export.Format,
+    ) -> ExportResult:
+        if format == "markdown":
+            text = conversation_export.markdown(info, messages, summary)
+        else:  # what imprint/session returns, indented for reading
+            encoded = msgspec.json.encode(SessionResult.from_view(info, messages, summary))
+            text = msgspec.json.format(encoded, indent=2).decode() + "\n"
+        return cls(session_id=info.id, format=format, file_name=conversation_export.file_name(info, format), text=text)
+
+
+class CompactParams(Wire):
+    session_id: NonEmpty
+    work_done_token: int | str | None = None
+
+
+class CompactResult(Wire):
+    """``compacted`` false: nothing to summarize (``note`` says so); ``summary`` as it stands."""
+
+    session_id: str
+    compacted: bool
+    summary: SummaryInfo | None
+    note: str
+
+
+# -- searching every conversation ---------------------------------------------
+class SearchConversationsParams(Wire):
+    """``since``/``until``: local dates ``YYYY-MM-DD``, both included."""
+
+    query: str
+    workspace: str | None = None
+    since: str | None = None
+    until: str | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=conversation_search.MAX_LIMIT)] = conversation_search.DEFAULT_LIMIT
+    offset: NonNegative = 0
+
+
+class SnippetPart(Wire):
+    text: str
+    match: bool
+
+
+class SearchHit(Wire):
+    session_id: str
+    title: str
+    workspace: str | None
+    seq: int
+    role: str
+    created_at: float
+    score: float
+    snippet: list[SnippetPart]
+
+    @classmethod
+    def from_core(cls, hit: conversation_search.Hit) -> SearchHit:
+        return cls(
+            session_id=hit.session_id,
+            title=hit.title,
+            workspace=hit.workspace,
+            seq=hit.seq,
+            role=hit.role,
+            created_at=hit.created_at,
+            score=round(hit.score, 4),
+            snippet=[SnippetPart(text=part.text, match=part.match) for part in hit.snippet],
+        )
+
+
+class SearchConversationsResult(Wire):
+    query: str
+    hits: list[SearchHit]
+    next_offset: int | None
+
+    @classmethod
+    def from_core(cls, query: str, page: conversation_search.SearchPage) -> SearchConversationsResult:
+        return cls(
+            query=query,
+            hits=[SearchHit.from_core(hit) for hit in page.hits],
+            next_offset=page.next_offset,
+        )
 
 
 # -- context engine -----------------------------------------------------------
@@ -310,6 +437,51 @@ class ModelInfo(Wire):
             chat_format=identity.chat_format,
             reasons=identity.reasons,
         )
+
+
+class ModelsParams(Wire):
+    pass
+
+
+class ModelOnDisk(Wire):
+    """A GGUF found on this machine, described from its header (protocol.md, ``imprint/models``)."""
+
+    name: str
+    path: str
+    source: str
+    size: int
+    architecture: str | None
+    quantization: str | None
+    context_length: int | None
+    has_chat_template: bool
+    chat_format: str | None
+    chat: bool
+    reason: str
+
+    @classmethod
+    def from_core(cls, found: FoundModel) -> ModelOnDisk:
+        return cls(
+            name=found.name,
+            path=found.path,
+            source=found.source,
+            size=found.size,
+            architecture=found.architecture,
+            quantization=found.quantization,
+            context_length=found.context_length,
+            has_chat_template=found.has_chat_template,
+            chat_format=found.chat_format,
+            chat=found.chat,
+            reason=found.reason,
+        )
+
+
+class ModelsResult(Wire):
+    current: ModelInfo
+    models: list[ModelOnDisk]
+    #: With ``chat.provider = "openai"``: the ids the server's ``/v1/models`` lists (else []), and
+    #: why it could not be asked ("" when it was).
+    served: list[str] = []
+    served_error: str = ""
 
 
 # -- what fills the context -------------------------------------------------------

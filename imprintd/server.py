@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import unquote, urlparse
 
+import anyio
 import apsw
 import msgspec
 from lsprotocol import types
@@ -27,7 +28,11 @@ from imprintd import protocol as wire
 from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing, workspace_folder
 from imprintd.context.history import HistoryError
 from imprintd.context.sections import SectionError
+from imprintd.conversations.compact import CompactFailed
+from imprintd.conversations.search import SearchError
+from imprintd.conversations.titles import TitleError
 from imprintd.models.base import ModelError
+from imprintd.models.served import served_models
 from imprintd.research.loop import ReplyFailed
 from imprintd.rpc import ImprintProtocol, leave_despite_busy_threads, msgspec_handler, run_stdio
 from imprintd.store import SessionNotFound, StoreError
@@ -50,7 +55,9 @@ CORE_ERRORS: tuple[tuple[tuple[type[Exception], ...], Callable[[Exception], Json
     ((WorkspaceMissing,), lambda error: JsonRpcInvalidParams(f"workspace: {error}")),
     ((QuestionTooLong,), lambda error: JsonRpcInvalidParams(f"text: {error}")),
     ((HistoryError, SectionError), lambda error: JsonRpcInvalidParams(str(error))),
+    ((SearchError, TitleError), lambda error: JsonRpcInvalidParams(str(error))),
     ((ModelError, ReplyFailed, StoreError, apsw.Error), lambda error: RequestFailed(str(error))),
+    ((CompactFailed,), lambda error: RequestFailed(str(error))),
 )
 
 
@@ -252,6 +259,60 @@ async def context(server: ImprintServer, params: wire.SessionParams) -> wire.Con
     return wire.ContextUsageWire.from_core(params.session_id, None, usage)
 
 
+def search_conversations(
+    server: ImprintServer, params: wire.SearchConversationsParams
+) -> wire.SearchConversationsResult:
+    page = server.chat.search_conversations(
+        params.query,
+        workspace=params.workspace,
+        since=params.since,
+        until=params.until,
+        limit=params.limit,
+        offset=params.offset,
+    )
+    return wire.SearchConversationsResult.from_core(params.query, page)
+
+
+def export(server: ImprintServer, params: wire.ExportParams) -> wire.ExportResult:
+    view = server.chat.session(params.session_id)
+    return wire.ExportResult.from_view(view.info, view.messages, view.summary, params.format)
+
+
+async def compact(server: ImprintServer, params: wire.CompactParams) -> wire.CompactResult:
+    events = WireEvents(server, work_done_token=params.work_done_token)
+    try:
+        done = await server.chat.compact(params.session_id, events)
+    finally:
+        await events.finish()
+    return wire.CompactResult(
+        session_id=params.session_id,
+        compacted=done.written,
+        summary=wire.SummaryInfo.from_core(done.summary),
+        note=done.note,
+    )
+
+
+async def models(server: ImprintServer, params: wire.ModelsParams) -> wire.ModelsResult:
+    found = await anyio.to_thread.run_sync(server.chat.models_on_disk)  # reads file headers
+    served, served_error = [], ""
+    if server.chat.settings.provider == "openai":
+        try:
+            served = await anyio.to_thread.run_sync(served_models, server.chat.settings.base_url)
+        except ModelError as error:
+            served_error = str(error)
+    return wire.ModelsResult(
+        current=server.model_info(),
+        models=[wire.ModelOnDisk.from_core(m) for m in found],
+        served=served,
+        served_error=served_error,
+    )
+
+
+def rename_session(server: ImprintServer, params: wire.RenameSessionParams) -> wire.RenameSessionResult:
+    info = server.chat.rename_session(params.session_id, params.title)
+    return wire.RenameSessionResult(session=wire.SessionInfoWire.from_core(info))
+
+
 #: Each method and its handler; ``imprint/*`` params and results are msgspec Structs.
 LSP_HANDLERS = ((types.INITIALIZE, initialize), (types.WORKSPACE_DID_CHANGE_CONFIGURATION, did_change_configuration))
 IMPRINT_HANDLERS = (
@@ -263,6 +324,11 @@ IMPRINT_HANDLERS = (
     (wire.READ_CHAT_SECTION, wire.ReadChatSectionParams, read_chat_section),
     (wire.CONVERSATION_HISTORY, wire.ConversationHistoryParams, conversation_history),
     (wire.CONTEXT, wire.SessionParams, context),
+    (wire.SEARCH_CONVERSATIONS, wire.SearchConversationsParams, search_conversations),
+    (wire.RENAME_SESSION, wire.RenameSessionParams, rename_session),
+    (wire.EXPORT, wire.ExportParams, export),
+    (wire.COMPACT, wire.CompactParams, compact),
+    (wire.MODELS, wire.ModelsParams, models),
 )
 
 

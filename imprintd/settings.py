@@ -154,6 +154,14 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
         ),
     ] = "auto"
 
+    models_dir: Annotated[
+        str,
+        Meta(
+            description="a folder of GGUF models that imprint/models lists first (beside LM Studio, Hugging Face, Ollama)",
+            extra={"accepted": "a folder path; empty: none"},
+        ),
+    ] = ""
+
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     chat: ChatSettings = ChatSettings()

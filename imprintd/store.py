@@ -77,6 +77,21 @@ class StoredSummary(msgspec.Struct, frozen=True, kw_only=True):
     retry_at: int | None = None
 
 
+class FoundMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A message found by ``Store.search``: its best window (``start:end`` of ``content``) and score."""
+
+    session_id: str
+    title: str
+    workspace: str | None
+    seq: int
+    role: str
+    content: str
+    created_at: float
+    start: int
+    end: int
+    score: float
+
+
 class StoreError(Exception):
     """The store cannot do what was asked; the message says why and what to do."""
 
@@ -115,6 +130,7 @@ class ConversationStore(Protocol):
     def summary(self, session_id: str) -> StoredSummary | None: ...
     def save_summary(self, session_id: str, summary: StoredSummary) -> None: ...
     def history_index(self, session_id: str) -> HistoryIndex: ...
+    def rename_session(self, session_id: str, title: str) -> SessionInfo: ...
 
 
 # --- helpers shared by both stores -------------------------------------------------------
@@ -246,11 +262,20 @@ def _migration_4_model_text_and_reasoning(db: apsw.Connection) -> None:
     )
 
 
+def _migration_5_search_every_session(db: apsw.Connection) -> None:
+    """The history index's postings by term, so one query reads every session's windows holding a
+    word (``imprint/searchConversations``) instead of scanning the postings of every session. It
+    covers the count too (and, as the table has no rowid, the session and window), so a search
+    reads the index alone."""
+    db.execute("CREATE INDEX history_postings_by_term ON history_postings (term, history_id, window, count)")
+
+
 MIGRATIONS: list[Migration] = [
     _migration_1_conversations,
     _migration_2_history_index,
     _migration_3_sources,
     _migration_4_model_text_and_reasoning,
+    _migration_5_search_every_session,
 ]
 
 
@@ -351,6 +376,7 @@ class Store:
         self._path = path
         self._clock = clock
         self._lock = threading.RLock()
+        self._all_indexed = False
 
     @classmethod
     def open(cls, path: Path | None = None, *, clock: Clock = time.time) -> Store:
@@ -542,11 +568,164 @@ class Store:
                 (session_id, summary.text, summary.first_seq, summary.last_seq, summary.retry_at, self._clock()),
             )
 
+    def rename_session(self, session_id: str, title: str) -> SessionInfo:
+        """Give the session ``title``; its updated time stays (renaming is not a new message)."""
+        with self.transaction() as db:
+            db.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
+            if db.changes() == 0:
+                raise SessionNotFound(session_id)
+        return self.session(session_id)
+
+    def search_statistics(self, terms: Sequence[str]) -> tuple[int, float, dict[str, int]]:
+        """Over every stored session's index: the searchable windows, their average length in words,
+        and how many windows hold each of ``terms`` (what ``search``'s weights are made from)."""
+        self._index_every_session()
+        terms = list(dict.fromkeys(terms))
+        with self.reading() as db:
+            totals: tuple[Any, ...] = db.execute(  # an aggregate: always one row
+                "SELECT coalesce(sum(windows), 0), coalesce(sum(words), 0) FROM history_sessions"
+            ).fetchone() or (0, 0)
+            windows, words = totals
+            counts = dict.fromkeys(terms, 0)
+            if terms:
+                found: list[tuple[Any, ...]] = db.execute(
+                    "SELECT term, count(*) FROM history_postings"
+                    f" WHERE term IN ({', '.join('?' * len(terms))}) GROUP BY term",
+                    terms,
+                ).fetchall()
+                counts.update(found)
+        return windows, words / windows if windows else 0.0, counts
+
+    def search(
+        self,
+        weights: dict[str, float],
+        *,
+        average_words: float,
+        k1: float,
+        b: float,
+        workspace: str | None = None,
+        after: float | None = None,
+        before: float | None = None,
+        limit: int = 20,
+        offset: int = 0,
+    ) -> tuple[list[FoundMessage], bool]:
+        """Messages ``offset`` .. ``offset + limit`` of every stored session holding any term of
+        ``weights`` (term → idf), best first, and whether more follow.
+
+        A window scores BM25 (``k1``, ``b``, windows ``average_words`` long) times the share of the
+        weight it matches; a message its best window. ``workspace`` keeps sessions of that folder or
+        one inside it; ``after`` and ``before`` (Unix seconds) bound when the message was stored.
+        SQLite scores every window holding a term, from the postings by term (migration 5), and
+        keeps only the best ones (a bounded sort); the best window of each message is picked here.
+        """
+        self._index_every_session()
+        total_weight = sum(weights.values())
+        if not weights or total_weight <= 0:
+            return [], False
+        params: dict[str, Any] = {
+            "weights": msgspec.json.encode(weights).decode(),
+            "k1": k1,
+            "b": b,
+            "total_weight": total_weight,
+            "average": average_words or 1.0,
+        }
+        # Filters join only when asked: reading every candidate's message row costs more than the
+        # scoring (a message's row holds its text).
+        joins, filters = "", []
+        if workspace is not None:
+            under = workspace.rstrip("/") + "/"
+            joins += (
+                " JOIN history_sessions h ON h.id = p.history_id JOIN sessions s ON s.id = h.session_id"
+                " AND (s.workspace = :workspace OR substr(s.workspace, 1, :under_length) = :under)"
+            )
+            params |= {"workspace": workspace, "under": under, "under_length": len(under)}
+        if after is not None or before is not None:
+            joins += (
+                " JOIN messages m ON m.session_id = (SELECT session_id FROM history_sessions WHERE id = p.history_id)"
+                " AND m.seq = w.seq"
+            )
+            if after is not None:
+                filters.append("m.created_at >= :after")
+                params["after"] = after
+            if before is not None:
+                filters.append("m.created_at < :before")
+                params["before"] = before
+        sql = f"""
+            WITH q(term, weight) AS (SELECT key, value FROM json_each(:weights))
+            SELECT p.history_id, w.seq, w.start_char, w.end_char,
+                sum(q.weight * p.count * (:k1 + 1) / (p.count + :k1 * (1 - :b + :b * w.words / :average)))
+                * sum(q.weight) / :total_weight AS score
+            FROM q
+            JOIN history_postings p ON p.term = q.term
+            JOIN history_windows w ON w.history_id = p.history_id AND w.window = p.window{joins}
+            WHERE {" AND ".join(filters) or "1"}
+            GROUP BY p.history_id, p.window
+            ORDER BY score DESC, p.history_id DESC, w.seq DESC, w.start_char
+            LIMIT :windows
+        """
+        wanted = offset + limit + 1  # one more than the page tells whether another follows
+        windows = wanted * 3  # a long message has several windows among the best
+        with self.reading() as db:
+            while True:
+                rows: list[tuple[Any, ...]] = db.execute(sql, params | {"windows": windows}).fetchall()
+                best: dict[tuple[int, int], tuple[Any, ...]] = {}
+                for row in rows:
+                    best.setdefault((row[0], row[1]), row)
+                if len(best) >= wanted or len(rows) < windows:
+                    break
+                windows *= 4
+            page = list(best.values())[offset : offset + limit]
+            found = [self._found(db, *row) for row in page]
+        return found, len(best) > offset + limit
+
     def history_index(self, session_id: str) -> HistoryIndex:
         """The session's conversation_history index, kept in this database."""
         with self.reading():
             self._require(session_id)
         return SqliteHistoryIndex(self, session_id, _to_index)
+
+    def _found(
+        self, db: apsw.Connection, history_id: int, seq: int, start: int, end: int, score: float
+    ) -> FoundMessage:
+        row: tuple[Any, ...] | None = db.execute(
+            "SELECT s.id, s.title, s.workspace, m.role, m.content, m.created_at FROM history_sessions h"
+            " JOIN sessions s ON s.id = h.session_id JOIN messages m ON m.session_id = s.id AND m.seq = ?"
+            " WHERE h.id = ?",
+            (seq, history_id),
+        ).fetchone()
+        assert row is not None, "a window's message is stored with it"
+        session_id, title, workspace, role, content, created_at = row
+        return FoundMessage(
+            session_id=session_id,
+            title=title,
+            workspace=workspace,
+            seq=seq,
+            role=role,
+            content=content,
+            created_at=created_at,
+            start=start,
+            end=end,
+            score=score,
+        )
+
+    def _index_every_session(self) -> None:
+        """Index the sessions stored before the history index existed (once per open store: every
+        later write indexes what it stores)."""
+        if self._all_indexed:
+            return
+        with self.reading() as db:
+            behind = [
+                str(session_id)
+                for (session_id,) in db.execute(
+                    "SELECT s.id FROM sessions s LEFT JOIN history_sessions h ON h.session_id = s.id"
+                    " WHERE coalesce(h.last_seq, 0)"
+                    " < (SELECT coalesce(max(seq), 0) FROM messages m WHERE m.session_id = s.id)"
+                ).fetchall()
+            ]
+        for session_id in behind:
+            with self.transaction() as db:
+                history_index.catch_up(db, session_id, _to_index)
+        self._all_indexed = True
 
     def _require(self, session_id: str) -> None:
         if self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
@@ -729,6 +908,12 @@ class MemoryStore:
     def history_index(self, session_id: str) -> HistoryIndex:
         with self._lock:
             return self._get(session_id).index
+
+    def rename_session(self, session_id: str, title: str) -> SessionInfo:
+        with self._lock:
+            held = self._get(session_id)
+            held.info = msgspec.structs.replace(held.info, title=title)
+            return held.info
 
     def _get(self, session_id: str) -> _MemorySession:
         held = self._sessions.get(session_id)

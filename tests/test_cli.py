@@ -18,7 +18,9 @@ def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> 
     )
 
 
-@pytest.mark.parametrize("command", [(), ("serve",), ("ask",), ("sessions",), ("config",)])
+@pytest.mark.parametrize(
+    "command", [(), ("serve",), ("ask",), ("sessions",), ("search",), ("export",), ("models",), ("config",)]
+)
 def test_every_command_has_help(command):
     result = run(*command, "--help")
     assert result.returncode == 0 and "usage: imprintd" in result.stdout
@@ -136,3 +138,63 @@ def test_ask_prints_only_the_answer_of_a_reasoning_model_and_stores_its_thoughts
     with Store.open(Path(daemon_env["IMPRINT_DATA_DIR"]) / "imprint.sqlite3") as store:
         answer = store.messages(session_id)[-1]
     assert (answer.content, answer.reasoning) == ("Paris.", "PONDERING the capital of France.")
+
+
+def test_search_prints_one_line_per_hit_and_json_on_request(isolated_dirs):
+    import json
+
+    from imprintd.messages import assistant, user
+    from imprintd.store import Store
+
+    with Store.open() as db:
+        info = db.create_session(workspace="/home/me/shop")
+        db.extend(info.id, [user("Which port does billing use?"), assistant("Billing listens on port 8101.")])
+        db.extend(db.create_session().id, [user("Unrelated weather talk")])
+
+    lines = run("search", "billing port").stdout.splitlines()
+    assert len(lines) == 2 and all(line.startswith(f"{info.id}  #") for line in lines)
+    assert any("#2" in line and "assistant" in line and "[Billing] listens on [port] 8101." in line for line in lines)
+    assert all("Which port does billing use?" in line for line in lines)  # the title
+
+    printed = json.loads(run("search", "8101", "--json").stdout)
+    assert len(printed["hits"]) == 1 and printed["nextOffset"] is None
+    [hit] = printed["hits"]
+    assert (hit["sessionId"], hit["seq"], hit["role"]) == (info.id, 2, "assistant")
+    assert [part["text"] for part in hit["snippet"] if part["match"]] == ["8101"]
+
+
+def test_search_with_nothing_found_or_bad_input_says_so(isolated_dirs):
+    nothing = run("search", "zebra")
+    assert nothing.returncode == 1 and "Nothing stored matches 'zebra'" in nothing.stderr
+    bad = run("search", "x", "--since", "last week")
+    assert bad.returncode == 2
+    assert "since: 'last week' is not a date; expected YYYY-MM-DD" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_export_writes_markdown_or_json_to_stdout_or_a_file(isolated_dirs, tmp_path):
+    import json
+
+    from imprintd.messages import assistant, user
+    from imprintd.store import Store
+
+    with Store.open() as db:
+        info = db.create_session()
+        db.extend(info.id, [user("Which port does billing use?"), assistant("Billing listens on port 8101.")])
+
+    md = run("export", info.id)
+    assert md.returncode == 0 and md.stdout.startswith("# Which port does billing use?\n")
+    assert "## Imprint (#2)\n\nBilling listens on port 8101." in md.stdout
+
+    target = tmp_path / "out.json"
+    written = run("export", info.id, "--format", "json", "-o", str(target))
+    assert written.returncode == 0 and written.stdout == "" and str(target) in written.stderr
+    stored = json.loads(target.read_text(encoding="utf-8"))
+    assert [(m["seq"], m["content"]) for m in stored["messages"]] == [
+        (1, "Which port does billing use?"),
+        (2, "Billing listens on port 8101."),
+    ]
+
+    missing = run("export", "nope")
+    assert missing.returncode == 1 and "no session with id 'nope'" in missing.stderr
+    unwritable = run("export", info.id, "-o", str(tmp_path / "no" / "such" / "dir.md"))
+    assert unwritable.returncode == 1 and "cannot write" in unwritable.stderr and "Traceback" not in unwritable.stderr

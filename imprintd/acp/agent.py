@@ -6,6 +6,11 @@ nothing behind); ``session/prompt`` asks the core for a reply in it, ``session/l
 ``session/list`` and ``session/delete`` work on the same store. Nothing here decides
 anything about a reply.
 
+After ``session/new`` and ``session/load`` the agent publishes its slash commands
+(``available_commands_update``, ``commands.py``); a prompt starting with one runs it instead of
+asking the model. ``session_info_update`` carries the session's title: on ``session/load``, and
+after a prompt that gave the session its title (its first question).
+
 Each prompt runs as its own task. ``session/cancel`` cancels it (the core keeps the
 question and stores nothing else), nothing more is sent for it, and the prompt answers
 ``{stopReason: "cancelled"}``. A prompt sent while another runs in the same session waits for
@@ -26,16 +31,29 @@ import apsw
 import msgspec
 
 from imprintd import __version__
-from imprintd.acp import wire
-from imprintd.acp.events import SESSION_UPDATE, AcpEvents, stop_reason
+from imprintd.acp import commands, wire
+from imprintd.acp.events import SESSION_UPDATE, AcpEvents, source_links, stop_reason
 from imprintd.acp.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND, Connection, RpcError
 from imprintd.acp.replay import replay
 from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing, workspace_folder
+from imprintd.conversations.compact import CompactFailed
+from imprintd.conversations.export import markdown
 from imprintd.models.base import ModelError
+from imprintd.models.identity import identify_model
+from imprintd.models.on_disk import FoundModel, find_models
 from imprintd.research.loop import ReplyFailed
 from imprintd.store import SessionNotFound, StoreError, new_session_id
 
 logger = logging.getLogger(__name__)
+
+#: The id of the model picker among a session's config options.
+MODEL_OPTION = "model"
+
+
+def _model_note(model: FoundModel) -> str:
+    parts = [model.quantization, f"{model.context_length:,} ctx" if model.context_length else None, model.source]
+    return ", ".join(part for part in parts if part)
+
 
 AGENT_CAPABILITIES = {
     "loadSession": True,
@@ -53,6 +71,8 @@ class Agent:
         self._prompts: dict[str, list[asyncio.Task]] = {}  # running and waiting replies by session
         self._events: dict[asyncio.Task, AcpEvents] = {}  # what each of them sends
         self._unstored: set[str] = set()  # named by session/new, not yet asked anything
+        self._titles: dict[str, str] = {}  # the title each session's client was last told
+        self._models: list[FoundModel] | None = None  # the chat GGUFs on this machine, found once
 
     @property
     def requests(self):
@@ -63,6 +83,7 @@ class Agent:
             "session/list": self.list_sessions,
             "session/delete": self.delete_session,
             "session/prompt": self.prompt,
+            "session/set_config_option": self.set_config_option,
         }
 
     @property
@@ -88,12 +109,51 @@ class Agent:
         self._cwd[session_id] = root
         _log_mcp(session_id, params.mcp_servers)
         logger.info("session %s on %s", session_id, root)
-        return wire.NewSessionResult(session_id=session_id)
+        # After the response (a sync handler's is sent when it returns): the client knows the id by then.
+        asyncio.get_running_loop().call_soon(self._publish_commands, session_id)
+        return wire.NewSessionResult(session_id=session_id, config_options=[self._model_option()])
+
+    # -- the model picker (a config option of category "model") ------------------------
+    def _model_option(self) -> wire.ConfigOption:
+        """The model in use and the GGUF chat models on this machine (``models.on_disk``), once
+        per agent: reading their headers takes a moment, and a new session should not wait for it."""
+        if self._models is None:
+            self._models = [m for m in find_models(self.chat.settings.models_dir) if m.chat]
+        identity = identify_model(self.chat.settings)
+        current = self.chat.settings.model or identity.model
+        options = [wire.ConfigSelectOption(value=m.path, name=m.name, description=_model_note(m)) for m in self._models]
+        if current not in {option.value for option in options}:
+            options.insert(0, wire.ConfigSelectOption(value=current, name=identity.model, description="in use"))
+        return wire.ConfigOption(
+            id=MODEL_OPTION, name="Model", category="model", current_value=current, options=options
+        )
+
+    def set_config_option(self, params: wire.SetConfigOptionParams) -> wire.SetConfigOptionResult:
+        if params.config_id != MODEL_OPTION:
+            raise RpcError(
+                INVALID_PARAMS, f"configId: {params.config_id!r} is not an option; the one option is 'model'."
+            )
+        offered = {option.value for option in self._model_option().options}
+        if params.value not in offered:
+            raise RpcError(INVALID_PARAMS, f"value: {params.value!r} is not one of the models offered.")
+        if params.value != self.chat.settings.model and Path(params.value).is_file():
+            self.chat.update_settings(
+                self.chat.resolved.apply({"chat": {"provider": "local", "model": params.value}}, "editor")
+            )
+        option = self._model_option()
+        update = wire.ConfigOptionUpdate(config_options=[option])
+        asyncio.get_running_loop().call_soon(
+            lambda: self.connection.notify(
+                SESSION_UPDATE, wire.SessionNotification(session_id=params.session_id, update=update)
+            )
+        )
+        return wire.SetConfigOptionResult(config_options=[option])
 
     def load_session(self, params: wire.LoadSessionParams) -> None:
         root = _folder(params.cwd)
         if self._is_unstored(params.session_id):
             self._cwd[params.session_id] = root
+            self._publish_commands(params.session_id)
             return None  # never asked anything: nothing to replay
         store, info = self._locate(params.session_id)
         messages = _store_call(lambda: store.messages(info.id))
@@ -101,7 +161,27 @@ class Agent:
         _log_mcp(info.id, params.mcp_servers)
         for update in replay(messages, root):
             self.connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=info.id, update=update))
+        self._tell_title(info.id, force=True)
+        self._publish_commands(info.id)
         return None
+
+    def _publish_commands(self, session_id: str) -> None:
+        update = wire.AvailableCommandsUpdate(available_commands=list(commands.COMMANDS))
+        self.connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=session_id, update=update))
+
+    def _tell_title(self, session_id: str, *, force: bool = False) -> None:
+        """``session_info_update`` with the session's title, when the client does not have it yet."""
+        try:
+            _, info = self.chat.locate(session_id)
+        except (StoreError, apsw.Error):  # deleted meanwhile, or the store failed: no title to tell
+            return
+        if not info.title or (not force and self._titles.get(session_id) == info.title):
+            return
+        self._titles[session_id] = info.title
+        update = wire.SessionInfoUpdate(
+            title=info.title, updated_at=datetime.fromtimestamp(info.updated_at, UTC).isoformat()
+        )
+        self.connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=session_id, update=update))
 
     def list_sessions(self, params: wire.ListSessionsParams) -> wire.ListSessionsResult:
         if params.cursor is not None:
@@ -168,6 +248,9 @@ class Agent:
             root = self._cwd.get(info.id) or (Path(info.workspace) if info.workspace else None)
         question = question_text(params.prompt, root)
         events = AcpEvents(self.connection, session_id, root)
+        command = commands.command_of(question)
+        if command is not None:
+            return self._run_command(command, session_id, events)
         request = ReplyRequest(text=question, session_id=session_id, workspace=str(root) if root else None)
         waiting = list(self._prompts.get(session_id, ()))
         reply = asyncio.ensure_future(self._reply_after(waiting, request, events))
@@ -204,7 +287,43 @@ class Agent:
             raise _reply_error(error)
         outcome = reply.result()
         events.finish(outcome)
+        self._tell_title(session_id)
         return wire.PromptResult(stop_reason=stop_reason(outcome.stop_reason))
+
+    # -- slash commands ---------------------------------------------------------------
+    async def _run_command(self, command: str, session_id: str, events: AcpEvents) -> wire.PromptResult:
+        """Run ``/command`` (``commands.py``) and answer with its result as the agent's message."""
+        if self._is_unstored(session_id):
+            events.text(f"Nothing to {command} yet: this session has no messages. Ask a question first.")
+            return wire.PromptResult(stop_reason="end_turn")
+        store, info = self._locate(session_id)
+        if command == "compact":
+            try:
+                done = await self.chat.compact(info.id, events)
+            except (CompactFailed, ModelError) as error:  # said in the session; nothing was stored
+                events.text(f"Compacting failed: {error}")
+                return wire.PromptResult(stop_reason="end_turn")
+            events.text(done.note + (f"\n\n{done.summary.text}" if done.written and done.summary else ""))
+        elif command == "context":
+            usage = await self.chat.context_usage(info.id)
+            events.text(commands.context_text(usage))
+        elif command == "sources":
+            messages = _store_call(lambda: store.messages(info.id))
+            answer = next((m for m in reversed(messages) if m.role == "assistant" and m.sources), None)
+            if answer is None:
+                events.text("No answer in this session has sources yet.")
+            else:
+                events.text(f"Sources of the answer #{answer.seq}:\n")
+                for link in source_links(events.root, answer.sources):
+                    events.update(wire.AgentMessageChunk(content=link))
+                    events.text("\n")
+                unlinked = [s for s in answer.sources if s.path is None]
+                for source in unlinked:
+                    events.text(f"[{source.number}] {source.label}\n")
+        else:  # export
+            view = _store_call(lambda: self.chat.session(info.id))
+            events.text(markdown(view.info, view.messages, view.summary))
+        return wire.PromptResult(stop_reason="end_turn")
 
     def cancel(self, params: wire.SessionParams) -> None:
         if not self._cancel_prompts(params.session_id):

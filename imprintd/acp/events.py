@@ -209,8 +209,21 @@ class AcpEvents:
                 "reply %s: the answer differs from the text streamed; the streamed text stands", self.reply_id
             )
         self._part.clear()
-        for link in source_links(self.root, outcome.sources):
-            self.update(wire.AgentMessageChunk(content=link))
+        for chunk in linked_sources(self.root, outcome.sources):
+            self.update(chunk)
+
+
+def linked_sources(root: Path | None, sources: Sequence[SourceRef]) -> list[wire.AgentMessageChunk]:
+    """The chunks that follow an answer: each source's ``resource_link`` on a line of its own.
+
+    Clients that show a link inline (CodeCompanion) would otherwise glue the first to the
+    Sources list's last line (``…billing.yaml:1-12[resource: file:///…]``).
+    """
+    chunks = []
+    for number, link in enumerate(source_links(root, sources)):
+        chunks.append(wire.AgentMessageChunk(content=text_block("\n\n" if number == 0 else "\n")))
+        chunks.append(wire.AgentMessageChunk(content=link))
+    return chunks
 
 
 def source_links(root: Path | None, sources: Sequence[SourceRef]) -> list[wire.ResourceLinkBlock]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from msgspec import UNSET
 
 from imprintd.acp import wire
-from imprintd.acp.events import arguments_location, source_links, text_block, tool_kind
+from imprintd.acp.events import arguments_location, linked_sources, text_block, tool_kind
 from imprintd.context.history import describe_call
 from imprintd.messages import Message
 
@@ -49,8 +49,7 @@ def replay(messages: Sequence[Message], root: Path | None) -> Iterator[wire.Sess
                 )
         elif message.role == "assistant" and message.content:
             yield wire.AgentMessageChunk(content=text_block(message.content))
-            for link in source_links(root, message.sources):
-                yield wire.AgentMessageChunk(content=link)
+            yield from linked_sources(root, message.sources)
 
 
 def _results_after(messages: Sequence[Message], index: int) -> dict[str, Message]:

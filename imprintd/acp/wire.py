@@ -133,8 +133,40 @@ class NewSessionParams(_Wire):
     additional_directories: list[str] | None = None
 
 
+class ConfigSelectOption(_Wire):
+    value: str
+    name: str
+    description: str | UnsetType = UNSET
+
+
+class ConfigOption(_Wire, tag_field="type", tag="select"):
+    """A session config option of the select kind (the model picker: category ``model``)."""
+
+    id: str
+    name: str
+    category: str
+    current_value: str
+    options: list[ConfigSelectOption]
+    description: str | UnsetType = UNSET
+
+
 class NewSessionResult(_Wire):
     session_id: str
+    config_options: list[ConfigOption] | UnsetType = UNSET
+
+
+class SetConfigOptionParams(_Wire):
+    session_id: str
+    config_id: str
+    value: str
+
+
+class SetConfigOptionResult(_Wire):
+    config_options: list[ConfigOption]
+
+
+class ConfigOptionUpdate(_Wire, tag_field="sessionUpdate", tag="config_option_update"):
+    config_options: list[ConfigOption]
 
 
 class LoadSessionParams(_Wire):
@@ -221,7 +253,38 @@ class UsageUpdate(_Wire, tag_field="sessionUpdate", tag="usage_update"):
     size: int
 
 
-SessionUpdate = UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | ToolCallStart | ToolCallUpdate | UsageUpdate
+class SessionInfoUpdate(_Wire, tag_field="sessionUpdate", tag="session_info_update"):
+    """The session's title (and when it last changed), as ``session/list`` has them."""
+
+    title: str | UnsetType = UNSET
+    updated_at: str | UnsetType = UNSET
+
+
+class CommandInput(_Wire):
+    hint: str
+
+
+class AvailableCommand(_Wire):
+    name: str
+    description: str
+    input: CommandInput | UnsetType = UNSET
+
+
+class AvailableCommandsUpdate(_Wire, tag_field="sessionUpdate", tag="available_commands_update"):
+    available_commands: list[AvailableCommand]
+
+
+SessionUpdate = (
+    UserMessageChunk
+    | AgentMessageChunk
+    | AgentThoughtChunk
+    | ToolCallStart
+    | ToolCallUpdate
+    | UsageUpdate
+    | SessionInfoUpdate
+    | AvailableCommandsUpdate
+    | ConfigOptionUpdate
+)
 
 
 class SessionNotification(_Wire):
@@ -244,4 +307,5 @@ PARAMS: dict[str, msgspec.json.Decoder] = {
     "session/delete": msgspec.json.Decoder(SessionParams),
     "session/prompt": msgspec.json.Decoder(PromptParams),
     "session/cancel": msgspec.json.Decoder(SessionParams),
+    "session/set_config_option": msgspec.json.Decoder(SetConfigOptionParams),
 }

@@ -32,6 +32,7 @@ RESULTS: dict[str, type[BaseModel] | None] = {
     "session/list": schema.ListSessionsResponse,
     "session/delete": schema.DeleteSessionResponse,
     "session/prompt": schema.PromptResponse,
+    "session/set_config_option": schema.SetSessionConfigOptionResponse,
 }
 
 
@@ -119,9 +120,24 @@ class Peer:
             return found()
 
     def take_updates(self, session_id: str) -> list[Any]:
-        """The updates of ``session_id`` since the last call, for asserting one prompt at a time."""
+        """The conversation's updates of ``session_id`` since the last call, for asserting one prompt
+        at a time; the agent's announcements (its commands, the title) are kept for ``take_announcements``."""
         taken = self.updates(session_id)
-        self.client.updates = [(sid, update) for sid, update in self.client.updates if sid != session_id]
+        self.client.updates = [
+            (sid, update)
+            for sid, update in self.client.updates
+            if sid != session_id or update.session_update in ANNOUNCEMENTS
+        ]
+        return [update for update in taken if update.session_update not in ANNOUNCEMENTS]
+
+    def take_announcements(self, session_id: str) -> list[Any]:
+        """The ``available_commands_update`` and ``session_info_update`` of ``session_id`` since the last call."""
+        taken = [update for update in self.updates(session_id) if update.session_update in ANNOUNCEMENTS]
+        self.client.updates = [
+            (sid, update)
+            for sid, update in self.client.updates
+            if sid != session_id or update.session_update not in ANNOUNCEMENTS
+        ]
         return taken
 
     async def delete_session(self, session_id: str) -> Any:
@@ -160,6 +176,10 @@ async def acp_agent(
             yield peer
     assert not checker.problems, "\n".join(checker.problems)
     assert process.returncode == 0, peer.log()
+
+
+#: Updates about the session rather than its conversation.
+ANNOUNCEMENTS = ("available_commands_update", "session_info_update")
 
 
 def texts(updates, kind: str) -> list[str]:

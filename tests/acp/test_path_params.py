@@ -30,6 +30,8 @@ def new_session(agent: RawAgent, request_id: int, cwd: str) -> dict:
 def still_serves(agent: RawAgent, workspace) -> str:
     answer = new_session(agent, 99, str(workspace))
     assert "result" in answer, answer
+    published = agent.read()  # the slash commands follow the response that names the session
+    assert published["params"]["update"]["sessionUpdate"] == "available_commands_update", published
     return answer["result"]["sessionId"]
 
 

@@ -57,3 +57,17 @@ command("ImprintRestart", function() imprint().restart() end, { desc = "Imprint:
 command("ImprintLog", function() imprint().log() end, { desc = "Imprint: open the daemon's log" })
 command("ImprintSources", function() imprint().sources() end, { desc = "Imprint: sources of the last answer to quickfix" })
 command("ImprintContext", function() imprint().context() end, { desc = "Imprint: what fills the model's context" })
+
+local function conversations()
+  return require("imprint.conversations")
+end
+command("ImprintSearch", function(opts) conversations().search(opts.args) end,
+  { nargs = "+", desc = "Imprint: search every stored conversation (quickfix and a picker)" })
+command("ImprintRename", function(opts) conversations().rename(opts.args) end,
+  { nargs = "+", desc = "Imprint: rename the open session" })
+command("ImprintExport", function(opts) conversations().export(opts.args) end,
+  { nargs = "?", complete = "file", desc = "Imprint: the open session as Markdown (into [file] or a new tab)" })
+command("ImprintCompact", function() conversations().compact() end,
+  { desc = "Imprint: write the open session's running summary now" })
+command("ImprintModel", function() conversations().pick_model() end,
+  { desc = "Imprint: pick a GGUF chat model found on this machine" })

@@ -18,6 +18,7 @@ import { missingDaemonMessage, resolveExecutable } from "./chat/executable";
 import { chatHtml } from "./chat/html";
 import { EditorKey, SETTINGS, SentSettings, describeFormat, describeModel } from "./chat/settings";
 import { ConnectionStatus, FromView, ResearchState, ToView } from "./chat/view";
+import type * as wire from "./protocol";
 import type { ModelReport } from "./protocol";
 
 
@@ -27,7 +28,7 @@ const OPEN_SESSION = "imprint.openSession";
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const log = vscode.window.createOutputChannel("Imprint", { log: true });
   const status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
-  status.command = "imprint.showLog";
+  status.command = "imprint.pickModel"; // the model it names: click to pick another (Show Log is a command)
   status.name = "Imprint";
   status.show();
 
@@ -59,6 +60,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand("imprint.cancelReply", () => controller.stop()),
     vscode.commands.registerCommand("imprint.restartDaemon", () => daemon.restart()),
     vscode.commands.registerCommand("imprint.showLog", () => log.show()),
+    vscode.commands.registerCommand("imprint.searchConversations", () => searchConversations(controller)),
+    vscode.commands.registerCommand("imprint.exportConversation", () => exportConversation(controller)),
+    vscode.commands.registerCommand("imprint.compactConversation", () => compactConversation(controller)),
+    vscode.commands.registerCommand("imprint.renameConversation", () => renameConversation(controller)),
+    vscode.commands.registerCommand("imprint.pickModel", () => pickModel(controller)),
     vscode.workspace.onDidChangeConfiguration((event) => {
       if (event.affectsConfiguration("imprint.serverPath")) void daemon.restart();
       else if (event.affectsConfiguration("imprint.chat")) daemon.sendSettings();
@@ -302,6 +308,120 @@ async function pickSession(controller: ChatController, action: "open" | "delete"
   const confirm = await vscode.window.showWarningMessage(
     `Delete the conversation “${picked.label}” and its messages? This cannot be undone.`, { modal: true }, "Delete");
   if (confirm === "Delete") await controller.deleteSession(picked.sessionId);
+}
+
+/** A search hit as a quick pick row: the snippet with its matched words, the session and message below. */
+function hitItem(hit: wire.SearchHit): vscode.QuickPickItem & { hit: wire.SearchHit } {
+  const snippet = hit.snippet.map((part) => part.text).join("");
+  return {
+    label: snippet,
+    description: `#${hit.seq} ${hit.role}`,
+    detail: `${hit.title || "(untitled)"} · ${new Date(hit.createdAt * 1000).toLocaleString()}`,
+    alwaysShow: true,
+    hit,
+  };
+}
+
+/** Search every stored conversation as the user types; the chosen message opens in the panel, highlighted. */
+async function searchConversations(controller: ChatController): Promise<void> {
+  const pick = vscode.window.createQuickPick<vscode.QuickPickItem & { hit: wire.SearchHit }>();
+  pick.placeholder = "Search every conversation";
+  pick.matchOnDescription = false;
+  pick.matchOnDetail = false;
+  let asked = 0;
+  pick.onDidChangeValue(async (query) => {
+    const mine = ++asked;
+    if (!query.trim()) {
+      pick.items = [];
+      return;
+    }
+    pick.busy = true;
+    try {
+      const result = await controller.searchConversations(query);
+      if (mine !== asked) return; // a later keystroke's search answers instead
+      pick.items = result.hits.map(hitItem);
+      pick.title = result.hits.length ? undefined : `Nothing stored matches “${query}”`;
+    } catch (error) {
+      if (mine === asked) pick.title = String(error instanceof Error ? error.message : error);
+      pick.items = [];
+    } finally {
+      if (mine === asked) pick.busy = false;
+    }
+  });
+  pick.onDidAccept(async () => {
+    const chosen = pick.selectedItems[0];
+    pick.hide();
+    if (!chosen) return;
+    await controller.openSessionAt(chosen.hit.sessionId, chosen.hit.seq);
+    await vscode.commands.executeCommand("imprint.chat.focus");
+  });
+  pick.onDidHide(() => pick.dispose());
+  pick.show();
+}
+
+async function exportConversation(controller: ChatController): Promise<void> {
+  const exported = await controller.exportSession("markdown");
+  if (!exported) {
+    void vscode.window.showInformationMessage("Imprint: open a conversation to export it.");
+    return;
+  }
+  const document = await vscode.workspace.openTextDocument({ language: "markdown", content: exported.text });
+  await vscode.window.showTextDocument(document, { preview: false });
+}
+
+async function compactConversation(controller: ChatController): Promise<void> {
+  try {
+    const result = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: "Imprint: summarizing the conversation…" },
+      () => controller.compact(),
+    );
+    if (!result) void vscode.window.showInformationMessage("Imprint: open a conversation to compact it.");
+    else void vscode.window.showInformationMessage(`Imprint: ${result.note}`);
+  } catch (error) {
+    void vscode.window.showErrorMessage(`Imprint: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
+
+async function renameConversation(controller: ChatController): Promise<void> {
+  const title = await vscode.window.showInputBox({ prompt: "Rename this conversation", placeHolder: "A short title" });
+  if (!title) return;
+  try {
+    const renamed = await controller.renameSession(title);
+    if (!renamed) void vscode.window.showInformationMessage("Imprint: open a conversation to rename it.");
+  } catch (error) {
+    void vscode.window.showErrorMessage(`Imprint: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
+
+/** The GGUF chat models on this machine; the chosen one becomes `imprint.chat.model` (provider local). */
+async function pickModel(controller: ChatController): Promise<void> {
+  const { current, models, served } = await controller.listModels();
+  const offered = models.filter((model) => model.chat);
+  if (!offered.length && !served?.length) {
+    void vscode.window.showInformationMessage(
+      "Imprint: no GGUF chat models found. Set imprint.chat.modelsDir to a folder of .gguf files.");
+    return;
+  }
+  const picked = await vscode.window.showQuickPick(
+    [
+      // With provider openai, the models the server lists come first; choosing one keeps the provider.
+      ...(served ?? []).map((id) => ({ label: id, description: "served by chat.baseUrl", detail: undefined,
+        path: id, provider: "openai" })),
+      ...offered.map((model) => ({
+        label: model.name,
+        description: [model.quantization, `${Math.round(model.size / 1048576)} MiB`,
+          model.contextLength ? `${model.contextLength} ctx` : undefined, model.source].filter(Boolean).join(" · "),
+        detail: model.path,
+        path: model.path,
+        provider: "local",
+      })),
+    ],
+    { placeHolder: `Model in use: ${current.model}` },
+  );
+  if (!picked) return;
+  const config = vscode.workspace.getConfiguration("imprint");
+  await config.update("chat.provider", picked.provider, vscode.ConfigurationTarget.Global);
+  await config.update("chat.model", picked.path, vscode.ConfigurationTarget.Global);
 }
 
 async function askAboutSelection(controller: ChatController, view: ChatViewProvider): Promise<void> {

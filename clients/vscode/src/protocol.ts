@@ -16,6 +16,11 @@ export const SUMMARY_UPDATED = "imprint/summaryUpdated";
 export const CONTEXT = "imprint/context";
 export const CONTEXT_USAGE = "imprint/contextUsage";
 export const MODEL_CHANGED = "imprint/modelChanged";
+export const SEARCH_CONVERSATIONS = "imprint/searchConversations";
+export const RENAME_SESSION = "imprint/renameSession";
+export const EXPORT = "imprint/export";
+export const COMPACT = "imprint/compact";
+export const MODELS = "imprint/models";
 
 /** JSON-RPC error codes the client treats specially. */
 export const REQUEST_CANCELLED = -32800;
@@ -148,6 +153,66 @@ export interface SessionResult {
   session: SessionInfo;
   messages: StoredMessage[];
   summary: Summary | null;
+}
+
+/** `imprint/searchConversations`: a page of messages found, best first. */
+export interface SearchResult {
+  query: string;
+  hits: SearchHit[];
+  nextOffset: number | null;
+}
+
+export interface SearchHit {
+  sessionId: string;
+  title: string;
+  workspace: string | null;
+  seq: number;
+  role: "user" | "assistant" | "tool";
+  createdAt: number;
+  score: number;
+  /** The words around the match, in order; `match` on the words the query matched. */
+  snippet: { text: string; match: boolean }[];
+}
+
+export interface RenameSessionResult {
+  session: SessionInfo;
+}
+
+export interface ExportResult {
+  sessionId: string;
+  format: "markdown" | "json";
+  fileName: string;
+  text: string;
+}
+
+export interface CompactResult {
+  sessionId: string;
+  compacted: boolean;
+  summary: Summary | null;
+  note: string;
+}
+
+/** A GGUF found on this machine (`imprint/models`). */
+export interface ModelOnDisk {
+  name: string;
+  path: string;
+  source: string;
+  size: number;
+  architecture: string | null;
+  quantization: string | null;
+  contextLength: number | null;
+  hasChatTemplate: boolean;
+  chatFormat: string | null;
+  chat: boolean;
+  reason: string;
+}
+
+export interface ModelsResult {
+  current: { provider: string; model: string; nCtx: number };
+  models: ModelOnDisk[];
+  /** With provider openai: the ids the server's /v1/models lists, and why it could not be asked. */
+  served: string[];
+  servedError: string;
 }
 
 export interface DeleteSessionResult {

@@ -109,7 +109,7 @@ export class ChatController {
       connection.onNotification(wire.TOOL_STEP, (p: wire.ToolStep) => this.onToolStep(p)),
       connection.onNotification(wire.SUMMARY_UPDATED, (p: wire.SummaryUpdated) => this.onSummary(p)),
       connection.onNotification(wire.CONTEXT_USAGE, (p: wire.ContextUsage) => this.onContextUsage(p)),
-      connection.onNotification(wire.MODEL_CHANGED, (p: wire.ModelReport) => this.setModel(p)),
+      connection.onNotification(wire.MODEL_CHANGED, (p: wire.ModelReport) => this.onModelChanged(connection, p)),
     ];
     const experimental = initialize?.capabilities?.experimental as { imprint?: wire.ModelReport } | undefined;
     this.setModel(experimental?.imprint);
@@ -149,6 +149,13 @@ export class ChatController {
 
   private research(): ResearchState {
     return this.options.research?.() ?? "on";
+  }
+
+  /** A new model or window: the meter shows the open session's next question against it now, not
+   *  after the next question (issue 34); a running reply's next round reports its own. */
+  private onModelChanged(connection: ChatConnection, model: wire.ModelReport): void {
+    this.setModel(model);
+    if (this.sessionId && !this.reply) void this.refreshContext(connection, this.sessionId);
   }
 
   private setModel(model: wire.ModelReport | undefined): void {
@@ -329,6 +336,45 @@ export class ChatController {
     this.post({ type: "reveal", seq }, false);
   }
 
+  /** Every stored conversation's messages matching `query`, best first (`imprint/searchConversations`). */
+  async searchConversations(query: string, limit = 50): Promise<wire.SearchResult> {
+    return this.require().sendRequest<wire.SearchResult>(wire.SEARCH_CONVERSATIONS, { query, limit });
+  }
+
+  /** Shows a stored session scrolled to message `seq`, highlighted (a search result chosen). */
+  async openSessionAt(sessionId: string, seq: number): Promise<void> {
+    await this.openSession(sessionId);
+    this.post({ type: "reveal", seq }, false);
+  }
+
+  /** The open session as Markdown or JSON (`imprint/export`); undefined when none is open. */
+  async exportSession(format: "markdown" | "json" = "markdown"): Promise<wire.ExportResult | undefined> {
+    if (!this.sessionId) return undefined;
+    return this.require().sendRequest<wire.ExportResult>(wire.EXPORT, { sessionId: this.sessionId, format });
+  }
+
+  /** Writes the open session's running summary now (`imprint/compact`); undefined when none is open. */
+  async compact(): Promise<wire.CompactResult | undefined> {
+    if (!this.sessionId) return undefined;
+    return this.require().sendRequest<wire.CompactResult>(wire.COMPACT, { sessionId: this.sessionId });
+  }
+
+  /** Renames the open session; its new info, or undefined when none is open. */
+  async renameSession(title: string): Promise<wire.SessionInfo | undefined> {
+    if (!this.sessionId) return undefined;
+    const result = await this.require().sendRequest<wire.RenameSessionResult>(wire.RENAME_SESSION, {
+      sessionId: this.sessionId,
+      title,
+    });
+    this.title = result.session.title;
+    return result.session;
+  }
+
+  /** The GGUF models found on this machine and the model in use (`imprint/models`). */
+  async listModels(): Promise<wire.ModelsResult> {
+    return this.require().sendRequest<wire.ModelsResult>(wire.MODELS, {});
+  }
+
   async deleteSession(sessionId: string): Promise<void> {
     await this.require().sendRequest<wire.DeleteSessionResult>(wire.DELETE_SESSION, { sessionId });
     if (sessionId === this.sessionId) this.newChat();
@@ -453,7 +499,10 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
       items.push({ kind: "user", seq: message.seq, text: message.content });
     } else if (message.role === "tool") {
       const step = message.toolCallId ? steps.get(message.toolCallId) : undefined;
-      if (step && message.content.startsWith("Error")) {
+      if (step && message.content.startsWith(REPEATED_CALL)) {
+        // A repeat of an earlier identical call was answered from it: the live reply showed no step for it.
+        pending = pending.filter((row) => row !== step);
+      } else if (step && message.content.startsWith("Error")) {
         step.state = "failed";
         step.detail = firstLine(message.content);
       }
@@ -484,9 +533,16 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
 }
 
 /** A stored tool call's row title, worded as the daemon words the live step (imprintd/tools). */
+/** How the daemon stores a repeated call's result (imprintd/research/loop.py, REPEATED). */
+const REPEATED_CALL = "(Same call as before; its result again.)";
+/** The call id prefix of the daemon's own first look (imprintd/research/first_look.py, CALL_ID_PREFIX). */
+const FIRST_LOOK_ID = "call_look";
+
 function stepTitle(call: wire.ToolCall): string {
   const args = call.arguments ?? {};
   const text = (key: string) => (typeof args[key] === "string" ? (args[key] as string).trim() : "");
+  // Worded as the live step was: the first look is Imprint's own search.
+  if (call.id.startsWith(FIRST_LOOK_ID) && call.name === "search") return `Looking in the workspace for “${text("query")}”`;
   if (call.name === "search" && text("query")) return `Searching the workspace for “${text("query")}”`;
   if (call.name === "conversation_history" && text("query")) return `Searching earlier in this conversation for “${text("query")}”`;
   if (call.name === "read_file" && text("path")) {

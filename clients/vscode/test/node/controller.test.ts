@@ -499,3 +499,66 @@ test("the context meter gets each round's usage during a reply and the next ques
   assert.equal(next.usage!.parts.question, 0);
   assert.deepEqual(next.usage!.inView.at(-1)?.at(-1), 4, "the stored answer is in view");
 });
+
+test("search finds stored messages and opening one shows its session scrolled to the message (issue 34)", async () => {
+  await stub.queue("Paris.", "Billing listens on port 8101.");
+  await panel.controller.ask("Capital of France?");
+  panel.controller.newChat();
+  await panel.controller.ask("Which port does billing use?");
+
+  const found = await panel.controller.searchConversations("capital france");
+  assert.equal(found.query, "capital france");
+  const [hit] = found.hits;
+  assert.equal(hit.seq, 1);
+  assert.equal(hit.title, "Capital of France?");
+  assert.deepEqual(hit.snippet.filter((part) => part.match).map((part) => part.text), ["Capital", "France"]);
+
+  panel.messages.length = 0;
+  await panel.controller.openSessionAt(hit.sessionId, hit.seq);
+  const [reset] = panel.ofType("reset");
+  assert.equal(reset.title, "Capital of France?");
+  assert.deepEqual(panel.ofType("reveal").map((message) => message.seq), [1]);
+  assert.ok(panel.messages.indexOf(reset) < panel.messages.findIndex((message) => message.type === "reveal"));
+
+  await assert.rejects(panel.controller.searchConversations("  "), /query: .* has no word to search for/);
+});
+
+test("rename, export and compact act on the open conversation (issue 34)", async () => {
+  await stub.queue("Noted.", "About topic three.", "- (#1–#2) The user pasted the staging compose file.");
+  assert.equal(await panel.controller.compact(), undefined); // nothing open yet
+  await panel.controller.ask("Here is the staging compose file.");
+  await panel.controller.ask("What about topic three?");
+
+  const renamed = await panel.controller.renameSession("Staging notes");
+  assert.equal(renamed?.title, "Staging notes");
+  const exported = await panel.controller.exportSession();
+  assert.ok(exported?.text.startsWith("# Staging notes\n"));
+  assert.ok(exported?.text.includes("## You (#3)\n\nWhat about topic three?"));
+  assert.equal(exported?.fileName, "imprint-staging-notes.md");
+
+  const compacted = await panel.controller.compact();
+  assert.equal(compacted?.compacted, true);
+  assert.equal(compacted?.note, "The summary now covers messages #1–#2.");
+  assert.equal(compacted?.summary?.text, "- (#1–#2) The user pasted the staging compose file.");
+  const again = await panel.controller.compact();
+  assert.equal(again?.compacted, false);
+  assert.match(again?.note ?? "", /^Nothing to summarize/);
+});
+
+test("the context meter follows a new context window at once, not at the next question (issue 34)", async () => {
+  await stub.queue("Paris.");
+  await panel.controller.ask("Capital of France?");
+  panel.clear();
+  await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: { chat: { n_ctx: 4096 } } });
+  const deadline = Date.now() + 60_000;
+  let shown: wire.ContextUsage | null = null;
+  while (Date.now() < deadline) {
+    shown = panel.ofType("context").map((message) => message.usage).find((usage) => usage?.nCtx === 4096) ?? null;
+    if (shown) break;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  assert.ok(shown, "the meter got the new window");
+  assert.equal(shown!.replyId, null);
+  assert.equal(shown!.sessionId, panel.controller.sessionId);
+  assert.equal((await stub.requests()).length, 1, "no question was asked for it");
+});

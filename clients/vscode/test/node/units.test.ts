@@ -164,3 +164,29 @@ test("the daemon's trailing Sources block comes off the answer's text, and only 
   assert.equal(withoutSourcesBlock(inside), inside);
   assert.equal(withoutSourcesBlock("No sources here."), "No sources here.");
 });
+
+test("a reopened session lists the steps the live reply showed: the first look as Looking, no repeated call (issue 34)", () => {
+  const call = (id: string, name: string, args: Record<string, unknown>) => ({ id, name, arguments: args });
+  const look = call("call_look1a2b", "search", { query: "billing port" });
+  const read = call("call_0", "read_file", { path: "billing.yaml" });
+  const again = call("call_1", "read_file", { path: "billing.yaml" });
+  const message = (seq: number, role: "user" | "assistant" | "tool", content: string, extra: object = {}) =>
+    ({ seq, role, content, toolCalls: [], toolCallId: null, name: null, sources: [], ...extra });
+  const items = transcriptOf({
+    session: { sessionId: "s", title: "t", workspace: null, createdAt: 0, updatedAt: 0, messageCount: 8, persist: true },
+    summary: null,
+    messages: [
+      message(1, "user", "Which port?"),
+      message(2, "assistant", "", { toolCalls: [look] }),
+      message(3, "tool", "billing.yaml:3 port: 8101", { toolCallId: look.id }),
+      message(4, "assistant", "", { toolCalls: [read] }),
+      message(5, "tool", "port: 8101", { toolCallId: read.id }),
+      message(6, "assistant", "", { toolCalls: [again] }),
+      message(7, "tool", "(Same call as before; its result again.)\nport: 8101", { toolCallId: again.id }),
+      message(8, "assistant", "8101."),
+    ],
+  });
+  const answer = items.find((item) => item.kind === "assistant");
+  assert.ok(answer && answer.kind === "assistant");
+  assert.deepEqual(answer.steps.map((step) => step.title), ["Looking in the workspace for “billing port”", "Reading billing.yaml"]);
+});

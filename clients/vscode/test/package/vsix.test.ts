@@ -56,8 +56,9 @@ test("the .vsix holds the bundles and media, and no sources, tests or node_modul
 test("the manifest contributes the commands, the chat view and every daemon setting", () => {
   const manifest = JSON.parse(readZip(VSIX).get("extension/package.json")!().toString("utf8"));
   const commands = manifest.contributes.commands.map((command: { command: string }) => command.command).sort();
-  assert.deepEqual(commands, ["imprint.askAboutSelection", "imprint.cancelReply", "imprint.deleteSession", "imprint.newChat",
-    "imprint.openSession", "imprint.restartDaemon", "imprint.showLog"]);
+  assert.deepEqual(commands, ["imprint.askAboutSelection", "imprint.cancelReply", "imprint.compactConversation",
+    "imprint.deleteSession", "imprint.exportConversation", "imprint.newChat", "imprint.openSession", "imprint.pickModel",
+    "imprint.renameConversation", "imprint.restartDaemon", "imprint.searchConversations", "imprint.showLog"]);
   assert.deepEqual(manifest.contributes.viewsContainers.activitybar.map((c: { id: string }) => c.id), ["imprint"]);
   assert.deepEqual(manifest.contributes.views.imprint, [{ type: "webview", id: "imprint.chat", name: "Chat" }]);
   assert.ok(manifest.contributes.menus["editor/context"].some((item: { command: string }) => item.command === "imprint.askAboutSelection"));

@@ -464,5 +464,24 @@ test("a reasoning model's thoughts fold into closed “Thinking” blocks, never
   assert.match(await stored.nth(0).locator(".reasoning .thinking-text").textContent() ?? "", /I should search\.\s*It says 8101\./);
   assert.equal(await stored.nth(1).locator(".reasoning").count(), 0);
   assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
+});
+
+test("a long step title wraps beside its icon, never under it (issue 34)", async () => {
+  const page = await openPanel(browser, origin, "light", { width: 260, height: 600 });
+  const title = "Searching the workspace for “which port does the billing service listen on in staging”";
+  await post(page, { type: "user", text: "Which port?" }, { type: "replyStart" },
+    { type: "toolStep", callId: "call_0", title, state: "started", detail: "" },
+    { type: "toolStep", callId: "call_0", title, state: "finished", detail: "" });
+  await settle(page);
+  const layout = await page.locator(".step").evaluate((row) => {
+    const icon = row.querySelector(".step-icon")!.getBoundingClientRect();
+    const text = row.querySelector(".step-title")!;
+    const range = document.createRange();
+    range.selectNodeContents(text);
+    const lines = [...range.getClientRects()].filter((rect) => rect.width > 0);
+    return { iconRight: icon.right, lefts: lines.map((rect) => rect.left), tops: new Set(lines.map((rect) => Math.round(rect.top))).size };
+  });
+  assert.ok(layout.tops >= 2, `the narrow panel wraps the title (${layout.tops} line)`);
+  assert.ok(layout.lefts.every((left) => left > layout.iconRight), `every line starts right of the icon: ${JSON.stringify(layout)}`);
   await page.close();
 });

@@ -20,9 +20,16 @@ local TOOL_TITLES = {
   end,
 }
 
+--- The call id prefix of the daemon's own first look (imprintd/research/first_look.py).
+local FIRST_LOOK_ID = "call_look"
+
 local function tool_title(call)
   local title = TOOL_TITLES[call.name]
   local args = type(call.arguments) == "table" and call.arguments or {}
+  if call.name == "search" and type(call.id) == "string" and vim.startswith(call.id, FIRST_LOOK_ID) then
+    -- Worded as the live step was: the first look is Imprint's own search, not the model's.
+    return ("Looking in the workspace for “%s”"):format(args.query or "")
+  end
   return title and title(args) or (call.name .. " " .. vim.json.encode(call.arguments or vim.empty_dict()))
 end
 

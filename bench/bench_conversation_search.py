@@ -1,0 +1,223 @@
+"""Searching every conversation (``imprint/searchConversations``, issue 34) against a plain FTS5 query.
+
+1,000 stored sessions of 50 messages each (questions, answers with code and config, pasted logs,
+tool calls and results: 50,000 messages) in a real ``Store``. Side by side in the same process, on
+the same messages, for each query:
+
+- the baseline: a plain FTS5 table over every message (``unicode61``, Porter stems: what a search
+  box over SQLite would do), ``WHERE messages MATCH ? ORDER BY rank LIMIT 20`` with
+  ``snippet()``, the query's words joined by OR;
+- ``conversations.search.search``: the first page (20 hits) with titles, roles, dates and marked
+  snippets, read from the history index the store keeps (migration 5's postings by term).
+
+Medians of five runs per query; it prints both in milliseconds and their ratio, per query and
+over all queries (the sum of the medians). Target (issue 34): under 50 ms a query, at most 1.5x
+the FTS5 query. Not a test: run ``python bench/bench_conversation_search.py`` (a few minutes,
+mostly storing the 50,000 messages; ``--keep FILE`` stores them in FILE once and reuses it on later
+runs).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from imprintd.context.history import query_stems  # noqa: E402
+from imprintd.conversations.search import search  # noqa: E402
+from imprintd.messages import Message, ToolCall, assistant, tool_result, user  # noqa: E402
+from imprintd.store import Store  # noqa: E402
+
+SESSIONS = 1_000
+MESSAGES = 50
+RUNS = 5
+TARGET_MS = 50.0
+TARGET_RATIO = 1.5
+QUERIES = [
+    "billing port",
+    "postgres password policy",
+    "redis eviction maxmemory",
+    "KeyError in scheduler",
+    "deployment region eu-west",
+    "8101",
+    "how do I rotate the api key",
+    "flaky test retry",
+]
+
+WORDS = [
+    "service",
+    "config",
+    "deploy",
+    "cluster",
+    "request",
+    "timeout",
+    "retry",
+    "cache",
+    "queue",
+    "worker",
+    "schedule",
+    "token",
+    "user",
+    "account",
+    "invoice",
+    "billing",
+    "payment",
+    "order",
+    "customer",
+    "report",
+    "metric",
+    "alert",
+    "log",
+    "error",
+    "warning",
+    "build",
+    "release",
+    "branch",
+    "merge",
+    "test",
+    "fixture",
+    "module",
+    "function",
+    "class",
+    "method",
+    "field",
+    "value",
+    "setting",
+    "option",
+    "policy",
+    "region",
+    "replica",
+    "volume",
+    "secret",
+    "key",
+    "rotate",
+    "limit",
+    "memory",
+    "disk",
+    "network",
+    "proxy",
+    "gateway",
+    "route",
+]
+RARE = [
+    "postgres",
+    "redis",
+    "eviction",
+    "maxmemory",
+    "scheduler",
+    "KeyError",
+    "eu-west",
+    "flaky",
+    "8101",
+    "kubernetes",
+    "terraform",
+    "grafana",
+    "prometheus",
+    "nginx",
+    "certbot",
+    "webhook",
+    "graphql",
+    "protobuf",
+]
+
+
+def sentence(rng: random.Random, words: int) -> str:
+    picked = [rng.choice(RARE) if rng.random() < 0.03 else rng.choice(WORDS) for _ in range(words)]
+    return " ".join(picked).capitalize() + "."
+
+
+def paste(rng: random.Random) -> str:
+    return "\n".join(f"{rng.choice(WORDS)}_{rng.choice(WORDS)}: {rng.randint(1, 9999)}" for _ in range(60))
+
+
+def conversation(rng: random.Random) -> list[Message]:
+    messages: list[Message] = []
+    while len(messages) < MESSAGES:
+        kind = rng.random()
+        messages.append(user(" ".join(sentence(rng, rng.randint(6, 14)) for _ in range(rng.randint(1, 2)))))
+        if kind < 0.15 and len(messages) + 3 <= MESSAGES:
+            call = ToolCall(id=f"c{len(messages)}", name="search", arguments={"query": sentence(rng, 3)})
+            messages.append(assistant("", tool_calls=(call,)))
+            messages.append(tool_result(call, paste(rng)))
+        text = " ".join(sentence(rng, rng.randint(8, 20)) for _ in range(rng.randint(2, 6)))
+        messages.append(assistant(paste(rng) if kind > 0.9 else text))
+    return messages[:MESSAGES]
+
+
+def fts_query(query: str) -> str:
+    return " OR ".join(f'"{word}"' for word in query_stems(query))
+
+
+def median_ms(run) -> float:
+    times = []
+    for _ in range(RUNS):
+        started = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def build(store: Store) -> None:
+    rng = random.Random(34)
+    started = time.perf_counter()
+    for n in range(SESSIONS):
+        info = store.create_session(workspace=f"/home/me/project{n % 7}")
+        store.extend(info.id, conversation(rng))
+    stored_s = time.perf_counter() - started
+    with store.transaction() as db:
+        db.execute(
+            "CREATE VIRTUAL TABLE plain_fts USING fts5(content, tokenize = 'porter unicode61');"
+            "INSERT INTO plain_fts (rowid, content) SELECT rowid, content FROM messages;"
+        )
+    count = SESSIONS * MESSAGES
+    print(f"{SESSIONS:,} sessions x {MESSAGES} messages = {count:,} messages stored in {stored_s:.0f} s", flush=True)
+
+
+def main() -> int:
+    keep = Path(sys.argv[sys.argv.index("--keep") + 1]) if "--keep" in sys.argv else None
+    with tempfile.TemporaryDirectory() as folder:
+        path = keep or Path(folder) / "imprint.sqlite3"
+        built = path.exists()
+        store = Store.open(path)
+        if not built:
+            build(store)
+
+        def plain(query: str) -> list:
+            with store.reading() as db:
+                return db.execute(
+                    "SELECT m.session_id, m.seq, s.title, m.role, m.created_at,"
+                    " snippet(plain_fts, 0, '[', ']', '…', 16)"
+                    " FROM plain_fts JOIN messages m ON m.rowid = plain_fts.rowid"
+                    " JOIN sessions s ON s.id = m.session_id"
+                    " WHERE plain_fts MATCH ? ORDER BY rank LIMIT 20",
+                    (fts_query(query),),
+                ).fetchall()
+
+        search(store, "warm up")  # the index check that runs once per open store
+        print(f"{'query':<32} {'FTS5 ms':>8} {'search ms':>10} {'ratio':>6} {'matching':>9}")
+        fts_total = ours_total = 0.0
+        for query in QUERIES:
+            fts_ms = median_ms(lambda query=query: plain(query))
+            ours_ms = median_ms(lambda query=query: search(store, query))
+            with store.reading() as db:
+                (hits,) = db.execute(
+                    "SELECT count(*) FROM plain_fts WHERE plain_fts MATCH ?", (fts_query(query),)
+                ).fetchone()
+            fts_total += fts_ms
+            ours_total += ours_ms
+            print(f"{query:<32} {fts_ms:>8.2f} {ours_ms:>10.2f} {ours_ms / fts_ms:>5.2f}x {hits:>9,}", flush=True)
+        ratio = ours_total / fts_total
+        slowest = max(median_ms(lambda query=query: search(store, query)) for query in QUERIES)
+        print(f"{'all queries (sum of medians)':<32} {fts_total:>8.2f} {ours_total:>10.2f} {ratio:>5.2f}x")
+        print(f"slowest query: {slowest:.1f} ms (target < {TARGET_MS:.0f} ms); ratio target <= {TARGET_RATIO}x")
+        store.close()
+    return 0 if ratio <= TARGET_RATIO and slowest < TARGET_MS else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Searching, renaming, exporting and compacting conversations, and picking a model, through the
+plugin against the real daemon (issue 34): :ImprintSearch, :ImprintRename, :ImprintExport,
+:ImprintCompact, :ImprintModel."""
+
+from __future__ import annotations
+
+from tests.e2e.summary_script import bullets, is_summarizer
+
+PICK_FIRST = """
+_G.test_select = nil
+vim.ui.select = function(items, opts, on_choice)
+  local shown = {}
+  for _, item in ipairs(items) do table.insert(shown, opts.format_item(item)) end
+  _G.test_select = { prompt = opts.prompt, shown = shown, kind = opts.kind }
+  on_choice(items[1])
+end
+"""
+
+
+def ask(editor, question: str, count: int) -> dict:
+    editor.command("Imprint " + question)
+    done = editor.wait_done(count)[-1]
+    assert done["status"] == "done", editor.notes()
+    return done
+
+
+def test_search_fills_quickfix_and_opens_the_session_at_the_message(editor, stub):
+    stub.queue("Paris.", "Billing listens on port 8101.", "Deploys go through the gateway.")
+    first = ask(editor, "Capital of France?", 1)
+    editor.command("ImprintNew")
+    ask(editor, "Which port does billing use?", 2)
+    editor.command("ImprintNew")
+    ask(editor, "How do we deploy?", 3)
+
+    editor.lua(PICK_FIRST)
+    editor.lua(
+        "vim.api.nvim_create_autocmd('User', {pattern = 'ImprintSearchOpened', callback = function(a) _G.test_opened = a.data end})"
+    )
+    editor.command("ImprintSearch capital France")
+    editor.wait("_G.test_opened ~= nil", "the chosen hit to open")
+    picked = editor.lua("return _G.test_select")
+    assert picked["prompt"] == "Imprint: capital France" and picked["kind"] == "imprint_search"
+    assert picked["shown"][0].endswith("Capital of France?  #1 user: [Capital] of [France]?")
+    quickfix = editor.lua("return vim.fn.getqflist({title = 1, items = 1})")
+    assert quickfix["title"] == "Imprint search: capital France"
+    assert [item["text"] for item in quickfix["items"]] == picked["shown"]
+    opened = editor.lua("return _G.test_opened")
+    assert opened["sessionId"] == first["sessionId"] and opened["seq"] == 1
+    assert editor.lua("return require('imprint.chat').session_id()") == first["sessionId"]
+    lines = editor.chat_lines()
+    assert lines[opened["row"]] == "Capital of France?"
+    marks = editor.lua(
+        "local buf = require('imprint.chat').buffer()"
+        " return vim.api.nvim_buf_get_extmarks(buf, require('imprint.conversations').ns, 0, -1, {})"
+    )
+    assert [mark[1] for mark in marks] == [opened["row"]]
+    cursor = editor.lua("return vim.api.nvim_win_get_cursor(vim.fn.win_findbuf(require('imprint.chat').buffer())[1])")
+    assert cursor[0] == opened["row"] + 1
+
+    editor.command("ImprintSearch zebra")
+    editor.wait(
+        "#vim.tbl_filter(function(n) return n[1]:find('nothing stored matches zebra') end, _G.test_notes) == 1",
+        "the nothing-found note",
+    )
+
+
+def test_rename_export_and_compact_the_open_session(editor, stub, tmp_path):
+    def model(body: dict):
+        return bullets(body) if is_summarizer(body) else "An answer."
+
+    stub.queue(*[model] * 4)
+    done = ask(editor, "Here is the staging compose file.", 1)
+    sid = done["sessionId"]
+    ask(editor, "What about topic three?", 2)
+
+    editor.command("ImprintRename Staging notes")
+    editor.wait(
+        "#vim.tbl_filter(function(n) return n[1]:find('renamed to Staging notes') end, _G.test_notes) == 1",
+        "the rename",
+    )
+    assert editor.request("imprint/session", {"sessionId": sid})["session"]["title"] == "Staging notes"
+
+    target = tmp_path / "out.md"
+    editor.command(f"ImprintExport {target}")
+    editor.wait(f"vim.fn.filereadable('{target}') == 1", "the export file")
+    text = target.read_text(encoding="utf-8")
+    assert text.startswith("# Staging notes\n") and "## You (#3)\n\nWhat about topic three?" in text
+
+    editor.command("ImprintExport")
+    editor.wait("vim.bo.filetype == 'markdown'", "the export buffer")
+    assert editor.lua("return vim.api.nvim_buf_get_lines(0, 0, 1, false)[1]") == "# Staging notes"
+
+    editor.command("ImprintCompact")
+    editor.wait(
+        "#vim.tbl_filter(function(n) return n[1]:find('summary now covers') end, _G.test_notes) == 1", "the compaction"
+    )
+    summary = editor.request("imprint/summary", {"sessionId": sid})["summary"]
+    assert (summary["firstSeq"], summary["lastSeq"]) == (1, 2)
+
+
+def test_model_offers_the_chat_ggufs_of_models_dir_and_picking_one_sets_chat_model(editor, stub, tmp_path):
+    import shutil
+
+    from imprintd.models.embedded import find_embedded_model
+
+    embedded = find_embedded_model()
+    assert embedded is not None, "the embedded model comes with the test dependencies"
+    folder = tmp_path / "models"
+    folder.mkdir()
+    shutil.copy(embedded, folder / "smol.gguf")
+    (folder / "notes.gguf").write_bytes(b"not a model")
+    editor.lua(f"require('imprint').set_settings({{ chat = {{ models_dir = '{folder}' }} }})")
+    editor.lua(PICK_FIRST)
+    editor.command("ImprintModel")
+    editor.wait("_G.test_select ~= nil", "the model picker")
+    picked = editor.lua("return _G.test_select")
+    assert picked["kind"] == "imprint_model" and picked["prompt"].startswith("Imprint model (now ")
+    mine = [line for line in picked["shown"] if "models_dir" in line]
+    assert mine == ["Smollm2 135M 8k Lc100K Mix1 Ep2  (Q4_1, 93 MiB, 8192 ctx, models_dir)"]  # notes.gguf not offered
+    editor.wait(
+        f"(function() local s = require('imprint.config').options.settings or {{}}"
+        f" return s.chat and s.chat.model == '{folder / 'smol.gguf'}' end)()",
+        "chat.model to be the picked file",
+    )
+
+
+def test_a_reopened_session_titles_the_first_look_as_the_live_step_did(editor):
+    steps = editor.lua(
+        """
+        local _, _, placed = require('imprint.chat.render').session({
+          { seq = 1, role = 'user', content = 'Which port?' },
+          { seq = 2, role = 'assistant', content = '', toolCalls = {
+            { id = 'call_look1a2b', name = 'search', arguments = { query = 'billing port' } } } },
+          { seq = 3, role = 'tool', content = 'billing.yaml:3 port: 8101', toolCallId = 'call_look1a2b' },
+          { seq = 4, role = 'assistant', content = '', toolCalls = {
+            { id = 'call_0', name = 'search', arguments = { query = 'port' } } } },
+          { seq = 5, role = 'tool', content = 'x', toolCallId = 'call_0' },
+          { seq = 6, role = 'assistant', content = '8101.' },
+        }, vim.NIL)
+        return vim.tbl_map(function(step) return step.title end, placed)
+        """
+    )
+    assert steps == ["Looking in the workspace for “billing port”", "Searching the workspace for “port”"]

@@ -1,0 +1,199 @@
+"""Searching every stored conversation for the user (``imprint/searchConversations``, issue 34).
+
+It reads the history index that ``conversation_history`` reads (``context/history_index.py``,
+docs/conversation-search.md): the same windows, stems, stop words and date terms, and the same
+window score (BM25 with k 1.2, b 0.3, times the idf share of the query the window matches). What
+differs, because a person reads the result rather than a model:
+
+- every stored session is searched, not one; persist-false sessions are never searched (they are
+  the user's "keep this off the disk" conversations, and live only in memory);
+- idf and the average window length are taken over all sessions together;
+- a message scores its best window, without neighbourhood smoothing: a hit must show the words
+  asked for, so a reply that only follows a matching question is not a hit;
+- the result is a ranked, paged list of messages, each with a short snippet around the match with
+  the matched words marked, not a 4,000-character quote block.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+
+from imprintd.context.history import K1, B, query_terms
+from imprintd.context.history_index import WORD, stem
+from imprintd.store import FoundMessage, Store
+
+#: Results per page, by default and at most.
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 100
+#: About this many characters of a message around its first match make a snippet.
+SNIPPET_CHARS = 160
+
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+class SearchError(ValueError):
+    """A search that cannot be run as asked; the message names the field and what is accepted."""
+
+
+@dataclass(frozen=True)
+class SnippetPart:
+    text: str
+    match: bool
+
+
+@dataclass(frozen=True)
+class Hit:
+    session_id: str
+    title: str
+    workspace: str | None
+    seq: int
+    role: str
+    created_at: float
+    score: float
+    snippet: tuple[SnippetPart, ...]
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    hits: tuple[Hit, ...]
+    #: The ``offset`` of the next page; None on the last.
+    next_offset: int | None
+
+
+def day_start(day: str, field: str) -> float:
+    """The local midnight starting ``day`` (``YYYY-MM-DD``) in Unix seconds; SearchError naming ``field``."""
+    try:
+        if not _ISO_DAY.fullmatch(day):
+            raise ValueError
+        parsed = date.fromisoformat(day)
+    except ValueError:
+        raise SearchError(f"{field}: {day!r} is not a date; expected YYYY-MM-DD, e.g. 2026-11-29") from None
+    return datetime(parsed.year, parsed.month, parsed.day).timestamp()
+
+
+def _folder(workspace: str) -> str:
+    """``workspace`` as sessions store theirs (absolute, symbolic links resolved); it need not exist
+    any more, as the sessions researching it outlive it."""
+    try:
+        if not workspace.strip() or "\0" in workspace:
+            raise ValueError
+        return str(Path(workspace).expanduser().resolve())
+    except (OSError, ValueError, RuntimeError):
+        raise SearchError(f"workspace: {workspace[:120]!r} is not a folder path") from None
+
+
+def search(
+    store: Store,
+    query: str,
+    *,
+    workspace: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+    offset: int = 0,
+) -> SearchPage:
+    """The stored messages matching ``query``, best first: page ``offset`` .. ``offset + limit``.
+
+    ``workspace`` keeps sessions of that folder (or one inside it); ``since`` and ``until`` are
+    local dates (``YYYY-MM-DD``), both days included.
+    """
+    terms = query_terms(query)
+    if not query.strip() or not terms:
+        raise SearchError(f"query: {query!r} has no word to search for; give at least one word (letters or digits)")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise SearchError(f"limit: {limit} is out of range; expected 1 to {MAX_LIMIT}")
+    if offset < 0:
+        raise SearchError(f"offset: {offset} is negative; expected 0 or more")
+    folder = _folder(workspace) if workspace is not None else None
+    after = day_start(since, "since") if since is not None else None
+    before = day_start(until, "until") + 86_400 if until is not None else None
+    if after is not None and before is not None and before <= after:
+        raise SearchError(f"until: {until} is before since: {since}")
+    windows, average_words, counts = store.search_statistics(terms)
+    weights = {term: math.log(1 + (windows - df + 0.5) / (df + 0.5)) for term, df in counts.items() if df}
+    found, more = store.search(
+        weights,
+        average_words=average_words,
+        k1=K1,
+        b=B,
+        workspace=folder,
+        after=after,
+        before=before,
+        limit=limit,
+        offset=offset,
+    )
+    wanted = {term for term in terms if not term.startswith("date:")}
+    hits = tuple(_hit(message, wanted) for message in found)
+    return SearchPage(hits=hits, next_offset=offset + len(hits) if more else None)
+
+
+def _hit(message: FoundMessage, wanted: set[str]) -> Hit:
+    return Hit(
+        session_id=message.session_id,
+        title=message.title,
+        workspace=message.workspace,
+        seq=message.seq,
+        role=message.role,
+        created_at=message.created_at,
+        score=message.score,
+        snippet=snippet(message.content, message.start, message.end, wanted),
+    )
+
+
+def snippet(text: str, start: int, end: int, wanted: set[str], width: int = SNIPPET_CHARS) -> tuple[SnippetPart, ...]:
+    """About ``width`` characters of ``text`` around the first word of ``start:end`` whose stem is
+    ``wanted``, cut at word edges, on one line, with every such word marked.
+
+    A message found only by its date or a tool call's arguments starts at the window's start.
+    """
+    is_wanted = _matcher(wanted)
+    matches = [m for m in WORD.finditer(text, start, end) if is_wanted(m.group())]
+    focus = matches[0].start() if matches else start
+    begin = max(0, focus - width // 3)
+    finish = min(len(text), begin + width)
+    begin = max(0, min(begin, finish - width))
+    while 0 < begin < focus and text[begin - 1].isalnum():
+        begin += 1
+    while finish < len(text) and finish > focus and text[finish].isalnum() and text[finish - 1].isalnum():
+        finish -= 1
+    parts: list[SnippetPart] = []
+    cursor = begin
+    for match in WORD.finditer(text, begin, finish):
+        if not is_wanted(match.group()):
+            continue
+        if match.start() > cursor:
+            parts.append(SnippetPart(_one_line(text[cursor : match.start()]), False))
+        parts.append(SnippetPart(match.group(), True))
+        cursor = match.end()
+    if cursor < finish:
+        parts.append(SnippetPart(_one_line(text[cursor:finish]), False))
+    if begin > 0:
+        parts.insert(0, SnippetPart("…", False))
+    if finish < len(text):
+        parts.append(SnippetPart("…", False))
+    return tuple(parts)
+
+
+def _matcher(wanted: set[str]) -> Callable[[str], bool]:
+    """Whether a word's stem is ``wanted``. Stemming is the slow part of a snippet, and a stem keeps
+    its word's first two letters (Snowball changes endings only), so other words are not stemmed."""
+    starts = tuple({term[:2] for term in wanted})
+
+    def is_wanted(word: str) -> bool:
+        return word.lower().startswith(starts) and stem(word) in wanted
+
+    return is_wanted
+
+
+def _one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def plain(parts: tuple[SnippetPart, ...], mark: tuple[str, str] = ("[", "]")) -> str:
+    """A snippet as one string, matches between ``mark``'s two strings (what the CLI prints)."""
+    return "".join(f"{mark[0]}{p.text}{mark[1]}" if p.match else p.text for p in parts)

@@ -1,0 +1,29 @@
+"""A session's title as the user names it (``imprint/renameSession``, issue 34).
+
+A session is titled from its first question when it is stored (``store.title_from``: its first
+line, at most ``TITLE_LIMIT`` characters, no model call); the user may rename it to any one line
+of text within the same limit.
+"""
+
+from __future__ import annotations
+
+import re
+
+from imprintd.store import TITLE_LIMIT
+
+
+class TitleError(ValueError):
+    """A title that cannot be given; the message names the field and what is accepted."""
+
+
+def clean_title(title: str) -> str:
+    """``title`` on one line (runs of white space, line breaks included, become one space), trimmed.
+
+    TitleError when nothing is left or it is longer than ``TITLE_LIMIT`` characters.
+    """
+    cleaned = re.sub(r"\s+", " ", title).strip()
+    if not cleaned:
+        raise TitleError("title: it is empty; give the session a name of 1 to 80 characters")
+    if len(cleaned) > TITLE_LIMIT:
+        raise TitleError(f"title: it has {len(cleaned):,} characters; a title has at most {TITLE_LIMIT}")
+    return cleaned

@@ -1,0 +1,195 @@
+"""Searching every stored conversation (imprintd/conversations/search.py, issue 34)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import datetime
+
+import pytest
+
+from imprintd.conversations.search import SearchError, plain, search, snippet
+from imprintd.messages import ToolCall, assistant, tool_result, user
+from imprintd.store import MemoryStore, Store
+
+
+class Clock:
+    """Stored times the test sets: ``now`` is what the next write records."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def local(day: str) -> float:
+    return datetime.fromisoformat(day).timestamp()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(local("2026-11-20T12:00"))
+
+
+@pytest.fixture
+def db(clock) -> Iterator[Store]:
+    opened = Store.open(clock=clock)
+    yield opened
+    opened.close()
+
+
+def stored(db: Store, *messages, workspace: str | None = None) -> str:
+    info = db.create_session(workspace=workspace)
+    db.extend(info.id, list(messages))
+    return info.id
+
+
+def test_finds_messages_of_every_session_best_first_with_title_role_and_marked_snippet(db):
+    billing = stored(
+        db,
+        user("Which port does the billing service listen on?"),
+        assistant("The billing service listens on port 8101, set in services/billing.yaml."),
+    )
+    other = stored(db, user("How do I deploy the gateway?"), assistant("Run make deploy; billing is not involved."))
+    stored(db, user("What is the weather like?"), assistant("I cannot tell."))
+
+    page = search(db, "billing port")
+    assert [(h.session_id, h.seq) for h in page.hits][:2] in (
+        [(billing, 2), (billing, 1)],
+        [(billing, 1), (billing, 2)],
+    )
+    assert {(h.session_id, h.seq) for h in page.hits} == {(billing, 1), (billing, 2), (other, 2)}
+    assert page.next_offset is None
+    top = page.hits[0]
+    assert top.title == "Which port does the billing service listen on?"
+    assert top.role in ("user", "assistant") and top.created_at == local("2026-11-20T12:00")
+    assert {p.text for p in top.snippet if p.match} == {"billing", "port"}
+    assert page.hits[-1].session_id == other  # one word of two ranks below both
+
+
+def test_words_match_by_stem_and_the_snippet_marks_the_words_as_written(db):
+    session = stored(db, user("We billed the customers twice in November."))
+    page = search(db, "billing")
+    assert [(h.session_id, h.seq) for h in page.hits] == [(session, 1)]
+    assert plain(page.hits[0].snippet) == "We [billed] the customers twice in November."
+
+
+def test_pages_follow_each_other_without_gaps_or_repeats(db):
+    for n in range(7):
+        stored(db, user(f"question {n} about the invoice service"))
+    first = search(db, "invoice", limit=3)
+    second = search(db, "invoice", limit=3, offset=first.next_offset)
+    third = search(db, "invoice", limit=3, offset=second.next_offset)
+    assert (first.next_offset, second.next_offset, third.next_offset) == (3, 6, None)
+    found = [h.session_id for page in (first, second, third) for h in page.hits]
+    assert len(found) == len(set(found)) == 7
+
+
+def test_workspace_keeps_sessions_of_that_folder_and_folders_inside_it(db, tmp_path):
+    shop = tmp_path / "shop"
+    (shop / "api").mkdir(parents=True)
+    (tmp_path / "shopfront").mkdir()
+    a = stored(db, user("the invoice job"), workspace=str(shop))
+    b = stored(db, user("the invoice job"), workspace=str(shop / "api"))
+    stored(db, user("the invoice job"), workspace=str(tmp_path / "shopfront"))
+    stored(db, user("the invoice job"))
+    page = search(db, "invoice", workspace=str(shop) + "/")
+    assert {h.session_id for h in page.hits} == {a, b}
+
+
+def test_since_and_until_are_local_days_both_included(db, clock):
+    days = {}
+    for day in ("2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"):
+        clock.now = local(f"{day}T23:30")
+        days[day] = stored(db, user("the invoice job"))
+    page = search(db, "invoice", since="2026-11-02", until="2026-11-03")
+    assert {h.session_id for h in page.hits} == {days["2026-11-02"], days["2026-11-03"]}
+
+
+def test_a_date_in_the_query_finds_that_days_messages(db, clock):
+    clock.now = local("2026-11-12T10:00")
+    that_day = stored(db, user("ordered a new keyboard"))
+    clock.now = local("2026-11-13T10:00")
+    stored(db, user("ordered a new mouse"))
+    assert search(db, "ordered November 12").hits[0].session_id == that_day
+
+
+def test_a_tool_result_is_found_by_its_calls_query(db):
+    call = ToolCall(id="c1", name="search", arguments={"query": "flush interval"})
+    session = stored(db, user("how often?"), assistant("", tool_calls=(call,)), tool_result(call, "cache.yaml:3 30s"))
+    hits = search(db, "flush interval").hits
+    assert (session, 3) in {(h.session_id, h.seq) for h in hits}
+
+
+def test_sessions_stored_before_the_index_existed_are_indexed_before_the_first_search(db):
+    session = stored(db, user("the quarterly invoice run"))
+    with db.transaction() as conn:  # as a database of before migration 2 holds it
+        conn.execute("DELETE FROM history_sessions")
+    reopened = Store(db._db, db._path)
+    assert [h.session_id for h in search(reopened, "quarterly").hits] == [session]
+
+
+def test_persist_false_sessions_are_not_searched(db):
+    memory = MemoryStore()
+    info = memory.create_session()
+    memory.extend(info.id, [user("the secret invoice plan")])
+    assert search(db, "invoice").hits == ()
+
+
+def test_punctuation_in_the_query_is_not_syntax(db):
+    session = stored(db, user('the "billing" service (port 8101)'))
+    for query in ['"billing', "billing AND NOT", "port:8101*", "(8101"]:
+        assert search(db, query).hits[0].session_id == session, query
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"query": ""}, "query: '' has no word to search for"),
+        ({"query": '  "*" () '}, "has no word to search for; give at least one word"),
+        ({"query": "x", "limit": 0}, "limit: 0 is out of range; expected 1 to 100"),
+        ({"query": "x", "offset": -1}, "offset: -1 is negative"),
+        ({"query": "x", "since": "11/02/2026"}, "since: '11/02/2026' is not a date; expected YYYY-MM-DD"),
+        ({"query": "x", "until": "2026-02-30"}, "until: '2026-02-30' is not a date"),
+        ({"query": "x", "since": "2026-11-03", "until": "2026-11-02"}, "until: 2026-11-02 is before since"),
+        ({"query": "x", "workspace": "a\0b"}, "workspace: 'a\\x00b' is not a folder path"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_field(db, arguments, message):
+    with pytest.raises(SearchError, match=re.escape(message)):
+        search(db, **arguments)
+
+
+def test_snippet_centers_on_the_first_match_cuts_at_words_and_joins_lines():
+    text = " ".join(f"word{n}" for n in range(100)) + "\nthe billing\nport " + " ".join("tail" for _ in range(60))
+    parts = snippet(text, 0, len(text), {"bill", "port"}, width=80)
+    shown = plain(parts)
+    assert shown.startswith("…") and shown.endswith("…")
+    assert "[billing] [port]" in shown and "\n" not in shown
+    assert len("".join(p.text for p in parts)) <= 80 + 2  # the two ellipses
+    assert shown.startswith("…word") and shown.split()[0][5:].isdigit()  # whole words at the cut
+
+
+def test_a_version_4_database_gets_the_postings_by_term_and_the_search_reads_them(isolated_dirs):
+    from imprintd import store as store_module
+
+    path = isolated_dirs / "imprint.sqlite3"
+    old = Store.open(path)
+    session = stored(old, user("the quarterly invoice run"))
+    conn = old._db
+    conn.execute("DROP INDEX history_postings_by_term")
+    conn.pragma("user_version", 4)
+    old.close()
+
+    with Store.open(path) as upgraded:
+        conn = upgraded._db
+        assert conn.pragma("user_version") == len(store_module.MIGRATIONS)
+        plan = " ".join(
+            str(row[-1])
+            for row in conn.execute(
+                "EXPLAIN QUERY PLAN SELECT window FROM history_postings WHERE term = 'invoic'"
+            ).fetchall()
+        )
+        assert "history_postings_by_term" in plan
+        assert [h.session_id for h in search(upgraded, "invoice").hits] == [session]
