@@ -30,6 +30,7 @@ export const SETTINGS = [
   { daemon: "chat.state_cache_memory", editor: "chat.stateCacheMemory" },
   { daemon: "chat.state_cache_disk", editor: "chat.stateCacheDisk" },
   { daemon: "chat.first_look", editor: "chat.firstLook" },
+  { daemon: "chat.reasoning", editor: "chat.reasoning" },
   { daemon: "chat.models_dir", editor: "chat.modelsDir" },
 ] as const;
 

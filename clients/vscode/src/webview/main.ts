@@ -181,9 +181,13 @@ const KIND_WORDS: Record<Source["kind"], string> = { file: "file", message: "mes
 /** A label broken only after path separators and punctuation, never inside a name. */
 function breakableLabel(label: string): HTMLElement {
   const span = element("span", "source-label");
-  for (const piece of label.split(/(?<=[/\\._-])/)) {
+  // The line range stays whole: Chromium may break after its en dash ("py:41–" / "42").
+  const lines = /:\d+(?:–\d+)?$/.exec(label);
+  const name = lines ? label.slice(0, lines.index) : label;
+  for (const piece of name.split(/(?<=[/\\._-])/)) {
     span.append(piece, document.createElement("wbr"));
   }
+  if (lines) span.append(element("span", "source-lines", lines[0]));
   return span;
 }
 
