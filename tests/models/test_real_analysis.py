@@ -77,15 +77,13 @@ class RecordingModel:
     def reusable_prefix(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> tuple[int, int]:
         return self.model.reusable_prefix(messages, tools)
 
-    async def complete(
-        self, messages, tools=(), *, max_tokens, timeout=None, on_text=None, on_start=None, on_retry=None
-    ) -> Completion:
+    async def complete(self, messages, tools=(), *, max_tokens, **options) -> Completion:
+        # Every other option (callbacks, grammar, timeout) goes to the model as given, so a new
+        # one in the Model interface reaches the real model here too.
         request = Request(list(messages), list(tools), max_tokens, self.model.count_prompt(messages, tools))
         self.requests.append(request)
         started = time.monotonic()
-        request.completion = await self.model.complete(
-            messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text, on_start=on_start
-        )
+        request.completion = await self.model.complete(messages, tools, max_tokens=max_tokens, **options)
         request.seconds = time.monotonic() - started
         return request.completion
 
