@@ -6,6 +6,7 @@ Every message is a msgspec Struct, camelCase on the wire. Method names are fixed
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Literal
 
 import msgspec
@@ -98,18 +99,8 @@ class SourceRef(Wire):
 
     @classmethod
     def from_core(cls, source: CoreSourceRef) -> SourceRef:
-        return cls(
-            number=source.number,
-            kind=source.kind,
-            label=source.label,
-            path=source.path,
-            start_line=source.start_line,
-            end_line=source.end_line,
-            message=source.message,
-            cited=source.cited,
-            supported=source.supported,
-            reason=source.reason,
-        )
+        # The same fields, by name: a field added to one and not the other fails here.
+        return cls(**msgspec.structs.asdict(source))
 
 
 class ChatResult(Wire):
@@ -460,19 +451,7 @@ class ModelOnDisk(Wire):
 
     @classmethod
     def from_core(cls, found: FoundModel) -> ModelOnDisk:
-        return cls(
-            name=found.name,
-            path=found.path,
-            source=found.source,
-            size=found.size,
-            architecture=found.architecture,
-            quantization=found.quantization,
-            context_length=found.context_length,
-            has_chat_template=found.has_chat_template,
-            chat_format=found.chat_format,
-            chat=found.chat,
-            reason=found.reason,
-        )
+        return cls(**dataclasses.asdict(found))  # the same fields, by name
 
 
 class ModelsResult(Wire):
