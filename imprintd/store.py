@@ -270,12 +270,27 @@ def _migration_5_search_every_session(db: apsw.Connection) -> None:
     db.execute("CREATE INDEX history_postings_by_term ON history_postings (term, history_id, window, count)")
 
 
+def _migration_6_window_length_in_postings(db: apsw.Connection) -> None:
+    """Each posting carries its window's length, so a search scores every window holding a word
+    from the postings index alone and reads ``history_windows`` only for the best few (scoring
+    joined every candidate's window row before: half of a search's time). The by-term index is
+    made again to cover it."""
+    db.execute(
+        "ALTER TABLE history_postings ADD COLUMN words INTEGER NOT NULL DEFAULT 0;"
+        " UPDATE history_postings AS p SET words = w.words FROM history_windows w"
+        "  WHERE w.history_id = p.history_id AND w.window = p.window;"
+        " DROP INDEX history_postings_by_term;"
+        " CREATE INDEX history_postings_by_term ON history_postings (term, history_id, window, count, words)"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     _migration_1_conversations,
     _migration_2_history_index,
     _migration_3_sources,
     _migration_4_model_text_and_reasoning,
     _migration_5_search_every_session,
+    _migration_6_window_length_in_postings,
 ]
 
 
@@ -615,8 +630,8 @@ class Store:
         A window scores BM25 (``k1``, ``b``, windows ``average_words`` long) times the share of the
         weight it matches; a message its best window. ``workspace`` keeps sessions of that folder or
         one inside it; ``after`` and ``before`` (Unix seconds) bound when the message was stored.
-        SQLite scores every window holding a term, from the postings by term (migration 5), and
-        keeps only the best ones (a bounded sort); the best window of each message is picked here.
+        SQLite scores every window holding a term, from the postings by term (migrations 5 and 6),
+        and keeps only the best ones (a bounded sort); the best window of each message is picked here.
         """
         self._index_every_session()
         total_weight = sum(weights.values())
@@ -630,7 +645,8 @@ class Store:
             "average": average_words or 1.0,
         }
         # Filters join only when asked: reading every candidate's message row costs more than the
-        # scoring (a message's row holds its text).
+        # scoring (a message's row holds its text). Scoring reads the postings index alone (each
+        # posting carries its window's length, migration 6); the best windows' rows are read after.
         joins, filters = "", []
         if workspace is not None:
             under = workspace.rstrip("/") + "/"
@@ -641,6 +657,7 @@ class Store:
             params |= {"workspace": workspace, "under": under, "under_length": len(under)}
         if after is not None or before is not None:
             joins += (
+                " JOIN history_windows w ON w.history_id = p.history_id AND w.window = p.window"
                 " JOIN messages m ON m.session_id = (SELECT session_id FROM history_sessions WHERE id = p.history_id)"
                 " AND m.seq = w.seq"
             )
@@ -650,18 +667,24 @@ class Store:
             if before is not None:
                 filters.append("m.created_at < :before")
                 params["before"] = before
+        # Equal scores: the newer session, then the later message, goes first (a window's number
+        # grows with its message's seq; within a message the earlier window is the hit).
         sql = f"""
-            WITH q(term, weight) AS (SELECT key, value FROM json_each(:weights))
-            SELECT p.history_id, w.seq, w.start_char, w.end_char,
-                sum(q.weight * p.count * (:k1 + 1) / (p.count + :k1 * (1 - :b + :b * w.words / :average)))
-                * sum(q.weight) / :total_weight AS score
-            FROM q
-            JOIN history_postings p ON p.term = q.term
-            JOIN history_windows w ON w.history_id = p.history_id AND w.window = p.window{joins}
-            WHERE {" AND ".join(filters) or "1"}
-            GROUP BY p.history_id, p.window
-            ORDER BY score DESC, p.history_id DESC, w.seq DESC, w.start_char
-            LIMIT :windows
+            WITH q(term, weight) AS (SELECT key, value FROM json_each(:weights)),
+            best(history_id, window, score) AS (
+                SELECT p.history_id, p.window,
+                    sum(q.weight * p.count * (:k1 + 1) / (p.count + :k1 * (1 - :b + :b * p.words / :average)))
+                    * sum(q.weight) / :total_weight
+                FROM q
+                JOIN history_postings p ON p.term = q.term{joins}
+                WHERE {" AND ".join(filters) or "1"}
+                GROUP BY p.history_id, p.window
+                ORDER BY 3 DESC, p.history_id DESC, p.window DESC
+                LIMIT :windows
+            )
+            SELECT b.history_id, w.seq, w.start_char, w.end_char, b.score
+            FROM best b JOIN history_windows w ON w.history_id = b.history_id AND w.window = b.window
+            ORDER BY b.score DESC, b.history_id DESC, w.seq DESC, w.start_char
         """
         wanted = offset + limit + 1  # one more than the page tells whether another follows
         windows = wanted * 3  # a long message has several windows among the best

@@ -283,7 +283,7 @@ def test_reopening_keeps_data(isolated_dirs):
 
 def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
     with Store.open() as opened:
-        assert connection_of(opened).pragma("user_version") == len(MIGRATIONS) == 5
+        assert connection_of(opened).pragma("user_version") == len(MIGRATIONS) == 6
         tables = {
             row[0] for row in connection_of(opened).execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
         }
@@ -305,7 +305,7 @@ def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
     monkeypatch.setattr(store_module, "MIGRATIONS", [*MIGRATIONS, migration_next])
     for _ in range(2):
         with Store.open() as opened:
-            assert connection_of(opened).pragma("user_version") == 6
+            assert connection_of(opened).pragma("user_version") == 7
             assert connection_of(opened).execute("SELECT count(*) FROM later").fetchone() == (0,)
     assert runs == [1]
 

@@ -356,6 +356,8 @@ CREATE TABLE history_postings (
     PRIMARY KEY (history_id, term, window)
 ) STRICT, WITHOUT ROWID;
 """
+# Later migrations (imprintd/store.py) add to this schema: migration 5 indexes the postings by
+# term, migration 6 copies each window's length into its postings (``words``).
 
 #: ``to_index(db, session_id, after_seq)``: the session's stored messages after ``after_seq``, in
 #: order, as ``IndexedMessage``s (the store supplies it: it knows its messages table).
@@ -388,12 +390,14 @@ def catch_up(db: apsw.Connection, session_id: str, to_index: Indexer) -> None:
     for message in messages:
         for window, counts in windows_of(message):
             window_rows.append((history_id, next_window, window.seq, window.start, window.end, window.words))
-            posting_rows.extend((history_id, term, next_window, count) for term, count in counts.items())
+            posting_rows.extend((history_id, term, next_window, count, window.words) for term, count in counts.items())
             windows += 1
             words += window.words
             next_window += 1
     db.executemany("INSERT INTO history_windows VALUES (?, ?, ?, ?, ?, ?)", window_rows)
-    db.executemany("INSERT INTO history_postings VALUES (?, ?, ?, ?)", posting_rows)
+    db.executemany(
+        "INSERT INTO history_postings (history_id, term, window, count, words) VALUES (?, ?, ?, ?, ?)", posting_rows
+    )
     db.execute(
         "UPDATE history_sessions SET last_seq = ?, windows = ?, words = ?, next_window = ? WHERE id = ?",
         (max(m.seq for m in messages), windows, words, next_window, history_id),

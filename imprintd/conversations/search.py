@@ -152,8 +152,8 @@ def snippet(text: str, start: int, end: int, wanted: set[str], width: int = SNIP
     A message found only by its date or a tool call's arguments starts at the window's start.
     """
     is_wanted = _matcher(wanted)
-    matches = [m for m in WORD.finditer(text, start, end) if is_wanted(m.group())]
-    focus = matches[0].start() if matches else start
+    first = next((m for m in WORD.finditer(text, start, end) if is_wanted(m.group())), None)
+    focus = first.start() if first else start
     begin = max(0, focus - width // 3)
     finish = min(len(text), begin + width)
     begin = max(0, min(begin, finish - width))

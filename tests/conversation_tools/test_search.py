@@ -171,15 +171,22 @@ def test_snippet_centers_on_the_first_match_cuts_at_words_and_joins_lines():
     assert shown.startswith("…word") and shown.split()[0][5:].isdigit()  # whole words at the cut
 
 
+def as_older_schema(conn, version: int) -> None:
+    """Make a database of the current schema, with its messages indexed, one of ``version`` 4 or 5:
+    before migration 6 the postings have no window length, before migration 5 no index by term."""
+    conn.execute("DROP INDEX history_postings_by_term; ALTER TABLE history_postings DROP COLUMN words")
+    if version == 5:
+        conn.execute("CREATE INDEX history_postings_by_term ON history_postings (term, history_id, window, count)")
+    conn.pragma("user_version", version)
+
+
 def test_a_version_4_database_gets_the_postings_by_term_and_the_search_reads_them(isolated_dirs):
     from imprintd import store as store_module
 
     path = isolated_dirs / "imprint.sqlite3"
     old = Store.open(path)
     session = stored(old, user("the quarterly invoice run"))
-    conn = old._db
-    conn.execute("DROP INDEX history_postings_by_term")
-    conn.pragma("user_version", 4)
+    as_older_schema(old._db, 4)
     old.close()
 
     with Store.open(path) as upgraded:
@@ -188,8 +195,29 @@ def test_a_version_4_database_gets_the_postings_by_term_and_the_search_reads_the
         plan = " ".join(
             str(row[-1])
             for row in conn.execute(
-                "EXPLAIN QUERY PLAN SELECT window FROM history_postings WHERE term = 'invoic'"
+                "EXPLAIN QUERY PLAN SELECT window, count, words FROM history_postings WHERE term = 'invoic'"
             ).fetchall()
         )
-        assert "history_postings_by_term" in plan
+        assert "COVERING INDEX history_postings_by_term" in plan
         assert [h.session_id for h in search(upgraded, "invoice").hits] == [session]
+
+
+def test_a_version_5_database_gets_each_window_length_in_its_postings_and_ranks_as_before(isolated_dirs):
+    path = isolated_dirs / "imprint.sqlite3"
+    old = Store.open(path)
+    short = stored(old, user("invoice run"))
+    long = stored(old, user("the invoice run " + "and then many more words about other things " * 8))
+    before = [(h.session_id, h.score) for h in search(old, "invoice run").hits]
+    as_older_schema(old._db, 5)
+    old.close()
+
+    with Store.open(path) as upgraded:
+        conn = upgraded._db
+        assert conn.execute(
+            "SELECT count(*) FROM history_postings p JOIN history_windows w"
+            " ON w.history_id = p.history_id AND w.window = p.window WHERE p.words != w.words"
+        ).fetchone() == (0,)
+        assert conn.execute("SELECT min(words) FROM history_postings").fetchone()[0] > 0
+        after = [(h.session_id, h.score) for h in search(upgraded, "invoice run").hits]
+    # BM25 favours the shorter window: it takes the window's length from the postings now.
+    assert after == before and [session for session, _ in after] == [short, long]
