@@ -126,7 +126,7 @@ def test_sessions_stored_before_the_index_existed_are_indexed_before_the_first_s
     session = stored(db, user("the quarterly invoice run"))
     with db.transaction() as conn:  # as a database of before migration 2 holds it
         conn.execute("DELETE FROM history_sessions")
-    reopened = Store(db._db, db._path)
+    reopened = Store.open(db.path)
     assert [h.session_id for h in search(reopened, "quarterly").hits] == [session]
 
 
@@ -177,13 +177,12 @@ def test_a_version_4_database_gets_the_postings_by_term_and_the_search_reads_the
     path = isolated_dirs / "imprint.sqlite3"
     old = Store.open(path)
     session = stored(old, user("the quarterly invoice run"))
-    conn = old._db
-    conn.execute("DROP INDEX history_postings_by_term")
-    conn.pragma("user_version", 4)
+    with old.reading() as conn:
+        conn.execute("DROP INDEX history_postings_by_term")
+        conn.pragma("user_version", 4)
     old.close()
 
-    with Store.open(path) as upgraded:
-        conn = upgraded._db
+    with Store.open(path) as upgraded, upgraded.reading() as conn:
         assert conn.pragma("user_version") == len(store_module.MIGRATIONS)
         plan = " ".join(
             str(row[-1])
