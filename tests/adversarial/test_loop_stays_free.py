@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from tests.e2e.rawclient import RawClient
+from tests.openai_stub import StubReply
 
 #: What the issue allows a request that needs no waiting write (it took 4.7-5.1 s before).
 PROMPT_S = 0.1
@@ -104,3 +106,29 @@ def test_a_write_waiting_on_the_file_stalls_no_other_request(raw, stub, tmp_path
     assert raw.wait() == 0
     assert not responses, responses
 
+
+def test_a_retry_after_wait_holds_no_other_sessions_reply(raw, stub):
+    """Issue 35, item 2: session A's 429 with ``Retry-After: 30`` is waited out without the
+    inference lock, so session B's reply, asked meanwhile, completes while A still waits."""
+    a_refused = threading.Event()
+
+    def model(request: dict) -> StubReply | str:
+        asked = request["messages"][-1]["content"]
+        if "session A" in asked:
+            a_refused.set()
+            return StubReply(status=429, body='{"error": {"message": "slow down"}}', headers={"Retry-After": "30"})
+        return "B's answer."
+
+    stub.queue(model, model, model)
+    raw.initialize()
+    responses: dict[int, dict] = {}
+    a = raw.request("imprint/chat", {"text": "Question of session A", "persist": False})
+    assert a_refused.wait(timeout=60)
+    b = raw.request("imprint/chat", {"text": "Question of session B", "persist": False})
+    answer, _ = answered(raw, b, responses)
+    assert answer["result"]["text"] == "B's answer."
+    assert a not in responses  # A is still waiting out its Retry-After
+    assert len(stub.requests) == 2  # A asked once so far, B once
+    raw.notify("$/cancelRequest", {"id": a})
+    cancelled, _ = answered(raw, a, responses)
+    assert cancelled["error"]["code"] == -32800, cancelled
