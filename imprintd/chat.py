@@ -449,16 +449,16 @@ class Chat:
             )
         root = self.workspace_root(request.workspace)
         if request.session_id:
-            await in_worker(self.locate, request.session_id)  # an unknown session is refused at once
-            session_id = request.session_id
-        else:
-            store = await in_worker(lambda: self.store) if request.persist else self.memory  # opens it first
-            created = await in_worker(
-                store.create_session, workspace=str(root) if root else None, session_id=request.new_session_id
-            )
-            session_id = created.id
-        async with self._turns.turn(session_id):
-            return await self._reply_in_turn(session_id, request, events)
+            # The turn is taken before anything is awaited, so replies take turns in the order
+            # they were sent; an unknown session (nobody's turn ahead) is refused at once in it.
+            async with self._turns.turn(request.session_id):
+                return await self._reply_in_turn(request.session_id, request, events)
+        store = await in_worker(lambda: self.store) if request.persist else self.memory  # opens it first
+        created = await in_worker(
+            store.create_session, workspace=str(root) if root else None, session_id=request.new_session_id
+        )
+        async with self._turns.turn(created.id):
+            return await self._reply_in_turn(created.id, request, events)
 
     async def _reply_in_turn(self, session_id: str, request: ReplyRequest, events: ReplyEvents) -> ReplyOutcome:
         store, info = await in_worker(self.locate, session_id)  # as it is now: earlier turns added to it

@@ -120,3 +120,53 @@ async def test_the_conversation_history_tool_reads_the_store_off_the_event_loop(
     assert outcome.text.startswith("It was 8101.")
     assert model.on_loop == [], "\n".join(model.on_loop)
     assert store_calls_on_loop == [], "\n".join(store_calls_on_loop)
+
+
+async def test_chats_in_one_session_take_turns_in_the_order_sent_while_the_store_is_slow(monkeypatch):
+    """Store calls in worker threads may end in any order; the turns must not follow them."""
+    from contextlib import asynccontextmanager
+
+    import anyio
+
+    from imprintd.chat import Chat
+    from imprintd.messages import Message
+
+    model = StandInModel()
+    chat = make_chat(model)
+    model.queue("One.")
+    first, _ = await ask(chat, "Start.")
+    model.queue("Answer to A.", "Answer to B.")
+    second_turn_taken = threading.Event()
+    taken: list[str] = []
+    original_turn = chat._turns.turn
+
+    @asynccontextmanager
+    async def turn(session_id):
+        async with original_turn(session_id):
+            taken.append(session_id)
+            if len(taken) == 2:
+                second_turn_taken.set()
+            yield
+
+    monkeypatch.setattr(chat._turns, "turn", turn)
+    located: list[str] = []
+    original_locate = Chat.locate
+
+    def slow_first_locate(self, session_id):
+        located.append(session_id)
+        if len(located) == 1:
+            # The first chat's store read is slow: the second must not take the turn meanwhile.
+            second_turn_taken.wait(timeout=1.0)
+        return original_locate(self, session_id)
+
+    monkeypatch.setattr(Chat, "locate", slow_first_locate)
+    async with anyio.create_task_group() as group:
+        group.start_soon(ask, chat, "A?", first.session_id)
+        await anyio.lowlevel.checkpoint()  # A is sent first
+        group.start_soon(ask, chat, "B?", first.session_id)
+    questions = [m.content for m in chat.store.messages(first.session_id) if m.role == "user"]
+    assert questions == ["Start.", "A?", "B?"]
+    answers = [
+        m.content for m in chat.store.messages(first.session_id) if isinstance(m, Message) and m.role == "assistant"
+    ]
+    assert answers == ["One.", "Answer to A.", "Answer to B."]
