@@ -3,8 +3,7 @@
 One asyncio loop serves every session and front door (docs/architecture.md, "Concurrency"), so
 anything that can wait on a disk, a lock or a long computation runs here instead: store calls
 (which wait up to the busy timeout on a file another process holds), whole-prompt counts and
-renders, file reads. ``in_worker`` is the one way in; its own limiter keeps a burst of such calls
-from taking every thread anyio lends (the model's generation and the workspace index use those).
+renders, file reads. ``in_worker`` is the one way in, with a limiter of its own.
 
 A call is abandoned, not waited for, when the request awaiting it is cancelled: ``$/cancelRequest``
 and ``shutdown`` answer at once even while a store call waits out its busy timeout. What the
@@ -26,8 +25,9 @@ import anyio.to_thread
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: Threads blocking calls may hold at once: enough that a store call waiting out a busy file never
-#: queues a read of another session behind it, few enough to leave anyio's default 40 to the rest.
+#: Threads these calls may hold at once: enough that store calls waiting out a busy file never
+#: queue a read of another session behind them; a limiter apart from anyio's default one (40,
+#: which generation and indexing use), so neither kind of work can starve the other of threads.
 WORKER_THREADS = 16
 
 #: One limiter per event loop: a limiter belongs to the loop it was first used on (``imprintd ask``
