@@ -11,6 +11,7 @@ import contextlib
 import errno
 import functools
 import logging
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -35,6 +36,7 @@ from imprintd.models.base import Model, ModelError, SessionStates, session_reque
 from imprintd.models.identity import ModelIdentity, identify_model
 from imprintd.models.on_disk import FoundModel, find_models
 from imprintd.models.state_cache import delete_session_files, states_folder
+from imprintd.offload import in_worker
 from imprintd.private import private_folder
 from imprintd.reply import ReplyContext, ReplyOutcome, ReplyRequest, next_question_usage, run_reply
 from imprintd.settings import ChatSettings, Resolved
@@ -207,6 +209,7 @@ class Chat:
         self._model_settings: tuple | None = None
         self._data_dir = data_dir
         self._store: Store | None = None
+        self._store_opening = threading.Lock()  # worker threads may ask for it at once
         self.memory = MemoryStore()
         self.workspace: str | None = None
         self.sections = SectionArchive()
@@ -225,11 +228,12 @@ class Chat:
     @property
     def store(self) -> Store:
         """The database, opened on first use so that ``initialize`` never waits on disk."""
-        if self._store is None:
-            path = (self._data_dir or settings_mod.data_dir()) / "imprint.sqlite3"
-            OWN_FILES.add(path, database=True)
-            self._store = Store.open(path)
-        return self._store
+        with self._store_opening:
+            if self._store is None:
+                path = (self._data_dir or settings_mod.data_dir()) / "imprint.sqlite3"
+                OWN_FILES.add(path, database=True)
+                self._store = Store.open(path)
+            return self._store
 
     def _index_path(self) -> Path:
         folder = settings_mod.cache_dir()
@@ -370,15 +374,15 @@ class Chat:
     async def compact(self, session_id: str, events: ReplyEvents) -> Compacted:
         """Write the session's running summary now (``conversations.compact``), in the session's
         turn so it never interleaves with a reply; stores it and returns it. CompactFailed."""
-        self.locate(session_id)
+        await in_worker(self.locate, session_id)
         async with self._turns.turn(session_id):
-            store, info = self.locate(session_id)
-            messages, state = store.messages(info.id), store.summary(info.id)
+            store, info = await in_worker(self.locate, session_id)
+            messages, state = await in_worker(lambda: (store.messages(info.id), store.summary(info.id)))
             events.begin(info.id, uuid.uuid4().hex)
             model = self.model()
             done = await compact_session(model, messages, state, events)
             if done.written and done.summary is not None:
-                store.save_summary(info.id, done.summary)
+                await in_worker(store.save_summary, info.id, done.summary)
             return done
 
     def models_on_disk(self) -> list[FoundModel]:
@@ -407,8 +411,8 @@ class Chat:
 
         Counted by the model in use (loaded if it was not), in a worker thread.
         """
-        store, info = self.locate(session_id)
-        stored, summary = store.messages(info.id), store.summary(info.id)
+        store, info = await in_worker(self.locate, session_id)
+        stored, summary = await in_worker(lambda: (store.messages(info.id), store.summary(info.id)))
         session_folder = info.workspace if info.workspace and Path(info.workspace).is_dir() else None
         try:
             workspace = self.workspace_root(session_folder) is not None
@@ -445,18 +449,19 @@ class Chat:
             )
         root = self.workspace_root(request.workspace)
         if request.session_id:
-            self.locate(request.session_id)  # an unknown session is refused at once, not after a wait
-            session_id = request.session_id
-        else:
-            store = self.store if request.persist else self.memory
-            session_id = store.create_session(
-                workspace=str(root) if root else None, session_id=request.new_session_id
-            ).id
-        async with self._turns.turn(session_id):
-            return await self._reply_in_turn(session_id, request, events)
+            # The turn is taken before anything is awaited, so replies take turns in the order
+            # they were sent; an unknown session (nobody's turn ahead) is refused at once in it.
+            async with self._turns.turn(request.session_id):
+                return await self._reply_in_turn(request.session_id, request, events)
+        store = await in_worker(lambda: self.store) if request.persist else self.memory  # opens it first
+        created = await in_worker(
+            store.create_session, workspace=str(root) if root else None, session_id=request.new_session_id
+        )
+        async with self._turns.turn(created.id):
+            return await self._reply_in_turn(created.id, request, events)
 
     async def _reply_in_turn(self, session_id: str, request: ReplyRequest, events: ReplyEvents) -> ReplyOutcome:
-        store, info = self.locate(session_id)  # as it is now: earlier turns added to it
+        store, info = await in_worker(self.locate, session_id)  # as it is now: earlier turns added to it
         if request.session_id and not request.workspace and info.workspace and Path(info.workspace).is_dir():
             # A follow-up researches the folder its session was started on, unless told otherwise.
             request = msgspec.structs.replace(request, workspace=info.workspace)

@@ -41,6 +41,7 @@ from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, SourceRef, Style
 from imprintd.models.base import Model
+from imprintd.offload import in_worker
 from imprintd.research import citations
 from imprintd.research import clock as clocks
 from imprintd.research.answer import coverage_note, cut_off_note, final_answer
@@ -100,18 +101,20 @@ class ReplyOutcome(msgspec.Struct, frozen=True, kw_only=True):
 
 async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     store, info, reply_id, request = context.store, context.session, context.reply_id, context.request
-    question = store.append(info.id, msg.user(request.text))
+    question = await in_worker(store.append, info.id, msg.user(request.text))
     events.begin(info.id, reply_id)
     model = context.load_model()
     settings = context.settings
-    stored = store.messages(info.id)
+    stored = await in_worker(store.messages, info.id)
     earlier = stored[:-1]
 
     workspace_tools = await context.workspace_tools(events)
     clock = ReplyClock(settings.research_time_budget)  # indexing is not the reply's to bound
     offered = should_offer(earlier)
     history_tool = (
-        [ConversationHistoryTool(ConversationHistory(earlier, store.history_index(info.id)))] if offered else []
+        [ConversationHistoryTool(ConversationHistory(earlier, await in_worker(store.history_index, info.id)))]
+        if offered
+        else []
     )
     tools = [*workspace_tools, *history_tool]
     specs = [tool.spec for tool in tools]
@@ -188,7 +191,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
         text, sources, reasoning = final.text, final.sources, final.reasoning
     # The reply, all or nothing; the answer keeps its sources and what the model thought.
     answer = msgspec.structs.replace(msg.assistant(text, sources=sources), reasoning=reasoning)
-    store.extend(info.id, [*outcome.exchange, answer])
+    await in_worker(store.extend, info.id, [*outcome.exchange, answer])
     return ReplyOutcome(session_id=info.id, reply_id=reply_id, text=text, sources=sources, stop_reason=outcome.stop)
 
 
@@ -267,7 +270,7 @@ async def _summary_step(
 
     Within its own 120 s and the time research has left (the reply's time budget).
     """
-    state = store.summary(info.id)
+    state = await in_worker(store.summary, info.id)
     earlier, question = list(stored[:-1]), stored[-1]
     # Messages added so far is the question's number: a persist-false session keeps only its
     # newest 400 messages, so their count would stop growing and the retry point never come.
@@ -288,7 +291,7 @@ async def _summary_step(
         model, state=state, messages=earlier, to_cover=to_cover, message_count=count, events=events, timeout=timeout
     )
     if outcome.state is not None:
-        store.save_summary(info.id, outcome.state)
+        await in_worker(store.save_summary, info.id, outcome.state)
     return outcome.state
 
 

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import unquote, urlparse
 
-import anyio
 import apsw
 import msgspec
 from lsprotocol import types
@@ -33,6 +32,7 @@ from imprintd.conversations.search import SearchError
 from imprintd.conversations.titles import TitleError
 from imprintd.models.base import ModelError
 from imprintd.models.served import served_models
+from imprintd.offload import in_worker
 from imprintd.research.loop import ReplyFailed
 from imprintd.rpc import ImprintProtocol, leave_despite_busy_threads, msgspec_handler, run_stdio
 from imprintd.store import SessionNotFound, StoreError
@@ -95,6 +95,20 @@ def _answering_core_errors(handler):
             raise rpc_error from None
 
     return wrapped
+
+
+def _in_worker_thread(handler):
+    """``handler`` run in a worker thread when it is synchronous: it asks the store (which may wait
+    up to its busy timeout on a file another process holds) or reads what a reply keeps, and the
+    event loop must go on moving every other message meanwhile (``offload``)."""
+    if inspect.iscoroutinefunction(handler):
+        return handler  # awaits its own blocking work in workers
+
+    @functools.wraps(handler)
+    async def in_thread(*args):
+        return await in_worker(handler, *args)
+
+    return in_thread
 
 
 class ImprintServer(LanguageServer):
@@ -293,11 +307,11 @@ async def compact(server: ImprintServer, params: wire.CompactParams) -> wire.Com
 
 
 async def models(server: ImprintServer, params: wire.ModelsParams) -> wire.ModelsResult:
-    found = await anyio.to_thread.run_sync(server.chat.models_on_disk)  # reads file headers
+    found = await in_worker(server.chat.models_on_disk)  # reads file headers
     served, served_error = [], ""
     if server.chat.settings.provider == "openai":
         try:
-            served = await anyio.to_thread.run_sync(served_models, server.chat.settings.base_url)
+            served = await in_worker(served_models, server.chat.settings.base_url)
         except ModelError as error:
             served_error = str(error)
     return wire.ModelsResult(
@@ -337,7 +351,7 @@ def build_server(chat: Chat) -> ImprintServer:
     for method, lsp_handler in LSP_HANDLERS:
         server.feature(method)(functools.partial(lsp_handler, server))
     for method, params_type, handler in IMPRINT_HANDLERS:
-        bound = _answering_core_errors(functools.partial(handler, server))
+        bound = _answering_core_errors(_in_worker_thread(functools.partial(handler, server)))
         server.feature(method)(msgspec_handler(params_type)(bound))
     return server
 

@@ -381,16 +381,21 @@ class Store:
     """Sessions, messages and summaries in one SQLite database (apsw).
 
     Every write runs in its own ``BEGIN IMMEDIATE`` transaction and is committed before the
-    method returns. One lock serializes this object's use of the connection: the daemon calls
-    it from the event loop and from worker threads, and SQLite transactions belong to the
-    connection, not the thread.
+    method returns. The daemon calls it from worker threads (``offload.in_worker``), several at
+    once, so it keeps a pool of connections: a thread takes one for its call (the same one again
+    for calls nested in it) and gives it back after, so no connection is used by two threads at
+    once and SQLite's own locking orders their transactions. A read never waits behind a write that
+    waits on the file: with write-ahead logging it reads on its own connection meanwhile.
     """
 
     def __init__(self, connection: apsw.Connection, path: Path, *, clock: Clock = time.time) -> None:
-        self._db = connection
         self._path = path
         self._clock = clock
-        self._lock = threading.RLock()
+        self._pool_lock = threading.Lock()
+        self._idle: list[apsw.Connection] = [connection]
+        self._open_connections = 1
+        self._held = threading.local()
+        self._closed = False
         self._all_indexed = False
 
     @classmethod
@@ -428,25 +433,73 @@ class Store:
         return self._path
 
     @contextmanager
+    def _connection(self) -> Iterator[apsw.Connection]:
+        """This thread's connection for one call: the one it holds already, else an idle one or a new one."""
+        held: apsw.Connection | None = getattr(self._held, "db", None)
+        if held is not None:
+            yield held  # a call nested in another on this thread shares its connection (and transaction)
+            return
+        with self._pool_lock:
+            if self._closed:
+                raise StoreError(f"the database {self._path} is closed: imprintd is stopping.")
+            db = self._idle.pop() if self._idle else None
+            if db is None:
+                self._open_connections += 1
+        if db is None:
+            try:
+                db = self._connect()
+            except BaseException:
+                with self._pool_lock:
+                    self._open_connections -= 1
+                raise
+        self._held.db = db
+        try:
+            yield db
+        finally:
+            self._held.db = None
+            with self._pool_lock:
+                if self._closed:
+                    self._open_connections -= 1
+                    db.close()  # closed while this call ran (an abandoned wait, say): last out closes
+                else:
+                    self._idle.append(db)
+
+    def _connect(self) -> apsw.Connection:
+        """One more connection to the database ``open`` set up (WAL is kept in the file)."""
+        with naming_problems(self._path):
+            db = apsw.Connection(str(self._path))
+            try:
+                _configure_connection(db)
+            except BaseException:
+                db.close()
+                raise
+        return db
+
+    @contextmanager
     def reading(self) -> Iterator[apsw.Connection]:
-        """Hold the store's lock to read several statements from the connection (other
-        modules' tables, such as the history index's); write through ``transaction()``.
+        """A connection of this thread's own to read several statements from (other modules'
+        tables, such as the history index's); write through ``transaction()``.
 
         A problem with the file (busy past the timeout, damaged, disk full) is raised as a
         StoreError naming it and the way out (``database_problem``), here as at start-up.
         """
-        with self._lock, naming_problems(self._path):
-            yield self._db
+        with self._connection() as db, naming_problems(self._path):
+            yield db
 
     @contextmanager
     def transaction(self) -> Iterator[apsw.Connection]:
-        """Hold the store's lock in a ``BEGIN IMMEDIATE`` transaction; commit on success."""
-        with self._lock, naming_problems(self._path), immediate(self._db) as db:
+        """A ``BEGIN IMMEDIATE`` transaction on this thread's connection; commit on success."""
+        with self._connection() as db, naming_problems(self._path), immediate(db):
             yield db
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        """Close every idle connection now, and each one in use when its call ends."""
+        with self._pool_lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._open_connections -= len(idle)
+        for db in idle:
+            db.close()
 
     def __enter__(self) -> Store:
         return self
@@ -751,7 +804,9 @@ class Store:
         self._all_indexed = True
 
     def _require(self, session_id: str) -> None:
-        if self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+        with self.reading() as db:
+            found = db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if found is None:
             raise SessionNotFound(session_id)
 
 
@@ -792,6 +847,12 @@ def _configure(db: apsw.Connection, path: Path) -> None:
             f"cannot use write-ahead logging for {path} (journal mode stays {mode!r}); "
             "set IMPRINT_DATA_DIR to a directory on a local disk."
         )
+    _configure_connection(db)
+
+
+def _configure_connection(db: apsw.Connection) -> None:
+    """What each connection sets for itself (the journal mode is the file's)."""
+    db.set_busy_timeout(BUSY_TIMEOUT_MS)
     # FULL rather than NORMAL: with WAL, NORMAL keeps the database consistent but may lose
     # the last commits on power loss or an OS crash, and a message counts as acknowledged
     # once committed. FULL's one fsync per commit costs milliseconds; a reply costs seconds.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import msgspec
@@ -15,10 +16,21 @@ from imprintd.server import build_server
 class Capture:
     def __init__(self) -> None:
         self.frames: list[dict] = []
+        self._wrote: asyncio.Event | None = None
 
     def write(self, data: bytes) -> None:
         body = data.split(b"\r\n\r\n", 1)[1]
         self.frames.append(json.loads(body))
+        if self._wrote is not None:
+            self._wrote.set()
+
+    async def answer(self, request_id: int) -> dict:
+        """The response to ``request_id`` once the server has written it (handlers may run in workers)."""
+        while not (found := [frame for frame in self.frames if frame.get("id") == request_id]):
+            self._wrote = asyncio.Event()
+            await self._wrote.wait()
+        [reply] = found
+        return reply
 
     def close(self) -> None:
         pass
@@ -90,7 +102,7 @@ def test_the_adapter_names_the_bad_field(params, message):
     "method",
     ["imprint/sessions", "imprint/session", "imprint/summary", "imprint/deleteSession", "imprint/conversation_history"],
 )
-def test_a_database_that_cannot_be_used_fails_short_requests_with_32803_saying_why(server, isolated_dirs, method):
+async def test_a_database_that_cannot_be_used_fails_short_requests_with_32803_saying_why(server, isolated_dirs, method):
     import apsw
 
     isolated_dirs.mkdir(parents=True)
@@ -106,12 +118,12 @@ def test_a_database_that_cannot_be_used_fails_short_requests_with_32803_saying_w
         else {"sessionId": "s1"}
     )
     send(server, {"id": 2, "method": method, "params": params})
-    [reply] = [frame for frame in server.protocol.writer.frames if frame.get("id") == 2]
+    reply = await server.protocol.writer.answer(2)
     assert reply["error"]["code"] == -32803
     assert "newer imprintd" in reply["error"]["message"]
 
 
-def test_a_database_error_mid_request_is_32803_not_an_internal_error(server, monkeypatch):
+async def test_a_database_error_mid_request_is_32803_not_an_internal_error(server, monkeypatch):
     import apsw
 
     from imprintd.store import Store
@@ -122,7 +134,7 @@ def test_a_database_error_mid_request_is_32803_not_an_internal_error(server, mon
     monkeypatch.setattr(Store, "sessions", broken)
     send(server, {"id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}})
     send(server, {"id": 2, "method": "imprint/sessions", "params": {}})
-    [reply] = [frame for frame in server.protocol.writer.frames if frame.get("id") == 2]
+    reply = await server.protocol.writer.answer(2)
     assert reply["error"]["code"] == -32803 and "disk I/O error" in reply["error"]["message"]
 
 

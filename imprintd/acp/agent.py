@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 import apsw
@@ -41,8 +42,11 @@ from imprintd.conversations.export import markdown
 from imprintd.models.base import ModelError
 from imprintd.models.identity import identify_model
 from imprintd.models.on_disk import FoundModel, find_models
+from imprintd.offload import in_worker
 from imprintd.research.loop import ReplyFailed
 from imprintd.store import SessionNotFound, StoreError, new_session_id
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -149,14 +153,14 @@ class Agent:
         )
         return wire.SetConfigOptionResult(config_options=[option])
 
-    def load_session(self, params: wire.LoadSessionParams) -> None:
+    async def load_session(self, params: wire.LoadSessionParams) -> None:
         root = _folder(params.cwd)
         if self._is_unstored(params.session_id):
             self._cwd[params.session_id] = root
             self._publish_commands(params.session_id)
             return None  # never asked anything: nothing to replay
-        store, info = self._locate(params.session_id)
-        messages = _store_call(lambda: store.messages(info.id))
+        store, info = await _in_store(self._locate, params.session_id)
+        messages = await _in_store(store.messages, info.id)
         self._cwd[info.id] = root
         _log_mcp(info.id, params.mcp_servers)
         for update in replay(messages, root):
@@ -183,12 +187,12 @@ class Agent:
         )
         self.connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=session_id, update=update))
 
-    def list_sessions(self, params: wire.ListSessionsParams) -> wire.ListSessionsResult:
+    async def list_sessions(self, params: wire.ListSessionsParams) -> wire.ListSessionsResult:
         if params.cursor is not None:
             raise RpcError(INVALID_PARAMS, "cursor: this agent lists every session in one page and gave no cursor.")
         wanted = _folder(params.cwd) if params.cwd is not None else None
         listed = []
-        for info in _store_call(self.chat.sessions):
+        for info in await _in_store(self.chat.sessions):
             # ACP needs each session's folder; a session asked with none, or never asked, is left out.
             if not info.workspace or not info.message_count:
                 continue
@@ -204,13 +208,13 @@ class Agent:
             )
         return wire.ListSessionsResult(sessions=listed)
 
-    def delete_session(self, params: wire.SessionParams) -> dict:
+    async def delete_session(self, params: wire.SessionParams) -> dict:
         unstored = self._is_unstored(params.session_id)
         if not unstored:
-            self._locate(params.session_id)
+            await _in_store(self._locate, params.session_id)
         self._cancel_prompts(params.session_id)
         if not unstored:
-            _store_call(lambda: self.chat.delete_session(params.session_id))
+            await _in_store(self.chat.delete_session, params.session_id)
         self._unstored.discard(params.session_id)
         self._cwd.pop(params.session_id, None)
         logger.info("session %s deleted", params.session_id)
@@ -308,7 +312,7 @@ class Agent:
             usage = await self.chat.context_usage(info.id)
             events.text(commands.context_text(usage))
         elif command == "sources":
-            messages = _store_call(lambda: store.messages(info.id))
+            messages = await _in_store(store.messages, info.id)
             answer = next((m for m in reversed(messages) if m.role == "assistant" and m.sources), None)
             if answer is None:
                 events.text("No answer in this session has sources yet.")
@@ -321,7 +325,7 @@ class Agent:
                 for source in unlinked:
                     events.text(f"[{source.number}] {source.label}\n")
         else:  # export
-            view = _store_call(lambda: self.chat.session(info.id))
+            view = await _in_store(self.chat.session, info.id)
             events.text(markdown(view.info, view.messages, view.summary))
         return wire.PromptResult(stop_reason="end_turn")
 
@@ -427,9 +431,11 @@ def _log_mcp(session_id: str, servers: Sequence[wire.McpServer]) -> None:
         )
 
 
-def _store_call(call):
+async def _in_store(call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)`` in a worker thread (``offload``: a store call may wait out the busy timeout),
+    its store failures as the internal error ACP clients show."""
     try:
-        return call()
+        return await in_worker(call, *args)
     except (StoreError, apsw.Error) as error:
         raise RpcError(INTERNAL_ERROR, f"The session store failed: {error}") from None
 

@@ -52,6 +52,7 @@ from imprintd.context.history_index import (
     windows_of,
 )
 from imprintd.messages import Message, ToolCall
+from imprintd.offload import in_worker
 from imprintd.tools.base import Quote, ToolError, ToolResult, parse_arguments, tool_spec
 
 TOOL_NAME = "conversation_history"
@@ -873,7 +874,7 @@ class ConversationHistoryTool:
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
         parsed = HistoryArguments.parse(arguments)
         if isinstance(parsed.query, str):
-            found = self.history.search_places(parsed.query)
+            found = await in_worker(self.history.search_places, parsed.query)  # reads the stored index
             return ToolResult(
                 text=found.text,
                 subject=parsed.query.strip(),
@@ -883,7 +884,7 @@ class ConversationHistoryTool:
             )
         message, offset = parsed.message, parsed.offset
         assert isinstance(message, int)  # parse took either a query or a message
-        text = self.history.read(message, offset)
+        text = await in_worker(self.history.read, message, offset)
         return ToolResult(
             text=text,
             subject=f"message #{message}",

@@ -39,6 +39,7 @@ from imprintd.context.history import TOOL_NAME, calls_by_id, describe_call
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, ToolSpec
 from imprintd.models.base import Model, ModelError, side_requests
+from imprintd.offload import in_worker
 from imprintd.redact import EXCERPT_MARGIN, redact, redact_head, redact_tail
 from imprintd.store import StoredSummary
 
@@ -428,7 +429,7 @@ async def update_summary(
         # Not the model's failure: the next reply, with time of its own, may try again.
         return SummaryOutcome(ok=False, state=state, reason="no time left in the reply's time budget")
     events.progress(PROGRESS)
-    request = fit_summarizer_request(model, so_far, to_cover, context=messages)
+    request = await in_worker(fit_summarizer_request, model, so_far, to_cover, context=messages)
     if request is None:
         return _failed(state, numbers, message_count, "the summary request does not fit the model")
     with anyio.move_on_after(timeout + _DEADLINE_GRACE_S) as guard:

@@ -592,10 +592,7 @@ class RemoteModel:
         body = self.request_body(messages, tools, max_tokens)
         deadline = math.inf if timeout is None else anyio.current_time() + timeout
         with anyio.move_on_after(timeout):
-            async with inference_lock():
-                if on_start is not None:
-                    await on_start()
-                await self._stream(body, stream, deadline, on_retry)
+            await self._stream(body, stream, deadline, on_retry, on_start)
             return self._completion(stream, tools, prompt_tokens)
         # The deadline passed: keep what was written (ADR semantics of the base protocol).
         parsed = stream.parsed(tools)
@@ -647,15 +644,29 @@ class RemoteModel:
         return Usage(prompt_tokens=prompt_tokens, evaluated_tokens=evaluated, generated_tokens=generated)
 
     async def _stream(
-        self, body: dict[str, Any], stream: _Stream, deadline: float, on_retry: RetryCallback | None
+        self,
+        body: dict[str, Any],
+        stream: _Stream,
+        deadline: float,
+        on_retry: RetryCallback | None,
+        on_start: StartHook | None = None,
     ) -> None:
         """Stream one reply, retrying a transient failure (429, 5xx gateway errors, a connection
         reset before the first byte) after ``RETRY_DELAYS_S`` or the server's ``Retry-After``,
-        while the wait ends before ``deadline``; never once any of the reply has arrived."""
+        while the wait ends before ``deadline``; never once any of the reply has arrived.
+
+        Each attempt holds the inference lock, the wait between attempts does not: a server's
+        ``Retry-After: 120`` for one session must not hold every other session's model calls.
+        ``on_start`` runs once, the first time the lock is held (the budget is reserved once).
+        """
         attempt = 0
         while True:
             try:
-                await self._stream_unmasked(body, stream)
+                async with inference_lock():
+                    if on_start is not None:
+                        await on_start()
+                        on_start = None
+                    await self._stream_unmasked(body, stream)
                 return
             except _Transient as error:
                 attempt += 1

@@ -22,6 +22,7 @@ from imprintd.context.sections import Analysis
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, SourceRef, Style
 from imprintd.models.base import Completion, Model, ModelError
+from imprintd.offload import in_worker
 from imprintd.research import citations
 from imprintd.research import notes as notes_mod
 from imprintd.research.citations import Numbering
@@ -64,7 +65,8 @@ async def final_answer(
     notes as the coordinator saw them) may be shortened to fit; the user's own words never are.
     """
     notes = notes_mod.build_notes(steps, numbering, question=question_analysis, question_seq=question_seq)
-    fitted = _fitted_request(
+    fitted = await in_worker(  # counts and renders the whole request, maybe several times
+        _fitted_request,
         model,
         notes=notes,
         system_prompt=system_prompt,

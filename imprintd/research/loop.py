@@ -39,6 +39,7 @@ from imprintd.context.fitting import Fitted, fit_prompt
 from imprintd.events import ReplyEvents, StepState, ToolStep
 from imprintd.messages import Message, Style, ToolCall
 from imprintd.models.base import Completion, Model, ModelError
+from imprintd.offload import in_worker
 from imprintd.research import first_look
 from imprintd.research.budget import BudgetExhausted, ResearchBudget, charged_complete
 from imprintd.research.citations import CitationFilter, Numbering
@@ -469,12 +470,12 @@ class _Loop:
             return self.numbering.result(call, result)[0], None
         numbered = self.numbering.preview().result(call, result)[0]
         specs = [tool.spec for tool in self.offered()]
-        base = self.model.count_prompt([self.system, *self.current], specs) + self.scope.max_tokens
+        base = await in_worker(self.model.count_prompt, [self.system, *self.current], specs) + self.scope.max_tokens
 
         def fits(text: str) -> bool:
             return base + self.model.count_message(msg.tool_result(call, text)) <= self.model.n_ctx
 
-        prepared = sec.prepare_tool_result(numbered, workers=self.scope.analysis_workers, fits=fits)
+        prepared = await in_worker(sec.prepare_tool_result, numbered, workers=self.scope.analysis_workers, fits=fits)
         if prepared is not None:
             self.numbering.result(call, result)  # shown: its numbers are given now
             return prepared, None

@@ -126,7 +126,7 @@ def test_sessions_stored_before_the_index_existed_are_indexed_before_the_first_s
     session = stored(db, user("the quarterly invoice run"))
     with db.transaction() as conn:  # as a database of before migration 2 holds it
         conn.execute("DELETE FROM history_sessions")
-    reopened = Store(db._db, db._path)
+    reopened = Store.open(db.path)
     assert [h.session_id for h in search(reopened, "quarterly").hits] == [session]
 
 
@@ -186,11 +186,11 @@ def test_a_version_4_database_gets_the_postings_by_term_and_the_search_reads_the
     path = isolated_dirs / "imprint.sqlite3"
     old = Store.open(path)
     session = stored(old, user("the quarterly invoice run"))
-    as_older_schema(old._db, 4)
+    with old.reading() as conn:
+        as_older_schema(conn, 4)
     old.close()
 
-    with Store.open(path) as upgraded:
-        conn = upgraded._db
+    with Store.open(path) as upgraded, upgraded.reading() as conn:
         assert conn.pragma("user_version") == len(store_module.MIGRATIONS)
         plan = " ".join(
             str(row[-1])
@@ -208,11 +208,11 @@ def test_a_version_5_database_gets_each_window_length_in_its_postings_and_ranks_
     short = stored(old, user("invoice run"))
     long = stored(old, user("the invoice run " + "and then many more words about other things " * 8))
     before = [(h.session_id, h.score) for h in search(old, "invoice run").hits]
-    as_older_schema(old._db, 5)
+    with old.reading() as conn:
+        as_older_schema(conn, 5)
     old.close()
 
-    with Store.open(path) as upgraded:
-        conn = upgraded._db
+    with Store.open(path) as upgraded, upgraded.reading() as conn:
         assert conn.execute(
             "SELECT count(*) FROM history_postings p JOIN history_windows w"
             " ON w.history_id = p.history_id AND w.window = p.window WHERE p.words != w.words"
