@@ -254,7 +254,7 @@ class Chat:
         if self._model is None or key != self._model_settings:
             retired, self._model = self._model, self._model_factory(self.settings)
             self._model_settings = key
-            if isinstance(retired, SessionStates):
+            if isinstance(retired, SessionStates) and retired is not self._model:
                 self._retire(retired)
         if isinstance(self._model, SessionStates):
             self._model.set_state_limits(

@@ -50,3 +50,13 @@ def test_switching_model_or_context_closes_the_old_models_states():
     assert second.closed.wait(30) and not third.closed.is_set()
     chat.close()
     assert third.closed.is_set()
+
+
+def test_a_factory_that_hands_back_the_same_model_keeps_it_open():
+    model = ClosingModel()
+    resolved = settings_mod.load({}, environ={})
+    chat = Chat(resolved, model_factory=lambda chat_settings: model)
+    assert chat.model() is model
+    chat.update_settings(resolved.apply({"chat.n_ctx": 2048}, "test"))
+    assert chat.model() is model
+    assert chat._retiring == [] and not model.closed.is_set()
