@@ -427,7 +427,13 @@ class StateCache:
             self._memory.clear()
             self._in_memory = 0
             self._wake.notify_all()
-        return self.flush(timeout) if timeout != 0 else not self._pending and self._writing is None
+            writer = self._writer
+        if timeout == 0:
+            return not self._pending and self._writing is None
+        written = self.flush(timeout)
+        if written and writer is not None:
+            writer.join(timeout)  # it ends as soon as it sees the queue empty
+        return written
 
     def _start_writer(self) -> None:
         if self._writer is None or not self._writer.is_alive():

@@ -79,3 +79,45 @@ async def test_another_session_copies_the_state_away_and_deleting_the_session_dr
     assert len(copies) == 1
     assert model.last_restore is not None and model.last_restore[0] == "one"
     assert all(state.session_id == "one" for state in model.states._memory.values())
+
+
+async def test_a_model_replaced_on_a_settings_change_keeps_its_last_state_and_leaves_nothing_running(
+    embedded_gguf, tmp_path
+):
+    from imprintd import settings as settings_mod
+    from imprintd.chat import Chat
+    from imprintd.models.state_cache import states_folder
+    from tests.helpers import ask
+
+    folder = states_folder(tmp_path / "cache")
+    built: list[LocalModel] = []
+
+    def factory(chat_settings):
+        built.append(
+            LocalModel(
+                embedded_gguf,
+                n_ctx=chat_settings.n_ctx,
+                state_cache_memory=1 << 30,
+                state_cache_disk=1 << 30,
+                state_folder=folder,
+            )
+        )
+        return built[-1]
+
+    resolved = settings_mod.load({}, environ={}).apply(
+        {"chat.first_look": False, "chat.max_tokens": 8, "chat.n_ctx": 2048}, "test"
+    )
+    chat = Chat(resolved, model_factory=factory, data_dir=tmp_path / "data")
+    stored, _ = await ask(chat, "Say hello.")
+    old = built[0]
+    assert old.states is not None and old.states.memory_used == 0  # nothing copied yet: the reply returned first
+    chat.update_settings(resolved.apply({"chat.n_ctx": 1024}, "test"))
+    assert chat.model() is not old
+    for thread in chat._retiring:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in chat._retiring)
+    assert old.states.closing and old.states.memory_used == 0 and old.states._writer is None
+    assert [path.name.split(".")[0] for path in folder.glob("*.state")] == [stored.session_id]
+    chat.delete_session(stored.session_id)
+    assert list(folder.glob("*.state")) == []
+    chat.close()
