@@ -419,8 +419,8 @@ class StateCache:
     def close(self, timeout: float | None = 30.0) -> bool:
         """Free the states in memory and take no more; the writer writes what is queued, then ends.
 
-        Waits up to ``timeout`` seconds for that (0: not at all, as when a model is replaced on
-        a settings change); returns whether the queue was written by then.
+        Waits up to ``timeout`` seconds for that (0: not at all; None: as long as it takes);
+        returns whether the queue was written by then.
         """
         with self._lock:
             self._closing = True
