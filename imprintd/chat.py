@@ -60,6 +60,8 @@ ModelFactory = Callable[[ChatSettings], Model]
 
 #: Settings that change which model is loaded; others apply to the next reply as they are.
 _MODEL_KEYS = ("provider", "model", "base_url", "n_ctx", "reasoning")
+#: Seconds shutdown waits for each model replaced on a settings change to finish closing.
+RETIRE_WAIT_S = 10.0
 
 
 class WorkspaceMissing(ValueError):
@@ -207,6 +209,7 @@ class Chat:
         self._model_factory = model_factory
         self._model: Model | None = None
         self._model_settings: tuple | None = None
+        self._retiring: list[threading.Thread] = []  # models replaced on a settings change, closing
         self._data_dir = data_dir
         self._store: Store | None = None
         self._store_opening = threading.Lock()  # worker threads may ask for it at once
@@ -252,13 +255,22 @@ class Chat:
         """The chat model for the current settings; created once, recreated when they change."""
         key = tuple(getattr(self.settings, name) for name in _MODEL_KEYS)
         if self._model is None or key != self._model_settings:
-            self._model = self._model_factory(self.settings)
+            retired, self._model = self._model, self._model_factory(self.settings)
             self._model_settings = key
+            if isinstance(retired, SessionStates) and retired is not self._model:
+                self._retire(retired)
         if isinstance(self._model, SessionStates):
             self._model.set_state_limits(
                 memory_bytes=self.settings.state_cache_memory, disk_bytes=self.settings.state_cache_disk
             )
         return self._model
+
+    def _retire(self, model: SessionStates) -> None:
+        """Close a replaced model's states (memory, writer thread) off the event loop: closing
+        waits for a generation still running on it and for its queued writes."""
+        thread = threading.Thread(target=model.close_states, name="imprintd-retire-model", daemon=True)
+        thread.start()
+        self._retiring = [t for t in self._retiring if t.is_alive()] + [thread]
 
     def model_identity(self) -> ModelIdentity:
         """The model in use as clients show it, with its chat format and whether it reasons.
@@ -326,6 +338,8 @@ class Chat:
     def close(self) -> None:
         if isinstance(self._model, SessionStates):
             self._model.close_states()  # states still queued reach the disk for the next start
+        for thread in self._retiring:
+            thread.join(RETIRE_WAIT_S)
         for index in self._indexes.values():
             index.close()
         self._indexes.clear()

@@ -33,10 +33,13 @@
   template's ``strftime_now`` returns the date the model was loaded) so equal leading messages
   give equal leading tokens.
 * **Per-session state** (``state_cache.py``). After a session's coordinator round or final
-  answer, llama.cpp's sequence state is kept with the tokens it holds; before the session's next
-  request the state sharing the longest prefix with the prompt is restored when that beats what
-  the context holds, so a summary, a section worker, another session or a restart in between
-  does not cost the session its prefix. ``reusable_prefix`` counts a state it would restore.
+  answer, llama.cpp's context holds that session's state; it is copied (with the tokens it holds)
+  only when another request is about to replace it (a summary, a section worker, another
+  session) or the states are closed, never before a reply returns, and not at all when the
+  session's own next round extends it. Before the session's next request the state sharing the
+  longest prefix with the prompt is restored when that beats what the context holds, so whatever
+  ran in between, or a restart, does not cost the session its prefix. ``reusable_prefix``
+  counts a state it would restore.
 
 The weights load lazily, once, on first use; a missing path or a file without the GGUF magic
 raises ``ModelUnavailable`` naming the path.
@@ -416,6 +419,8 @@ class LocalModel:
         self._state_limits = (state_cache_memory, state_cache_disk)
         self._state_folder = Path(state_folder).expanduser() if state_folder is not None else None
         self.states: StateCache | None = None
+        #: The session whose state llama.cpp's context holds, not copied yet (see ``_displace``).
+        self._unsaved: RequestScope | None = None
         #: What the latest request restored: (session, tokens of the state, "memory" or "disk").
         self.last_restore: tuple[str, int, str] | None = None
         #: Seconds the latest request took to its first token once it held the model (a state
@@ -482,15 +487,36 @@ class LocalModel:
 
     def forget_session(self, session_id: str) -> None:
         """Delete the session's states, in memory and on disk."""
+        unsaved = self._unsaved
+        if unsaved is not None and unsaved.session_id == session_id:
+            self._unsaved = None
         if self.states is not None:
             self.states.forget(session_id)
         if self._state_folder is not None:
             delete_session_files(self._state_folder, session_id)
 
     def close_states(self, timeout: float = 10.0) -> None:
-        """Write the states still queued (within ``timeout``) and stop the writer."""
+        """Keep the state the context holds, write the states still queued (each within
+        ``timeout``), free the rest and stop the writer."""
+        self.save_context_state(timeout)
         if self.states is not None:
             self.states.close(timeout)
+
+    def save_context_state(self, timeout: float = 10.0) -> bool:
+        """Copy the session state llama.cpp's context holds into the cache now, waiting up to
+        ``timeout`` for a generation in progress; False if that did not end in time."""
+        loaded = self._loaded
+        if loaded is None or self._unsaved is None:
+            return True
+        if not loaded.generation_lock.acquire(timeout=timeout):
+            return False
+        try:
+            owner, self._unsaved = self._unsaved, None
+            if owner is not None:
+                self._keep_state(loaded, owner)
+        finally:
+            loaded.generation_lock.release()
+        return True
 
     def _recurrent(self, loaded: _Loaded) -> bool:
         llama = loaded.llama
@@ -547,11 +573,26 @@ class LocalModel:
             held,
         )
 
-    def _keep_state(self, loaded: _Loaded, run: _Run) -> None:
-        """After a session's coordinator round or final answer: keep what llama.cpp holds."""
+    def _displace(self, loaded: _Loaded, run: _Run) -> None:
+        """Before a request, under the generation lock: copy the state of the session the context
+        holds if this request would replace it.
+
+        The copy is taken here rather than after the session's own request, so that request's
+        reply never waits for it, and the session's next round, which extends the context, needs
+        no copy at all: the state after that round holds the same prefix and more.
+        """
+        owner, self._unsaved = self._unsaved, None
+        if owner is None:
+            return
         scope = run.scope
+        if scope is not None and scope.keep and scope.session_id == owner.session_id:
+            return
+        self._keep_state(loaded, owner)
+
+    def _keep_state(self, loaded: _Loaded, scope: RequestScope) -> None:
+        """Keep what llama.cpp holds as ``scope``'s session state (a copy of its KV cache)."""
         states = self.states
-        if states is None or scope is None or not scope.keep:
+        if states is None or not scope.keep or states.closing:
             return
         if not states.memory_bytes and not (states.folder is not None and states.disk_bytes):
             return
@@ -857,6 +898,7 @@ class LocalModel:
         with loaded.generation_lock:  # llama.cpp state is single-threaded whatever the event loop
             started = time.perf_counter()
             self.last_first_token_s = None
+            self._displace(loaded, run)
             self._restore_state(loaded, run, tokens)
             loaded.active = run
             stream = self._stream(llama, tokens, run.grammar)
@@ -900,8 +942,11 @@ class LocalModel:
             finally:
                 stream.close()
                 loaded.active = None
-            if finish != "cancelled":
-                self._keep_state(loaded, run)
+            # Between evaluations (a cancel or deadline stops there), so the tokens held describe
+            # the context: a coordinator round's or final answer's session owns it until the
+            # next request copies it away (``_displace``).
+            if run.scope is not None and run.scope.keep:
+                self._unsaved = run.scope
         thought, text = splitter.feed(decoder.decode(b"", final=True))
         more_thought, more_text = splitter.finish()
         thought += more_thought

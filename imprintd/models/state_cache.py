@@ -14,14 +14,22 @@ share the longest prefix with the new prompt, when that beats what the context h
   past ``chat.state_cache_disk`` bytes, written by one background thread so a reply never waits
   on the disk. A session keeps its newest ``STATES_PER_SESSION`` states; one whose tokens a
   newer state extends is dropped. A session with persistence off keeps its states in memory
-  only. Files are created 0600 in a 0700 folder.
+  only. Files are created 0600 in a 0700 folder; folders above it that the cache creates are 0700
+  too (``private.private_folder``).
 * **Valid for.** One model identity (``fingerprint``: the GGUF file, n_ctx, n_batch, the chat
   template, the llama.cpp build). A file with another fingerprint or session is foreign: ignored
-  (logged once) and left for the disk cap to age out. A file cut short or whose SHA-256 over its
-  tokens and data does not match is corrupt: ignored, logged and deleted. Nothing here raises
-  on a bad file.
+  (logged once) and left for the disk cap to age out. A file whose header does not add up to its
+  size (cut short, appended to, counts that are negative or larger than the file), or whose
+  SHA-256 over its tokens and data does not match, is corrupt: ignored, logged and deleted. One
+  parser (``_open_state``) reads every file. Nothing here raises on a bad file.
 * **Isolation.** States are found by session id only, so one session never receives another's.
-  Deleting a session deletes its states: in memory, waiting to be written, and on disk.
+  Deleting a session deletes its states: in memory, waiting to be written, and on disk. The
+  deletion is recorded for the process (``delete_session_files``), and every cache's writer checks
+  it under the same lock as it renames a file into place, so a write still queued by a cache of
+  an earlier model (a settings change) cannot bring a deleted session's state back.
+* **Closing.** ``close`` frees the memory at once, refuses new states, and lets the writer write
+  what is queued and end: a model replaced on a settings change leaves neither its states nor
+  its thread behind.
 """
 
 from __future__ import annotations
@@ -37,9 +45,13 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from io import BufferedReader
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
+
+from imprintd.private import FOLDER_MODE, private_folder
 
 logger = logging.getLogger("imprintd.models.state")
 
@@ -57,12 +69,22 @@ _PREAMBLE = struct.Struct("<8sII")
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _TOKEN = array("i").itemsize
 
+# Sessions deleted in this process, by (state folder, session id). Every cache of every model
+# checks it while it renames a file into place, under this lock, which deletion also holds: a
+# write queued before the deletion, by whichever cache, never lands after it.
+_deletions = threading.Lock()
+_deleted: set[tuple[str, str]] = set()
+
+
+def _deletion_key(folder: Path, session_id: str) -> tuple[str, str]:
+    return os.path.abspath(folder), session_id
+
 
 class _Header(msgspec.Struct, frozen=True):
     fingerprint: str
     session: str
-    tokens: int
-    data: int
+    tokens: Annotated[int, msgspec.Meta(ge=0)]
+    data: Annotated[int, msgspec.Meta(ge=0)]
     sha256: str
 
 
@@ -126,9 +148,16 @@ def states_folder(cache_dir: Path) -> Path:
 
 
 def delete_session_files(folder: Path, session_id: str) -> int:
-    """Delete every state file of ``session_id`` in ``folder``; returns how many went."""
+    """Delete every state file of ``session_id`` in ``folder``, for good: no cache of this
+    process writes one for it afterwards. Returns how many went."""
     if not _SESSION_ID.match(session_id):
         return 0
+    with _deletions:
+        _deleted.add(_deletion_key(folder, session_id))
+        return _unlink_session_files(folder, session_id)
+
+
+def _unlink_session_files(folder: Path, session_id: str) -> int:
     removed = 0
     try:
         paths = list(folder.glob(f"{session_id}.*.state"))
@@ -178,24 +207,45 @@ class BadStateFile(Exception):
         self.corrupt = corrupt
 
 
-def read_header(handle, path: Path) -> _Header:
-    raw = handle.read(_PREAMBLE.size)
-    if len(raw) < _PREAMBLE.size:
-        raise BadStateFile("it is cut short", corrupt=True)
-    magic, version, length = _PREAMBLE.unpack(raw)
-    if magic != MAGIC:
-        raise BadStateFile("it is not an imprintd model state file", corrupt=True)
-    if version != FORMAT_VERSION:
-        raise BadStateFile(f"it has format version {version}, not {FORMAT_VERSION}", corrupt=False)
-    if length > 1 << 16:
-        raise BadStateFile("its header is too long", corrupt=True)
+def _open_state(path: Path, fingerprint: str, session_id: str) -> tuple[BufferedReader, _Header]:
+    """The one parser of a state file: ``path`` opened, positioned after its header, and the header,
+    checked against the file's size, this model's identity and ``session_id``.
+
+    Raises ``BadStateFile`` (``corrupt`` when the file should go) or ``OSError``; never trusts a
+    count before comparing it with the bytes the file holds, so a damaged header costs nothing.
+    """
+    handle = path.open("rb")
     try:
-        return msgspec.json.decode(handle.read(length), type=_Header)
-    except msgspec.DecodeError:
-        raise BadStateFile("its header does not parse", corrupt=True) from None
+        size = os.fstat(handle.fileno()).st_size
+        raw = handle.read(_PREAMBLE.size)
+        if len(raw) < _PREAMBLE.size:
+            raise BadStateFile("it is cut short", corrupt=True)
+        magic, version, length = _PREAMBLE.unpack(raw)
+        if magic != MAGIC:
+            raise BadStateFile("it is not an imprintd model state file", corrupt=True)
+        if version != FORMAT_VERSION:
+            raise BadStateFile(f"it has format version {version}, not {FORMAT_VERSION}", corrupt=False)
+        if length > min(1 << 16, size - _PREAMBLE.size):
+            raise BadStateFile("its header is longer than the file", corrupt=True)
+        try:
+            header = msgspec.json.decode(handle.read(length), type=_Header)
+        except msgspec.ValidationError:
+            raise BadStateFile("its header does not say its sizes", corrupt=True) from None
+        except msgspec.DecodeError:
+            raise BadStateFile("its header does not parse", corrupt=True) from None
+        if _PREAMBLE.size + length + header.tokens * _TOKEN + header.data != size:
+            raise BadStateFile("its length does not match its header (cut short or appended to)", corrupt=True)
+        if header.fingerprint != fingerprint:
+            raise BadStateFile("it was saved for another model or its settings", corrupt=False)
+        if header.session != session_id:
+            raise BadStateFile("it was saved for another session", corrupt=False)
+    except BaseException:
+        handle.close()
+        raise
+    return handle, header
 
 
-def _read_tokens(handle, count: int) -> array:
+def _read_tokens(handle: BufferedReader, count: int) -> array:
     raw = handle.read(count * _TOKEN)
     if len(raw) != count * _TOKEN:
         raise BadStateFile("it is cut short", corrupt=True)
@@ -227,7 +277,7 @@ class StateCache:
         self._skipped: set[Path] = set()  # foreign files already logged
         self._wake = threading.Condition(self._lock)
         self._writer: threading.Thread | None = None
-        self._closed = False
+        self._closing = False  # no new states; the writer ends once the queue is written
         self._last_serial = 0
         #: Counters for tests and the benchmark: states kept, restored (memory, disk), files written.
         self.stats = {"kept": 0, "memory": 0, "disk": 0, "written": 0, "ignored": 0}
@@ -298,7 +348,7 @@ class StateCache:
     def keep(self, state: SavedState, *, persist: bool) -> None:
         """Keep ``state`` in memory and, when ``persist``, queue it for the disk."""
         with self._lock:
-            if state.session_id in self._forgotten or self._closed:
+            if state.session_id in self._forgotten or self._closing:
                 return
             self.stats["kept"] += 1
             for older in [s for s in self._memory.values() if s.session_id == state.session_id]:
@@ -349,6 +399,11 @@ class StateCache:
                 # Under the lock, so the writer cannot rename a file of this session in meanwhile.
                 delete_session_files(self.folder, session_id)
 
+    @property
+    def closing(self) -> bool:
+        """True once ``close`` was called: states offered to ``keep`` are dropped."""
+        return self._closing
+
     # -- the disk -------------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued state is written; False if ``timeout`` passed first."""
@@ -361,13 +416,24 @@ class StateCache:
                 self._wake.wait(left)
         return True
 
-    def close(self, timeout: float | None = 30.0) -> None:
-        """Write what is queued (within ``timeout``), then stop the writer."""
-        self.flush(timeout)
+    def close(self, timeout: float | None = 30.0) -> bool:
+        """Free the states in memory and take no more; the writer writes what is queued, then ends.
+
+        Waits up to ``timeout`` seconds for that (0: not at all; None: as long as it takes);
+        returns whether the queue was written by then.
+        """
         with self._lock:
-            self._closed = True
-            self._pending.clear()
+            self._closing = True
+            self._memory.clear()
+            self._in_memory = 0
             self._wake.notify_all()
+            writer = self._writer
+        if timeout == 0:
+            return not self._pending and self._writing is None
+        written = self.flush(timeout)
+        if written and writer is not None:
+            writer.join(timeout)  # it ends as soon as it sees the queue empty
+        return written
 
     def _start_writer(self) -> None:
         if self._writer is None or not self._writer.is_alive():
@@ -377,9 +443,10 @@ class StateCache:
     def _write_loop(self) -> None:
         while True:
             with self._lock:
-                while not self._pending and not self._closed:
+                while not self._pending and not self._closing:
                     self._wake.wait()
-                if self._closed:
+                if not self._pending:  # closing, and everything is written
+                    self._writer = None
                     return
                 state = self._pending.pop(0)
                 self._writing = state
@@ -396,8 +463,8 @@ class StateCache:
 
     def _ensure_folder(self) -> Path:
         assert self.folder is not None
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.folder, 0o700)
+        private_folder(self.folder)  # and the parents it creates, 0700 as well
+        os.chmod(self.folder, FOLDER_MODE)  # ours, even if it existed
         return self.folder
 
     def _write(self, state: SavedState) -> None:
@@ -416,8 +483,8 @@ class StateCache:
         except BaseException:
             _unlink(temporary)
             raise
-        with self._lock:
-            wanted = state.session_id not in self._forgotten and not self._closed
+        with self._lock, _deletions:
+            wanted = state.session_id not in self._forgotten and _deletion_key(folder, state.session_id) not in _deleted
             if wanted:
                 os.replace(temporary, final)  # whole or not at all: a reader never sees half a file
                 entries = self._disk.get(state.session_id)
@@ -507,13 +574,8 @@ class StateCache:
 
     def _read_entry(self, path: Path, session_id: str) -> _DiskEntry | None:
         try:
-            with path.open("rb") as handle:
-                header = read_header(handle, path)
-                if header.fingerprint != self.fingerprint or header.session != session_id:
-                    what = (
-                        "another model or its settings" if header.fingerprint != self.fingerprint else "another session"
-                    )
-                    raise BadStateFile(f"it was saved for {what}", corrupt=False)
+            handle, header = _open_state(path, self.fingerprint, session_id)
+            with handle:
                 tokens = _read_tokens(handle, header.tokens)
         except BadStateFile as bad:
             self._ignore(path, str(bad), bad.corrupt)
@@ -526,21 +588,19 @@ class StateCache:
     def _load_file(self, entry: _DiskEntry) -> SavedState | None:
         path = entry.path
         try:
-            with path.open("rb") as handle:
-                header = read_header(handle, path)
-                if header.fingerprint != self.fingerprint or header.session != entry.session_id:
-                    raise BadStateFile("it was replaced by a file of another model or session", corrupt=False)
+            handle, header = _open_state(path, self.fingerprint, entry.session_id)
+            with handle:
                 raw_tokens = handle.read(header.tokens * _TOKEN)
-                data = bytearray(header.data)
+                data = bytearray(header.data)  # bounded by the file's size, checked above
                 read = handle.readinto(data)
-                extra = handle.read(1)
         except BadStateFile as bad:
             self._forget_entry(entry, str(bad), bad.corrupt)
             return None
         except OSError as error:
             self._forget_entry(entry, f"it cannot be read: {error.strerror or error}", False)
             return None
-        if len(raw_tokens) != header.tokens * _TOKEN or read != header.data or extra:
+        if len(raw_tokens) != header.tokens * _TOKEN or read != header.data:
+            # Changed since its size was read (another process): not this file any more.
             self._forget_entry(entry, "its length does not match its header (cut short or appended to)", True)
             return None
         digest = hashlib.sha256(raw_tokens)
