@@ -91,6 +91,9 @@ class Rule:
     #: An anchored rule whose keyword gitleaks' assignment (``_ASSIGNMENT``) follows: its
     #: operator stands within this many characters of the keyword's start (0: no such rule).
     reach: int = 0
+    #: The part of ``regex`` before "anything, over up to five lines" (``_ANY_LINES``), when
+    #: it has one: a match from a later keyword on the same line is then one from this one.
+    head: re.Pattern[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,7 @@ def load() -> RuleSet:
                     lead=lead,
                     anchored=_starts_with_one_of(regex, keywords),
                     reach=_assignment_reach(regex),
+                    head=_head_before_any_lines(regex),
                     keywords=keywords,
                     entropy=float(spec.get("entropy", 0.0)),
                     secret_group=int(spec.get("secretGroup", 0)),
@@ -256,6 +260,16 @@ _MAX_HEADS = 512
 _ASSIGNMENT = r"""(?:[ \t\w.-]{0,20})[\s'"]{0,3}(?:=|>|:{1,3}=|\|\||:|=>|\?=|,)"""
 _ASSIGNMENT_CHARS = 20 + 3 + 1
 _OPERATOR = re.compile(r"[=>:|?,]")
+
+
+#: "Anything, then up to five more lines of anything" after a word, as the curl rules have it
+#: (greedy or lazy): the costliest tries, each reading its whole window.
+_ANY_LINES = re.compile(r"(\\b\w+\\b)\(\?:\.\*(\??)\|\.\*\2\(\?:\[\\r\\n\]\{1,2\}\.\*\2\)\{1,5\}\)")
+
+
+def _head_before_any_lines(regex: re.Pattern[str]) -> re.Pattern[str] | None:
+    found = _ANY_LINES.match(regex.pattern)
+    return re.compile(found.group(1), regex.flags) if found else None
 
 
 def _assignment_reach(regex: re.Pattern[str]) -> int:
@@ -446,14 +460,25 @@ def _anchored_matches(
 ) -> Iterator[tuple[int, int, str]]:
     """The rule's matches found by trying it only where its keywords stand: each try is one
     anchored match, bounded by the rule, so text dense in keywords costs a try per keyword."""
-    floor = 0
+    floor, tried = 0, -1
     for place in places:
         if place < floor:
             continue  # inside the last match, as a search from its end would skip it
         if rule.reach and _OPERATOR.search(text, place, place + rule.reach) is None:
             continue  # no assignment: the rule cannot match here (a test for each rule, in C)
-        match = rule.regex.match(text, place, place + WINDOW)  # no match is longer
+        end = place + WINDOW  # no match is longer
+        if rule.head is not None:
+            # "curl … -u": a match from this curl would be one from an earlier curl on its
+            # line, so a failed try there rules this one out; tries read the whole text, as
+            # such a match may reach lines past any window.
+            if rule.head.match(text, place) is None:
+                continue
+            if tried >= 0 and text.find("\n", tried, place) == -1:
+                continue
+            end = len(text)
+        match = rule.regex.match(text, place, end)
         if match is None:
+            tried = place if rule.head is not None else tried
             continue
         match_start, floor = _lead_start(rule, text, place, floor), max(match.end(), place + 1)
         if match.end() == match_start:

@@ -156,6 +156,7 @@ DENSE = {
     "every keyword assigned": lambda: _megabyte("=".join(_keywords()) + "="),
     "every keyword given a value": lambda: _megabyte("".join(f"{k}=abcdefghijk123 " for k in _keywords())),
     "key=": lambda: _megabyte("key=abc "),
+    "curl": lambda: _megabyte("curl "),
 }
 
 
@@ -186,14 +187,16 @@ def test_rules_searched_from_their_keywords_find_what_a_full_search_finds() -> N
         pattern = specs[rule.id]["regex"]
         if not rule.id.startswith("generic"):
             pattern = pattern.replace(secret_rules._GITLEAKS_END_OF_TOKEN, secret_rules._END_OF_TOKEN)
-        return dataclasses.replace(rule, regex=secret_rules.compile_go(pattern), lead=0, anchored=False)
+        # Searched over the whole text (no keywords): what gitleaks does with a fragment.
+        regex = secret_rules.compile_go(pattern)
+        return dataclasses.replace(rule, regex=regex, keywords=(), lead=0, anchored=False, reach=0, head=None)
 
     reference = dataclasses.replace(rule_set, rules=tuple(whole(rule) for rule in rule_set.rules))
     assert sum(rule.anchored for rule in rule_set.rules) > 150 and sum(rule.lead > 0 for rule in rule_set.rules) > 90
     rng, keywords = random.Random(35), _keywords()
     token = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
     found = 0
-    for _ in range(1500):
+    for _ in range(800):
         lead = "".join(rng.choice(token + "_.-") for _ in range(rng.choice([0, 3, 30, 60])))
         value = "".join(rng.choice(token) for _ in range(rng.choice([8, 16, 20, 32, 36, 40, 43, 64])))
         operator = rng.choice(["=", ": ", " = '", '="', " => ", ":=", ",", ":"])
@@ -202,4 +205,26 @@ def test_rules_searched_from_their_keywords_find_what_a_full_search_finds() -> N
         bounded = sorted(secret_rules.find(text, rule_set))
         assert bounded == sorted(secret_rules.find(text, reference)), text
         found += len(bounded)
-    assert found > 300
+    assert found > 150
+    # curl commands, their flags far from them (past any window) or lines below, several a line.
+    curls = [rule for rule in rule_set.rules if rule.id.startswith("curl")]
+    assert all(rule.head is not None for rule in curls)
+    reference_curls = dataclasses.replace(reference, rules=tuple(whole(rule) for rule in curls))
+    only_curls = dataclasses.replace(rule_set, rules=tuple(curls))
+    flags = [" -u ", " --user=", " -H ", " --header="]
+    values = ["adm1n:Pa55w0rdXyZq ", "'svc:Zk9pQ2xBbm5Z' ", '"Authorization: Basic dXNlcjpQYTU1dzByZFh5Wg==" ', "x "]
+    found = 0
+    for _ in range(300):
+        text = "".join(
+            rng.choice(["curl", "xcurl", "curl -s"])
+            + " "
+            + "y" * rng.choice([0, 5, 150, 390, 450])
+            + rng.choice(["", "\n", "\r\n", "\n\n"])
+            + rng.choice(flags)
+            + rng.choice(values)
+            for _ in range(rng.randint(1, 6))
+        )
+        bounded = sorted(secret_rules.find(text, only_curls))
+        assert bounded == sorted(secret_rules.find(text, reference_curls)), text
+        found += len(bounded)
+    assert found > 150
