@@ -4,7 +4,8 @@
    side by side with 1 MB of plain prose (the baseline): CPU seconds a megabyte and the ratio
    to prose. Densities: ``api.`` over and over, every keyword of the rule set in a row (with
    spaces, with ``=`` between, each given a value), ``key=abc``, and ``curl`` (the two
-   ``curl-auth-*`` rules, which may look five lines on, are the costliest tries).
+   ``curl-auth-*`` rules, which may look five lines on, are the costliest tries; with
+   ``\r\n\r\n`` after each, every line holds one and the line breaks can be read many ways).
 2. What a summary attempt redacts as the session grows: the summarizer's request
    (``summarizer_request``) over the first 10, 50 and 150 messages of a session whose 2 KB
    messages are dense in keywords, against one of plain prose of the same sizes. A session's
@@ -47,6 +48,7 @@ def densities() -> dict[str, str]:
         "every keyword given a value": "".join(f"{k}=abcdefghijk123 " for k in keywords),
         "key=abc": "key=abc ",
         "curl": "curl ",
+        "curl, CR LF twice": "curl\r\n\r\n",
     }
 
 
