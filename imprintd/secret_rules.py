@@ -11,13 +11,13 @@ and set ``SHA256`` (a test checks the file against it and that every rule still 
   cost stays linear whatever the density of keywords (SECURITY.md states the figures):
   gitleaks' lazy ``[\\w.-]{0,50}?`` lead before a keyword is taken off (``_without_lead``:
   the same secrets, and no longer 50 tries at every character); a rule whose every match
-  starts with a keyword (201 of 221, read from its parse tree) is tried once per occurrence,
+  starts with a keyword (199 of 221, read from its parse tree) is tried once per occurrence,
   anchored, reading at most ``WINDOW`` characters, and not at all when gitleaks' assignment
-  follows its keyword and no operator stands within reach; the two ``curl`` rules, whose
-  matches may run five lines on, are tried once a line (a failed try rules out the later
-  ``curl`` of its line); the rest are searched within ``WINDOW`` of each occurrence (the
-  keyword lies inside the match, and no match is longer); allowlists on the line read at
-  most ``WINDOW`` characters each side of the match;
+  follows its keyword and no operator stands within reach; the two ``curl`` rules (of those
+  199), whose matches may run five lines on, are tried once a line (a failed try rules out
+  the later ``curl`` of its line) and read as far as they reach; the rest are searched
+  within ``WINDOW`` of each occurrence (the keyword lies inside the match, and no match is
+  longer); allowlists on the line read at most ``WINDOW`` characters each side of the match;
 - the secret is the rule's ``secretGroup``, else its first non-empty group, else the match;
 - it is dropped when its Shannon entropy is at most the rule's ``entropy``, or when the
   global or the rule's allowlists allow it (regexes on the secret, the match or the line;
