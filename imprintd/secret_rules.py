@@ -77,11 +77,21 @@ class Allowlist:
         target = {"match": match, "line": line}.get(self.target, secret)
         by_regex = bool(target) and any(pattern.search(target) for pattern in self.regexes)
         lowered = secret.lower()
-        by_stopword = bool(secret) and any(word in lowered for word in self.stopwords)
+        by_stopword = bool(secret) and self._holds_stopword(lowered)
         if self.all_of:
             checks = ([by_regex] if self.regexes else []) + ([by_stopword] if self.stopwords else [])
             return bool(checks) and all(checks)
         return by_regex or by_stopword
+
+    @functools.cached_property
+    def _stopword_index(self) -> tuple[frozenset[str], tuple[int, ...]]:
+        return frozenset(self.stopwords), tuple(sorted({len(word) for word in self.stopwords}))
+
+    def _holds_stopword(self, lowered: str) -> bool:
+        """Whether a stopword occurs in ``lowered``: its pieces of each stopword length looked up
+        (the generic rule has 1,500 stopwords; a secret has a few dozen characters)."""
+        words, lengths = self._stopword_index
+        return any(lowered[at : at + size] in words for size in lengths for at in range(len(lowered) - size + 1))
 
 
 @dataclass(frozen=True)
