@@ -7,9 +7,17 @@ and set ``SHA256`` (a test checks the file against it and that every rule still 
 
 ``find(text)`` reports the span of each secret gitleaks would report, by its rules:
 
-- a rule runs only when one of its ``keywords`` occurs in the text (lower-cased), and its
-  regex is searched near each occurrence only (the keyword lies inside the match, and no
-  match is longer than ``WINDOW``), so that a long message costs little;
+- a rule runs only where one of its ``keywords`` occurs in the text (lower-cased), so that
+  cost stays linear whatever the density of keywords (SECURITY.md states the figures):
+  gitleaks' lazy ``[\\w.-]{0,50}?`` lead before a keyword is taken off (``_without_lead``:
+  the same secrets, and no longer 50 tries at every character); a rule whose every match
+  starts with a keyword (199 of 221, read from its parse tree) is tried once per occurrence,
+  anchored, reading at most ``WINDOW`` characters, and not at all when gitleaks' assignment
+  follows its keyword and no operator stands within reach; the two ``curl`` rules (of those
+  199), whose matches may run five lines on, are tried once a line (a failed try rules out
+  the later ``curl`` of its line) and read as far as they reach; the rest are searched
+  within ``WINDOW`` of each occurrence (the keyword lies inside the match, and no match is
+  longer); allowlists on the line read at most ``WINDOW`` characters each side of the match;
 - the secret is the rule's ``secretGroup``, else its first non-empty group, else the match;
 - it is dropped when its Shannon entropy is at most the rule's ``entropy``, or when the
   global or the rule's allowlists allow it (regexes on the secret, the match or the line;
@@ -34,8 +42,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import heapq
 import math
 import re
+import re._constants as sre  # noqa: PLC2701 (the parse tree of a rule, to know where its matches start)
+import re._parser as sre_parse  # noqa: PLC2701
 import string
 import tomllib
 from collections import Counter
@@ -66,11 +77,21 @@ class Allowlist:
         target = {"match": match, "line": line}.get(self.target, secret)
         by_regex = bool(target) and any(pattern.search(target) for pattern in self.regexes)
         lowered = secret.lower()
-        by_stopword = bool(secret) and any(word in lowered for word in self.stopwords)
+        by_stopword = bool(secret) and self._holds_stopword(lowered)
         if self.all_of:
             checks = ([by_regex] if self.regexes else []) + ([by_stopword] if self.stopwords else [])
             return bool(checks) and all(checks)
         return by_regex or by_stopword
+
+    @functools.cached_property
+    def _stopword_index(self) -> tuple[frozenset[str], tuple[int, ...]]:
+        return frozenset(self.stopwords), tuple(sorted({len(word) for word in self.stopwords}))
+
+    def _holds_stopword(self, lowered: str) -> bool:
+        """Whether a stopword occurs in ``lowered``: its pieces of each stopword length looked up
+        (the generic rule has 1,500 stopwords; a secret has a few dozen characters)."""
+        words, lengths = self._stopword_index
+        return any(lowered[at : at + size] in words for size in lengths for at in range(len(lowered) - size + 1))
 
 
 @dataclass(frozen=True)
@@ -81,6 +102,16 @@ class Rule:
     entropy: float = 0.0
     secret_group: int = 0
     allowlists: tuple[Allowlist, ...] = field(default=())
+    #: The longest lead (``[\w.-]{0,n}?``) gitleaks puts before the keyword, taken off ``regex``.
+    lead: int = 0
+    #: Every match of ``regex`` starts with one of ``keywords``: it is tried only where one stands.
+    anchored: bool = False
+    #: An anchored rule whose keyword gitleaks' assignment (``_ASSIGNMENT``) follows: its
+    #: operator stands within this many characters of the keyword's start (0: no such rule).
+    reach: int = 0
+    #: The part of ``regex`` before "anything, over up to five lines" (``_ANY_LINES``), when
+    #: it has one: a match from a later keyword on the same line is then one from this one.
+    head: re.Pattern[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +141,9 @@ _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _GITLEAKS_END_OF_TOKEN = r"""(?:[\x60'"\s;]|\\[nr]|$)"""
 _END_OF_TOKEN = r"""(?:[\x60'"\s;.,:!?)\]}>]|\\[nr]|$)"""
 _FLAG_GROUP = re.compile(r"\(\?([a-zA-Z-]+)\)")
+#: gitleaks' lazy lead before a rule's keyword, and a character it may take.
+_LEAD = re.compile(r"^(\(\?i\)|\(\?i:)?\[\\w\.-\]\{0,(\d+)\}\?(?!\\b|\(\?<)")
+_LEAD_CHARS = frozenset(string.ascii_letters + string.digits + "_.-")
 
 
 def _to_python(pattern: str) -> str:
@@ -198,11 +232,17 @@ def load() -> RuleSet:
         if not spec["id"].startswith("generic"):
             pattern = pattern.replace(_GITLEAKS_END_OF_TOKEN, _END_OF_TOKEN)
         try:
+            regex, lead = _without_lead(compile_go(pattern))
+            keywords = tuple(word.lower() for word in spec.get("keywords", ()))
             rules.append(
                 Rule(
                     id=spec["id"],
-                    regex=compile_go(pattern),
-                    keywords=tuple(word.lower() for word in spec.get("keywords", ())),
+                    regex=regex,
+                    lead=lead,
+                    anchored=_starts_with_one_of(regex, keywords),
+                    reach=_assignment_reach(regex),
+                    head=_head_before_any_lines(regex),
+                    keywords=keywords,
                     entropy=float(spec.get("entropy", 0.0)),
                     secret_group=int(spec.get("secretGroup", 0)),
                     allowlists=tuple(_allowlist(a) for a in spec.get("allowlists", ()) if not _only_paths(a)),
@@ -211,6 +251,110 @@ def load() -> RuleSet:
         except re.error as error:
             untranslated.append((spec["id"], str(error)))
     return RuleSet(tuple(rules), _allowlist(config.get("allowlist", {})), tuple(untranslated))
+
+
+def _without_lead(regex: re.Pattern[str]) -> tuple[re.Pattern[str], int]:
+    """``regex`` without gitleaks' lazy ``[\\w.-]{0,50}?`` lead, and the lead's length (0: none).
+
+    Searched with the lead, a regex tries up to 50 places for its keyword at every character:
+    on text dense in keywords that is most of redaction's time. Without it the search starts
+    at the keyword (a first-character skip in C), and finds the same secrets: the lazy lead
+    takes nothing a later part needs, so a match with it holds the same keyword and groups.
+    The lead is put back into the matched text by ``_lead_start``, for allowlists on the match.
+    """
+    pattern, lead = regex.pattern, 0
+    # Some rules repeat it inside a flag group ("[\\w.-]{0,50}?(?i:[\\w.-]{0,50}?…"): one lead of both.
+    while (found := _LEAD.match(pattern)) is not None:
+        pattern, lead = (found.group(1) or "") + pattern[found.end() :], lead + int(found.group(2))
+    return (re.compile(pattern, regex.flags), lead) if lead else (regex, 0)
+
+
+#: The most strings ``_heads`` spells out before it gives up.
+_MAX_HEADS = 512
+
+
+#: What follows the keyword in most of gitleaks' rules: a few name characters, then an
+#: assignment operator, one of whose characters ``_OPERATOR`` finds.
+_ASSIGNMENT = r"""(?:[ \t\w.-]{0,20})[\s'"]{0,3}(?:=|>|:{1,3}=|\|\||:|=>|\?=|,)"""
+_ASSIGNMENT_CHARS = 20 + 3 + 1
+_OPERATOR = re.compile(r"[=>:|?,]")
+
+
+#: "Anything, then up to five more lines of anything" after a word, as the curl rules have it
+#: (greedy or lazy): the costliest tries, each reading its whole window.
+_ANY_LINES = re.compile(r"(\\b\w+\\b)\(\?:\.\*(\??)\|\.\*\2\(\?:\[\\r\\n\]\{1,2\}\.\*\2\)\{1,5\}\)")
+
+
+def _head_before_any_lines(regex: re.Pattern[str]) -> re.Pattern[str] | None:
+    found = _ANY_LINES.match(regex.pattern)
+    return re.compile(found.group(1), regex.flags) if found else None
+
+
+def _assignment_reach(regex: re.Pattern[str]) -> int:
+    """How far from a match's start its assignment operator stands, when the rule is a few
+    literal heads (its keywords) and then ``_ASSIGNMENT``; 0 otherwise."""
+    pattern = regex.pattern.removeprefix("(?i)").removeprefix("(?i:")
+    if pattern.count(_ASSIGNMENT) != 1:
+        return 0
+    try:
+        head = sre_parse.parse(pattern[: pattern.index(_ASSIGNMENT)], regex.flags)
+    except re.error:
+        return 0
+    heads, whole = _heads(head)
+    return max(len(each) for each in heads) + _ASSIGNMENT_CHARS if whole and heads else 0
+
+
+def _starts_with_one_of(regex: re.Pattern[str], keywords: tuple[str, ...]) -> bool:
+    """Whether every match of ``regex`` starts, lower-cased, with one of ``keywords``."""
+    heads, _ = _heads(sre_parse.parse(regex.pattern, regex.flags & ~re.ASCII | re.ASCII))
+    return bool(heads) and all(any(head.lower().startswith(word) for word in keywords) for head in heads)
+
+
+def _heads(items) -> tuple[set[str], bool]:  # noqa: ANN001 (a parse tree: no public type)
+    """The strings a pattern's matches start with, as far as they are a few literals; and
+    whether that is the whole of what the pattern matches."""
+    heads = {""}
+    for op, av in items:
+        if op is sre.AT:
+            choices, whole = {""}, True  # "\\b", "^": they take no characters
+        elif op is sre.LITERAL:
+            choices, whole = {chr(av)}, True
+        elif op is sre.IN and all(kind is sre.LITERAL for kind, _ in av):
+            choices, whole = {chr(value) for _, value in av}, True
+        elif op is sre.SUBPATTERN:
+            choices, whole = _heads(av[3])
+        elif op is sre.BRANCH:
+            choices, whole = set(), True
+            for branch in av[1]:
+                more, complete = _heads(branch)
+                choices, whole = choices | more, whole and complete
+        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT) and av[1] <= 2:
+            inner, whole = _heads(av[2])
+            choices = {"".join(parts) for count in range(av[0], av[1] + 1) for parts in _product(inner, count)}
+        else:
+            return heads, False
+        heads = {head + choice for head in heads for choice in choices}
+        if len(heads) > _MAX_HEADS or not whole:
+            return heads, False
+    return heads, True
+
+
+def _product(choices: set[str], count: int) -> Iterator[tuple[str, ...]]:
+    if count == 0:
+        yield ()
+        return
+    for rest in _product(choices, count - 1):
+        for choice in choices:
+            yield (choice, *rest)
+
+
+def _lead_start(rule: Rule, text: str, start: int, floor: int) -> int:
+    """Where the match starting at ``start`` would start with its lead: as far back as the lead
+    may reach over its characters, not before ``floor`` (the search's start or the last match's end)."""
+    reach = max(floor, start - rule.lead)
+    while start > reach and text[start - 1] in _LEAD_CHARS:
+        start -= 1
+    return start
 
 
 def _only_paths(spec: dict) -> bool:
@@ -236,9 +380,20 @@ def find(text: str, rule_set: RuleSet | None = None) -> Iterator[tuple[int, int,
     rule_set = rule_set or load()
     lowered = text.translate(_ASCII_LOWER)  # keywords are ASCII; str.lower() may change lengths
     windows_by_keyword: dict[str, list[tuple[int, int]]] = {}
+    places_by_keyword: dict[str, list[int]] = {}
     for rule in rule_set.rules:
         if not rule.keywords:
             yield from _matches(rule, rule_set, text, 0, len(text))
+            continue
+        if rule.anchored:
+            for keyword in rule.keywords:
+                if keyword not in places_by_keyword:
+                    places_by_keyword[keyword] = _places(lowered, keyword)
+            places = [places_by_keyword[keyword] for keyword in rule.keywords if places_by_keyword[keyword]]
+            if places:
+                yield from _anchored_matches(
+                    rule, rule_set, text, places[0] if len(places) == 1 else heapq.merge(*places)
+                )
             continue
         found = []
         for keyword in rule.keywords:
@@ -267,6 +422,16 @@ def _windows(lowered: str, keyword: str) -> Iterator[tuple[int, int]]:
         first = lowered.find(keyword, last + 1)
 
 
+def _places(lowered: str, keyword: str) -> list[int]:
+    """Where ``keyword`` occurs, overlapping occurrences included."""
+    if keyword not in lowered:
+        return []
+    # A literal is searched for in C; a lookahead, needed only where occurrences can overlap, is not.
+    overlaps = any(keyword.endswith(keyword[:size]) for size in range(1, len(keyword)))
+    pattern = f"(?={re.escape(keyword)})" if overlaps else re.escape(keyword)
+    return [found.start() for found in re.finditer(pattern, lowered)]
+
+
 def _merged(windows: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     merged: list[tuple[int, int]] = []
     for start, end in sorted(windows):
@@ -278,20 +443,69 @@ def _merged(windows: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _matches(rule: Rule, rule_set: RuleSet, text: str, start: int, end: int) -> Iterator[tuple[int, int, str]]:
+    floor = start
     for match in rule.regex.finditer(text, start, end):
-        if match.end() == match.start():
+        match_start, floor = _lead_start(rule, text, match.start(), floor) if rule.lead else match.start(), match.end()
+        if match.end() == match_start:
             continue
-        group = _secret_group(rule, match)
-        secret = match.group(group)
-        if rule.entropy and shannon_entropy(secret) <= rule.entropy:
+        found = _finding(rule, rule_set, text, match, match_start)
+        if found is not None:
+            yield found
+
+
+def _finding(
+    rule: Rule, rule_set: RuleSet, text: str, match: re.Match[str], match_start: int
+) -> tuple[int, int, str] | None:
+    """The secret of ``match`` (its matched text starting at ``match_start``), unless it is
+    not random enough or allowed."""
+    group = _secret_group(rule, match)
+    secret = match.group(group)
+    if rule.entropy and shannon_entropy(secret) <= rule.entropy:
+        return None
+    # The line as far as WINDOW on each side: allowlists on a megabyte line are not read
+    # whole for each of its matches (that is quadratic).
+    line_start = text.rfind("\n", max(0, match_start - WINDOW), match_start) + 1 or max(0, match_start - WINDOW)
+    line_end = text.find("\n", match.end(), match.end() + WINDOW)
+    line = text[line_start : min(len(text), match.end() + WINDOW) if line_end == -1 else line_end]
+    matched = text[match_start : match.end()].strip("\n")
+    if any(a.allows(secret, matched, line) for a in (rule_set.allowlist, *rule.allowlists)):
+        return None
+    return match.start(group), match.end(group), rule.id
+
+
+def _anchored_matches(
+    rule: Rule, rule_set: RuleSet, text: str, places: Iterable[int]
+) -> Iterator[tuple[int, int, str]]:
+    """The rule's matches found by trying it only where its keywords stand: each try is one
+    anchored match, bounded by the rule, so text dense in keywords costs a try per keyword."""
+    floor, tried_line_end = 0, 0
+    for place in places:
+        if place < floor:
+            continue  # inside the last match, as a search from its end would skip it
+        if rule.reach and _OPERATOR.search(text, place, place + rule.reach) is None:
+            continue  # no assignment: the rule cannot match here (a test for each rule, in C)
+        end = place + WINDOW  # no match is longer
+        if rule.head is not None:
+            # "curl … -u": a match from this curl would be one from an earlier curl on its
+            # line, so a failed try there rules this one out; tries read the whole text, as
+            # such a match may reach lines past any window.
+            if rule.head.match(text, place) is None:
+                continue
+            if place < tried_line_end:
+                continue
+            end = len(text)
+        match = rule.regex.match(text, place, end)
+        if match is None:
+            if rule.head is not None:
+                line_end = text.find("\n", place)
+                tried_line_end = len(text) if line_end == -1 else line_end
             continue
-        line_start = text.rfind("\n", 0, match.start()) + 1
-        line_end = text.find("\n", match.end())
-        line = text[line_start : len(text) if line_end == -1 else line_end]
-        matched = match.group(0).strip("\n")
-        if any(a.allows(secret, matched, line) for a in (rule_set.allowlist, *rule.allowlists)):
+        match_start, floor = _lead_start(rule, text, place, floor), max(match.end(), place + 1)
+        if match.end() == match_start:
             continue
-        yield match.start(group), match.end(group), rule.id
+        found = _finding(rule, rule_set, text, match, match_start)
+        if found is not None:
+            yield found
 
 
 def _secret_group(rule: Rule, match: re.Match[str]) -> int:

@@ -137,3 +137,94 @@ def test_long_adversarial_text_is_fast(text: str) -> None:
     start = time.perf_counter()
     redact(text)
     assert time.perf_counter() - start < 2.0
+
+
+def _megabyte(unit: str) -> str:
+    return (unit * (1_000_000 // len(unit) + 1))[:1_000_000]
+
+
+def _keywords() -> list[str]:
+    from imprintd import secret_rules
+
+    return sorted({keyword for rule in secret_rules.load().rules for keyword in rule.keywords})
+
+
+#: Text dense in what the rules look for (issue 35): each once took 12 to 32 s a megabyte.
+DENSE = {
+    "api.": lambda: _megabyte("api. "),
+    "every keyword": lambda: _megabyte(" ".join(_keywords()) + " "),
+    "every keyword assigned": lambda: _megabyte("=".join(_keywords()) + "="),
+    "every keyword given a value": lambda: _megabyte("".join(f"{k}=abcdefghijk123 " for k in _keywords())),
+    "key=": lambda: _megabyte("key=abc "),
+    "curl": lambda: _megabyte("curl "),
+}
+
+
+@pytest.mark.parametrize("name", DENSE)
+def test_a_megabyte_dense_in_keywords_is_redacted_in_bounded_time(name: str) -> None:
+    # A regression guard, generous for a loaded machine (the figures: bench/bench_redact.py).
+    import time
+
+    text = DENSE[name]()
+    start = time.process_time()
+    redact(text)
+    assert time.process_time() - start < 5.0
+
+
+def test_rules_searched_from_their_keywords_find_what_a_full_search_finds() -> None:
+    # The bounded search (lead taken off, tried only where a keyword stands) against each
+    # rule's own regex searched over the whole text, on seeded assignments of every keyword.
+    import dataclasses
+    import random
+    import tomllib
+
+    from imprintd import secret_rules
+
+    rule_set = secret_rules.load()
+    specs = {spec["id"]: spec for spec in tomllib.loads(secret_rules._DATA.read_text())["rules"]}
+
+    def whole(rule: secret_rules.Rule) -> secret_rules.Rule:
+        pattern = specs[rule.id]["regex"]
+        if not rule.id.startswith("generic"):
+            pattern = pattern.replace(secret_rules._GITLEAKS_END_OF_TOKEN, secret_rules._END_OF_TOKEN)
+        # Searched over the whole text (no keywords): what gitleaks does with a fragment.
+        regex = secret_rules.compile_go(pattern)
+        return dataclasses.replace(rule, regex=regex, keywords=(), lead=0, anchored=False, reach=0, head=None)
+
+    reference = dataclasses.replace(rule_set, rules=tuple(whole(rule) for rule in rule_set.rules))
+    assert sum(rule.anchored for rule in rule_set.rules) > 150 and sum(rule.lead > 0 for rule in rule_set.rules) > 90
+    rng, keywords = random.Random(35), _keywords()
+    token = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    found = 0
+    for _ in range(800):
+        lead = "".join(rng.choice(token + "_.-") for _ in range(rng.choice([0, 3, 30, 60])))
+        value = "".join(rng.choice(token) for _ in range(rng.choice([8, 16, 20, 32, 36, 40, 43, 64])))
+        operator = rng.choice(["=", ": ", " = '", '="', " => ", ":=", ",", ":"])
+        text = f"x {lead}{rng.choice(keywords)}{rng.choice(['', '_id', ' token', '_secret_key'])}{operator}{value}"
+        text += rng.choice(["", "'", '"', " ", ";", ". next"]) + rng.choice(["", f" {rng.choice(keywords)}={value}"])
+        bounded = sorted(secret_rules.find(text, rule_set))
+        assert bounded == sorted(secret_rules.find(text, reference)), text
+        found += len(bounded)
+    assert found > 150
+    # curl commands, their flags far from them (past any window) or lines below, several a line.
+    curls = [rule for rule in rule_set.rules if rule.id.startswith("curl")]
+    assert all(rule.head is not None for rule in curls)
+    reference_curls = dataclasses.replace(reference, rules=tuple(whole(rule) for rule in curls))
+    only_curls = dataclasses.replace(rule_set, rules=tuple(curls))
+    flags = [" -u ", " --user=", " -H ", " --header="]
+    values = ["adm1n:Pa55w0rdXyZq ", "'svc:Zk9pQ2xBbm5Z' ", '"Authorization: Basic dXNlcjpQYTU1dzByZFh5Wg==" ', "x "]
+    found = 0
+    for _ in range(300):
+        text = "".join(
+            rng.choice(["curl", "xcurl", "curl -s"])
+            + " "
+            + "y" * rng.choice([0, 5, 150, 390, 450])
+            + rng.choice(["", "\n", "\r\n", "\n\n"])
+            + rng.choice(flags)
+            + rng.choice(values)
+            for _ in range(rng.randint(1, 6))
+        )
+        bounded = sorted(secret_rules.find(text, only_curls))
+        assert bounded == sorted(secret_rules.find(text, reference_curls)), text
+        found += len(bounded)
+    assert found > 150

@@ -69,7 +69,8 @@ _BINDING = re.compile(r"[\"']?([\w.-]+)[\"']?\s*(?::[^=]*?)?(?<![=!<>])=(?!=)\s*
 _LITERAL = re.compile(r"(?<![\w.])\d|[\"']|\b(?:True|False|true|false)\b")
 
 _WORD = re.compile(r"[^\W_](?:[\w.]*[^\W_])?")
-_COMPOUND = re.compile(r"[^\W_]+(?:-[^\W_]+)+")
+# From a word's start only, and possessive: tried from every letter, a long word was quadratic.
+_COMPOUND = re.compile(r"(?<![^\W_])[^\W_]++(?:-[^\W_]++)+")
 #: Question words the conversation's stop words do not need but a workspace search does.
 _ALSO_COMMON = frozenset(
     ["many", "much", "any", "some", "all", "also", "should", "may", "might", "must", "just", "only"]

@@ -1,0 +1,101 @@
+"""What redaction costs on text dense in what the secret rules look for (issue 35, SECURITY.md).
+
+1. ``redact`` and the rule set alone (``secret_rules.find``) on 1 MB of text of each density,
+   side by side with 1 MB of plain prose (the baseline): CPU seconds a megabyte and the ratio
+   to prose. Densities: ``api.`` over and over, every keyword of the rule set in a row (with
+   spaces, with ``=`` between, each given a value), ``key=abc``, and ``curl`` (the two
+   ``curl-auth-*`` rules, which may look five lines on, are the costliest tries; with
+   ``\r\n\r\n`` after each, every line holds one and the line breaks can be read many ways).
+2. What a summary attempt redacts as the session grows: the summarizer's request
+   (``summarizer_request``) over the first 10, 50 and 150 messages of a session whose 2 KB
+   messages are dense in keywords, against one of plain prose of the same sizes. A session's
+   per-chat cost does not grow with density when the ratio stays flat.
+
+    python bench/bench_redact.py [--repeat 3]
+
+Not a test; the machine is shared, so CPU time (``time.process_time``) and ratios are printed,
+the best of ``--repeat`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from imprintd import secret_rules  # noqa: E402
+from imprintd.context.summary import CLIP_LEVELS, summarizer_request  # noqa: E402
+from imprintd.messages import Message  # noqa: E402
+from imprintd.redact import redact  # noqa: E402
+
+PROSE = "The service reads its settings at start and answers on the port it was given. "
+
+
+def sized(unit: str, size: int) -> str:
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def densities() -> dict[str, str]:
+    keywords = sorted({keyword for rule in secret_rules.load().rules for keyword in rule.keywords})
+    return {
+        "api.": "api. ",
+        "every keyword": " ".join(keywords) + " ",
+        "every keyword, =": "=".join(keywords) + "=",
+        "every keyword given a value": "".join(f"{k}=abcdefghijk123 " for k in keywords),
+        "key=abc": "key=abc ",
+        "curl": "curl ",
+        "curl, CR LF twice": "curl\r\n\r\n",
+    }
+
+
+def best(function: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.process_time()
+        function()
+        times.append(time.process_time() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    secret_rules.load()  # compiled once, outside the timings
+
+    megabyte = 1_000_000
+    prose = sized(PROSE, megabyte)
+    base_redact = best(lambda: redact(prose), args.repeat)
+    base_rules = best(lambda: list(secret_rules.find(prose)), args.repeat)
+    print("1 MB of text, CPU seconds (ratio to prose)")
+    print(f"  {'text':30s} {'redact':>15s} {'rules alone':>15s}")
+    print(f"  {'prose (baseline)':30s} {base_redact:8.2f}        {base_rules:8.2f}")
+    for name, unit in densities().items():
+        text = sized(unit, megabyte)
+        spent = best(lambda text=text: redact(text), args.repeat)
+        rules = best(lambda text=text: list(secret_rules.find(text)), args.repeat)
+        print(f"  {name:30s} {spent:8.2f} ({spent / base_redact:4.1f}x) {rules:8.2f} ({rules / base_rules:4.1f}x)")
+
+    print("\nThe summarizer's request over a session's first N messages of 2 KB, CPU seconds")
+    dense_unit = densities()["every keyword given a value"]
+    for count in (10, 50, 150):
+        spent = {}
+        for name, unit in (("prose", PROSE), ("dense", dense_unit)):
+            messages = [
+                Message(role="user" if seq % 2 else "assistant", content=sized(unit[seq % 50 :] + unit, 2000), seq=seq)
+                for seq in range(1, count + 1)
+            ]
+            spent[name] = best(
+                lambda messages=messages: summarizer_request("", messages, clip_chars=CLIP_LEVELS[0]), args.repeat
+            )
+        print(
+            f"  {count:4d} messages: prose {spent['prose']:.3f}, dense {spent['dense']:.3f} ({spent['dense'] / spent['prose']:.1f}x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
