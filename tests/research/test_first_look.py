@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 
+from imprintd.messages import ToolSpec
 from imprintd.research import first_look
-from imprintd.tools.base import Hit
+from imprintd.tools.base import Hit, ToolError
 from tests.helpers import ask, make_chat, tool_turn
 from tests.recording import RecordingEvents
 from tests.standin import StandInModel, call
@@ -277,3 +278,15 @@ async def test_a_long_question_is_cut_where_the_look_asks_it_again(model, worksp
     last = look_result.content.rsplit("\n\n", 1)[1]
     assert last.startswith(f"{first_look.ASK_AGAIN} Which port does the billing service listen on? Say why")
     assert last.endswith("…") and len(last) == len(first_look.ASK_AGAIN) + 1 + first_look.ASK_AGAIN_CHARS
+
+
+async def test_a_look_whose_search_fails_finds_nothing_and_so_leaves_nothing(model):
+    class Failing:
+        spec = ToolSpec(name="search", description="", parameters={})
+
+        async def run(self, arguments):
+            raise ToolError("the index is being rebuilt")
+
+    looking = first_look.FirstLookSearch(Failing(), model.count_text, 2_000, "Which port?")
+    looked = await looking.look({"query": "port"})
+    assert not looked.ok and not looked.hits and "rebuilt" in looked.text
