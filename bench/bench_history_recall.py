@@ -26,12 +26,22 @@ A question counts as recalled when the answer's message is quoted with the fact'
 the quote. It prints recall by kind, characters used and milliseconds per query (the old one
 per query after its per-reply build, plus that build; the new one on the stored index).
 
-Not a test: run ``python bench/bench_history_recall.py``.
+With ``--replay`` it replays the same conversation instead through the daemon (``Chat``, the
+remote provider on a loopback OpenAI-compatible stub, default settings), in a session with a
+workspace (service settings, notes on the chat's topics, the team), twice side by side: the first
+look off, then on. Each planned turn is a reply (the stub says the planned answer; a planned tool
+exchange is the model's own workspace ``search``), then each question is asked in the same
+session, the stub calling ``conversation_history`` with it. A question counts as recalled when the
+tool's output as it reached the model quotes the fact's value inside the answer's message. It
+prints recall by kind, the replay's and the questions' seconds, and the ratios on vs off.
+
+Not a test: run ``python bench/bench_history_recall.py`` (``--replay``: several minutes).
 """
 
 from __future__ import annotations
 
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -540,5 +550,185 @@ def _without_smoothing(history, query, smoothing):
         current._smooth = smoothing
 
 
+# --- the replay: a session with a workspace, through the daemon ---------------------------------
+
+#: What the replay's workspace holds: the services' settings, notes on the topics the chat talks
+#: about, and the team; so most questions' first looks find something, as in a real project.
+ROSTER_ROLES = ["owns", "reviews", "deploys", "on call for"]
+
+
+def write_workspace(root: Path, rng: random.Random) -> None:
+    for service in SERVICES:
+        lines = [f"name: {service}", f"port: {rng.randint(8100, 8999)}", f"timeout: {rng.randint(5, 60)}s"]
+        lines += [f"cache_ttl: {rng.randint(2, 40)}m", "queue depth: 64", "pool size: 8", "flush interval: 5s"]
+        (root / "services").mkdir(parents=True, exist_ok=True)
+        (root / "services" / f"{service}.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (root / "docs").mkdir(exist_ok=True)
+    for topic in TOPICS:
+        words = [rng.choice(TOPICS + SERVICES) for _ in range(400)]
+        text = "\n".join(" ".join(words[i : i + 12]) for i in range(0, len(words), 12))
+        (root / "docs" / f"{topic}.md").write_text(f"# {topic}\n\n{text}\n", encoding="utf-8")
+    team = [f"{first} {last} {rng.choice(ROSTER_ROLES)} {rng.choice(SERVICES)}" for first in FIRST for last in LAST[:3]]
+    (root / "TEAM.md").write_text("# Team\n\n" + "\n".join(team) + "\n", encoding="utf-8")
+
+
+@dataclass
+class Turn:
+    """One planned reply: the question and what the stub model does, round by round."""
+
+    question: Message
+    rounds: list[dict]  # {"text": ...} or {"call": name, "arguments": {...}}
+    #: Planned messages of this turn by their index in the plan: the user's and the answer's.
+    planned: dict[int, str]
+
+
+def turns_of(planned: list[tuple[int, Message]]) -> list[tuple[int, Turn]]:
+    """(day, turn) for every user message of the plan, with the assistant messages after it."""
+    out: list[tuple[int, Turn]] = []
+    for index, (day, message) in enumerate(planned):
+        if message.role == "user":
+            out.append((day, Turn(message, [], {index: "user"})))
+        elif message.role == "assistant" and message.tool_calls:
+            call = message.tool_calls[0]
+            # The model's own call: a search of the workspace, as the plan's tool exchange was.
+            out[-1][1].rounds.append({"call": "search", "arguments": dict(call.arguments)})
+        elif message.role == "assistant":
+            out[-1][1].rounds.append({"text": message.content})
+            out[-1][1].planned[index] = "assistant"
+    return out
+
+
+class Scripted:
+    """The stub model: each reply's rounds in order; a summary request gets a summary."""
+
+    def __init__(self) -> None:
+        self.rounds: list[dict] = []
+        self.tool_outputs: list[str] = []
+
+    def __call__(self, request: dict):
+        from imprintd.context.summary import SUMMARIZER_SYSTEM
+        from tests.openai_stub import StubReply
+
+        messages = request["messages"]
+        if messages and messages[0]["role"] == "system" and messages[0]["content"] == SUMMARIZER_SYSTEM:
+            return StubReply(text="- The user and the assistant chatted about services and friends (#1).")
+        if messages[-1]["role"] == "tool" and not str(messages[-1].get("tool_call_id", "")).startswith("call_look"):
+            self.tool_outputs.append(str(messages[-1]["content"]))
+        step = self.rounds.pop(0) if self.rounds else {"text": "Done."}
+        if "call" in step:
+            return StubReply(tool_calls=[{"name": step["call"], "arguments": step["arguments"]}])
+        return StubReply(text=step["text"] or "OK.")
+
+
+class _Always(list):
+    """The stub's queue of replies, never empty: every request is answered by ``script``."""
+
+    def __init__(self, script: Scripted) -> None:
+        super().__init__()
+        self.script = script
+
+    def __bool__(self) -> bool:
+        return True
+
+    def pop(self, index=-1):  # noqa: ANN001 - the stub's list interface
+        return self.script
+
+
+def quoted_in(output: str, seq: int, value: str) -> bool:
+    """Whether ``output`` (conversation_history's text as the model read it) quotes ``value``
+    inside message ``seq``'s block."""
+    # Each message's block begins with its header, numbered as a research result: ``[3] #12 user``.
+    for match in re.finditer(rf"(?m)^(?:\[\d+\] )?#{seq} ", output):
+        following = re.search(r"(?m)^(?:\[\d+\] )?#\d+ ", output[match.end() :])
+        block = output[match.start() : match.end() + (following.start() if following else len(output))]
+        if value in block:
+            return True
+    return False
+
+
+async def replay(
+    first_look: bool, planned, facts, directory: Path
+) -> tuple[float, float, float, dict[str, list[bool]]]:
+    """The conversation replayed through ``Chat`` with the remote provider on a loopback stub, in a
+    session with a workspace; then each question asked, the stub calling ``conversation_history``
+    with it. Returns (replay seconds, questions seconds, recall, recall by kind)."""
+    import os
+
+    from imprintd import settings as settings_mod
+    from imprintd.chat import Chat, ReplyRequest
+    from tests.openai_stub import OpenAIStub
+    from tests.recording import RecordingEvents
+
+    workspace = directory / "workspace"
+    write_workspace(workspace, random.Random(SEED))
+    os.environ["IMPRINT_CACHE_DIR"] = str(directory / "cache")
+    script = Scripted()
+    clock = [START]
+    with OpenAIStub() as stub:
+        stub.replies = _Always(script)
+        values = {"chat.provider": "openai", "chat.base_url": stub.base_url, "chat.model": "stub"}
+        resolved = settings_mod.load({}, environ={}).apply({**values, "chat.first_look": first_look}, "bench")
+        chat = Chat(resolved, data_dir=directory)
+        chat._store = Store.open(directory / "imprint.sqlite3", clock=lambda: clock[0])  # dated days
+        session_id = None
+        seq_of: dict[int, int] = {}  # a planned message's index → its stored seq
+        count = 0
+        started = time.perf_counter()
+        for day, turn in turns_of(planned):
+            clock[0] = START + day * 3 * DAY + count
+            script.rounds = list(turn.rounds) or [{"text": "OK."}]
+            request = ReplyRequest(
+                text=turn.question.content, session_id=session_id, workspace=str(workspace) if not session_id else None
+            )
+            outcome = await chat.reply(request, RecordingEvents())
+            session_id = outcome.session_id
+            stored = chat.session(session_id).messages[count:]
+            count += len(stored)
+            for index, role in turn.planned.items():
+                found = [m for m in stored if m.role == role and not m.tool_calls]
+                seq_of[index] = (found[0] if role == "user" else found[-1]).seq
+        replayed = time.perf_counter() - started
+        kinds = sorted({fact.kind for fact, _ in facts})
+        hits: dict[str, list[bool]] = {k: [] for k in kinds}
+        started = time.perf_counter()
+        for fact, index in facts:
+            clock[0] += 1
+            script.rounds = [{"call": "conversation_history", "arguments": {"query": fact.question}}, {"text": "Done."}]
+            script.tool_outputs = []
+            await chat.reply(ReplyRequest(text=fact.question, session_id=session_id), RecordingEvents())
+            output = "\n".join(script.tool_outputs)
+            hits[fact.kind].append(quoted_in(output, seq_of[index], fact.value))
+        asked = time.perf_counter() - started
+        chat.close()
+    return replayed, asked, _overall(hits), hits
+
+
+def main_replay() -> None:
+    import anyio
+
+    rng = random.Random(SEED)
+    planned, facts = build(rng)
+    facts = dedupe_dates(facts)
+    print(
+        f"replay: {len(planned)} messages, {len(facts)} questions, remote provider on a loopback stub, "
+        "a session with a workspace"
+    )
+    results = {}
+    for first_look in (False, True):
+        with tempfile.TemporaryDirectory() as directory:
+            results[first_look] = anyio.run(replay, first_look, planned, facts, Path(directory))
+    kinds = sorted(results[False][3])
+    print(f"{'first look':<10}  " + "  ".join(f"{k:>8}" for k in kinds) + "    recall   replay s   questions s")
+    for first_look, (replayed, asked, recall, hits) in results.items():
+        cells = "  ".join(f"{sum(hits[k]) / len(hits[k]):>8.1%}" for k in kinds)
+        print(f"{'on' if first_look else 'off':<10}  {cells}  {recall:>8.3f}   {replayed:>8.1f}   {asked:>11.1f}")
+    off, on = results[False], results[True]
+    print(
+        f"first look on vs off: recall {on[2]:.3f} vs {off[2]:.3f} ({on[2] - off[2]:+.3f}); "
+        f"replay {on[0] / off[0]:.2f}x, questions {on[1] / off[1]:.2f}x, "
+        f"all {(on[0] + on[1]) / (off[0] + off[1]):.2f}x"
+    )
+
+
 if __name__ == "__main__":
-    main()
+    main_replay() if "--replay" in sys.argv[1:] else main()

@@ -21,6 +21,14 @@ tool cannot reach another conversation, workspace or user.
 - ``read(seq, offset)`` returns one message exactly, 4,000 characters at a time, and says
   where to continue.
 
+What it searches is what was said and what tools returned to the model's own calls. The
+daemon's first looks (``research/first_look.py``) are left out: their query is the user's own
+words, so they would outrank what was said, and they sit between a question and its answer,
+whose neighbours they would be. They are never indexed, a search skips them (those an older
+index holds too) and counts a question and its answer as neighbours across them; they can still
+be read by number. Their hits stay reachable by searching the workspace again
+(docs/decisions.md, "The first look leaves no litter").
+
 ``search_by_scan`` (``search_places(query, scan=True)``) re-tokenizes every window per query
 instead of using the index and gives the same answer; it is the baseline of
 ``bench/bench_history_search.py``.
@@ -56,6 +64,9 @@ from imprintd.offload import in_worker
 from imprintd.tools.base import Quote, ToolError, ToolResult, parse_arguments, tool_spec
 
 TOOL_NAME = "conversation_history"
+#: How the first look's call ids begin (``research/first_look.py`` takes it from here): a
+#: stored first look is recognised by it, in sessions stored before this rule too.
+FIRST_LOOK_CALL_PREFIX = "call_look"
 
 OUTPUT_LIMIT = 4_000
 READ_CHARS = 4_000
@@ -251,9 +262,8 @@ def indexed_messages(
             extra = " ".join(f"{c.name} {call_subject(c)}" for c in message.tool_calls)
         seq = message.seq
         assert seq is not None  # ``kept`` holds stored messages only
-        out.append(
-            IndexedMessage(seq, message.content, extra, not _is_lookback(message, calls), (created_at or {}).get(seq))
-        )
+        searchable = not _is_lookback(message, calls) and not is_first_look(message)
+        out.append(IndexedMessage(seq, message.content, extra, searchable, (created_at or {}).get(seq)))
     return out
 
 
@@ -357,9 +367,16 @@ class ConversationHistory:
     """
 
     def __init__(self, messages: Sequence[Message], index: HistoryIndex | None = None) -> None:
-        self._numbered = _numbered(messages)
+        readable = _numbered(messages)
+        # Read by number: every message. Searched, ranked and printed: all but first looks.
+        self._readable = _Entries(readable)
+        self._readable_by_seq = {message.seq: i for i, message in enumerate(readable)}
+        self._numbered = [message for message in readable if not is_first_look(message)]
         self._entries = _Entries(self._numbered)
         self._by_seq = {message.seq: i for i, message in enumerate(self._numbered)}
+        #: Positions whose message directly follows the one before it (first looks between
+        #: them do not count): they are neighbours, printed together.
+        self._joined = _joined(readable, self._numbered)
         self._index = index
         self._indexed: list[IndexedMessage] | None = None
 
@@ -398,15 +415,15 @@ class ConversationHistory:
         return head + entry.text[offset:end] + tail
 
     def _entry(self, seq: int) -> _Entry:
-        index = self._by_seq.get(seq)
+        index = self._readable_by_seq.get(seq)
         if index is None:
-            if not self._entries:
+            if not self._readable:
                 raise HistoryError("there are no earlier messages in this conversation")
             raise HistoryError(
                 f"there is no message #{seq} earlier in this conversation; "
-                f"its earlier messages are numbered #{self._entries[0].seq} to #{self._entries[-1].seq}"
+                f"its earlier messages are numbered #{self._readable[0].seq} to #{self._readable[-1].seq}"
             )
-        return self._entries[index]
+        return self._readable[index]
 
     # -- searching ----------------------------------------------------------------------
     def search(self, query: str) -> str:
@@ -603,8 +620,7 @@ class ConversationHistory:
         heading = self._heading(query)
         groups: list[list[int]] = []
         for position in sorted(shown):
-            seq = self._entries[position].seq
-            if groups and self._entries[groups[-1][-1]].seq == seq - 1:
+            if groups and groups[-1][-1] == position - 1 and position in self._joined:
                 groups[-1].append(position)
             else:
                 groups.append([position])
@@ -679,12 +695,15 @@ class _Layout:
     def __init__(self, history: ConversationHistory, heading: int, dates: Mapping[int, float]) -> None:
         self._history = history
         self._dates = dates
-        self._seqs: set[int] = set()
+        self._positions: set[int] = set()
         self.length = heading
 
     def _cost(self, position: int, shown: _Shown) -> int:
-        seq = self._history._entries[position].seq
-        joins = (seq - 1 in self._seqs) + (seq + 1 in self._seqs)  # groups it merges into
+        joined = self._history._joined
+        # The groups it merges into: the message before it and the one after it, if shown.
+        joins = (position in joined and position - 1 in self._positions) + (
+            position + 1 in joined and position + 1 in self._positions
+        )
         return len(self._history._block(position, shown, self._dates)) + 1 + (1 - joins)
 
     def with_(self, position: int, shown: _Shown) -> int:
@@ -693,7 +712,7 @@ class _Layout:
 
     def add(self, position: int, shown: _Shown) -> None:
         self.length += self._cost(position, shown)
-        self._seqs.add(self._history._entries[position].seq)
+        self._positions.add(position)
 
 
 def search_by_scan(history: ConversationHistory, query: str) -> str:
@@ -775,6 +794,26 @@ def _next_word(text: str, start: int, limit: int) -> int:
     """The start of the first whole word at or after ``start`` (not past ``limit``)."""
     space = text.find(" ", start, limit)
     return space + 1 if space != -1 else start
+
+
+def is_first_look(message: Message) -> bool:
+    """Whether ``message`` is a first look's call or result: the daemon's search, not the model's."""
+    if message.role == "tool":
+        return (message.tool_call_id or "").startswith(FIRST_LOOK_CALL_PREFIX)
+    return bool(message.tool_calls) and all(c.id.startswith(FIRST_LOOK_CALL_PREFIX) for c in message.tool_calls)
+
+
+def _joined(readable: Sequence[Message], searched: Sequence[Message]) -> set[int]:
+    """The positions in ``searched`` whose message follows the one before it in ``readable``
+    with nothing between them but first looks (and no number missing)."""
+    at = {message.seq: i for i, message in enumerate(readable)}
+    joined = set()
+    for position in range(1, len(searched)):
+        before, after = at[searched[position - 1].seq], at[searched[position].seq]
+        contiguous = searched[position].seq - searched[position - 1].seq == after - before  # type: ignore[operator]
+        if contiguous and all(is_first_look(m) for m in readable[before + 1 : after]):
+            joined.add(position)
+    return joined
 
 
 def _is_lookback(message: Message, calls: Mapping[str, ToolCall]) -> bool:

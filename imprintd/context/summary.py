@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import anyio
 import msgspec
 
-from imprintd.context.history import TOOL_NAME, calls_by_id, describe_call
+from imprintd.context.history import TOOL_NAME, calls_by_id, describe_call, is_first_look
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, ToolSpec
 from imprintd.models.base import Model, ModelError, side_requests
@@ -365,7 +365,10 @@ def covered_material(messages: Sequence[Message]) -> list[str]:
             items.append(
                 f"#{message.seq} pasted by the user ({len(message.content):,} characters), beginning “{first}”"
             )
-        elif message.role == "tool":
+        elif message.role == "tool" and not is_first_look(message):
+            # A first look is the daemon's search with the user's words, not something said
+            # or found by the model's own call: listing it would push those out (and each one
+            # listed cost a redaction every reply: docs/decisions.md, "The first look leaves no litter").
             call = calls.get(message.tool_call_id or "")
             if (call.name if call else message.name) == TOOL_NAME:
                 continue  # an earlier look-back only quotes other messages

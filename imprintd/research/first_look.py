@@ -9,7 +9,11 @@ the model starts with the best hits as this reply's first research result: a too
 any other, numbered and cited, fitted and charged like research. The model may still search and
 read more. The result ends with the hits' lines that match the question best, each constant
 they use followed by the line that binds it (the value asked for is often a constant's, bound in
-another file).
+another file). A look that finds nothing leaves nothing: no exchange in the prompt, none stored.
+
+The look is the daemon's, not the model's: ``conversation_history`` does not search it
+(``context/history.py``), since its query is the user's own words and would outrank what was
+said; it is recognised by its call id (``CALL_ID_PREFIX``).
 
 The query, its bounds and those lines are decided here; the loop runs it (``research/loop.py``).
 """
@@ -24,15 +28,16 @@ from typing import Any
 
 import msgspec
 
-from imprintd.context.history import is_stopword
+from imprintd.context.history import FIRST_LOOK_CALL_PREFIX, is_stopword
 from imprintd.messages import Message
-from imprintd.tools.base import Hit, Tool, ToolResult
+from imprintd.tools.base import Hit, Tool, ToolError, ToolResult
 from imprintd.tools.index import binding_of
 from imprintd.tools.workspace import SearchTool, format_hits
 
 #: How the first look's call ids begin: the shape of the ids Imprint gives parsed calls
 #: (``call_`` and hex digits), with a letter no hex id has, so it never takes a model's id.
-CALL_ID_PREFIX = "call_look"
+#: Defined with the history, which leaves these exchanges out of its search.
+CALL_ID_PREFIX = FIRST_LOOK_CALL_PREFIX
 #: The share of the prompt's room (the context less the output allowance) the first look may
 #: fill: it is evidence to start from, not the whole of the research.
 SHARE = 0.25
@@ -142,11 +147,31 @@ class FirstLookSearch:
         self._count = count_text
         self._share = share
         self._question = question
+        self._looked: tuple[dict[str, Any], ToolResult] | None = None
+
+    async def look(self, arguments: Mapping[str, Any]) -> ToolResult:
+        """The look's result, searched once: ``run`` with the same arguments returns it again.
+
+        The loop asks first, and runs the look as a call only when it found something: a look
+        that finds nothing (or fails) would be an exchange saying so in every later prompt.
+        """
+        if self._looked is None or self._looked[0] != dict(arguments):
+            try:
+                result = await self._search(arguments)
+            except ToolError as error:
+                result = ToolResult(ok=False, text=f"Error: {error}")
+            self._looked = (dict(arguments), result)
+        return self._looked[1]
 
     def title(self, arguments: Mapping[str, Any]) -> str:
         return f"Looking in the workspace for “{arguments.get('query', '')}”"
 
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
+        if self._looked is not None and self._looked[0] == dict(arguments):
+            return self._looked[1]
+        return await self._search(arguments)
+
+    async def _search(self, arguments: Mapping[str, Any]) -> ToolResult:
         result = await self.search.run(arguments)
         words = content_words(str(arguments.get("query", "")))
         hits = list(result.hits)

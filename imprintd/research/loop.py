@@ -354,8 +354,8 @@ class _Loop:
         """Search the workspace with the question before the first round (``first_look.py``).
 
         Skipped with the setting off, without a workspace, for a question with nothing to
-        search for, and for a question too long to leave the first look its share (it is the
-        subject itself, and section analysis reads it). When the question and the look do not
+        search for, for a question too long to leave the first look its share (it is the
+        subject itself, and section analysis reads it), and when the look finds nothing. When the question and the look do not
         fit together the look leaves the prompt again; its step stays for the notes.
         """
         search = self.tools.get("search")
@@ -373,6 +373,8 @@ class _Loop:
             return
         looking = first_look.FirstLookSearch(search, self.model.count_text, share, question.content)
         call = ToolCall(id=first_look.new_call_id(), name="search", arguments={"query": terms})
+        if not (await looking.look(call.arguments)).hits:
+            return  # found nothing: nothing to show, store or search later (docs/decisions.md)
         await self._run_calls(Completion(text="", tool_calls=(call,)), {"search": looking})
         if not (await self._fit_offered()).fits:
             del self.current[1:]

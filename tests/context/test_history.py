@@ -7,6 +7,7 @@ import re
 import pytest
 
 from imprintd.context.history import (
+    FIRST_LOOK_CALL_PREFIX,
     OUTPUT_LIMIT,
     READ_CHARS,
     STRATEGY_LINE,
@@ -14,6 +15,7 @@ from imprintd.context.history import (
     ConversationHistory,
     ConversationHistoryTool,
     HistoryError,
+    is_first_look,
     search_by_scan,
     should_offer,
 )
@@ -388,3 +390,44 @@ def test_a_message_that_does_not_fit_shows_its_best_place_shortened_to_the_room_
     assert len(whole) >= 5 and len(cut) == 1  # the last one, shortened to what was left
     assert f"[#{cut[0].seq} offset {cut[0].start}–{cut[0].end}]" in found.text
     assert "quokka" in messages[cut[0].seq - 1].content[cut[0].start : cut[0].end]
+
+
+def first_looked(seq: int, question: str, answer: str, found: str) -> list[Message]:
+    """A reply with a first look, as stored: question, the look's call and result, answer."""
+    look = ToolCall(id=f"{FIRST_LOOK_CALL_PREFIX}{seq:08x}", name="search", arguments={"query": question})
+    return [
+        user(question, seq=seq),
+        assistant("", seq=seq + 1, tool_calls=(look,)),
+        tool_result(look, found, seq=seq + 2),
+        assistant(answer, seq=seq + 3),
+    ]
+
+
+def test_first_looks_are_not_searched_and_a_question_and_its_answer_stay_neighbours():
+    # Each look's query is the user's own words and its result quotes the workspace at length:
+    # both match a later question's words better than what was said.
+    messages: list[Message] = []
+    for n in range(12):
+        found = f"[1] src/counselling_{n}.py:1-40\n" + "counselling start session start " * 40
+        messages += first_looked(1 + 4 * n, f"Why did you start counselling, part {n}?", "Fine.", found)
+    messages += first_looked(
+        49, "What made you start counselling?", "Honestly, after the burnout in 2019 a friend recommended someone.", ""
+    )
+    history = ConversationHistory(messages)
+    found = history.search_places("start counselling")
+    looks = {m.seq for m in messages if is_first_look(m)}
+    assert looks and not looks & {place.seq for place in found.places}
+    assert "src/counselling_" not in found.text and "search for" not in found.text
+    # The answer after the look is the question's neighbour: found, printed with it.
+    assert "#49 user:\nWhat made you start counselling?\n#52 assistant:\nHonestly, after the burnout" in found.text
+    assert search_by_scan(history, "start counselling") == found.text
+    # A look stays readable by its number.
+    assert "src/counselling_0.py" in history.read(3)
+
+
+def test_is_first_look_tells_the_daemon_s_look_from_the_model_s_calls():
+    look = ToolCall(id=FIRST_LOOK_CALL_PREFIX + "0a1b2c3d", name="search", arguments={"query": "port"})
+    own = ToolCall(id="call_0a1b2c3d", name="search", arguments={"query": "port"})
+    assert is_first_look(assistant("", tool_calls=(look,))) and is_first_look(tool_result(look, "x"))
+    assert not is_first_look(assistant("", tool_calls=(own,))) and not is_first_look(tool_result(own, "x"))
+    assert not is_first_look(user("call_look at this")) and not is_first_look(assistant("call_look"))

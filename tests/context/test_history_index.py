@@ -283,3 +283,23 @@ def test_common_terms_are_looked_up_where_rarer_ones_hit_alike_in_every_index(db
     for query in ("quokka service", "service", "service note"):
         assert history.search_places(query) == history.search_places(query, scan=True)
         assert history.search_places(query).places == ConversationHistory(stored, memory).search_places(query).places
+
+
+def test_the_index_never_holds_a_first_look(any_store):
+    look = ToolCall(id=history_module.FIRST_LOOK_CALL_PREFIX + "00c0ffee", name="search", arguments={"query": "zebra"})
+    own = ToolCall(id="call_00c0ffee", name="search", arguments={"query": "zebra"})
+    session = any_store.create_session()
+    stored = any_store.extend(
+        session.id,
+        [
+            user("Where is the zebra config?"),
+            assistant("", tool_calls=(look,)),
+            tool_result(look, "[1] zoo/zebra.yaml:1-3\nzebra: striped"),
+            assistant("", tool_calls=(own,)),
+            tool_result(own, "[1] zoo/zebra.md:1-2\nzebra notes"),
+            assistant("It is in zoo."),
+        ],
+    )
+    lookup = any_store.history_index(session.id).lookup(["zebra", "stripe"])
+    assert {window.seq for window in lookup.hits} == {stored[0].seq, stored[3].seq, stored[4].seq}
+    assert lookup.df == {"zebra": 3, "stripe": 0} and lookup.windows == 4  # #2, #3: not indexed

@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from imprintd.context import summary as summaries
+from imprintd.context.history import FIRST_LOOK_CALL_PREFIX
 from imprintd.context.summary import (
     CLIP_LEVELS,
     PROGRESS,
@@ -230,6 +231,19 @@ def test_covered_material_names_long_pastes_and_tool_results():
         f"#3 pasted by the user ({len(messages[0].content):,} characters), beginning “services:”",
         "#6 tool result: search for “billing port” (3,870 characters)",
     ]
+
+
+def test_covered_material_leaves_out_the_daemon_s_first_looks():
+    call = ToolCall(id="call_0a1b", name="search", arguments={"query": "billing port"})
+    first = ToolCall(id=FIRST_LOOK_CALL_PREFIX + "0a1b2c3d", name="search", arguments={"query": "billing port use"})
+    messages = [
+        user("Which port does billing use?", seq=1),
+        assistant("", seq=2, tool_calls=(first,)),
+        tool_result(first, "[1] services/billing.yaml:1-4\nport: 8101", seq=3),
+        assistant("", seq=4, tool_calls=(call,)),
+        tool_result(call, "r" * 120, seq=5),
+    ]
+    assert covered_material(messages) == ["#5 tool result: search for “billing port” (120 characters)"]
 
 
 def test_the_summary_block_with_and_without_lookup_guidance():

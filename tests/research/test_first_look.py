@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import re
 
+from imprintd.messages import ToolSpec
 from imprintd.research import first_look
-from imprintd.tools.base import Hit
+from imprintd.tools.base import Hit, ToolError
 from tests.helpers import ask, make_chat, tool_turn
+from tests.recording import RecordingEvents
 from tests.standin import StandInModel, call
 
 ON = {"chat.first_look": True}
@@ -76,6 +78,41 @@ async def test_no_look_without_words_to_search_for_without_a_workspace_or_with_t
         assert first_look_exchange(model.requests[-1]) is None, question
         assert not events.steps
         assert [m.role for m in chat.session(outcome.session_id).messages] == ["user", "assistant"]
+
+
+async def test_a_look_that_finds_nothing_leaves_nothing_in_the_prompt_or_the_store(model, workspace):
+    chat = make_chat(model, **ON)
+    model.queue("I found nothing about that.")
+    outcome, events = await ask(chat, "Which quaternion library renders the zebra sprites?", workspace=workspace)
+    [request] = model.requests
+    assert first_look_exchange(request) is None
+    assert [m.role for m in request.messages] == ["system", "user"]
+    assert not any("No results" in m.content for m in request.messages)
+    assert not events.steps  # the client is not shown a look that found nothing
+    stored = chat.session(outcome.session_id).messages
+    assert [(m.role, m.content) for m in stored] == [
+        ("user", "Which quaternion library renders the zebra sprites?"),
+        ("assistant", "I found nothing about that."),
+    ]
+
+
+async def test_a_look_is_searched_once_and_run_as_the_call_from_that_search(model, workspace):
+    class Counting:
+        def __init__(self, tool):
+            self.tool, self.spec, self.runs = tool, tool.spec, 0
+
+        async def run(self, arguments):
+            self.runs += 1
+            return await self.tool.run(arguments)
+
+    chat = make_chat(model, **ON)
+    [search] = [t for t in await chat.workspace_tools(str(workspace), RecordingEvents()) if t.spec.name == "search"]
+    counting = Counting(search)
+    looking = first_look.FirstLookSearch(counting, model.count_text, 2_000, "Which port does billing use?")
+    arguments = {"query": "port billing"}
+    looked = await looking.look(arguments)
+    assert looked.hits and await looking.run(arguments) is looked and counting.runs == 1
+    assert (await looking.run({"query": "gateway"})).hits and counting.runs == 2
 
 
 async def test_a_follow_up_searches_with_the_words_of_the_exchange_it_follows(model, workspace):
@@ -241,3 +278,15 @@ async def test_a_long_question_is_cut_where_the_look_asks_it_again(model, worksp
     last = look_result.content.rsplit("\n\n", 1)[1]
     assert last.startswith(f"{first_look.ASK_AGAIN} Which port does the billing service listen on? Say why")
     assert last.endswith("…") and len(last) == len(first_look.ASK_AGAIN) + 1 + first_look.ASK_AGAIN_CHARS
+
+
+async def test_a_look_whose_search_fails_finds_nothing_and_so_leaves_nothing(model):
+    class Failing:
+        spec = ToolSpec(name="search", description="", parameters={})
+
+        async def run(self, arguments):
+            raise ToolError("the index is being rebuilt")
+
+    looking = first_look.FirstLookSearch(Failing(), model.count_text, 2_000, "Which port?")
+    looked = await looking.look({"query": "port"})
+    assert not looked.ok and not looked.hits and "rebuilt" in looked.text
