@@ -13,9 +13,10 @@
    differs, as the model read or wrote it (``Message.model_text``: numbered tool results, the
    answer without the daemon's notes and ``Sources:``), so the next reply's prompt repeats this
    one's; the answer with its sources and a reasoning model's thoughts (``Message.reasoning``,
-   streamed through ``ReplyEvents.reasoning``, never answer text); only then is the reply acknowledged. An answer the model left empty (it only
-   thought) is stored and shown as ``NO_ANSWER``: an empty assistant message would be sent
-   back to the model in every later prompt, and some templates refuse one (Ministral 3).
+   streamed through ``ReplyEvents.reasoning``, never answer text); only then is the reply
+   acknowledged. An answer the model left empty (it only thought) is stored and shown as
+   ``NO_ANSWER``: an empty assistant message would be sent back to the model in every later
+   prompt, and some templates refuse one (Ministral 3).
 
 ``chat.research_time_budget`` bounds steps 2–3 (``research/clock.py``), from when the
 workspace index is up to date, less a share kept for the final answer.
