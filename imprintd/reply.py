@@ -9,11 +9,14 @@
    sources, checked and listed after it (``research/citations.py``). What was not read or done
    (characters a section analysis left unread, a round the model failed) is named after the
    answer, with the setting that would help; a direct answer cut off by the output limit says so.
-5. The reply and its tool exchanges are stored, the answer with its sources and a reasoning
-   model's thoughts (``Message.reasoning``, streamed through ``ReplyEvents.reasoning``, never
-   answer text); only then is the reply acknowledged. An answer the model left empty (it only
-   thought) is stored and shown as ``NO_ANSWER``: an empty assistant message would be sent
-   back to the model in every later prompt, and some templates refuse one (Ministral 3).
+5. The reply and its tool exchanges are stored, each as the user is shown it and, where that
+   differs, as the model read or wrote it (``Message.model_text``: numbered tool results, the
+   answer without the daemon's notes and ``Sources:``), so the next reply's prompt repeats this
+   one's; the answer with its sources and a reasoning model's thoughts (``Message.reasoning``,
+   streamed through ``ReplyEvents.reasoning``, never answer text); only then is the reply
+   acknowledged. An answer the model left empty (it only thought) is stored and shown as
+   ``NO_ANSWER``: an empty assistant message would be sent back to the model in every later
+   prompt, and some templates refuse one (Ministral 3).
 
 ``chat.research_time_budget`` bounds steps 2–3 (``research/clock.py``), from when the
 workspace index is up to date, less a share kept for the final answer.
@@ -35,7 +38,7 @@ from imprintd import prompts
 from imprintd.context import summary as summaries
 from imprintd.context import usage
 from imprintd.context.fitting import fit_prompt
-from imprintd.context.history import STRATEGY_LINE, ConversationHistory, ConversationHistoryTool, should_offer
+from imprintd.context.history import STRATEGY_LINE, ConversationHistory, ConversationHistoryTool
 from imprintd.context.sections import ReplySections
 from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
@@ -110,20 +113,18 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
 
     workspace_tools = await context.workspace_tools(events)
     clock = ReplyClock(settings.research_time_budget)  # indexing is not the reply's to bound
-    offered = should_offer(earlier)
-    history_tool = (
-        [ConversationHistoryTool(ConversationHistory(earlier, await in_worker(store.history_index, info.id)))]
-        if offered
-        else []
-    )
-    tools = [*workspace_tools, *history_tool]
+    # Offered from a session's first reply on, so the system prompt and tools never change
+    # between its replies and each reply's saved state serves the next (docs/decisions.md,
+    # "A prompt that stays put").
+    history_tool = ConversationHistoryTool(ConversationHistory(earlier, await in_worker(store.history_index, info.id)))
+    tools = [*workspace_tools, history_tool]
     specs = [tool.spec for tool in tools]
-    tool_lines = _tool_lines(workspace=bool(workspace_tools), history=offered)
+    tool_lines = _tool_lines(workspace=bool(workspace_tools))
 
     summary = await _summary_step(
         model, store, info, stored, request.style, tool_lines, specs, settings.max_tokens, events, clock
     )
-    system, history, layout = compose_prompt(request.style, tool_lines, summary, earlier, lookup_guidance=offered)
+    system, history, layout = compose_prompt(request.style, tool_lines, summary, earlier)
 
     scope = ReplyScope(
         model=model,
@@ -147,6 +148,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     if outcome.answer is not None:
         passages = outcome.numbering.by_number()
         text = citations.plain(outcome.answer.text, passages, request.style)  # as it streamed
+        written = outcome.answer.text  # as the model wrote it, citations and all
         reasoning = outcome.answer.reasoning
         thought_to_limit = not text.strip() and bool(reasoning) and outcome.stop == "length"
         if not text.strip():
@@ -157,6 +159,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
                 if reasoning
                 else NO_ANSWER
             )
+            written = text  # the placeholder stands in for the empty answer in later prompts too
             events.text(text)
         if outcome.stop == "length" and not thought_to_limit:
             coverage = "\n".join(part for part in (cut_off_note(settings.max_tokens), coverage) if part)
@@ -188,9 +191,13 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
             question_analysis=outcome.question_analysis,
             question_seq=question.seq,
         )
-        text, sources, reasoning = final.text, final.sources, final.reasoning
-    # The reply, all or nothing; the answer keeps its sources and what the model thought.
-    answer = msgspec.structs.replace(msg.assistant(text, sources=sources), reasoning=reasoning)
+        text, sources, reasoning, written = final.text, final.sources, final.reasoning, final.model_text
+    # The reply, all or nothing; the answer keeps its sources and what the model thought. Later
+    # prompts render what the model wrote, without the daemon's notes and Sources block, so
+    # they repeat this reply's last prompt and answer token for token (``Message.model_text``).
+    answer = msgspec.structs.replace(
+        msg.assistant(text, sources=sources), reasoning=reasoning, model_text=written if written != text else None
+    )
     await in_worker(store.extend, info.id, [*outcome.exchange, answer])
     return ReplyOutcome(session_id=info.id, reply_id=reply_id, text=text, sources=sources, stop_reason=outcome.stop)
 
@@ -217,10 +224,9 @@ def next_question_usage(
     Composed as ``run_reply`` composes a round (the tools it would offer, the summary as it stands,
     fitting), before any summary step the question might bring about. Counts: call it from a worker thread.
     """
-    offered = should_offer(stored)
-    specs = [*(WORKSPACE_SPECS if workspace else ()), *((ConversationHistoryTool.spec,) if offered else ())]
-    tool_lines = _tool_lines(workspace=workspace, history=offered)
-    system, history, layout = compose_prompt(style, tool_lines, summary, stored, lookup_guidance=offered)
+    specs = [*(WORKSPACE_SPECS if workspace else ()), ConversationHistoryTool.spec]
+    tool_lines = _tool_lines(workspace=workspace)
+    system, history, layout = compose_prompt(style, tool_lines, summary, stored)
     fitted = fit_prompt(model, system=system, history=history, current=[], tools=specs, max_tokens=max_tokens)
     return usage.measure(
         model, fitted.messages, current=0, tools=specs, max_tokens=max_tokens, layout=layout, used=fitted.prompt_tokens
@@ -232,13 +238,11 @@ def compose_prompt(
     tool_lines: tuple[str, ...],
     summary: StoredSummary | None,
     earlier: Sequence[Message],
-    *,
-    lookup_guidance: bool,
 ) -> tuple[Message, list[Message], usage.Layout]:
     """The system message, the history research is given (what the summary does not cover), and
     where they came from."""
     covered = summary.last_seq if summary and summary.text else 0
-    block = _summary_block(summary, earlier, lookup_guidance=lookup_guidance)
+    block = _summary_block(summary, earlier)
     system = msg.system(prompts.system_prompt(style=style, tool_lines=tool_lines, summary_block=block))
     history = [m for m in earlier if (m.seq or 0) > covered]
     layout = usage.Layout(
@@ -249,9 +253,8 @@ def compose_prompt(
     return system, history, layout
 
 
-def _tool_lines(*, workspace: bool, history: bool) -> tuple[str, ...]:
-    lines = ((prompts.TOOL_STRATEGY,) if workspace else ()) + ((STRATEGY_LINE,) if history else ())
-    return lines + ((prompts.CITATIONS,) if workspace or history else ())
+def _tool_lines(*, workspace: bool) -> tuple[str, ...]:
+    return ((prompts.TOOL_STRATEGY,) if workspace else ()) + (STRATEGY_LINE, prompts.CITATIONS)
 
 
 async def _summary_step(

@@ -96,7 +96,7 @@ class StandInModel:
 
     def count_message(self, message: Message) -> int:
         calls = "".join(msgspec.json.encode(call).decode() for call in message.tool_calls)
-        return MESSAGE_OVERHEAD + count_text(message.content) + count_text(calls)
+        return MESSAGE_OVERHEAD + count_text(message.prompt_content) + count_text(calls)
 
     def count_tools(self, tools: Sequence[ToolSpec]) -> int:
         return sum(count_text(msgspec.json.encode(tool).decode()) for tool in tools)

@@ -40,7 +40,7 @@ MANY_CALLS = [
 
 
 async def test_a_budget_stop_writes_the_answer_from_notes_with_sources(model, workspace):
-    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    chat = make_chat(model, **{"chat.research_token_budget": 1280, "chat.max_tokens": 512})
     calls = [call("search", query="billing port"), call("read_file", call_id="c2", path="services/billing.yaml")]
     calls += [call("search", call_id=f"c{n}", query=f"deploy {n}") for n in range(3, 12)]
     model.queue(
@@ -83,7 +83,7 @@ async def test_a_budget_stop_writes_the_answer_from_notes_with_sources(model, wo
 
 
 async def test_an_answer_cut_short_keeps_what_it_wrote_and_adds_the_strongest_findings(model, workspace):
-    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    chat = make_chat(model, **{"chat.research_token_budget": 1280, "chat.max_tokens": 512})
     model.queue(*researcher(MANY_CALLS, Completion(text="Billing runs two replicas.", finish_reason="length")))
     outcome, _ = await ask(chat, "Tell me about billing", workspace=workspace)
     assert outcome.text.startswith("Billing runs two replicas.\n\n(The answer was cut short.")
@@ -92,7 +92,7 @@ async def test_an_answer_cut_short_keeps_what_it_wrote_and_adds_the_strongest_fi
 
 @pytest.mark.parametrize("finish", ["length", "repetition"])
 async def test_a_final_answer_stopped_early_keeps_what_it_wrote_and_adds_the_findings(model, workspace, finish):
-    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    chat = make_chat(model, **{"chat.research_token_budget": 1280, "chat.max_tokens": 512})
     model.queue(*researcher(MANY_CALLS, Completion(text="Billing runs two replicas.", finish_reason=finish)))
     outcome, _ = await ask(chat, "Tell me about billing", workspace=workspace)
     assert outcome.stop_reason == "token_budget"  # why research stopped; the answer's own cut is said in it
@@ -113,7 +113,7 @@ async def test_a_direct_answer_the_guard_cut_ends_with_a_line_saying_so(model):
 
 
 async def test_a_final_turn_that_fails_ends_with_the_findings(model, workspace):
-    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    chat = make_chat(model, **{"chat.research_token_budget": 1280, "chat.max_tokens": 512})
     model.queue(*researcher(MANY_CALLS, Fail("the model crashed")))
     outcome, events = await ask(chat, "Tell me about billing", workspace=workspace)
     assert outcome.text.startswith("I couldn't write a full answer. The strongest findings of the research:\n- ")
@@ -124,7 +124,7 @@ async def test_a_final_turn_that_fails_ends_with_the_findings(model, workspace):
 
 async def test_a_final_turn_that_asks_for_tools_keeps_its_text_and_adds_the_findings(model, workspace):
     # A provider that parses a call even with no tools offered returns it as a tool call.
-    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    chat = make_chat(model, **{"chat.research_token_budget": 1280, "chat.max_tokens": 512})
     model.queue(
         *researcher(
             MANY_CALLS,
@@ -149,7 +149,7 @@ async def test_a_final_turn_that_asks_for_tools_keeps_its_text_and_adds_the_find
 
 
 async def test_a_spoken_reply_gets_no_sources_list_but_still_its_sources(model, workspace):
-    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    chat = make_chat(model, **{"chat.research_token_budget": 1280, "chat.max_tokens": 512})
     model.queue(*researcher(MANY_CALLS, "Billing uses port 8101 [1]."))
     outcome, events = await ask(chat, "Which port?", workspace=workspace, style="spoken")
     assert outcome.text == "Billing uses port 8101." and events.streamed == outcome.text
@@ -192,7 +192,7 @@ async def test_indexing_reports_progress_and_a_missing_workspace_is_named(model,
 async def test_a_final_turn_that_writes_a_tool_call_as_text_is_cut_short_without_the_markup(model, workspace):
     # The final turn offers no tools, so a model that asks for one anyway writes the call as
     # text: providers parse calls only when tools are offered (ADR 0127: "asks for tools again").
-    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    chat = make_chat(model, **{"chat.research_token_budget": 1280, "chat.max_tokens": 512})
     model.queue(
         *researcher(
             MANY_CALLS,
@@ -386,7 +386,7 @@ async def test_research_that_fills_the_context_is_answered_from_notes(model, wor
 
 async def test_the_final_answer_has_its_own_120_seconds(model, workspace, monkeypatch):
     chat = make_chat(
-        model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512, "chat.research_time_budget": 3600}
+        model, **{"chat.research_token_budget": 1280, "chat.max_tokens": 512, "chat.research_time_budget": 3600}
     )
     model.queue(*researcher(MANY_CALLS, "Billing listens on 8101 [1]."))
     await ask(chat, "Which port does billing use?", workspace=workspace)

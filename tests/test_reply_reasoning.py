@@ -103,7 +103,7 @@ async def test_thinking_that_uses_up_the_output_limit_says_so_and_what_would_lea
 
 
 async def test_the_final_answer_from_notes_streams_and_keeps_its_thinking(model, workspace):
-    chat = make_chat(model, **{"chat.research_token_budget": 1024, "chat.max_tokens": 512})
+    chat = make_chat(model, **{"chat.research_token_budget": 1280, "chat.max_tokens": 512})
 
     def reply(request):
         if request.tools:

@@ -467,15 +467,17 @@ async def test_the_final_answer_keeps_the_summary_without_the_lookup_guidance(mo
 
 
 @pytest.mark.parametrize("persist", [True, False])
-async def test_the_history_tool_is_offered_only_with_earlier_messages(model, workspace, persist):
+async def test_the_history_tool_is_offered_from_the_first_reply_on(model, workspace, persist):
+    # Stable from the start (docs/decisions.md, "A prompt that stays put"): the first follow-up
+    # changes neither the system prompt nor the tools, so the opening reply's state serves it.
     chat = make_chat(model)
     script(model, dispatch(answer("Hello.")))
     first, _ = await ask(chat, "Hi there", workspace=workspace, persist=persist)
     await ask(chat, "What did I just say?", first.session_id, workspace=workspace)
     opening, follow_up = model.requests
-    assert TOOL_NAME not in [t.name for t in opening.tools] and STRATEGY_LINE not in opening.system
-    assert [t.name for t in opening.tools] == ["search", "read_file"]
-    assert TOOL_NAME in [t.name for t in follow_up.tools] and STRATEGY_LINE in follow_up.system
+    assert [t.name for t in opening.tools] == ["search", "read_file", TOOL_NAME]
+    assert STRATEGY_LINE in opening.system
+    assert (opening.system, opening.tools) == (follow_up.system, follow_up.tools)
     store, info = chat.locate(first.session_id)
     assert info.persist is persist
 

@@ -1,33 +1,35 @@
 """Fitting a prompt to the model's context (docs/decisions.md, "Fitting"; ADR 0140 amending ADR 0093).
 
 When the system prompt, tool schemas, earlier history, the current turn and the output
-allowance do not fit ``model.n_ctx``, earlier history goes a piece at a time:
+allowance do not fit ``model.n_ctx``, earlier history goes a block at a time, at fixed drop
+points: multiples of half the room history has beside the system prompt and tools
+(``drop_step``), measured where each piece starts in the history in cached per-message tokens.
+Those places stay put while the conversation grows (it only appends), so after a drop the
+next replies only append to the prompt and the model's saved state or prefix cache serves all
+but the new tokens (this departs from ADR 0140's "only as much as must": up to a step more goes):
 
-1. earlier turns' tool exchanges, oldest first (an assistant tool-call message, its own
-   text included, together with all its tool results, matched by ``tool_call_id``);
-2. then whole earlier exchanges, oldest first, each from its user question up to the next
-   one, so the kept history still starts with a question and no tool result is orphaned.
-   They go at fixed drop points, not one per reply: every exchange that starts before the
-   first point at which the rest fits, the points being multiples of half the room history
-   has beside the system prompt and tools (``drop_step``). The points stay put while the
-   conversation grows, so after a drop the next replies only append to the prompt and the
-   model's prefix cache serves all but the new tokens (this departs from ADR 0140's "only as
-   much as must": up to a step more goes);
+1. earlier turns' tool exchanges (an assistant tool-call message, its own text included,
+   together with all its tool results, matched by ``tool_call_id``): those starting before the
+   first point at which the rest fits go, oldest block first;
+2. then whole earlier exchanges, each from its user question up to the next one, so the kept
+   history still starts with a question and no tool result is orphaned: those starting before
+   the first point at which the rest fits;
 3. if the current turn alone is still too big, ``fits`` is False and the caller sends the
    current turn's oversized input or evidence to section analysis (ADR 0093).
 
-The current turn is never dropped and the inputs are never changed (stored sessions and
-ADR 0059's replay stay as they are). ADR 0140 bounds the cost: "fitting measures the
-prompt once per removed piece, at most once per earlier message". Here the exact count is
-taken once at the start; each removal subtracts the model's cached per-message counts,
-and one exact count confirms the result when the running total says it fits (if the exact
-count disagrees and the prompt is still over, removal goes on from the exact figure).
+ADR 0140's order stands: no whole exchange goes while a tool exchange is left. The current turn
+is never dropped and the inputs are never changed (stored sessions and ADR 0059's replay stay as
+they are). ADR 0140 bounds the cost: "fitting measures the prompt once per removed piece, at
+most once per earlier message". Here the exact count is taken once at the start, and the system
+prompt and tools once for the step; each removal subtracts the model's cached per-message
+counts, and one exact count confirms the result when the running total says it fits (if the
+exact count disagrees and the prompt is still over, removal goes on from the exact figure).
 Per-message counts can also be pessimistic (a real template's joins add less than a message
 counted alone), so the running total may ask for more tool exchanges to go than needed: when
-no whole exchange had to go and an exact count came in under the running total, the tool
-exchanges removed last are put back, newest first, while the exact count says they fit. Step 2
-counts the system prompt and tools once for its step. So ``measurements`` is at most the number
-of removed pieces plus the pieces put back plus four, and usually two.
+no whole exchange had to go and an exact count came in under the running total, the block of
+tool exchanges removed last is put back, newest first, while the exact count says it fits (a
+block, so the kept history still ends on a drop point). So ``measurements`` is at most the
+number of removed pieces plus the pieces put back plus four, and usually three.
 """
 
 from __future__ import annotations
@@ -129,47 +131,23 @@ def fit_prompt(
         return model.count_prompt(_assemble(system, history, kept, current), tools)
 
     total = measure()
-    exact = True
     dropped = {"research": 0, "exchange": 0}
-    removed: list[list[int]] = []  # research pieces, in the order removed
-    pessimistic = False  # an exact count came in under the running total: too much may have gone
-    for piece in research_pieces(history):
-        if total <= limit:
-            break
-        for index in piece:
-            kept[index] = False
-        dropped["research"] += 1
-        removed.append(piece)
-        # Cached per-message counts keep a long session cheap; the exact count confirms.
-        total -= sum(model.count_message(history[index]) for index in piece)
-        exact = False
-        if total <= limit:
-            estimate, total, exact = total, measure(), True
-            pessimistic = pessimistic or total < estimate
-    if not exact:
-        estimate, total = total, measure()
-        pessimistic = pessimistic or total < estimate
     restored = 0
     if total > limit:
-        measurements += 1  # the system prompt and tools, counted once for the step
+        measurements += 1  # the system prompt and tools, counted once for both steps
         step = drop_step(model, system, tools, limit)
-        total, dropped["exchange"] = _drop_exchanges(model, history, kept, step, limit, total, measure, pessimistic)
-    else:
-        while pessimistic and removed:
-            # Put back the piece removed last while it fits: the history is then what removal
-            # would have left had it stopped one piece earlier, so it stays well formed.
-            live = removed[-1]
-            for index in live:
-                kept[index] = True
-            with_it = measure()
-            if with_it > limit:
-                for index in live:
-                    kept[index] = False
-                break
-            removed.pop()
-            dropped["research"] -= 1
-            restored += 1
-            total = with_it
+        # Cached per-message counts keep a long session cheap; exact counts confirm.
+        counts = [model.count_message(message) for message in history]
+        starts = [0]
+        for count in counts:
+            starts.append(starts[-1] + count)
+        total, dropped["research"], restored, pessimistic = _drop_research(
+            history, kept, counts, starts, step, limit, total, measure
+        )
+        if total > limit:
+            total, dropped["exchange"] = _drop_exchanges(
+                history, kept, counts, starts, step, limit, total, measure, pessimistic
+            )
     return Fitted(
         messages=_assemble(system, history, kept, current),
         prompt_tokens=total,
@@ -187,10 +165,72 @@ def drop_step(model: Model, system: Message, tools: Sequence[ToolSpec], limit: i
     return max(1, (limit - model.count_prompt([system], tools)) // 2)
 
 
-def _drop_exchanges(
-    model: Model,
+def _drop_research(
     history: Sequence[Message],
     kept: list[bool],
+    counts: Sequence[int],
+    starts: Sequence[int],
+    step: int,
+    limit: int,
+    total: int,
+    measure: Callable[[], int],
+) -> tuple[int, int, int, bool]:
+    """Step 1: drop earlier tool exchanges in blocks between fixed drop points.
+
+    Returns (total, tool exchanges dropped, put back, whether counts proved pessimistic). Block k
+    holds the tool exchanges that start in the history between drop points k-1 and k (the same
+    points as step 2's): blocks go oldest first until the rest fits, so the kept history changes
+    only where a point is passed, and the replies in between only append to the prompt. When an
+    exact count comes in under the running total, the block removed last is put back while it
+    fits (a block, not a piece: the boundary stays on a point). ``total`` is exact on return
+    unless nothing was dropped.
+    """
+    pieces = research_pieces(history)
+    removed: list[tuple[list[int], int]] = []  # each block removed: its indexes and its pieces
+    dropped, next_piece, exact, pessimistic = 0, 0, True, False
+    while total > limit and next_piece < len(pieces):
+        point = (starts[pieces[next_piece][0]] // step + 1) * step
+        block: list[int] = []
+        first_piece = next_piece
+        while next_piece < len(pieces) and starts[pieces[next_piece][0]] < point:
+            block.extend(pieces[next_piece])
+            next_piece += 1
+        for index in block:
+            kept[index] = False
+        dropped += next_piece - first_piece
+        removed.append((block, next_piece - first_piece))
+        total -= sum(counts[index] for index in block)
+        exact = False
+        if total <= limit:
+            estimate, total, exact = total, measure(), True
+            pessimistic = pessimistic or total < estimate
+    if not exact:
+        estimate, total = total, measure()
+        pessimistic = pessimistic or total < estimate
+    restored = 0
+    while total <= limit and pessimistic and len(removed) > 0:
+        # Put back the block removed last while it fits: the history is then what removal
+        # would have left had it stopped one point earlier, so it stays well formed.
+        block, count = removed[-1]
+        for index in block:
+            kept[index] = True
+        with_it = measure()
+        if with_it > limit:
+            for index in block:
+                kept[index] = False
+            break
+        removed.pop()
+        dropped -= count
+        restored += count
+        total = with_it
+    return total, dropped, restored, pessimistic
+
+
+def _drop_exchanges(
+    history: Sequence[Message],
+    kept: list[bool],
+    counts: Sequence[int],
+    starts: Sequence[int],
     step: int,
     limit: int,
     total: int,
@@ -207,10 +247,6 @@ def _drop_exchanges(
     conversation has grown by about a step again. Where the next point would leave no earlier
     exchange at all (the current turn fills the context), they go one at a time instead.
     """
-    counts = [model.count_message(message) for message in history]
-    starts = [0]
-    for count in counts:
-        starts.append(starts[-1] + count)
     pieces = exchange_pieces(history)  # oldest first, so their starts increase
     dropped, next_piece, exact = 0, 0, True
     while total > limit and next_piece < len(pieces):

@@ -949,10 +949,3 @@ def _as_int(value: Any) -> int | None:
     if isinstance(value, str) and value.strip().lstrip("#").isdigit():
         return int(value.strip().lstrip("#"))
     return None
-
-
-def should_offer(earlier_messages: Sequence[Message]) -> bool:
-    """Offered whenever the session has earlier messages, with or without a workspace: a paste
-    the summary covered must stay readable in a chat with no folder (ADR 0141 also asked for
-    other tools; docs/decisions.md, "Conversation history", says why that no longer holds)."""
-    return len(earlier_messages) > 0

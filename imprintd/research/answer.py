@@ -39,6 +39,9 @@ class FinalAnswer(msgspec.Struct, frozen=True, kw_only=True):
     sources: tuple[SourceRef, ...] = ()
     #: What a reasoning model thought before it wrote the answer (streamed, stored, never text).
     reasoning: str = ""
+    #: The answer as later prompts render it: ``text`` without the coverage and Sources the
+    #: daemon appended (``Message.model_text``).
+    model_text: str = ""
 
 
 async def final_answer(
@@ -116,6 +119,7 @@ async def final_answer(
         _stream_rest(events, written, text)
     else:
         text = written
+    model_text = text
     if coverage:
         addition = "\n\n" + coverage
         events.text(addition)
@@ -126,7 +130,9 @@ async def final_answer(
         addition = "\n\n" + citations.sources_block(refs)
         events.text(addition)
         text += addition
-    return FinalAnswer(text=text, sources=tuple(refs), reasoning=completion.reasoning if completion else "")
+    return FinalAnswer(
+        text=text, sources=tuple(refs), reasoning=completion.reasoning if completion else "", model_text=model_text
+    )
 
 
 def cut_off_note(max_tokens: int) -> str:

@@ -410,18 +410,27 @@ class _Loop:
                 # (an oversized result is not analyzed a second time).
                 # Notes see the result itself, so a repeat merges with the first into one note.
                 self.outcome.steps.append(ToolStepRecord(call=call, result=result, analysis=self.analyzed.get(key)))
-                self.outcome.exchange.append(msg.tool_result(call, f"{REPEATED}\n{result.text}"))
-                self.current.append(msg.tool_result(call, f"{REPEATED}\n{self.shown[key]}"))
+                self._shown(call, f"{REPEATED}\n{result.text}", f"{REPEATED}\n{self.shown[key]}")
                 continue
-            self.outcome.exchange.append(msg.tool_result(call, result.text))
             shown, analysis = await self._for_prompt(call, result)
             self.outcome.steps.append(ToolStepRecord(call=call, result=result, analysis=analysis))
             if key in self.results:
                 self.shown[key] = shown
                 if analysis is not None:
                     self.analyzed[key] = analysis
-            self.current.append(msg.tool_result(call, shown))
+            self._shown(call, result.text, shown)
         return found_new
+
+    def _shown(self, call: ToolCall, text: str, shown: str) -> None:
+        """A result as the model is shown it this round, and as it is stored: the user keeps the
+        tool's own ``text``; ``model_text`` keeps what the model read (numbered, analyzed or
+        clipped), so the next reply's prompt repeats this one token for token and the model's
+        saved state serves it (docs/decisions.md, "A prompt that stays put")."""
+        self.current.append(msg.tool_result(call, shown))
+        stored = msg.tool_result(call, text)
+        if shown != text:
+            stored = msgspec.structs.replace(stored, model_text=shown)
+        self.outcome.exchange.append(stored)
 
     async def _run(self, call: ToolCall, tools: dict[str, Tool], key: str) -> ToolResult:
         """Run ``call``; its result is kept under ``key`` for an identical call (unknown tools are not)."""

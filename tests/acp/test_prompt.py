@@ -139,7 +139,7 @@ async def test_mcp_servers_are_accepted_and_logged_as_unused(agent, stub, worksp
     assert (await ask(agent, session.session_id, acp.text_block("Hi"))).stop_reason == "end_turn"
     assert "offered MCP servers (files); imprintd does not use MCP servers" in agent.log()
     offered = {tool["function"]["name"] for tool in stub.requests[-1]["tools"]}
-    assert offered == {"search", "read_file"}  # the workspace tools only; nothing from the MCP server
+    assert offered == {"search", "read_file", "conversation_history"}  # nothing from the MCP server
 
 
 async def test_bad_prompts_are_answered_with_errors_naming_what_was_wrong(agent, stub, workspace):

@@ -1,5 +1,6 @@
-"""Fitting (ADR 0140): earlier research goes first and only as much as must, then whole
-exchanges oldest first; the current turn stays; the cost stays bounded."""
+"""Fitting (ADR 0140): earlier research goes first, then whole exchanges oldest first, both at
+fixed drop points so a growing session's prompts only append between them; the current turn
+stays; the cost stays bounded."""
 
 from __future__ import annotations
 
@@ -100,7 +101,8 @@ def test_only_the_oldest_tool_exchange_goes_when_that_suffices():
 
     fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=MAX_TOKENS)
 
-    assert fitted.measurements == model.prompt_counts == 2
+    # The start, the system prompt for the drop step, and the result.
+    assert fitted.measurements == model.prompt_counts == 3
     assert fitted.fits
     assert kept_history(fitted, current) == [a[0], a[3], *b]
     assert (fitted.dropped_tool_exchanges, fitted.dropped_exchanges) == (1, 0)
@@ -167,13 +169,11 @@ def test_every_budget_leaves_a_well_formed_minimal_history():
         assert_well_formed(kept)
         if fitted.dropped_exchanges:
             assert not any(m.is_tool_exchange for m in kept), "conversation dropped before research"
-        # Only as much as must: one more token of context never drops more.
-        dropped = fitted.dropped_tool_exchanges + fitted.dropped_exchanges
-        if previous_dropped is not None:
-            assert dropped <= previous_dropped
-        previous_dropped = dropped
+        # Up to the first drop point at which the rest fits, no further.
+        assert fitted.messages == ideal_fit(model, history, current), n_ctx
+        previous_dropped = fitted.dropped_tool_exchanges + fitted.dropped_exchanges
         assert fitted.prompt_tokens == total(model, fitted.messages)
-        assert fitted.measurements <= 4
+        assert fitted.measurements <= previous_dropped + fitted.restored + 4
     assert previous_dropped == 0
 
 
@@ -264,22 +264,36 @@ def test_measurements_stay_bounded_when_counts_are_not_additive():
     assert most > 2  # an optimistic running total was caught by the exact count, and removal went on
 
 
+def points(starts: list[int], step: int) -> range:
+    """The drop points past each of ``starts``, in order."""
+    if not starts:
+        return range(0)
+    return range((min(starts) // step + 1) * step, (max(starts) // step + 1) * step + 1, step)
+
+
 def ideal_fit(model, history, current) -> list[Message]:
-    """Brute force: the fewest tool exchanges, oldest first, that must go; if all of them are not
-    enough, the whole exchanges starting before the first drop point (a multiple of half the
-    room beside the system prompt) at which the rest fits."""
+    """Brute force: the tool exchanges starting before the first drop point (a multiple of half
+    the room beside the system prompt) at which the rest fits; if all of them are not enough,
+    the whole exchanges starting before the first drop point at which the rest fits."""
     kept = [True] * len(history)
 
     def fitting() -> list[Message] | None:
         messages = [SYSTEM, *(m for m, keep in zip(history, kept, strict=False) if keep), *current]
         return messages if model.count_prompt(messages) + MAX_TOKENS <= model.n_ctx else None
 
-    for piece in [[], *research_pieces(history)]:
-        for index in piece:
-            kept[index] = False
+    if (messages := fitting()) is not None:
+        return messages
+    step = max(1, (model.n_ctx - MAX_TOKENS - model.count_prompt([SYSTEM])) // 2)
+    research = research_pieces(history)
+    research_starts = [sum(model.count_message(m) for m in history[: piece[0]]) for piece in research]
+    # Skewed per-message counts can be negative: the points run from the lowest start on.
+    for point in points(research_starts, step):
+        for start, piece in zip(research_starts, research, strict=True):
+            if start < point:
+                for index in piece:
+                    kept[index] = False
         if (messages := fitting()) is not None:
             return messages
-    step = max(1, (model.n_ctx - MAX_TOKENS - model.count_prompt([SYSTEM])) // 2)
     starts = [sum(model.count_message(m) for m in history[: piece[0]]) for piece in exchange_pieces(history)]
     for point in range(step, starts[-1] + step + 1, step):
         for start, piece in zip(starts, exchange_pieces(history), strict=True):
@@ -364,3 +378,62 @@ def test_dropping_one_exchange_at_a_time_would_change_the_prompt_every_reply(mon
     kept = replies_of_a_growing_session(StandInModel(n_ctx=1200), 40)
     changed = sum(after[: len(before)] != before for before, after in zip(kept, kept[1:], strict=False))
     assert changed >= 25
+
+
+def research_session(model, replies: int) -> list[tuple[list[Message], list[Message]]]:
+    """A growing research session: each reply asks, searches once (a result of about 500 tokens)
+    and answers. Each reply's prompt of its last round and what the reply added to the history."""
+    history: list[Message] = []
+    rounds = []
+    for n in range(replies):
+        call = ToolCall(id=f"call_look{n}", name="search", arguments={"query": f"topic {n}"})
+        current = [
+            user(f"question {n}: " + text(25)),
+            assistant("", tool_calls=(call,)),
+            tool_result(call, text(500, "r")),
+        ]
+        fitted = fit_prompt(model, system=SYSTEM, history=history, current=current, max_tokens=512)
+        assert fitted.fits
+        answer = assistant(f"answer {n}: " + text(40))
+        rounds.append((fitted.messages, [*current, answer]))
+        history = history + current + [answer]
+    return rounds
+
+
+def reevaluated_shares(model, rounds) -> list[float]:
+    """Per reply after the first: the share of its prompt's tokens past the longest prefix it shares
+    with the reply before's prompt and answer (what a saved model state would not serve)."""
+    shares = []
+    for (before, added), (after, _) in zip(rounds, rounds[1:], strict=False):
+        held = [*before, added[-1]]
+        common = 0
+        while common < min(len(held), len(after)) and held[common] == after[common]:
+            common += 1
+        served = model.count_prompt(after[:common]) - 3  # less the generation prompt
+        shares.append(1 - served / model.count_prompt(after))
+    return shares
+
+
+def test_a_research_session_only_appends_after_its_tool_exchanges_are_dropped():
+    model = StandInModel(n_ctx=4096)
+    rounds = research_session(model, 20)
+    shares = reevaluated_shares(model, rounds)
+    first_drop = next(i for i, (messages, _) in enumerate(rounds) if len(messages) < 1 + 4 * i + 3)
+    assert 3 <= first_drop <= 8  # the session did outgrow the context
+    after = shares[first_drop:]
+    # Between drop points a reply evaluates only its own question, look and the answer before it
+    # (about 0.2 here); a block of tool exchanges (half the room) goes every two or three replies.
+    # Dropped one at a time, the share is 0.6-0.99 on every reply after the first drop (below).
+    appended = [share for share in after if share < 0.25]
+    assert len(appended) >= 0.6 * len(after), [round(share, 2) for share in shares]
+    assert sum(after) / len(after) <= 0.4, [round(share, 2) for share in shares]
+
+
+def test_tool_exchanges_dropped_one_at_a_time_would_change_the_prompt_every_reply(monkeypatch):
+    from imprintd.context import fitting
+
+    monkeypatch.setattr(fitting, "drop_step", lambda *args: 1)  # the rule before drop points
+    model = StandInModel(n_ctx=4096)
+    rounds = research_session(model, 20)
+    shares = reevaluated_shares(model, rounds)
+    assert sum(shares[4:]) / len(shares[4:]) > 0.6, [round(share, 2) for share in shares]

@@ -17,7 +17,6 @@ from imprintd.context.history import (
     HistoryError,
     is_first_look,
     search_by_scan,
-    should_offer,
 )
 from imprintd.messages import Message, ToolCall, assistant, tool_result, user
 from imprintd.tools.base import ToolError, ToolResult
@@ -263,11 +262,6 @@ async def test_tool_takes_a_number_written_as_text():
     assert result.text.startswith("#3 user")
     # null is "not given", and 3.0 is 3
     assert (await tool.run({"message": 3.0, "offset": None, "query": None})).text == result.text
-
-
-def test_offered_whenever_there_are_earlier_messages():
-    assert should_offer(session())
-    assert not should_offer([])
 
 
 def test_strategy_line():

@@ -17,7 +17,9 @@ from pygls.exceptions import JsonRpcException
 from tests.helpers import estimated_prompt
 from tests.openai_stub import StubReply
 
-N_CTX = 2048
+#: Room for the coordinator with every tool (conversation_history is offered from the first reply
+#: on) and the reread tool beside an analyzed 30,000-character paste.
+N_CTX = 2304
 MAX_TOKENS = 256
 #: Output tokens of a worker's notes (ADR 0093's limit, sections.NOTES_MAX_TOKENS).
 NOTES_MAX_TOKENS = 384
@@ -33,7 +35,7 @@ ANALYZING = re.compile(r"Analyzing section (\d+) of (\d+)")
 
 @pytest.fixture
 def daemon_env(daemon_env, request):
-    """The shared environment with a 2,048-token context and a 256-token answer allowance;
+    """The shared environment with a 2,304-token context and a 256-token answer allowance;
     a test may add more through indirect parametrization."""
     env = dict(daemon_env)
     env.update({"IMPRINT_CHAT_N_CTX": str(N_CTX), "IMPRINT_CHAT_MAX_TOKENS": str(MAX_TOKENS)})

@@ -60,7 +60,7 @@ async def test_the_model_may_still_search_and_read_more(model, workspace):
     model.queue(tool_turn(call("read_file", path="docs/deploy.md")), "Rollouts take 5 minutes.")
     await ask(chat, "How long do billing rollouts take?", workspace=workspace)
     first, second = model.requests
-    assert [t.name for t in first.tools] == ["search", "read_file"]
+    assert [t.name for t in first.tools] == ["search", "read_file", "conversation_history"]
     assert first_look_exchange(first) is not None and first_look_exchange(second) is not None
     assert "Rollouts take 5 minutes." in second.messages[-1].content
 
