@@ -38,6 +38,9 @@ class WatchedModel(StandInModel):
     def count_prompt(self, messages, tools=()):
         return self._counted("count_prompt", super().count_prompt, messages, tools)
 
+    def count_text(self, text):
+        return self._counted("count_text", super().count_text, text)
+
     async def complete(self, messages, tools=(), **options):
         self.inside += 1
         try:
@@ -97,6 +100,25 @@ async def test_a_reply_counts_renders_and_stores_off_the_event_loop(workspace, w
     model.queue(*[reply] * (len(calls) + 4))
     outcome, _ = await ask(chat, "Which port does billing use?", workspace=workspace)
     assert outcome.stop_reason == "token_budget"  # research rounds, tool results, the final answer
+    assert model.on_loop == [], "\n".join(model.on_loop)
+    assert store_calls_on_loop == [], "\n".join(store_calls_on_loop)
+
+
+async def test_the_first_look_fits_its_hits_off_the_event_loop(workspace, watched_stores):
+    model = WatchedModel()
+    model.on_loop = []
+    model.loop_thread = threading.current_thread()
+    store_calls_on_loop, loop_thread = watched_stores
+    loop_thread.append(threading.current_thread())
+    # n_ctx small enough that the look's share holds fewer hits than the search found: the
+    # result is rendered and counted again for each hit left out.
+    chat = make_chat(model, **{"chat.first_look": True, "chat.n_ctx": 2048, "chat.max_tokens": 256})
+    model.n_ctx = 2048
+    model.queue("Billing listens on port 8101 [1].")
+    await ask(chat, "Which port does the billing service deploy and listen on?", workspace=workspace)
+    first_prompt = model.requests[0].text
+    assert "Which port does the billing service deploy and listen on?" in first_prompt
+    assert "[1]" in first_prompt  # the look's numbered hits reached the model
     assert model.on_loop == [], "\n".join(model.on_loop)
     assert store_calls_on_loop == [], "\n".join(store_calls_on_loop)
 

@@ -30,6 +30,7 @@ import msgspec
 
 from imprintd.context.history import FIRST_LOOK_CALL_PREFIX, is_stopword
 from imprintd.messages import Message
+from imprintd.offload import in_worker
 from imprintd.tools.base import Hit, Tool, ToolError, ToolResult
 from imprintd.tools.index import binding_of
 from imprintd.tools.workspace import SearchTool, format_hits
@@ -182,6 +183,19 @@ class FirstLookSearch:
         question = " ".join(self._question.split())
         if len(question) > ASK_AGAIN_CHARS:
             question = question[: ASK_AGAIN_CHARS - 1] + "…"
+        # Each try renders and counts the whole result: a worker's work, not the event loop's.
+        return await in_worker(self._fit, result, hits, words, best, definitions, question)
+
+    def _fit(
+        self,
+        result: ToolResult,
+        hits: list[Hit],
+        words: list[str],
+        best: list[str],
+        definitions: dict[str, Hit],
+        question: str,
+    ) -> ToolResult:
+        """The result with the lowest-ranked hits left out until it fits the look's share."""
         while True:
             shown_best, bindings = best_lines_text(best, definitions)
             footer = "\n\n".join(part for part in (shown_best, f"{ASK_AGAIN} {question}") if part)
