@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 
 from imprintd.context.history import K1, B, query_terms
-from imprintd.context.history_index import WORD, stem
+from imprintd.context.history_index import stem
 from imprintd.store import FoundMessage, Store
 
 #: Results per page, by default and at most.
@@ -151,8 +151,8 @@ def snippet(text: str, start: int, end: int, wanted: set[str], width: int = SNIP
 
     A message found only by its date or a tool call's arguments starts at the window's start.
     """
-    is_wanted = _matcher(wanted)
-    first = next((m for m in WORD.finditer(text, start, end) if is_wanted(m.group())), None)
+    wanted_words = _wanted_words(wanted)
+    first = next(wanted_words(text, start, end), None)
     focus = first.start() if first else start
     begin = max(0, focus - width // 3)
     finish = min(len(text), begin + width)
@@ -163,9 +163,7 @@ def snippet(text: str, start: int, end: int, wanted: set[str], width: int = SNIP
         finish -= 1
     parts: list[SnippetPart] = []
     cursor = begin
-    for match in WORD.finditer(text, begin, finish):
-        if not is_wanted(match.group()):
-            continue
+    for match in wanted_words(text, begin, finish):
         if match.start() > cursor:
             parts.append(SnippetPart(_one_line(text[cursor : match.start()]), False))
         parts.append(SnippetPart(match.group(), True))
@@ -179,15 +177,19 @@ def snippet(text: str, start: int, end: int, wanted: set[str], width: int = SNIP
     return tuple(parts)
 
 
-def _matcher(wanted: set[str]) -> Callable[[str], bool]:
-    """Whether a word's stem is ``wanted``. Stemming is the slow part of a snippet, and a stem keeps
-    its word's first two letters (Snowball changes endings only), so other words are not stemmed."""
-    starts = tuple({term[:2] for term in wanted})
+def _wanted_words(wanted: set[str]) -> Callable[[str, int, int], Iterator[re.Match[str]]]:
+    """The words (as the index splits them) of ``text[start:end]`` whose stem is ``wanted``. Stemming is the slow
+    part of a snippet, and a stem keeps its word's first two letters (Snowball changes endings
+    only), so one regex finds the words starting so and only those are stemmed."""
+    if not wanted:
+        return lambda text, start, end: iter(())
+    starts = "|".join(sorted({re.escape(term[:2]) for term in wanted}))
+    candidate = re.compile(rf"(?<![^\W_])(?:{starts})[^\W_]*", re.IGNORECASE)
 
-    def is_wanted(word: str) -> bool:
-        return word.lower().startswith(starts) and stem(word) in wanted
+    def found(text: str, start: int, end: int) -> Iterator[re.Match[str]]:
+        return (m for m in candidate.finditer(text, start, end) if stem(m.group()) in wanted)
 
-    return is_wanted
+    return found
 
 
 def _one_line(text: str) -> str:
