@@ -181,7 +181,8 @@ async def test_a_multi_section_paste_is_analyzed_and_answered_on_the_embedded_mo
     assert sections >= 2
     assert model.requests[:sections] == workers  # every section is read before the coordinator
     assert coordinator is not None and not is_worker(coordinator)
-    assert [tool.name for tool in coordinator.tools] == ["read_chat_section"]  # no workspace: only the reread
+    # No workspace: the reread, beside conversation_history (offered from a session's first reply on).
+    assert [tool.name for tool in coordinator.tools] == ["conversation_history", "read_chat_section"]
     assert coordinator.messages[-1].content.startswith("[Section analysis]")
     assert all(not is_worker(r) for r in later)
     assert coordinator.prompt_tokens + MAX_TOKENS <= N_CTX
