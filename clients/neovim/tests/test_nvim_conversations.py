@@ -86,9 +86,11 @@ def test_rename_export_and_compact_the_open_session(editor, stub, tmp_path):
     text = target.read_text(encoding="utf-8")
     assert text.startswith("# Staging notes\n") and "## You (#3)\n\nWhat about topic three?" in text
 
+    # The chat buffer is Markdown too, so wait for the new tab, not for a filetype.
     editor.command("ImprintExport")
-    editor.wait("vim.bo.filetype == 'markdown'", "the export buffer")
+    editor.wait("vim.fn.tabpagenr('$') == 2", "the export buffer's tab")
     assert editor.lua("return vim.api.nvim_buf_get_lines(0, 0, 1, false)[1]") == "# Staging notes"
+    assert editor.lua("return vim.bo.filetype") == "markdown"
 
     editor.command("ImprintCompact")
     editor.wait(
