@@ -233,6 +233,7 @@ def load() -> RuleSet:
             pattern = pattern.replace(_GITLEAKS_END_OF_TOKEN, _END_OF_TOKEN)
         try:
             regex, lead = _without_lead(compile_go(pattern))
+            regex, head = _over_lines_one_way(regex)
             keywords = tuple(word.lower() for word in spec.get("keywords", ()))
             rules.append(
                 Rule(
@@ -241,7 +242,7 @@ def load() -> RuleSet:
                     lead=lead,
                     anchored=_starts_with_one_of(regex, keywords),
                     reach=_assignment_reach(regex),
-                    head=_head_before_any_lines(regex),
+                    head=head,
                     keywords=keywords,
                     entropy=float(spec.get("entropy", 0.0)),
                     secret_group=int(spec.get("secretGroup", 0)),
@@ -283,11 +284,27 @@ _OPERATOR = re.compile(r"[=>:|?,]")
 #: "Anything, then up to five more lines of anything" after a word, as the curl rules have it
 #: (greedy or lazy): the costliest tries, each reading its whole window.
 _ANY_LINES = re.compile(r"(\\b\w+\\b)\(\?:\.\*(\??)\|\.\*\2\(\?:\[\\r\\n\]\{1,2\}\.\*\2\)\{1,5\}\)")
+#: The same lines read one way: "." takes every CR, a line break is one LF or two.
+_LINES_ONE_WAY = r"(?:.*{lazy}|.*{lazy}(?:\n\n?.*{lazy}){{1,5}})"
 
 
-def _head_before_any_lines(regex: re.Pattern[str]) -> re.Pattern[str] | None:
+def _over_lines_one_way(regex: re.Pattern[str]) -> tuple[re.Pattern[str], re.Pattern[str] | None]:
+    """``regex`` with its "anything over up to five lines" read one way, and the part before it
+    (``Rule.head``); ``regex`` and None when it has no such part.
+
+    gitleaks' ``(?:.*|.*(?:[\r\n]{1,2}.*){1,5})`` lets both ``.`` and ``[\r\n]`` take a CR, so
+    a try over n CRs walks on the order of n**5 ways to split them before it fails: "curl" and
+    40 CRs took 4 s, 80 took hours (RE2 never backtracks; Python's ``re`` does). Rewritten, the
+    same strings match (a break of one or two characters holding a LF is a LF or two, its CRs
+    taken by ``.``), and each end of the part is reached in at most 2**5 ways. A try finds
+    the same match as before, except that of two flags on later lines the lazy ``-H`` rule may
+    now report the earlier where a CR made gitleaks' order report the later (both are found).
+    """
     found = _ANY_LINES.match(regex.pattern)
-    return re.compile(found.group(1), regex.flags) if found else None
+    if found is None:
+        return regex, None
+    one_way = found.group(1) + _LINES_ONE_WAY.format(lazy=found.group(2)) + regex.pattern[found.end() :]
+    return re.compile(one_way, regex.flags), re.compile(found.group(1), regex.flags)
 
 
 def _assignment_reach(regex: re.Pattern[str]) -> int:

@@ -1,0 +1,190 @@
+"""Hostile text costs redaction bounded work (issue 35, SECURITY.md "Bounds"): the curl rules
+read line breaks one way, and a session's covered material is redacted once, not every reply."""
+
+from __future__ import annotations
+
+import re._constants as sre  # noqa: PLC2701 (the parse tree of a rule's pattern)
+import re._parser as sre_parse  # noqa: PLC2701
+from collections import Counter
+
+import pytest
+
+from imprintd import secret_rules
+
+_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def _ways(items, text: str, start: int) -> Counter[int]:  # noqa: ANN001 (a parse tree: no public type)
+    """For each end, the number of ways the pattern ``items`` reads ``text[start:end]``.
+
+    Python's ``re`` tries every one of these ways before it gives up on a place: their count is
+    the work a failed try does, counted instead of timed.
+    """
+    ends = Counter({start: 1})
+    for op, av in items:
+        following: Counter[int] = Counter()
+        for position, count in ends.items():
+            for end, more in _item_ways(op, av, text, position).items():
+                following[end] += count * more
+        ends = following
+    return ends
+
+
+def _item_ways(op, av, text: str, position: int) -> Counter[int]:  # noqa: ANN001, C901, PLR0911
+    char = text[position] if position < len(text) else None
+    if op is sre.LITERAL:
+        return Counter({position + 1: 1}) if char is not None and ord(char) == av else Counter()
+    if op is sre.ANY:
+        return Counter({position + 1: 1}) if char is not None and char != "\n" else Counter()
+    if op is sre.IN:
+        if char is None:
+            return Counter()
+        negate = any(kind is sre.NEGATE for kind, _ in av)
+        inside = any(
+            (kind is sre.LITERAL and ord(char) == value) or (kind is sre.RANGE and value[0] <= ord(char) <= value[1])
+            for kind, value in av
+        )
+        if not all(kind in (sre.LITERAL, sre.RANGE, sre.NEGATE) for kind, _ in av):
+            raise NotImplementedError(av)
+        return Counter({position + 1: 1}) if inside != negate else Counter()
+    if op is sre.AT and av is sre.AT_BOUNDARY:
+        before = position > 0 and text[position - 1] in _WORD
+        return Counter({position: 1}) if before != (char is not None and char in _WORD) else Counter()
+    if op is sre.SUBPATTERN:
+        return _ways(av[3], text, position)
+    if op is sre.BRANCH:
+        total: Counter[int] = Counter()
+        for branch in av[1]:
+            total.update(_ways(branch, text, position))
+        return total
+    if op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
+        low, high, inner = av
+        total, ends, times = Counter(), Counter({position: 1}), 0
+        while ends and (high is sre.MAXREPEAT or times < high):
+            if times >= low:
+                total.update(ends)
+            following: Counter[int] = Counter()
+            for at, count in ends.items():
+                for end, more in _ways(inner, text, at).items():
+                    following[end] += count * more
+            ends, times = following, times + 1
+        if times >= low:
+            total.update(ends)
+        return total
+    raise NotImplementedError(op)
+
+
+def _curl_rules() -> list[secret_rules.Rule]:
+    return [rule for rule in secret_rules.load().rules if rule.id.startswith("curl")]
+
+
+def _before_the_flag(rule: secret_rules.Rule):  # noqa: ANN202
+    """The rule's pattern up to where its ``-H``/``-u`` flag starts: ``curl`` and the lines after it."""
+    items = list(sre_parse.parse(rule.regex.pattern, rule.regex.flags))
+    cut = next(index for index, (op, _) in enumerate(items) if op in (sre.SUBPATTERN, sre.BRANCH))
+    return items[: cut + 1]
+
+
+#: Line breaks of every mix: CR LF, CR alone, blank CR LF lines, lines of only CR, LF runs.
+BREAKS = {
+    "CR LF": "x\r\n",
+    "CR LF twice": "\r\n\r\n",
+    "CR alone": "x\r",
+    "a line of CRs": "\r\r\r\r\r\r\r\r\n",
+    "CRs on one line": "\r",
+    "LF CR": "\n\r",
+    "LF twice": "\n\n",
+}
+
+
+@pytest.mark.parametrize("name", BREAKS)
+def test_the_curl_rules_read_line_breaks_a_bounded_number_of_ways(name: str) -> None:
+    # gitleaks' "(?:.*|.*(?:[\r\n]{1,2}.*){1,5})" lets "." and "[\r\n]" both take a CR: a try
+    # on "curl" and 40 CRs walked millions of ways (seconds; 80 CRs: hours). Read one way
+    # (up to a run of LFs split in pairs), each try costs its text's length.
+    for rule in _curl_rules():
+        prefix = _before_the_flag(rule)
+        most = []
+        for repeat in (10, 40):
+            ways = _ways(prefix, "curl " + BREAKS[name] * repeat + "-x", 0)
+            assert ways, (rule.id, name)
+            most.append(max(ways.values()))
+        assert most[1] <= 2**5, (rule.id, name, most)  # 5 lines on, each "\n\n" or "\n", "\n"
+        assert most[1] == most[0], (rule.id, name, most)  # 4 times the text: no more ways to an end
+
+
+#: Some of gitleaks' own samples for its curl rules (cmd/generate/config/rules/curl.go, v8.30.1:
+#: true positives, then false positives), read here with each of their line-break styles.
+CURL_FOUND = [
+    "curl --cacert ca.crt -u elastic:P@ssw0rd$1 https://localhost:9200",
+    "sh-5.0$ curl -k -X POST https://infinispan:11222/rest/v2/caches/default/hello \\\n  -H 'Content-type: text/plain' \\\n"
+    "  -d 'world' \\\n  -u developer:yqDVtkqPECriaLRi",
+    "curl -s --user 'api:d2LkV78zLx!t' \\\n    https://api.mailgun.net/v2/sandbox91d3515882ecfaa1c65be642.mailgun.org/messages",
+    "$ curl https://api.dropbox.com/oauth2/token \\\n  --user c28wlsosanujy2z:qgsnai0xokrw4j1 --data grant_type=authorization_code",
+    'curl -X POST -H "Content-Type: application/json" \\\n -H "Authorization: Basic '
+    'MzUzYjMwMmM0NDU3NGY1NjUwNDU2ODdlNTM0ZTdkNmE6Mjg2OTI0Njk3ZTYxNWE2NzJhNjQ2YTQ5MzU0NTY0NmM=" \\\n'
+    '  -d \'{"user":{"emailAddress":"test@example.com"}, "password":"password"}\' \\\n'
+    "  'http://localhost:8080/oauth2-provider/v1.0/users'",
+    'curl https://api.openai.com/v1/chat/completions \\\n  -H "Content-Type: application/json" \\\n'
+    '  -H "Authorization: Bearer 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" \\',
+    'curl -X GET "https://api.cloudflare.com/client/v4/user/tokens/verify" \\\n'
+    '     -H "Authorization: Bearer _FXNljbSRYMWx3TWrd7lgKhLtVZX6iskC8Wcbb4b" \\\n     -H "Content-Type:application/json"',
+    'curl -X GET \\\n     -H "apikey: c4ed6c21-9dd5-4a05-8e3f-c56d1151cce8" \\\n     -H "Accept: application/json" \\',
+    'curl -X GET https://octopus.corp.net/\n     -H "X-Octopus-ApiKey: 3a16750d-d363-41a4-8ebd-035408f7730f" \\',
+]
+CURL_LEFT = [
+    "curl -i -u 'test:test'",
+    'curl \\\n  -H "Authorization: Bearer <Openverse API token>" \\\n  "https://api.openverse.org/v1/audio/?q=test"',
+    'curl -X GET \\\n     -H "apikey: $API_KEY" \\\n     -H "Accept: $FORMAT" \\\n"$API_URL/rest/v1/stats_derniere_labellisation"',
+    '   curl -X GET --insecure --user "username:password" \\',
+]
+LINE_ENDS = {"LF": "\n", "CR LF": "\r\n", "CR": "\r", "LF CR": "\n\r", "CR LF twice": "\r\n\r\n"}
+
+
+@pytest.mark.parametrize("ends", LINE_ENDS)
+def test_gitleaks_curl_samples_are_found_as_gitleaks_finds_them(ends: str) -> None:
+    import dataclasses
+    import tomllib
+
+    rule_set = secret_rules.load()
+    curls = tuple(_curl_rules())
+    specs = {spec["id"]: spec for spec in tomllib.loads(secret_rules._DATA.read_text())["rules"]}
+    as_gitleaks = dataclasses.replace(
+        rule_set,
+        rules=tuple(
+            dataclasses.replace(rule, regex=secret_rules.compile_go(specs[rule.id]["regex"]), keywords=(), head=None)
+            for rule in curls
+        ),
+    )
+    only_curls = dataclasses.replace(rule_set, rules=curls)
+    for sample in CURL_FOUND + CURL_LEFT:
+        text = sample.replace("\n", LINE_ENDS[ends])
+        found = sorted(secret_rules.find(text, only_curls))
+        assert found == sorted(secret_rules.find(text, as_gitleaks)), (ends, text)
+        if ends != "CR LF twice":  # a blank line between each: the flag may stand past the five lines
+            assert bool(found) == (sample in CURL_FOUND), (ends, text)
+
+
+def test_a_curl_try_matches_where_gitleaks_pattern_matches() -> None:
+    # The same strings match: on random commands of flags, values and line breaks of every
+    # mix, a try matches exactly where gitleaks' pattern does; the greedy "-u" rule's match is
+    # the same, and the lazy "-H" rule's is one of its matches (see _over_lines_one_way).
+    import random
+    import tomllib
+
+    specs = {spec["id"]: spec for spec in tomllib.loads(secret_rules._DATA.read_text())["rules"]}
+    pieces = ["curl", " ", "x", "\r", "\n", "\r\n", "\n\n", "\r\r", " -u ", " -H ", "\n-u ", "\r-H ", " --user="]
+    pieces += ["adm1n:Pa55w0rdXyZq ", "'svc:Zk9pQ2xBbm5Z' ", '"Authorization: Basic dXNlcjpQYTU1dzByZFh5Wg==" ']
+    pieces += ["'X-Api-Key: abcdefgh1234' ", "u:p ", "a:bcd"]
+    rng, matched = random.Random(35), 0
+    for rule in _curl_rules():
+        gitleaks = secret_rules.compile_go(specs[rule.id]["regex"])
+        for _ in range(1500):
+            text = "curl" + "".join(rng.choice(pieces) for _ in range(rng.randint(1, 24)))
+            ours, theirs = rule.regex.match(text), gitleaks.match(text)
+            assert (ours is None) == (theirs is None), (rule.id, text)
+            if ours is not None and theirs is not None:
+                matched += 1
+                if rule.id == "curl-auth-user":
+                    assert (ours.span(), ours.groups()) == (theirs.span(), theirs.groups()), text
+    assert matched > 500
