@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import string
 from collections.abc import Sequence
 
 from imprintd import secret_rules
@@ -57,19 +58,28 @@ _BASE64_LAST_LINE = re.compile(r"[A-Za-z0-9+/=]+")
 
 # -- provider keys by shape ---------------------------------------------------------------------
 # Each needs a boundary before it, so that a key-shaped piece inside a longer word is left alone.
+# The boundary is checked after the key's first letters (``_after``): a pattern that starts with
+# a literal is searched for in C, one that starts with a lookbehind is tried at every character.
 _B = r"(?<![A-Za-z0-9_\-])"
+
+
+def _after(start: str) -> str:
+    """``start``, not preceded by a key character: ``_B + start`` with the boundary checked after it."""
+    return start + r"(?<![A-Za-z0-9_\-]" + start + ")"
+
+
 _SHAPES = re.compile(
     "|".join(
         (
             # OpenAI (sk-, sk-proj-, sk-ant- …): long, and with a digit, so "sk-learn" stays.
-            _B + r"sk-(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{20,}",
-            _B + r"gh[pousr]_[A-Za-z0-9]{20,}",
-            _B + r"github_pat_[A-Za-z0-9_]{20,}",
-            _B + r"xox[baprs]-[A-Za-z0-9\-]{10,}",
-            r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b",
-            _B + r"AIza[0-9A-Za-z_\-]{30,}",
+            _after("sk-") + r"(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{20,}",
+            _after("gh") + r"[pousr]_[A-Za-z0-9]{20,}",
+            _after("github_pat_") + r"[A-Za-z0-9_]{20,}",
+            _after("xox") + r"[baprs]-[A-Za-z0-9\-]{10,}",
+            r"(?:AKIA|ASIA)(?<!\w....)[A-Z0-9]{16}\b",  # "\bAKIA…", the boundary checked after
+            _after("AIza") + r"[0-9A-Za-z_\-]{30,}",
             # JWT: header and payload are base64url JSON objects, so both start with "eyJ".
-            _B + r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}",
+            _after("eyJ") + r"[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}",
         )
     )
 )
@@ -171,7 +181,7 @@ def redact(text: str) -> str:
         text = _URL_PASSWORD.sub(_keep_lead, text)
     if "=" in text:
         text = _ASSIGN_QUERY.sub(_assignment, text)
-        text = _ASSIGN_EQ.sub(_assignment, text)
+        text = _assign_eq(text)
     if ":" in text:
         text = _ASSIGN_COLON.sub(_assignment, text)
         text = _PASSWORD_COLON.sub(_assignment, text)
@@ -226,6 +236,42 @@ def _rule_set_secrets(text: str) -> str:
             pieces.append(MARK)
         position = end
     pieces.append(text[position:])
+    return "".join(pieces)
+
+
+#: Where an ``_ASSIGN_EQ`` match's name may stand: a secret word's first letters, more name
+#: characters, the operator. Searched for in C (it starts with letters); the match is then tried
+#: only at the start of that name, so text dense in ``=`` does not try the name at every character.
+_EQ_HIT = re.compile(r"(?:pass|secret|token|api|access|private|client)[A-Za-z0-9_\-]*[\"']?[ \t]*=(?!=)", re.IGNORECASE)
+#: What ``[A-Za-z0-9_.\-]`` matches case-insensitively: ASCII, and four letters that fold to it.
+_NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_.-\u0130\u0131\u017f\u212a")
+#: ``_ASSIGN_EQ``'s lead before a name: ``--`` and a quote.
+_LEAD_CHARS = 3
+
+
+def _assign_eq(text: str) -> str:
+    """``_ASSIGN_EQ.sub(_assignment, text)``, trying the pattern only where ``_EQ_HIT`` finds a name.
+
+    A match's name is one run of name characters ending in a secret word and its operator, so
+    the leftmost match starts at the run of the first hit that has one (or at its lead), and no
+    run is walked twice: runs end at the operator that ends a hit.
+    """
+    pieces, done = [], 0
+    for hit in _EQ_HIT.finditer(text):
+        start = hit.start()
+        if start < done:
+            continue  # inside the last match's value: the search from its end would not start here
+        while start > done and text[start - 1] in _NAME_CHARS:
+            start -= 1  # the lookbehind rules out any start inside the run
+        for candidate in range(max(done, start - _LEAD_CHARS), start + 1):
+            match = _ASSIGN_EQ.match(text, candidate)
+            if match is not None:
+                pieces += (text[done : match.start()], _assignment(match))
+                done = match.end()
+                break
+    if not pieces:
+        return text
+    pieces.append(text[done:])
     return "".join(pieces)
 
 

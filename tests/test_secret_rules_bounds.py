@@ -3,6 +3,7 @@ read line breaks one way, and a session's covered material is redacted once, not
 
 from __future__ import annotations
 
+import re
 import re._constants as sre  # noqa: PLC2701 (the parse tree of a rule's pattern)
 import re._parser as sre_parse  # noqa: PLC2701
 from collections import Counter
@@ -188,3 +189,75 @@ def test_a_curl_try_matches_where_gitleaks_pattern_matches() -> None:
                 if rule.id == "curl-auth-user":
                     assert (ours.span(), ours.groups()) == (theirs.span(), theirs.groups()), text
     assert matched > 500
+
+
+def _dense_corpora() -> dict[str, str]:
+    keywords = sorted({keyword for rule in secret_rules.load().rules for keyword in rule.keywords})
+    units = {
+        "every keyword": " ".join(keywords) + " ",
+        "every keyword, =": "=".join(keywords) + "=",
+        "every keyword given a value": "".join(f"{k}=abcdefghijk123 " for k in keywords),
+        "key=abc": "key=abc ",
+    }
+    return {name: (unit * (200_000 // len(unit) + 1))[:200_000] for name, unit in units.items()}
+
+
+def _random_texts(pieces: list[str], count: int, seed: int) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    return ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 16))) for _ in range(count)]
+
+
+def test_assignments_tried_only_at_names_redact_as_the_whole_search_does() -> None:
+    # redact's "name = value" pattern is tried where a secret word's name and "=" stand
+    # (_assign_eq), no longer at every character: the same output on dense text and on
+    # random mixes of names, leads, quotes, operators and non-ASCII letters that fold to ASCII.
+    from imprintd import redact
+
+    pieces = ["password", "PASS", "pass", "Pass", "db", "_", "-", "--", ".", "token", "api", "key", "api_key"]
+    pieces += ["secret", "x", "1", "=", "==", '"', "'", " ", "\t", "\n", "?", "&", "é", "\u212a", "\u017f"]
+    pieces += ["<a>", "${X}", "abc", "compass", "client", "Secret", "access-key", "privateKey"]
+    texts = [*_dense_corpora().values(), *_random_texts(pieces, 30_000, 35)]
+    changed = 0
+    for text in texts:
+        expected = redact._ASSIGN_EQ.sub(redact._assignment, text)
+        assert redact._assign_eq(text) == expected, text[:200]
+        changed += expected != text
+    assert changed > 1_000
+
+
+def test_name_characters_are_what_the_assignment_pattern_takes_for_them() -> None:
+    import sys
+
+    from imprintd import redact
+
+    name = re.compile(r"[A-Za-z0-9_.\-]", re.IGNORECASE)
+    assert {chr(c) for c in range(sys.maxunicode + 1) if name.fullmatch(chr(c))} == redact._NAME_CHARS
+
+
+def test_key_shapes_with_the_boundary_after_their_start_find_what_they_found_before() -> None:
+    from imprintd import redact
+
+    boundary = r"(?<![A-Za-z0-9_\-])"
+    before = re.compile(
+        "|".join(
+            (
+                boundary + r"sk-(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{20,}",
+                boundary + r"gh[pousr]_[A-Za-z0-9]{20,}",
+                boundary + r"github_pat_[A-Za-z0-9_]{20,}",
+                boundary + r"xox[baprs]-[A-Za-z0-9\-]{10,}",
+                r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b",
+                boundary + r"AIza[0-9A-Za-z_\-]{30,}",
+                boundary + r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}",
+            )
+        )
+    )
+    pieces = ["sk-", "gh", "p_", "github_pat_", "xox", "b-", "AKIA", "ASIA", "AIza", "eyJ", ".", "a", "1", "_", "-"]
+    pieces += [" ", "é", "\n", "ABCDEFGHIJ0123456789", "abcdefghij"]
+    changed = 0
+    for text in [*_dense_corpora().values(), *_random_texts(pieces, 30_000, 36)]:
+        expected = before.sub(redact.MARK, text)
+        assert redact._SHAPES.sub(redact.MARK, text) == expected, text[:200]
+        changed += expected != text
+    assert changed > 1_000
