@@ -256,7 +256,8 @@ def _assign_eq(text: str) -> str:
     the leftmost match starts at the run of the first hit that has one (or at its lead), and no
     run is walked twice: runs end at the operator that ends a hit.
     """
-    pieces, done = [], 0
+    pieces: list[str] = []
+    done = 0
     for hit in _EQ_HIT.finditer(text):
         start = hit.start()
         if start < done:
