@@ -161,8 +161,27 @@ _REFERENCE = re.compile(
 )
 
 
+#: Texts up to this long are redacted once and remembered (``_redact_remembered``).
+REMEMBER_CHARS = 4_096
+
+
 def redact(text: str) -> str:
     """``text`` with every secret it recognises replaced by a ``[REDACTED]`` marker."""
+    if len(text) <= REMEMBER_CHARS:
+        return _redact_remembered(text)
+    return _redact(text)
+
+
+@functools.lru_cache(maxsize=1_024)
+def _redact_remembered(text: str) -> str:
+    """A short text's redaction, remembered: every reply lists a session's covered material
+    (a paste's first line, a tool call) and a summary attempt redacts the same clips up to
+    four times, so without it a long session dense in keywords redacted the same text again
+    on every reply (issue 35). At most 1,024 texts of 4 KB, and their redactions, are kept."""
+    return _redact(text)
+
+
+def _redact(text: str) -> str:
     if not text:
         return text
     # Each rule runs only when the text holds a string every one of its matches holds (a

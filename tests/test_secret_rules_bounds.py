@@ -261,3 +261,56 @@ def test_key_shapes_with_the_boundary_after_their_start_find_what_they_found_bef
         assert redact._SHAPES.sub(redact.MARK, text) == expected, text[:200]
         changed += expected != text
     assert changed > 1_000
+
+
+def test_a_long_session_s_covered_material_is_redacted_once_not_every_reply(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each reply lists the covered material (reply.py's summary block: each paste's first
+    # line, each tool call, redacted); on a session dense in keywords that redaction grew with
+    # every message. The second reply over the same messages redacts nothing again.
+    import uuid
+
+    from imprintd.context.summary import StoredSummary, covered_material, summary_block
+    from imprintd.messages import Message, ToolCall
+
+    unique = uuid.uuid4().hex  # texts no earlier test redacted
+    dense = "".join(f"{k}=abcdefghijk123 " for k in sorted({k for r in secret_rules.load().rules for k in r.keywords}))
+    messages: list[Message] = []
+    for seq in range(1, 61, 3):
+        call = ToolCall(id=f"c{seq}", name="search", arguments={"query": f"{unique} {seq} api_key=abc123 token"})
+        messages += [
+            Message(role="user", content=f"{unique} {seq} {dense}"[:3000], seq=seq),
+            Message(role="assistant", content="", tool_calls=(call,), seq=seq + 1),
+            Message(role="tool", content="r" * 120, tool_call_id=call.id, name="search", seq=seq + 2),
+        ]
+    state = StoredSummary(text="- (#1–#60) Pastes and searches.", first_seq=1, last_seq=60)
+    searched: list[int] = []
+    find = secret_rules.find
+    monkeypatch.setattr(secret_rules, "find", lambda text, *rest: (searched.append(len(text)), find(text, *rest))[1])
+
+    first_reply = summary_block(state, covered_material(messages))
+    after_first = len(searched)
+    second_reply = summary_block(state, covered_material(messages))
+    assert second_reply == first_reply and "[REDACTED]" in first_reply
+    assert after_first >= 40  # a paste's first line and a tool call for each of 20 exchanges
+    assert len(searched) == after_first  # the second reply found them all redacted already
+
+
+@pytest.mark.parametrize(
+    "paste",
+    [
+        "services:\n  billing:\n" + "x" * 5000,
+        "\n" * 5000 + "  first words  \nmore",
+        " \r\n" * 1365 + "\r\nfirst\r\nsecond",  # a CR LF across the 4 KB that is read first
+        "y" * 10_000 + "\nsecond",
+        "\u2028 \x0c" * 3000 + "after other line breaks\u2029next",
+        " \n\t\n",
+    ],
+)
+def test_a_paste_s_first_line_is_read_from_its_start(paste: str) -> None:
+    from imprintd.context import summary
+    from imprintd.redact import redact_head
+
+    line = next((line.strip() for line in paste.splitlines() if line.strip()), "")
+    line = redact_head(line, 81)
+    expected = line if len(line) <= 80 else line[:79].rstrip() + "…"
+    assert summary._first_line(paste) == expected

@@ -377,8 +377,18 @@ def covered_material(messages: Sequence[Message]) -> list[str]:
     return items
 
 
+#: Characters of a paste ``_first_line`` reads before it splits the whole paste.
+_FIRST_LINE_SCAN = 4_096
+
+
 def _first_line(text: str, limit: int = 80) -> str:
-    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    # Lines of a paste's first few KB that end within them are the paste's own: every reply
+    # lists the session's pastes, so a megabyte paste is not split into lines each time.
+    head = text[:_FIRST_LINE_SCAN]
+    lines = head.splitlines() if len(head) == len(text) else head.splitlines()[:-1]
+    line = next((line.strip() for line in lines if line.strip()), None)
+    if line is None:
+        line = next((line.strip() for line in text.splitlines() if line.strip()), "")
     line = redact_head(line, limit + 1)
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
