@@ -9,7 +9,11 @@ should stay near 4 (a superlinear scan shows 8 or more):
   sentence, and a bracket of thousands of digits;
 - the repetition guard, fed 4-character pieces of text that never loops but keeps it
   checking (lines that almost repeat, one long line of numbers);
-- the first look's query from a question of one long word and of hyphenated words.
+- the first look's query from a question of one long word and of hyphenated words;
+- redaction (``redact``, which the summarizer and each reply's covered material run) of text
+  dense in the secret rules' keywords, and of ``curl`` followed by line breaks of every mix:
+  CRs on one line (gitleaks' curl rules once read them in n**5 ways: 40 CRs took seconds,
+  80 hours), CR LF twice, lines of only CRs, and a ``-H`` flag on each line.
 
     python bench/bench_hostile_text.py [--size 67000]
 
@@ -26,9 +30,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from imprintd import secret_rules  # noqa: E402
 from imprintd.models.repetition import RepetitionGuard  # noqa: E402
+from imprintd.redact import redact  # noqa: E402
 from imprintd.research import citations, first_look  # noqa: E402
 from imprintd.research.citations import Passage  # noqa: E402
+
+RULES = secret_rules.load()  # compiled once, outside the timings
 
 PASSAGES = {
     n: Passage(number=n, kind="file", label=f"a.py:{n}", text=f"VALUE_{n} = {n}", path="a.py") for n in (1, 2, 3)
@@ -81,6 +89,14 @@ CASES: dict[str, tuple[Callable[[str], object], Callable[[int], str]]] = {
     "repetition guard: a long line of numbers": (guard, lambda n: f"{n * 7919 % 100003} "),
     "first look: one long word": (lambda text: first_look.query(text, []), lambda n: "a"),
     "first look: hyphenated words": (lambda text: first_look.query(text, []), lambda n: f"w{n}-x{n} "),
+    "redaction: every keyword given a value": (
+        redact,
+        lambda n: "".join(f"{k}=abcdefghijk{n} " for k in sorted({k for r in RULES.rules for k in r.keywords})),
+    ),
+    "redaction: curl and CRs on one line": (redact, lambda n: "curl" if n == 0 else "\r"),
+    "redaction: curl, CR LF twice": (redact, lambda n: "curl\r\n\r\n"),
+    "redaction: curl, a line of only CRs": (redact, lambda n: "curl\n\r\r\r\r\r\r\r\r\n"),
+    "redaction: curl -H, CR LF twice": (redact, lambda n: "curl -H x\r\n\r\n"),
 }
 
 
