@@ -15,7 +15,8 @@ and set ``SHA256`` (a test checks the file against it and that every rule still 
   anchored, reading at most ``WINDOW`` characters, and not at all when gitleaks' assignment
   follows its keyword and no operator stands within reach; the two ``curl`` rules (of those
   199), whose matches may run five lines on, are tried once a line (a failed try rules out
-  the later ``curl`` of its line) and read as far as they reach; the rest are searched
+  the later ``curl`` of its line) and read as far as they reach, their lines read one way
+  (``_over_lines_one_way``: gitleaks' form let a CR be read two ways); the rest are searched
   within ``WINDOW`` of each occurrence (the keyword lies inside the match, and no match is
   longer); allowlists on the line read at most ``WINDOW`` characters each side of the match;
 - the secret is the rule's ``secretGroup``, else its first non-empty group, else the match;
