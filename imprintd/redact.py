@@ -98,10 +98,13 @@ _AUTH_HEADER = re.compile(
 # -- password flags on command lines --------------------------------------------------------------
 # MySQL's client tools take the password glued to "-p" ("-p" alone prompts, and the next word
 # is the database); sshpass takes it as the next word; many tools take "--password VALUE".
+# Each word's boundary is checked after its first letters, as ``_SHAPES``' are (``\bmysql`` is
+# ``m(?<!\wm)ysql``): a search in C for where one may start.
 _CLI_PASSWORD = re.compile(
-    r"(?P<lead>\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mariadb|mariadb-dump)\b"
+    r"(?P<lead>m(?<!\wm)(?:ysql|ysqldump|ysqladmin|ysqlimport|ysqlshow|ysqlcheck|ariadb|ariadb-dump)\b"
     r"[^\n|;&]{0,200}?\s-p)(?P<value>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"']+)"
-    r"|(?P<lead2>\bsshpass\s+-p\s*|(?<![\w-])--password[ \t]+)(?P<value2>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"'-][^\s\"']*)"
+    r"|(?P<lead2>s(?<!\ws)shpass\s+-p\s*|--password(?<![\w-]--password)[ \t]+)"
+    r"(?P<value2>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"'-][^\s\"']*)"
 )
 
 # -- passwords in URLs --------------------------------------------------------------------------

@@ -314,3 +314,21 @@ def test_a_paste_s_first_line_is_read_from_its_start(paste: str) -> None:
     line = redact_head(line, 81)
     expected = line if len(line) <= 80 else line[:79].rstrip() + "…"
     assert summary._first_line(paste) == expected
+
+
+def test_password_flags_with_the_boundary_after_their_start_find_what_they_found_before() -> None:
+    from imprintd import redact
+
+    before = re.compile(
+        r"(?P<lead>\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mariadb|mariadb-dump)\b"
+        r"[^\n|;&]{0,200}?\s-p)(?P<value>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"']+)"
+        r"|(?P<lead2>\bsshpass\s+-p\s*|(?<![\w-])--password[ \t]+)(?P<value2>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"'-][^\s\"']*)"
+    )
+    pieces = ["mysql", "mysqldump", "mariadb", "mariadb-dump", "sshpass", "--password", "-p", " ", "\t", "\n", "x"]
+    pieces += ["é", "-", "_", "'a b'", '"c d"', "hunter2", "|", ";", "${X}", "-u root", "a"]
+    changed = 0
+    for text in [*_dense_corpora().values(), *_random_texts(pieces, 30_000, 37)]:
+        expected = before.sub(redact._cli_password, text)
+        assert redact._CLI_PASSWORD.sub(redact._cli_password, text) == expected, text[:200]
+        changed += expected != text
+    assert changed > 300
