@@ -104,17 +104,6 @@ def question(number: int, chars: int) -> str:
     return text[:chars]
 
 
-class NoEvents:
-    def begin(self, session_id, reply_id): ...
-    def text(self, delta): ...
-    def reasoning(self, delta): ...
-    def text_was_preamble(self): ...
-    def progress(self, message, percentage=None): ...
-    def tool_step(self, step): ...
-    def summary(self, text, first_seq, last_seq): ...
-    def context_usage(self, usage): ...
-
-
 @dataclass
 class Request:
     """One model request as the usage log line reported it."""
@@ -128,6 +117,28 @@ class Request:
 class Reply:
     scenario: str
     requests: list[Request] = field(default_factory=list)
+    #: The running summary was written on this reply: its system prompt changed, so its first
+    #: request shares only the start of the system prompt with the saved state.
+    summarized: bool = False
+    session_id: str = ""
+
+
+class NoEvents:
+    """The reply's events, dropped, but for the running summary: a reply that wrote one is marked."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.reply = reply
+
+    def begin(self, session_id, reply_id): ...
+    def text(self, delta): ...
+    def reasoning(self, delta): ...
+    def text_was_preamble(self): ...
+    def progress(self, message, percentage=None): ...
+    def tool_step(self, step): ...
+    def summary(self, text, first_seq, last_seq):
+        self.reply.summarized = True
+
+    def context_usage(self, usage): ...
 
 
 class Bench(logging.Handler):
@@ -169,14 +180,17 @@ class Bench(logging.Handler):
             state_folder=states_folder(settings_mod.cache_dir()),
         )
 
-    def shares(self, scenario: str) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
-        """(evaluated, prompt) of the scenario's replies: first coordinator requests, all coordinator
-        requests, all requests."""
+    def shares(
+        self, scenario: str, summarized: bool | None = None
+    ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+        """(evaluated, prompt) of the scenario's replies (only those that wrote a summary, or only
+        those that did not, where ``summarized`` says): first coordinator requests, all
+        coordinator requests, all requests."""
         first = [0, 0]
         coordinator = [0, 0]
         every = [0, 0]
         for reply in self.replies:
-            if reply.scenario != scenario:
+            if reply.scenario != scenario or (summarized is not None and reply.summarized != summarized):
                 continue
             firsts = [r for r in reply.requests if r.coordinator][:1]
             for totals, requests in (
@@ -194,47 +208,81 @@ def share(pair: tuple[int, int]) -> str:
     return f"{evaluated / prompt if prompt else 0.0:.2f} ({evaluated:>5}/{prompt:<6})"
 
 
+#: Switches tried until one lands on a reply that writes no summary.
+SWITCH_TRIES = 3
+
+
 async def run_session(
     bench: Bench, *, n_ctx: int, max_tokens: int, asks: list[str], workspace: Path | None, others: list[str]
 ) -> None:
-    """First question, follow-ups, another session's two replies, a switch back, a restart."""
+    """First question, follow-ups, another session's two replies, a switch back, a restart.
+
+    ``asks`` ends with ``SWITCH_TRIES`` + 1 questions kept for the switches and the restart, and
+    ``others`` holds ``SWITCH_TRIES`` + 1 questions of the other session. A switch that lands on
+    a reply writing the running summary is reported apart ("switch, summary"): its system prompt
+    changed, which says nothing about the switch. Then the other session answers once more and
+    the first is switched to again, up to ``SWITCH_TRIES`` times.
+    """
     from imprintd.chat import Chat
     from imprintd.reply import ReplyRequest
 
     resolved = settings_mod.load({"chat.n_ctx": n_ctx, "chat.max_tokens": max_tokens, "chat.first_look": True})
     where = str(workspace) if workspace else None
 
-    async def ask(chat: Chat, text: str, session: str | None, scenario: str) -> str:
-        bench.replies.append(Reply(scenario))
-        outcome = await chat.reply(ReplyRequest(text=text, session_id=session, workspace=where), NoEvents())
-        return outcome.session_id
+    async def ask(chat: Chat, text: str, session: str | None, scenario: str) -> Reply:
+        reply = Reply(scenario)
+        bench.replies.append(reply)
+        outcome = await chat.reply(ReplyRequest(text=text, session_id=session, workspace=where), NoEvents(reply))
+        reply.session_id = outcome.session_id
+        return reply
 
+    later = asks[-(SWITCH_TRIES + 1) :]
     chat = Chat(resolved, model_factory=bench.model_factory)
-    first = await ask(chat, asks[0], None, "first")
-    for text in asks[1:-2]:
+    first = (await ask(chat, asks[0], None, "first")).session_id
+    for text in asks[1 : -(SWITCH_TRIES + 1)]:
         await ask(chat, text, first, "follow-ups")
-    other = await ask(chat, others[0], None, "other session")
-    await ask(chat, others[1], other, "other session")
-    await ask(chat, asks[-2], first, "switch")
+    other = (await ask(chat, others[0], None, "other session")).session_id
+    for attempt in range(SWITCH_TRIES):
+        await ask(chat, others[1 + attempt], other, "other session")
+        switched = await ask(chat, later[attempt], first, "switch")
+        if not switched.summarized:
+            break
+        switched.scenario = "switch, summary"
     chat.close()  # queued states reach the disk, as on a daemon's shutdown
     chat = Chat(resolved, model_factory=bench.model_factory)
-    await ask(chat, asks[-1], first, "restart")
+    await ask(chat, later[-1], first, "restart")
     chat.close()
 
 
 def report(bench: Bench, title: str) -> None:
     print(title)
     print(f"  {'scenario':<22} {'first requests':>20} {'coordinator requests':>22} {'all requests':>20}")
-    for scenario in ("follow-ups", "switch", "restart"):
-        first, coordinator, every = bench.shares(scenario)
-        count = sum(1 for reply in bench.replies if reply.scenario == scenario)
-        label = f"{scenario} ({count})"
+    rows: list[tuple[str, str, bool | None]] = [
+        ("follow-ups", "follow-ups", None),
+        ("  wrote no summary", "follow-ups", False),
+        ("  wrote the summary", "follow-ups", True),
+        ("switch", "switch", None),
+        ("switch, summary", "switch, summary", None),
+        ("restart", "restart", None),
+        ("  wrote the summary", "restart", True),
+    ]
+    for label, scenario, summarized in rows:
+        count = sum(
+            1
+            for reply in bench.replies
+            if reply.scenario == scenario and (summarized is None or reply.summarized == summarized)
+        )
+        if count == 0 and (summarized is not None or scenario == "switch, summary"):
+            continue
+        first, coordinator, every = bench.shares(scenario, summarized)
+        label = f"{label} ({count})"
         print(f"  {label:<22} {share(first):>20} {share(coordinator):>22} {share(every):>20}")
     per_reply = []
     for reply in bench.replies:
         if reply.scenario == "follow-ups":
             per_reply.append(
                 " + ".join(f"{r.evaluated}/{r.prompt}{'' if r.coordinator else 's'}" for r in reply.requests)
+                + (" (summary written)" if reply.summarized else "")
             )
     print("  follow-ups, each reply's requests evaluated/prompt (s: side request):")
     for number, line in enumerate(per_reply, 1):
@@ -259,13 +307,13 @@ async def main() -> int:
     usage_logger = logging.getLogger("imprintd.models")
     usage_logger.setLevel(logging.INFO)
     started = time.perf_counter()
-    others = [question(90, args.question_chars), question(91, args.question_chars)]
+    others = [question(90 + n, args.question_chars) for n in range(SWITCH_TRIES + 1)]
     restarted = None
     if not args.skip_chat:
         bench = Bench()
         usage_logger.addHandler(bench)
         _isolate(folder / "chat")
-        asks = [question(n, args.question_chars) for n in range(1, args.follow_ups + 4)]
+        asks = [question(n, args.question_chars) for n in range(1, args.follow_ups + SWITCH_TRIES + 3)]
         await run_session(bench, n_ctx=2048, max_tokens=args.max_tokens, asks=asks, workspace=None, others=others)
         usage_logger.removeHandler(bench)
         report(
@@ -278,9 +326,14 @@ async def main() -> int:
         bench = Bench()
         usage_logger.addHandler(bench)
         _isolate(folder / f"workspace-{n_ctx}")
-        count = args.workspace_follow_ups + 3
+        count = args.workspace_follow_ups + SWITCH_TRIES + 2
         asks = [WORKSPACE_QUESTIONS[n % len(WORKSPACE_QUESTIONS)] for n in range(count)]
-        workspace_others = ["What does the Response class hold?", "And its status code?"]
+        workspace_others = [
+            "What does the Response class hold?",
+            "And its status code?",
+            "And its headers?",
+            "And its encoding?",
+        ]
         await run_session(
             bench, n_ctx=n_ctx, max_tokens=args.max_tokens, asks=asks, workspace=workspace, others=workspace_others
         )

@@ -2,18 +2,22 @@
 
 When the system prompt, tool schemas, earlier history, the current turn and the output
 allowance do not fit ``model.n_ctx``, earlier history goes a block at a time, at fixed drop
-points: multiples of half the room history has beside the system prompt and tools
-(``drop_step``), measured where each piece starts in the history in cached per-message tokens.
-Those places stay put while the conversation grows (it only appends), so after a drop the
-next replies only append to the prompt and the model's saved state or prefix cache serves all
-but the new tokens (this departs from ADR 0140's "only as much as must": up to a step more goes):
+points, measured where each piece starts in cached per-message tokens. Those places stay put
+while the conversation grows (it only appends), so after a drop the next replies only append
+to the prompt and the model's saved state or prefix cache serves all but the new tokens (this
+departs from ADR 0140's "only as much as must": up to a step more goes):
 
 1. earlier turns' tool exchanges (an assistant tool-call message, its own text included,
    together with all its tool results, matched by ``tool_call_id``): those starting before the
-   first point at which the rest fits go, oldest block first;
+   first point at which the rest fits go, oldest block first. The points are multiples of
+   three quarters of the room history has beside the system prompt and tools
+   (``research_step``), counted in the whole history: a drop re-evaluates the tool exchanges
+   kept after it, so points this far apart leave few of them, and come seldom;
 2. then whole earlier exchanges, each from its user question up to the next one, so the kept
    history still starts with a question and no tool result is orphaned: those starting before
-   the first point at which the rest fits;
+   the first point at which the rest fits. These points are multiples of half that room
+   (``drop_step``), counted in the conversation's own tokens (the questions and answers: every
+   tool exchange is gone by then), so they are as far apart in what the prompt holds;
 3. if the current turn alone is still too big, ``fits`` is False and the caller sends the
    current turn's oversized input or evidence to section analysis (ADR 0093).
 
@@ -142,11 +146,17 @@ def fit_prompt(
         for count in counts:
             starts.append(starts[-1] + count)
         total, dropped["research"], restored, pessimistic = _drop_research(
-            history, kept, counts, starts, step, limit, total, measure
+            history, kept, counts, starts, research_step(step), limit, total, measure
         )
         if total > limit:
+            # Step 2 runs only once every tool exchange is gone: its places are counted in the
+            # conversation's own tokens, which is what the kept history holds by then.
+            research = {index for piece in research_pieces(history) for index in piece}
+            spoken = [0]
+            for index, count in enumerate(counts):
+                spoken.append(spoken[-1] + (0 if index in research else max(0, count)))
             total, dropped["exchange"] = _drop_exchanges(
-                history, kept, counts, starts, step, limit, total, measure, pessimistic
+                history, kept, counts, spoken, step, limit, total, measure, pessimistic
             )
     return Fitted(
         messages=_assemble(system, history, kept, current),
@@ -165,6 +175,18 @@ def drop_step(model: Model, system: Message, tools: Sequence[ToolSpec], limit: i
     return max(1, (limit - model.count_prompt([system], tools)) // 2)
 
 
+def research_step(step: int) -> int:
+    """Tokens of history between two of step 1's drop points: one and a half ``step``s, three
+    quarters of the room beside the system prompt and tools (at least one token).
+
+    A drop re-evaluates everything kept after the first piece it removes: the tool exchanges
+    that start past the point. Points further apart leave less of them after each drop, and
+    the drops come less often; half the room left about two thirds of the prompt to evaluate
+    again every second reply of a workspace session (docs/decisions.md, "Fitting").
+    """
+    return max(1, step * 3 // 2)
+
+
 def _drop_research(
     history: Sequence[Message],
     kept: list[bool],
@@ -178,8 +200,8 @@ def _drop_research(
     """Step 1: drop earlier tool exchanges in blocks between fixed drop points.
 
     Returns (total, tool exchanges dropped, put back, whether counts proved pessimistic). Block k
-    holds the tool exchanges that start in the history between drop points k-1 and k (the same
-    points as step 2's): blocks go oldest first until the rest fits, so the kept history changes
+    holds the tool exchanges that start in the history between drop points k-1 and k (multiples
+    of ``step``, ``research_step``): blocks go oldest first until the rest fits, so the kept history changes
     only where a point is passed, and the replies in between only append to the prompt. When an
     exact count comes in under the running total, the block removed last is put back while it
     fits (a block, not a piece: the boundary stays on a point). ``total`` is exact on return
@@ -239,8 +261,9 @@ def _drop_exchanges(
 ) -> tuple[int, int]:
     """Step 2: drop whole exchanges at fixed drop points; returns (exact total, exchanges dropped).
 
-    An exchange's place is where it starts in the history, in cached per-message tokens, which
-    later replies do not change (they only append). Drop point k is k times ``step``:
+    An exchange's place is where it starts (``starts``: in the conversation's own cached
+    per-message tokens, tool exchanges left out, since step 1 removed them all before this
+    runs), which later replies do not change (they only append). Drop point k is k times ``step``:
     the exchanges starting before the first point at which the rest fits go. The point stays
     put while the conversation grows, so the replies after a drop only append to the prompt
     (and llama.cpp, or a remote server's prefix cache, evaluates only what is new) until the
@@ -262,6 +285,10 @@ def _drop_exchanges(
                 total -= sum(counts[index] for index in live)
                 exact = False
             next_piece += 1
+            if one_at_a_time and pessimistic and not exact:
+                # The running total may not fall to the limit: each removal is confirmed (one
+                # exact count per removed piece, ADR 0140's bound).
+                total, exact = measure(), True
             if one_at_a_time and total <= limit:
                 # The point would take every earlier exchange: a current turn that fills the
                 # context (a long paste) keeps what fits of the newest ones instead.
