@@ -353,6 +353,8 @@ async def test_a_look_that_fits_is_stored_as_the_model_read_it():
     [request] = model.requests
     look_call, look_result = first_look_exchange(request)
     stored_call, stored_result = outcome.exchange
-    assert stored_call.tool_calls == (look_call,) and stored_result.content.startswith("[hit services/billing.yaml]")
-    # The user keeps the tool's text; the next prompt renders the numbered look the model read.
-    assert stored_result.model_text == stored_result.prompt_content == look_result.content
+    assert stored_call.tool_calls == (look_call,)
+    # Stored once, as the model read it (numbered, as the answer cites it): the next prompt
+    # renders it token for token, and a session of looks is not stored twice over.
+    assert stored_result.content == look_result.content and stored_result.model_text is None
+    assert stored_result.content.startswith("[1] services/billing.yaml:1–44\n")
