@@ -35,7 +35,9 @@ session, the stub calling ``conversation_history`` with it. A question counts as
 tool's output as it reached the model quotes the fact's value inside the answer's message. It
 prints recall by kind, the replay's and the questions' seconds, and the ratios on vs off.
 
-Not a test: run ``python bench/bench_history_recall.py`` (``--replay``: several minutes).
+Not a test: run ``python bench/bench_history_recall.py`` (``--replay``: several minutes;
+``--limit N`` replays the first N turns only and asks about them; ``--profile PREFIX`` writes
+cProfile statistics of each run to ``PREFIX-off.prof`` and ``PREFIX-on.prof``).
 """
 
 from __future__ import annotations
@@ -647,11 +649,13 @@ def quoted_in(output: str, seq: int, value: str) -> bool:
 
 
 async def replay(
-    first_look: bool, planned, facts, directory: Path
+    first_look: bool, planned, facts, directory: Path, limit: int | None = None
 ) -> tuple[float, float, float, dict[str, list[bool]]]:
     """The conversation replayed through ``Chat`` with the remote provider on a loopback stub, in a
     session with a workspace; then each question asked, the stub calling ``conversation_history``
-    with it. Returns (replay seconds, questions seconds, recall, recall by kind)."""
+    with it. Returns (replay seconds, questions seconds, recall, recall by kind).
+
+    ``limit``: replay only that many turns, and ask only the questions about what they said."""
     import os
 
     from imprintd import settings as settings_mod
@@ -673,50 +677,66 @@ async def replay(
         session_id = None
         seq_of: dict[int, int] = {}  # a planned message's index → its stored seq
         count = 0
-        started = time.perf_counter()
-        for day, turn in turns_of(planned):
+        # Only the replies are timed: the bench's own reading back of what each stored (the whole
+        # session, larger with the looks) is not the daemon's cost.
+        replayed = 0.0
+        for day, turn in turns_of(planned)[:limit]:
             clock[0] = START + day * 3 * DAY + count
             script.rounds = list(turn.rounds) or [{"text": "OK."}]
             request = ReplyRequest(
                 text=turn.question.content, session_id=session_id, workspace=str(workspace) if not session_id else None
             )
+            started = time.perf_counter()
             outcome = await chat.reply(request, RecordingEvents())
+            replayed += time.perf_counter() - started
             session_id = outcome.session_id
             stored = chat.session(session_id).messages[count:]
             count += len(stored)
             for index, role in turn.planned.items():
                 found = [m for m in stored if m.role == role and not m.tool_calls]
                 seq_of[index] = (found[0] if role == "user" else found[-1]).seq
-        replayed = time.perf_counter() - started
-        kinds = sorted({fact.kind for fact, _ in facts})
+        kinds = sorted({fact.kind for fact, index in facts if index in seq_of})
         hits: dict[str, list[bool]] = {k: [] for k in kinds}
-        started = time.perf_counter()
+        asked = 0.0
         for fact, index in facts:
+            if index not in seq_of:
+                continue  # said after the turns replayed (``limit``)
             clock[0] += 1
             script.rounds = [{"call": "conversation_history", "arguments": {"query": fact.question}}, {"text": "Done."}]
             script.tool_outputs = []
+            started = time.perf_counter()
             await chat.reply(ReplyRequest(text=fact.question, session_id=session_id), RecordingEvents())
+            asked += time.perf_counter() - started
             output = "\n".join(script.tool_outputs)
             hits[fact.kind].append(quoted_in(output, seq_of[index], fact.value))
-        asked = time.perf_counter() - started
         chat.close()
     return replayed, asked, _overall(hits), hits
 
 
-def main_replay() -> None:
+def main_replay(limit: int | None = None, profile: str | None = None) -> None:
+    """Both runs side by side; ``profile``: cProfile each run, stats written to ``profile``-off/-on.prof."""
     import anyio
 
     rng = random.Random(SEED)
     planned, facts = build(rng)
     facts = dedupe_dates(facts)
+    turns = f", the first {limit} turns" if limit else ""
     print(
-        f"replay: {len(planned)} messages, {len(facts)} questions, remote provider on a loopback stub, "
+        f"replay: {len(planned)} messages, {len(facts)} questions{turns}, remote provider on a loopback stub, "
         "a session with a workspace"
     )
     results = {}
     for first_look in (False, True):
         with tempfile.TemporaryDirectory() as directory:
-            results[first_look] = anyio.run(replay, first_look, planned, facts, Path(directory))
+            run = (first_look, planned, facts, Path(directory), limit)
+            if profile:
+                import cProfile
+
+                with cProfile.Profile() as profiler:
+                    results[first_look] = anyio.run(replay, *run)
+                profiler.dump_stats(f"{profile}-{'on' if first_look else 'off'}.prof")
+            else:
+                results[first_look] = anyio.run(replay, *run)
     kinds = sorted(results[False][3])
     print(f"{'first look':<10}  " + "  ".join(f"{k:>8}" for k in kinds) + "    recall   replay s   questions s")
     for first_look, (replayed, asked, recall, hits) in results.items():
@@ -730,5 +750,15 @@ def main_replay() -> None:
     )
 
 
+def _option(name: str) -> str | None:
+    """``--name VALUE`` from the command line, or None."""
+    arguments = sys.argv[1:]
+    return arguments[arguments.index(name) + 1] if name in arguments[:-1] else None
+
+
 if __name__ == "__main__":
-    main_replay() if "--replay" in sys.argv[1:] else main()
+    if "--replay" in sys.argv[1:]:
+        limit = _option("--limit")
+        main_replay(int(limit) if limit else None, _option("--profile"))
+    else:
+        main()

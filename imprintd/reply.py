@@ -116,7 +116,9 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     # Offered from a session's first reply on, so the system prompt and tools never change
     # between its replies and each reply's saved state serves the next (docs/decisions.md,
     # "A prompt that stays put").
-    history_tool = ConversationHistoryTool(ConversationHistory(earlier, await in_worker(store.history_index, info.id)))
+    index = await in_worker(store.history_index, info.id)
+    # Built on the model's first call only: it reads every earlier message (as long as the session).
+    history_tool = ConversationHistoryTool(lambda: ConversationHistory(earlier, index))
     tools = [*workspace_tools, history_tool]
     specs = [tool.spec for tool in tools]
     tool_lines = _tool_lines(workspace=bool(workspace_tools))

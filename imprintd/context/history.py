@@ -39,7 +39,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -898,8 +898,16 @@ class ConversationHistoryTool:
 
     spec = SPEC
 
-    def __init__(self, history: ConversationHistory) -> None:
-        self.history = history
+    def __init__(self, history: ConversationHistory | Callable[[], ConversationHistory]) -> None:
+        #: Or what builds it, on the first call: most replies never look back, and building
+        #: it reads every earlier message, each reply anew (docs/decisions.md, "First look").
+        self._history = history
+
+    @property
+    def history(self) -> ConversationHistory:
+        if not isinstance(self._history, ConversationHistory):
+            self._history = self._history()
+        return self._history
 
     def title(self, arguments: Mapping[str, Any]) -> str:
         query = arguments.get("query")
@@ -913,7 +921,8 @@ class ConversationHistoryTool:
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
         parsed = HistoryArguments.parse(arguments)
         if isinstance(parsed.query, str):
-            found = await in_worker(self.history.search_places, parsed.query)  # reads the stored index
+            query = parsed.query
+            found = await in_worker(lambda: self.history.search_places(query))  # reads the stored index
             return ToolResult(
                 text=found.text,
                 subject=parsed.query.strip(),
@@ -923,7 +932,7 @@ class ConversationHistoryTool:
             )
         message, offset = parsed.message, parsed.offset
         assert isinstance(message, int)  # parse took either a query or a message
-        text = await in_worker(self.history.read, message, offset)
+        text = await in_worker(lambda: self.history.read(message, offset))
         return ToolResult(
             text=text,
             subject=f"message #{message}",

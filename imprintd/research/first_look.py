@@ -9,7 +9,8 @@ the model starts with the best hits as this reply's first research result: a too
 any other, numbered and cited, fitted and charged like research. The model may still search and
 read more. The result ends with the hits' lines that match the question best, each constant
 they use followed by the line that binds it (the value asked for is often a constant's, bound in
-another file). A look that finds nothing leaves nothing: no exchange in the prompt, none stored.
+another file). A look that finds nothing, or that does not fit whole beside the question, leaves
+nothing: no exchange in the prompt, none stored.
 
 The look is the daemon's, not the model's: ``conversation_history`` does not search it
 (``context/history.py``), since its query is the user's own words and would outrank what was

@@ -355,8 +355,10 @@ class _Loop:
 
         Skipped with the setting off, without a workspace, for a question with nothing to
         search for, for a question too long to leave the first look its share (it is the
-        subject itself, and section analysis reads it), and when the look finds nothing. When the question and the look do not
-        fit together the look leaves the prompt again; its step stays for the notes.
+        subject itself, and section analysis reads it), when the look finds nothing, and when
+        it does not fit whole beside the system prompt, the question and the tools: the look
+        is shown whole or leaves nothing (no step, no numbers, nothing stored), so what is
+        stored is what the model read, and no section worker reads the daemon's own look.
         """
         search = self.tools.get("search")
         if not self.scope.first_look or search is None:
@@ -373,11 +375,29 @@ class _Loop:
             return
         looking = first_look.FirstLookSearch(search, self.model.count_text, share, question.content)
         call = ToolCall(id=first_look.new_call_id(), name="search", arguments={"query": terms})
-        if not (await looking.look(call.arguments)).hits:
+        looked = await looking.look(call.arguments)
+        if not looked.hits:
             return  # found nothing: nothing to show, store or search later (docs/decisions.md)
+        if not await in_worker(self._fits_whole, call, looked):
+            return  # a look the model would get cut, or not at all, is not run (docs/decisions.md)
         await self._run_calls(Completion(text="", tool_calls=(call,)), {"search": looking})
-        if not (await self._fit_offered()).fits:
-            del self.current[1:]
+
+    def _fits_whole(self, call: ToolCall, result: ToolResult) -> bool:
+        """Would ``result`` be shown as it is (numbered; clipped with analysis off), and the round fit?
+
+        Both of the loop's tests: ``_for_prompt``'s (the result beside the prompt so far) and
+        fitting's (the whole round with every earlier message dropped), so neither analyzes nor
+        drops what this says fits.
+        """
+        shown = self.numbering.preview().result(call, result)[0]
+        if self.scope.analysis_workers <= 0:
+            shown = sec.clip_tool_result(shown)
+        specs = [tool.spec for tool in self.offered()]
+        asked = [self.system, *self.current, msg.assistant("", tool_calls=(call,))]
+        answer_room = self.model.n_ctx - self.scope.max_tokens
+        shown_message = msg.tool_result(call, shown)
+        beside = self.model.count_prompt(asked, specs) + self.model.count_message(shown_message)
+        return beside <= answer_room and self.model.count_prompt([*asked, shown_message], specs) <= answer_room
 
     async def _run_calls(self, completion: Completion, tools: dict[str, Tool]) -> bool:
         """Run this round's calls; True when any of them brought evidence not seen before."""
@@ -428,7 +448,11 @@ class _Loop:
         saved state serves it (docs/decisions.md, "A prompt that stays put")."""
         self.current.append(msg.tool_result(call, shown))
         stored = msg.tool_result(call, text)
-        if shown != text:
+        if first_look.is_first_look(call.id):
+            # The daemon's look, not a tool the user asked about: stored once, as read (numbered,
+            # as the answer cites it), so the session does not hold each look twice.
+            stored = msg.tool_result(call, shown)
+        elif shown != text:
             stored = msgspec.structs.replace(stored, model_text=shown)
         self.outcome.exchange.append(stored)
 

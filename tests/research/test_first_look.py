@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import re
 
+from imprintd import messages as msg
 from imprintd.messages import ToolSpec
 from imprintd.research import first_look
-from imprintd.tools.base import Hit, ToolError
+from imprintd.research.loop import research
+from imprintd.tools.base import Hit, ToolError, ToolResult
 from tests.helpers import ask, make_chat, tool_turn
 from tests.recording import RecordingEvents
+from tests.research.fakes import scope
 from tests.standin import StandInModel, call
 
 ON = {"chat.first_look": True}
@@ -290,3 +293,68 @@ async def test_a_look_whose_search_fails_finds_nothing_and_so_leaves_nothing(mod
     looking = first_look.FirstLookSearch(Failing(), model.count_text, 2_000, "Which port?")
     looked = await looking.look({"query": "port"})
     assert not looked.ok and not looked.hits and "rebuilt" in looked.text
+
+
+class _LongSearch:
+    """A search whose one hit is long (some 330 tokens): a look that fits its share, not a full prompt."""
+
+    spec = ToolSpec(
+        name="search",
+        description="Search the workspace.",
+        parameters={"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    )
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    async def run(self, arguments):
+        self.runs += 1
+        found = hit("services/billing.yaml", 1, "\n".join(f"port_{n}: {8100 + n}  # billing port" for n in range(44)))
+        return ToolResult(text="(raw)", subject="billing", evidence=(found.id,), hits=(found,))
+
+
+async def _research_beside_a_long_system_prompt(workers: int):
+    """A reply whose system prompt leaves room for the question but not for the question and its look."""
+    model = StandInModel(n_ctx=2048)
+    model.queue("Port 8101.")
+    system = msg.system("You are Imprint. " + "Keep this in mind. " * 300)  # some 1,430 tokens
+    search, events = _LongSearch(), RecordingEvents()
+    outcome = await research(
+        scope(model, events, first_look=True, analysis_workers=workers),
+        system=system,
+        history=[],
+        question=msg.user("Which port does billing listen on?", seq=1),
+        tools=[search],
+    )
+    return model, search, events, outcome
+
+
+async def test_a_look_that_does_not_fit_beside_the_question_leaves_nothing_in_the_prompt_or_the_store():
+    for workers in (0, 2):  # clipped with analysis off, analyzed with it on: neither, the look is left out
+        model, search, events, outcome = await _research_beside_a_long_system_prompt(workers)
+        assert search.runs == 1  # it was looked for
+        [request] = model.requests  # no section worker read the daemon's own look
+        assert first_look_exchange(request) is None and [m.role for m in request.messages] == ["system", "user"]
+        assert outcome.stop == "answer" and outcome.exchange == []  # nothing to store
+        assert not events.steps and outcome.steps == []  # no step shown, none for notes
+        assert outcome.numbering.by_number() == {}  # no number the model never read can be cited
+
+
+async def test_a_look_that_fits_is_stored_as_the_model_read_it():
+    model = StandInModel(n_ctx=4096)
+    model.queue("Port 8101 [1].")
+    outcome = await research(
+        scope(model, first_look=True),
+        system=msg.system("You are Imprint."),
+        history=[],
+        question=msg.user("Which port does billing listen on?", seq=1),
+        tools=[_LongSearch()],
+    )
+    [request] = model.requests
+    look_call, look_result = first_look_exchange(request)
+    stored_call, stored_result = outcome.exchange
+    assert stored_call.tool_calls == (look_call,)
+    # Stored once, as the model read it (numbered, as the answer cites it): the next prompt
+    # renders it token for token, and a session of looks is not stored twice over.
+    assert stored_result.content == look_result.content and stored_result.model_text is None
+    assert stored_result.content.startswith("[1] services/billing.yaml:1–44\n")
