@@ -92,7 +92,7 @@ from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
 from imprintd.models.templates import LEAD_USER, ChatTemplate, TemplateError
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter
-from imprintd.offload import in_model_thread
+from imprintd.offload import in_model_thread, in_worker
 
 logger = logging.getLogger("imprintd.models.local")
 
@@ -783,7 +783,7 @@ class LocalModel:
             run.grammar = _compiled_grammar(grammar)
         # Loading and tokenizing a long prompt block; neither needs the lock.
         loaded = await anyio.to_thread.run_sync(self.load)
-        tokens = await anyio.to_thread.run_sync(self.prompt_tokens, messages, tools)
+        tokens = await in_worker(self.prompt_tokens, messages, tools)
         prompt_tokens = len(tokens)
         if prompt_tokens + max_tokens > self.n_ctx:
             raise ModelError(
