@@ -73,6 +73,10 @@ class QuestionTooLong(ValueError):
     anything is stored, since no reply could read it."""
 
 
+def _is_dir(path: str) -> bool:
+    return Path(path).is_dir()
+
+
 def workspace_folder(folder: str) -> Path:
     """``folder`` as the real folder it names, or WorkspaceMissing saying why it cannot be one.
 
@@ -305,7 +309,7 @@ class Chat:
         Indexing runs in a worker thread, reporting progress, so other requests keep being
         served; replies on the same workspace wait for one another's indexing.
         """
-        root = self.workspace_root(workspace)
+        root = await in_worker(self.workspace_root, workspace)  # resolves it: a stat of each part
         if root is None:
             return []
         index = self._indexes.get(root)
@@ -427,17 +431,19 @@ class Chat:
         """
         store, info = await in_worker(self.locate, session_id)
         stored, summary = await in_worker(lambda: (store.messages(info.id), store.summary(info.id)))
-        session_folder = info.workspace if info.workspace and Path(info.workspace).is_dir() else None
-        try:
-            workspace = self.workspace_root(session_folder) is not None
-        except WorkspaceMissing:
-            workspace = False  # the question would be refused; what it would get is without tools
         model, settings = self.model(), self.settings
-        return await anyio.to_thread.run_sync(
-            lambda: next_question_usage(
+
+        def usage() -> ContextUsage:
+            session_folder = info.workspace if info.workspace and Path(info.workspace).is_dir() else None
+            try:
+                workspace = self.workspace_root(session_folder) is not None
+            except WorkspaceMissing:
+                workspace = False  # the question would be refused; what it would get is without tools
+            return next_question_usage(
                 model, stored=stored, summary=summary, workspace=workspace, max_tokens=settings.max_tokens
             )
-        )
+
+        return await in_worker(usage)  # stats the folders, counts the prompt
 
     def read_chat_section(self, reply_id: str, source_id: str, start: int, length: int) -> SectionText:
         """Exact characters of an original a reply analyzed in sections; SectionError if gone or out of range."""
@@ -461,12 +467,13 @@ class Chat:
                 "a reply can read (section analysis stops there); nothing was stored. "
                 "Send the part that matters, or ask about a file in the workspace instead."
             )
-        root = self.workspace_root(request.workspace)
         if request.session_id:
             # The turn is taken before anything is awaited, so replies take turns in the order
             # they were sent; an unknown session (nobody's turn ahead) is refused at once in it.
             async with self._turns.turn(request.session_id):
+                await in_worker(self.workspace_root, request.workspace)  # refused before anything is stored
                 return await self._reply_in_turn(request.session_id, request, events)
+        root = await in_worker(self.workspace_root, request.workspace)
         store = await in_worker(lambda: self.store) if request.persist else self.memory  # opens it first
         created = await in_worker(
             store.create_session, workspace=str(root) if root else None, session_id=request.new_session_id
@@ -476,7 +483,7 @@ class Chat:
 
     async def _reply_in_turn(self, session_id: str, request: ReplyRequest, events: ReplyEvents) -> ReplyOutcome:
         store, info = await in_worker(self.locate, session_id)  # as it is now: earlier turns added to it
-        if request.session_id and not request.workspace and info.workspace and Path(info.workspace).is_dir():
+        if request.session_id and not request.workspace and info.workspace and await in_worker(_is_dir, info.workspace):
             # A follow-up researches the folder its session was started on, unless told otherwise.
             request = msgspec.structs.replace(request, workspace=info.workspace)
         reply_id = uuid.uuid4().hex

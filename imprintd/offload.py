@@ -9,18 +9,33 @@ A call is abandoned, not waited for, when the request awaiting it is cancelled: 
 and ``shutdown`` answer at once even while a store call waits out its busy timeout. What the
 abandoned call was doing finishes (or fails) in its thread on its own; a store write stays one
 whole transaction either way (``store.Store``).
+
+Generation by the local model runs apart, in the one model thread (``in_model_thread``), at a
+lower scheduling priority than the rest of the process (``lower_priority``): llama.cpp's prompt
+processing keeps every core busy, and the loop thread must win a core whenever it has a message
+to move. The threads llama.cpp's OpenMP team adds are created by that thread and inherit its
+priority (docs/decisions.md, "The model thread runs at a lower priority").
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
+import logging
+import os
+import queue
+import sys
+import threading
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 import anyio
 import anyio.to_thread
+
+logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -48,3 +63,93 @@ async def in_worker(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return await anyio.to_thread.run_sync(
         functools.partial(fn, *args, **kwargs), abandon_on_cancel=True, limiter=_worker_limiter()
     )
+
+
+#: How many nice levels below the rest of the process the model thread runs. At +10 the
+#: scheduler gives a thread about a tenth of the share of a thread at the process's own level,
+#: so the loop thread, woken by a message, gets a core at once; when nothing else wants the
+#: cores, generation has them all as before.
+MODEL_NICENESS = 10
+
+
+def lower_priority(by: int = MODEL_NICENESS) -> int | None:
+    """Raise the calling thread's nice value by ``by`` (at most 19); its new value, or None where
+    a thread's priority cannot be set alone (not Linux) or the system refuses.
+
+    On Linux ``setpriority(PRIO_PROCESS, tid)`` names one thread, and threads it creates later
+    inherit the value; elsewhere the same call would lower the whole process, so it is not made.
+    An unprivileged process may always raise a nice value (not lower it back).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    tid = threading.get_native_id()
+    try:
+        niceness = min(19, os.getpriority(os.PRIO_PROCESS, tid) + by)
+        os.setpriority(os.PRIO_PROCESS, tid, niceness)
+    except OSError as error:  # a container's seccomp profile, say: run at the same priority
+        logger.info("the model thread keeps the process's priority: %s", error)
+        return None
+    return niceness
+
+
+def _name_native_thread(name: str) -> None:
+    """The calling thread's name as the system shows it (``top -H``, ``/proc``; Python 3.11 sets
+    none), which the threads it creates inherit; nothing where there is no ``/proc``."""
+    try:
+        Path(f"/proc/self/task/{threading.get_native_id()}/comm").write_text(name[:15])
+    except OSError:
+        pass
+
+
+class _ModelThread:
+    """One daemon thread, started on first use, running the jobs given to it one after another.
+
+    A thread of its own rather than one of anyio's: a thread's lowered priority cannot be raised
+    back, and anyio's threads go on to run store calls and counts for requests that must not wait.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], concurrent.futures.Future]] = queue.SimpleQueue()
+        self._started = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._started:
+            if self._thread is None:
+                # A daemon: a generation still running at exit must not hold the process.
+                self._thread = threading.Thread(target=self._serve, name="imprintd-model", daemon=True)
+                self._thread.start()
+        self._jobs.put((fn, future))
+        return future
+
+    def _serve(self) -> None:
+        _name_native_thread("imprintd-model")
+        lower_priority()
+        while True:
+            fn, future = self._jobs.get()
+            # A job cancelled while queued still runs: its own stop flag ends it at once, and
+            # whoever waits on what it does when it ends (``LocalModel``'s ``finished``) is not
+            # left waiting.
+            wanted = future.set_running_or_notify_cancel()
+            try:
+                result = fn()
+            except BaseException as error:  # handed to the awaiting task, as a worker's would be
+                if wanted:
+                    future.set_exception(error)
+            else:
+                if wanted:
+                    future.set_result(result)
+
+
+_model_thread = _ModelThread()
+
+
+async def in_model_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` in the model thread (at a lower priority); the loop serves other requests meanwhile.
+
+    A cancel of the awaiting task does not stop ``fn``: it goes on in its thread, as an abandoned
+    worker call does. ``fn`` may enter the loop with ``anyio.from_thread.run_sync(...,
+    token=...)`` (the thread is not one of anyio's).
+    """
+    return await asyncio.wrap_future(_model_thread.submit(fn))

@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-import anyio
 import msgspec
 
 from imprintd import messages as msg
@@ -284,7 +283,7 @@ async def _summary_step(
         return state
     block = _summary_block(state, earlier)
     system = msg.system(prompts.system_prompt(style=style, tool_lines=tool_lines, summary_block=block))
-    to_cover = await anyio.to_thread.run_sync(
+    to_cover = await in_worker(
         lambda: summaries.plan_coverage(
             model, system=system, summary=state, messages=earlier, question=question, tools=specs, max_tokens=max_tokens
         )

@@ -8,6 +8,7 @@ handlers are registered. Nothing here decides anything about a reply.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -120,6 +121,7 @@ class ImprintServer(LanguageServer):
         self.on_stop = chat.close
         #: The model as the client was last told it (``initialize``, then ``imprint/modelChanged``).
         self.announced: wire.ModelInfo | None = None
+        self._announcing: set[asyncio.Future] = set()
         cast(ImprintProtocol, self.protocol).experimental = self._initialize_model_info
 
     def model_info(self) -> wire.ModelInfo:
@@ -129,16 +131,23 @@ class ImprintServer(LanguageServer):
         self.announced = self.model_info()
         return {"imprint": msgspec.to_builtins(self.announced)}
 
-    def announce_model(self) -> None:
+    async def announce_model(self) -> None:
         """``imprint/modelChanged`` when the model, as clients show it, differs from what they were told.
 
         After a settings change, and after each reply: a remote model is known to reason only
-        once its server has sent reasoning.
+        once its server has sent reasoning. Telling the model reads its GGUF's header, in a
+        worker thread (``offload``).
         """
-        model = self.model_info()
+        model = await in_worker(self.model_info)
         if self.announced is not None and model != self.announced:
             self.protocol.notify(wire.MODEL_CHANGED, msgspec.to_builtins(model))
         self.announced = model
+
+    def announce_model_soon(self) -> None:
+        """``announce_model`` from a synchronous handler: a task, kept until it ends."""
+        task = asyncio.ensure_future(self.announce_model())
+        self._announcing.add(task)
+        task.add_done_callback(self._announcing.discard)
 
     def report_settings_errors(self, errors: tuple[str, ...]) -> None:
         for error in errors:
@@ -157,7 +166,7 @@ class ImprintServer(LanguageServer):
         self.chat.update_settings(self.chat.resolved.apply(values, "editor"))
         self.report_settings_errors(self.chat.resolved.errors[before:])
         if report_model:
-            self.announce_model()
+            self.announce_model_soon()
 
 
 # -- lifecycle and settings ---------------------------------------------------------------------
@@ -219,7 +228,7 @@ async def chat_reply(server: ImprintServer, params: wire.ChatParams) -> wire.Cha
         outcome = await server.chat.reply(request, events)
     finally:
         await events.finish()
-        server.announce_model()
+        await server.announce_model()
     return wire.ChatResult.from_core(outcome)
 
 
@@ -315,7 +324,7 @@ async def models(server: ImprintServer, params: wire.ModelsParams) -> wire.Model
         except ModelError as error:
             served_error = str(error)
     return wire.ModelsResult(
-        current=server.model_info(),
+        current=await in_worker(server.model_info),  # reads the GGUF's header
         models=[wire.ModelOnDisk.from_core(m) for m in found],
         served=served,
         served_error=served_error,

@@ -192,3 +192,88 @@ async def test_chats_in_one_session_take_turns_in_the_order_sent_while_the_store
         m.content for m in chat.store.messages(first.session_id) if isinstance(m, Message) and m.role == "assistant"
     ]
     assert answers == ["One.", "Answer to A.", "Answer to B."]
+
+
+@pytest.fixture
+def watched_loop_calls(monkeypatch, watched_stores):
+    """Besides the store: resolving a workspace folder (a stat of each part) and telling the model
+    (reads its GGUF's header), each noted when it runs on the event loop's thread."""
+    import imprintd.chat
+    from imprintd.chat import Chat
+
+    on_loop, loop_thread = watched_stores
+
+    def watch(owner, name):
+        original = getattr(owner, name)
+
+        def watched(*args, **kwargs):
+            if loop_thread and threading.current_thread() is loop_thread[0]:
+                on_loop.append(f"{name}:\n{''.join(traceback.format_stack(limit=6)[:-1])}")
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, watched)
+
+    watch(imprintd.chat, "workspace_folder")
+    watch(Chat, "model_identity")
+    return on_loop, loop_thread
+
+
+class Notes:
+    """An ACP connection that keeps what the agent sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, object]] = []
+
+    def notify(self, method, params) -> None:
+        self.sent.append((method, params))
+
+
+async def test_acp_prompts_loads_and_deletes_ask_the_store_off_the_event_loop(workspace, watched_loop_calls):
+    from imprintd.acp import wire
+    from imprintd.acp.agent import Agent
+
+    on_loop, loop_thread = watched_loop_calls
+    model = StandInModel()
+    chat = make_chat(model)
+    agent = Agent(chat, Notes())  # type: ignore[arg-type]
+    new = agent.new_session(wire.NewSessionParams(cwd=str(workspace)))
+    loop_thread.append(threading.current_thread())
+    model.queue("Billing listens on 8101.", "Still 8101.")
+    first = await agent.prompt(wire.PromptParams(session_id=new.session_id, prompt=[wire.TextBlock(text="Port?")]))
+    second = await agent.prompt(wire.PromptParams(session_id=new.session_id, prompt=[wire.TextBlock(text="Sure?")]))
+    exported = await agent.prompt(wire.PromptParams(session_id=new.session_id, prompt=[wire.TextBlock(text="/export")]))
+    assert (first.stop_reason, second.stop_reason, exported.stop_reason) == ("end_turn",) * 3
+    await agent.load_session(wire.LoadSessionParams(session_id=new.session_id, cwd=str(workspace)))
+    titles = [p for m, p in agent.connection.sent if isinstance(getattr(p, "update", None), wire.SessionInfoUpdate)]
+    assert titles  # told from the store after the first answer and on the load
+    listed = await agent.list_sessions(wire.ListSessionsParams(cwd=str(workspace)))
+    assert [s.session_id for s in listed.sessions] == [new.session_id]
+    await agent.delete_session(wire.SessionParams(session_id=new.session_id))
+    loop_thread.clear()  # the checks below are the test's own
+    assert on_loop == [], "\n".join(on_loop)
+    assert new.session_id not in {info.id for info in chat.sessions()}
+
+
+async def test_the_wire_tells_the_model_and_resolves_workspaces_off_the_event_loop(workspace, watched_loop_calls):
+    import asyncio
+    import json
+
+    from imprintd.server import build_server
+    from tests.test_rpc import Capture, send
+
+    on_loop, loop_thread = watched_loop_calls
+    model = StandInModel()
+    server = build_server(make_chat(model))
+    server.protocol.set_writer(Capture())
+    send(server, {"id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}})
+    await server.protocol.writer.answer(1)
+    loop_thread.append(threading.current_thread())
+    model.queue("Billing listens on 8101.")
+    send(server, {"id": 2, "method": "imprint/chat", "params": {"text": "Port?", "workspace": str(workspace)}})
+    assert "8101" in json.dumps(await server.protocol.writer.answer(2))
+    send(server, {"id": 3, "method": "imprint/models", "params": {}})
+    assert "current" in (await server.protocol.writer.answer(3))["result"]
+    send(server, {"method": "workspace/didChangeConfiguration", "params": {"settings": {"chat": {"max_tokens": 300}}}})
+    assert server.chat.settings.max_tokens == 300 and server._announcing  # applied; the model being told
+    await asyncio.gather(*server._announcing)
+    assert on_loop == [], "\n".join(on_loop)

@@ -154,8 +154,8 @@ class Agent:
         return wire.SetConfigOptionResult(config_options=[option])
 
     async def load_session(self, params: wire.LoadSessionParams) -> None:
-        root = _folder(params.cwd)
-        if self._is_unstored(params.session_id):
+        root = await in_worker(_folder, params.cwd)  # resolves it: a stat of each part
+        if await self._is_unstored(params.session_id):
             self._cwd[params.session_id] = root
             self._publish_commands(params.session_id)
             return None  # never asked anything: nothing to replay
@@ -165,7 +165,7 @@ class Agent:
         _log_mcp(info.id, params.mcp_servers)
         for update in replay(messages, root):
             self.connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=info.id, update=update))
-        self._tell_title(info.id, force=True)
+        await self._tell_title(info.id, force=True)
         self._publish_commands(info.id)
         return None
 
@@ -173,10 +173,10 @@ class Agent:
         update = wire.AvailableCommandsUpdate(available_commands=list(commands.COMMANDS))
         self.connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=session_id, update=update))
 
-    def _tell_title(self, session_id: str, *, force: bool = False) -> None:
+    async def _tell_title(self, session_id: str, *, force: bool = False) -> None:
         """``session_info_update`` with the session's title, when the client does not have it yet."""
         try:
-            _, info = self.chat.locate(session_id)
+            _, info = await in_worker(self.chat.locate, session_id)
         except (StoreError, apsw.Error):  # deleted meanwhile, or the store failed: no title to tell
             return
         if not info.title or (not force and self._titles.get(session_id) == info.title):
@@ -190,7 +190,7 @@ class Agent:
     async def list_sessions(self, params: wire.ListSessionsParams) -> wire.ListSessionsResult:
         if params.cursor is not None:
             raise RpcError(INVALID_PARAMS, "cursor: this agent lists every session in one page and gave no cursor.")
-        wanted = _folder(params.cwd) if params.cwd is not None else None
+        wanted = await in_worker(_folder, params.cwd) if params.cwd is not None else None
         listed = []
         for info in await _in_store(self.chat.sessions):
             # ACP needs each session's folder; a session asked with none, or never asked, is left out.
@@ -209,7 +209,7 @@ class Agent:
         return wire.ListSessionsResult(sessions=listed)
 
     async def delete_session(self, params: wire.SessionParams) -> dict:
-        unstored = self._is_unstored(params.session_id)
+        unstored = await self._is_unstored(params.session_id)
         if not unstored:
             await _in_store(self._locate, params.session_id)
         self._cancel_prompts(params.session_id)
@@ -220,12 +220,12 @@ class Agent:
         logger.info("session %s deleted", params.session_id)
         return {}
 
-    def _is_unstored(self, session_id: str) -> bool:
+    async def _is_unstored(self, session_id: str) -> bool:
         """Named by ``session/new`` and not stored yet (its first prompt stores it)."""
         if session_id not in self._unstored:
             return False
         try:
-            self.chat.locate(session_id)
+            await in_worker(self.chat.locate, session_id)
         except SessionNotFound:
             return True
         except (StoreError, apsw.Error) as error:
@@ -243,41 +243,50 @@ class Agent:
 
     # -- prompts ----------------------------------------------------------------
     def prompt(self, params: wire.PromptParams):
-        """Start the reply now (so a cancel right behind it finds it); answer when it ends."""
+        """Start the prompt's task now (so a cancel right behind it finds it); answer when it ends."""
         session_id = params.session_id
-        if self._is_unstored(session_id):
+        waiting = list(self._prompts.get(session_id, ()))
+        reply = asyncio.ensure_future(self._prompt(params, waiting))
+        self._prompts.setdefault(session_id, []).append(reply)
+        return self._answer(session_id, reply)
+
+    async def _prompt(self, params: wire.PromptParams, earlier: Sequence[asyncio.Task]):
+        """The reply's outcome, or a slash command's ``PromptResult``; the session is looked up in
+        the store from a worker thread (``offload``), as every store call is."""
+        session_id = params.session_id
+        if await self._is_unstored(session_id):
             root: Path | None = self._cwd[session_id]
         else:
-            _, info = self._locate(session_id)
+            _, info = await _in_store(self._locate, session_id)
             root = self._cwd.get(info.id) or (Path(info.workspace) if info.workspace else None)
         question = question_text(params.prompt, root)
         events = AcpEvents(self.connection, session_id, root)
+        task = asyncio.current_task()
+        assert task is not None  # a task of prompt's
+        self._events[task] = events
         command = commands.command_of(question)
         if command is not None:
-            return self._run_command(command, session_id, events)
+            return await self._run_command(command, session_id, events)
         request = ReplyRequest(text=question, session_id=session_id, workspace=str(root) if root else None)
-        waiting = list(self._prompts.get(session_id, ()))
-        reply = asyncio.ensure_future(self._reply_after(waiting, request, events))
-        self._prompts.setdefault(session_id, []).append(reply)
-        self._events[reply] = events
-        return self._answer(session_id, reply, events)
+        return await self._reply_after(earlier, request, events)
 
     async def _reply_after(self, earlier: Sequence[asyncio.Task], request: ReplyRequest, events: AcpEvents):
         if earlier:
             await asyncio.wait(earlier)
-        if self._is_unstored(request.session_id or ""):
+        if await self._is_unstored(request.session_id or ""):
             # The session's first question: the core stores the session under the id ACP knows.
             request = msgspec.structs.replace(request, session_id=None, new_session_id=request.session_id)
         return await self.chat.reply(request, events)
 
-    async def _answer(self, session_id: str, reply: asyncio.Task, events: AcpEvents) -> wire.PromptResult:
+    async def _answer(self, session_id: str, reply: asyncio.Task) -> wire.PromptResult:
+        events: AcpEvents | None = None
         try:
             await asyncio.wait([reply])  # a cancelled reply is an answer, not an error of ours
         except asyncio.CancelledError:  # the agent is shutting down
             reply.cancel()
             raise
         finally:
-            self._events.pop(reply, None)
+            events = self._events.pop(reply, None)
             running = self._prompts.get(session_id, [])
             if reply in running:
                 running.remove(reply)
@@ -290,17 +299,20 @@ class Agent:
         if error is not None:
             raise _reply_error(error)
         outcome = reply.result()
+        if isinstance(outcome, wire.PromptResult):  # a slash command's
+            return outcome
+        assert events is not None  # registered before the reply began
         events.finish(outcome)
-        self._tell_title(session_id)
+        await self._tell_title(session_id)
         return wire.PromptResult(stop_reason=stop_reason(outcome.stop_reason))
 
     # -- slash commands ---------------------------------------------------------------
     async def _run_command(self, command: str, session_id: str, events: AcpEvents) -> wire.PromptResult:
         """Run ``/command`` (``commands.py``) and answer with its result as the agent's message."""
-        if self._is_unstored(session_id):
+        if await self._is_unstored(session_id):
             events.text(f"Nothing to {command} yet: this session has no messages. Ask a question first.")
             return wire.PromptResult(stop_reason="end_turn")
-        store, info = self._locate(session_id)
+        store, info = await _in_store(self._locate, session_id)
         if command == "compact":
             try:
                 done = await self.chat.compact(info.id, events)
@@ -442,6 +454,8 @@ async def _in_store(call: Callable[..., T], *args: Any) -> T:
 
 def _reply_error(error: BaseException) -> BaseException:
     """The core's failures in words; anything else stays an internal error (logged, not shown)."""
+    if isinstance(error, RpcError):  # ours already, e.g. an unknown session
+        return error
     if isinstance(error, SessionNotFound):
         return RpcError(RESOURCE_NOT_FOUND, f"sessionId: {error}")
     if isinstance(error, WorkspaceMissing):

@@ -32,12 +32,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Protocol
 
-import anyio
 import msgspec
 
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, ToolSpec
 from imprintd.models.base import Completion, Model, ModelError, side_requests
+from imprintd.offload import in_worker
 from imprintd.research.budget import BudgetExhausted, charged_complete
 from imprintd.tools.base import ToolError, ToolResult, parse_arguments, tool_spec
 
@@ -516,7 +516,7 @@ async def analyze(
     worker_question = _bounded(source if kind == USER_KIND else question)
     context = min(worker_context, model.n_ctx)
     # Tokenizing up to a million characters is blocking work: keep it off the event loop.
-    ranges, prompts = await anyio.to_thread.run_sync(
+    ranges, prompts = await in_worker(
         lambda: _plan(model, source, question=worker_question, label=label, worker_context=context)
     )
     room = sections.room()
@@ -547,7 +547,7 @@ async def analyze(
             label=label,
             total=len(source),
         )
-        prompt_tokens = await anyio.to_thread.run_sync(model.count_prompt, messages)
+        prompt_tokens = await in_worker(model.count_prompt, messages)
         if prompt_tokens + NOTES_MAX_TOKENS > context:
             raise AnalysisError(  # the plan measured this very prompt: a model whose counts drift
                 f"section analysis of the {label} stopped at section {number} of {len(ranges)}: its prompt of "

@@ -11,8 +11,8 @@
   after it, less that turn). ``count_message`` is cached by the message's bytes: a message's
   tokens are the difference of two whole renders with a lead-in the template accepts (see
   ``_message_tokens``), so a fitting pass tokenizes each message once.
-* **Streaming under the inference lock.** Generation runs token by token in a worker thread
-  while the process-wide ``inference_lock()`` is held. Between tokens (and between prompt
+* **Streaming under the inference lock.** Generation runs token by token in the model thread
+  (``offload.in_model_thread``: one thread at a lower priority, so the event loop wins a core) while the process-wide ``inference_lock()`` is held. Between tokens (and between prompt
   batches) the worker checks a cancel flag and the deadline; cancelling the awaiting task sets
   the flag, waits for the worker to return (shielded), then re-raises. Text reaches ``on_text``
   on the event-loop thread, UTF-8 sequences split across tokens decoded whole.
@@ -67,6 +67,7 @@ from typing import Any
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
@@ -91,6 +92,7 @@ from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
 from imprintd.models.templates import LEAD_USER, ChatTemplate, TemplateError
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter
+from imprintd.offload import in_model_thread, in_worker
 
 logger = logging.getLogger("imprintd.models.local")
 
@@ -781,7 +783,7 @@ class LocalModel:
             run.grammar = _compiled_grammar(grammar)
         # Loading and tokenizing a long prompt block; neither needs the lock.
         loaded = await anyio.to_thread.run_sync(self.load)
-        tokens = await anyio.to_thread.run_sync(self.prompt_tokens, messages, tools)
+        tokens = await in_worker(self.prompt_tokens, messages, tools)
         prompt_tokens = len(tokens)
         if prompt_tokens + max_tokens > self.n_ctx:
             raise ModelError(
@@ -834,6 +836,8 @@ class LocalModel:
         on_text: TextCallback | None,
         on_reasoning: TextCallback | None = None,
     ) -> _Result:
+        token = anyio.lowlevel.current_token()  # the model thread is not one of anyio's
+
         def deliver(callback: TextCallback, piece: str) -> None:
             # Runs on the event-loop thread; after a cancel nothing more reaches the caller.
             if not run.stop.is_set():
@@ -841,11 +845,11 @@ class LocalModel:
 
         def emit(piece: str) -> None:
             if on_text is not None:
-                anyio.from_thread.run_sync(deliver, on_text, piece)
+                anyio.from_thread.run_sync(deliver, on_text, piece, token=token)
 
         def think(piece: str) -> None:
             if on_reasoning is not None:
-                anyio.from_thread.run_sync(deliver, on_reasoning, piece)
+                anyio.from_thread.run_sync(deliver, on_reasoning, piece, token=token)
 
         def work() -> _Result:
             try:
@@ -854,7 +858,8 @@ class LocalModel:
                 run.finished.set()
 
         try:
-            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+            # The model thread, at a lower priority: the loop thread wins a core when it needs one.
+            return await in_model_thread(work)
         except anyio.get_cancelled_exc_class():
             # Stop the worker before its next token and wait for it, so the lock is released
             # only when llama.cpp is idle again; then let the cancellation go on.

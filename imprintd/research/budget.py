@@ -36,6 +36,7 @@ import msgspec
 
 from imprintd.messages import Message, ToolSpec
 from imprintd.models.base import Completion, Model, RetryCallback, TextCallback
+from imprintd.offload import in_worker
 
 #: ADR 0157: of the shared prefix, this many tokens stay charged: the next turn's header
 #: that a rendered prefix adds (and the generation prompt a prefix count includes).
@@ -221,7 +222,7 @@ async def charged_complete(
         if budget is not None:
             # Shielded: a reservation once made must be known here, to be settled.
             with anyio.CancelScope(shield=True):
-                reservation = await anyio.to_thread.run_sync(budget.reserve, model, messages, tools, max_tokens)
+                reservation = await in_worker(budget.reserve, model, messages, tools, max_tokens)
         if started is not None:
             started()
 

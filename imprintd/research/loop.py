@@ -29,7 +29,6 @@ import json
 from collections.abc import Sequence
 from typing import Literal
 
-import anyio
 import msgspec
 
 from imprintd import messages as msg
@@ -270,7 +269,7 @@ class _Loop:
         return fitted
 
     async def _fit_with(self, specs: list) -> Fitted:
-        return await anyio.to_thread.run_sync(
+        return await in_worker(
             lambda: fit_prompt(
                 self.model,
                 system=self.system,
@@ -284,7 +283,7 @@ class _Loop:
     async def _usage(self, fitted: Fitted, specs) -> usage.ContextUsage:
         """What fills the context of the round about to be sent: ``fitted``, counted by the model."""
         current = len(self.current)
-        return await anyio.to_thread.run_sync(
+        return await in_worker(
             lambda: usage.measure(
                 self.model,
                 fitted.messages,
@@ -365,10 +364,7 @@ class _Loop:
             return
         question = self.current[0]
         share = first_look.token_share(self.model.n_ctx, self.scope.max_tokens)
-        if (
-            len(question.content) > share * 8
-            or await anyio.to_thread.run_sync(self.model.count_message, question) > share
-        ):
+        if len(question.content) > share * 8 or await in_worker(self.model.count_message, question) > share:
             return
         terms = first_look.query(question.content, self.history)
         if terms is None:

@@ -15,9 +15,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
 
-import anyio
 import msgspec
 
+from imprintd.offload import in_worker
 from imprintd.tools.base import Hit, Source, Tool, ToolError, ToolResult, parse_arguments, tool_spec
 from imprintd.tools.index import WorkspaceIndex
 from imprintd.tools.paths import (
@@ -74,7 +74,7 @@ class SearchTool:
         if not query:
             raise ToolError(f"search: query must be the words to look for, not {arguments['query']!r}")
         # SQLite work off the event loop: other replies and short requests keep being served.
-        hits = await anyio.to_thread.run_sync(self.index.search, query, self.limit)
+        hits = await in_worker(self.index.search, query, self.limit)
         if not hits:
             return ToolResult(text=f"No results for “{query}” in the workspace.", subject=query)
         return ToolResult(
@@ -86,7 +86,7 @@ class SearchTool:
 
     async def definition(self, name: str) -> Hit | None:
         """The line of the workspace binding the constant ``name`` (``WorkspaceIndex.definition``)."""
-        return await anyio.to_thread.run_sync(self.index.definition, name)
+        return await in_worker(self.index.definition, name)
 
 
 class ReadFileArguments(msgspec.Struct, frozen=True, kw_only=True):
@@ -227,7 +227,7 @@ class ReadFileTool:
         return f"Reading {path}"
 
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
-        return await anyio.to_thread.run_sync(self._run, dict(arguments))
+        return await in_worker(self._run, dict(arguments))
 
     def _run(self, arguments: Mapping[str, Any]) -> ToolResult:
         parsed = ReadFileArguments.parse(arguments)
