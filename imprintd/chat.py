@@ -172,6 +172,11 @@ class SectionText(msgspec.Struct, frozen=True, kw_only=True):
     total: int
 
 
+def _model_key(chat: ChatSettings) -> tuple:
+    """What a model is built from: settings that differ here need another model."""
+    return tuple(getattr(chat, name) for name in _MODEL_KEYS)
+
+
 def _default_model_factory(chat: ChatSettings) -> Model:
     from imprintd.models.factory import create_model
 
@@ -213,6 +218,7 @@ class Chat:
         self._model_factory = model_factory
         self._model: Model | None = None
         self._model_settings: tuple | None = None
+        self._model_choosing = threading.Lock()  # the loop and worker threads may ask for it at once
         self._retiring: list[threading.Thread] = []  # models replaced on a settings change, closing
         self._data_dir = data_dir
         self._store: Store | None = None
@@ -257,17 +263,18 @@ class Chat:
 
     def model(self) -> Model:
         """The chat model for the current settings; created once, recreated when they change."""
-        key = tuple(getattr(self.settings, name) for name in _MODEL_KEYS)
-        if self._model is None or key != self._model_settings:
-            retired, self._model = self._model, self._model_factory(self.settings)
-            self._model_settings = key
-            if isinstance(retired, SessionStates) and retired is not self._model:
-                self._retire(retired)
-        if isinstance(self._model, SessionStates):
-            self._model.set_state_limits(
-                memory_bytes=self.settings.state_cache_memory, disk_bytes=self.settings.state_cache_disk
-            )
-        return self._model
+        settings = self.settings
+        with self._model_choosing:
+            key = _model_key(settings)
+            if self._model is None or key != self._model_settings:
+                retired, self._model = self._model, self._model_factory(settings)
+                self._model_settings = key
+                if isinstance(retired, SessionStates) and retired is not self._model:
+                    self._retire(retired)
+            model = self._model
+        if isinstance(model, SessionStates):
+            model.set_state_limits(memory_bytes=settings.state_cache_memory, disk_bytes=settings.state_cache_disk)
+        return model
 
     def _retire(self, model: SessionStates) -> None:
         """Close a replaced model's states (memory, writer thread) off the event loop: closing
@@ -276,20 +283,23 @@ class Chat:
         thread.start()
         self._retiring = [t for t in self._retiring if t.is_alive()] + [thread]
 
-    def model_identity(self) -> ModelIdentity:
-        """The model in use as clients show it, with its chat format and whether it reasons.
+    def model_identity(self, settings: ChatSettings | None = None) -> ModelIdentity:
+        """The model ``settings`` name (the current ones by default) as clients show it, with
+        its chat format and whether it reasons.
 
-        Both are asked of the model built for the current settings, which answers them without
-        loading weights (a local model reads its GGUF's template). A model that cannot be built,
-        or a GGUF that is not there, leaves them unknown rather than failing: its error comes
-        with the first reply. A remote model says it reasons once its server has sent reasoning.
+        Both are asked of the model built for those settings, which answers them without
+        loading weights (a local model reads its GGUF's template). Settings that are no longer
+        current (a change announced after later ones came) get a model built for the question
+        alone, not kept. A model that cannot be built, or a GGUF that is not there, leaves them
+        unknown rather than failing: its error comes with the first reply. A remote model says
+        it reasons once its server has sent reasoning.
         """
-        identity = identify_model(self.settings)
-        chat = self.settings
+        chat = settings or self.settings
+        identity = identify_model(chat)
         if not identity.model or (chat.provider == "local" and chat.model and not Path(chat.model).is_file()):
             return identity
         try:
-            model = self.model()
+            model = self.model() if _model_key(chat) == _model_key(self.settings) else self._model_factory(chat)
             chat_format, reasons = model.chat_format, model.reasons
         except (ModelError, OSError, ValueError) as error:
             logger.info("the chat format of %s cannot be told yet: %s", identity.model, error)

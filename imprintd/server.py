@@ -36,6 +36,7 @@ from imprintd.models.served import served_models
 from imprintd.offload import in_worker
 from imprintd.research.loop import ReplyFailed
 from imprintd.rpc import ImprintProtocol, leave_despite_busy_threads, msgspec_handler, run_stdio
+from imprintd.settings import ChatSettings
 from imprintd.store import SessionNotFound, StoreError
 from imprintd.wire_events import WireEvents
 
@@ -122,30 +123,37 @@ class ImprintServer(LanguageServer):
         #: The model as the client was last told it (``initialize``, then ``imprint/modelChanged``).
         self.announced: wire.ModelInfo | None = None
         self._announcing: set[asyncio.Future] = set()
+        #: Announcements go out one at a time, in the order of the changes that made them.
+        self._announcing_in_order = asyncio.Lock()
         cast(ImprintProtocol, self.protocol).experimental = self._initialize_model_info
 
-    def model_info(self) -> wire.ModelInfo:
-        return wire.ModelInfo.from_core(self.chat.model_identity())
+    def model_info(self, settings: ChatSettings | None = None) -> wire.ModelInfo:
+        return wire.ModelInfo.from_core(self.chat.model_identity(settings))
 
     def _initialize_model_info(self) -> dict[str, Any]:
         self.announced = self.model_info()
         return {"imprint": msgspec.to_builtins(self.announced)}
 
-    async def announce_model(self) -> None:
-        """``imprint/modelChanged`` when the model, as clients show it, differs from what they were told.
+    async def announce_model(self, settings: ChatSettings | None = None) -> None:
+        """``imprint/modelChanged`` when the model ``settings`` name (the current ones by default),
+        as clients show it, differs from what they were told.
 
         After a settings change, and after each reply: a remote model is known to reason only
         once its server has sent reasoning. Telling the model reads its GGUF's header, in a
-        worker thread (``offload``).
+        worker thread (``offload``); announcements wait for one another, so clients hear of
+        changes in the order they were made, each about the settings it made.
         """
-        model = await in_worker(self.model_info)
-        if self.announced is not None and model != self.announced:
-            self.protocol.notify(wire.MODEL_CHANGED, msgspec.to_builtins(model))
-        self.announced = model
+        settings = settings or self.chat.settings
+        async with self._announcing_in_order:
+            model = await in_worker(self.model_info, settings)
+            if self.announced is not None and model != self.announced:
+                self.protocol.notify(wire.MODEL_CHANGED, msgspec.to_builtins(model))
+            self.announced = model
 
     def announce_model_soon(self) -> None:
-        """``announce_model`` from a synchronous handler: a task, kept until it ends."""
-        task = asyncio.ensure_future(self.announce_model())
+        """``announce_model`` from a synchronous handler: a task, kept until it ends, about the
+        settings as they are now (the task starts after any changes that follow in the same read)."""
+        task = asyncio.ensure_future(self.announce_model(self.chat.settings))
         self._announcing.add(task)
         task.add_done_callback(self._announcing.discard)
 
