@@ -276,6 +276,21 @@ class Chat:
             model.set_state_limits(memory_bytes=settings.state_cache_memory, disk_bytes=settings.state_cache_disk)
         return model
 
+    def _model_when_asked(self) -> Callable[[], Model]:
+        """``model()`` now, in the calling (worker) thread, as a call that gives its outcome later:
+        building a model and trimming its saved states touch files, which the loop must not wait
+        for, and a model that cannot be built fails the reply where it asks (its question kept)."""
+        try:
+            model = self.model()
+        except Exception as error:  # noqa: BLE001 (raised again where the reply asks for it)
+            failure = error
+
+            def fail() -> Model:
+                raise failure
+
+            return fail
+        return lambda: model
+
     def _retire(self, model: SessionStates) -> None:
         """Close a replaced model's states (memory, writer thread) off the event loop: closing
         waits for a generation still running on it and for its queued writes."""
@@ -441,9 +456,10 @@ class Chat:
         """
         store, info = await in_worker(self.locate, session_id)
         stored, summary = await in_worker(lambda: (store.messages(info.id), store.summary(info.id)))
-        model, settings = self.model(), self.settings
+        settings = self.settings
 
         def usage() -> ContextUsage:
+            model = self.model()  # builds it when the settings changed: a local one reads its GGUF
             session_folder = info.workspace if info.workspace and Path(info.workspace).is_dir() else None
             try:
                 workspace = self.workspace_root(session_folder) is not None
@@ -453,7 +469,7 @@ class Chat:
                 model, stored=stored, summary=summary, workspace=workspace, max_tokens=settings.max_tokens
             )
 
-        return await in_worker(usage)  # stats the folders, counts the prompt
+        return await in_worker(usage)  # builds the model, stats the folders, counts the prompt
 
     def read_chat_section(self, reply_id: str, source_id: str, start: int, length: int) -> SectionText:
         """Exact characters of an original a reply analyzed in sections; SectionError if gone or out of range."""
@@ -503,7 +519,7 @@ class Chat:
             reply_id=reply_id,
             request=request,
             settings=self.settings,
-            load_model=self.model,
+            load_model=await in_worker(self._model_when_asked),
             sections=self.sections.open(reply_id),
             workspace_tools=functools.partial(self.workspace_tools, request.workspace),
         )

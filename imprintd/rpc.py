@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import json
 import logging
 import re
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO, TypeVar
 from urllib.parse import urlparse
 
@@ -104,14 +105,29 @@ class ImprintProtocol(LanguageServerProtocol):
         self.unparsable_root_uri: str | None = None
 
         #: ``capabilities.experimental`` of the ``initialize`` result, asked once the editor's
-        #: initialize handler has run (pygls builds the rest of the capabilities itself).
-        self.experimental: Callable[[], Any] | None = None
+        #: initialize handler has run (pygls builds the rest of the capabilities itself): an
+        #: awaitable, as finding it may read a file, which the loop must not wait for.
+        self.experimental: Callable[[], Awaitable[Any]] | None = None
 
     @lsp_method(types.INITIALIZE)
-    def lsp_initialize(self, params: types.InitializeParams) -> Generator[Any, Any, types.InitializeResult]:
-        result = yield from super().lsp_initialize(params)
+    async def lsp_initialize(self, params: types.InitializeParams) -> types.InitializeResult:  # type: ignore[override]
+        """pygls' initialize (a generator yielding the editor's handler to be run), run here as
+        one task: the handler and the model info await work in worker threads, and a request
+        pygls runs in steps of its own cannot be cancelled safely (``shutdown`` sent before the
+        answer cancels pending requests, and a cancelled step's future changes the table of
+        pending requests while pygls walks it)."""
+        steps = super().lsp_initialize(params)
+        done: Any = None
+        try:
+            while True:
+                handler, args, kwargs = steps.send(done)
+                done = handler(*args, **(kwargs or {}))
+                if inspect.isawaitable(done):
+                    done = await done
+        except StopIteration as finished:
+            result: types.InitializeResult = finished.value
         if self.experimental is not None:
-            result.capabilities.experimental = self.experimental()
+            result.capabilities.experimental = await self.experimental()
         return result
 
     # -- lifecycle ----------------------------------------------------------

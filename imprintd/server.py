@@ -13,7 +13,7 @@ import functools
 import inspect
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 from urllib.parse import unquote, urlparse
 
@@ -130,8 +130,14 @@ class ImprintServer(LanguageServer):
     def model_info(self, settings: ChatSettings | None = None) -> wire.ModelInfo:
         return wire.ModelInfo.from_core(self.chat.model_identity(settings))
 
-    def _initialize_model_info(self) -> dict[str, Any]:
-        self.announced = self.model_info()
+    def _initialize_model_info(self) -> Awaitable[dict[str, Any]]:
+        """``initialize``'s ``capabilities.experimental``: the model its settings name, told in
+        turn with announcements (``announce_model``) and read in a worker thread, as they are."""
+        return self._tell_initialize(self.chat.settings)
+
+    async def _tell_initialize(self, settings: ChatSettings) -> dict[str, Any]:
+        async with self._announcing_in_order:
+            self.announced = await in_worker(self.model_info, settings)
         return {"imprint": msgspec.to_builtins(self.announced)}
 
     async def announce_model(self, settings: ChatSettings | None = None) -> None:
@@ -178,13 +184,14 @@ class ImprintServer(LanguageServer):
 
 
 # -- lifecycle and settings ---------------------------------------------------------------------
-def initialize(server: ImprintServer, params: types.InitializeParams) -> None:
-    server.chat.workspace = _editor_workspace(server, params)
+async def initialize(server: ImprintServer, params: types.InitializeParams) -> None:
+    # The answer waits for this, and a client asks nothing before it has the answer (the LSP spec).
+    server.chat.workspace = await _editor_workspace(server, params)
     server.report_settings_errors(server.chat.resolved.errors)
     server.apply_editor_settings(params.initialization_options, report_model=False)
 
 
-def _editor_workspace(server: ImprintServer, params: types.InitializeParams) -> str | None:
+async def _editor_workspace(server: ImprintServer, params: types.InitializeParams) -> str | None:
     """The editor's folder: ``workspaceFolders[0]``, else ``rootUri``, else ``rootPath``.
 
     One that cannot be used (not a file: URI, too long, a NUL, a symbolic link loop, not a
@@ -206,7 +213,7 @@ def _editor_workspace(server: ImprintServer, params: types.InitializeParams) -> 
     try:
         if folder is None:
             raise WorkspaceMissing(f"{_shown(uri or '')} is not a file: URI of a local folder.")
-        return str(workspace_folder(folder))
+        return str(await in_worker(workspace_folder, folder))  # a stat of each part
     except WorkspaceMissing as error:
         message = f"initialize {field}: {error} Imprint ignores it; a chat can name its folder (workspace)."
         logger.warning("%s", message)

@@ -196,9 +196,14 @@ async def test_chats_in_one_session_take_turns_in_the_order_sent_while_the_store
 
 @pytest.fixture
 def watched_loop_calls(monkeypatch, watched_stores):
-    """Besides the store: resolving a workspace folder (a stat of each part) and telling the model
-    (reads its GGUF's header), each noted when it runs on the event loop's thread."""
+    """Besides the store: resolving a workspace folder (a stat of each part), telling the model
+    (reads its GGUF's header), building the model, finding the models on disk (reads their
+    headers) and asking whether a file is one, each noted when it runs on the event loop's thread."""
+    import pathlib
+
+    import imprintd.acp.agent
     import imprintd.chat
+    import imprintd.server
     from imprintd.chat import Chat
 
     on_loop, loop_thread = watched_stores
@@ -213,8 +218,13 @@ def watched_loop_calls(monkeypatch, watched_stores):
 
         monkeypatch.setattr(owner, name, watched)
 
-    watch(imprintd.chat, "workspace_folder")
+    for module in (imprintd.chat, imprintd.acp.agent, imprintd.server):
+        watch(module, "workspace_folder")
+    watch(imprintd.acp.agent, "find_models")
+    watch(imprintd.acp.agent, "identify_model")
     watch(Chat, "model_identity")
+    watch(Chat, "model")
+    watch(pathlib.Path, "is_file")
     return on_loop, loop_thread
 
 
@@ -236,8 +246,11 @@ async def test_acp_prompts_loads_and_deletes_ask_the_store_off_the_event_loop(wo
     model = StandInModel()
     chat = make_chat(model)
     agent = Agent(chat, Notes())  # type: ignore[arg-type]
-    new = agent.new_session(wire.NewSessionParams(cwd=str(workspace)))
     loop_thread.append(threading.current_thread())
+    new = await agent.new_session(wire.NewSessionParams(cwd=str(workspace)))
+    [option] = new.config_options
+    picked = wire.SetConfigOptionParams(session_id=new.session_id, config_id="model", value=option.current_value)
+    assert (await agent.set_config_option(picked)).config_options[0].current_value == option.current_value
     model.queue("Billing listens on 8101.", "Still 8101.")
     first = await agent.prompt(wire.PromptParams(session_id=new.session_id, prompt=[wire.TextBlock(text="Port?")]))
     second = await agent.prompt(wire.PromptParams(session_id=new.session_id, prompt=[wire.TextBlock(text="Sure?")]))
@@ -265,15 +278,21 @@ async def test_the_wire_tells_the_model_and_resolves_workspaces_off_the_event_lo
     model = StandInModel()
     server = build_server(make_chat(model))
     server.protocol.set_writer(Capture())
-    send(server, {"id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}})
-    await server.protocol.writer.answer(1)
     loop_thread.append(threading.current_thread())
+    initialize = {"processId": None, "rootUri": workspace.as_uri(), "capabilities": {}}
+    send(server, {"id": 1, "method": "initialize", "params": initialize})
+    answered = await server.protocol.writer.answer(1)
+    assert answered["result"]["capabilities"]["experimental"]["imprint"]["provider"] == server.chat.settings.provider
+    assert server.chat.workspace == str(workspace.resolve())  # the editor's folder, resolved
     model.queue("Billing listens on 8101.")
     send(server, {"id": 2, "method": "imprint/chat", "params": {"text": "Port?", "workspace": str(workspace)}})
-    assert "8101" in json.dumps(await server.protocol.writer.answer(2))
+    chatted = await server.protocol.writer.answer(2)
+    assert "8101" in json.dumps(chatted)
     send(server, {"id": 3, "method": "imprint/models", "params": {}})
     assert "current" in (await server.protocol.writer.answer(3))["result"]
     send(server, {"method": "workspace/didChangeConfiguration", "params": {"settings": {"chat": {"max_tokens": 300}}}})
     assert server.chat.settings.max_tokens == 300 and server._announcing  # applied; the model being told
     await asyncio.gather(*server._announcing)
+    send(server, {"id": 4, "method": "imprint/context", "params": {"sessionId": chatted["result"]["sessionId"]}})
+    assert "result" in await server.protocol.writer.answer(4), "the next question's share of the context"
     assert on_loop == [], "\n".join(on_loop)

@@ -106,25 +106,28 @@ class Agent:
         )
 
     # -- sessions ---------------------------------------------------------------
-    def new_session(self, params: wire.NewSessionParams) -> wire.NewSessionResult:
-        root = _folder(params.cwd)
+    async def new_session(self, params: wire.NewSessionParams) -> wire.NewSessionResult:
+        root = await in_worker(_folder, params.cwd)  # resolves it: a stat of each part
+        option = await in_worker(self._model_option)
         session_id = new_session_id()
         self._unstored.add(session_id)
         self._cwd[session_id] = root
         _log_mcp(session_id, params.mcp_servers)
         logger.info("session %s on %s", session_id, root)
-        # After the response (a sync handler's is sent when it returns): the client knows the id by then.
+        # After the response (sent once this returns, in the same step): the client knows the id by then.
         asyncio.get_running_loop().call_soon(self._publish_commands, session_id)
-        return wire.NewSessionResult(session_id=session_id, config_options=[self._model_option()])
+        return wire.NewSessionResult(session_id=session_id, config_options=[option])
 
     # -- the model picker (a config option of category "model") ------------------------
     def _model_option(self) -> wire.ConfigOption:
         """The model in use and the GGUF chat models on this machine (``models.on_disk``), once
-        per agent: reading their headers takes a moment, and a new session should not wait for it."""
+        per agent: reading their headers takes a moment, and a new session should not wait for it.
+        Reads file headers and stats the model: call it from a worker thread."""
+        settings = self.chat.settings
         if self._models is None:
-            self._models = [m for m in find_models(self.chat.settings.models_dir) if m.chat]
-        identity = identify_model(self.chat.settings)
-        current = self.chat.settings.model or identity.model
+            self._models = [m for m in find_models(settings.models_dir) if m.chat]
+        identity = identify_model(settings)
+        current = settings.model or identity.model
         options = [wire.ConfigSelectOption(value=m.path, name=m.name, description=_model_note(m)) for m in self._models]
         if current not in {option.value for option in options}:
             options.insert(0, wire.ConfigSelectOption(value=current, name=identity.model, description="in use"))
@@ -132,19 +135,19 @@ class Agent:
             id=MODEL_OPTION, name="Model", category="model", current_value=current, options=options
         )
 
-    def set_config_option(self, params: wire.SetConfigOptionParams) -> wire.SetConfigOptionResult:
+    async def set_config_option(self, params: wire.SetConfigOptionParams) -> wire.SetConfigOptionResult:
         if params.config_id != MODEL_OPTION:
             raise RpcError(
                 INVALID_PARAMS, f"configId: {params.config_id!r} is not an option; the one option is 'model'."
             )
-        offered = {option.value for option in self._model_option().options}
+        offered = {option.value for option in (await in_worker(self._model_option)).options}
         if params.value not in offered:
             raise RpcError(INVALID_PARAMS, f"value: {params.value!r} is not one of the models offered.")
-        if params.value != self.chat.settings.model and Path(params.value).is_file():
+        if params.value != self.chat.settings.model and await in_worker(Path(params.value).is_file):
             self.chat.update_settings(
                 self.chat.resolved.apply({"chat": {"provider": "local", "model": params.value}}, "editor")
             )
-        option = self._model_option()
+        option = await in_worker(self._model_option)
         update = wire.ConfigOptionUpdate(config_options=[option])
         asyncio.get_running_loop().call_soon(
             lambda: self.connection.notify(
