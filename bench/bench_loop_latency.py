@@ -9,8 +9,9 @@ both phases are printed with their ratio, with the slowest calls and when in the
 Targets: busy p99 <= 3x idle p99, and <= 100 ms.
 
 The idle phase comes before the reply, so on a shared machine it may meet other load than the
-reply does. A second daemon, idle, is probed the same way during the reply, side by side: its
-p99 is the baseline the same moments give, and the ratio against it is printed as well.
+reply does. A second daemon, idle, is probed the same way during the reply, side by side, from
+a process of its own (so the deltas this process reads do not delay it): its p99 is the baseline
+the same moments give, and the ratio against it is printed as well.
 
 Latency was first taken when the main thread got the response from the reader's queue, behind
 every streamed delta before it: that adds the bench's own queueing and parsing (this process's
@@ -27,6 +28,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -109,31 +111,52 @@ def collect(client: RawClient, prober: Prober, until, latencies: list[tuple[floa
 
 
 class SideProbe:
-    """A second, idle daemon asked ``imprint/sessions`` every 50 ms while the reply runs, its
-    responses read and timed by a thread of its own."""
+    """A second, idle daemon asked ``imprint/sessions`` every 50 ms while the reply runs, from a
+    process of its own (this script with ``--side``), which prints the latencies when told to stop."""
 
-    def __init__(self, folder: Path, max_tokens: int) -> None:
-        self.client = StampingClient(daemon_env(folder, max_tokens))
-        self.client.initialize()
-        self.client.response(self.client.request("imprint/sessions", {}))  # the store opened
-        self.prober = Prober(self.client, threading.Lock())
-        self.latencies: list[tuple[float, float, float]] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
+    def __init__(self, max_tokens: int) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--side", "--max-tokens", str(max_tokens)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None and self.process.stdin is not None
+        assert self.process.stdout.readline().strip() == "ready"
 
     def start(self) -> None:
-        self.reader.start()
-        self.prober.thread.start()
-
-    def _read(self) -> None:
-        collect(self.client, self.prober, lambda _: self.prober.stop.is_set(), self.latencies)
+        self.process.stdin.write("go\n")  # type: ignore[union-attr]
+        self.process.stdin.flush()  # type: ignore[union-attr]
 
     def stop(self) -> list[tuple[float, float, float]]:
-        self.prober.stop.set()
-        with self.prober.lock:  # one more call, so the reader sees the stop
-            self.prober.sent[self.client.request("imprint/sessions", {})] = time.perf_counter()
-        self.reader.join(timeout=60)
-        self.client.kill()
-        return self.latencies
+        out, _ = self.process.communicate("stop\n", timeout=120)
+        return [tuple(call) for call in json.loads(out.splitlines()[-1])]  # type: ignore[misc]
+
+
+def side(max_tokens: int) -> None:
+    """The side probe's process: an idle daemon, probed from "go" to "stop" on stdin."""
+    with tempfile.TemporaryDirectory() as folder_name:
+        client = StampingClient(daemon_env(Path(folder_name), max_tokens))
+        try:
+            client.initialize()
+            client.response(client.request("imprint/sessions", {}))  # the store opened
+            prober = Prober(client, threading.Lock())
+            latencies: list[tuple[float, float, float]] = []
+            reader = threading.Thread(
+                target=collect, args=(client, prober, lambda _: prober.stop.is_set(), latencies), daemon=True
+            )
+            print("ready", flush=True)
+            assert sys.stdin.readline().strip() == "go"
+            reader.start()
+            prober.thread.start()
+            sys.stdin.readline()  # "stop", or the end of input
+            prober.stop.set()
+            with prober.lock:  # one more call, so the reader sees the stop
+                prober.sent[client.request("imprint/sessions", {})] = time.perf_counter()
+            reader.join(timeout=60)
+        finally:
+            client.kill()
+    print(json.dumps(latencies), flush=True)
 
 
 def quantiles(values: list[float]) -> tuple[float, float]:
@@ -145,14 +168,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument("--idle-calls", type=int, default=100)
+    parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.side:
+        side(args.max_tokens)
+        return
     with tempfile.TemporaryDirectory() as folder_name:
         folder = Path(folder_name)
         workspace = folder / "workspace"
         workspace.mkdir()
         write_workspace(workspace)
         client = StampingClient(daemon_env(folder, args.max_tokens))
-        side = SideProbe(folder / "side", args.max_tokens)
+        beside_daemon = SideProbe(args.max_tokens)
         lock = threading.Lock()
         try:
             client.initialize(rootUri=workspace.as_uri())
@@ -167,17 +194,17 @@ def main() -> None:
             collect(client, prober, lambda _: len(idle) >= args.idle_calls, idle)
 
             busy: list[tuple[float, float, float]] = []
-            side.start()
+            beside_daemon.start()
             with lock:
                 chat = client.request("imprint/chat", {"text": QUESTION})
             started = time.perf_counter()
             reply = collect(client, prober, lambda m: "method" not in m and m.get("id") == chat, busy)
             took = time.perf_counter() - started
             prober.stop.set()
-            beside = side.stop()
+            beside = beside_daemon.stop()
         finally:
             client.kill()
-            side.client.kill()
+            beside_daemon.process.kill()
     assert reply is not None
     outcome = reply.get("result", {}).get("stopReason") or reply.get("error")
     print(f"research reply: {took:.1f} s ({outcome}), {len(busy)} calls during it, {len(idle)} idle")
