@@ -198,7 +198,8 @@ async def test_chats_in_one_session_take_turns_in_the_order_sent_while_the_store
 def watched_loop_calls(monkeypatch, watched_stores):
     """Besides the store: resolving a workspace folder (a stat of each part), telling the model
     (reads its GGUF's header), building the model, finding the models on disk (reads their
-    headers) and asking whether a file is one, each noted when it runs on the event loop's thread."""
+    headers), asking whether a file is one and rendering a stored session for ACP's load, each
+    noted when it runs on the event loop's thread."""
     import pathlib
 
     import imprintd.acp.agent
@@ -222,6 +223,7 @@ def watched_loop_calls(monkeypatch, watched_stores):
         watch(module, "workspace_folder")
     watch(imprintd.acp.agent, "find_models")
     watch(imprintd.acp.agent, "identify_model")
+    watch(imprintd.acp.agent, "replay")
     watch(Chat, "model_identity")
     watch(Chat, "model")
     watch(pathlib.Path, "is_file")

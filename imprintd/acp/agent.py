@@ -166,7 +166,8 @@ class Agent:
         messages = await _in_store(store.messages, info.id)
         self._cwd[info.id] = root
         _log_mcp(info.id, params.mcp_servers)
-        for update in replay(messages, root):
+        # Rendered in a worker: a session of thousands of messages is thousands of updates.
+        for update in await in_worker(lambda: list(replay(messages, root))):
             self.connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=info.id, update=update))
         await self._tell_title(info.id, force=True)
         self._publish_commands(info.id)
