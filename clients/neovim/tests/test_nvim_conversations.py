@@ -126,7 +126,8 @@ def test_model_offers_the_chat_ggufs_of_models_dir_and_picking_one_sets_chat_mod
     )
 
 
-def test_a_reopened_session_titles_the_first_look_as_the_live_step_did(editor):
+def test_a_reopened_session_lists_the_steps_the_live_reply_showed(editor):
+    """The first look titled Looking, as live; a repeated identical call left out (issue 34, item 7)."""
     steps = editor.lua(
         """
         local _, _, placed = require('imprint.chat.render').session({
@@ -137,7 +138,11 @@ def test_a_reopened_session_titles_the_first_look_as_the_live_step_did(editor):
           { seq = 4, role = 'assistant', content = '', toolCalls = {
             { id = 'call_0', name = 'search', arguments = { query = 'port' } } } },
           { seq = 5, role = 'tool', content = 'x', toolCallId = 'call_0' },
-          { seq = 6, role = 'assistant', content = '8101.' },
+          -- The same call again: answered from before, stored, never a step of the live reply.
+          { seq = 6, role = 'assistant', content = '', toolCalls = {
+            { id = 'call_1', name = 'search', arguments = { query = 'port' } } } },
+          { seq = 7, role = 'tool', content = '(Same call as before; its result again.)\\nx', toolCallId = 'call_1' },
+          { seq = 8, role = 'assistant', content = '8101.' },
         }, vim.NIL)
         return vim.tbl_map(function(step) return step.title end, placed)
         """
