@@ -676,9 +676,14 @@ class Store:
         before: float | None = None,
         limit: int = 20,
         offset: int = 0,
+        holding: Sequence[str] = (),
     ) -> tuple[list[FoundMessage], bool]:
         """Messages ``offset`` .. ``offset + limit`` of every stored session holding any term of
         ``weights`` (term → idf), best first, and whether more follow.
+
+        With ``holding``, only windows holding one of those terms are scored (still with every term
+        of ``weights``): the caller's pruning of windows that hold only common words, whose postings
+        are most of a search's reading; the caller checks that no such window could have ranked.
 
         A window scores BM25 (``k1``, ``b``, windows ``average_words`` long) times the share of the
         weight it matches; a message its best window. ``workspace`` keeps sessions of that folder or
@@ -697,6 +702,18 @@ class Store:
             "total_weight": total_weight,
             "average": average_words or 1.0,
         }
+        # Without ``holding``, every posting of every term is scored; with it, the windows holding
+        # one of those terms are found first and each looks up its postings of every term (the
+        # CROSS JOINs keep SQLite from reading a whole session's postings per window).
+        scored = "FROM q JOIN history_postings p ON p.term = q.term"
+        if holding:
+            params["holding"] = msgspec.json.encode(list(holding)).decode()
+            scored = (
+                "FROM (SELECT DISTINCT history_id, window FROM history_postings"
+                "  WHERE term IN (SELECT value FROM json_each(:holding))) c"
+                " CROSS JOIN q CROSS JOIN history_postings p"
+                " ON p.term = q.term AND p.history_id = c.history_id AND p.window = c.window"
+            )
         # Filters join only when asked: reading every candidate's message row costs more than the
         # scoring (a message's row holds its text). Scoring reads the postings index alone (each
         # posting carries its window's length, migration 6); the best windows' rows are read after.
@@ -728,8 +745,7 @@ class Store:
                 SELECT p.history_id, p.window,
                     sum(q.weight * p.count * (:k1 + 1) / (p.count + :k1 * (1 - :b + :b * p.words / :average)))
                     * sum(q.weight) / :total_weight
-                FROM q
-                JOIN history_postings p ON p.term = q.term{joins}
+                {scored}{joins}
                 WHERE {" AND ".join(filters) or "1"}
                 GROUP BY p.history_id, p.window
                 ORDER BY 3 DESC, p.history_id DESC, p.window DESC
