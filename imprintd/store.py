@@ -737,17 +737,21 @@ class Store:
             if before is not None:
                 filters.append("m.created_at < :before")
                 params["before"] = before
+        # One term has one posting per window, so its postings need no grouping, only the bounded
+        # sort (grouping them all first was half of a one-word search's time).
+        grouped = len(weights) > 1 or bool(holding)
+        summed = "sum" if grouped else ""
         # Equal scores: the newer session, then the later message, goes first (a window's number
         # grows with its message's seq; within a message the earlier window is the hit).
         sql = f"""
             WITH q(term, weight) AS (SELECT key, value FROM json_each(:weights)),
             best(history_id, window, score) AS (
                 SELECT p.history_id, p.window,
-                    sum(q.weight * p.count * (:k1 + 1) / (p.count + :k1 * (1 - :b + :b * p.words / :average)))
-                    * sum(q.weight) / :total_weight
+                    {summed}(q.weight * p.count * (:k1 + 1) / (p.count + :k1 * (1 - :b + :b * p.words / :average)))
+                    * {summed}(q.weight) / :total_weight
                 {scored}{joins}
                 WHERE {" AND ".join(filters) or "1"}
-                GROUP BY p.history_id, p.window
+                {"GROUP BY p.history_id, p.window" if grouped else ""}
                 ORDER BY 3 DESC, p.history_id DESC, p.window DESC
                 LIMIT :windows
             )

@@ -289,3 +289,41 @@ def test_every_window_is_scored_when_a_common_only_window_could_reach_the_page(d
     recording.holding.clear()
     search(db, "deployment region")  # no rare term: nothing to prune by
     assert recording.holding == [()]
+
+
+def search_plan(db: Store, query: str, **kwargs) -> tuple[SearchPage, list[str]]:
+    """The page, and how SQLite ran the statement that scored the windows (EXPLAIN QUERY PLAN)."""
+    statements: list[tuple[str, dict]] = []
+
+    def traced(cursor, sql: str, bindings) -> bool:
+        if "best(history_id, window, score)" in sql:
+            statements.append((sql, bindings))
+        return True
+
+    with db.reading() as conn:  # search's calls on this thread share this connection
+        conn.exec_trace = traced
+        try:
+            page = search(db, query, **kwargs)
+        finally:
+            conn.exec_trace = None
+        sql, bindings = statements[-1]  # the last run (a pruned search may run again, unpruned)
+        plan = [str(row[-1]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", bindings)]
+    return page, plan
+
+
+def test_a_one_word_search_sorts_its_postings_without_grouping_them(db):
+    rare = common_and_rare(db)
+    page, plan = search_plan(db, "eu-west gateway", limit=100)  # two terms: a window sums its postings
+    assert any("GROUP BY" in step for step in plan)
+    one_word, plan = search_plan(db, "eu", limit=100)
+    assert not any("GROUP BY" in step for step in plan), plan
+    # Each window has one posting of the word: its score is that posting's, ranked as before.
+    assert sorted((h.session_id, h.seq) for h in one_word.hits) == sorted(
+        (session, seq)
+        for session in set(rare.values())
+        for seq, m in enumerate(db.messages(session), 1)
+        if "eu-west" in m.content
+    )
+    scores = [h.score for h in one_word.hits]
+    assert scores == sorted(scores, reverse=True) and len(set(scores)) > 1
+    assert plain(one_word.hits[0].snippet).count("[eu]") >= 1
