@@ -11,7 +11,9 @@ differs, because a person reads the result rather than a model:
 - a message scores its best window, without neighbourhood smoothing: a hit must show the words
   asked for, so a reply that only follows a matching question is not a hit;
 - the result is a ranked, paged list of messages, each with a short snippet around the match with
-  the matched words marked, not a 4,000-character quote block.
+  the matched words marked, not a 4,000-character quote block;
+- windows holding only a query's common words are scored only when one of them could reach the
+  page (``_without_common_only_windows``): the same page, at a fraction of the reading.
 """
 
 from __future__ import annotations
