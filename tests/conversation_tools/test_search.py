@@ -311,13 +311,21 @@ def search_plan(db: Store, query: str, **kwargs) -> tuple[SearchPage, list[str]]
     return page, plan
 
 
-def test_a_one_word_search_sorts_its_postings_without_grouping_them(db):
+def test_the_postings_are_summed_in_window_order_without_sorting_them_first(db, tmp_path):
+    """Each term's postings come in window order: merged, a window's are summed as they pass (no
+    temporary B-tree for the grouping), with a filter too; one word ranks by its postings' scores."""
     rare = common_and_rare(db)
-    page, plan = search_plan(db, "eu-west gateway", limit=100)  # two terms: a window sums its postings
-    assert any("GROUP BY" in step for step in plan)
-    one_word, plan = search_plan(db, "eu", limit=100)
-    assert not any("GROUP BY" in step for step in plan), plan
-    # Each window has one posting of the word: its score is that posting's, ranked as before.
+    for query, kwargs in [
+        ("deployment region", {}),  # every word common: every window holding one is scored
+        ("deployment region", {"workspace": str(tmp_path)}),
+        ("deployment region", {"since": "2026-11-01"}),
+        ("eu", {"limit": 100}),
+    ]:
+        page, plan = search_plan(db, query, **kwargs)
+        assert any("MERGE" in step for step in plan) or query == "eu", plan
+        assert not any("B-TREE FOR GROUP BY" in step for step in plan), plan
+    one_word = page
+    # One word: a window's score is its posting's, best first.
     assert sorted((h.session_id, h.seq) for h in one_word.hits) == sorted(
         (session, seq)
         for session in set(rare.values())
@@ -327,3 +335,16 @@ def test_a_one_word_search_sorts_its_postings_without_grouping_them(db):
     scores = [h.score for h in one_word.hits]
     assert scores == sorted(scores, reverse=True) and len(set(scores)) > 1
     assert plain(one_word.hits[0].snippet).count("[eu]") >= 1
+
+
+def test_a_query_of_more_terms_than_are_merged_groups_them_and_ranks_the_same(db, monkeypatch):
+    from imprintd import store as store_module
+
+    common_and_rare(db)
+    query = "deployment region gateway"  # every word common: no pruning, every window scored
+    merged, plan = search_plan(db, query, limit=50)
+    assert any("MERGE" in step for step in plan)
+    monkeypatch.setattr(store_module, "MERGED_TERMS", 2)
+    grouped, plan = search_plan(db, query, limit=50)
+    assert any("B-TREE FOR GROUP BY" in step for step in plan)
+    assert grouped == merged and len(merged.hits) == 50
