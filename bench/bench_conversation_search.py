@@ -6,7 +6,8 @@ the same messages, for each query:
 
 - the baseline: a plain FTS5 table over every message (``unicode61``, Porter stems: what a search
   box over SQLite would do), ``WHERE messages MATCH ? ORDER BY rank LIMIT 20`` with
-  ``snippet()``, the query's words joined by OR;
+  ``snippet()``, the query's words joined by OR; its index merged into one segment ('optimize'),
+  as fast as FTS5 reads it;
 - ``conversations.search.search``: the first page (20 hits) with titles, roles, dates and marked
   snippets, read from the history index the store keeps (migration 5's postings by term).
 
@@ -174,8 +175,20 @@ def build(store: Store) -> None:
             "CREATE VIRTUAL TABLE plain_fts USING fts5(content, tokenize = 'porter unicode61');"
             "INSERT INTO plain_fts (rowid, content) SELECT rowid, content FROM messages;"
         )
+    optimize_baseline(store)
     count = SESSIONS * MESSAGES
     print(f"{SESSIONS:,} sessions x {MESSAGES} messages = {count:,} messages stored in {stored_s:.0f} s", flush=True)
+
+
+def optimize_baseline(store: Store) -> None:
+    """Merge the baseline's FTS5 index into one segment: a bulk insert leaves several (5 here), and
+    a query reads every segment, so an unmerged baseline would be slower than FTS5 can be and flatter
+    the ratio. (The store's own search reads no FTS5 table: its postings are B-tree rows.)"""
+    with store.transaction() as db:
+        segments = db.execute("SELECT count(DISTINCT segid) FROM plain_fts_idx").fetchone()
+        if segments and segments[0] > 1:
+            db.execute("INSERT INTO plain_fts (plain_fts) VALUES ('optimize')")
+            print(f"baseline FTS5 index: {segments[0]} segments merged into one", flush=True)
 
 
 def main() -> int:
@@ -186,6 +199,8 @@ def main() -> int:
         store = Store.open(path)
         if not built:
             build(store)
+        else:
+            optimize_baseline(store)  # a file kept by an earlier version of this benchmark
 
         def plain(query: str) -> list:
             with store.reading() as db:

@@ -46,6 +46,9 @@ BUSY_TIMEOUT_MS = 5_000
 #: Pause between tries of a new database's switch to write-ahead logging (``switch_to_wal``).
 WAL_SWITCH_PAUSE_S = 0.01
 TITLE_LIMIT = 80
+#: A conversation search of up to this many terms merges the terms' postings in window order
+#: (``Store.search``); a longer one groups them (a compound SELECT takes at most 500 parts).
+MERGED_TERMS = 64
 
 # ADR 0141, voice: "at most 400 messages, 4,000 characters a result".
 MEMORY_MESSAGE_LIMIT = 400
@@ -676,9 +679,14 @@ class Store:
         before: float | None = None,
         limit: int = 20,
         offset: int = 0,
+        holding: Sequence[str] = (),
     ) -> tuple[list[FoundMessage], bool]:
         """Messages ``offset`` .. ``offset + limit`` of every stored session holding any term of
         ``weights`` (term → idf), best first, and whether more follow.
+
+        With ``holding``, only windows holding one of those terms are scored (still with every term
+        of ``weights``): the caller's pruning of windows that hold only common words, whose postings
+        are most of a search's reading; the caller checks that no such window could have ranked.
 
         A window scores BM25 (``k1``, ``b``, windows ``average_words`` long) times the share of the
         weight it matches; a message its best window. ``workspace`` keeps sessions of that folder or
@@ -720,19 +728,45 @@ class Store:
             if before is not None:
                 filters.append("m.created_at < :before")
                 params["before"] = before
+        where = " AND ".join(filters) or "1"
+        part = "p.count * (:k1 + 1) / (p.count + :k1 * (1 - :b + :b * p.words / :average))"
+        if holding:
+            # The windows holding one of ``holding`` are found first, and each looks up its postings
+            # of every term (the CROSS JOINs keep SQLite from reading a whole session's postings per window).
+            params["holding"] = msgspec.json.encode(list(holding)).decode()
+            postings = (
+                f"SELECT p.history_id AS history_id, p.window AS window, q.weight * {part} AS part, q.weight AS weight"
+                " FROM (SELECT DISTINCT history_id, window FROM history_postings"
+                "  WHERE term IN (SELECT value FROM json_each(:holding))) c"
+                " CROSS JOIN q CROSS JOIN history_postings p"
+                f" ON p.term = q.term AND p.history_id = c.history_id AND p.window = c.window{joins} WHERE {where}"
+            )
+        elif len(weights) <= MERGED_TERMS:
+            # Each term's postings come from the by-term index in window order, so SQLite merges the
+            # terms' lists (UNION ALL … ORDER BY) and sums each window's as they pass: grouping them
+            # all in a temporary B-tree first was half of a search's time.
+            branches = []
+            for n, (term, weight) in enumerate(weights.items()):
+                params |= {f"term{n}": term, f"weight{n}": weight}
+                branches.append(
+                    f"SELECT p.history_id AS history_id, p.window AS window, :weight{n} * {part} AS part,"
+                    f" :weight{n} AS weight FROM history_postings p{joins} WHERE p.term = :term{n} AND {where}"
+                )
+            postings = " UNION ALL ".join(branches) + " ORDER BY 1, 2"
+        else:
+            postings = (
+                f"SELECT p.history_id AS history_id, p.window AS window, q.weight * {part} AS part, q.weight AS weight"
+                f" FROM q JOIN history_postings p ON p.term = q.term{joins} WHERE {where}"
+            )
         # Equal scores: the newer session, then the later message, goes first (a window's number
         # grows with its message's seq; within a message the earlier window is the hit).
         sql = f"""
             WITH q(term, weight) AS (SELECT key, value FROM json_each(:weights)),
             best(history_id, window, score) AS (
-                SELECT p.history_id, p.window,
-                    sum(q.weight * p.count * (:k1 + 1) / (p.count + :k1 * (1 - :b + :b * p.words / :average)))
-                    * sum(q.weight) / :total_weight
-                FROM q
-                JOIN history_postings p ON p.term = q.term{joins}
-                WHERE {" AND ".join(filters) or "1"}
-                GROUP BY p.history_id, p.window
-                ORDER BY 3 DESC, p.history_id DESC, p.window DESC
+                SELECT history_id, window, sum(part) * sum(weight) / :total_weight
+                FROM ({postings})
+                GROUP BY history_id, window
+                ORDER BY 3 DESC, history_id DESC, window DESC
                 LIMIT :windows
             )
             SELECT b.history_id, w.seq, w.start_char, w.end_char, b.score

@@ -11,7 +11,9 @@ differs, because a person reads the result rather than a model:
 - a message scores its best window, without neighbourhood smoothing: a hit must show the words
   asked for, so a reply that only follows a matching question is not a hit;
 - the result is a ranked, paged list of messages, each with a short snippet around the match with
-  the matched words marked, not a 4,000-character quote block.
+  the matched words marked, not a 4,000-character quote block;
+- windows holding only a query's common words are scored only when one of them could reach the
+  page (``_without_common_only_windows``): the same page, at a fraction of the reading.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
+from typing import Any
 
 from imprintd.context.history import K1, B, query_terms
 from imprintd.context.history_index import stem
@@ -32,6 +35,9 @@ DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
 #: About this many characters of a message around its first match make a snippet.
 SNIPPET_CHARS = 160
+#: A query's term in this many times the windows of its rarest term is common: windows holding
+#: only common terms are not scored when none of them could reach the page (``_without_common_only_windows``).
+COMMON_TIMES_RAREST = 4
 
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
@@ -116,20 +122,41 @@ def search(
         raise SearchError(f"until: {until} is before since: {since}")
     windows, average_words, counts = store.search_statistics(terms)
     weights = {term: math.log(1 + (windows - df + 0.5) / (df + 0.5)) for term, df in counts.items() if df}
-    found, more = store.search(
-        weights,
-        average_words=average_words,
-        k1=K1,
-        b=B,
-        workspace=folder,
-        after=after,
-        before=before,
-        limit=limit,
-        offset=offset,
+    asked: dict[str, Any] = dict(average_words=average_words, k1=K1, b=B, workspace=folder, after=after, before=before)
+    found, more = _without_common_only_windows(store, weights, counts, asked, limit, offset) or store.search(
+        weights, **asked, limit=limit, offset=offset
     )
     wanted = {term for term in terms if not term.startswith("date:")}
     hits = tuple(_hit(message, wanted) for message in found)
     return SearchPage(hits=hits, next_offset=offset + len(hits) if more else None)
+
+
+def _without_common_only_windows(
+    store: Store, weights: dict[str, float], counts: dict[str, int], asked: dict[str, Any], limit: int, offset: int
+) -> tuple[list[FoundMessage], bool] | None:
+    """The page as ``store.search`` ranks it, reading only the windows that hold a rare term of the
+    query; None where that cannot be shown to be the same page (the caller then scores every window).
+
+    A query such as "deployment region eu-west" matches most stored windows through its common
+    words, and scoring those is most of a search's time, yet such a window can never rank: a window
+    without a rare term scores under ``(k1 + 1) · W · W / total``, W the common terms' weight (each
+    term's BM25 part stays under ``(k1 + 1)`` times its weight, and its coverage is at most
+    ``W / total``). So the rare terms' windows are scored first (max-score pruning); when the page
+    is full and its last hit scores above that bound, no other window could have entered it, and
+    the one that follows it is a rare-term window too.
+    """
+    rarest = min(counts[term] for term in weights) if weights else 0
+    common = [term for term in weights if counts[term] >= COMMON_TIMES_RAREST * rarest]
+    rare = [term for term in weights if term not in common]
+    if not common or not rare:
+        return None
+    total = sum(weights.values())
+    common_weight = sum(weights[term] for term in common)
+    bound = (asked["k1"] + 1) * common_weight * common_weight / total
+    found, more = store.search(weights, **asked, limit=limit, offset=offset, holding=rare)
+    if len(found) < limit or not more or found[-1].score <= bound:
+        return None
+    return found, more
 
 
 def _hit(message: FoundMessage, wanted: set[str]) -> Hit:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
 
-from imprintd.conversations.search import SearchError, plain, search, snippet
+from imprintd.conversations import search as search_module
+from imprintd.conversations.search import SearchError, SearchPage, plain, search, snippet
 from imprintd.messages import ToolCall, assistant, tool_result, user
 from imprintd.store import MemoryStore, Store
 
@@ -221,3 +223,128 @@ def test_a_version_5_database_gets_each_window_length_in_its_postings_and_ranks_
         after = [(h.session_id, h.score) for h in search(upgraded, "invoice run").hits]
     # BM25 favours the shorter window: it takes the window's length from the postings now.
     assert after == before and [session for session, _ in after] == [short, long]
+
+
+def common_and_rare(db: Store) -> dict[str, str]:
+    """60 sessions whose messages mostly hold the common words "deploy" and "region", a few "eu-west"
+    too; the session of each message holding "eu-west", by its text."""
+    rng = random.Random(34)
+    common = ["deploy", "region", "replica", "volume", "gateway", "route", "cache", "queue"]
+    rare: dict[str, str] = {}
+    for n in range(60):
+        messages = []
+        for m in range(10):
+            words = [rng.choice(common) for _ in range(rng.randint(4, 30))]
+            if rng.random() < 0.08:
+                words.insert(rng.randrange(len(words)), "eu-west")
+            text = f"Message {n}.{m}: " + " ".join(words)
+            messages.append(user(text) if m % 2 == 0 else assistant(text))
+        session = stored(db, *messages)
+        rare |= {message.content: session for message in messages if "eu-west" in message.content}
+    return rare
+
+
+class Recording:
+    """``store.search`` as called by ``search``, recorded: which windows it was told to score."""
+
+    def __init__(self, db: Store, monkeypatch) -> None:
+        self.holding: list[tuple[str, ...]] = []
+        scored = db.search
+
+        def recorded(weights, **kwargs):
+            self.holding.append(tuple(kwargs.get("holding", ())))
+            return scored(weights, **kwargs)
+
+        monkeypatch.setattr(db, "search", recorded)
+
+
+def every_window_scored(monkeypatch, query: str, db: Store, **kwargs) -> SearchPage:
+    with monkeypatch.context() as patched:
+        patched.setattr(search_module, "_without_common_only_windows", lambda *args: None)
+        return search(db, query, **kwargs)
+
+
+def test_windows_holding_only_common_words_are_not_scored_when_none_could_rank(db, monkeypatch):
+    rare = common_and_rare(db)
+    assert len(rare) > 45  # more rare-word messages than two pages: a full page needs no common-only window
+    recording = Recording(db, monkeypatch)
+    for limit, offset in [(20, 0), (20, 20), (5, 3), (1, 0)]:
+        recording.holding.clear()
+        page = search(db, "deployment region eu-west", limit=limit, offset=offset)
+        # Only the windows holding "eu" or "west" were scored, every term counted in their scores:
+        assert recording.holding == [("eu", "west")]
+        assert all(rare.get(db.messages(h.session_id)[h.seq - 1].content) == h.session_id for h in page.hits)
+        assert page == every_window_scored(monkeypatch, "deployment region eu-west", db, limit=limit, offset=offset)
+
+
+def test_every_window_is_scored_when_a_common_only_window_could_reach_the_page(db, monkeypatch):
+    rare = common_and_rare(db)
+    recording = Recording(db, monkeypatch)
+    past_the_rare = len(rare) - 5
+    page = search(db, "deployment region eu-west", limit=20, offset=past_the_rare)
+    # The rare windows cannot fill this page: every window is scored, as without the pruning.
+    assert recording.holding == [("eu", "west"), ()]
+    assert page == every_window_scored(monkeypatch, "deployment region eu-west", db, limit=20, offset=past_the_rare)
+    assert sum(rare.get(db.messages(h.session_id)[h.seq - 1].content) == h.session_id for h in page.hits) == 5
+    recording.holding.clear()
+    search(db, "deployment region")  # no rare term: nothing to prune by
+    assert recording.holding == [()]
+
+
+def search_plan(db: Store, query: str, **kwargs) -> tuple[SearchPage, list[str]]:
+    """The page, and how SQLite ran the statement that scored the windows (EXPLAIN QUERY PLAN)."""
+    statements: list[tuple[str, dict]] = []
+
+    def traced(cursor, sql: str, bindings) -> bool:
+        if "best(history_id, window, score)" in sql:
+            statements.append((sql, bindings))
+        return True
+
+    with db.reading() as conn:  # search's calls on this thread share this connection
+        conn.exec_trace = traced
+        try:
+            page = search(db, query, **kwargs)
+        finally:
+            conn.exec_trace = None
+        sql, bindings = statements[-1]  # the last run (a pruned search may run again, unpruned)
+        plan = [str(row[-1]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", bindings)]
+    return page, plan
+
+
+def test_the_postings_are_summed_in_window_order_without_sorting_them_first(db, tmp_path):
+    """Each term's postings come in window order: merged, a window's are summed as they pass (no
+    temporary B-tree for the grouping), with a filter too; one word ranks by its postings' scores."""
+    rare = common_and_rare(db)
+    for query, kwargs in [
+        ("deployment region", {}),  # every word common: every window holding one is scored
+        ("deployment region", {"workspace": str(tmp_path)}),
+        ("deployment region", {"since": "2026-11-01"}),
+        ("eu", {"limit": 100}),
+    ]:
+        page, plan = search_plan(db, query, **kwargs)
+        assert any("MERGE" in step for step in plan) or query == "eu", plan
+        assert not any("B-TREE FOR GROUP BY" in step for step in plan), plan
+    one_word = page
+    # One word: a window's score is its posting's, best first.
+    assert sorted((h.session_id, h.seq) for h in one_word.hits) == sorted(
+        (session, seq)
+        for session in set(rare.values())
+        for seq, m in enumerate(db.messages(session), 1)
+        if "eu-west" in m.content
+    )
+    scores = [h.score for h in one_word.hits]
+    assert scores == sorted(scores, reverse=True) and len(set(scores)) > 1
+    assert plain(one_word.hits[0].snippet).count("[eu]") >= 1
+
+
+def test_a_query_of_more_terms_than_are_merged_groups_them_and_ranks_the_same(db, monkeypatch):
+    from imprintd import store as store_module
+
+    common_and_rare(db)
+    query = "deployment region gateway"  # every word common: no pruning, every window scored
+    merged, plan = search_plan(db, query, limit=50)
+    assert any("MERGE" in step for step in plan)
+    monkeypatch.setattr(store_module, "MERGED_TERMS", 2)
+    grouped, plan = search_plan(db, query, limit=50)
+    assert any("B-TREE FOR GROUP BY" in step for step in plan)
+    assert grouped == merged and len(merged.hits) == 50

@@ -22,6 +22,12 @@ chat.on_context_usage = function(params)
 end
 """
 
+#: The chat window's winbar as drawn, as a Lua expression (what ``editor.winbar()`` returns).
+WINBAR = (
+    "vim.api.nvim_eval_statusline(vim.wo[require('imprint.chat')._state.win].winbar,"
+    " { winid = require('imprint.chat')._state.win, use_winbar = true, maxwidth = 90 }).str"
+)
+
 
 def share(usage: dict) -> str:
     percent = int(usage["used"] * 100 / usage["nCtx"] + 0.5)
@@ -44,6 +50,8 @@ def test_the_winbar_names_the_model_the_daemon_reports_and_follows_a_change(edit
         "reasons": False,
     }
     assert editor.winbar().startswith("Imprint · hi") and "stub · " in editor.winbar()
+    editor.wait("require('imprint.chat')._state.context ~= nil", "the next question's share")
+    assert "of 8,192" in editor.winbar()
 
     editor.lua("require('imprint').set_settings({ chat = { model = 'qwen3.5-4b', n_ctx = 4096 } })")
     editor.wait("require('imprint.client').model.model == 'qwen3.5-4b'", "imprint/modelChanged")
@@ -55,6 +63,8 @@ def test_the_winbar_names_the_model_the_daemon_reports_and_follows_a_change(edit
         "reasons": False,
     }
     assert "qwen3.5-4b" in editor.winbar()
+    # The context share is of the new window at once, not at the next question (issue 34, item 7).
+    editor.wait(f"{WINBAR}:find('of 4,096', 1, true) ~= nil", "the winbar's share of the new window")
 
 
 def test_checkhealth_names_the_model_from_initialize(editor):

@@ -12,7 +12,10 @@ vim.ui.select = function(items, opts, on_choice)
   local shown = {}
   for _, item in ipairs(items) do table.insert(shown, opts.format_item(item)) end
   _G.test_select = { prompt = opts.prompt, shown = shown, kind = opts.kind }
-  on_choice(items[1])
+  -- The first item, or the first shown with _G.test_pick in it.
+  for i, line in ipairs(shown) do
+    if not _G.test_pick or line:find(_G.test_pick, 1, true) then return on_choice(items[i]) end
+  end
 end
 """
 
@@ -100,7 +103,9 @@ def test_rename_export_and_compact_the_open_session(editor, stub, tmp_path):
     assert (summary["firstSeq"], summary["lastSeq"]) == (1, 2)
 
 
-def test_model_offers_the_chat_ggufs_of_models_dir_and_picking_one_sets_chat_model(editor, stub, tmp_path):
+def test_model_offers_the_served_models_and_the_chat_ggufs_of_models_dir_and_picking_one_sets_chat_model(
+    editor, stub, tmp_path
+):
     import shutil
 
     from imprintd.models.embedded import find_embedded_model
@@ -112,21 +117,29 @@ def test_model_offers_the_chat_ggufs_of_models_dir_and_picking_one_sets_chat_mod
     shutil.copy(embedded, folder / "smol.gguf")
     (folder / "notes.gguf").write_bytes(b"not a model")
     editor.lua(f"require('imprint').set_settings({{ chat = {{ models_dir = '{folder}' }} }})")
-    editor.lua(PICK_FIRST)
+    editor.lua(PICK_FIRST + "_G.test_pick = 'served by'")
     editor.command("ImprintModel")
     editor.wait("_G.test_select ~= nil", "the model picker")
     picked = editor.lua("return _G.test_select")
-    assert picked["kind"] == "imprint_model" and picked["prompt"].startswith("Imprint model (now ")
+    assert picked["kind"] == "imprint_model" and picked["prompt"].startswith("Imprint model (now stub)")
+    # The scripted server's /v1/models first (provider openai), then the chat GGUFs; notes.gguf not offered.
+    assert picked["shown"][0] == "stub  (served by chat.base_url)"
     mine = [line for line in picked["shown"] if "models_dir" in line]
-    assert mine == ["Smollm2 135M 8k Lc100K Mix1 Ep2  (Q4_1, 93 MiB, 8192 ctx, models_dir)"]  # notes.gguf not offered
+    assert mine == ["Smollm2 135M 8k Lc100K Mix1 Ep2  (Q4_1, 94 MiB, 8192 ctx, models_dir)"]
+    settings = "(function() local s = require('imprint.config').options.settings or {{}} return s.chat and {} end)()"
+    editor.wait(settings.format("s.chat.provider == 'openai' and s.chat.model == 'stub'"), "the served model picked")
+
+    editor.lua(PICK_FIRST + "_G.test_pick = 'models_dir'")
+    editor.command("ImprintModel")
+    editor.wait("_G.test_select ~= nil", "the model picker again")
     editor.wait(
-        f"(function() local s = require('imprint.config').options.settings or {{}}"
-        f" return s.chat and s.chat.model == '{folder / 'smol.gguf'}' end)()",
+        settings.format(f"s.chat.provider == 'local' and s.chat.model == '{folder / 'smol.gguf'}'"),
         "chat.model to be the picked file",
     )
 
 
-def test_a_reopened_session_titles_the_first_look_as_the_live_step_did(editor):
+def test_a_reopened_session_lists_the_steps_the_live_reply_showed(editor):
+    """The first look titled Looking, as live; a repeated identical call left out (issue 34, item 7)."""
     steps = editor.lua(
         """
         local _, _, placed = require('imprint.chat.render').session({
@@ -137,7 +150,11 @@ def test_a_reopened_session_titles_the_first_look_as_the_live_step_did(editor):
           { seq = 4, role = 'assistant', content = '', toolCalls = {
             { id = 'call_0', name = 'search', arguments = { query = 'port' } } } },
           { seq = 5, role = 'tool', content = 'x', toolCallId = 'call_0' },
-          { seq = 6, role = 'assistant', content = '8101.' },
+          -- The same call again: answered from before, stored, never a step of the live reply.
+          { seq = 6, role = 'assistant', content = '', toolCalls = {
+            { id = 'call_1', name = 'search', arguments = { query = 'port' } } } },
+          { seq = 7, role = 'tool', content = '(Same call as before; its result again.)\\nx', toolCallId = 'call_1' },
+          { seq = 8, role = 'assistant', content = '8101.' },
         }, vim.NIL)
         return vim.tbl_map(function(step) return step.title end, placed)
         """

@@ -16,6 +16,7 @@ import { ChatController } from "./chat/controller";
 import { DaemonLog } from "./chat/daemonLog";
 import { missingDaemonMessage, resolveExecutable } from "./chat/executable";
 import { chatHtml } from "./chat/html";
+import { modelChoices } from "./chat/models";
 import { EditorKey, SETTINGS, SentSettings, describeFormat, describeModel } from "./chat/settings";
 import { ConnectionStatus, FromView, ResearchState, ToView } from "./chat/view";
 import type * as wire from "./protocol";
@@ -395,29 +396,14 @@ async function renameConversation(controller: ChatController): Promise<void> {
 
 /** The GGUF chat models on this machine; the chosen one becomes `imprint.chat.model` (provider local). */
 async function pickModel(controller: ChatController): Promise<void> {
-  const { current, models, served } = await controller.listModels();
-  const offered = models.filter((model) => model.chat);
-  if (!offered.length && !served?.length) {
+  const found = await controller.listModels();
+  const choices = modelChoices(found);
+  if (!choices.length) {
     void vscode.window.showInformationMessage(
       "Imprint: no GGUF chat models found. Set imprint.chat.modelsDir to a folder of .gguf files.");
     return;
   }
-  const picked = await vscode.window.showQuickPick(
-    [
-      // With provider openai, the models the server lists come first; choosing one keeps the provider.
-      ...(served ?? []).map((id) => ({ label: id, description: "served by chat.baseUrl", detail: undefined,
-        path: id, provider: "openai" })),
-      ...offered.map((model) => ({
-        label: model.name,
-        description: [model.quantization, `${Math.round(model.size / 1048576)} MiB`,
-          model.contextLength ? `${model.contextLength} ctx` : undefined, model.source].filter(Boolean).join(" · "),
-        detail: model.path,
-        path: model.path,
-        provider: "local",
-      })),
-    ],
-    { placeHolder: `Model in use: ${current.model}` },
-  );
+  const picked = await vscode.window.showQuickPick(choices, { placeHolder: `Model in use: ${found.current.model}` });
   if (!picked) return;
   const config = vscode.workspace.getConfiguration("imprint");
   await config.update("chat.provider", picked.provider, vscode.ConfigurationTarget.Global);

@@ -163,13 +163,22 @@ function M.compact()
   end)
 end
 
---- :ImprintModel: pick a GGUF chat model found on this machine; it becomes chat.model.
+--- :ImprintModel: pick a model: with provider openai, those the server lists (the provider stays);
+--- then the GGUF chat models found on this machine (the provider becomes local). It becomes chat.model.
 function M.pick_model()
   client.request("imprint/models", vim.empty_dict(), function(err, result)
     if err then
       return report(err)
     end
-    local offered = vim.tbl_filter(function(m) return m.chat end, result.models)
+    local offered = {}
+    for _, id in ipairs(result.served ~= vim.NIL and result.served or {}) do
+      offered[#offered + 1] = { name = id, path = id, provider = "openai" }
+    end
+    for _, m in ipairs(result.models) do
+      if m.chat then -- a file that is not a chat model is listed by the daemon, never offered
+        offered[#offered + 1] = vim.tbl_extend("force", m, { provider = "local" })
+      end
+    end
     if #offered == 0 then
       vim.notify("imprint: no GGUF chat models found; set chat.models_dir to a folder of .gguf files",
         vim.log.levels.INFO)
@@ -179,13 +188,17 @@ function M.pick_model()
       prompt = "Imprint model (now " .. result.current.model .. ")",
       kind = "imprint_model",
       format_item = function(m)
+        if m.provider == "openai" then
+          return ("%s  (served by chat.base_url)"):format(m.name)
+        end
         local ctx = m.contextLength ~= vim.NIL and (", %d ctx"):format(m.contextLength) or ""
+        -- Rounded as the CLI and VS Code show it.
         return ("%s  (%s, %d MiB%s, %s)"):format(m.name, m.quantization ~= vim.NIL and m.quantization or "?",
-          math.floor(m.size / 1048576), ctx, m.source)
+          math.floor(m.size / 1048576 + 0.5), ctx, m.source)
       end,
     }, function(choice)
       if choice then
-        require("imprint").set_settings({ chat = { provider = "local", model = choice.path } })
+        require("imprint").set_settings({ chat = { provider = choice.provider, model = choice.path } })
       end
     end)
   end)

@@ -4,14 +4,17 @@
  */
 
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { afterEach, beforeEach, test } from "node:test";
 import { CancellationToken, ProgressType } from "vscode-jsonrpc";
 import { ChatConnection, WorkDoneProgressValue } from "../../src/chat/connection";
+import { modelChoices } from "../../src/chat/models";
 import { SentSettings, daemonSettings } from "../../src/chat/settings";
 import { withoutSourcesBlock } from "../../src/chat/sources";
 import * as wire from "../../src/protocol";
+import { python, pythonEnv } from "../python";
 import { Daemon, Home, RecordedPanel, Stub } from "./harness";
 
 let stub: Stub;
@@ -543,6 +546,28 @@ test("rename, export and compact act on the open conversation (issue 34)", async
   const again = await panel.controller.compact();
   assert.equal(again?.compacted, false);
   assert.match(again?.note ?? "", /^Nothing to summarize/);
+});
+
+test("the model picker offers the server's models and the chat GGUFs found, never a file that is not one (issue 34)", async () => {
+  const embedded = spawnSync(python(), ["-c", "from imprintd.models.embedded import find_embedded_model as f; print(f() or '')"],
+    { env: pythonEnv(), encoding: "utf8" }).stdout.trim();
+  assert.ok(embedded, "the embedded model comes with the test dependencies");
+  const folder = path.join(home.root, "models");
+  mkdirSync(folder);
+  symlinkSync(embedded, path.join(folder, "smol.gguf"));
+  writeFileSync(path.join(folder, "notes.gguf"), "not a model");
+  await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: { chat: { models_dir: folder } } });
+
+  const found = await panel.controller.listModels();
+  assert.equal(found.current.model, "stub");
+  const mine = found.models.filter((model) => model.source === "models_dir");
+  assert.deepEqual(mine.map((model) => [path.basename(model.path), model.chat]), [["smol.gguf", true], ["notes.gguf", false]]);
+  const offered = modelChoices(found).filter((choice) => choice.provider === "openai" || choice.path.startsWith(folder));
+  assert.deepEqual(offered.map((choice) => [choice.label, choice.provider, choice.path]), [
+    ["stub", "openai", "stub"], // the scripted server's /v1/models: choosing it keeps provider openai
+    ["Smollm2 135M 8k Lc100K Mix1 Ep2", "local", path.join(folder, "smol.gguf")],
+  ]);
+  assert.equal(offered[1].description, "Q4_1 · 94 MiB · 8192 ctx · models_dir");
 });
 
 test("the context meter follows a new context window at once, not at the next question (issue 34)", async () => {
