@@ -58,6 +58,10 @@ class OpenAIStub:
         #: Pieces of an endless reply sent so far, and whether the daemon hung up on it.
         self.endless_sent = 0
         self.hung_up = threading.Event()
+        #: What ``GET /models`` lists, and its status (another answers ``{"error": ...}``); the paths asked.
+        self.models = ["stub"]
+        self.models_status = 200
+        self.gets: list[str] = []
         self._lock = threading.Lock()
         stub = self
 
@@ -68,8 +72,14 @@ class OpenAIStub:
                 pass
 
             def do_GET(self):
-                body = json.dumps({"object": "list", "data": [{"id": "stub", "object": "model"}]}).encode()
-                self._send_json(200, body)
+                with stub._lock:
+                    stub.gets.append(self.path)
+                    models, status = list(stub.models), stub.models_status
+                if status != 200:
+                    self._send_json(status, json.dumps({"error": {"message": "scripted failure"}}).encode())
+                    return
+                data = [{"id": model, "object": "model"} for model in models]
+                self._send_json(200, json.dumps({"object": "list", "data": data}).encode())
 
             def do_POST(self):
                 length = int(self.headers.get("Content-Length", "0"))

@@ -42,8 +42,10 @@ from imprintd.conversations.export import markdown
 from imprintd.models.base import ModelError
 from imprintd.models.identity import identify_model
 from imprintd.models.on_disk import FoundModel, find_models
+from imprintd.models.served import served_models
 from imprintd.offload import in_worker
 from imprintd.research.loop import ReplyFailed
+from imprintd.settings import ChatSettings
 from imprintd.store import SessionNotFound, StoreError, new_session_id
 
 T = TypeVar("T")
@@ -77,6 +79,7 @@ class Agent:
         self._unstored: set[str] = set()  # named by session/new, not yet asked anything
         self._titles: dict[str, str] = {}  # the title each session's client was last told
         self._models: list[FoundModel] | None = None  # the chat GGUFs on this machine, found once
+        self._served_models: tuple[str, list[str]] | None = None  # (base URL, the ids it listed)
 
     @property
     def requests(self):
@@ -119,31 +122,62 @@ class Agent:
         return wire.NewSessionResult(session_id=session_id, config_options=[option])
 
     # -- the model picker (a config option of category "model") ------------------------
-    def _model_option(self) -> wire.ConfigOption:
-        """The model in use and the GGUF chat models on this machine (``models.on_disk``), once
-        per agent: reading their headers takes a moment, and a new session should not wait for it.
-        Reads file headers and stats the model: call it from a worker thread."""
+    def _model_option(self, *, ask_server: bool = False) -> wire.ConfigOption:
+        """The model in use, the models the server offers when ``chat.provider`` is ``openai``
+        (``models.served``), and the GGUF chat models on this machine (``models.on_disk``). The GGUFs
+        are found once per agent: reading their headers takes a moment, and a new session should not
+        wait for it.
+        Reads file headers, stats the model and may ask the server: call it from a worker thread."""
         settings = self.chat.settings
         if self._models is None:
             self._models = [m for m in find_models(settings.models_dir) if m.chat]
         identity = identify_model(settings)
         current = settings.model or identity.model
-        options = [wire.ConfigSelectOption(value=m.path, name=m.name, description=_model_note(m)) for m in self._models]
+        served = self._served(settings, ask_server) if settings.provider == "openai" else []
+        options = [
+            wire.ConfigSelectOption(value=name, name=name, description="served by chat.base_url") for name in served
+        ]
+        options += [
+            wire.ConfigSelectOption(value=m.path, name=m.name, description=_model_note(m))
+            for m in self._models
+            if m.path not in served
+        ]
         if current not in {option.value for option in options}:
             options.insert(0, wire.ConfigSelectOption(value=current, name=identity.model, description="in use"))
         return wire.ConfigOption(
             id=MODEL_OPTION, name="Model", category="model", current_value=current, options=options
         )
 
+    def _served(self, settings: ChatSettings, ask: bool) -> list[str]:
+        """The server's model ids, asked once per agent and base URL, and again when the option is set.
+        Not on every session/new: a server that does not answer holds the request up to
+        ``served.TIMEOUT_S``, and a client opens sessions often (Zed one per thread) while the
+        list changes only when someone loads a model there, so the choice re-asks. A failure is kept
+        too (logged once, the model in use still offered), for the same reason."""
+        if ask or self._served_models is None or self._served_models[0] != settings.base_url:
+            try:
+                names = served_models(settings.base_url)
+            except ModelError as error:
+                logger.warning("the model picker lists no served models: %s", error)
+                names = []
+            self._served_models = (settings.base_url, names)
+        return self._served_models[1]
+
     async def set_config_option(self, params: wire.SetConfigOptionParams) -> wire.SetConfigOptionResult:
         if params.config_id != MODEL_OPTION:
             raise RpcError(
                 INVALID_PARAMS, f"configId: {params.config_id!r} is not an option; the one option is 'model'."
             )
-        offered = {option.value for option in (await in_worker(self._model_option)).options}
-        if params.value not in offered:
-            raise RpcError(INVALID_PARAMS, f"value: {params.value!r} is not one of the models offered.")
-        if params.value != self.chat.settings.model and await in_worker(Path(params.value).is_file):
+        offered = (await in_worker(lambda: self._model_option(ask_server=True))).options
+        if params.value not in {option.value for option in offered}:
+            listed = ", ".join(repr(option.value) for option in offered)
+            raise RpcError(INVALID_PARAMS, f"value: {params.value!r} is not one of the models offered ({listed}).")
+        settings = self.chat.settings
+        served = self._served_models[1] if settings.provider == "openai" and self._served_models else []
+        if params.value in served:
+            if params.value != settings.model:  # a model the server offers: the provider stays openai
+                self.chat.update_settings(self.chat.resolved.apply({"chat": {"model": params.value}}, "editor"))
+        elif params.value != settings.model and await in_worker(Path(params.value).is_file):
             self.chat.update_settings(
                 self.chat.resolved.apply({"chat": {"provider": "local", "model": params.value}}, "editor")
             )

@@ -1,0 +1,73 @@
+"""The model config option over ACP with ``chat.provider = "openai"`` (issue 34 item 6): it offers
+the models the server lists (``GET {base_url}/models``, asked once per agent and again when the
+option is set), choosing one sets ``chat.model`` with the provider staying ``openai``, and a server
+that cannot be asked still leaves a session offering the model in use."""
+
+from __future__ import annotations
+
+import asyncio
+
+import acp
+import pytest
+
+from tests.acp.peer import acp_agent
+from tests.acp.test_commands import text
+
+
+def unwrap(option):  # the SDK wraps a select option in a RootModel
+    return getattr(option, "root", option)
+
+
+@pytest.fixture
+def env(daemon_env, tmp_path):
+    """No GGUF on this machine for the picker to find: only what the server offers."""
+    (tmp_path / "models").mkdir()
+    return {**daemon_env, "IMPRINT_CHAT_MODELS_DIR": str(tmp_path / "models"), "HOME": str(tmp_path / "home")}
+
+
+async def test_new_sessions_offer_the_servers_models_asking_it_once(env, stub, tmp_path, workspace):
+    stub.models = ["stub", "qwen2.5-coder-7b", "llama-3.1-8b"]
+    async with acp_agent(env, tmp_path) as agent:
+        first = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+        second = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+    for session in (first, second):
+        [option] = map(unwrap, session.config_options)
+        assert (option.category, option.current_value) == ("model", "stub")
+        assert [(o.value, o.name) for o in option.options] == [(m, m) for m in stub.models]
+    assert stub.gets == ["/v1/models"], "the second session/new uses the list the first one got"
+
+
+async def test_choosing_a_served_model_sets_chat_model_and_the_next_reply_asks_it(env, stub, tmp_path, workspace):
+    stub.models = ["stub", "qwen2.5-coder-7b"]
+    stub.queue("Billing listens on 8101.")
+    async with acp_agent(env, tmp_path) as agent:
+        session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+        stub.models = ["stub", "qwen2.5-coder-7b", "loaded-since"]  # setting the option asks again
+        chosen = await agent.conn.set_config_option(
+            session_id=session.session_id, config_id="model", value="loaded-since"
+        )
+        [after] = map(unwrap, chosen.config_options)
+        assert after.current_value == "loaded-since"
+        assert [o.value for o in after.options] == stub.models
+        update = await agent.wait_for_update(session.session_id, lambda u: u.session_update == "config_option_update")
+        assert [unwrap(o).current_value for o in update.config_options] == ["loaded-since"]
+        await asyncio.wait_for(agent.conn.prompt(session_id=session.session_id, prompt=[text("Which port?")]), 120)
+    assert stub.requests[-1]["model"] == "loaded-since", "the provider stayed openai, with the model chosen"
+    assert stub.gets == ["/v1/models", "/v1/models"]
+
+
+async def test_a_server_that_fails_still_gives_a_session_with_the_model_in_use(env, stub, tmp_path, workspace):
+    stub.models_status = 500
+    async with acp_agent(env, tmp_path) as agent:
+        session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+        [option] = map(unwrap, session.config_options)
+        assert option.current_value == "stub"
+        assert [(o.value, o.description) for o in option.options] == [("stub", "in use")]
+        with pytest.raises(acp.RequestError) as refused:
+            await agent.conn.set_config_option(session_id=session.session_id, config_id="model", value="other")
+        assert refused.value.code == -32602
+        assert "'other' is not one of the models offered ('stub')" in str(refused.value)
+        await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
+    assert "the model picker lists no served models: the model server answered 500" in agent.log()
+    # Once for the first session, once for the choice; not for the second session.
+    assert stub.gets == ["/v1/models", "/v1/models"]
