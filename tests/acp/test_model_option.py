@@ -71,3 +71,46 @@ async def test_a_server_that_fails_still_gives_a_session_with_the_model_in_use(e
     assert "the model picker lists no served models: the model server answered 500" in agent.log()
     # Once for the first session, once for the choice; not for the second session.
     assert stub.gets == ["/v1/models", "/v1/models"]
+
+
+async def test_the_server_is_asked_off_the_event_loop_and_again_when_its_url_changes(
+    stub, tmp_path, workspace, monkeypatch
+):
+    import threading
+
+    import imprintd.acp.agent
+    from imprintd.acp import wire
+    from imprintd.acp.agent import Agent
+    from tests.helpers import make_chat
+    from tests.standin import StandInModel
+    from tests.test_off_loop import Notes
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "models").mkdir()
+    chat = make_chat(
+        StandInModel(),
+        **{
+            "chat.provider": "openai",
+            "chat.base_url": stub.base_url,
+            "chat.model": "stub",
+            "chat.models_dir": str(tmp_path / "models"),
+        },
+    )
+    asked: list[tuple[str, bool]] = []  # (base URL, on the loop's thread)
+    original = imprintd.acp.agent.served_models
+
+    def watched(base_url: str) -> list[str]:
+        asked.append((base_url, threading.current_thread() is loop_thread))
+        return original(base_url)
+
+    monkeypatch.setattr(imprintd.acp.agent, "served_models", watched)
+    loop_thread = threading.current_thread()
+    agent = Agent(chat, Notes())  # type: ignore[arg-type]
+    new = await agent.new_session(wire.NewSessionParams(cwd=str(workspace)))
+    await agent.new_session(wire.NewSessionParams(cwd=str(workspace)))
+    picked = wire.SetConfigOptionParams(session_id=new.session_id, config_id="model", value="stub")
+    await agent.set_config_option(picked)
+    elsewhere = stub.base_url.replace("127.0.0.1", "localhost")
+    chat.update_settings(chat.resolved.apply({"chat": {"base_url": elsewhere}}, "test"))
+    await agent.new_session(wire.NewSessionParams(cwd=str(workspace)))
+    assert asked == [(stub.base_url, False), (stub.base_url, False), (elsewhere, False)]
