@@ -1,6 +1,9 @@
 """One reply, as data flows through it (docs/architecture.md, "One reply").
 
-1. The question is stored first (committed before any model work), so nothing said is lost.
+1. The question is stored first (committed before any model work), so nothing said is lost;
+   then the session is read as far as the prompt can use it (``read_session``: after the running
+   summary's range, and of that range what its covered material names), so a reply costs the
+   same however long the session has grown.
 2. Summary step (ADR 0141): only when the conversation's own text no longer fits beside
    the summary, the oldest exchanges are summarized; on failure ADR 0140's dropping stands.
 3. Research (``research/loop.py``): fit, charge, generate, run tools, until an answer or a stop.

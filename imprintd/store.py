@@ -377,7 +377,7 @@ def _message_from_row(row: tuple) -> Message:
     return Message(
         role=role,
         content=content,
-        tool_calls=_decode_tool_calls(tool_calls),
+        tool_calls=_decode_tool_calls(tool_calls) if tool_calls != "[]" else (),  # most messages call none
         tool_call_id=tool_call_id,
         name=name,
         seq=seq,
