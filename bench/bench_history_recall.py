@@ -33,7 +33,9 @@ look off, then on. Each planned turn is a reply (the stub says the planned answe
 exchange is the model's own workspace ``search``), then each question is asked in the same
 session, the stub calling ``conversation_history`` with it. A question counts as recalled when the
 tool's output as it reached the model quotes the fact's value inside the answer's message. It
-prints recall by kind, the replay's and the questions' seconds, and the ratios on vs off.
+prints recall by kind, the replay's and the questions' seconds, the CPU seconds of both (the
+process's, the stub's thread included: steadier than wall time when other work shares the
+cores), and the ratios on vs off.
 
 Not a test: run ``python bench/bench_history_recall.py`` (``--replay``: several minutes;
 ``--limit N`` replays the first N turns only and asks about them; ``--profile PREFIX`` writes
@@ -650,10 +652,11 @@ def quoted_in(output: str, seq: int, value: str) -> bool:
 
 async def replay(
     first_look: bool, planned, facts, directory: Path, limit: int | None = None
-) -> tuple[float, float, float, dict[str, list[bool]]]:
+) -> tuple[float, float, float, dict[str, list[bool]], float]:
     """The conversation replayed through ``Chat`` with the remote provider on a loopback stub, in a
     session with a workspace; then each question asked, the stub calling ``conversation_history``
-    with it. Returns (replay seconds, questions seconds, recall, recall by kind).
+    with it. Returns (replay seconds, questions seconds, recall, recall by kind, the CPU seconds of
+    both: the process's, the stub's thread included, steadier than wall time on a shared machine).
 
     ``limit``: replay only that many turns, and ask only the questions about what they said."""
     import os
@@ -679,16 +682,17 @@ async def replay(
         count = 0
         # Only the replies are timed: the bench's own reading back of what each stored (the whole
         # session, larger with the looks) is not the daemon's cost.
-        replayed = 0.0
+        replayed = replayed_cpu = 0.0
         for day, turn in turns_of(planned)[:limit]:
             clock[0] = START + day * 3 * DAY + count
             script.rounds = list(turn.rounds) or [{"text": "OK."}]
             request = ReplyRequest(
                 text=turn.question.content, session_id=session_id, workspace=str(workspace) if not session_id else None
             )
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             outcome = await chat.reply(request, RecordingEvents())
             replayed += time.perf_counter() - started
+            replayed_cpu += time.process_time() - started_cpu
             session_id = outcome.session_id
             stored = chat.session(session_id).messages[count:]
             count += len(stored)
@@ -697,20 +701,21 @@ async def replay(
                 seq_of[index] = (found[0] if role == "user" else found[-1]).seq
         kinds = sorted({fact.kind for fact, index in facts if index in seq_of})
         hits: dict[str, list[bool]] = {k: [] for k in kinds}
-        asked = 0.0
+        asked = asked_cpu = 0.0
         for fact, index in facts:
             if index not in seq_of:
                 continue  # said after the turns replayed (``limit``)
             clock[0] += 1
             script.rounds = [{"call": "conversation_history", "arguments": {"query": fact.question}}, {"text": "Done."}]
             script.tool_outputs = []
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             await chat.reply(ReplyRequest(text=fact.question, session_id=session_id), RecordingEvents())
             asked += time.perf_counter() - started
+            asked_cpu += time.process_time() - started_cpu
             output = "\n".join(script.tool_outputs)
             hits[fact.kind].append(quoted_in(output, seq_of[index], fact.value))
         chat.close()
-    return replayed, asked, _overall(hits), hits
+    return replayed, asked, _overall(hits), hits, replayed_cpu + asked_cpu
 
 
 def main_replay(limit: int | None = None, profile: str | None = None) -> None:
@@ -738,15 +743,17 @@ def main_replay(limit: int | None = None, profile: str | None = None) -> None:
             else:
                 results[first_look] = anyio.run(replay, *run)
     kinds = sorted(results[False][3])
-    print(f"{'first look':<10}  " + "  ".join(f"{k:>8}" for k in kinds) + "    recall   replay s   questions s")
-    for first_look, (replayed, asked, recall, hits) in results.items():
+    print(f"{'first look':<10}  " + "  ".join(f"{k:>8}" for k in kinds) + "    recall   replay s   questions s   cpu s")
+    for first_look, (replayed, asked, recall, hits, cpu) in results.items():
         cells = "  ".join(f"{sum(hits[k]) / len(hits[k]):>8.1%}" for k in kinds)
-        print(f"{'on' if first_look else 'off':<10}  {cells}  {recall:>8.3f}   {replayed:>8.1f}   {asked:>11.1f}")
+        print(
+            f"{'on' if first_look else 'off':<10}  {cells}  {recall:>8.3f}   {replayed:>8.1f}   {asked:>11.1f}   {cpu:>5.1f}"
+        )
     off, on = results[False], results[True]
     print(
         f"first look on vs off: recall {on[2]:.3f} vs {off[2]:.3f} ({on[2] - off[2]:+.3f}); "
         f"replay {on[0] / off[0]:.2f}x, questions {on[1] / off[1]:.2f}x, "
-        f"all {(on[0] + on[1]) / (off[0] + off[1]):.2f}x"
+        f"all {(on[0] + on[1]) / (off[0] + off[1]):.2f}x, CPU {on[4] / off[4]:.2f}x"
     )
 
 

@@ -1,6 +1,9 @@
 """One reply, as data flows through it (docs/architecture.md, "One reply").
 
-1. The question is stored first (committed before any model work), so nothing said is lost.
+1. The question is stored first (committed before any model work), so nothing said is lost;
+   then the session is read as far as the prompt can use it (``read_session``: after the running
+   summary's range, and of that range what its covered material names), so a reply costs the
+   same however long the session has grown.
 2. Summary step (ADR 0141): only when the conversation's own text no longer fits beside
    the summary, the oldest exchanges are summarized; on failure ADR 0140's dropping stands.
 3. Research (``research/loop.py``): fit, charge, generate, run tools, until an answer or a stop.
@@ -37,7 +40,12 @@ from imprintd import prompts
 from imprintd.context import summary as summaries
 from imprintd.context import usage
 from imprintd.context.fitting import fit_prompt
-from imprintd.context.history import STRATEGY_LINE, ConversationHistory, ConversationHistoryTool
+from imprintd.context.history import (
+    FIRST_LOOK_CALL_PREFIX,
+    STRATEGY_LINE,
+    ConversationHistory,
+    ConversationHistoryTool,
+)
 from imprintd.context.sections import ReplySections
 from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
@@ -107,8 +115,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     events.begin(info.id, reply_id)
     model = context.load_model()
     settings = context.settings
-    stored = await in_worker(store.messages, info.id)
-    earlier = stored[:-1]
+    state, earlier, seqs = await in_worker(read_session, store, info.id, question)
 
     workspace_tools = await context.workspace_tools(events)
     clock = ReplyClock(settings.research_time_budget)  # indexing is not the reply's to bound
@@ -117,15 +124,28 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     # "A prompt that stays put").
     index = await in_worker(store.history_index, info.id)
     # Built on the model's first call only: it reads every earlier message (as long as the session).
-    history_tool = ConversationHistoryTool(lambda: ConversationHistory(earlier, index))
+    history_tool = ConversationHistoryTool(
+        lambda: ConversationHistory([m for m in store.messages(info.id) if (m.seq or 0) < (question.seq or 0)], index)
+    )
     tools = [*workspace_tools, history_tool]
     specs = [tool.spec for tool in tools]
     tool_lines = _tool_lines(workspace=bool(workspace_tools))
 
     summary = await _summary_step(
-        model, store, info, stored, request.style, tool_lines, specs, settings.max_tokens, events, clock
+        model,
+        store,
+        info,
+        state,
+        earlier,
+        question,
+        request.style,
+        tool_lines,
+        specs,
+        settings.max_tokens,
+        events,
+        clock,
     )
-    system, history, layout = compose_prompt(request.style, tool_lines, summary, earlier)
+    system, history, layout = compose_prompt(request.style, tool_lines, summary, earlier, seqs=seqs)
 
     scope = ReplyScope(
         model=model,
@@ -234,21 +254,56 @@ def next_question_usage(
     )
 
 
+def read_session(
+    store: ConversationStore, session_id: str, question: Message
+) -> tuple[StoredSummary | None, list[Message], tuple[int, ...]]:
+    """What a reply's prompt can use of its session, read once: the running summary, the earlier
+    messages ``compose_prompt`` and the summary step need, and every earlier message's number.
+
+    The messages are those after the summary's range, and of that range only what its covered
+    material can name (``store.listable``): the summary stands for the rest, so the reply reads
+    as much each time however long the session grows, and its prompt is the one the whole
+    session would give. Blocking: call it from a worker thread.
+    """
+    state = store.summary(session_id)
+    covered = summaries.covered_through(state)
+    listed = (
+        store.listable(
+            session_id,
+            0,
+            covered,
+            longer_than=summaries.LONG_PASTE_CHARS,
+            unlisted_calls=FIRST_LOOK_CALL_PREFIX,
+        )
+        if covered
+        else []
+    )
+    after = [m for m in store.messages(session_id, after=covered) if (m.seq or 0) < (question.seq or 0)]
+    oldest = store.oldest_seq(session_id) or 1
+    return state, [*listed, *after], tuple(range(oldest, question.seq or oldest))
+
+
 def compose_prompt(
     style: Style,
     tool_lines: tuple[str, ...],
     summary: StoredSummary | None,
     earlier: Sequence[Message],
+    *,
+    seqs: Sequence[int] | None = None,
 ) -> tuple[Message, list[Message], usage.Layout]:
     """The system message, the history research is given (what the summary does not cover), and
-    where they came from."""
+    where they came from.
+
+    ``earlier``: every message before the question, or what ``read_session`` reads of them, then
+    with ``seqs``, the number of every message before the question.
+    """
     covered = summary.last_seq if summary and summary.text else 0
     block = _summary_block(summary, earlier)
     system = msg.system(prompts.system_prompt(style=style, tool_lines=tool_lines, summary_block=block))
     history = [m for m in earlier if (m.seq or 0) > covered]
     layout = usage.Layout(
         system_base=msg.system(prompts.system_prompt(style=style, tool_lines=tool_lines)),
-        earlier=tuple(m.seq for m in earlier if m.seq is not None),
+        earlier=tuple(seqs) if seqs is not None else tuple(m.seq for m in earlier if m.seq is not None),
         summarized=(summary.first_seq, summary.last_seq) if summary and summary.text else None,
     )
     return system, history, layout
@@ -262,7 +317,9 @@ async def _summary_step(
     model: Model,
     store: ConversationStore,
     info: SessionInfo,
-    stored: Sequence[Message],
+    state: StoredSummary | None,
+    earlier: Sequence[Message],
+    question: Message,
     style: Style,
     tool_lines: tuple[str, ...],
     specs,
@@ -272,13 +329,12 @@ async def _summary_step(
 ) -> StoredSummary | None:
     """Summarize the oldest exchanges when the conversation's text no longer fits (ADR 0141).
 
-    Within its own 120 s and the time research has left (the reply's time budget).
+    Within its own 120 s and the time research has left (the reply's time budget). ``earlier``
+    as ``read_session`` reads it: what the summary covers matters only for its material.
     """
-    state = await in_worker(store.summary, info.id)
-    earlier, question = list(stored[:-1]), stored[-1]
     # Messages added so far is the question's number: a persist-false session keeps only its
     # newest 400 messages, so their count would stop growing and the retry point never come.
-    count = question.seq or len(stored)
+    count = question.seq or len(earlier) + 1
     if not summaries.should_attempt(state, count):
         return state
     block = _summary_block(state, earlier)

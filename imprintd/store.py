@@ -21,11 +21,12 @@ writable) become a ``StoreError`` naming the file and what to do about that caus
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,11 @@ class SessionNotFound(StoreError):
 class ConversationStore(Protocol):
     """What the reply path needs from a store; ``Store`` and ``MemoryStore`` both provide it.
 
+    A reply reads only what its prompt can use: ``messages(after=...)`` the messages the
+    running summary does not cover, ``listable`` what the summary's covered material names of
+    the rest (``context/summary.covered_material``), ``oldest_seq`` where its numbers start
+    (numbers run without a gap from there: nothing stored is ever removed but the oldest).
+
     ``create_session`` stores a session under ``session_id`` when given (a front door that
     named the session before its first question), else under a new random id.
     """
@@ -129,7 +135,11 @@ class ConversationStore(Protocol):
     def delete_session(self, session_id: str) -> None: ...
     def append(self, session_id: str, message: Message) -> Message: ...
     def extend(self, session_id: str, messages: Sequence[Message]) -> list[Message]: ...
-    def messages(self, session_id: str) -> list[Message]: ...
+    def messages(self, session_id: str, *, after: int = 0) -> list[Message]: ...
+    def listable(
+        self, session_id: str, first: int, last: int, *, longer_than: int, unlisted_calls: str
+    ) -> list[Message]: ...
+    def oldest_seq(self, session_id: str) -> int | None: ...
     def summary(self, session_id: str) -> StoredSummary | None: ...
     def save_summary(self, session_id: str, summary: StoredSummary) -> None: ...
     def history_index(self, session_id: str) -> HistoryIndex: ...
@@ -370,7 +380,7 @@ def _message_from_row(row: tuple) -> Message:
     return Message(
         role=role,
         content=content,
-        tool_calls=_decode_tool_calls(tool_calls),
+        tool_calls=_decode_tool_calls(tool_calls) if tool_calls != "[]" else (),  # most messages call none
         tool_call_id=tool_call_id,
         name=name,
         seq=seq,
@@ -604,14 +614,42 @@ class Store:
             history_index.catch_up(db, session_id, _to_index)
         return stored
 
-    def messages(self, session_id: str) -> list[Message]:
+    def messages(self, session_id: str, *, after: int = 0) -> list[Message]:
+        """The session's messages in order; with ``after``, only those numbered above it."""
         with self.reading() as db:
             self._require(session_id)
             rows = db.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY seq",
-                (session_id,),
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq",
+                (session_id, after),
             ).fetchall()
         return [_message_from_row(row) for row in rows]
+
+    def listable(
+        self, session_id: str, first: int, last: int, *, longer_than: int, unlisted_calls: str
+    ) -> list[Message]:
+        """Messages ``first..last`` a summary's covered material can name, in order: user messages
+        over ``longer_than`` characters, tool results but those whose call id starts with
+        ``unlisted_calls`` (first looks), and the calls that made them; the rest are not read,
+        so a reply's cost does not grow with what the summary covers."""
+        with self.reading() as db:
+            self._require(session_id)
+            # Bytes are at least characters: the byte length selects every long paste, and
+            # ``_listable`` checks characters (length() of text stops at a NUL).
+            rows = db.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ?"
+                " AND (tool_calls != '[]'"
+                " OR (role = 'tool' AND substr(coalesce(tool_call_id, ''), 1, ?) != ?)"
+                " OR (role = 'user' AND length(CAST(content AS BLOB)) > ?))"
+                " ORDER BY seq",
+                (session_id, first, last, len(unlisted_calls), unlisted_calls, longer_than),
+            ).fetchall()
+        return _listable(map(_message_from_row, rows), first, last, longer_than, unlisted_calls)
+
+    def oldest_seq(self, session_id: str) -> int | None:
+        with self.reading() as db:
+            self._require(session_id)
+            row = db.execute("SELECT min(seq) FROM messages WHERE session_id = ?", (session_id,)).fetchone()
+        return row[0] if row else None
 
     def summary(self, session_id: str) -> StoredSummary | None:
         with self.reading() as db:
@@ -850,6 +888,22 @@ def _seq(message: Message) -> int:
     return message.seq
 
 
+def _listable(
+    messages: Iterable[Message], first: int, last: int, longer_than: int, unlisted_calls: str
+) -> list[Message]:
+    """What ``listable`` returns of ``messages`` (see ``ConversationStore``)."""
+    return [
+        m
+        for m in messages
+        if first <= _seq(m) <= last
+        and (
+            bool(m.tool_calls)
+            or (m.role == "tool" and not (m.tool_call_id or "").startswith(unlisted_calls))
+            or (m.role == "user" and len(m.content) > longer_than)
+        )
+    ]
+
+
 def _to_index(db: apsw.Connection, session_id: str, after_seq: int) -> list[history_index.IndexedMessage]:
     """The session's stored messages after ``after_seq``, as the history index takes them."""
     rows: list[tuple[Any, ...]] = db.execute(
@@ -1010,9 +1064,24 @@ class MemoryStore:
             held.info = msgspec.structs.replace(held.info, updated_at=now, message_count=len(held.messages))
         return stored
 
-    def messages(self, session_id: str) -> list[Message]:
+    def messages(self, session_id: str, *, after: int = 0) -> list[Message]:
         with self._lock:
-            return list(self._get(session_id).messages)
+            held = self._get(session_id).messages
+            # Numbers run without a gap: the messages after ``after`` are the deque's tail.
+            skip = max(0, min(len(held), after - _seq(held[0]) + 1)) if held else 0
+            return list(itertools.islice(held, skip, None))
+
+    def listable(
+        self, session_id: str, first: int, last: int, *, longer_than: int, unlisted_calls: str
+    ) -> list[Message]:
+        with self._lock:
+            held = list(self._get(session_id).messages)
+        return _listable(held, first, last, longer_than, unlisted_calls)
+
+    def oldest_seq(self, session_id: str) -> int | None:
+        with self._lock:
+            held = self._get(session_id).messages
+            return _seq(held[0]) if held else None
 
     def summary(self, session_id: str) -> StoredSummary | None:
         with self._lock:

@@ -535,3 +535,52 @@ def test_a_database_from_before_model_text_is_migrated_with_none(isolated_dirs, 
     with Store.open() as upgraded:
         [message] = upgraded.messages(session.id)
         assert (message.content, message.model_text, message.reasoning) == ("old", None, "")
+
+
+def listing_session(store: ConversationStore) -> str:
+    """A paste, a short question, a first look, a search of the model's own, in that order."""
+    session = store.create_session()
+    look = ToolCall(id="call_look_1", name="search", arguments={"query": "port"})
+    own = ToolCall(id="call_1", name="search", arguments={"query": "billing port"})
+    store.extend(
+        session.id,
+        [
+            user("x" * 1_001),  # 1: a paste
+            assistant("Noted."),  # 2
+            user("What port?"),  # 3: too short to list
+            assistant("", tool_calls=(look,)),  # 4
+            tool_result(look, "first look's hits"),  # 5
+            assistant("", tool_calls=(own,)),  # 6
+            tool_result(own, "compose.yaml:12: 8101"),  # 7
+            assistant("8101."),  # 8
+            user("é" * 600),  # 9: 1,200 bytes but 600 characters, not a paste
+        ],
+    )
+    return session.id
+
+
+def test_messages_after_a_number_are_the_tail(any_store):
+    sid = listing_session(any_store)
+    assert [m.seq for m in any_store.messages(sid, after=6)] == [7, 8, 9]
+    assert any_store.messages(sid, after=9) == []
+    assert any_store.messages(sid, after=0) == any_store.messages(sid)
+    assert any_store.oldest_seq(sid) == 1
+
+
+def test_listable_reads_what_covered_material_can_name_and_nothing_else(any_store):
+    sid = listing_session(any_store)
+    listed = any_store.listable(sid, 1, 9, longer_than=1_000, unlisted_calls="call_look")
+    # The paste, both calls (the first look's too: its call is cheap and names nothing), the own result.
+    assert [m.seq for m in listed] == [1, 4, 6, 7]
+    assert [m.seq for m in any_store.listable(sid, 2, 6, longer_than=1_000, unlisted_calls="call_look")] == [4, 6]
+    assert listed == [m for m in any_store.messages(sid) if m.seq in (1, 4, 6, 7)]
+
+
+def test_a_memory_session_past_its_400_reads_its_tail_by_number():
+    memory = MemoryStore(clock=Ticks())
+    session = memory.create_session()
+    for number in range(1, MEMORY_MESSAGE_LIMIT + 11):
+        memory.append(session.id, user(f"message {number}"))
+    assert memory.oldest_seq(session.id) == 11
+    assert [m.seq for m in memory.messages(session.id, after=5)] == list(range(11, 411))
+    assert [m.seq for m in memory.messages(session.id, after=407)] == [408, 409, 410]

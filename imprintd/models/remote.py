@@ -84,6 +84,8 @@ BYTES_PER_TOKEN = 3
 MESSAGE_OVERHEAD = 4
 #: Estimated tokens of the generation prompt that ends every formatted prompt.
 PROMPT_OVERHEAD = 3
+#: Message estimates kept (``count_message``); the whole cache is dropped when it is full.
+COUNT_CACHE_SIZE = 8_192
 #: UTF-8 bytes a token of output may average before a server is taken to ignore ``max_tokens``:
 #: about twice what tokenizers average on English (four), so an answer within its allowance is
 #: never cut, while one that streams on stops within 8 KiB per 1,024 tokens.
@@ -510,6 +512,9 @@ class RemoteModel:
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._temperature = temperature
+        #: Estimates by what they read (text, name, calls): fitting and the usage report count a
+        #: session's history several times a round, every round (``Model.count_message``: cached).
+        self._counts: dict[tuple[str, str, bytes], int] = {}
 
     def __repr__(self) -> str:
         return f"RemoteModel({self.shown_url!r}, {self.model!r}, n_ctx={self.n_ctx})"
@@ -523,6 +528,17 @@ class RemoteModel:
         return estimate_tokens(text)
 
     def count_message(self, message: Message) -> int:
+        # The key's strings are the message's own: their hashes are computed once and kept.
+        key = (message.prompt_content, message.name or "", msgspec.json.encode(message.tool_calls))
+        count = self._counts.get(key)
+        if count is None:
+            if len(self._counts) >= COUNT_CACHE_SIZE:
+                self._counts.clear()
+            count = self._counts[key] = self._estimate(message)
+        return count
+
+    @staticmethod
+    def _estimate(message: Message) -> int:
         calls = "".join(
             json.dumps({"name": c.name, "arguments": c.arguments}, ensure_ascii=False) for c in message.tool_calls
         )

@@ -1,0 +1,63 @@
+"""Fitting a long session counts each earlier message once per reply, not once per pass.
+
+Fitting counts the prompt whole, then each message, then the kept prompt again, every round of
+every reply; the remote model's estimates are cached by what they read (``Model.count_message``:
+"cached, cheap to call repeatedly"), so a history read again (new objects, the same text) is
+estimated only for what is new, and the figures are the ones the uncached estimate gives.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from imprintd.context.fitting import fit_prompt
+from imprintd.messages import Message, ToolCall, assistant, system, tool_result, user
+from imprintd.models.remote import PROMPT_OVERHEAD, RemoteModel
+
+
+def research_session(replies: int) -> list[Message]:
+    history: list[Message] = []
+    for number in range(replies):
+        call = ToolCall(id=f"call_{number}", name="search", arguments={"query": f"billing port {number}"})
+        history += [
+            user(f"Which port does service {number} use?"),
+            assistant("", tool_calls=(call,)),
+            tool_result(call, f"services/{number}.yaml:3: port: {8000 + number}\n" + "filler line\n" * 300),
+            assistant(f"Port {8000 + number}."),
+        ]
+    return [msgspec.structs.replace(m, seq=seq) for seq, m in enumerate(history, 1)]
+
+
+class Counting(RemoteModel):
+    """The remote model, counting how many messages it estimated (cache misses)."""
+
+    estimated = 0
+
+    @staticmethod
+    def _estimate(message: Message) -> int:
+        Counting.estimated += 1
+        return RemoteModel._estimate(message)
+
+
+def test_a_long_session_is_estimated_once_per_message_and_again_only_for_what_is_new():
+    model = Counting("http://127.0.0.1:9/v1", "stub", n_ctx=8192)
+    history = research_session(60)
+    prompt = {"system": system("You answer questions about services."), "max_tokens": 1024}
+    Counting.estimated = 0
+    fitted = fit_prompt(model, history=history, current=[user("And service 7?")], **prompt)
+    assert fitted.dropped_tool_exchanges > 0 and fitted.measurements >= 3  # counted in several passes
+    assert Counting.estimated == len(history) + 2  # each message once, the system and the question too
+
+    # The next reply reads the session again (new objects, the same text) and adds an exchange.
+    again = [msgspec.json.decode(msgspec.json.encode(m), type=Message) for m in research_session(61)]
+    Counting.estimated = 0
+    refitted = fit_prompt(model, history=again, current=[user("And service 8?")], **prompt)
+    assert Counting.estimated == 4 + 1  # the new exchange and the new question
+
+    # The figures are the uncached estimate's.
+    fresh = RemoteModel("http://127.0.0.1:9/v1", "stub", n_ctx=8192)
+    assert (
+        refitted.prompt_tokens
+        == fresh.count_prompt(refitted.messages)
+        == PROMPT_OVERHEAD + sum(RemoteModel._estimate(m) for m in refitted.messages)
+    )

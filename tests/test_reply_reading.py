@@ -1,0 +1,101 @@
+"""What a reply reads of its session (``reply.read_session``): only what its prompt can use.
+
+A session with a running summary: the reply reads the messages after the summary's range and,
+of that range, only what the summary's covered material names; the prompt is the one the whole
+session would give, message for message (so token for token), with the same layout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from imprintd import messages as msg
+from imprintd.context.history import FIRST_LOOK_CALL_PREFIX
+from imprintd.messages import ToolCall
+from imprintd.reply import _tool_lines, compose_prompt, read_session
+from imprintd.store import ConversationStore, MemoryStore, Store, StoredSummary
+from tests.helpers import ask, make_chat
+from tests.standin import StandInModel
+
+COVERED = 12
+
+
+def long_session(store: ConversationStore) -> str:
+    """Twelve covered messages (a paste, a first look, a search of the model's own), then four more."""
+    session = store.create_session()
+    look = ToolCall(id=f"{FIRST_LOOK_CALL_PREFIX}_1", name="search", arguments={"query": "billing port"})
+    own = ToolCall(id="call_1", name="search", arguments={"query": "billing port"})
+    store.extend(
+        session.id,
+        [
+            msg.user("services:\n" + "  billing: {port: 8101}\n" * 80),  # 1: a paste
+            msg.assistant("That is the staging compose file."),
+            msg.user("What port does billing use?"),
+            msg.assistant("", tool_calls=(look,)),
+            msg.tool_result(look, "[1] compose.yaml:2 billing: {port: 8101}"),
+            msg.assistant("", tool_calls=(own,)),
+            msg.tool_result(own, "[2] compose.yaml:3 billing: {port: 8101}"),
+            msg.assistant("8101 [2]."),
+            msg.user("And replicas?"),
+            msg.assistant("Two."),
+            msg.user("Thanks."),
+            msg.assistant("You're welcome."),  # 12: the summary covers up to here
+            msg.user("What goes in front of the gateway?"),
+            msg.assistant("Traefik, next sprint."),
+            msg.user("Which version?"),
+            msg.assistant("3.1."),
+        ],
+    )
+    store.save_summary(
+        session.id,
+        StoredSummary(
+            text="- (#1–#12) The user pasted the compose file; billing is on 8101.", first_seq=1, last_seq=12
+        ),
+    )
+    return session.id
+
+
+@pytest.mark.parametrize("persist", [True, False])
+def test_the_prompt_from_what_a_reply_reads_is_the_one_from_the_whole_session(persist):
+    with Store.open() if persist else contextlib.nullcontext(MemoryStore()) as store:
+        sid = long_session(store)
+        question = store.append(sid, msg.user("Is that still the plan?"))
+        state, earlier, seqs = read_session(store, sid, question)
+        whole = [m for m in store.messages(sid) if m.seq < question.seq]
+        for workspace in (False, True):
+            lines = _tool_lines(workspace=workspace)
+            cut = compose_prompt("written", lines, state, earlier, seqs=seqs)
+            full = compose_prompt("written", lines, state, whole)
+            assert cut == full
+        system, history, _layout = full
+        assert "#1 pasted by the user (" in system.content and "#7 tool result: " in system.content
+        assert [m.seq for m in history] == [13, 14, 15, 16]
+        # Of the covered range, only the paste, the two calls and the model's own result were read.
+        assert [m.seq for m in earlier] == [1, 4, 6, 7, 13, 14, 15, 16]
+
+
+async def test_a_reply_asks_the_store_only_for_what_the_summary_does_not_cover(monkeypatch):
+    model = StandInModel()
+    model.replies[:] = ["Yes."]
+    chat = make_chat(model)
+    store = chat.store
+    sid = long_session(store)
+    whole = store.messages(sid)
+    asked: list[int] = []
+    reads = store.messages
+
+    def messages(session_id: str, *, after: int = 0):
+        asked.append(after)
+        return reads(session_id, after=after)
+
+    monkeypatch.setattr(store, "messages", messages)
+    outcome, _events = await ask(chat, "Is that still the plan?", sid)
+    assert outcome.text == "Yes."
+    assert asked == [COVERED]  # never the whole session
+    [request] = model.requests
+    state = store.summary(sid)
+    system, history, _layout = compose_prompt("written", _tool_lines(workspace=False), state, whole)
+    assert request.messages == [system, *history, request.messages[-1]]
+    assert request.messages[-1].content == "Is that still the plan?"
