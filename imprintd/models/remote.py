@@ -46,10 +46,12 @@ before the text goes on to the client, the store or the log.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import math
 import re
 import socket
+import ssl
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -141,6 +143,18 @@ class _Transient(ModelError):
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The certificate store every request to a model server verifies with, built once.
+
+    httpx builds one per client by default (certifi's bundle, or ``SSL_CERT_FILE`` /
+    ``SSL_CERT_DIR``), which took about 50 ms, and a client is made per request, on the event
+    loop: every reply's model calls paid it, plain ``http://`` too, and every other request
+    waited meanwhile. The environment that names the bundle is read once, at the first request.
+    """
+    return httpx.create_ssl_context()
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -512,6 +526,7 @@ class RemoteModel:
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._temperature = temperature
+        tls_context()  # built once, here: models are built in worker threads, off the event loop
         #: Estimates by what they read (text, name, calls): fitting and the usage report count a
         #: session's history several times a round, every round (``Model.count_message``: cached).
         self._counts: dict[tuple[str, str, bytes], int] = {}
@@ -724,7 +739,7 @@ class RemoteModel:
         )
         started = time.monotonic()
         try:
-            async with httpx.AsyncClient(timeout=timeout) as client:
+            async with httpx.AsyncClient(timeout=timeout, verify=tls_context()) as client:
                 async with client.stream("POST", self.url, json=body, headers=self._headers()) as response:
                     if response.status_code >= 400:
                         await response.aread()

@@ -12,7 +12,7 @@ import os
 import httpx
 
 from imprintd.models.base import ModelError
-from imprintd.models.remote import API_KEY_ENV, usable_api_key
+from imprintd.models.remote import API_KEY_ENV, tls_context, usable_api_key
 
 TIMEOUT_S = 10.0
 
@@ -25,7 +25,7 @@ def served_models(base_url: str) -> list[str]:
         headers["Authorization"] = f"Bearer {key}"
     url = base_url.rstrip("/") + "/models"
     try:
-        response = httpx.get(url, headers=headers, timeout=TIMEOUT_S)
+        response = httpx.get(url, headers=headers, timeout=TIMEOUT_S, verify=tls_context())
     except httpx.HTTPError as error:
         raise ModelError(
             f"the model server at {base_url} could not be asked for its models: {type(error).__name__}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import socket
+import ssl
 
 import anyio
 import pytest
@@ -104,6 +105,26 @@ async def test_streams_text_and_sends_the_request_as_openai_expects():
     assert usage.prompt_tokens == model_for(server).count_prompt(MESSAGES, [SEARCH])
     assert usage.evaluated_tokens == usage.prompt_tokens
     assert usage.generated_tokens == estimate_tokens("Hello there")
+
+
+async def test_the_certificate_store_is_built_once_not_per_request(monkeypatch):
+    # httpx builds one per client (~50 ms, on the event loop), and a client is made per request.
+    built: list[object] = []
+    create_default_context = ssl.create_default_context
+
+    def counted(*args, **kwargs):
+        built.append(args)
+        return create_default_context(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counted)
+    remote_mod.tls_context.cache_clear()
+    handler = stream_reply(chunk("ok", finish="stop"))
+    with ScriptedServer(handler) as server:
+        model = model_for(server)
+        for _ in range(3):
+            await model.complete(MESSAGES, [], max_tokens=8, timeout=60)
+    assert len(server.requests) == 3
+    assert len(built) == 1
 
 
 async def test_no_api_key_sends_no_authorization_and_no_tools_key():
