@@ -11,14 +11,21 @@ reads what each model request cost from the daemon's usage log line (``models/ba
 * **workspace** (n_ctx 4,096 and 2,048): a real repository (a copy of the installed ``httpx``
   package's source), the first look on, ``--workspace-follow-ups`` questions about it (each reply
   searches it first; the model may search and read more), then a switch and a restart as above.
+  This session is in-sample: issue 32's fitting constants were chosen on it. ``--repo anyio`` runs
+  the held-out one instead: the installed ``anyio`` package's source and questions written for it,
+  never used to choose a constant.
 
 For each it prints two shares of prompt tokens evaluated over the follow-ups' replies: of their
 *first* coordinator requests (the question and its first look are new; everything before them was
 in the saved state), and of *all* their model requests (summaries, section workers, every round,
-final answers from notes included). Then time to first token of the chat-only restart follow-up
-against a cold evaluation of the same prompt on a fresh model.
+final answers from notes included). For the workspace sessions a trace follows: per reply, its
+first request's prompt, evaluated tokens and floor (what is new since the session's previous
+request: the question and its first look), and where the prompt parts from the saved state when it
+does so before the new turn (a drop, a changed system prompt or tools). Then time to first token of
+the chat-only restart follow-up against a cold evaluation of the same prompt on a fresh model.
 
     python bench/bench_followups.py [--follow-ups 13] [--workspace-follow-ups 12] [--max-tokens 64]
+        [--skip-chat] [--n-ctx 4096 ...] [--repo httpx|anyio]
 
 Targets (issue 32): workspace first requests ≤ 0.35, all requests ≤ 0.45, restart and switch ≤ 0.40;
 chat-only no worse than 0.17 / 0.08 / 0.10; first token after a restart ≤ 0.3× cold. Not a test.
@@ -27,6 +34,8 @@ chat-only no worse than 0.17 / 0.08 / 0.10; first token after a restart ≤ 0.3�
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.metadata
 import logging
 import os
 import re
@@ -34,6 +43,7 @@ import shutil
 import sys
 import tempfile
 import time
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +55,7 @@ from imprintd import settings as settings_mod  # noqa: E402
 from imprintd.models.base import request_scope  # noqa: E402
 from imprintd.models.embedded import embedded_model_path  # noqa: E402
 from imprintd.models.local import LocalModel  # noqa: E402
-from imprintd.models.state_cache import states_folder  # noqa: E402
+from imprintd.models.state_cache import common_prefix, states_folder  # noqa: E402
 
 TTFT_TARGET = 0.3
 #: ``models/base.report_usage``'s line.
@@ -70,7 +80,8 @@ TOPICS = [
     "how support tickets are routed to the right team",
     "the limits on file uploads in the admin panel",
 ]
-#: Questions about httpx's source, as a user new to it asks them, one after another.
+#: Questions about httpx's source, as a user new to it asks them, one after another. The in-sample
+#: session: issue 32's fitting constants were chosen by simulating it and checked on it.
 WORKSPACE_QUESTIONS = [
     "What is the default timeout of an httpx client, in seconds?",
     "How many redirects does a client follow by default?",
@@ -89,6 +100,44 @@ WORKSPACE_QUESTIONS = [
     "How is the maximum URL length checked?",
     "Which transports does httpx ship with?",
 ]
+WORKSPACE_OTHERS = [
+    "What does the Response class hold?",
+    "And its status code?",
+    "And its headers?",
+    "And its encoding?",
+]
+#: The held-out session (``--repo anyio``): another installed package's source and questions
+#: written for it after the constants were chosen, never used to choose them.
+HELD_OUT_QUESTIONS = [
+    "How many worker threads may run at once by default in to_thread.run_sync?",
+    "How does fail_after cancel a block that runs too long?",
+    "What is the default buffer size of a memory object stream?",
+    "Which exception is raised when sending to a memory object stream whose receivers are closed?",
+    "What delay does connect_tcp use between connection attempts in happy eyeballs?",
+    "Where does anyio find out which async backend is running?",
+    "What does CapacityLimiter.acquire_on_behalf_of do?",
+    "How is a TLS stream wrapped around an existing byte stream?",
+    "What does run_process return when the command exits?",
+    "How does anyio.Path run file operations without blocking the event loop?",
+    "How are exceptions from several tasks in a task group combined?",
+    "What does move_on_after do when its deadline passes?",
+    "How does from_thread.run call back into the event loop?",
+    "Which signals can open_signal_receiver listen for?",
+    "How does a Lock decide which waiting task gets it next?",
+    "What does the wait method of an Event return?",
+]
+HELD_OUT_OTHERS = [
+    "What does the TaskGroup class hold?",
+    "And its cancel scope?",
+    "And its start method?",
+    "And its start_soon method?",
+]
+#: Workspace sessions: the installed package whose source is copied, its questions and the other
+#: session's questions.
+REPOS = {
+    "httpx": (WORKSPACE_QUESTIONS, WORKSPACE_OTHERS),
+    "anyio": (HELD_OUT_QUESTIONS, HELD_OUT_OTHERS),
+}
 
 
 def question(number: int, chars: int) -> str:
@@ -111,6 +160,14 @@ class Request:
     coordinator: bool  # a session's coordinator round or final answer (its state is kept)
     prompt: int
     evaluated: int
+    #: For coordinator requests, what the trace compares: the session, the prompt's messages,
+    #: tools and tokens, and the tokens llama.cpp held after it (the prompt and the answer).
+    session_id: str = ""
+    messages: list = field(default_factory=list)
+    tools: list = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)
+    turn_start: int = 0
 
 
 @dataclass
@@ -148,6 +205,7 @@ class Bench(logging.Handler):
         super().__init__(logging.INFO)
         self.replies: list[Reply] = []
         self.restarted: tuple | None = None  # (messages, tools, text, first token s, restored)
+        self.model: LocalModel | None = None  # the latest, for detokenizing in the trace
 
     def emit(self, record: logging.LogRecord) -> None:
         match = USAGE.search(record.getMessage())
@@ -168,6 +226,18 @@ class Bench(logging.Handler):
                     messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text, **hooks
                 )
                 reply = bench.replies[-1] if bench.replies else None
+                if reply is not None and coordinator and reply.requests and reply.requests[-1].coordinator:
+                    request = reply.requests[-1]  # logged by report_usage inside complete
+                    request.session_id = scope.session_id if scope is not None else ""
+                    request.messages, request.tools = list(messages), list(tools)
+                    request.tokens = self.prompt_tokens(messages, tools)
+                    request.held = list(self.load().held_tokens())
+                    users = [n for n, message in enumerate(messages) if message.role == "user"]
+                    if users:
+                        # Where this turn (its question, then its first look) starts in the tokens.
+                        before = self.prompt_tokens(messages[: users[-1]], tools)
+                        request.turn_start = common_prefix(array("i", request.tokens), array("i", before))
+                    bench.model = self
                 if reply is not None and reply.scenario == "restart" and bench.restarted is None and coordinator:
                     bench.restarted = (list(messages), list(tools), completion.text, self.last_first_token_s)
                 return completion
@@ -289,6 +359,90 @@ def report(bench: Bench, title: str) -> None:
         print(f"    {number:>2}: {line}")
 
 
+def _same(a, b) -> bool:
+    """Two messages render alike (what the prompt reads of them)."""
+    return (a.role, a.prompt_content, a.tool_calls, a.tool_call_id, a.name) == (
+        b.role,
+        b.prompt_content,
+        b.tool_calls,
+        b.tool_call_id,
+        b.name,
+    )
+
+
+def trace(bench: Bench) -> None:
+    """Where each follow-up's first request's evaluated tokens go.
+
+    Per reply (follow-ups, switch, restart): its first coordinator request's prompt tokens P and
+    evaluated E; the floor, what is new since the session's previous coordinator request (this
+    turn: the question and its first look, from where the turn starts in the tokens); the excess
+    E - floor; the tokens it shares with what llama.cpp held after that previous request (its
+    prompt and answer); and when that is less than where this turn starts, what differs: the
+    first message of the earlier prompt not rendered alike here (dropped, or changed: the system
+    prompt gains the summary), whether the tools changed, and the text at the token where the
+    two part.
+    """
+    print("  trace: first requests, P prompt / E evaluated / floor (this turn) / excess E-floor;")
+    print("         shared: tokens in common with the session's previous state (prompt + answer)")
+    last: dict[str, Request] = {}
+    totals = [0, 0, 0]
+    number = 0
+    for reply in bench.replies:
+        coordinators = [r for r in reply.requests if r.coordinator]
+        first = coordinators[0] if coordinators else None
+        previous = last.get(first.session_id) if first is not None else None
+        if first is not None and previous is not None and reply.scenario in ("follow-ups", "switch", "restart"):
+            number += reply.scenario == "follow-ups"
+            label = f"{number:>2}" if reply.scenario == "follow-ups" else reply.scenario
+            floor = len(first.tokens) - first.turn_start
+            shared = common_prefix(array("i", first.tokens), array("i", previous.held))
+            excess = first.evaluated - floor
+            if reply.scenario == "follow-ups":
+                totals[0] += first.evaluated
+                totals[1] += floor
+                totals[2] += first.prompt
+            line = (
+                f"    {label}: P {first.prompt} E {first.evaluated} floor {floor} excess {excess:+d}; "
+                f"shared {shared} of {len(previous.held)} held, turn starts at {first.turn_start}"
+                + (" (summary written)" if reply.summarized else "")
+            )
+            print(line)
+            if shared < first.turn_start:
+                old_messages, new_messages = previous.messages, first.messages
+                at = next(
+                    (
+                        n
+                        for n in range(min(len(old_messages), len(new_messages)))
+                        if not _same(old_messages[n], new_messages[n])
+                    ),
+                    min(len(old_messages), len(new_messages)),
+                )
+                what = "none (all earlier messages alike)"
+                if at < len(old_messages):
+                    gone = old_messages[at]
+                    dropped = not any(_same(gone, m) for m in new_messages)
+                    kind = "tool exchange" if gone.is_tool_exchange else gone.role
+                    what = f"message {at} ({kind}, {'dropped' if dropped else 'changed'})"
+                    if dropped:
+                        kept = [m for m in old_messages if any(_same(m, n) for n in new_messages)]
+                        what += f", {len(old_messages) - len(kept)} of the earlier {len(old_messages)} gone"
+                tools = "same" if previous.tools == first.tools else "CHANGED"
+                print(f"        parts at: {what}; tools {tools}")
+                if bench.model is not None:
+                    llama = bench.model.load().llama
+                    for name, tokens in (("new", first.tokens), ("old", previous.held)):
+                        text = llama.detokenize(tokens[shared : shared + 24]).decode("utf-8", "replace")
+                        print(f"        {name}: {text!r}")
+        if coordinators:
+            last[coordinators[-1].session_id] = coordinators[-1]
+    evaluated, floor, prompt = totals
+    if prompt:
+        print(
+            f"  follow-ups' first requests: evaluated {evaluated / prompt:.2f} of the prompt, the floor "
+            f"{floor / prompt:.2f} ({evaluated}/{floor}/{prompt}); excess {evaluated - floor} tokens"
+        )
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--follow-ups", type=int, default=13)
@@ -297,13 +451,20 @@ async def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--skip-chat", action="store_true", help="only the workspace sessions")
     parser.add_argument("--n-ctx", type=int, nargs="*", default=[4096, 2048], help="workspace sessions' contexts")
+    parser.add_argument(
+        "--repo",
+        choices=sorted(REPOS),
+        default="httpx",
+        help="the workspace session's package and questions: httpx (in-sample) or anyio (held out)",
+    )
     args = parser.parse_args()
 
     folder = Path(tempfile.mkdtemp(prefix="imprint-bench-followups-"))
-    import httpx
-
-    workspace = folder / "httpx"
-    shutil.copytree(Path(httpx.__file__).parent, workspace, ignore=shutil.ignore_patterns("__pycache__"))
+    package = importlib.import_module(args.repo)
+    version = importlib.metadata.version(args.repo)
+    workspace = folder / args.repo
+    shutil.copytree(Path(str(package.__file__)).parent, workspace, ignore=shutil.ignore_patterns("__pycache__"))
+    questions, workspace_others = REPOS[args.repo]
     usage_logger = logging.getLogger("imprintd.models")
     usage_logger.setLevel(logging.INFO)
     started = time.perf_counter()
@@ -327,13 +488,7 @@ async def main() -> int:
         usage_logger.addHandler(bench)
         _isolate(folder / f"workspace-{n_ctx}")
         count = args.workspace_follow_ups + SWITCH_TRIES + 2
-        asks = [WORKSPACE_QUESTIONS[n % len(WORKSPACE_QUESTIONS)] for n in range(count)]
-        workspace_others = [
-            "What does the Response class hold?",
-            "And its status code?",
-            "And its headers?",
-            "And its encoding?",
-        ]
+        asks = [questions[n % len(questions)] for n in range(count)]
         await run_session(
             bench, n_ctx=n_ctx, max_tokens=args.max_tokens, asks=asks, workspace=workspace, others=workspace_others
         )
@@ -341,10 +496,11 @@ async def main() -> int:
         side = sum(1 for reply in bench.replies for r in reply.requests if not r.coordinator)
         report(
             bench,
-            f"workspace (httpx {httpx.__version__} source, first look on), n_ctx {n_ctx}, {args.workspace_follow_ups} "
-            f"follow-ups, max_tokens {args.max_tokens}, {side} side requests "
-            f"({time.perf_counter() - started:.0f} s so far)",
+            f"workspace ({args.repo} {version} source, {'in-sample' if args.repo == 'httpx' else 'held out'}, "
+            f"first look on), n_ctx {n_ctx}, {args.workspace_follow_ups} follow-ups, max_tokens {args.max_tokens}, "
+            f"{side} side requests ({time.perf_counter() - started:.0f} s so far)",
         )
+        trace(bench)
     if restarted is not None:
         messages, tools, text, first_token_s = restarted
         cold = LocalModel(embedded_model_path(), n_ctx=2048)
