@@ -59,26 +59,11 @@ def daemon_env(folder: Path, max_tokens: int) -> dict[str, str]:
 class StampingClient(RawClient):
     """A ``RawClient`` whose reader notes when each message's body was read, as ``_read_at``."""
 
-    def _read(self) -> None:
-        stream = self.proc.stdout
-        assert stream is not None
-        while True:
-            length = None
-            while True:
-                line = stream.readline()
-                if not line:
-                    self.inbox.put(None)
-                    return
-                if line == b"\r\n":
-                    break
-                name, _, value = line.decode().partition(":")
-                if name.lower() == "content-length":
-                    length = int(value)
-            body = stream.read(length)
-            read_at = time.perf_counter()
-            message = json.loads(body)
-            message["_read_at"] = read_at
-            self.inbox.put(message)
+    def _received(self, body: bytes) -> None:
+        read_at = time.perf_counter()
+        message = json.loads(body)
+        message["_read_at"] = read_at
+        self.inbox.put(message)
 
 
 class Prober:

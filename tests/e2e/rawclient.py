@@ -46,7 +46,10 @@ class RawClient:
                 name, _, value = line.decode().partition(":")
                 if name.lower() == "content-length":
                     length = int(value)
-            self.inbox.put(json.loads(stream.read(length)))
+            self._received(stream.read(length))
+
+    def _received(self, body: bytes) -> None:
+        self.inbox.put(json.loads(body))
 
     # -- sending --------------------------------------------------------------
     def send_bytes(self, body: bytes, length: int | None = None) -> None:
