@@ -3,18 +3,10 @@ excess figures rest on it."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from imprintd.messages import Message, ToolCall
+from tests.bench import load_bench
 
-_PATH = Path(__file__).resolve().parents[2] / "bench" / "bench_followups.py"
-_SPEC = importlib.util.spec_from_file_location("bench_followups", _PATH)
-assert _SPEC and _SPEC.loader
-followups = importlib.util.module_from_spec(_SPEC)
-sys.modules.setdefault("bench_followups", followups)
-_SPEC.loader.exec_module(followups)
+followups = load_bench("bench_followups")
 
 SYSTEM = Message(role="system", content="You are Imprint.")
 

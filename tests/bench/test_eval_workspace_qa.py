@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "bench" / "eval_workspace_qa.py"
-_SPEC = importlib.util.spec_from_file_location("eval_workspace_qa", _PATH)
-assert _SPEC and _SPEC.loader
-evaluation = importlib.util.module_from_spec(_SPEC)
-sys.modules.setdefault("eval_workspace_qa", evaluation)
-_SPEC.loader.exec_module(evaluation)
+from tests.bench import load_bench
+
+evaluation = load_bench("eval_workspace_qa")
 
 
 def question(start: str):
