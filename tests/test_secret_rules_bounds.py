@@ -3,10 +3,12 @@ read line breaks one way, and a session's covered material is redacted once, not
 
 from __future__ import annotations
 
+import functools
 import re
 import re._constants as sre  # noqa: PLC2701 (the parse tree of a rule's pattern)
 import re._parser as sre_parse  # noqa: PLC2701
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
@@ -209,6 +211,17 @@ def _random_texts(pieces: list[str], count: int, seed: int) -> list[str]:
     return ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 16))) for _ in range(count)]
 
 
+def _rewritten_alike(before: Callable[[str], str], after: Callable[[str], str], pieces: list[str], seed: int) -> int:
+    """Asserts ``after`` gives ``before``'s output on the dense corpora and on 30,000 random mixes of
+    ``pieces``; returns how many texts they changed (a check that the mixes reach the rule)."""
+    changed = 0
+    for text in [*_dense_corpora().values(), *_random_texts(pieces, 30_000, seed)]:
+        expected = before(text)
+        assert after(text) == expected, text[:200]
+        changed += expected != text
+    return changed
+
+
 def test_assignments_tried_only_at_names_redact_as_the_whole_search_does() -> None:
     # redact's "name = value" pattern is tried where a secret word's name and "=" stand
     # (_assign_eq), no longer at every character: the same output on dense text and on
@@ -218,13 +231,8 @@ def test_assignments_tried_only_at_names_redact_as_the_whole_search_does() -> No
     pieces = ["password", "PASS", "pass", "Pass", "db", "_", "-", "--", ".", "token", "api", "key", "api_key"]
     pieces += ["secret", "x", "1", "=", "==", '"', "'", " ", "\t", "\n", "?", "&", "é", "\u212a", "\u017f"]
     pieces += ["<a>", "${X}", "abc", "compass", "client", "Secret", "access-key", "privateKey"]
-    texts = [*_dense_corpora().values(), *_random_texts(pieces, 30_000, 35)]
-    changed = 0
-    for text in texts:
-        expected = redact._ASSIGN_EQ.sub(redact._assignment, text)
-        assert redact._assign_eq(text) == expected, text[:200]
-        changed += expected != text
-    assert changed > 1_000
+    whole_search = functools.partial(redact._ASSIGN_EQ.sub, redact._assignment)
+    assert _rewritten_alike(whole_search, redact._assign_eq, pieces, 35) > 1_000
 
 
 def test_name_characters_are_what_the_assignment_pattern_takes_for_them() -> None:
@@ -255,12 +263,8 @@ def test_key_shapes_with_the_boundary_after_their_start_find_what_they_found_bef
     )
     pieces = ["sk-", "gh", "p_", "github_pat_", "xox", "b-", "AKIA", "ASIA", "AIza", "eyJ", ".", "a", "1", "_", "-"]
     pieces += [" ", "é", "\n", "ABCDEFGHIJ0123456789", "abcdefghij"]
-    changed = 0
-    for text in [*_dense_corpora().values(), *_random_texts(pieces, 30_000, 36)]:
-        expected = before.sub(redact.MARK, text)
-        assert redact._SHAPES.sub(redact.MARK, text) == expected, text[:200]
-        changed += expected != text
-    assert changed > 1_000
+    old, new = (functools.partial(rule.sub, redact.MARK) for rule in (before, redact._SHAPES))
+    assert _rewritten_alike(old, new, pieces, 36) > 1_000
 
 
 def test_a_long_session_s_covered_material_is_redacted_once_not_every_reply(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -326,36 +330,67 @@ def test_password_flags_with_the_boundary_after_their_start_find_what_they_found
     )
     pieces = ["mysql", "mysqldump", "mariadb", "mariadb-dump", "sshpass", "--password", "-p", " ", "\t", "\n", "x"]
     pieces += ["é", "-", "_", "'a b'", '"c d"', "hunter2", "|", ";", "${X}", "-u root", "a"]
-    changed = 0
-    for text in [*_dense_corpora().values(), *_random_texts(pieces, 30_000, 37)]:
-        expected = before.sub(redact._cli_password, text)
-        assert redact._CLI_PASSWORD.sub(redact._cli_password, text) == expected, text[:200]
-        changed += expected != text
-    assert changed > 300
+    old, new = (functools.partial(rule.sub, redact._cli_password) for rule in (before, redact._CLI_PASSWORD))
+    assert _rewritten_alike(old, new, pieces, 37) > 300
 
 
-#: Issue 35's bound: a megabyte dense in keywords redacted in at most a second of CPU here.
-MEGABYTE_CPU_S = 1.0
+#: How much more a megabyte dense in keywords may cost than a megabyte of plain prose: about 3 to 7
+#: times here; dense text once cost 12 to 32 s a megabyte, some 50 to 150 times prose.
+DENSE_OVER_PROSE = 10.0
 
 
 @pytest.mark.parametrize("name", ["api.", "every keyword", "every keyword given a value", "key=", "curl"])
-def test_a_megabyte_dense_in_keywords_costs_at_most_a_second_of_cpu(name: str) -> None:
-    """The CPU the redacting thread spends (``time.thread_time``), not the wall time: on a
-    loaded machine the wall time is mostly waiting for a core (1.5 s where the CPU is 0.9 s),
-    which is what other work costs, not redaction. Contention inflates even the CPU time
-    (0.80-1.34 s for one text in five tries on this loaded machine, 0.79 s quiet) and noise only
-    ever adds, so the best of five tries is the cost (the first under the bound ends it)."""
+def test_a_megabyte_dense_in_keywords_costs_a_few_times_plain_prose(name: str) -> None:
+    """Issue 35: redaction's cost does not grow with keyword density. Measured as the CPU the
+    redacting thread spends (``time.thread_time``) against the same for a megabyte of plain
+    prose, side by side: a bound in seconds failed on this shared machine when its host ran
+    slower (the densest text took 0.7-0.8 s of CPU quiet, 1.0-1.4 s on another day, idle), while
+    the ratio holds. Best of five pairs: noise only adds. The seconds are bench_redact's figures."""
+    import random
     import time
 
     from imprintd.redact import redact
     from tests.test_redact import DENSE
 
-    text = DENSE[name]()
-    spent = []
-    for _ in range(5):
+    rng = random.Random(1)
+    words = [
+        "the",
+        "of",
+        "and",
+        "a",
+        "to",
+        "in",
+        "is",
+        "that",
+        "it",
+        "was",
+        "for",
+        "on",
+        "are",
+        "as",
+        "with",
+        "they",
+        "at",
+        "be",
+        "this",
+        "from",
+        "or",
+        "one",
+        "by",
+        "not",
+    ]
+    prose = " ".join(rng.choice(words) for _ in range(400_000))[:1_000_000]
+    dense = DENSE[name]()
+    redact(prose)  # the rules compiled and warm before anything is timed
+
+    def cpu(text: str) -> float:
         start = time.thread_time()
         redact(text)
-        spent.append(time.thread_time() - start)
-        if spent[-1] <= MEGABYTE_CPU_S:
+        return time.thread_time() - start
+
+    ratios = []
+    for _ in range(5):
+        ratios.append(cpu(dense) / cpu(prose))
+        if ratios[-1] <= DENSE_OVER_PROSE:
             break
-    assert min(spent) <= MEGABYTE_CPU_S, f"{name}: {', '.join(f'{s:.2f}' for s in spent)} s of CPU"
+    assert min(ratios) <= DENSE_OVER_PROSE, f"{name}: {', '.join(f'{r:.1f}' for r in ratios)} times plain prose"
