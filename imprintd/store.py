@@ -8,6 +8,10 @@ transaction as the messages it indexes. The schema moves
 forward by ``PRAGMA user_version`` through the numbered functions in ``MIGRATIONS``; a
 database written by a newer imprintd is refused rather than guessed at.
 
+``Store`` keeps each session's decoded messages (``_DecodedMessages``, bounded in characters):
+messages are never changed once stored, so a reply decodes only those stored since the last
+read, and its cost does not grow with the session.
+
 ``MemoryStore`` holds sessions created with persistence off (ADR 0141's voice case): the
 same API, nothing on disk, at most 400 messages a session and 4,000 characters a tool
 result, and an in-memory history index per session.
@@ -21,11 +25,12 @@ writable) become a ``StoreError`` naming the file and what to do about that caus
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import secrets
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,6 +59,11 @@ MERGED_TERMS = 64
 # ADR 0141, voice: "at most 400 messages, 4,000 characters a result".
 MEMORY_MESSAGE_LIMIT = 400
 MEMORY_TOOL_RESULT_LIMIT = 4_000
+#: Characters of decoded messages ``Store`` keeps, over all sessions (least recently read go
+#: first); a session larger than this alone is read from the database each time, as before.
+DECODED_CACHE_CHARS = 16_000_000
+#: What a cached message is counted as besides its text: the object and its fields.
+_MESSAGE_OVERHEAD_CHARS = 200
 
 Clock = Callable[[], float]
 
@@ -410,6 +420,7 @@ class Store:
         self._held = threading.local()
         self._closed = False
         self._all_indexed = False
+        self._decoded = _DecodedMessages(DECODED_CACHE_CHARS)
 
     @classmethod
     def open(cls, path: Path | None = None, *, clock: Clock = time.time) -> Store:
@@ -563,6 +574,7 @@ class Store:
             db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
             if db.changes() == 0:
                 raise SessionNotFound(session_id)
+        self._decoded.forget(session_id)
 
     def append(self, session_id: str, message: Message) -> Message:
         """Store ``message`` as the session's next one; returns it with its ``seq``.
@@ -616,6 +628,9 @@ class Store:
 
     def messages(self, session_id: str, *, after: int = 0) -> list[Message]:
         """The session's messages in order; with ``after``, only those numbered above it."""
+        held = self._cached(session_id)
+        if held is not None:
+            return held[bisect.bisect_right(held, after, key=_seq) :]
         with self.reading() as db:
             self._require(session_id)
             rows = db.execute(
@@ -624,6 +639,34 @@ class Store:
             ).fetchall()
         return [_message_from_row(row) for row in rows]
 
+    def _cached(self, session_id: str) -> list[Message] | None:
+        """Every message of the session, decoding only those stored since it was last read; None
+        when the session is too large to keep (the caller reads the database itself).
+
+        Raises SessionNotFound like a read. The session's identity (rowid, creation time) is
+        checked on each call: a session deleted by another imprintd on the same database and
+        made again under the same id is read anew, not served from what the old one held
+        (SQLite may give it the old rowid; its creation time is the clock's at that moment).
+        """
+        with self.reading() as db:
+            found = db.execute("SELECT rowid, created_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            if found is None:
+                raise SessionNotFound(session_id)
+            identity = (found[0], found[1])
+            held = self._decoded.get(session_id, identity)
+            if held is None:
+                return None  # too large to keep
+            rows = db.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq",
+                (session_id, held.messages[-1].seq if held.messages else 0),
+            ).fetchall()
+        if rows:
+            held = _Held(
+                identity, [*held.messages, *map(_message_from_row, rows)], held.chars + sum(map(_row_chars, rows))
+            )
+            self._decoded.put(session_id, held)
+        return held.messages
+
     def listable(
         self, session_id: str, first: int, last: int, *, longer_than: int, unlisted_calls: str
     ) -> list[Message]:
@@ -631,6 +674,12 @@ class Store:
         over ``longer_than`` characters, tool results but those whose call id starts with
         ``unlisted_calls`` (first looks), and the calls that made them; the rest are not read,
         so a reply's cost does not grow with what the summary covers."""
+        held = self._cached(session_id)
+        if held is not None:
+            start = bisect.bisect_left(held, first, key=_seq)
+            return _listable(
+                held[start : bisect.bisect_right(held, last, key=_seq)], first, last, longer_than, unlisted_calls
+            )
         with self.reading() as db:
             self._require(session_id)
             # Bytes are at least characters: the byte length selects every long paste, and
@@ -880,6 +929,76 @@ class Store:
             found = db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
         if found is None:
             raise SessionNotFound(session_id)
+
+
+class _DecodedMessages:
+    """Sessions' decoded messages, whole and in order, within ``limit`` characters in all.
+
+    Stored messages are never changed, and only a session's deletion removes them (with the
+    session), so what was decoded stays true: a read adds what was stored after it. Entries are
+    keyed by session id and checked against the session's identity (rowid, creation time); the
+    least recently read go first when the total passes ``limit``. Threads share it under a lock;
+    the lists it hands out are never changed after (a read makes a new one), so callers only slice them.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, _Held] = OrderedDict()
+        self._chars = 0
+        #: Sessions larger than the whole limit, by identity: read from the database each time.
+        self._too_large: dict[str, tuple[Any, ...]] = {}
+
+    def get(self, session_id: str, identity: tuple[Any, ...]) -> _Held | None:
+        """What is held of that session (nothing yet: no messages); None when it is too large to keep."""
+        with self._lock:
+            if self._too_large.get(session_id) == identity:
+                return None
+            held = self._entries.get(session_id)
+            if held is None or held.identity != identity:
+                return _Held(identity, [], 0)
+            self._entries.move_to_end(session_id)
+            return held
+
+    def put(self, session_id: str, held: _Held) -> None:
+        """Keep ``held`` for the session unless a read that went further is kept already, or it
+        is larger than the whole limit."""
+        with self._lock:
+            kept = self._entries.get(session_id)
+            if kept is not None and kept.identity == held.identity and len(kept.messages) >= len(held.messages):
+                return
+            if kept is not None:
+                del self._entries[session_id]
+                self._chars -= kept.chars
+            if held.chars > self._limit:
+                self._too_large[session_id] = held.identity
+                return
+            while self._entries and self._chars + held.chars > self._limit:
+                _, evicted = self._entries.popitem(last=False)
+                self._chars -= evicted.chars
+            self._entries[session_id] = held
+            self._chars += held.chars
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            held = self._entries.pop(session_id, None)
+            if held is not None:
+                self._chars -= held.chars
+            self._too_large.pop(session_id, None)
+
+
+@dataclass(frozen=True)
+class _Held:
+    """One session's decoded messages: ``identity`` its (rowid, created_at), ``chars`` their size."""
+
+    identity: tuple[Any, ...]
+    messages: list[Message]
+    chars: int
+
+
+def _row_chars(row: tuple) -> int:
+    """Characters a stored message's row is counted as in ``DECODED_CACHE_CHARS``."""
+    return _MESSAGE_OVERHEAD_CHARS + sum(len(value) for value in row if isinstance(value, str))
 
 
 def _seq(message: Message) -> int:

@@ -99,3 +99,42 @@ async def test_a_reply_asks_the_store_only_for_what_the_summary_does_not_cover(m
     system, history, _layout = compose_prompt("written", _tool_lines(workspace=False), state, whole)
     assert request.messages == [system, *history, request.messages[-1]]
     assert request.messages[-1].content == "Is that still the plan?"
+
+
+def test_what_a_reply_decodes_does_not_grow_with_the_uncovered_first_looks(monkeypatch):
+    """Uncovered tool exchanges (a first look every reply) pile up until a summary covers them:
+    each reply decodes only what was stored since the last, and composes the same prompt."""
+    from imprintd import store as store_module
+
+    decoded = [0]
+    decode = store_module._message_from_row
+
+    def counted(row: tuple) -> msg.Message:
+        decoded[0] += 1
+        return decode(row)
+
+    monkeypatch.setattr(store_module, "_message_from_row", counted)
+    with Store.open() as store:
+        sid = long_session(store)
+        lines = _tool_lines(workspace=True)
+        for turn in range(1, 31):
+            look = ToolCall(id=f"{FIRST_LOOK_CALL_PREFIX}_{turn}", name="search", arguments={"query": f"q {turn}"})
+            question = store.extend(
+                sid,
+                [
+                    msg.user(f"question {turn}"),
+                    msg.assistant("", tool_calls=(look,)),
+                    msg.tool_result(look, f"[1] notes.md:{turn} line {turn}"),
+                    msg.assistant(f"answer {turn}"),
+                    msg.user(f"question {turn + 1}"),
+                ],
+            )[-1]
+            before = decoded[0]
+            state, earlier, seqs = read_session(store, sid, question)
+            # The six new messages (the first read decodes the session once).
+            assert decoded[0] - before <= (6 if turn > 1 else 16 + 5)
+            whole = [m for m in store.messages(sid) if m.seq < question.seq]
+            assert compose_prompt("written", lines, state, earlier, seqs=seqs) == compose_prompt(
+                "written", lines, state, whole
+            )
+            store.extend(sid, [msg.assistant(f"answer {turn + 1}")])

@@ -584,3 +584,96 @@ def test_a_memory_session_past_its_400_reads_its_tail_by_number():
     assert memory.oldest_seq(session.id) == 11
     assert [m.seq for m in memory.messages(session.id, after=5)] == list(range(11, 411))
     assert [m.seq for m in memory.messages(session.id, after=407)] == [408, 409, 410]
+
+
+# --- decoded messages kept between reads --------------------------------------------------------
+
+
+def counting_decodes(monkeypatch) -> list[int]:
+    """A one-item list counting the stored rows ``Store`` decodes into messages from now on."""
+    decoded = [0]
+    decode = store_module._message_from_row
+
+    def counted(row: tuple) -> Message:
+        decoded[0] += 1
+        return decode(row)
+
+    monkeypatch.setattr(store_module, "_message_from_row", counted)
+    return decoded
+
+
+def test_a_read_decodes_only_what_was_stored_since_the_last_one(db, monkeypatch):
+    decoded = counting_decodes(monkeypatch)
+    session = db.create_session()
+    for turn in range(1, 21):
+        db.extend(session.id, [user(f"question {turn}"), assistant(f"answer {turn}")])
+        before = decoded[0]
+        assert [m.content for m in db.messages(session.id, after=2 * turn - 1)] == [f"answer {turn}"]
+        assert decoded[0] - before <= 2  # the two new messages, however long the session grows
+    before = decoded[0]
+    assert len(db.messages(session.id)) == 40 and decoded[0] == before
+    listed = db.listable(session.id, 1, 40, longer_than=5, unlisted_calls="call_look")
+    assert [m.seq for m in listed] == list(range(1, 40, 2)) and decoded[0] == before
+
+
+def test_what_a_read_returns_is_the_callers_to_change(db):
+    session = db.create_session()
+    db.extend(session.id, [user("one"), assistant("two")])
+    db.messages(session.id).clear()
+    db.messages(session.id, after=1).append(user("not stored"))
+    assert [m.content for m in db.messages(session.id)] == ["one", "two"]
+
+
+def test_no_message_of_a_deleted_session_is_served_again(db):
+    session = db.create_session(session_id="named-by-the-front-door")
+    db.extend(session.id, [user("old question"), assistant("old answer")])
+    assert len(db.messages(session.id)) == 2
+    db.delete_session(session.id)
+    with pytest.raises(SessionNotFound):
+        db.messages(session.id)
+    db.create_session(session_id=session.id)
+    db.append(session.id, user("new question"))
+    assert [m.content for m in db.messages(session.id)] == ["new question"]
+    assert db.listable(session.id, 1, 5, longer_than=0, unlisted_calls="call_look") == db.messages(session.id)
+
+
+def test_a_session_deleted_and_made_again_by_another_imprintd_is_read_anew(db):
+    session = db.create_session(session_id="shared")
+    db.extend(session.id, [user("old question"), assistant("old answer")])
+    assert len(db.messages(session.id)) == 2
+    # Another daemon on the same database, its clock later (the session's new rowid is the old one).
+    with Store.open(db.path, clock=lambda: 5_000.0) as other:
+        other.delete_session(session.id)
+        with pytest.raises(SessionNotFound):
+            db.messages(session.id)
+        other.create_session(session_id=session.id)
+        other.extend(session.id, [user("new question"), assistant("new answer"), user("and more")])
+    assert [m.content for m in db.messages(session.id)] == ["new question", "new answer", "and more"]
+
+
+def test_messages_another_imprintd_stores_are_read(db):
+    session = db.create_session()
+    db.append(session.id, user("mine"))
+    assert len(db.messages(session.id)) == 1
+    with Store.open(db.path, clock=Ticks()) as other:
+        other.append(session.id, assistant("theirs"))
+    assert [m.content for m in db.messages(session.id, after=0)] == ["mine", "theirs"]
+
+
+def test_decoded_messages_stay_within_their_limit(isolated_dirs, monkeypatch):
+    monkeypatch.setattr(store_module, "DECODED_CACHE_CHARS", 3_000)
+    decoded = counting_decodes(monkeypatch)
+    with Store.open(clock=Ticks()) as db:
+        small, large = db.create_session(), db.create_session()
+        db.extend(small.id, [user("a" * 500), assistant("b" * 500)])
+        db.extend(large.id, [user("c" * 2_000), assistant("d" * 2_000)])  # larger than the limit alone
+        for _ in range(2):
+            assert [len(m.content) for m in db.messages(large.id)] == [2_000, 2_000]
+            assert [len(m.content) for m in db.messages(small.id)] == [500, 500]
+        held = db._decoded
+        assert held._chars <= 3_000 and list(held._entries) == [small.id]
+        before = decoded[0]
+        db.messages(small.id)
+        assert decoded[0] == before  # kept
+        db.messages(large.id)
+        assert decoded[0] == before + 2  # read from the database each time
