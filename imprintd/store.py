@@ -798,12 +798,18 @@ class Store:
             )
         # Equal scores: the newer session, then the later message, goes first (a window's number
         # grows with its message's seq; within a message the earlier window is the hit).
+        scored = f"""
+                SELECT history_id, window, sum(part) * sum(weight) / :total_weight
+                FROM ({postings})
+                GROUP BY history_id, window"""
+        if len(weights) == 1 and not holding:
+            # One term: a window has one posting, so no grouping (half a one-word search's time);
+            # the same arithmetic as the sums of one value, so the same scores to the last bit.
+            scored = f"SELECT history_id, window, part * weight / :total_weight FROM ({postings})"
         sql = f"""
             WITH q(term, weight) AS (SELECT key, value FROM json_each(:weights)),
             best(history_id, window, score) AS (
-                SELECT history_id, window, sum(part) * sum(weight) / :total_weight
-                FROM ({postings})
-                GROUP BY history_id, window
+                {scored}
                 ORDER BY 3 DESC, history_id DESC, window DESC
                 LIMIT :windows
             )
