@@ -289,6 +289,9 @@ _SPACES = re.compile(r"\s+")
 
 
 def _one_line(text: str) -> str:
+    # Every whitespace character but the space is unprintable: most snippets have nothing to join.
+    if text.isprintable() and "  " not in text:
+        return text
     return _SPACES.sub(" ", text)
 
 

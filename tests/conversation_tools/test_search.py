@@ -437,3 +437,9 @@ def test_a_one_word_query_is_ranked_without_grouping_its_postings(db):
         expected[session, seq] = max(score, expected.get((session, seq), score))
     assert {(h.session_id, h.seq): h.score for h in page.hits} == expected  # to the last bit
     assert len(page.hits) == len(rare)
+
+
+def test_a_snippet_joins_every_kind_of_white_space_into_one_space():
+    text = "rotate\u00a0the\u2028key  now\tand\r\nthen rotate it"
+    assert plain(snippet(text, 0, len(text), {"rotat"})) == "[rotate] the key now and then [rotate] it"
+    assert plain(snippet("rotate the key", 0, 14, {"key"})) == "rotate the [key]"
