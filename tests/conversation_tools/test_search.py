@@ -443,3 +443,20 @@ def test_a_snippet_joins_every_kind_of_white_space_into_one_space():
     text = "rotate\u00a0the\u2028key  now\tand\r\nthen rotate it"
     assert plain(snippet(text, 0, len(text), {"rotat"})) == "[rotate] the key now and then [rotate] it"
     assert plain(snippet("rotate the key", 0, 14, {"key"})) == "rotate the [key]"
+
+
+def test_a_pages_messages_are_read_in_one_statement(db):
+    common_and_rare(db)
+    statements: list[str] = []
+    with db.reading() as conn:
+        conn.exec_trace = lambda cursor, sql, bindings: statements.append(sql) or True
+        try:
+            page = search(db, "deployment region", limit=20)
+        finally:
+            conn.exec_trace = None
+    assert len(page.hits) == 20
+    assert len([sql for sql in statements if "m.content" in sql]) == 1
+    for hit in page.hits:  # each hit with its own message's text and session's title
+        message = db.messages(hit.session_id)[hit.seq - 1]
+        assert plain(hit.snippet, ("", "")).strip("…") in " ".join(message.content.split())
+        assert hit.role == message.role and hit.title == db.session(hit.session_id).title
