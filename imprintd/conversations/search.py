@@ -174,19 +174,21 @@ def _statistics(store: Store, terms: Sequence[str]) -> tuple[int, float, dict[st
             known = _cached.get(db)
         if known is None or known.generation != before:
             known = None
-        asked = [term for term in terms if known is None or term not in known.counts]
+        counted = {term: known.counts[term] for term in terms if term in known.counts} if known else {}
+        asked = [term for term in terms if term not in counted]
         if known is not None and not asked:
-            return known.windows, known.average_words, {term: known.counts[term] for term in terms}
+            return known.windows, known.average_words, counted
         windows, average_words, counts = store.search_statistics(asked)
         if _generation(db) != before:
             # Written meanwhile: nothing kept, and every term counted again in one reading.
-            return store.search_statistics(terms) if known is not None else (windows, average_words, counts)
+            return store.search_statistics(terms) if counted else (windows, average_words, counts)
+        counted.update(counts)
         if known is None or len(known.counts) > CACHED_TERMS:
             known = _Statistics(before, windows, average_words)
-        known.counts.update(counts)
+        known.counts.update(counted)
         with _cached_lock:
             _cached[db] = known
-        return known.windows, known.average_words, {term: known.counts[term] for term in terms}
+        return windows, average_words, {term: counted[term] for term in terms}
 
 
 def _without_common_only_windows(

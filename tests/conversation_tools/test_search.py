@@ -460,3 +460,14 @@ def test_a_pages_messages_are_read_in_one_statement(db):
         message = db.messages(hit.session_id)[hit.seq - 1]
         assert plain(hit.snippet, ("", "")).strip("…") in " ".join(message.content.split())
         assert hit.role == message.role and hit.title == db.session(hit.session_id).title
+
+
+def test_past_the_cached_terms_the_cache_starts_again_and_ranks_the_same(db, monkeypatch):
+    common_and_rare(db)
+    monkeypatch.setattr(search_module, "CACHED_TERMS", 2)
+    search(db, "deployment region gateway")  # three terms kept: past the bound
+    calls = StatisticsCalls(db, monkeypatch)
+    page = search(db, "deployment route")  # one kept, one new: the cache starts again with both
+    again = search(db, "route deployment")
+    assert calls.asked == [["rout"]]
+    assert page == uncached(db, "deployment route") and again == uncached(db, "route deployment")
