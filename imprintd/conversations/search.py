@@ -16,7 +16,7 @@ differs, because a person reads the result rather than a model:
   page (``_without_common_only_windows``): the same page, at a fraction of the reading;
 - the corpus statistics (windows, their average length, each term's window count) are kept per
   connection while nothing is written (``_statistics``): counting a common term's windows reads
-  all its postings, a tenth of a search's time, and a search typed word by word asks again.
+  all its postings (a sixth to a quarter of a search), and a search typed word by word asks again.
 """
 
 from __future__ import annotations
