@@ -11,15 +11,21 @@ the same messages, for each query:
 - ``conversations.search.search``: the first page (20 hits) with titles, roles, dates and marked
   snippets, read from the history index the store keeps (migration 5's postings by term).
 
-Medians of five runs per query; it prints both in milliseconds and their ratio, per query and
-over all queries (the sum of the medians). Target (issue 34): under 50 ms a query, at most 1.5x
-the FTS5 query. Not a test: run ``python bench/bench_conversation_search.py`` (a few minutes,
-mostly storing the 50,000 messages; ``--keep FILE`` stores them in FILE once and reuses it on later
-runs).
+Medians of five runs per query, after a first run that is shown apart (it reads the query's
+terms' window counts, which later runs take from the search's cache while nothing is written);
+it prints the load average at the start, both medians in milliseconds and their ratio, per
+query and over all queries (the sum of the medians), and the slowest query: the largest of the
+search's medians. Target (issue 34): under 50 ms every query, at most 1.5x the FTS5 query. Not a
+test: run ``python bench/bench_conversation_search.py`` (a few minutes, mostly storing the 50,000
+messages; ``--keep FILE`` stores them in FILE once and reuses it on later runs; ``--pages OUT``
+also writes the pages of ``PAGE_QUERIES`` at several sizes, offsets and filters to OUT as JSON,
+to compare two versions of the search: the same hits, order, scores and snippets).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import statistics
 import sys
@@ -49,6 +55,20 @@ QUERIES = [
     "how do I rotate the api key",
     "flaky test retry",
 ]
+#: ``--pages``: the queries whose pages are written (``QUERIES`` and more: rare, common and mixed
+#: words, a date-free number, a tool call's words), each at these sizes and offsets and filters.
+PAGE_QUERIES = [
+    *QUERIES,
+    "kubernetes",
+    "service config deploy",
+    "grafana prometheus alert",
+    "user account invoice billing payment",
+    "nginx",
+    "secret key rotate",
+    "webhook graphql protobuf",
+    "cluster",
+]
+PAGES = [(20, 0), (20, 20), (5, 3), (1, 0), (100, 0)]
 
 WORDS = [
     "service",
@@ -154,13 +174,54 @@ def fts_query(query: str) -> str:
     return " OR ".join(f'"{word}"' for word in query_stems(query))
 
 
+def timed_ms(run) -> float:
+    started = time.perf_counter()
+    run()
+    return (time.perf_counter() - started) * 1000
+
+
 def median_ms(run) -> float:
-    times = []
-    for _ in range(RUNS):
-        started = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+    return statistics.median(timed_ms(run) for _ in range(RUNS))
+
+
+def write_pages(store: Store, out: Path) -> None:
+    """Every page of ``PAGE_QUERIES`` at ``PAGES``, with no filter, a workspace, and dates, as JSON."""
+    with store.reading() as db:
+        first, last = db.execute("SELECT min(created_at), max(created_at) FROM messages").fetchone()
+    days = {
+        "since": time.strftime("%Y-%m-%d", time.localtime(first)),
+        "until": time.strftime("%Y-%m-%d", time.localtime(last)),
+    }
+    pages = []
+    for query in PAGE_QUERIES:
+        for filters in ({}, {"workspace": "/home/me/project3"}, days):
+            for limit, offset in PAGES:
+                page = search(store, query, limit=limit, offset=offset, **filters)
+                hits = [
+                    [
+                        h.session_id,
+                        h.title,
+                        h.workspace,
+                        h.seq,
+                        h.role,
+                        h.created_at,
+                        h.score,
+                        [[p.text, p.match] for p in h.snippet],
+                    ]
+                    for h in page.hits
+                ]
+                pages.append(
+                    {
+                        "query": query,
+                        "filters": filters,
+                        "limit": limit,
+                        "offset": offset,
+                        "hits": hits,
+                        "next": page.next_offset,
+                    }
+                )
+    out.write_text(json.dumps(pages, indent=0))
+    print(f"{len(pages)} pages written to {out}", flush=True)
 
 
 def build(store: Store) -> None:
@@ -193,6 +254,9 @@ def optimize_baseline(store: Store) -> None:
 
 def main() -> int:
     keep = Path(sys.argv[sys.argv.index("--keep") + 1]) if "--keep" in sys.argv else None
+    pages_out = Path(sys.argv[sys.argv.index("--pages") + 1]) if "--pages" in sys.argv else None
+    load = os.getloadavg()
+    print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (1, 5, 15 min)", flush=True)
     with tempfile.TemporaryDirectory() as folder:
         path = keep or Path(folder) / "imprint.sqlite3"
         built = path.exists()
@@ -214,10 +278,11 @@ def main() -> int:
                 ).fetchall()
 
         search(store, "warm up")  # the index check that runs once per open store
-        print(f"{'query':<32} {'FTS5 ms':>8} {'search ms':>10} {'ratio':>6} {'matching':>9}")
-        fts_total = ours_total = 0.0
+        print(f"{'query':<32} {'FTS5 ms':>8} {'search ms':>10} {'ratio':>6} {'first run':>10} {'matching':>9}")
+        fts_total = ours_total = slowest = worst_ratio = 0.0
         for query in QUERIES:
             fts_ms = median_ms(lambda query=query: plain(query))
+            first_ms = timed_ms(lambda query=query: search(store, query))
             ours_ms = median_ms(lambda query=query: search(store, query))
             with store.reading() as db:
                 (hits,) = db.execute(
@@ -225,13 +290,22 @@ def main() -> int:
                 ).fetchone()
             fts_total += fts_ms
             ours_total += ours_ms
-            print(f"{query:<32} {fts_ms:>8.2f} {ours_ms:>10.2f} {ours_ms / fts_ms:>5.2f}x {hits:>9,}", flush=True)
+            slowest = max(slowest, ours_ms)
+            worst_ratio = max(worst_ratio, ours_ms / fts_ms)
+            print(
+                f"{query:<32} {fts_ms:>8.2f} {ours_ms:>10.2f} {ours_ms / fts_ms:>5.2f}x {first_ms:>10.2f} {hits:>9,}",
+                flush=True,
+            )
         ratio = ours_total / fts_total
-        slowest = max(median_ms(lambda query=query: search(store, query)) for query in QUERIES)
         print(f"{'all queries (sum of medians)':<32} {fts_total:>8.2f} {ours_total:>10.2f} {ratio:>5.2f}x")
-        print(f"slowest query: {slowest:.1f} ms (target < {TARGET_MS:.0f} ms); ratio target <= {TARGET_RATIO}x")
+        print(
+            f"slowest query (largest median): {slowest:.1f} ms (target < {TARGET_MS:.0f} ms);"
+            f" largest ratio {worst_ratio:.2f}x, sum {ratio:.2f}x (target <= {TARGET_RATIO}x each)"
+        )
+        if pages_out is not None:  # after the timings: its searches would fill the cache the first runs show empty
+            write_pages(store, pages_out)
         store.close()
-    return 0 if ratio <= TARGET_RATIO and slowest < TARGET_MS else 1
+    return 0 if worst_ratio <= TARGET_RATIO and slowest < TARGET_MS else 1
 
 
 if __name__ == "__main__":

@@ -13,18 +13,25 @@ differs, because a person reads the result rather than a model:
 - the result is a ranked, paged list of messages, each with a short snippet around the match with
   the matched words marked, not a 4,000-character quote block;
 - windows holding only a query's common words are scored only when one of them could reach the
-  page (``_without_common_only_windows``): the same page, at a fraction of the reading.
+  page (``_without_common_only_windows``): the same page, at a fraction of the reading;
+- the corpus statistics (windows, their average length, each term's window count) are kept per
+  connection while nothing is written (``_statistics``): counting a common term's windows reads
+  all its postings (a sixth to a quarter of a search), and a search typed word by word asks again.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
+
+import apsw
 
 from imprintd.context.history import K1, B, query_terms
 from imprintd.context.history_index import stem
@@ -38,6 +45,8 @@ SNIPPET_CHARS = 160
 #: A query's term in this many times the windows of its rarest term is common: windows holding
 #: only common terms are not scored when none of them could reach the page (``_without_common_only_windows``).
 COMMON_TIMES_RAREST = 4
+#: Terms whose window counts one connection keeps, at most (past it the cache starts again).
+CACHED_TERMS = 4_096
 
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
@@ -120,15 +129,66 @@ def search(
     before = day_start(until, "until") + 86_400 if until is not None else None
     if after is not None and before is not None and before <= after:
         raise SearchError(f"until: {until} is before since: {since}")
-    windows, average_words, counts = store.search_statistics(terms)
+    windows, average_words, counts = _statistics(store, terms)
     weights = {term: math.log(1 + (windows - df + 0.5) / (df + 0.5)) for term, df in counts.items() if df}
     asked: dict[str, Any] = dict(average_words=average_words, k1=K1, b=B, workspace=folder, after=after, before=before)
     found, more = _without_common_only_windows(store, weights, counts, asked, limit, offset) or store.search(
         weights, **asked, limit=limit, offset=offset
     )
-    wanted = {term for term in terms if not term.startswith("date:")}
+    wanted = _wanted_words({term for term in terms if not term.startswith("date:")})
     hits = tuple(_hit(message, wanted) for message in found)
     return SearchPage(hits=hits, next_offset=offset + len(hits) if more else None)
+
+
+@dataclass
+class _Statistics:
+    """What ``Store.search_statistics`` told one connection at ``generation``."""
+
+    generation: tuple[int, int]
+    windows: int
+    average_words: float
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+_cached: weakref.WeakKeyDictionary[apsw.Connection, _Statistics] = weakref.WeakKeyDictionary()
+_cached_lock = threading.Lock()
+
+
+def _generation(db: apsw.Connection) -> tuple[int, int]:
+    """Changes whenever the database may have: ``data_version`` moves with every commit of another
+    connection (of this process or another), ``total_changes`` with every row this one writes."""
+    return int(db.pragma("data_version")), db.total_changes()
+
+
+def _statistics(store: Store, terms: Sequence[str]) -> tuple[int, float, dict[str, int]]:
+    """``store.search_statistics(terms)``, from what this thread's connection was told before while
+    the database is unchanged since.
+
+    An answer is kept only when the generation is the same before and after it was read: a write
+    landing in between (or the store's first search indexing old sessions) leaves it uncached, and
+    the next search reads again.
+    """
+    with store.reading() as db:  # the store's calls below share this connection
+        before = _generation(db)
+        with _cached_lock:
+            known = _cached.get(db)
+        if known is None or known.generation != before:
+            known = None
+        counted = {term: known.counts[term] for term in terms if term in known.counts} if known else {}
+        asked = [term for term in terms if term not in counted]
+        if known is not None and not asked:
+            return known.windows, known.average_words, counted
+        windows, average_words, counts = store.search_statistics(asked)
+        if _generation(db) != before:
+            # Written meanwhile: nothing kept, and every term counted again in one reading.
+            return store.search_statistics(terms) if counted else (windows, average_words, counts)
+        counted.update(counts)
+        if known is None or len(known.counts) > CACHED_TERMS:
+            known = _Statistics(before, windows, average_words)
+        known.counts.update(counted)
+        with _cached_lock:
+            _cached[db] = known
+        return windows, average_words, {term: counted[term] for term in terms}
 
 
 def _without_common_only_windows(
@@ -159,7 +219,7 @@ def _without_common_only_windows(
     return found, more
 
 
-def _hit(message: FoundMessage, wanted: set[str]) -> Hit:
+def _hit(message: FoundMessage, wanted: _WordFinder) -> Hit:
     return Hit(
         session_id=message.session_id,
         title=message.title,
@@ -168,7 +228,7 @@ def _hit(message: FoundMessage, wanted: set[str]) -> Hit:
         role=message.role,
         created_at=message.created_at,
         score=message.score,
-        snippet=snippet(message.content, message.start, message.end, wanted),
+        snippet=_snippet(message.content, message.start, message.end, wanted),
     )
 
 
@@ -178,7 +238,12 @@ def snippet(text: str, start: int, end: int, wanted: set[str], width: int = SNIP
 
     A message found only by its date or a tool call's arguments starts at the window's start.
     """
-    wanted_words = _wanted_words(wanted)
+    return _snippet(text, start, end, _wanted_words(wanted), width)
+
+
+def _snippet(
+    text: str, start: int, end: int, wanted_words: _WordFinder, width: int = SNIPPET_CHARS
+) -> tuple[SnippetPart, ...]:
     first = next(wanted_words(text, start, end), None)
     focus = first.start() if first else start
     begin = max(0, focus - width // 3)
@@ -204,7 +269,10 @@ def snippet(text: str, start: int, end: int, wanted: set[str], width: int = SNIP
     return tuple(parts)
 
 
-def _wanted_words(wanted: set[str]) -> Callable[[str, int, int], Iterator[re.Match[str]]]:
+_WordFinder = Callable[[str, int, int], Iterator[re.Match[str]]]
+
+
+def _wanted_words(wanted: set[str]) -> _WordFinder:
     """The words (as the index splits them) of ``text[start:end]`` whose stem is ``wanted``. Stemming is the slow
     part of a snippet, and a stem keeps its word's first two letters (Snowball changes endings
     only), so one regex finds the words starting so and only those are stemmed."""
@@ -219,8 +287,14 @@ def _wanted_words(wanted: set[str]) -> Callable[[str, int, int], Iterator[re.Mat
     return found
 
 
+_SPACES = re.compile(r"\s+")
+
+
 def _one_line(text: str) -> str:
-    return re.sub(r"\s+", " ", text)
+    # Every whitespace character but the space is unprintable: most snippets have nothing to join.
+    if text.isprintable() and "  " not in text:
+        return text
+    return _SPACES.sub(" ", text)
 
 
 def plain(parts: tuple[SnippetPart, ...], mark: tuple[str, str] = ("[", "]")) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections.abc import Iterator
@@ -9,6 +10,7 @@ from datetime import datetime
 
 import pytest
 
+from imprintd.context.history import K1, B
 from imprintd.conversations import search as search_module
 from imprintd.conversations.search import SearchError, SearchPage, plain, search, snippet
 from imprintd.messages import ToolCall, assistant, tool_result, user
@@ -348,3 +350,124 @@ def test_a_query_of_more_terms_than_are_merged_groups_them_and_ranks_the_same(db
     grouped, plan = search_plan(db, query, limit=50)
     assert any("B-TREE FOR GROUP BY" in step for step in plan)
     assert grouped == merged and len(merged.hits) == 50
+
+
+class StatisticsCalls:
+    """``store.search_statistics`` as ``search`` calls it: the terms it asked the store to count."""
+
+    def __init__(self, db: Store, monkeypatch) -> None:
+        self.asked: list[list[str]] = []
+        counted = db.search_statistics
+
+        def recorded(terms):
+            self.asked.append(list(terms))
+            return counted(terms)
+
+        monkeypatch.setattr(db, "search_statistics", recorded)
+
+
+def uncached(db: Store, query: str, **kwargs) -> SearchPage:
+    """The page as a search with nothing cached ranks it (every term counted again)."""
+    search_module._cached.clear()
+    return search(db, query, **kwargs)
+
+
+def test_the_window_counts_are_asked_once_while_nothing_is_written(db, monkeypatch):
+    stored(db, user("the invoice run for billing"), assistant("billing runs nightly"))
+    search(db, "invoice")
+    calls = StatisticsCalls(db, monkeypatch)
+    first = search(db, "invoice billing")
+    again = search(db, "invoice billing")
+    narrower = search(db, "billing nightly")
+    assert calls.asked == [["bill"], ["night"]]  # only the terms not counted yet
+    assert again == first and narrower == uncached(db, "billing nightly")
+
+
+def test_a_write_after_a_search_is_seen_by_the_next_search(db, monkeypatch):
+    one = stored(db, user("the quarterly invoice run"), assistant("invoices go out on the first"))
+    stored(db, user("unrelated words here"))
+    search(db, "warm up")
+    before = search(db, "invoice run")
+    calls = StatisticsCalls(db, monkeypatch)
+    other = stored(db, user("an invoice for the run of March"))  # written on the searching thread's connection
+    after = search(db, "invoice run")
+    assert calls.asked == [["invoic", "run"]]  # counted again: the cached counts were of before
+    assert after == uncached(db, "invoice run")
+    assert {h.session_id for h in after.hits} == {one, other}
+    # More windows hold the words now: their weights fell, and so did the first message's scores.
+    assert [h.score for h in after.hits if h.session_id == one] < [h.score for h in before.hits]
+
+
+def test_a_write_by_another_connection_is_seen_by_the_next_search(db):
+    search(db, "warm up")
+    stored(db, user("the quarterly invoice run"))
+    before = search(db, "invoice")
+    with Store.open(db.path) as elsewhere:  # another imprintd on the same file, say
+        other = stored(elsewhere, user("invoice invoice"), assistant("the invoice is paid"))
+    after = search(db, "invoice")
+    assert after == uncached(db, "invoice") and after != before
+    assert [h.session_id for h in after.hits].count(other) == 2
+
+
+def test_a_one_word_query_is_ranked_without_grouping_its_postings(db):
+    """One term has one posting a window: its score is that posting's BM25, nothing to sum."""
+    rare = common_and_rare(db)
+    statements: list[str] = []
+    with db.reading() as conn:
+        conn.exec_trace = lambda cursor, sql, bindings: statements.append(sql) or True
+        try:
+            page = search(db, "eu", limit=100)
+        finally:
+            conn.exec_trace = None
+        windows, words = conn.execute("SELECT sum(windows), sum(words) FROM history_sessions").fetchone()
+        postings = conn.execute(
+            "SELECT s.id, w.seq, p.count, p.words FROM history_postings p"
+            " JOIN history_windows w ON w.history_id = p.history_id AND w.window = p.window"
+            " JOIN history_sessions h ON h.id = p.history_id JOIN sessions s ON s.id = h.session_id"
+            " WHERE p.term = 'eu'"
+        ).fetchall()
+    scoring = [sql for sql in statements if "best(history_id, window, score)" in sql]
+    assert scoring and "GROUP BY" not in scoring[-1]
+    df = len(postings)
+    weight = math.log(1 + (windows - df + 0.5) / (df + 0.5))
+    average = words / windows
+    expected: dict[tuple[str, int], float] = {}
+    for session, seq, count, length in postings:  # a message scores its best window
+        score = weight * count * (K1 + 1) / (count + K1 * (1 - B + B * length / average)) * weight / weight
+        expected[session, seq] = max(score, expected.get((session, seq), score))
+    assert {(h.session_id, h.seq): h.score for h in page.hits} == expected  # to the last bit
+    assert len(page.hits) == len(rare)
+
+
+def test_a_snippet_joins_every_kind_of_white_space_into_one_space():
+    text = "rotate\u00a0the\u2028key  now\tand\r\nthen rotate it"
+    assert plain(snippet(text, 0, len(text), {"rotat"})) == "[rotate] the key now and then [rotate] it"
+    assert plain(snippet("rotate the key", 0, 14, {"key"})) == "rotate the [key]"
+
+
+def test_a_pages_messages_are_read_in_one_statement(db):
+    common_and_rare(db)
+    statements: list[str] = []
+    with db.reading() as conn:
+        conn.exec_trace = lambda cursor, sql, bindings: statements.append(sql) or True
+        try:
+            page = search(db, "deployment region", limit=20)
+        finally:
+            conn.exec_trace = None
+    assert len(page.hits) == 20
+    assert len([sql for sql in statements if "m.content" in sql]) == 1
+    for hit in page.hits:  # each hit with its own message's text and session's title
+        message = db.messages(hit.session_id)[hit.seq - 1]
+        assert plain(hit.snippet, ("", "")).strip("…") in " ".join(message.content.split())
+        assert hit.role == message.role and hit.title == db.session(hit.session_id).title
+
+
+def test_past_the_cached_terms_the_cache_starts_again_and_ranks_the_same(db, monkeypatch):
+    common_and_rare(db)
+    monkeypatch.setattr(search_module, "CACHED_TERMS", 2)
+    search(db, "deployment region gateway")  # three terms kept: past the bound
+    calls = StatisticsCalls(db, monkeypatch)
+    page = search(db, "deployment route")  # one kept, one new: the cache starts again with both
+    again = search(db, "route deployment")
+    assert calls.asked == [["rout"]]
+    assert page == uncached(db, "deployment route") and again == uncached(db, "route deployment")
