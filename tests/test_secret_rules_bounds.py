@@ -394,3 +394,33 @@ def test_a_megabyte_dense_in_keywords_costs_a_few_times_plain_prose(name: str) -
         if ratios[-1] <= DENSE_OVER_PROSE:
             break
     assert min(ratios) <= DENSE_OVER_PROSE, f"{name}: {', '.join(f'{r:.1f}' for r in ratios)} times plain prose"
+
+
+def test_stopwords_searched_as_a_trie_are_found_where_a_lookup_of_each_finds_them() -> None:
+    # An allowlist's stopwords are one search of their trie (_trie_pattern), not a lookup of every
+    # piece of the secret: the same answer on random mixes of stopwords, their pieces and other
+    # characters, for every allowlist that has stopwords, and for none or an empty word.
+    import random
+
+    allowlists = [secret_rules.load().allowlist, *(a for r in secret_rules.load().rules for a in r.allowlists)]
+    with_words = [a for a in allowlists if a.stopwords]
+    assert max(len(a.stopwords) for a in with_words) > 1_000
+    with_words += [secret_rules.Allowlist(stopwords=()), secret_rules.Allowlist(stopwords=("", "ab"))]
+    rng, held = random.Random(38), 0
+    for allowlist in with_words:
+        words = list(allowlist.stopwords) or ["ab"]
+        pieces = [*rng.sample(words, min(40, len(words))), "x", "1", ".", "-", "é", "\\", "(", "*"]
+        pieces += [word[: rng.randint(0, len(word))] for word in rng.sample(words, min(40, len(words)))]
+        for _ in range(3_000):
+            secret = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+            expected = any(word in secret for word in allowlist.stopwords)
+            assert allowlist._holds_stopword(secret) == expected, secret
+            held += expected
+    assert held > 3_000
+
+
+@pytest.mark.parametrize("text", ["eyeyeyey key", "aaaa", "keykeykey", "api.api..api", "", "sk-sk-ssk"])
+def test_keyword_places_are_every_occurrence_overlaps_included(text: str) -> None:
+    for keyword in ["ey", "a", "aa", "aaa", "key", "keykey", "api.", "sk", "sk-sk", "s", "ssk", "zz"]:
+        expected = [found.start() for found in re.finditer(f"(?={re.escape(keyword)})", text)]
+        assert secret_rules._places(text, keyword) == expected, keyword
