@@ -41,6 +41,7 @@ may, so the windows above also bound how much text one search can walk.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import heapq
@@ -134,6 +135,9 @@ class Rule:
     #: The part of ``regex`` before "anything, over up to five lines" (``_ANY_LINES``), when
     #: it has one: a match from a later keyword on the same line is then one from this one.
     head: re.Pattern[str] | None = None
+    #: The part of ``regex`` after that "anything": every match ends with one of its matches, no
+    #: more than ``_LINE_BREAKS_READ`` line breaks past the keyword.
+    tail: re.Pattern[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -255,7 +259,7 @@ def load() -> RuleSet:
             pattern = pattern.replace(_GITLEAKS_END_OF_TOKEN, _END_OF_TOKEN)
         try:
             regex, lead = _without_lead(compile_go(pattern))
-            regex, head = _over_lines_one_way(regex)
+            regex, head, tail = _over_lines_one_way(regex)
             keywords = tuple(word.lower() for word in spec.get("keywords", ()))
             rules.append(
                 Rule(
@@ -265,6 +269,7 @@ def load() -> RuleSet:
                     anchored=_starts_with_one_of(regex, keywords),
                     reach=_assignment_reach(regex),
                     head=head,
+                    tail=tail,
                     keywords=keywords,
                     entropy=float(spec.get("entropy", 0.0)),
                     secret_group=int(spec.get("secretGroup", 0)),
@@ -310,9 +315,11 @@ _ANY_LINES = re.compile(r"(\\b\w+\\b)\(\?:\.\*(\??)\|\.\*\2\(\?:\[\\r\\n\]\{1,2\
 _LINES_ONE_WAY = r"(?:.*{lazy}|.*{lazy}(?:\n\n?.*{lazy}){{1,5}})"
 
 
-def _over_lines_one_way(regex: re.Pattern[str]) -> tuple[re.Pattern[str], re.Pattern[str] | None]:
-    """``regex`` with its "anything over up to five lines" read one way, and the part before it
-    (``Rule.head``); ``regex`` and None when it has no such part.
+def _over_lines_one_way(
+    regex: re.Pattern[str],
+) -> tuple[re.Pattern[str], re.Pattern[str] | None, re.Pattern[str] | None]:
+    """``regex`` with its "anything over up to five lines" read one way, and the parts before
+    and after it (``Rule.head``, ``Rule.tail``); ``regex`` and None twice when it has no such part.
 
     gitleaks' ``(?:.*|.*(?:[\r\n]{1,2}.*){1,5})`` lets both ``.`` and ``[\r\n]`` take a CR, so
     a try over n CRs walks on the order of n**5 ways to split them before it fails: "curl" and
@@ -324,9 +331,15 @@ def _over_lines_one_way(regex: re.Pattern[str]) -> tuple[re.Pattern[str], re.Pat
     """
     found = _ANY_LINES.match(regex.pattern)
     if found is None:
-        return regex, None
-    one_way = found.group(1) + _LINES_ONE_WAY.format(lazy=found.group(2)) + regex.pattern[found.end() :]
-    return re.compile(one_way, regex.flags), re.compile(found.group(1), regex.flags)
+        return regex, None, None
+    tail = regex.pattern[found.end() :]
+    one_way = found.group(1) + _LINES_ONE_WAY.format(lazy=found.group(2)) + tail
+    return re.compile(one_way, regex.flags), re.compile(found.group(1), regex.flags), re.compile(tail, regex.flags)
+
+
+#: The most line breaks (LF characters) between a keyword and the tail of a match from it: five
+#: breaks of one or two LFs, and the tail's own first character.
+_LINE_BREAKS_READ = 11
 
 
 def _assignment_reach(regex: re.Pattern[str]) -> int:
@@ -519,7 +532,8 @@ def _anchored_matches(
 ) -> Iterator[tuple[int, int, str]]:
     """The rule's matches found by trying it only where its keywords stand: each try is one
     anchored match, bounded by the rule, so text dense in keywords costs a try per keyword."""
-    floor, tried_line_end = 0, 0
+    floor, tried_line_end, next_tail = 0, 0, -1
+    newlines: list[int] | None = None
     for place in places:
         if place < floor:
             continue  # inside the last match, as a search from its end would skip it
@@ -535,6 +549,18 @@ def _anchored_matches(
             if place < tried_line_end:
                 continue
             end = len(text)
+            if rule.tail is not None and next_tail < place:
+                # Where the next match of the rule's tail ("-u user:password") starts: a try
+                # fails unless one starts within reach of its keyword (found once per tail, in C).
+                found_tail = rule.tail.search(text, place)
+                next_tail = len(text) + 1 if found_tail is None else found_tail.start()
+            if next_tail > len(text):
+                end = place  # no tail left: the try below fails at once, as the full one would
+            elif rule.tail is not None:
+                newlines = _newlines(text) if newlines is None else newlines
+                last = bisect.bisect_left(newlines, place) + _LINE_BREAKS_READ - 1
+                if last < len(newlines) and next_tail > newlines[last]:
+                    end = place  # the tail lies past the lines a match may read: likewise
         match = rule.regex.match(text, place, end)
         if match is None:
             if rule.head is not None:
@@ -547,6 +573,16 @@ def _anchored_matches(
         found = _finding(rule, rule_set, text, match, match_start)
         if found is not None:
             yield found
+
+
+def _newlines(text: str) -> list[int]:
+    """Where each LF of ``text`` stands."""
+    newlines, find = [], text.find
+    place = find("\n")
+    while place != -1:
+        newlines.append(place)
+        place = find("\n", place + 1)
+    return newlines
 
 
 def _secret_group(rule: Rule, match: re.Match[str]) -> int:

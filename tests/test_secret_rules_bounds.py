@@ -424,3 +424,27 @@ def test_keyword_places_are_every_occurrence_overlaps_included(text: str) -> Non
     for keyword in ["ey", "a", "aa", "aaa", "key", "keykey", "api.", "sk", "sk-sk", "s", "ssk", "zz"]:
         expected = [found.start() for found in re.finditer(f"(?={re.escape(keyword)})", text)]
         assert secret_rules._places(text, keyword) == expected, keyword
+
+
+def test_curl_tries_skipped_where_no_flag_is_within_reach_find_what_every_try_finds() -> None:
+    # A curl rule is not tried where the next match of its tail ("-u user:pass", "-H '…'") lies
+    # past the line breaks a match may read (Rule.tail): the same findings as trying every curl,
+    # on mixes of curls, flags, values and runs of line breaks around the reach of 11 LFs.
+    import dataclasses
+    import random
+
+    rule_set = secret_rules.load()
+    curls = tuple(rule for rule in rule_set.rules if rule.head is not None)
+    assert len(curls) == 2 and all(rule.tail is not None for rule in curls)
+    with_tails = dataclasses.replace(rule_set, rules=curls)
+    every_try = dataclasses.replace(rule_set, rules=tuple(dataclasses.replace(rule, tail=None) for rule in curls))
+    pieces = ["curl", "curl ", "xcurl ", " -u ", " --user=", " -H ", "\t--header=", "adm1n:Pa55w0rdXyZq ", "x", " "]
+    pieces += ["'svc:Zk9pQ2xBbm5Z' ", '"Authorization: Basic dXNlcjpQYTU1dzByZFh5Wg==" ', "'X-Api-Key: Zk9pQ2xBbm5Z' "]
+    pieces += ["\n", "\n\n", "\n\n\n", "\r", "\r\n", "\n" * 9, "\n" * 10, "\n" * 11, "\n" * 12]
+    rng, found = random.Random(39), 0
+    for _ in range(4_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 30)))
+        expected = sorted(secret_rules.find(text, every_try))
+        assert sorted(secret_rules.find(text, with_tails)) == expected, text
+        found += len(expected)
+    assert found > 250
