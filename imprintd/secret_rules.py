@@ -76,10 +76,9 @@ class Allowlist:
     all_of: bool = False  # condition = "AND"
 
     def allows(self, secret: str, match: str, line: str) -> bool:
-        target = {"match": match, "line": line}.get(self.target, secret)
+        target = match if self.target == "match" else line if self.target == "line" else secret
         by_regex = bool(target) and any(pattern.search(target) for pattern in self.regexes)
-        lowered = secret.lower()
-        by_stopword = bool(secret) and self._holds_stopword(lowered)
+        by_stopword = bool(secret) and bool(self.stopwords) and self._holds_stopword(secret.lower())
         if self.all_of:
             checks = ([by_regex] if self.regexes else []) + ([by_stopword] if self.stopwords else [])
             return bool(checks) and all(checks)
@@ -424,7 +423,21 @@ def shannon_entropy(text: str) -> float:
     if not text:
         return 0.0
     total = len(text)
-    return -sum(count / total * math.log2(count / total) for count in Counter(text).values())
+    counts = Counter(text).values()
+    if total > _REMEMBERED_TERMS:
+        return -sum(count / total * math.log2(count / total) for count in counts)
+    # The same terms summed in the same order (the same float to the last bit), looked up.
+    return -sum(map(_entropy_terms(total).__getitem__, counts))
+
+
+#: Texts up to this long have their entropy's terms looked up (``_entropy_terms``).
+_REMEMBERED_TERMS = 1_024
+
+
+@functools.lru_cache(maxsize=256)
+def _entropy_terms(total: int) -> tuple[float, ...]:
+    """For each count, its term of the entropy of a text of ``total`` characters."""
+    return (0.0, *(count / total * math.log2(count / total) for count in range(1, total + 1)))
 
 
 def find(text: str, rule_set: RuleSet | None = None) -> Iterator[tuple[int, int, str]]:

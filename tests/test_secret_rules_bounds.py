@@ -448,3 +448,19 @@ def test_curl_tries_skipped_where_no_flag_is_within_reach_find_what_every_try_fi
         assert sorted(secret_rules.find(text, with_tails)) == expected, text
         found += len(expected)
     assert found > 250
+
+
+def test_entropy_with_its_terms_looked_up_is_the_same_float() -> None:
+    # A secret's entropy sums terms looked up by count (_entropy_terms): the very float of the
+    # formula summed in Counter's order, as a rule's threshold compares it with <=.
+    import math
+    import random
+
+    def formula(text: str) -> float:
+        total = len(text)
+        return -sum(count / total * math.log2(count / total) for count in Counter(text).values()) if text else 0.0
+
+    rng = random.Random(40)
+    for _ in range(20_000):
+        text = "".join(rng.choice("aab0Z9_-éxyzQ") for _ in range(rng.choice([0, 1, 2, 5, 16, 40, 300, 1_024, 1_025])))
+        assert secret_rules.shannon_entropy(text) == formula(text), text
