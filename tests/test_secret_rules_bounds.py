@@ -464,3 +464,27 @@ def test_entropy_with_its_terms_looked_up_is_the_same_float() -> None:
     for _ in range(20_000):
         text = "".join(rng.choice("aab0Z9_-éxyzQ") for _ in range(rng.choice([0, 1, 2, 5, 16, 40, 300, 1_024, 1_025])))
         assert secret_rules.shannon_entropy(text) == formula(text), text
+
+
+def test_long_allowlist_alternations_tried_where_a_choice_may_start_find_what_a_search_finds() -> None:
+    # gitleaks' generic allowlist on the match (45 choices) is tried only where one of its
+    # choices' literal starts stands, and searched whole when the text holds what its other
+    # choices need (``:jar:``, ``=\n``): the same answer as ``search`` on random mixes of its
+    # words, cases, separators and letters that fold to ASCII ones outside ASCII.
+    import random
+
+    allowlists = [secret_rules.load().allowlist, *(a for r in secret_rules.load().rules for a in r.allowlists)]
+    planned = [p for a in allowlists for p in a.regexes if secret_rules._starts_and_needs(p) is not None]
+    assert planned, "the generic rule's allowlist on the match is searched where its choices may start"
+    rng, held = random.Random(41), 0
+    for pattern in planned:
+        found = secret_rules._search_where_it_may_start(pattern)
+        pieces = re.findall(r"[A-Za-z]{2,}", pattern.pattern) + ["_", "-", ".", ":", " ", "=", "\n", "x", "1"]
+        pieces += [":jar:", "=\n", "K", "\u212a", "\u0130", "\u017f", "é"]
+        for _ in range(40_000):
+            text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 7)))
+            text = rng.choice([text, text.upper(), text.swapcase()])
+            expected = pattern.search(text) is not None
+            assert found(text) == expected, text
+            held += expected
+    assert held > 5_000
