@@ -75,9 +75,17 @@ class Allowlist:
     target: str = "secret"  # or "match", "line"
     all_of: bool = False  # condition = "AND"
 
-    def allows(self, secret: str, match: str, line: str) -> bool:
+    def allows(
+        self, secret: str, match: str, line: str, possible: Callable[[re.Pattern[str]], bool] | None = None
+    ) -> bool:
+        """Whether the allowlist allows the secret; ``possible`` says of a regex whether the text
+        they were all taken from could hold a match of it (a regex it rules out is not searched)."""
         target = match if self.target == "match" else line if self.target == "line" else secret
-        by_regex = bool(target) and any(found(target) for found in self._searches)
+        by_regex = bool(target) and any(
+            found(target)
+            for pattern, found in zip(self.regexes, self._searches, strict=True)
+            if possible is None or possible(pattern)
+        )
         by_stopword = bool(secret) and bool(self.stopwords) and self._holds_stopword(secret.lower())
         if self.all_of:
             checks = ([by_regex] if self.regexes else []) + ([by_stopword] if self.stopwords else [])
@@ -531,11 +539,12 @@ def find(text: str, rule_set: RuleSet | None = None) -> Iterator[tuple[int, int,
     """``(start, end, rule id)`` of each secret the rules find in ``text``, in no set order."""
     rule_set = rule_set or load()
     lowered = text.translate(_ASCII_LOWER)  # keywords are ASCII; str.lower() may change lengths
+    possible = _Possible(lowered)
     windows_by_keyword: dict[str, list[tuple[int, int]]] = {}
     places_by_keyword: dict[str, list[int]] = {}
     for rule in rule_set.rules:
         if not rule.keywords:
-            yield from _matches(rule, rule_set, text, 0, len(text))
+            yield from _matches(rule, rule_set, text, 0, len(text), possible)
             continue
         if rule.anchored:
             for keyword in rule.keywords:
@@ -544,7 +553,7 @@ def find(text: str, rule_set: RuleSet | None = None) -> Iterator[tuple[int, int,
             places = [places_by_keyword[keyword] for keyword in rule.keywords if places_by_keyword[keyword]]
             if places:
                 yield from _anchored_matches(
-                    rule, rule_set, text, places[0] if len(places) == 1 else heapq.merge(*places)
+                    rule, rule_set, text, places[0] if len(places) == 1 else heapq.merge(*places), possible
                 )
             continue
         found = []
@@ -555,7 +564,7 @@ def find(text: str, rule_set: RuleSet | None = None) -> Iterator[tuple[int, int,
                 found.append(windows_by_keyword[keyword])
         windows = found[0] if len(found) == 1 else _merged(w for each in found for w in each)
         for start, end in windows:
-            yield from _matches(rule, rule_set, text, start, end)
+            yield from _matches(rule, rule_set, text, start, end, possible)
 
 
 def _windows(lowered: str, keyword: str) -> Iterator[tuple[int, int]]:
@@ -596,19 +605,21 @@ def _merged(windows: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
-def _matches(rule: Rule, rule_set: RuleSet, text: str, start: int, end: int) -> Iterator[tuple[int, int, str]]:
+def _matches(
+    rule: Rule, rule_set: RuleSet, text: str, start: int, end: int, possible: _Possible
+) -> Iterator[tuple[int, int, str]]:
     floor = start
     for match in rule.regex.finditer(text, start, end):
         match_start, floor = _lead_start(rule, text, match.start(), floor) if rule.lead else match.start(), match.end()
         if match.end() == match_start:
             continue
-        found = _finding(rule, rule_set, text, match, match_start)
+        found = _finding(rule, rule_set, text, match, match_start, possible)
         if found is not None:
             yield found
 
 
 def _finding(
-    rule: Rule, rule_set: RuleSet, text: str, match: re.Match[str], match_start: int
+    rule: Rule, rule_set: RuleSet, text: str, match: re.Match[str], match_start: int, possible: _Possible
 ) -> tuple[int, int, str] | None:
     """The secret of ``match`` (its matched text starting at ``match_start``), unless it is
     not random enough or allowed."""
@@ -622,13 +633,13 @@ def _finding(
     line_end = text.find("\n", match.end(), match.end() + WINDOW)
     line = text[line_start : min(len(text), match.end() + WINDOW) if line_end == -1 else line_end]
     matched = text[match_start : match.end()].strip("\n")
-    if any(a.allows(secret, matched, line) for a in (rule_set.allowlist, *rule.allowlists)):
+    if any(a.allows(secret, matched, line, possible) for a in (rule_set.allowlist, *rule.allowlists)):
         return None
     return match.start(group), match.end(group), rule.id
 
 
 def _anchored_matches(
-    rule: Rule, rule_set: RuleSet, text: str, places: Iterable[int]
+    rule: Rule, rule_set: RuleSet, text: str, places: Iterable[int], possible: _Possible
 ) -> Iterator[tuple[int, int, str]]:
     """The rule's matches found by trying it only where its keywords stand: each try is one
     anchored match, bounded by the rule, so text dense in keywords costs a try per keyword."""
@@ -670,9 +681,36 @@ def _anchored_matches(
         match_start, floor = _lead_start(rule, text, place, floor), max(match.end(), place + 1)
         if match.end() == match_start:
             continue
-        found = _finding(rule, rule_set, text, match, match_start)
+        found = _finding(rule, rule_set, text, match, match_start, possible)
         if found is not None:
             yield found
+
+
+class _Possible:
+    """Of an allowlist's regex, whether a text could hold a match of it: not when the text holds
+    none of the strings each match holds (``_held``). A secret, its match and its line are all
+    parts of the text, so a regex ruled out for the text is not searched for each finding
+    (gitleaks' global allowlist is 13 regexes, most needing a ``$``, ``{``, ``%``, ``@`` or ``/``)."""
+
+    def __init__(self, lowered: str) -> None:
+        self.lowered = lowered
+        self.known: dict[re.Pattern[str], bool] = {}
+
+    def __call__(self, pattern: re.Pattern[str]) -> bool:
+        known = self.known.get(pattern)
+        if known is None:
+            needs = _needs(pattern)
+            known = self.known[pattern] = needs is None or any(need in self.lowered for need in needs)
+        return known
+
+
+@functools.cache
+def _needs(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Strings, lower-cased, one of which every match of ``pattern`` holds; None when none is known."""
+    if not pattern.flags & re.ASCII:
+        return None  # its case-insensitive letters may fold to others than ASCII ones
+    held = _held(list(sre_parse.parse(pattern.pattern, pattern.flags)))
+    return tuple(sorted(word.translate(_ASCII_LOWER) for word in held)) if held else None
 
 
 def _newlines(text: str) -> list[int]:

@@ -488,3 +488,27 @@ def test_long_allowlist_alternations_tried_where_a_choice_may_start_find_what_a_
             assert found(text) == expected, text
             held += expected
     assert held > 5_000
+
+
+def test_an_allowlist_regex_ruled_out_for_the_text_could_not_match_any_part_of_it() -> None:
+    # An allowlist regex is not searched for a finding when the text holds none of the strings
+    # every match of it holds (_needs): on random mixes of the allowlists' own words and
+    # characters, wherever a regex matches, one of its strings stands in the text.
+    import random
+
+    rule_set = secret_rules.load()
+    patterns = [p for a in (rule_set.allowlist, *(a for r in rule_set.rules for a in r.allowlists)) for p in a.regexes]
+    needing = [p for p in patterns if secret_rules._needs(p) is not None]
+    assert len(needing) > 30
+    pieces = sorted({word for p in patterns for word in re.findall(r"[A-Za-z_]{2,}", p.pattern)})
+    pieces += list("$%@{}/=:._- \n\t\"'1x") + ["\u212a", "\u0130", "${{", "{{", "}}", "/Users/", "/usr/", "="]
+    rng, matched = random.Random(42), 0
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
+        text = rng.choice([text, text.upper(), text.lower()])
+        possible = secret_rules._Possible(text.translate(secret_rules._ASCII_LOWER))
+        for pattern in needing:
+            if pattern.search(text) is not None:
+                matched += 1
+                assert possible(pattern), (pattern.pattern, text)
+    assert matched > 3_000
