@@ -75,17 +75,12 @@ class Allowlist:
     target: str = "secret"  # or "match", "line"
     all_of: bool = False  # condition = "AND"
 
-    def allows(
-        self, secret: str, match: str, line: str, possible: Callable[[re.Pattern[str]], bool] | None = None
-    ) -> bool:
-        """Whether the allowlist allows the secret; ``possible`` says of a regex whether the text
-        they were all taken from could hold a match of it (a regex it rules out is not searched)."""
+    def allows(self, secret: str, match: str, line: str, possible: _Possible | None = None) -> bool:
+        """Whether the allowlist allows the secret; ``possible`` knows which of its regexes the
+        text they were all taken from could hold a match of (the others are not searched)."""
         target = match if self.target == "match" else line if self.target == "line" else secret
-        by_regex = bool(target) and any(
-            found(target)
-            for pattern, found in zip(self.regexes, self._searches, strict=True)
-            if possible is None or possible(pattern)
-        )
+        searches = self._searches if possible is None else possible.searches(self)
+        by_regex = bool(target) and any(found(target) for found in searches)
         by_stopword = bool(secret) and bool(self.stopwords) and self._holds_stopword(secret.lower())
         if self.all_of:
             checks = ([by_regex] if self.regexes else []) + ([by_stopword] if self.stopwords else [])
@@ -694,14 +689,19 @@ class _Possible:
 
     def __init__(self, lowered: str) -> None:
         self.lowered = lowered
-        self.known: dict[re.Pattern[str], bool] = {}
+        self.known: dict[int, tuple[Callable[[str], bool], ...]] = {}
+
+    def searches(self, allowlist: Allowlist) -> tuple[Callable[[str], bool], ...]:
+        """The searches of the allowlist's regexes the text could hold a match of."""
+        known = self.known.get(id(allowlist))  # the rule set holds each allowlist: ids stay theirs
+        if known is None:
+            pairs = zip(allowlist.regexes, allowlist._searches, strict=True)
+            known = self.known[id(allowlist)] = tuple(found for pattern, found in pairs if self(pattern))
+        return known
 
     def __call__(self, pattern: re.Pattern[str]) -> bool:
-        known = self.known.get(pattern)
-        if known is None:
-            needs = _needs(pattern)
-            known = self.known[pattern] = needs is None or any(need in self.lowered for need in needs)
-        return known
+        needs = _needs(pattern)
+        return needs is None or any(need in self.lowered for need in needs)
 
 
 @functools.cache
