@@ -6,7 +6,8 @@
    spaces, with ``=`` between, each given a value), ``key=abc``, and ``curl`` (the two
    ``curl-auth-*`` rules, which may look five lines on, are the costliest tries; with
    ``\r\n\r\n`` after each, every line holds one; a line of CRs after each; a ``-H`` header
-   after each). A digest of each output is printed: a change that should keep redaction as it
+   after each), and ``key=`` given random values of 16 and of 150 characters (a finding of the
+   generic rule each, every one checked against its allowlists). A digest of each output is printed: a change that should keep redaction as it
    was prints the same digests before and after.
 2. What a summary attempt redacts as the session grows: the summarizer's request
    (``summarizer_request``) over the first 10, 50 and 150 messages of a session whose 2 KB
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import random
+import string
 import sys
 import time
 from collections.abc import Callable
@@ -64,7 +67,14 @@ def densities() -> dict[str, str]:
         "curl, CR LF twice": "curl\r\n\r\n",
         "curl, a line of CRs": "curl\r\r\r\r\r\r\r\r\r\r\n",
         "curl -H, CR LF twice": "curl -H x\r\n\r\n",
+        "key=, a random value": "".join(f"key={random_value(16, seed)} " for seed in range(2_000)),
+        "key=, 150 random characters": "".join(f"key={random_value(150, seed)} " for seed in range(500)),
     }
+
+
+def random_value(length: int, seed: int) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(length))
 
 
 def best(function: Callable[[], object], repeat: int, *, remembered: bool = False) -> float:

@@ -41,6 +41,7 @@ may, so the windows above also bound how much text one search can walk.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import heapq
@@ -51,7 +52,7 @@ import re._parser as sre_parse  # noqa: PLC2701
 import string
 import tomllib
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,25 +75,135 @@ class Allowlist:
     target: str = "secret"  # or "match", "line"
     all_of: bool = False  # condition = "AND"
 
-    def allows(self, secret: str, match: str, line: str) -> bool:
-        target = {"match": match, "line": line}.get(self.target, secret)
-        by_regex = bool(target) and any(pattern.search(target) for pattern in self.regexes)
-        lowered = secret.lower()
-        by_stopword = bool(secret) and self._holds_stopword(lowered)
+    def allows(self, secret: str, match: str, line: str, possible: _Possible | None = None) -> bool:
+        """Whether the allowlist allows the secret; ``possible`` knows which of its regexes the
+        text they were all taken from could hold a match of (the others are not searched)."""
+        target = match if self.target == "match" else line if self.target == "line" else secret
+        searches = self._searches if possible is None else possible.searches(self)
+        by_regex = bool(target) and any(found(target) for found in searches)
+        by_stopword = bool(secret) and bool(self.stopwords) and self._holds_stopword(secret.lower())
         if self.all_of:
             checks = ([by_regex] if self.regexes else []) + ([by_stopword] if self.stopwords else [])
             return bool(checks) and all(checks)
         return by_regex or by_stopword
 
     @functools.cached_property
-    def _stopword_index(self) -> tuple[frozenset[str], tuple[int, ...]]:
-        return frozenset(self.stopwords), tuple(sorted({len(word) for word in self.stopwords}))
+    def _searches(self) -> tuple[Callable[[str], bool], ...]:
+        return tuple(_search_where_it_may_start(pattern) for pattern in self.regexes)
+
+    @functools.cached_property
+    def _stopword_pattern(self) -> re.Pattern[str]:
+        return re.compile(_trie_pattern(self.stopwords))
 
     def _holds_stopword(self, lowered: str) -> bool:
-        """Whether a stopword occurs in ``lowered``: its pieces of each stopword length looked up
-        (the generic rule has 1,500 stopwords; a secret has a few dozen characters)."""
-        words, lengths = self._stopword_index
-        return any(lowered[at : at + size] in words for size in lengths for at in range(len(lowered) - size + 1))
+        """Whether a stopword occurs in ``lowered``: one search in C of the stopwords as a trie
+        (the generic rule has 1,500 stopwords: looking up each piece of the secret of each of
+        their lengths was most of the cost of a finding)."""
+        return self._stopword_pattern.search(lowered) is not None
+
+
+#: Alternations of at least this many choices are searched only where one may start.
+_MANY_CHOICES = 8
+
+
+def _search_where_it_may_start(regex: re.Pattern[str]) -> Callable[[str], bool]:
+    """Whether ``regex`` matches somewhere in a text, tried only where one of its choices may
+    start; ``regex.search`` itself unless it is a long alternation (ASCII) that allows it.
+
+    gitleaks' generic allowlist on the match is 45 choices: ``re`` tries each at every
+    character, some 25 us for each match of the generic rule. Most choices start with one of a
+    few words (``access``, ``key…``): they are tried only where such a start stands (found in
+    C); each of the others holds a string every match of it holds (``:jar:``, ``=\n``), and
+    when the text holds one the whole search runs.
+    """
+    plan = _starts_and_needs(regex)
+    if plan is None:
+        return lambda text: regex.search(text) is not None
+    starts, needs = plan
+
+    def found(text: str) -> bool:
+        lowered = text.translate(_ASCII_LOWER)  # ASCII case only: the regex is ASCII
+        if any(need in lowered for need in needs):
+            return regex.search(text) is not None
+        return any(regex.match(text, start.start()) is not None for start in starts.finditer(lowered))
+
+    return found
+
+
+def _starts_and_needs(regex: re.Pattern[str]) -> tuple[re.Pattern[str], tuple[str, ...]] | None:
+    """For a long alternation: a pattern that finds, in the lower-cased text, where a choice with
+    literal starts may start (each start cut to the shortest); and one string each of the other
+    choices holds, lower-cased. None when a choice has neither, or for other regexes."""
+    if not regex.flags & re.ASCII:
+        return None
+    items = list(sre_parse.parse(regex.pattern, regex.flags))
+    if len(items) != 1 or items[0][0] is not sre.BRANCH or len(items[0][1][1]) < _MANY_CHOICES:
+        return None
+    starts: set[str] = set()
+    needs: set[str] = set()
+    for choice in items[0][1][1]:
+        heads, _ = _heads(choice)
+        if heads and all(heads):
+            starts |= {head.translate(_ASCII_LOWER) for head in heads}
+            continue
+        held = _held(choice)
+        if not held:
+            return None
+        needs |= {word.translate(_ASCII_LOWER) for word in held}
+    if not starts:
+        return None
+    shortest = min(len(start) for start in starts)
+    cut = {start[:shortest] for start in starts}
+    return re.compile(f"(?=(?:{_trie_pattern(cut)}))"), tuple(sorted(needs))
+
+
+def _held(items) -> set[str] | None:  # noqa: ANN001 (a parse tree: no public type)
+    """Strings one of which every match of the pattern ``items`` holds (its longest run of
+    literals, or one such run from each choice of a group); None when none is known."""
+    best: set[str] | None = None
+
+    def consider(words: set[str] | None) -> None:
+        nonlocal best
+        if words and all(words) and (best is None or min(map(len, words)) > min(map(len, best))):
+            best = words
+
+    run: list[str] = []
+    for op, av in items:
+        if op is sre.LITERAL:
+            run.append(chr(av))
+            continue
+        consider({"".join(run)} if run else None)
+        run = []
+        if op is sre.SUBPATTERN:
+            consider(_held(av[3]))
+        elif op is sre.BRANCH:
+            each = [_held(branch) for branch in av[1]]
+            consider(set().union(*each) if all(each) else None)  # type: ignore[arg-type]
+        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT) and av[0] >= 1:
+            consider(_held(av[2]))
+    consider({"".join(run)} if run else None)
+    return best
+
+
+def _trie_pattern(words: Iterable[str]) -> str:
+    """A regex matching exactly ``words``, written as their trie: at each character ``re`` tries
+    the few branches its next character allows, not every word."""
+    trie: dict[str, dict] = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a word ends here
+
+    def written(node: dict[str, dict]) -> str:
+        branches = [re.escape(char) + written(node[char]) for char in sorted(node) if char]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        # A word ending here is a match already: the longer ones are optional.
+        return f"(?:{body})?" if "" in node else body
+
+    return written(trie) if trie else "(?!)"
 
 
 @dataclass(frozen=True)
@@ -113,6 +224,9 @@ class Rule:
     #: The part of ``regex`` before "anything, over up to five lines" (``_ANY_LINES``), when
     #: it has one: a match from a later keyword on the same line is then one from this one.
     head: re.Pattern[str] | None = None
+    #: The part of ``regex`` after that "anything": every match ends with one of its matches, no
+    #: more than ``_LINE_BREAKS_READ`` line breaks past the keyword.
+    tail: re.Pattern[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -234,7 +348,7 @@ def load() -> RuleSet:
             pattern = pattern.replace(_GITLEAKS_END_OF_TOKEN, _END_OF_TOKEN)
         try:
             regex, lead = _without_lead(compile_go(pattern))
-            regex, head = _over_lines_one_way(regex)
+            regex, head, tail = _over_lines_one_way(regex)
             keywords = tuple(word.lower() for word in spec.get("keywords", ()))
             rules.append(
                 Rule(
@@ -244,6 +358,7 @@ def load() -> RuleSet:
                     anchored=_starts_with_one_of(regex, keywords),
                     reach=_assignment_reach(regex),
                     head=head,
+                    tail=tail,
                     keywords=keywords,
                     entropy=float(spec.get("entropy", 0.0)),
                     secret_group=int(spec.get("secretGroup", 0)),
@@ -289,9 +404,11 @@ _ANY_LINES = re.compile(r"(\\b\w+\\b)\(\?:\.\*(\??)\|\.\*\2\(\?:\[\\r\\n\]\{1,2\
 _LINES_ONE_WAY = r"(?:.*{lazy}|.*{lazy}(?:\n\n?.*{lazy}){{1,5}})"
 
 
-def _over_lines_one_way(regex: re.Pattern[str]) -> tuple[re.Pattern[str], re.Pattern[str] | None]:
-    """``regex`` with its "anything over up to five lines" read one way, and the part before it
-    (``Rule.head``); ``regex`` and None when it has no such part.
+def _over_lines_one_way(
+    regex: re.Pattern[str],
+) -> tuple[re.Pattern[str], re.Pattern[str] | None, re.Pattern[str] | None]:
+    """``regex`` with its "anything over up to five lines" read one way, and the parts before
+    and after it (``Rule.head``, ``Rule.tail``); ``regex`` and None twice when it has no such part.
 
     gitleaks' ``(?:.*|.*(?:[\r\n]{1,2}.*){1,5})`` lets both ``.`` and ``[\r\n]`` take a CR, so
     a try over n CRs walks on the order of n**5 ways to split them before it fails: "curl" and
@@ -303,9 +420,15 @@ def _over_lines_one_way(regex: re.Pattern[str]) -> tuple[re.Pattern[str], re.Pat
     """
     found = _ANY_LINES.match(regex.pattern)
     if found is None:
-        return regex, None
-    one_way = found.group(1) + _LINES_ONE_WAY.format(lazy=found.group(2)) + regex.pattern[found.end() :]
-    return re.compile(one_way, regex.flags), re.compile(found.group(1), regex.flags)
+        return regex, None, None
+    tail = regex.pattern[found.end() :]
+    one_way = found.group(1) + _LINES_ONE_WAY.format(lazy=found.group(2)) + tail
+    return re.compile(one_way, regex.flags), re.compile(found.group(1), regex.flags), re.compile(tail, regex.flags)
+
+
+#: The most line breaks (LF characters) between a keyword and the tail of a match from it: five
+#: breaks of one or two LFs, and the tail's own first character.
+_LINE_BREAKS_READ = 11
 
 
 def _assignment_reach(regex: re.Pattern[str]) -> int:
@@ -390,18 +513,33 @@ def shannon_entropy(text: str) -> float:
     if not text:
         return 0.0
     total = len(text)
-    return -sum(count / total * math.log2(count / total) for count in Counter(text).values())
+    counts = Counter(text).values()
+    if total > _REMEMBERED_TERMS:
+        return -sum(count / total * math.log2(count / total) for count in counts)
+    # The same terms summed in the same order (the same float to the last bit), looked up.
+    return -sum(map(_entropy_terms(total).__getitem__, counts))
+
+
+#: Texts up to this long have their entropy's terms looked up (``_entropy_terms``).
+_REMEMBERED_TERMS = 1_024
+
+
+@functools.lru_cache(maxsize=256)
+def _entropy_terms(total: int) -> tuple[float, ...]:
+    """For each count, its term of the entropy of a text of ``total`` characters."""
+    return (0.0, *(count / total * math.log2(count / total) for count in range(1, total + 1)))
 
 
 def find(text: str, rule_set: RuleSet | None = None) -> Iterator[tuple[int, int, str]]:
     """``(start, end, rule id)`` of each secret the rules find in ``text``, in no set order."""
     rule_set = rule_set or load()
     lowered = text.translate(_ASCII_LOWER)  # keywords are ASCII; str.lower() may change lengths
+    possible = _Possible(lowered)
     windows_by_keyword: dict[str, list[tuple[int, int]]] = {}
     places_by_keyword: dict[str, list[int]] = {}
     for rule in rule_set.rules:
         if not rule.keywords:
-            yield from _matches(rule, rule_set, text, 0, len(text))
+            yield from _matches(rule, rule_set, text, 0, len(text), possible)
             continue
         if rule.anchored:
             for keyword in rule.keywords:
@@ -410,7 +548,7 @@ def find(text: str, rule_set: RuleSet | None = None) -> Iterator[tuple[int, int,
             places = [places_by_keyword[keyword] for keyword in rule.keywords if places_by_keyword[keyword]]
             if places:
                 yield from _anchored_matches(
-                    rule, rule_set, text, places[0] if len(places) == 1 else heapq.merge(*places)
+                    rule, rule_set, text, places[0] if len(places) == 1 else heapq.merge(*places), possible
                 )
             continue
         found = []
@@ -421,7 +559,7 @@ def find(text: str, rule_set: RuleSet | None = None) -> Iterator[tuple[int, int,
                 found.append(windows_by_keyword[keyword])
         windows = found[0] if len(found) == 1 else _merged(w for each in found for w in each)
         for start, end in windows:
-            yield from _matches(rule, rule_set, text, start, end)
+            yield from _matches(rule, rule_set, text, start, end, possible)
 
 
 def _windows(lowered: str, keyword: str) -> Iterator[tuple[int, int]]:
@@ -442,12 +580,14 @@ def _windows(lowered: str, keyword: str) -> Iterator[tuple[int, int]]:
 
 def _places(lowered: str, keyword: str) -> list[int]:
     """Where ``keyword`` occurs, overlapping occurrences included."""
-    if keyword not in lowered:
-        return []
-    # A literal is searched for in C; a lookahead, needed only where occurrences can overlap, is not.
-    overlaps = any(keyword.endswith(keyword[:size]) for size in range(1, len(keyword)))
-    pattern = f"(?={re.escape(keyword)})" if overlaps else re.escape(keyword)
-    return [found.start() for found in re.finditer(pattern, lowered)]
+    # str.find's search is some times faster than re's for a literal, and a step per occurrence
+    # costs less than a match object.
+    places, find = [], lowered.find
+    place = find(keyword)
+    while place != -1:
+        places.append(place)
+        place = find(keyword, place + 1)
+    return places
 
 
 def _merged(windows: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -460,19 +600,21 @@ def _merged(windows: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
-def _matches(rule: Rule, rule_set: RuleSet, text: str, start: int, end: int) -> Iterator[tuple[int, int, str]]:
+def _matches(
+    rule: Rule, rule_set: RuleSet, text: str, start: int, end: int, possible: _Possible
+) -> Iterator[tuple[int, int, str]]:
     floor = start
     for match in rule.regex.finditer(text, start, end):
         match_start, floor = _lead_start(rule, text, match.start(), floor) if rule.lead else match.start(), match.end()
         if match.end() == match_start:
             continue
-        found = _finding(rule, rule_set, text, match, match_start)
+        found = _finding(rule, rule_set, text, match, match_start, possible)
         if found is not None:
             yield found
 
 
 def _finding(
-    rule: Rule, rule_set: RuleSet, text: str, match: re.Match[str], match_start: int
+    rule: Rule, rule_set: RuleSet, text: str, match: re.Match[str], match_start: int, possible: _Possible
 ) -> tuple[int, int, str] | None:
     """The secret of ``match`` (its matched text starting at ``match_start``), unless it is
     not random enough or allowed."""
@@ -486,17 +628,18 @@ def _finding(
     line_end = text.find("\n", match.end(), match.end() + WINDOW)
     line = text[line_start : min(len(text), match.end() + WINDOW) if line_end == -1 else line_end]
     matched = text[match_start : match.end()].strip("\n")
-    if any(a.allows(secret, matched, line) for a in (rule_set.allowlist, *rule.allowlists)):
+    if any(a.allows(secret, matched, line, possible) for a in (rule_set.allowlist, *rule.allowlists)):
         return None
     return match.start(group), match.end(group), rule.id
 
 
 def _anchored_matches(
-    rule: Rule, rule_set: RuleSet, text: str, places: Iterable[int]
+    rule: Rule, rule_set: RuleSet, text: str, places: Iterable[int], possible: _Possible
 ) -> Iterator[tuple[int, int, str]]:
     """The rule's matches found by trying it only where its keywords stand: each try is one
     anchored match, bounded by the rule, so text dense in keywords costs a try per keyword."""
-    floor, tried_line_end = 0, 0
+    floor, tried_line_end, next_tail = 0, 0, -1
+    newlines: list[int] | None = None
     for place in places:
         if place < floor:
             continue  # inside the last match, as a search from its end would skip it
@@ -512,6 +655,18 @@ def _anchored_matches(
             if place < tried_line_end:
                 continue
             end = len(text)
+            if rule.tail is not None and next_tail < place:
+                # Where the next match of the rule's tail ("-u user:password") starts: a try
+                # fails unless one starts within reach of its keyword (found once per tail, in C).
+                found_tail = rule.tail.search(text, place)
+                next_tail = len(text) + 1 if found_tail is None else found_tail.start()
+            if next_tail > len(text):
+                end = place  # no tail left: the try below fails at once, as the full one would
+            elif rule.tail is not None:
+                newlines = _newlines(text) if newlines is None else newlines
+                last = bisect.bisect_left(newlines, place) + _LINE_BREAKS_READ - 1
+                if last < len(newlines) and next_tail > newlines[last]:
+                    end = place  # the tail lies past the lines a match may read: likewise
         match = rule.regex.match(text, place, end)
         if match is None:
             if rule.head is not None:
@@ -521,9 +676,51 @@ def _anchored_matches(
         match_start, floor = _lead_start(rule, text, place, floor), max(match.end(), place + 1)
         if match.end() == match_start:
             continue
-        found = _finding(rule, rule_set, text, match, match_start)
+        found = _finding(rule, rule_set, text, match, match_start, possible)
         if found is not None:
             yield found
+
+
+class _Possible:
+    """Of an allowlist's regex, whether a text could hold a match of it: not when the text holds
+    none of the strings each match holds (``_held``). A secret, its match and its line are all
+    parts of the text, so a regex ruled out for the text is not searched for each finding
+    (gitleaks' global allowlist is 13 regexes, most needing a ``$``, ``{``, ``%``, ``@`` or ``/``)."""
+
+    def __init__(self, lowered: str) -> None:
+        self.lowered = lowered
+        self.known: dict[int, tuple[Callable[[str], bool], ...]] = {}
+
+    def searches(self, allowlist: Allowlist) -> tuple[Callable[[str], bool], ...]:
+        """The searches of the allowlist's regexes the text could hold a match of."""
+        known = self.known.get(id(allowlist))  # the rule set holds each allowlist: ids stay theirs
+        if known is None:
+            pairs = zip(allowlist.regexes, allowlist._searches, strict=True)
+            known = self.known[id(allowlist)] = tuple(found for pattern, found in pairs if self(pattern))
+        return known
+
+    def __call__(self, pattern: re.Pattern[str]) -> bool:
+        needs = _needs(pattern)
+        return needs is None or any(need in self.lowered for need in needs)
+
+
+@functools.cache
+def _needs(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Strings, lower-cased, one of which every match of ``pattern`` holds; None when none is known."""
+    if not pattern.flags & re.ASCII:
+        return None  # its case-insensitive letters may fold to others than ASCII ones
+    held = _held(list(sre_parse.parse(pattern.pattern, pattern.flags)))
+    return tuple(sorted(word.translate(_ASCII_LOWER) for word in held)) if held else None
+
+
+def _newlines(text: str) -> list[int]:
+    """Where each LF of ``text`` stands."""
+    newlines, find = [], text.find
+    place = find("\n")
+    while place != -1:
+        newlines.append(place)
+        place = find("\n", place + 1)
+    return newlines
 
 
 def _secret_group(rule: Rule, match: re.Match[str]) -> int:

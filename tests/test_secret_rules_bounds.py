@@ -394,3 +394,121 @@ def test_a_megabyte_dense_in_keywords_costs_a_few_times_plain_prose(name: str) -
         if ratios[-1] <= DENSE_OVER_PROSE:
             break
     assert min(ratios) <= DENSE_OVER_PROSE, f"{name}: {', '.join(f'{r:.1f}' for r in ratios)} times plain prose"
+
+
+def test_stopwords_searched_as_a_trie_are_found_where_a_lookup_of_each_finds_them() -> None:
+    # An allowlist's stopwords are one search of their trie (_trie_pattern), not a lookup of every
+    # piece of the secret: the same answer on random mixes of stopwords, their pieces and other
+    # characters, for every allowlist that has stopwords, and for none or an empty word.
+    import random
+
+    allowlists = [secret_rules.load().allowlist, *(a for r in secret_rules.load().rules for a in r.allowlists)]
+    with_words = [a for a in allowlists if a.stopwords]
+    assert max(len(a.stopwords) for a in with_words) > 1_000
+    with_words += [secret_rules.Allowlist(stopwords=()), secret_rules.Allowlist(stopwords=("", "ab"))]
+    rng, held = random.Random(38), 0
+    for allowlist in with_words:
+        words = list(allowlist.stopwords) or ["ab"]
+        pieces = [*rng.sample(words, min(40, len(words))), "x", "1", ".", "-", "é", "\\", "(", "*"]
+        pieces += [word[: rng.randint(0, len(word))] for word in rng.sample(words, min(40, len(words)))]
+        for _ in range(3_000):
+            secret = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+            expected = any(word in secret for word in allowlist.stopwords)
+            assert allowlist._holds_stopword(secret) == expected, secret
+            held += expected
+    assert held > 3_000
+
+
+@pytest.mark.parametrize("text", ["eyeyeyey key", "aaaa", "keykeykey", "api.api..api", "", "sk-sk-ssk"])
+def test_keyword_places_are_every_occurrence_overlaps_included(text: str) -> None:
+    for keyword in ["ey", "a", "aa", "aaa", "key", "keykey", "api.", "sk", "sk-sk", "s", "ssk", "zz"]:
+        expected = [found.start() for found in re.finditer(f"(?={re.escape(keyword)})", text)]
+        assert secret_rules._places(text, keyword) == expected, keyword
+
+
+def test_curl_tries_skipped_where_no_flag_is_within_reach_find_what_every_try_finds() -> None:
+    # A curl rule is not tried where the next match of its tail ("-u user:pass", "-H '…'") lies
+    # past the line breaks a match may read (Rule.tail): the same findings as trying every curl,
+    # on mixes of curls, flags, values and runs of line breaks around the reach of 11 LFs.
+    import dataclasses
+    import random
+
+    rule_set = secret_rules.load()
+    curls = tuple(rule for rule in rule_set.rules if rule.head is not None)
+    assert len(curls) == 2 and all(rule.tail is not None for rule in curls)
+    with_tails = dataclasses.replace(rule_set, rules=curls)
+    every_try = dataclasses.replace(rule_set, rules=tuple(dataclasses.replace(rule, tail=None) for rule in curls))
+    pieces = ["curl", "curl ", "xcurl ", " -u ", " --user=", " -H ", "\t--header=", "adm1n:Pa55w0rdXyZq ", "x", " "]
+    pieces += ["'svc:Zk9pQ2xBbm5Z' ", '"Authorization: Basic dXNlcjpQYTU1dzByZFh5Wg==" ', "'X-Api-Key: Zk9pQ2xBbm5Z' "]
+    pieces += ["\n", "\n\n", "\n\n\n", "\r", "\r\n", "\n" * 9, "\n" * 10, "\n" * 11, "\n" * 12]
+    rng, found = random.Random(39), 0
+    for _ in range(4_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 30)))
+        expected = sorted(secret_rules.find(text, every_try))
+        assert sorted(secret_rules.find(text, with_tails)) == expected, text
+        found += len(expected)
+    assert found > 250
+
+
+def test_entropy_with_its_terms_looked_up_is_the_same_float() -> None:
+    # A secret's entropy sums terms looked up by count (_entropy_terms): the very float of the
+    # formula summed in Counter's order, as a rule's threshold compares it with <=.
+    import math
+    import random
+
+    def formula(text: str) -> float:
+        total = len(text)
+        return -sum(count / total * math.log2(count / total) for count in Counter(text).values()) if text else 0.0
+
+    rng = random.Random(40)
+    for _ in range(20_000):
+        text = "".join(rng.choice("aab0Z9_-éxyzQ") for _ in range(rng.choice([0, 1, 2, 5, 16, 40, 300, 1_024, 1_025])))
+        assert secret_rules.shannon_entropy(text) == formula(text), text
+
+
+def test_long_allowlist_alternations_tried_where_a_choice_may_start_find_what_a_search_finds() -> None:
+    # gitleaks' generic allowlist on the match (45 choices) is tried only where one of its
+    # choices' literal starts stands, and searched whole when the text holds what its other
+    # choices need (``:jar:``, ``=\n``): the same answer as ``search`` on random mixes of its
+    # words, cases, separators and letters that fold to ASCII ones outside ASCII.
+    import random
+
+    allowlists = [secret_rules.load().allowlist, *(a for r in secret_rules.load().rules for a in r.allowlists)]
+    planned = [p for a in allowlists for p in a.regexes if secret_rules._starts_and_needs(p) is not None]
+    assert planned, "the generic rule's allowlist on the match is searched where its choices may start"
+    rng, held = random.Random(41), 0
+    for pattern in planned:
+        found = secret_rules._search_where_it_may_start(pattern)
+        pieces = re.findall(r"[A-Za-z]{2,}", pattern.pattern) + ["_", "-", ".", ":", " ", "=", "\n", "x", "1"]
+        pieces += [":jar:", "=\n", "K", "\u212a", "\u0130", "\u017f", "é"]
+        for _ in range(40_000):
+            text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 7)))
+            text = rng.choice([text, text.upper(), text.swapcase()])
+            expected = pattern.search(text) is not None
+            assert found(text) == expected, text
+            held += expected
+    assert held > 5_000
+
+
+def test_an_allowlist_regex_ruled_out_for_the_text_could_not_match_any_part_of_it() -> None:
+    # An allowlist regex is not searched for a finding when the text holds none of the strings
+    # every match of it holds (_needs): on random mixes of the allowlists' own words and
+    # characters, wherever a regex matches, one of its strings stands in the text.
+    import random
+
+    rule_set = secret_rules.load()
+    patterns = [p for a in (rule_set.allowlist, *(a for r in rule_set.rules for a in r.allowlists)) for p in a.regexes]
+    needing = [p for p in patterns if secret_rules._needs(p) is not None]
+    assert len(needing) > 30
+    pieces = sorted({word for p in patterns for word in re.findall(r"[A-Za-z_]{2,}", p.pattern)})
+    pieces += list("$%@{}/=:._- \n\t\"'1x") + ["\u212a", "\u0130", "${{", "{{", "}}", "/Users/", "/usr/", "="]
+    rng, matched = random.Random(42), 0
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
+        text = rng.choice([text, text.upper(), text.lower()])
+        possible = secret_rules._Possible(text.translate(secret_rules._ASCII_LOWER))
+        for pattern in needing:
+            if pattern.search(text) is not None:
+                matched += 1
+                assert possible(pattern), (pattern.pattern, text)
+    assert matched > 3_000
