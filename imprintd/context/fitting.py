@@ -34,11 +34,22 @@ no whole exchange had to go and an exact count came in under the running total, 
 tool exchanges removed last is put back, newest first, while the exact count says it fits (a
 block, so the kept history still ends on a drop point). So ``measurements`` is at most the
 number of removed pieces plus the pieces put back plus four, and usually three.
+
+The per-message counts and where each message starts are kept between fits (``_Starts``): a
+session's history is the same message objects reply after reply (the store keeps them) with new
+ones appended, so a fit counts only the messages the last fit of that history had not. A history
+that begins with other objects (the summary moved on, the session was read afresh) or another
+model is counted anew; the figures are the model's own either way.
 """
 
 from __future__ import annotations
 
+import operator
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -141,10 +152,7 @@ def fit_prompt(
         measurements += 1  # the system prompt and tools, counted once for both steps
         step = drop_step(model, system, tools, limit)
         # Cached per-message counts keep a long session cheap; exact counts confirm.
-        counts = [model.count_message(message) for message in history]
-        starts = [0]
-        for count in counts:
-            starts.append(starts[-1] + count)
+        counts, starts = _STARTS.of(model, history)
         total, dropped["research"], restored, pessimistic = _drop_research(
             history, kept, counts, starts, research_step(step), limit, total, measure
         )
@@ -301,6 +309,61 @@ def _drop_exchanges(
     if not exact:
         total = measure()
     return total, dropped
+
+
+@dataclass
+class _Counted:
+    """One history's per-message counts by one model, and where each message starts (the sum
+    of the counts before it): ``starts`` has one more entry than ``counts``."""
+
+    model: weakref.ref[Model]
+    messages: list[Message] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    starts: list[int] = field(default_factory=lambda: [0])
+
+
+class _Starts:
+    """The counts of the histories fitted last, each kept by the identity of its first message
+    (at most ``histories`` of them; the model held weakly, so a model let go is not kept alive).
+
+    A kept entry serves a history that begins with the very objects it counted; it is taken out
+    while a fit extends it (counting may tokenize: not under the lock), then put back.
+    """
+
+    def __init__(self, histories: int = 8) -> None:
+        self._histories = histories
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[int, _Counted] = OrderedDict()
+        #: Messages counted here, over all histories (tests count the work with it).
+        self.counted = 0
+
+    def of(self, model: Model, history: Sequence[Message]) -> tuple[list[int], list[int]]:
+        """``[model.count_message(m) for m in history]`` and the running sums from 0 (one more)."""
+        if not history:
+            return [], [0]
+        key = id(history[0])
+        with self._lock:
+            entry = self._kept.pop(key, None)
+        if entry is None or entry.model() is not model or not all(map(operator.is_, entry.messages, history)):
+            entry = _Counted(weakref.ref(model))
+        size = len(history)
+        if len(entry.messages) < size:
+            new = history[len(entry.messages) :]
+            self.counted += len(new)
+            for message in new:
+                count = model.count_message(message)
+                entry.messages.append(message)
+                entry.counts.append(count)
+                entry.starts.append(entry.starts[-1] + count)
+        counts, starts = entry.counts[:size], entry.starts[: size + 1]
+        with self._lock:
+            self._kept[key] = entry  # keyed by its first message, which it holds: the id stays its own
+            while len(self._kept) > self._histories:
+                self._kept.popitem(last=False)
+        return counts, starts
+
+
+_STARTS = _Starts()
 
 
 def _assemble(
