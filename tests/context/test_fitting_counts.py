@@ -89,3 +89,34 @@ def test_a_grown_history_is_counted_message_by_message_only_for_what_is_new(monk
     # A shorter history that begins the same (the reply before, fitted again) is counted from
     # what is kept.
     assert fit(again[:240]) == first and starts.counted == 244 * 3
+
+
+def test_what_is_kept_between_fits_is_what_the_history_gives_afresh():
+    from imprintd.context import fitting
+
+    model = RemoteModel("http://127.0.0.1:9/v1", "stub", n_ctx=8192)
+    session = research_session(6)
+    repeated = ToolCall(id="call_1", name="search", arguments={"query": "again"})  # an id used before
+    orphan = ToolCall(id="call_gone", name="read_file", arguments={"path": "a.py"})  # its call cut
+    session = [
+        assistant("Carried over from before the summary."),
+        tool_result(orphan, "a.py: 1 line"),
+        *session[:12],
+        assistant("", tool_calls=(repeated,)),
+        *session[12:],
+        tool_result(repeated, "again: nothing"),
+        user("Last one?"),
+    ]
+    starts = fitting._Starts()
+    for end in (*range(1, len(session) + 1), 5, len(session)):  # growing, then shorter, then again
+        history = session[:end]
+        measured = starts.of(model, history)
+        counts = [model.count_message(m) for m in history]
+        research = {index for piece in fitting.research_pieces(history) for index in piece}
+        assert measured.counts == counts
+        assert measured.starts == [sum(counts[:i]) for i in range(end + 1)]
+        assert measured.spoken == [
+            sum(c for j, c in enumerate(counts[:i]) if j not in research) for i in range(end + 1)
+        ]
+        assert [list(p) for p in measured.research] == fitting.research_pieces(history)
+        assert [list(p) for p in measured.exchanges] == fitting.exchange_pieces(history)
