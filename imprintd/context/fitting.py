@@ -35,11 +35,12 @@ tool exchanges removed last is put back, newest first, while the exact count say
 block, so the kept history still ends on a drop point). So ``measurements`` is at most the
 number of removed pieces plus the pieces put back plus four, and usually three.
 
-The per-message counts and where each message starts are kept between fits (``_Starts``): a
-session's history is the same message objects reply after reply (the store keeps them) with new
-ones appended, so a fit counts only the messages the last fit of that history had not. A history
-that begins with other objects (the summary moved on, the session was read afresh) or another
-model is counted anew; the figures are the model's own either way.
+What a fit derives from the history (per-message counts, where each message starts, the tool
+exchanges and whole exchanges) is kept between fits (``_Starts``): a session's history is the same
+message objects reply after reply (the store keeps them) with new ones appended, so a fit goes
+over only the messages the last fit of that history had not; the exact counts still go over the
+whole prompt. A history that begins with other objects (the summary moved on, the session was
+read afresh) or another model is derived anew; the figures are the model's own either way.
 """
 
 from __future__ import annotations

@@ -29,6 +29,11 @@ index holds too) and counts a question and its answer as neighbours across them;
 be read by number. Their hits stay reachable by searching the workspace again
 (docs/decisions.md, "The first look leaves no litter").
 
+What a history derives from its messages (their numbering, which are neighbours, which call each
+result answers) is kept per session (``SessionHistories``; a reply's history is a view of it), so
+a reply's build takes in only the messages stored since the session's last one instead of every
+earlier message; a kept one serves only a list that begins with the very message objects it took in.
+
 ``search_by_scan`` (``search_places(query, scan=True)``) re-tokenizes every window per query
 instead of using the index and gives the same answer; it is the baseline of
 ``bench/bench_history_search.py``.
