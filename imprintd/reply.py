@@ -42,8 +42,8 @@ from imprintd.context import usage
 from imprintd.context.fitting import fit_prompt
 from imprintd.context.history import (
     FIRST_LOOK_CALL_PREFIX,
+    SESSION_HISTORIES,
     STRATEGY_LINE,
-    ConversationHistory,
     ConversationHistoryTool,
 )
 from imprintd.context.sections import ReplySections
@@ -123,9 +123,11 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     # between its replies and each reply's saved state serves the next (docs/decisions.md,
     # "A prompt that stays put").
     index = await in_worker(store.history_index, info.id)
-    # Built on the model's first call only: it reads every earlier message (as long as the session).
+    # Built on the model's first call only, from what the session's last build had not seen.
     history_tool = ConversationHistoryTool(
-        lambda: ConversationHistory([m for m in store.messages(info.id) if (m.seq or 0) < (question.seq or 0)], index)
+        lambda: SESSION_HISTORIES.history(
+            info.id, [m for m in store.messages(info.id) if (m.seq or 0) < (question.seq or 0)], index
+        )
     )
     tools = [*workspace_tools, history_tool]
     specs = [tool.spec for tool in tools]

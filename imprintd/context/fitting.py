@@ -34,11 +34,23 @@ no whole exchange had to go and an exact count came in under the running total, 
 tool exchanges removed last is put back, newest first, while the exact count says it fits (a
 block, so the kept history still ends on a drop point). So ``measurements`` is at most the
 number of removed pieces plus the pieces put back plus four, and usually three.
+
+What a fit derives from the history (per-message counts, where each message starts, the tool
+exchanges and whole exchanges) is kept between fits (``_Starts``): a session's history is the same
+message objects reply after reply (the store keeps them) with new ones appended, so a fit goes
+over only the messages the last fit of that history had not; the exact counts still go over the
+whole prompt. A history that begins with other objects (the summary moved on, the session was
+read afresh) or another model is derived anew; the figures are the model's own either way.
 """
 
 from __future__ import annotations
 
+import operator
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -141,22 +153,16 @@ def fit_prompt(
         measurements += 1  # the system prompt and tools, counted once for both steps
         step = drop_step(model, system, tools, limit)
         # Cached per-message counts keep a long session cheap; exact counts confirm.
-        counts = [model.count_message(message) for message in history]
-        starts = [0]
-        for count in counts:
-            starts.append(starts[-1] + count)
+        measured = _STARTS.of(model, history)
+        counts = measured.counts
         total, dropped["research"], restored, pessimistic = _drop_research(
-            history, kept, counts, starts, research_step(step), limit, total, measure
+            measured.research, kept, counts, measured.starts, research_step(step), limit, total, measure
         )
         if total > limit:
             # Step 2 runs only once every tool exchange is gone: its places are counted in the
-            # conversation's own tokens, which is what the kept history holds by then.
-            research = {index for piece in research_pieces(history) for index in piece}
-            spoken = [0]
-            for index, count in enumerate(counts):
-                spoken.append(spoken[-1] + (0 if index in research else max(0, count)))
+            # conversation's own tokens (``spoken``), which is what the kept history holds by then.
             total, dropped["exchange"] = _drop_exchanges(
-                history, kept, counts, spoken, step, limit, total, measure, pessimistic
+                measured.exchanges, kept, counts, measured.spoken, step, limit, total, measure, pessimistic
             )
     return Fitted(
         messages=_assemble(system, history, kept, current),
@@ -188,7 +194,7 @@ def research_step(step: int) -> int:
 
 
 def _drop_research(
-    history: Sequence[Message],
+    pieces: Sequence[Sequence[int]],
     kept: list[bool],
     counts: Sequence[int],
     starts: Sequence[int],
@@ -207,7 +213,6 @@ def _drop_research(
     fits (a block, not a piece: the boundary stays on a point). ``total`` is exact on return
     unless nothing was dropped.
     """
-    pieces = research_pieces(history)
     removed: list[tuple[list[int], int]] = []  # each block removed: its indexes and its pieces
     dropped, next_piece, exact, pessimistic = 0, 0, True, False
     while total > limit and next_piece < len(pieces):
@@ -249,7 +254,7 @@ def _drop_research(
 
 
 def _drop_exchanges(
-    history: Sequence[Message],
+    pieces: Sequence[Sequence[int]],
     kept: list[bool],
     counts: Sequence[int],
     starts: Sequence[int],
@@ -270,7 +275,7 @@ def _drop_exchanges(
     conversation has grown by about a step again. Where the next point would leave no earlier
     exchange at all (the current turn fills the context), they go one at a time instead.
     """
-    pieces = exchange_pieces(history)  # oldest first, so their starts increase
+    # ``pieces``: ``exchange_pieces``, oldest first, so their starts increase.
     dropped, next_piece, exact = 0, 0, True
     while total > limit and next_piece < len(pieces):
         # The first drop point past the oldest exchange still kept.
@@ -301,6 +306,107 @@ def _drop_exchanges(
     if not exact:
         total = measure()
     return total, dropped
+
+
+@dataclass
+class _Measured:
+    """What fitting derives from one history with one model: each message's count, where each
+    starts (``starts``; in the conversation's own tokens, tool exchanges left out: ``spoken``; both
+    one longer than ``counts``), and ``research_pieces`` and ``exchange_pieces`` (as tuples)."""
+
+    counts: list[int]
+    starts: list[int]
+    spoken: list[int]
+    research: list[tuple[int, ...]]
+    exchanges: list[tuple[int, ...]]
+
+
+@dataclass
+class _Counted:
+    """``_Measured`` for the messages taken in so far, extended with new ones only."""
+
+    model: weakref.ref[Model]
+    messages: list[Message] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    starts: list[int] = field(default_factory=lambda: [0])
+    spoken: list[int] = field(default_factory=lambda: [0])
+    owner: dict[str, int] = field(default_factory=dict)  # call id -> its piece's first index
+    research: dict[int, tuple[int, ...]] = field(default_factory=dict)  # by first index
+    exchanges: list[tuple[int, ...]] = field(default_factory=list)
+
+    def extend(self, model: Model, messages: Sequence[Message]) -> None:
+        """Take in ``messages``, as ``research_pieces`` and ``exchange_pieces`` would place them."""
+        for message in messages:
+            index = len(self.messages)
+            count = model.count_message(message)
+            self.messages.append(message)
+            self.counts.append(count)
+            self.starts.append(self.starts[-1] + count)
+            if message.role == "assistant" and message.tool_calls:
+                self.research[index] = (index,)
+                for call in message.tool_calls:
+                    self.owner[call.id] = index  # a later call takes a repeated id over
+            elif message.role == "tool":
+                first = self.owner.get(message.tool_call_id) if message.tool_call_id is not None else None
+                if first is None:
+                    self.research[index] = (index,)
+                else:
+                    self.research[first] = (*self.research[first], index)
+            research = index in self.research or message.role == "tool"
+            self.spoken.append(self.spoken[-1] + (0 if research else max(0, count)))
+            if message.role == "user" or not self.exchanges:
+                self.exchanges.append((index,))
+            else:
+                self.exchanges[-1] = (*self.exchanges[-1], index)
+
+    def measured(self, size: int) -> _Measured:
+        """For the first ``size`` messages (all of them, or fewer: then the pieces anew)."""
+        if size == len(self.messages):
+            research, exchanges = list(self.research.values()), list(self.exchanges)
+        else:
+            history = self.messages[:size]
+            research = [tuple(piece) for piece in research_pieces(history)]
+            exchanges = [tuple(piece) for piece in exchange_pieces(history)]
+        return _Measured(self.counts[:size], self.starts[: size + 1], self.spoken[: size + 1], research, exchanges)
+
+
+class _Starts:
+    """What fitting derived from the histories fitted last, each kept by the identity of its
+    first message (at most ``histories`` of them; the model held weakly, so a model let go is not
+    kept alive).
+
+    A kept entry serves a history that begins with the very objects it took in; it is taken out
+    while a fit extends it (counting may tokenize: not under the lock), then put back.
+    """
+
+    def __init__(self, histories: int = 8) -> None:
+        self._histories = histories
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[int, _Counted] = OrderedDict()
+        #: Messages taken in here, over all histories (tests count the work with it).
+        self.counted = 0
+
+    def of(self, model: Model, history: Sequence[Message]) -> _Measured:
+        """``history``'s counts, starts and pieces by ``model``."""
+        if not history:
+            return _Measured([], [0], [0], [], [])
+        key = id(history[0])
+        with self._lock:
+            entry = self._kept.pop(key, None)
+        if entry is None or entry.model() is not model or not all(map(operator.is_, entry.messages, history)):
+            entry = _Counted(weakref.ref(model))
+        new = history[len(entry.messages) :]
+        self.counted += len(new)
+        entry.extend(model, new)
+        measured = entry.measured(len(history))
+        with self._lock:
+            self._kept[key] = entry  # keyed by its first message, which it holds: the id stays its own
+            while len(self._kept) > self._histories:
+                self._kept.popitem(last=False)
+        return measured
+
+
+_STARTS = _Starts()
 
 
 def _assemble(

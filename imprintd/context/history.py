@@ -29,6 +29,11 @@ index holds too) and counts a question and its answer as neighbours across them;
 be read by number. Their hits stay reachable by searching the workspace again
 (docs/decisions.md, "The first look leaves no litter").
 
+What a history derives from its messages (their numbering, which are neighbours, which call each
+result answers) is kept per session (``SessionHistories``; a reply's history is a view of it), so
+a reply's build takes in only the messages stored since the session's last one instead of every
+earlier message; a kept one serves only a list that begins with the very message objects it took in.
+
 ``search_by_scan`` (``search_places(query, scan=True)``) re-tokenizes every window per query
 instead of using the index and gives the same answer; it is the baseline of
 ``bench/bench_history_search.py``.
@@ -38,8 +43,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
+import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -319,20 +326,43 @@ class _Ranking:
     order: list[int]  # entry positions, best first
 
 
-class _Entries:
-    """The messages as the tool shows them, each described when first needed: a long
-    conversation's first query pays for the messages it shows, not for all of them."""
+class _Calls(Mapping[str, ToolCall]):
+    """The tool calls made by the first ``bound`` messages of a ``_Derived``, by id: the last one
+    made wins, as ``calls_by_id`` over those messages gives (ids can repeat across turns)."""
 
-    def __init__(self, messages: list[Message]) -> None:
-        self._messages = messages
-        self._described: dict[int, _Entry] = {}
-        self._calls: dict[str, ToolCall] | None = None
+    def __init__(self, made: Mapping[str, list[tuple[int, ToolCall]]], bound: int) -> None:
+        self._made = made
+        self._bound = bound
+
+    def __getitem__(self, call_id: str) -> ToolCall:
+        # Newest first: a call made after the bound (by a later message) is not this view's.
+        for position, call in reversed(self._made.get(call_id, ())):
+            if position < self._bound:
+                return call
+        raise KeyError(call_id)
+
+    def __iter__(self) -> Iterator[str]:
+        return (call_id for call_id in self._made if call_id in self)
 
     def __len__(self) -> int:
-        return len(self._messages)
+        return sum(1 for _ in self)
+
+
+class _Entries:
+    """The first ``count`` messages of ``messages`` as the tool shows them, each described when
+    first needed: a long conversation's first query pays for the messages it shows, not for all."""
+
+    def __init__(self, messages: list[Message], count: int, calls: Mapping[str, ToolCall]) -> None:
+        self._messages = messages
+        self._count = count
+        self._described: dict[int, _Entry] = {}
+        self._calls = calls
+
+    def __len__(self) -> int:
+        return self._count
 
     def __bool__(self) -> bool:
-        return bool(self._messages)
+        return self._count > 0
 
     def searchable(self, position: int) -> bool:
         """Whether the message at ``position`` is searched (not an earlier lookup), cheaply."""
@@ -342,11 +372,11 @@ class _Entries:
         return True
 
     def __getitem__(self, position: int) -> _Entry:
-        position = position + len(self._messages) if position < 0 else position
+        position = position + self._count if position < 0 else position
+        if not 0 <= position < self._count:
+            raise IndexError(position)
         entry = self._described.get(position)
         if entry is None:
-            if self._calls is None:
-                self._calls = calls_by_id(self._messages)
             message = self._messages[position]
             assert message.seq is not None  # the history holds stored messages only
             entry = _Entry(
@@ -359,6 +389,56 @@ class _Entries:
         return entry
 
 
+class _Derived:
+    """What a history derives from its messages, in the order given, extended with new ones only.
+
+    Messages never change once stored, so what was derived from a session's earlier messages
+    stays true as it grows: ``SessionHistories`` keeps one per session, and a reply's history is
+    a view of its first messages (``ConversationHistory._view``), built without going over them
+    again.
+    """
+
+    def __init__(self) -> None:
+        self.source: list[Message] = []  # every message taken in, as given
+        self.readable: list[Message] = []  # stored ones, each number once (``_numbered``)
+        self.readable_by_seq: dict[int, int] = {}
+        self.numbered: list[Message] = []  # readable ones but first looks: searched and printed
+        self.by_seq: dict[int, int] = {}
+        self.numbered_at: list[int] = []  # each numbered message's place in ``readable``
+        #: Positions in ``numbered`` whose message directly follows the one before it (first
+        #: looks between them do not count): they are neighbours, printed together.
+        self.joined: set[int] = set()
+        self.calls: dict[str, list[tuple[int, ToolCall]]] = {}  # by id: (readable place, call)
+        self.chars = 0
+
+    def extend(self, messages: Iterable[Message]) -> None:
+        for message in messages:
+            self.source.append(message)
+            self.chars += len(message.content) + len(message.model_text or "")
+            seq = message.seq
+            # The first of a number is kept, as ``_numbered`` keeps it.
+            if seq is None or message.role == "system" or seq in self.readable_by_seq:
+                continue
+            at = len(self.readable)
+            self.readable.append(message)
+            self.readable_by_seq[seq] = at
+            for call in message.tool_calls:
+                self.calls.setdefault(call.id, []).append((at, call))
+            if is_first_look(message):
+                continue
+            position = len(self.numbered)
+            if position:
+                # Only first looks lie between two numbered messages in ``readable``; they are
+                # neighbours unless a number is missing between them (as ``_joined`` decides).
+                before, previous = self.numbered_at[-1], self.numbered[-1].seq
+                assert previous is not None
+                if seq - previous == at - before:
+                    self.joined.add(position)
+            self.numbered.append(message)
+            self.by_seq[seq] = position
+            self.numbered_at.append(at)
+
+
 class ConversationHistory:
     """The earlier messages of one conversation, searchable and readable by number.
 
@@ -367,27 +447,45 @@ class ConversationHistory:
     """
 
     def __init__(self, messages: Sequence[Message], index: HistoryIndex | None = None) -> None:
-        readable = _numbered(messages)
+        derived = _Derived()
+        derived.extend(messages)
+        self._view(derived, index)
+
+    @classmethod
+    def _of(cls, derived: _Derived, index: HistoryIndex | None) -> ConversationHistory:
+        """The history of every message ``derived`` holds now (later ones are not its own)."""
+        history = cls.__new__(cls)
+        history._view(derived, index)
+        return history
+
+    def _view(self, derived: _Derived, index: HistoryIndex | None) -> None:
+        readable, numbered = len(derived.readable), len(derived.numbered)
+        self._derived = derived
+        self._calls = _Calls(derived.calls, readable)
         # Read by number: every message. Searched, ranked and printed: all but first looks.
-        self._readable = _Entries(readable)
-        self._readable_by_seq = {message.seq: i for i, message in enumerate(readable)}
-        self._numbered = [message for message in readable if not is_first_look(message)]
-        self._entries = _Entries(self._numbered)
-        self._by_seq = {message.seq: i for i, message in enumerate(self._numbered)}
-        #: Positions whose message directly follows the one before it (first looks between
-        #: them do not count): they are neighbours, printed together.
-        self._joined = _joined(readable, self._numbered)
+        self._readable = _Entries(derived.readable, readable, self._calls)
+        self._entries = _Entries(derived.numbered, numbered, self._calls)
+        self._joined = derived.joined  # positions past this view's are never asked about
         self._index = index
         self._indexed: list[IndexedMessage] | None = None
 
     def __len__(self) -> int:
-        return len(self._numbered)
+        return len(self._entries)
+
+    def _readable_at(self, seq: int) -> int | None:
+        at = self._derived.readable_by_seq.get(seq)
+        return at if at is not None and at < len(self._readable) else None
+
+    def _position(self, seq: int) -> int | None:
+        """Where message ``seq`` is among the searched ones (None if it is not, or not this view's)."""
+        position = self._derived.by_seq.get(seq)
+        return position if position is not None and position < len(self._entries) else None
 
     @property
     def _messages(self) -> list[IndexedMessage]:
         """The messages as an index takes them (only to build one here, or to scan)."""
         if self._indexed is None:
-            self._indexed = indexed_messages(self._numbered)
+            self._indexed = indexed_messages(self._derived.numbered[: len(self._entries)])
         return self._indexed
 
     # -- reading ------------------------------------------------------------------------
@@ -415,7 +513,7 @@ class ConversationHistory:
         return head + entry.text[offset:end] + tail
 
     def _entry(self, seq: int) -> _Entry:
-        index = self._readable_by_seq.get(seq)
+        index = self._readable_at(seq)
         if index is None:
             if not self._readable:
                 raise HistoryError("there are no earlier messages in this conversation")
@@ -480,7 +578,7 @@ class ConversationHistory:
         window_scores: dict[Window, float] = {}
         by_entry: dict[int, list[Window]] = {}
         for window, found in lookup.hits.items():
-            position = self._by_seq.get(window.seq)
+            position = self._position(window.seq)
             # The index holds the whole session; quote only the messages handed in.
             if position is None or not self._entries.searchable(position):
                 continue
@@ -648,7 +746,7 @@ class ConversationHistory:
         The quote may reach past the window's edges (within the message), so a word near an
         edge is shown with what surrounds it.
         """
-        text = self._entries[self._by_seq[window.seq]].text
+        text = self._entries[self._derived.by_seq[window.seq]].text
         if len(text) <= length:
             return 0, len(text)
         hits = [
@@ -683,6 +781,59 @@ class ConversationHistory:
         if start > 0 and text[start - 1].isalnum() and text[start].isalnum():
             start = _next_word(text, start, first)  # begin at a word, not inside one
         return start, _cut_end(text, start, length)
+
+
+class SessionHistories:
+    """Each session's ``_Derived``, kept so a reply's history is built from what was stored since
+    the last one's (docs/decisions.md, "The first look leaves no litter").
+
+    A kept one serves a list only when its messages begin with exactly the message objects it
+    took in (the store hands out the same objects until a session is deleted: a session made
+    again under the same id, or read afresh, has new ones, so it is derived anew). At most
+    ``sessions`` are kept, the least recently used going first, and none of over ``chars``
+    characters (it would keep alive what the store let go).
+    """
+
+    def __init__(self, sessions: int = 4, chars: int = 16_000_000) -> None:
+        self._sessions = sessions
+        self._chars = chars
+        self._lock = threading.Lock()
+        self._kept: dict[str, _Derived] = {}
+        #: Messages taken in, over all sessions: what the builds went over (tests count it).
+        self.taken = 0
+
+    def history(
+        self, session_id: str, messages: Sequence[Message], index: HistoryIndex | None = None
+    ) -> ConversationHistory:
+        """``ConversationHistory(messages, index)``, taking in only what the session's kept
+        derivation has not seen."""
+        with self._lock:
+            derived = self._kept.pop(session_id, None)
+            if derived is None or not _begins_with(messages, derived.source):
+                derived = _Derived()
+            new = messages[len(derived.source) :]
+            self.taken += len(new)
+            derived.extend(new)
+            history = ConversationHistory._of(derived, index)
+            if derived.chars <= self._chars:
+                self._kept[session_id] = derived  # the most recently used last
+                while len(self._kept) > self._sessions:
+                    del self._kept[next(iter(self._kept))]
+            return history
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._kept.pop(session_id, None)
+
+
+#: The daemon's: replies of one process share it (its entries hold what the store holds anyway).
+SESSION_HISTORIES = SessionHistories()
+
+
+def _begins_with(messages: Sequence[Message], prefix: Sequence[Message]) -> bool:
+    """Whether ``messages`` begins with the very objects of ``prefix`` (identity, not equality:
+    cheap, and a message decoded again is not trusted to be the same one)."""
+    return len(messages) >= len(prefix) and all(map(operator.is_, prefix, messages))
 
 
 class _Layout:
@@ -801,19 +952,6 @@ def is_first_look(message: Message) -> bool:
     if message.role == "tool":
         return (message.tool_call_id or "").startswith(FIRST_LOOK_CALL_PREFIX)
     return bool(message.tool_calls) and all(c.id.startswith(FIRST_LOOK_CALL_PREFIX) for c in message.tool_calls)
-
-
-def _joined(readable: Sequence[Message], searched: Sequence[Message]) -> set[int]:
-    """The positions in ``searched`` whose message follows the one before it in ``readable``
-    with nothing between them but first looks (and no number missing)."""
-    at = {message.seq: i for i, message in enumerate(readable)}
-    joined = set()
-    for position in range(1, len(searched)):
-        before, after = at[searched[position - 1].seq], at[searched[position].seq]
-        contiguous = searched[position].seq - searched[position - 1].seq == after - before  # type: ignore[operator]
-        if contiguous and all(is_first_look(m) for m in readable[before + 1 : after]):
-            joined.add(position)
-    return joined
 
 
 def _is_lookback(message: Message, calls: Mapping[str, ToolCall]) -> bool:

@@ -61,3 +61,62 @@ def test_a_long_session_is_estimated_once_per_message_and_again_only_for_what_is
         == fresh.count_prompt(refitted.messages)
         == PROMPT_OVERHEAD + sum(RemoteModel._estimate(m) for m in refitted.messages)
     )
+
+
+def test_a_grown_history_is_counted_message_by_message_only_for_what_is_new(monkeypatch):
+    from imprintd.context import fitting
+
+    starts = fitting._Starts()
+    monkeypatch.setattr(fitting, "_STARTS", starts)
+    model = RemoteModel("http://127.0.0.1:9/v1", "stub", n_ctx=8192)
+    session = research_session(61)
+    prompt = {"system": system("You answer questions about services."), "max_tokens": 1024}
+
+    def fit(history: list[Message], model: RemoteModel = model):
+        return fit_prompt(model, history=history, current=[user("And service 7?")], **prompt)
+
+    first = fit(session[:240])
+    assert first.dropped_tool_exchanges > 0 and starts.counted == 240
+    # The next reply: the same message objects and one more exchange; only that is counted.
+    grown = fit(session)
+    assert starts.counted == 244
+    # And it fits as a fit that counts every message does (another model: nothing kept for it).
+    other = RemoteModel("http://127.0.0.1:9/v1", "stub", n_ctx=8192)
+    assert fit(session, other) == grown and starts.counted == 244 + 244
+    # A history read again (new objects, the same text) is counted anew, and fits the same.
+    again = [msgspec.json.decode(msgspec.json.encode(m), type=Message) for m in session]
+    assert fit(again) == grown and starts.counted == 244 * 3
+    # A shorter history that begins the same (the reply before, fitted again) is counted from
+    # what is kept.
+    assert fit(again[:240]) == first and starts.counted == 244 * 3
+
+
+def test_what_is_kept_between_fits_is_what_the_history_gives_afresh():
+    from imprintd.context import fitting
+
+    model = RemoteModel("http://127.0.0.1:9/v1", "stub", n_ctx=8192)
+    session = research_session(6)
+    repeated = ToolCall(id="call_1", name="search", arguments={"query": "again"})  # an id used before
+    orphan = ToolCall(id="call_gone", name="read_file", arguments={"path": "a.py"})  # its call cut
+    session = [
+        assistant("Carried over from before the summary."),
+        tool_result(orphan, "a.py: 1 line"),
+        *session[:12],
+        assistant("", tool_calls=(repeated,)),
+        *session[12:],
+        tool_result(repeated, "again: nothing"),
+        user("Last one?"),
+    ]
+    starts = fitting._Starts()
+    for end in (*range(1, len(session) + 1), 5, len(session)):  # growing, then shorter, then again
+        history = session[:end]
+        measured = starts.of(model, history)
+        counts = [model.count_message(m) for m in history]
+        research = {index for piece in fitting.research_pieces(history) for index in piece}
+        assert measured.counts == counts
+        assert measured.starts == [sum(counts[:i]) for i in range(end + 1)]
+        assert measured.spoken == [
+            sum(c for j, c in enumerate(counts[:i]) if j not in research) for i in range(end + 1)
+        ]
+        assert [list(p) for p in measured.research] == fitting.research_pieces(history)
+        assert [list(p) for p in measured.exchanges] == fitting.exchange_pieces(history)
