@@ -6,6 +6,7 @@ import math
 import random
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
 import pytest
@@ -409,16 +410,24 @@ def test_a_write_by_another_connection_is_seen_by_the_next_search(db):
     assert [h.session_id for h in after.hits].count(other) == 2
 
 
-def test_a_one_word_query_is_ranked_without_grouping_its_postings(db):
-    """One term has one posting a window: its score is that posting's BM25, nothing to sum."""
-    rare = common_and_rare(db)
+@contextmanager
+def traced(db: Store) -> Iterator[list[str]]:
+    """The SQL statements run on the store's reading connection meanwhile."""
     statements: list[str] = []
     with db.reading() as conn:
         conn.exec_trace = lambda cursor, sql, bindings: statements.append(sql) or True
         try:
-            page = search(db, "eu", limit=100)
+            yield statements
         finally:
             conn.exec_trace = None
+
+
+def test_a_one_word_query_is_ranked_without_grouping_its_postings(db):
+    """One term has one posting a window: its score is that posting's BM25, nothing to sum."""
+    rare = common_and_rare(db)
+    with traced(db) as statements:
+        page = search(db, "eu", limit=100)
+    with db.reading() as conn:
         windows, words = conn.execute("SELECT sum(windows), sum(words) FROM history_sessions").fetchone()
         postings = conn.execute(
             "SELECT s.id, w.seq, p.count, p.words FROM history_postings p"
@@ -447,13 +456,8 @@ def test_a_snippet_joins_every_kind_of_white_space_into_one_space():
 
 def test_a_pages_messages_are_read_in_one_statement(db):
     common_and_rare(db)
-    statements: list[str] = []
-    with db.reading() as conn:
-        conn.exec_trace = lambda cursor, sql, bindings: statements.append(sql) or True
-        try:
-            page = search(db, "deployment region", limit=20)
-        finally:
-            conn.exec_trace = None
+    with traced(db) as statements:
+        page = search(db, "deployment region", limit=20)
     assert len(page.hits) == 20
     assert len([sql for sql in statements if "m.content" in sql]) == 1
     for hit in page.hits:  # each hit with its own message's text and session's title
