@@ -43,6 +43,11 @@ CALL_ID_PREFIX = FIRST_LOOK_CALL_PREFIX
 #: The share of the prompt's room (the context less the output allowance) the first look may
 #: fill: it is evidence to start from, not the whole of the research.
 SHARE = 0.25
+#: The share in a room under ``SMALL_ROOM`` tokens. The look is new on every reply, so its share
+#: of each prompt is the least a follow-up evaluates; in a small room a quarter of it is a third
+#: of the prompt (with the question), and the saved state cannot help with that part.
+SMALL_SHARE = 0.2
+SMALL_ROOM = 4096
 #: Words a follow-up takes from the exchange it follows, after the question's own.
 FOLLOW_UP_WORDS = 12
 #: Words in all: the workspace search uses at most 32.
@@ -132,8 +137,10 @@ def _last_exchange(earlier: Sequence[Message]) -> list[Message]:
 
 
 def token_share(n_ctx: int, max_tokens: int) -> int:
-    """Tokens the first look's result may take in the prompt."""
-    return int((n_ctx - max_tokens) * SHARE)
+    """Tokens the first look's result may take in the prompt: ``SHARE`` of the room, or
+    ``SMALL_SHARE`` of a room under ``SMALL_ROOM`` tokens."""
+    room = n_ctx - max_tokens
+    return int(room * (SMALL_SHARE if room < SMALL_ROOM else SHARE))
 
 
 class FirstLookSearch:

@@ -146,6 +146,31 @@ async def test_the_look_keeps_its_best_hits_within_its_share_of_the_context(work
     assert re.search(r"^\[1\] docs/billing-\d+\.md:", look_result.content, re.MULTILINE)  # the best ones, not nothing
 
 
+def test_a_small_room_gives_the_look_a_smaller_share_and_a_large_room_a_quarter():
+    # n_ctx 4,096 less 64 for the answer: a fifth; the default 8,192 less 1,024: a quarter, as before.
+    assert first_look.token_share(4096, 64) == int(4032 * 0.2) == 806
+    assert first_look.token_share(4096, 1024) == int(3072 * 0.2)
+    assert first_look.token_share(8192, 1024) == int(7168 * 0.25) == 1792
+    assert first_look.token_share(4096 + 1024, 1024) == 1024  # a room of exactly SMALL_ROOM: a quarter
+
+
+async def test_at_n_ctx_4096_the_look_fills_a_fifth_of_the_room(workspace):
+    for n in range(12):
+        (workspace / "docs" / f"billing-{n}.md").write_text(
+            "\n".join(f"Billing note {n}.{line}: the billing port is 8101 on host {line}." for line in range(60)),
+            encoding="utf-8",
+        )
+    model = StandInModel(n_ctx=4096)
+    chat = make_chat(model, **ON, **{"chat.n_ctx": 4096, "chat.max_tokens": 64})
+    model.queue("Port 8101.")
+    await ask(chat, "Which billing port?", workspace=workspace)
+    _, look_result = first_look_exchange(model.requests[0])
+    # What reached the model: within a fifth of the room (806 tokens), not a quarter (1,008),
+    # and still the best hits, more than half of that fifth.
+    assert 806 // 2 < model.count_text(look_result.content) <= 806
+    assert re.search(r"^\[1\] docs/billing-\d+\.md:", look_result.content, re.MULTILINE)
+
+
 async def test_an_oversized_question_gets_no_look_it_is_the_subject_itself(model, workspace):
     chat = make_chat(model, **ON, **{"chat.analysis_workers": 0})
     model.queue("It is a long log.")
