@@ -130,6 +130,7 @@ def _search_where_it_may_start(regex: re.Pattern[str]) -> Callable[[str], bool]:
     return found
 
 
+@functools.cache
 def _starts_and_needs(regex: re.Pattern[str]) -> tuple[re.Pattern[str], tuple[str, ...]] | None:
     """For a long alternation: a pattern that finds, in the lower-cased text, where a choice with
     literal starts may start (each start cut to the shortest); and one string each of the other
@@ -513,11 +514,12 @@ def shannon_entropy(text: str) -> float:
     if not text:
         return 0.0
     total = len(text)
-    counts = Counter(text).values()
     if total > _REMEMBERED_TERMS:
-        return -sum(count / total * math.log2(count / total) for count in counts)
-    # The same terms summed in the same order (the same float to the last bit), looked up.
-    return -sum(map(_entropy_terms(total).__getitem__, counts))
+        return -sum(count / total * math.log2(count / total) for count in Counter(text).values())
+    # The same terms summed in the same order (the same float to the last bit), looked up; each
+    # character counted in C in the order Counter would hold it (first occurrences), for a
+    # short secret cheaper than building a Counter.
+    return -sum(map(_entropy_terms(total).__getitem__, map(text.count, dict.fromkeys(text))))
 
 
 #: Texts up to this long have their entropy's terms looked up (``_entropy_terms``).
@@ -528,6 +530,39 @@ _REMEMBERED_TERMS = 1_024
 def _entropy_terms(total: int) -> tuple[float, ...]:
     """For each count, its term of the entropy of a text of ``total`` characters."""
     return (0.0, *(count / total * math.log2(count / total) for count in range(1, total + 1)))
+
+
+def _random_enough(secret: str, threshold: float) -> bool:
+    """``shannon_entropy(secret) > threshold``, mostly told by how many characters of the secret
+    differ (a set in C): n characters, d of them distinct, have an entropy of at most log2(d) and
+    at least that of one character n - d + 1 times and the others once."""
+    total = len(secret)
+    if total <= _REMEMBERED_TERMS:
+        above, not_above = _distinct_bounds(total, threshold)
+        distinct = len(set(secret))
+        if distinct >= above:
+            return True
+        if distinct <= not_above:
+            return False
+    return shannon_entropy(secret) > threshold
+
+
+#: How far from a threshold a bound must lie to tell the float summed: far more than its rounding.
+_MARGIN = 1e-9
+
+
+@functools.lru_cache(maxsize=1_024)
+def _distinct_bounds(total: int, threshold: float) -> tuple[int, int]:
+    """For a text of ``total`` characters: from how many distinct ones its entropy is surely above
+    ``threshold``, and up to how many surely not."""
+
+    def least(distinct: int) -> float:
+        most = (total - distinct + 1) / total
+        return -(most * math.log2(most) + (distinct - 1) / total * math.log2(1 / total))
+
+    above = next((d for d in range(1, total + 1) if least(d) > threshold + _MARGIN), total + 1)
+    not_above = max((d for d in range(1, total + 1) if math.log2(d) < threshold - _MARGIN), default=0)
+    return above, not_above
 
 
 def find(text: str, rule_set: RuleSet | None = None) -> Iterator[tuple[int, int, str]]:
@@ -620,17 +655,19 @@ def _finding(
     not random enough or allowed."""
     group = _secret_group(rule, match)
     secret = match.group(group)
-    if rule.entropy and shannon_entropy(secret) <= rule.entropy:
+    if rule.entropy and not _random_enough(secret, rule.entropy):
         return None
-    # The line as far as WINDOW on each side: allowlists on a megabyte line are not read
-    # whole for each of its matches (that is quadratic).
-    line_start = text.rfind("\n", max(0, match_start - WINDOW), match_start) + 1 or max(0, match_start - WINDOW)
-    line_end = text.find("\n", match.end(), match.end() + WINDOW)
-    line = text[line_start : min(len(text), match.end() + WINDOW) if line_end == -1 else line_end]
-    matched = text[match_start : match.end()].strip("\n")
-    if any(a.allows(secret, matched, line, possible) for a in (rule_set.allowlist, *rule.allowlists)):
+    if possible.checks(rule, rule_set).allows(secret, text, match_start, match.end()):
         return None
     return match.start(group), match.end(group), rule.id
+
+
+def _line(text: str, match_start: int, match_end: int) -> tuple[int, int]:
+    """Where the line of a match starts and ends, as far as WINDOW on each side: allowlists on
+    a megabyte line are not read whole for each of its matches (that is quadratic)."""
+    line_start = text.rfind("\n", max(0, match_start - WINDOW), match_start) + 1 or max(0, match_start - WINDOW)
+    line_end = text.find("\n", match_end, match_end + WINDOW)
+    return line_start, min(len(text), match_end + WINDOW) if line_end == -1 else line_end
 
 
 def _anchored_matches(
@@ -690,6 +727,8 @@ class _Possible:
     def __init__(self, lowered: str) -> None:
         self.lowered = lowered
         self.known: dict[int, tuple[Callable[[str], bool], ...]] = {}
+        self.rules: dict[str, _Checks] = {}
+        self.found: dict[str, list[int]] = {}
 
     def searches(self, allowlist: Allowlist) -> tuple[Callable[[str], bool], ...]:
         """The searches of the allowlist's regexes the text could hold a match of."""
@@ -699,9 +738,142 @@ class _Possible:
             known = self.known[id(allowlist)] = tuple(found for pattern, found in pairs if self(pattern))
         return known
 
+    def checks(self, rule: Rule, rule_set: RuleSet) -> _Checks:
+        """The rule's allowlists and the global one as few searches for this text."""
+        checks = self.rules.get(rule.id)
+        if checks is None:
+            checks = self.rules[rule.id] = _Checks((rule_set.allowlist, *rule.allowlists), self)
+        return checks
+
+    def places(self, needs: tuple[str, ...] | None) -> tuple[tuple[int, list[int]], ...] | None:
+        """Where each of ``needs`` occurs in the text, with its length; None for None."""
+        if needs is None:
+            return None
+        return tuple((len(need), self.occurrences(need)) for need in needs)
+
+    def occurrences(self, need: str) -> list[int]:
+        found = self.found.get(need)
+        if found is None:
+            found = self.found[need] = _places(self.lowered, need)
+        return found
+
     def __call__(self, pattern: re.Pattern[str]) -> bool:
         needs = _needs(pattern)
         return needs is None or any(need in self.lowered for need in needs)
+
+
+class _Checks:
+    """Whether a finding's secret is allowed by a rule's allowlists and the global one, as
+    ``any(a.allows(...))`` says, for one text, in few calls: a text dense in findings (``key=``
+    and a random value, one every 21 characters) paid some 35 us of Python for each, most of it
+    a call per allowlist and regex. The regexes on the secret that the text could match (of
+    every allowlist but an ``AND`` of regexes and stopwords) are one alternation, searched once;
+    their stopwords one trie; a regex on the line is searched only where one of the strings
+    each of its matches holds (``_needs``) lies within the line, so the line is mostly never cut.
+    """
+
+    def __init__(self, allowlists: tuple[Allowlist, ...], possible: _Possible) -> None:
+        # An AND of regexes alone or of stopwords alone is their OR: one check, all of it.
+        self.general = tuple(a for a in allowlists if a.all_of and a.regexes and a.stopwords)
+        either = [a for a in allowlists if not (a.all_of and a.regexes and a.stopwords)]
+        searches = {id(a): set(map(id, possible.searches(a))) for a in either}
+        pairs = [(a, pattern, found) for a in either for pattern, found in zip(a.regexes, a._searches, strict=True)]
+        pairs = [(a, pattern, found) for a, pattern, found in pairs if id(found) in searches[id(a)]]
+        on_secret = tuple(pattern for a, pattern, _ in pairs if a.target == "secret")
+        stopwords = tuple(sorted({w for a in either for w in a.stopwords}))
+        self.on_secret = _any_search(on_secret)
+        self.stopwords = _stopword_search(stopwords)
+        self.on_match = tuple(
+            _match_search(pattern, found, possible) for a, pattern, found in pairs if a.target == "match"
+        )
+        self.on_line = tuple(
+            (found, possible.places(_needs(pattern))) for a, pattern, found in pairs if a.target == "line"
+        )
+        self.possible = possible
+
+    def allows(self, secret: str, text: str, match_start: int, match_end: int) -> bool:
+        if secret:
+            if self.on_secret is not None and self.on_secret(secret):
+                return True
+            if self.stopwords is not None and self.stopwords(secret.lower()) is not None:
+                return True
+        matched = None
+        for starts, found in self.on_match:
+            if starts is not None and starts(self.possible.lowered, match_start, match_end) is None:
+                continue
+            matched = text[match_start:match_end].strip("\n") if matched is None else matched
+            if matched and found(matched):
+                return True
+        if self.general:
+            line_start, line_end = _line(text, match_start, match_end)
+            line, matched = text[line_start:line_end], text[match_start:match_end].strip("\n")
+            if any(a.allows(secret, matched, line, self.possible) for a in self.general):
+                return True
+        return bool(self.on_line) and self._allowed_by_line(text, match_start, match_end)
+
+    def _allowed_by_line(self, text: str, match_start: int, match_end: int) -> bool:
+        # The line lies within WINDOW of the match: most matches have nothing a line regex
+        # needs that near, and their line is never looked for.
+        near = max(0, match_start - WINDOW), match_end + WINDOW
+        on_line = [(found, places) for found, places in self.on_line if _any_within(*near, places)]
+        if not on_line:
+            return False
+        line_start, line_end = _line(text, match_start, match_end)
+        line = text[line_start:line_end]
+        return bool(line) and any(found(line) for found, places in on_line if _any_within(line_start, line_end, places))
+
+
+def _any_within(start: int, end: int, places: tuple[tuple[int, list[int]], ...] | None) -> bool:
+    """Whether one of the strings whose ``places`` are given (None: unknown) lies within ``start``-``end``."""
+    return places is None or any(_within(start, end, size, starts) for size, starts in places)
+
+
+def _match_search(
+    pattern: re.Pattern[str], found: Callable[[str], bool], possible: _Possible
+) -> tuple[Callable[[str, int, int], object] | None, Callable[[str], bool]]:
+    """``found`` (``_search_where_it_may_start``'s search of ``pattern``), and a search that
+    must find something in the lower-cased text between a match's ends for ``found`` to: when
+    the text holds none of the strings the plan's other choices need, no match does, and
+    ``found`` tries only where a literal start stands (none of which holds a line break, which
+    a match is stripped of). Most matches have no start: one search in C, no match cut."""
+    plan = _starts_and_needs(pattern)
+    if plan is None or any(need in possible.lowered for need in plan[1]) or "\n" in plan[0].pattern:
+        return None, found
+    return plan[0].search, found
+
+
+def _within(start: int, end: int, size: int, places: list[int]) -> bool:
+    """Whether one of ``places`` (sorted) starts a string of ``size`` within ``start``-``end``."""
+    index = bisect.bisect_left(places, start)
+    return index < len(places) and places[index] + size <= end
+
+
+_FLAGS_FIRST = re.compile(r"\(\?[a-zA-Z-]+\)")
+
+
+@functools.cache
+def _any_search(patterns: tuple[re.Pattern[str], ...]) -> Callable[[str], object] | None:
+    """Whether any of ``patterns`` matches somewhere in a text, as one search of their
+    alternation when they can be written as one (ASCII, no flags but a leading ``(?i)``)."""
+    if not patterns:
+        return None
+    if len(patterns) == 1:
+        return patterns[0].search
+    parts = []
+    for pattern in patterns:
+        if pattern.flags == re.ASCII and not _FLAGS_FIRST.match(pattern.pattern):
+            parts.append(f"(?:{pattern.pattern})")
+        elif pattern.flags == re.ASCII | re.IGNORECASE and pattern.pattern.startswith("(?i)"):
+            parts.append(f"(?i:{pattern.pattern[4:]})")
+        else:
+            searches = tuple(p.search for p in patterns)
+            return lambda text: any(search(text) for search in searches)
+    return re.compile("|".join(parts), re.ASCII).search
+
+
+@functools.cache
+def _stopword_search(stopwords: tuple[str, ...]) -> Callable[[str], object] | None:
+    return re.compile(_trie_pattern(stopwords)).search if stopwords else None
 
 
 @functools.cache
