@@ -219,6 +219,9 @@ class Rule:
     lead: int = 0
     #: Every match of ``regex`` starts with one of ``keywords``: it is tried only where one stands.
     anchored: bool = False
+    #: An anchored rule whose matches start at a word boundary (``\b``) and whose keywords start
+    #: with a word character: it is tried only where its keyword follows no word character.
+    bounded: bool = False
     #: An anchored rule whose keyword gitleaks' assignment (``_ASSIGNMENT``) follows: its
     #: operator stands within this many characters of the keyword's start (0: no such rule).
     reach: int = 0
@@ -351,12 +354,14 @@ def load() -> RuleSet:
             regex, lead = _without_lead(compile_go(pattern))
             regex, head, tail = _over_lines_one_way(regex)
             keywords = tuple(word.lower() for word in spec.get("keywords", ()))
+            anchored = _starts_with_one_of(regex, keywords)
             rules.append(
                 Rule(
                     id=spec["id"],
                     regex=regex,
                     lead=lead,
-                    anchored=_starts_with_one_of(regex, keywords),
+                    anchored=anchored,
+                    bounded=anchored and _starts_at_boundary(regex, keywords),
                     reach=_assignment_reach(regex),
                     head=head,
                     tail=tail,
@@ -450,6 +455,17 @@ def _starts_with_one_of(regex: re.Pattern[str], keywords: tuple[str, ...]) -> bo
     """Whether every match of ``regex`` starts, lower-cased, with one of ``keywords``."""
     heads, _ = _heads(sre_parse.parse(regex.pattern, regex.flags & ~re.ASCII | re.ASCII))
     return bool(heads) and all(any(head.lower().startswith(word) for word in keywords) for head in heads)
+
+
+def _starts_at_boundary(regex: re.Pattern[str], keywords: tuple[str, ...]) -> bool:
+    """Whether every match of ``regex`` starts with ``\b`` (ASCII), and every keyword with a word
+    character: a match then starts only where no word character stands before it."""
+    items = list(sre_parse.parse(regex.pattern, regex.flags))
+    first = bool(items) and items[0] == (sre.AT, sre.AT_BOUNDARY)
+    return first and bool(regex.flags & re.ASCII) and all(word[:1] in _WORD_CHARS for word in keywords)
+
+
+_WORD_CHARS = frozenset(string.ascii_letters + string.digits + "_")
 
 
 def _heads(items) -> tuple[set[str], bool]:  # noqa: ANN001 (a parse tree: no public type)
@@ -572,15 +588,17 @@ def find(text: str, rule_set: RuleSet | None = None) -> Iterator[tuple[int, int,
     possible = _Possible(lowered)
     windows_by_keyword: dict[str, list[tuple[int, int]]] = {}
     places_by_keyword: dict[str, list[int]] = {}
+    bounded_by_keyword: dict[str, list[int]] = {}
     for rule in rule_set.rules:
         if not rule.keywords:
             yield from _matches(rule, rule_set, text, 0, len(text), possible)
             continue
         if rule.anchored:
+            known, where = (bounded_by_keyword, _bounded_places) if rule.bounded else (places_by_keyword, _places)
             for keyword in rule.keywords:
-                if keyword not in places_by_keyword:
-                    places_by_keyword[keyword] = _places(lowered, keyword)
-            places = [places_by_keyword[keyword] for keyword in rule.keywords if places_by_keyword[keyword]]
+                if keyword not in known:
+                    known[keyword] = where(lowered, keyword)
+            places = [known[keyword] for keyword in rule.keywords if known[keyword]]
             if places:
                 yield from _anchored_matches(
                     rule, rule_set, text, places[0] if len(places) == 1 else heapq.merge(*places), possible
@@ -623,6 +641,24 @@ def _places(lowered: str, keyword: str) -> list[int]:
         places.append(place)
         place = find(keyword, place + 1)
     return places
+
+
+def _bounded_places(lowered: str, keyword: str) -> list[int]:
+    """Where ``keyword`` occurs after no word character (ASCII) or at the start, found in C: jwt's
+    ``ey`` stands in every ``key``, where its ``\b`` fails (a try each cost as much as a finding)."""
+    after_word = _after_word(keyword)
+    if after_word is None:
+        return [place for place in _places(lowered, keyword) if not place or lowered[place - 1] not in _WORD_CHARS]
+    return [found.start() for found in after_word.finditer(lowered)]
+
+
+@functools.cache
+def _after_word(keyword: str) -> re.Pattern[str] | None:
+    """``keyword`` not after a word character: the keyword first, so that ``re`` looks for it as
+    a literal; None when two occurrences of it may overlap (a search would skip the second)."""
+    if any(keyword[:size] == keyword[-size:] for size in range(1, len(keyword))):
+        return None
+    return re.compile(rf"{re.escape(keyword)}(?<!\w{re.escape(keyword)})", re.ASCII)
 
 
 def _merged(windows: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -339,7 +339,9 @@ def test_password_flags_with_the_boundary_after_their_start_find_what_they_found
 DENSE_OVER_PROSE = 10.0
 
 
-@pytest.mark.parametrize("name", ["api.", "every keyword", "every keyword given a value", "key=", "curl"])
+@pytest.mark.parametrize(
+    "name", ["api.", "every keyword", "every keyword given a value", "key=", "curl", "key=, random values"]
+)
 def test_a_megabyte_dense_in_keywords_costs_a_few_times_plain_prose(name: str) -> None:
     """Issue 35: redaction's cost does not grow with keyword density. Measured as the CPU the
     redacting thread spends (``time.thread_time``) against the same for a megabyte of plain
@@ -623,3 +625,44 @@ def test_entropy_told_by_distinct_characters_is_what_the_sum_says() -> None:
         assert secret_rules._random_enough(text, threshold) == expected, (text, threshold)
         told[expected] += 1
     assert min(told.values()) > 2_000, told
+
+
+@pytest.mark.parametrize(
+    "text", ["key ey -ey _ey 9ey", "eyey eyeyey", "aaaa a-a-a-a", "", "ey", "é-ey\ney", "sk-sk-sk"]
+)
+def test_keyword_places_after_no_word_character_are_where_a_boundary_stands(text: str) -> None:
+    for keyword in ["ey", "eyey", "a", "aa", "a-a", "sk-", "sk-sk", "zz", "ey-"]:
+        boundary = re.compile(r"\b", re.ASCII)
+        expected = [place for place in secret_rules._places(text, keyword) if boundary.match(text, place)]
+        assert secret_rules._bounded_places(text, keyword) == expected, keyword
+
+
+def test_rules_starting_at_a_boundary_tried_only_after_no_word_character_find_what_every_try_finds() -> None:
+    # A rule whose matches start with \b (jwt, 60 others) is not tried where its keyword follows
+    # a word character (Rule.bounded): the same findings as trying every place, on mixes of
+    # those rules' keywords and values after word characters, separators and line starts.
+    import dataclasses
+    import random
+
+    rule_set = secret_rules.load()
+    bounded = tuple(rule for rule in rule_set.rules if rule.bounded)
+    assert len(bounded) > 50 and any(rule.id == "jwt" for rule in bounded)
+    every_place = dataclasses.replace(rule_set, rules=tuple(dataclasses.replace(r, bounded=False) for r in bounded))
+    only_bounded = dataclasses.replace(rule_set, rules=bounded)
+    keywords = sorted({keyword for rule in bounded for keyword in rule.keywords})
+    token = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    rng, found = random.Random(46), 0
+    for _ in range(3_000):
+        pieces = []
+        for _ in range(rng.randint(1, 12)):
+            keyword = rng.choice(keywords)
+            keyword = rng.choice([keyword, keyword.upper(), keyword.capitalize()])
+            value = "".join(rng.choice(token) for _ in range(rng.choice([20, 40, 64, 80])))
+            pieces.append(rng.choice(["", " ", "k", "_", "-", "\n", "é", "9", "ey", "."]) + keyword + value)
+            if keyword.lower() == "ey":  # a JWT: three parts
+                pieces[-1] += ".ey" + value + "." + value[:12]
+        text = "".join(pieces)
+        expected = sorted(secret_rules.find(text, every_place))
+        assert sorted(secret_rules.find(text, only_bounded)) == expected, text
+        found += len(expected)
+    assert found > 100, found
