@@ -13,7 +13,8 @@ and set ``SHA256`` (a test checks the file against it and that every rule still 
   the same secrets, and no longer 50 tries at every character); a rule whose every match
   starts with a keyword (199 of 221, read from its parse tree) is tried once per occurrence,
   anchored, reading at most ``WINDOW`` characters, and not at all when gitleaks' assignment
-  follows its keyword and no operator stands within reach; the two ``curl`` rules (of those
+  follows its keyword and no operator stands within reach, or when the match must start at a
+  ``\b`` and a word character stands before the keyword (``Rule.bounded``); the two ``curl`` rules (of those
   199), whose matches may run five lines on, are tried once a line (a failed try rules out
   the later ``curl`` of its line) and read as far as they reach, their lines read one way
   (``_over_lines_one_way``: gitleaks' form let a CR be read two ways); the rest are searched
@@ -22,7 +23,9 @@ and set ``SHA256`` (a test checks the file against it and that every rule still 
 - the secret is the rule's ``secretGroup``, else its first non-empty group, else the match;
 - it is dropped when its Shannon entropy is at most the rule's ``entropy``, or when the
   global or the rule's allowlists allow it (regexes on the secret, the match or the line;
-  stopwords in the secret; ``condition = "AND"``), as gitleaks does.
+  stopwords in the secret; ``condition = "AND"``), as gitleaks does; for one text these are few
+  searches a finding (``_Checks``), and the entropy is mostly told by how many of the secret's
+  characters differ (``_random_enough``).
 
 One departure: 150 provider rules end a token only at a quote, white space, ``;`` or the
 end (their ``(?:[\\x60'"\\s;]|\\\\[nr]|$)``), so a token at the end of a sentence ("log in with
@@ -889,12 +892,42 @@ _FLAGS_FIRST = re.compile(r"\(\?[a-zA-Z-]+\)")
 
 @functools.cache
 def _any_search(patterns: tuple[re.Pattern[str], ...]) -> Callable[[str], object] | None:
-    """Whether any of ``patterns`` matches somewhere in a text, as one search of their
-    alternation when they can be written as one (ASCII, no flags but a leading ``(?i)``)."""
+    """Whether any of ``patterns`` matches somewhere in a text: those whose matches all start at
+    the text's start (a leading ``^``) one alternation tried there alone, the others one
+    searched; each in turn where they cannot be written as one (ASCII, no flags but a leading
+    ``(?i)``). One alternation searched would try the ``^`` ones at every character, which ``re``
+    spares a lone ``^`` pattern: 7 us instead of 0.2 for a 150-character secret."""
+    if not patterns:
+        return None
+    at_start = tuple(p for p in patterns if _at_start(p))
+    elsewhere = tuple(p for p in patterns if p not in at_start)
+    calls: list[Callable[[str], object]] = []
+    for each, anchored in ((at_start, True), (elsewhere, False)):
+        one = _alternation(each)
+        if one is not None:
+            calls.append(one.match if anchored else one.search)
+        else:
+            calls += [pattern.search for pattern in each]
+    if len(calls) == 1:
+        return calls[0]
+    return lambda text: any(call(text) for call in calls)
+
+
+def _at_start(pattern: re.Pattern[str]) -> bool:
+    """Whether every match of ``pattern`` starts at the text's start (``^``, not multi-line)."""
+    if pattern.flags & re.MULTILINE:
+        return False
+    items = list(sre_parse.parse(pattern.pattern, pattern.flags))
+    return bool(items) and items[0] in ((sre.AT, sre.AT_BEGINNING), (sre.AT, sre.AT_BEGINNING_STRING))
+
+
+def _alternation(patterns: tuple[re.Pattern[str], ...]) -> re.Pattern[str] | None:
+    """``patterns`` as one alternation (ASCII), a leading ``(?i)`` made a group; None when there
+    are none, or one cannot be written so."""
     if not patterns:
         return None
     if len(patterns) == 1:
-        return patterns[0].search
+        return patterns[0]
     parts = []
     for pattern in patterns:
         if pattern.flags == re.ASCII and not _FLAGS_FIRST.match(pattern.pattern):
@@ -902,9 +935,8 @@ def _any_search(patterns: tuple[re.Pattern[str], ...]) -> Callable[[str], object
         elif pattern.flags == re.ASCII | re.IGNORECASE and pattern.pattern.startswith("(?i)"):
             parts.append(f"(?i:{pattern.pattern[4:]})")
         else:
-            searches = tuple(p.search for p in patterns)
-            return lambda text: any(search(text) for search in searches)
-    return re.compile("|".join(parts), re.ASCII).search
+            return None
+    return re.compile("|".join(parts), re.ASCII)
 
 
 @functools.cache
