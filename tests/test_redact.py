@@ -157,7 +157,17 @@ DENSE = {
     "every keyword given a value": lambda: _megabyte("".join(f"{k}=abcdefghijk123 " for k in _keywords())),
     "key=": lambda: _megabyte("key=abc "),
     "curl": lambda: _megabyte("curl "),
+    # A finding of the generic rule every 21 characters, each checked against its allowlists.
+    "key=, random values": lambda: _megabyte("".join(f"key={_random_value(16, seed)} " for seed in range(2_000))),
 }
+
+
+def _random_value(length: int, seed: int) -> str:
+    import random
+    import string
+
+    rng = random.Random(seed)
+    return "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(length))
 
 
 @pytest.mark.parametrize("name", DENSE)

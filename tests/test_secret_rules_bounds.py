@@ -339,7 +339,9 @@ def test_password_flags_with_the_boundary_after_their_start_find_what_they_found
 DENSE_OVER_PROSE = 10.0
 
 
-@pytest.mark.parametrize("name", ["api.", "every keyword", "every keyword given a value", "key=", "curl"])
+@pytest.mark.parametrize(
+    "name", ["api.", "every keyword", "every keyword given a value", "key=", "curl", "key=, random values"]
+)
 def test_a_megabyte_dense_in_keywords_costs_a_few_times_plain_prose(name: str) -> None:
     """Issue 35: redaction's cost does not grow with keyword density. Measured as the CPU the
     redacting thread spends (``time.thread_time``) against the same for a megabyte of plain
@@ -512,3 +514,155 @@ def test_an_allowlist_regex_ruled_out_for_the_text_could_not_match_any_part_of_i
                 matched += 1
                 assert possible(pattern), (pattern.pattern, text)
     assert matched > 3_000
+
+
+def _plainly_allowed(allowlists: tuple, text: str, match: re.Match[str], secret: str) -> bool:
+    """What ``_finding`` asked before ``_Checks``: each allowlist on the secret, the match and
+    its line (WINDOW each side), every regex searched."""
+    line_start, line_end = secret_rules._line(text, match.start(), match.end())
+    matched = text[match.start() : match.end()].strip("\n")
+    return any(a.allows(secret, matched, text[line_start:line_end]) for a in allowlists)
+
+
+def test_allowlists_checked_as_few_searches_allow_what_each_allowlist_allows() -> None:
+    # _Checks: the regexes on the secret as one alternation, stopwords as one trie, the generic
+    # allowlist on the match tried only where the text has a start between the match's ends, a
+    # line regex only where what it needs is within the line: the same answer as every allowlist
+    # asked in turn, for every rule with allowlists and one whose allowlists take each other way
+    # (an AND of regexes and stopwords, a line regex needing nothing, a flag group after the start).
+    import dataclasses
+    import random
+
+    rule_set = secret_rules.load()
+    generic = next(rule for rule in rule_set.rules if rule.id == "generic-api-key")
+    odd = (
+        secret_rules.Allowlist(regexes=(re.compile(r"x\d+y", re.ASCII),), stopwords=("zz",), all_of=True),
+        secret_rules.Allowlist(regexes=(re.compile(r"^\s*#", re.ASCII | re.MULTILINE),), target="line"),
+        secret_rules.Allowlist(regexes=(secret_rules.compile_go(r"ab(?i)cd"), re.compile("Q", re.I)), target="match"),
+        secret_rules.Allowlist(regexes=(re.compile(r"q{3}"), secret_rules.compile_go(r"(?i)^k9")), stopwords=("é",)),
+    )
+    rules = [rule for rule in rule_set.rules if rule.allowlists and rule.head is None]
+    rules.append(dataclasses.replace(generic, id="odd", allowlists=(*generic.allowlists, *odd)))
+    patterns = [p.pattern for a in (rule_set.allowlist, *generic.allowlists) for p in a.regexes]
+    words = sorted({w for p in patterns for w in re.findall(r"[A-Za-z_]{2,}", p)})
+    pieces = [*words, *random.Random(0).sample(generic.allowlists[1].stopwords, 60), "key=", "api_key = ", "token: "]
+    pieces += ["AKIA", "AIza", "hvs.", "password=", "x12y", "zz", "abCD", "Qq", "qqq", "K9", "é", "\u212a", ":jar:"]
+    pieces += ["=\n", "\n", " ", "\t", "#", "'", '"', "=", "/usr/", "${", "$", "%", "{{", "}}", "@", "-", "_", "."]
+    pieces += ["import { a } from 'b'", 'LICENSE = "MIT"', "--mount=type=secret,", "true", "aaaa", "AbCdEf0123456789"]
+    token = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+    def piece() -> str:
+        if rng.random() < 0.4:  # a value random enough to be a secret, mostly given a name
+            name = rng.choice(["key=", "api_key = ", "token: ", "password=", "secret='", "AKIA", ""])
+            value = "".join(rng.choice(token) for _ in range(rng.randint(8, 24)))
+            return name + rng.choice(["", *pieces[-20:]]) + value + rng.choice(["", " ", "\n", "'", ";"])
+        return rng.choice(pieces) + rng.choice(["", " "])
+
+    rng, allowed, kept = random.Random(43), 0, 0
+    for _ in range(1_500):
+        text = "".join(piece() for _ in range(rng.randint(1, 60)))
+        text = rng.choice([text, text.upper(), text.lower()])
+        possible = secret_rules._Possible(text.translate(secret_rules._ASCII_LOWER))
+        for rule in rules:
+            allowlists = (rule_set.allowlist, *rule.allowlists)
+            checks = secret_rules._Checks(allowlists, possible)
+            for match in rule.regex.finditer(text):
+                secret = match.group(secret_rules._secret_group(rule, match))
+                expected = _plainly_allowed(allowlists, text, match, secret)
+                assert checks.allows(secret, text, match.start(), match.end()) == expected, (rule.id, text)
+                allowed, kept = allowed + expected, kept + (not expected)
+    assert allowed > 2_000 and kept > 2_000, (allowed, kept)
+
+
+def test_allowlist_regexes_searched_as_one_alternation_find_what_each_search_finds() -> None:
+    # _any_search: the regexes on a secret as one alternation (a leading (?i) made a group),
+    # or each in turn where they cannot be one: the same answer as any of their searches.
+    import random
+
+    rule_set = secret_rules.load()
+    patterns = [p for a in (rule_set.allowlist, *(a for r in rule_set.rules for a in r.allowlists)) for p in a.regexes]
+    patterns += [re.compile(r"x\d+y"), re.compile("Q", re.I | re.ASCII), secret_rules.compile_go(r"(?i)^k9")]
+    pieces = sorted({w for p in patterns for w in re.findall(r"[A-Za-z_]{2,}", p.pattern)})
+    pieces += list("$%@{}/=:._- \n\t\"'1xQqK9") + ["${{", "{{", "}}", "/Users/", "/usr/", "x12y", "\u212a", "é"]
+    rng, matched = random.Random(44), 0
+    for _ in range(4_000):
+        group = tuple(rng.sample(patterns, rng.randint(1, 6)))
+        search = secret_rules._any_search(group)
+        assert search is not None
+        for _ in range(5):
+            text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+            text = rng.choice([text, text.upper(), text.lower()])
+            expected = any(p.search(text) for p in group)
+            assert bool(search(text)) == expected, ([p.pattern for p in group], text)
+            matched += expected
+    assert matched > 800
+
+
+def test_entropy_told_by_distinct_characters_is_what_the_sum_says() -> None:
+    # _random_enough decides most secrets by how many of their characters differ: the same answer
+    # as the entropy's float against every threshold of the rule set and ones the bounds reach
+    # exactly (log2 of a count: "abcd" * 4 has an entropy of exactly 2.0).
+    import math
+    import random
+
+    thresholds = sorted({rule.entropy for rule in secret_rules.load().rules if rule.entropy} | {1.5, 2.0, 3.0, 4.0})
+    thresholds += [math.log2(d) for d in range(2, 40)] + [3.7004397181410926, 3.5 + 1e-12, 3.5 - 1e-12]
+    rng, told = random.Random(45), {True: 0, False: 0}
+    alphabets = [
+        "ab",
+        "abcd",
+        "abcdefgh",
+        string_letters := "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
+    ]
+    for _ in range(20_000):
+        length = rng.choice([0, 1, 2, 3, 8, 12, 16, 17, 20, 32, 64, 150, 1_024, 1_025])
+        alphabet = rng.choice(alphabets)[: rng.randint(1, len(string_letters))]
+        text = "".join(rng.choice(alphabet) for _ in range(length))
+        if rng.random() < 0.1 and length:
+            text = (alphabet * length)[:length]  # evenly spread: an entropy of log2 of a count
+        threshold = rng.choice(thresholds)
+        expected = secret_rules.shannon_entropy(text) > threshold
+        assert secret_rules._random_enough(text, threshold) == expected, (text, threshold)
+        told[expected] += 1
+    assert min(told.values()) > 2_000, told
+
+
+@pytest.mark.parametrize(
+    "text", ["key ey -ey _ey 9ey", "eyey eyeyey", "aaaa a-a-a-a", "", "ey", "é-ey\ney", "sk-sk-sk"]
+)
+def test_keyword_places_after_no_word_character_are_where_a_boundary_stands(text: str) -> None:
+    for keyword in ["ey", "eyey", "a", "aa", "a-a", "sk-", "sk-sk", "zz", "ey-"]:
+        boundary = re.compile(r"\b", re.ASCII)
+        expected = [place for place in secret_rules._places(text, keyword) if boundary.match(text, place)]
+        assert secret_rules._after_no_word(text, secret_rules._places(text, keyword)) == expected, keyword
+
+
+def test_rules_starting_at_a_boundary_tried_only_after_no_word_character_find_what_every_try_finds() -> None:
+    # A rule whose matches start with \b (jwt, 60 others) is not tried where its keyword follows
+    # a word character (Rule.bounded): the same findings as trying every place, on mixes of
+    # those rules' keywords and values after word characters, separators and line starts.
+    import dataclasses
+    import random
+
+    rule_set = secret_rules.load()
+    bounded = tuple(rule for rule in rule_set.rules if rule.bounded)
+    assert len(bounded) > 50 and any(rule.id == "jwt" for rule in bounded)
+    every_place = dataclasses.replace(rule_set, rules=tuple(dataclasses.replace(r, bounded=False) for r in bounded))
+    only_bounded = dataclasses.replace(rule_set, rules=bounded)
+    keywords = sorted({keyword for rule in bounded for keyword in rule.keywords})
+    token = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    rng, found = random.Random(46), 0
+    for _ in range(3_000):
+        pieces = []
+        for _ in range(rng.randint(1, 12)):
+            keyword = rng.choice(keywords)
+            keyword = rng.choice([keyword, keyword.upper(), keyword.capitalize()])
+            value = "".join(rng.choice(token) for _ in range(rng.choice([20, 40, 64, 80])))
+            pieces.append(rng.choice(["", " ", "k", "_", "-", "\n", "é", "9", "ey", "."]) + keyword + value)
+            if keyword.lower() == "ey":  # a JWT: three parts
+                pieces[-1] += ".ey" + value + "." + value[:12]
+        text = "".join(pieces)
+        expected = sorted(secret_rules.find(text, every_place))
+        assert sorted(secret_rules.find(text, only_bounded)) == expected, text
+        found += len(expected)
+    assert found > 100, found
