@@ -130,20 +130,27 @@ async def test_a_follow_up_searches_with_the_words_of_the_exchange_it_follows(mo
     assert earlier_call.id != look_call.id  # each reply's look is its own call
 
 
-async def test_the_look_keeps_its_best_hits_within_its_share_of_the_context(workspace):
+async def look_over_billing_notes(workspace, n_ctx: int, max_tokens: int) -> tuple[StandInModel, str]:
+    """The model and the look that reached it, asked over twelve files of sixty billing lines
+    each: far more hits than any look's share holds."""
     for n in range(12):
         (workspace / "docs" / f"billing-{n}.md").write_text(
             "\n".join(f"Billing note {n}.{line}: the billing port is 8101 on host {line}." for line in range(60)),
             encoding="utf-8",
         )
-    model = StandInModel(n_ctx=2048)
-    chat = make_chat(model, **ON, **{"chat.n_ctx": 2048, "chat.max_tokens": 512})
+    model = StandInModel(n_ctx=n_ctx)
+    chat = make_chat(model, **ON, **{"chat.n_ctx": n_ctx, "chat.max_tokens": max_tokens})
     model.queue("Port 8101.")
     await ask(chat, "Which billing port?", workspace=workspace)
     _, look_result = first_look_exchange(model.requests[0])
+    return model, look_result.content
+
+
+async def test_the_look_keeps_its_best_hits_within_its_share_of_the_context(workspace):
+    model, look = await look_over_billing_notes(workspace, 2048, 512)
     share = first_look.token_share(2048, 512)
-    assert model.count_text(look_result.content) <= share
-    assert re.search(r"^\[1\] docs/billing-\d+\.md:", look_result.content, re.MULTILINE)  # the best ones, not nothing
+    assert model.count_text(look) <= share
+    assert re.search(r"^\[1\] docs/billing-\d+\.md:", look, re.MULTILINE)  # the best ones, not nothing
 
 
 def test_a_small_room_gives_the_look_a_smaller_share_and_a_large_room_a_quarter():
@@ -155,20 +162,11 @@ def test_a_small_room_gives_the_look_a_smaller_share_and_a_large_room_a_quarter(
 
 
 async def test_at_n_ctx_4096_the_look_fills_a_fifth_of_the_room(workspace):
-    for n in range(12):
-        (workspace / "docs" / f"billing-{n}.md").write_text(
-            "\n".join(f"Billing note {n}.{line}: the billing port is 8101 on host {line}." for line in range(60)),
-            encoding="utf-8",
-        )
-    model = StandInModel(n_ctx=4096)
-    chat = make_chat(model, **ON, **{"chat.n_ctx": 4096, "chat.max_tokens": 64})
-    model.queue("Port 8101.")
-    await ask(chat, "Which billing port?", workspace=workspace)
-    _, look_result = first_look_exchange(model.requests[0])
+    model, look = await look_over_billing_notes(workspace, 4096, 64)
     # What reached the model: within a fifth of the room (806 tokens), not a quarter (1,008),
     # and still the best hits, more than half of that fifth.
-    assert 806 // 2 < model.count_text(look_result.content) <= 806
-    assert re.search(r"^\[1\] docs/billing-\d+\.md:", look_result.content, re.MULTILINE)
+    assert 806 // 2 < model.count_text(look) <= 806
+    assert re.search(r"^\[1\] docs/billing-\d+\.md:", look, re.MULTILINE)
 
 
 async def test_an_oversized_question_gets_no_look_it_is_the_subject_itself(model, workspace):
