@@ -28,13 +28,14 @@ per query after its per-reply build, plus that build; the new one on the stored 
 
 With ``--replay`` it replays the same conversation instead through the daemon (``Chat``, the
 remote provider on a loopback OpenAI-compatible stub, default settings), in a session with a
-workspace (service settings, notes on the chat's topics, the team), twice side by side: the first
-look off, then on. Each planned turn is a reply (the stub says the planned answer; a planned tool
+workspace (service settings, notes on the chat's topics, the team), twice side by side, turn by
+turn: the first look off and on, each turn and each question on one side and then the other (which
+goes first alternating), so a machine that slows down during the run slows both. Each planned turn is a reply (the stub says the planned answer; a planned tool
 exchange is the model's own workspace ``search``), then each question is asked in the same
 session, the stub calling ``conversation_history`` with it. A question counts as recalled when the
 tool's output as it reached the model quotes the fact's value inside the answer's message. It
 prints recall by kind, the replay's and the questions' seconds, the CPU seconds of both (the
-process's, the stub's thread included: steadier than wall time when other work shares the
+process's, the stub's threads included: steadier than wall time when other work shares the
 cores), and the ratios on vs off.
 
 Not a test: run ``python bench/bench_history_recall.py`` (``--replay``: several minutes;
@@ -650,76 +651,125 @@ def quoted_in(output: str, seq: int, value: str) -> bool:
     return False
 
 
-async def replay(
-    first_look: bool, planned, facts, directory: Path, limit: int | None = None
-) -> tuple[float, float, float, dict[str, list[bool]], float]:
-    """The conversation replayed through ``Chat`` with the remote provider on a loopback stub, in a
-    session with a workspace; then each question asked, the stub calling ``conversation_history``
-    with it. Returns (replay seconds, questions seconds, recall, recall by kind, the CPU seconds of
-    both: the process's, the stub's thread included, steadier than wall time on a shared machine).
+class ReplaySide:
+    """One side of the replay: a ``Chat`` with the remote provider on its own loopback stub, its
+    own data dir and workspace (the same files), the first look on or off. ``turn`` replays one
+    planned turn, ``ask`` asks one question with the stub calling ``conversation_history`` with
+    it; each times itself (wall and the process's CPU: the other side waits meanwhile), the
+    bench's own reading back of what a reply stored left out (the whole session, larger with
+    the looks: not the daemon's cost)."""
+
+    def __init__(self, first_look: bool, directory: Path, profile: bool = False) -> None:
+        from imprintd import settings as settings_mod
+        from imprintd.chat import Chat
+        from tests.openai_stub import OpenAIStub
+
+        self.first_look = first_look
+        self.workspace = directory / "workspace"
+        write_workspace(self.workspace, random.Random(SEED))
+        self.script = Scripted()
+        # The stub keeps no request: 13,000 prompts kept (larger with the looks) slowed the
+        # process's garbage collection, a cost of the bench, not of the daemon.
+        self.stub = OpenAIStub(record=False).__enter__()
+        self.stub.replies = _Always(self.script)
+        values = {"chat.provider": "openai", "chat.base_url": self.stub.base_url, "chat.model": "stub"}
+        resolved = settings_mod.load({}, environ={}).apply({**values, "chat.first_look": first_look}, "bench")
+        self.clock = [START]
+        self.chat = Chat(resolved, data_dir=directory)
+        self.chat._store = Store.open(directory / "imprint.sqlite3", clock=lambda: self.clock[0])  # dated days
+        self.session_id: str | None = None
+        self.seq_of: dict[int, int] = {}  # a planned message's index → its stored seq
+        self.count = 0
+        self.hits: dict[str, list[bool]] = {}
+        #: Seconds: the replay's wall and CPU, the questions' wall and CPU.
+        self.replayed = self.replayed_cpu = self.asked = self.asked_cpu = 0.0
+        self.profiler = None
+        if profile:
+            import cProfile
+
+            self.profiler = cProfile.Profile()
+
+    async def _timed(self, request) -> tuple[object, float, float]:
+        from tests.recording import RecordingEvents
+
+        if self.profiler is not None:
+            self.profiler.enable()
+        started, started_cpu = time.perf_counter(), time.process_time()
+        outcome = await self.chat.reply(request, RecordingEvents())
+        wall, cpu = time.perf_counter() - started, time.process_time() - started_cpu
+        if self.profiler is not None:
+            self.profiler.disable()
+        return outcome, wall, cpu
+
+    async def turn(self, day: int, turn: Turn) -> None:
+        from imprintd.chat import ReplyRequest
+
+        self.clock[0] = START + day * 3 * DAY + self.count
+        self.script.rounds = list(turn.rounds) or [{"text": "OK."}]
+        request = ReplyRequest(
+            text=turn.question.content,
+            session_id=self.session_id,
+            workspace=str(self.workspace) if not self.session_id else None,
+        )
+        outcome, wall, cpu = await self._timed(request)
+        self.replayed += wall
+        self.replayed_cpu += cpu
+        self.session_id = outcome.session_id
+        stored = self.chat.session(self.session_id).messages[self.count :]
+        self.count += len(stored)
+        for index, role in turn.planned.items():
+            found = [m for m in stored if m.role == role and not m.tool_calls]
+            self.seq_of[index] = (found[0] if role == "user" else found[-1]).seq
+
+    async def ask(self, fact: Fact, index: int) -> None:
+        from imprintd.chat import ReplyRequest
+
+        self.clock[0] += 1
+        self.script.rounds = [
+            {"call": "conversation_history", "arguments": {"query": fact.question}},
+            {"text": "Done."},
+        ]
+        self.script.tool_outputs = []
+        _, wall, cpu = await self._timed(ReplyRequest(text=fact.question, session_id=self.session_id))
+        self.asked += wall
+        self.asked_cpu += cpu
+        output = "\n".join(self.script.tool_outputs)
+        self.hits.setdefault(fact.kind, []).append(quoted_in(output, self.seq_of[index], fact.value))
+
+    def close(self) -> None:
+        self.chat.close()
+        self.stub.__exit__(None, None, None)
+
+
+async def replay(planned, facts, directory: Path, limit: int | None = None, profile: bool = False) -> list[ReplaySide]:
+    """The conversation replayed through ``Chat`` in a session with a workspace, the first look
+    off and on side by side, turn by turn (each turn and each question on one side and then the
+    other, which goes first alternating): a machine that slows down or speeds up during the run
+    does so for both. Then each question is asked on both. Returns the two sides, off first.
 
     ``limit``: replay only that many turns, and ask only the questions about what they said."""
     import os
 
-    from imprintd import settings as settings_mod
-    from imprintd.chat import Chat, ReplyRequest
-    from tests.openai_stub import OpenAIStub
-    from tests.recording import RecordingEvents
-
-    workspace = directory / "workspace"
-    write_workspace(workspace, random.Random(SEED))
     os.environ["IMPRINT_CACHE_DIR"] = str(directory / "cache")
-    script = Scripted()
-    clock = [START]
-    with OpenAIStub() as stub:
-        stub.replies = _Always(script)
-        values = {"chat.provider": "openai", "chat.base_url": stub.base_url, "chat.model": "stub"}
-        resolved = settings_mod.load({}, environ={}).apply({**values, "chat.first_look": first_look}, "bench")
-        chat = Chat(resolved, data_dir=directory)
-        chat._store = Store.open(directory / "imprint.sqlite3", clock=lambda: clock[0])  # dated days
-        session_id = None
-        seq_of: dict[int, int] = {}  # a planned message's index → its stored seq
-        count = 0
-        # Only the replies are timed: the bench's own reading back of what each stored (the whole
-        # session, larger with the looks) is not the daemon's cost.
-        replayed = replayed_cpu = 0.0
-        for day, turn in turns_of(planned)[:limit]:
-            clock[0] = START + day * 3 * DAY + count
-            script.rounds = list(turn.rounds) or [{"text": "OK."}]
-            request = ReplyRequest(
-                text=turn.question.content, session_id=session_id, workspace=str(workspace) if not session_id else None
-            )
-            started, started_cpu = time.perf_counter(), time.process_time()
-            outcome = await chat.reply(request, RecordingEvents())
-            replayed += time.perf_counter() - started
-            replayed_cpu += time.process_time() - started_cpu
-            session_id = outcome.session_id
-            stored = chat.session(session_id).messages[count:]
-            count += len(stored)
-            for index, role in turn.planned.items():
-                found = [m for m in stored if m.role == role and not m.tool_calls]
-                seq_of[index] = (found[0] if role == "user" else found[-1]).seq
-        kinds = sorted({fact.kind for fact, index in facts if index in seq_of})
-        hits: dict[str, list[bool]] = {k: [] for k in kinds}
-        asked = asked_cpu = 0.0
-        for fact, index in facts:
-            if index not in seq_of:
-                continue  # said after the turns replayed (``limit``)
-            clock[0] += 1
-            script.rounds = [{"call": "conversation_history", "arguments": {"query": fact.question}}, {"text": "Done."}]
-            script.tool_outputs = []
-            started, started_cpu = time.perf_counter(), time.process_time()
-            await chat.reply(ReplyRequest(text=fact.question, session_id=session_id), RecordingEvents())
-            asked += time.perf_counter() - started
-            asked_cpu += time.process_time() - started_cpu
-            output = "\n".join(script.tool_outputs)
-            hits[fact.kind].append(quoted_in(output, seq_of[index], fact.value))
-        chat.close()
-    return replayed, asked, _overall(hits), hits, replayed_cpu + asked_cpu
+    sides = [
+        ReplaySide(first_look, directory / ("on" if first_look else "off"), profile) for first_look in (False, True)
+    ]
+    try:
+        for number, (day, turn) in enumerate(turns_of(planned)[:limit]):
+            for side in sides if number % 2 == 0 else sides[::-1]:
+                await side.turn(day, turn)
+        asked = [(fact, index) for fact, index in facts if index in sides[0].seq_of]  # said in the turns replayed
+        for number, (fact, index) in enumerate(asked):
+            for side in sides if number % 2 == 0 else sides[::-1]:
+                await side.ask(fact, index)
+    finally:
+        for side in sides:
+            side.close()
+    return sides
 
 
 def main_replay(limit: int | None = None, profile: str | None = None) -> None:
-    """Both runs side by side; ``profile``: cProfile each run, stats written to ``profile``-off/-on.prof."""
+    """Both sides, turn by turn; ``profile``: cProfile each side, stats written to ``profile``-off/-on.prof."""
     import anyio
 
     rng = random.Random(SEED)
@@ -728,32 +778,27 @@ def main_replay(limit: int | None = None, profile: str | None = None) -> None:
     turns = f", the first {limit} turns" if limit else ""
     print(
         f"replay: {len(planned)} messages, {len(facts)} questions{turns}, remote provider on a loopback stub, "
-        "a session with a workspace"
+        "a session with a workspace, the first look off and on turn by turn"
     )
-    results = {}
-    for first_look in (False, True):
-        with tempfile.TemporaryDirectory() as directory:
-            run = (first_look, planned, facts, Path(directory), limit)
-            if profile:
-                import cProfile
-
-                with cProfile.Profile() as profiler:
-                    results[first_look] = anyio.run(replay, *run)
-                profiler.dump_stats(f"{profile}-{'on' if first_look else 'off'}.prof")
-            else:
-                results[first_look] = anyio.run(replay, *run)
-    kinds = sorted(results[False][3])
+    with tempfile.TemporaryDirectory() as directory:
+        off, on = anyio.run(replay, planned, facts, Path(directory), limit, bool(profile))
+    for side in (off, on):
+        if profile and side.profiler is not None:
+            side.profiler.dump_stats(f"{profile}-{'on' if side.first_look else 'off'}.prof")
+    kinds = sorted(off.hits)
     print(f"{'first look':<10}  " + "  ".join(f"{k:>8}" for k in kinds) + "    recall   replay s   questions s   cpu s")
-    for first_look, (replayed, asked, recall, hits, cpu) in results.items():
-        cells = "  ".join(f"{sum(hits[k]) / len(hits[k]):>8.1%}" for k in kinds)
+    for side in (off, on):
+        cells = "  ".join(f"{sum(side.hits[k]) / len(side.hits[k]):>8.1%}" for k in kinds)
         print(
-            f"{'on' if first_look else 'off':<10}  {cells}  {recall:>8.3f}   {replayed:>8.1f}   {asked:>11.1f}   {cpu:>5.1f}"
+            f"{'on' if side.first_look else 'off':<10}  {cells}  {_overall(side.hits):>8.3f}   {side.replayed:>8.1f}"
+            f"   {side.asked:>11.1f}   {side.replayed_cpu + side.asked_cpu:>5.1f}"
         )
-    off, on = results[False], results[True]
+    recall_on, recall_off = _overall(on.hits), _overall(off.hits)
     print(
-        f"first look on vs off: recall {on[2]:.3f} vs {off[2]:.3f} ({on[2] - off[2]:+.3f}); "
-        f"replay {on[0] / off[0]:.2f}x, questions {on[1] / off[1]:.2f}x, "
-        f"all {(on[0] + on[1]) / (off[0] + off[1]):.2f}x, CPU {on[4] / off[4]:.2f}x"
+        f"first look on vs off: recall {recall_on:.3f} vs {recall_off:.3f} ({recall_on - recall_off:+.3f}); "
+        f"replay {on.replayed / off.replayed:.2f}x, questions {on.asked / off.asked:.2f}x, "
+        f"all {(on.replayed + on.asked) / (off.replayed + off.asked):.2f}x, "
+        f"CPU {(on.replayed_cpu + on.asked_cpu) / (off.replayed_cpu + off.asked_cpu):.2f}x"
     )
 
 

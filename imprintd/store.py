@@ -630,7 +630,7 @@ class Store:
         """The session's messages in order; with ``after``, only those numbered above it."""
         held = self._cached(session_id)
         if held is not None:
-            return held[bisect.bisect_right(held, after, key=_seq) :]
+            return held.messages[bisect.bisect_right(held.messages, after, key=_seq) :]
         with self.reading() as db:
             self._require(session_id)
             rows = db.execute(
@@ -639,7 +639,7 @@ class Store:
             ).fetchall()
         return [_message_from_row(row) for row in rows]
 
-    def _cached(self, session_id: str) -> list[Message] | None:
+    def _cached(self, session_id: str) -> _Held | None:
         """Every message of the session, decoding only those stored since it was last read; None
         when the session is too large to keep (the caller reads the database itself).
 
@@ -662,24 +662,33 @@ class Store:
             ).fetchall()
         if rows:
             held = _Held(
-                identity, [*held.messages, *map(_message_from_row, rows)], held.chars + sum(map(_row_chars, rows))
+                identity,
+                [*held.messages, *map(_message_from_row, rows)],
+                held.chars + sum(map(_row_chars, rows)),
+                held.listed,  # what was found listable among the messages held so far stays so
             )
             self._decoded.put(session_id, held)
-        return held.messages
+        return held
 
     def listable(
         self, session_id: str, first: int, last: int, *, longer_than: int, unlisted_calls: str
     ) -> list[Message]:
         """Messages ``first..last`` a summary's covered material can name, in order: user messages
         over ``longer_than`` characters, tool results but those whose call id starts with
-        ``unlisted_calls`` (first looks), and the calls that made them; the rest are not read,
+        ``unlisted_calls`` (first looks), and the calls that made them (not the looks' own); the
+        rest are not read,
         so a reply's cost does not grow with what the summary covers."""
         held = self._cached(session_id)
         if held is not None:
-            start = bisect.bisect_left(held, first, key=_seq)
-            return _listable(
-                held[start : bisect.bisect_right(held, last, key=_seq)], first, last, longer_than, unlisted_calls
-            )
+            # The listable messages are kept with the decoded ones, found among those new since the
+            # last call: the range is the summary's, which grows with the session.
+            rule = (longer_than, unlisted_calls)
+            scanned, listed = held.listed.get(rule, (0, []))
+            if scanned < len(held.messages):
+                new = _listable(held.messages[scanned:], 0, _seq(held.messages[-1]), longer_than, unlisted_calls)
+                scanned, listed = len(held.messages), [*listed, *new]
+                held.listed[rule] = (scanned, listed)  # one assignment: a reader sees the old pair or this one
+            return listed[bisect.bisect_left(listed, first, key=_seq) : bisect.bisect_right(listed, last, key=_seq)]
         with self.reading() as db:
             self._require(session_id)
             # Bytes are at least characters: the byte length selects every long paste, and
@@ -1002,11 +1011,15 @@ class _DecodedMessages:
 
 @dataclass(frozen=True)
 class _Held:
-    """One session's decoded messages: ``identity`` its (rowid, created_at), ``chars`` their size."""
+    """One session's decoded messages: ``identity`` its (rowid, created_at), ``chars`` their size;
+    ``listed``: by ``listable``'s rule (longer_than, unlisted_calls), how many of the messages it
+    has looked at and the listable ones among them (shared with the ``_Held`` that extends this
+    one: messages only append)."""
 
     identity: tuple[Any, ...]
     messages: list[Message]
     chars: int
+    listed: dict[tuple[int, str], tuple[int, list[Message]]] = field(default_factory=dict)
 
 
 def _row_chars(row: tuple) -> int:
@@ -1029,7 +1042,9 @@ def _listable(
         for m in messages
         if first <= _seq(m) <= last
         and (
-            bool(m.tool_calls)
+            # A call names a listed result only if some of its calls are not unlisted ones: a
+            # first look's call, one a reply, would otherwise be read with every summary block.
+            any(not call.id.startswith(unlisted_calls) for call in m.tool_calls)
             or (m.role == "tool" and not (m.tool_call_id or "").startswith(unlisted_calls))
             or (m.role == "user" and len(m.content) > longer_than)
         )

@@ -49,9 +49,14 @@ Script = StubReply | str | Callable[[dict], "StubReply | str"]
 
 
 class OpenAIStub:
-    """``with OpenAIStub() as stub: stub.queue("hello"); ... stub.requests``."""
+    """``with OpenAIStub() as stub: stub.queue("hello"); ... stub.requests``.
 
-    def __init__(self) -> None:
+    ``record=False`` keeps no request or headers: a benchmark's thousands of prompts would stay
+    in memory for nothing, and slow the process's garbage collection as they pile up.
+    """
+
+    def __init__(self, *, record: bool = True) -> None:
+        self.record = record
         self.replies: list[Script] = []
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -85,8 +90,9 @@ class OpenAIStub:
                 length = int(self.headers.get("Content-Length", "0"))
                 request = json.loads(self.rfile.read(length))
                 with stub._lock:
-                    stub.requests.append(request)
-                    stub.headers.append(dict(self.headers))
+                    if stub.record:
+                        stub.requests.append(request)
+                        stub.headers.append(dict(self.headers))
                     script = stub.replies.pop(0) if stub.replies else StubReply(text="(no scripted reply)")
                 reply = script(request) if callable(script) else script
                 if isinstance(reply, str):

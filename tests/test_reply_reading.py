@@ -72,8 +72,9 @@ def test_the_prompt_from_what_a_reply_reads_is_the_one_from_the_whole_session(pe
         system, history, _layout = full
         assert "#1 pasted by the user (" in system.content and "#7 tool result: " in system.content
         assert [m.seq for m in history] == [13, 14, 15, 16]
-        # Of the covered range, only the paste, the two calls and the model's own result were read.
-        assert [m.seq for m in earlier] == [1, 4, 6, 7, 13, 14, 15, 16]
+        # Of the covered range, only the paste, the model's own call and its result were read (not
+        # the first look's call or result).
+        assert [m.seq for m in earlier] == [1, 6, 7, 13, 14, 15, 16]
 
 
 async def test_a_reply_asks_the_store_only_for_what_the_summary_does_not_cover(monkeypatch):

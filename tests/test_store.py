@@ -570,10 +570,11 @@ def test_messages_after_a_number_are_the_tail(any_store):
 def test_listable_reads_what_covered_material_can_name_and_nothing_else(any_store):
     sid = listing_session(any_store)
     listed = any_store.listable(sid, 1, 9, longer_than=1_000, unlisted_calls="call_look")
-    # The paste, both calls (the first look's too: its call is cheap and names nothing), the own result.
-    assert [m.seq for m in listed] == [1, 4, 6, 7]
-    assert [m.seq for m in any_store.listable(sid, 2, 6, longer_than=1_000, unlisted_calls="call_look")] == [4, 6]
-    assert listed == [m for m in any_store.messages(sid) if m.seq in (1, 4, 6, 7)]
+    # The paste, the model's own call and its result; not the first look's call or result (a look's
+    # call names nothing listed, and a session has one a reply).
+    assert [m.seq for m in listed] == [1, 6, 7]
+    assert [m.seq for m in any_store.listable(sid, 2, 6, longer_than=1_000, unlisted_calls="call_look")] == [6]
+    assert listed == [m for m in any_store.messages(sid) if m.seq in (1, 6, 7)]
 
 
 def test_a_memory_session_past_its_400_reads_its_tail_by_number():
@@ -614,6 +615,48 @@ def test_a_read_decodes_only_what_was_stored_since_the_last_one(db, monkeypatch)
     assert len(db.messages(session.id)) == 40 and decoded[0] == before
     listed = db.listable(session.id, 1, 40, longer_than=5, unlisted_calls="call_look")
     assert [m.seq for m in listed] == list(range(1, 40, 2)) and decoded[0] == before
+
+
+def test_listable_looks_only_at_what_was_stored_since_its_last_call(db, monkeypatch):
+    looked_at = [0]
+    listable = store_module._listable
+
+    def counted(messages, *args):
+        messages = list(messages)
+        looked_at[0] += len(messages)
+        return listable(messages, *args)
+
+    monkeypatch.setattr(store_module, "_listable", counted)
+    session = db.create_session()
+    look = ToolCall(id="call_look_1", name="search", arguments={"query": "port"})
+    for turn in range(1, 31):
+        own = ToolCall(id=f"call_{turn}", name="search", arguments={"query": f"port {turn}"})
+        db.extend(
+            session.id,
+            [
+                user(f"question {turn}" + ("x" * 50 if turn % 3 == 0 else "")),
+                assistant("", tool_calls=(look,)),
+                tool_result(look, "hits"),
+                assistant("", tool_calls=(own,)),
+                tool_result(own, "more hits"),
+                assistant(f"answer {turn}"),
+            ],
+        )
+        before = looked_at[0]
+        listed = db.listable(session.id, 1, 6 * turn, longer_than=40, unlisted_calls="call_look")
+        assert looked_at[0] - before == 6  # this turn's messages, however long the session grows
+        # What the rule lists read over the whole session: the pastes, the model's own calls and results.
+        whole = [
+            m
+            for m in db.messages(session.id)
+            if (m.role == "user" and len(m.content) > 40)
+            or (m.role == "tool" and m.tool_call_id != look.id)
+            or any(call.id != look.id for call in m.tool_calls)
+        ]
+        assert listed == whole and len(listed) == 2 * turn + turn // 3
+    # A range within: the same messages as reading it afresh would give.
+    within = db.listable(session.id, 7, 18, longer_than=40, unlisted_calls="call_look")
+    assert [m.seq for m in within] == [10, 11, 13, 16, 17]
 
 
 def test_what_a_read_returns_is_the_callers_to_change(db):
