@@ -82,6 +82,21 @@ def test_counts_are_additive():
     )
 
 
+def test_a_message_counted_again_is_found_by_identity_and_a_new_one_by_what_it_reads(monkeypatch):
+    remote = RemoteModel("http://127.0.0.1:1/v1", "m")
+    estimated: list[str] = []
+    estimate = RemoteModel._estimate
+    monkeypatch.setattr(RemoteModel, "_estimate", staticmethod(lambda m: estimated.append(m.content) or estimate(m)))
+    first = user("a question")
+    assert remote.count_message(first) == remote.count_message(first) == MESSAGE_OVERHEAD + 4
+    assert remote.count_message(user("a question")) == MESSAGE_OVERHEAD + 4  # an equal message: by content
+    assert estimated == ["a question"]
+    # Each held entry keeps its object alive, so a new message never takes an old one's id and count.
+    for length in range(1, 200):
+        assert remote.count_message(user("x" * 3 * length)) == MESSAGE_OVERHEAD + length
+    assert remote.count_tool(SEARCH) == remote.count_tool(SEARCH) == estimate_tokens(json.dumps(SEARCH.as_openai()))
+
+
 # -- a normal streamed reply -----------------------------------------------------------------
 
 
@@ -97,6 +112,7 @@ async def test_streams_text_and_sends_the_request_as_openai_expects():
     [request] = server.requests
     assert request.method == "POST" and request.path == "/v1/chat/completions"
     assert request.headers["authorization"] == "Bearer sk-secret"
+    assert request.headers["content-type"] == "application/json"
     body = request.body
     assert body["model"] == "test-model" and body["stream"] is True and body["max_tokens"] == 64
     assert body["messages"] == [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
