@@ -676,8 +676,7 @@ class Store:
         """Messages ``first..last`` a summary's covered material can name, in order: user messages
         over ``longer_than`` characters, tool results but those whose call id starts with
         ``unlisted_calls`` (first looks), and the calls that made them (not the looks' own); the
-        rest are not read,
-        so a reply's cost does not grow with what the summary covers."""
+        rest are not read, so a reply's cost does not grow with what the summary covers."""
         held = self._cached(session_id)
         if held is not None:
             # The listable messages are kept with the decoded ones, found among those new since the
