@@ -258,7 +258,7 @@ def next_question_usage(
 
 def read_session(
     store: ConversationStore, session_id: str, question: Message
-) -> tuple[StoredSummary | None, list[Message], tuple[int, ...]]:
+) -> tuple[StoredSummary | None, list[Message], range]:
     """What a reply's prompt can use of its session, read once: the running summary, the earlier
     messages ``compose_prompt`` and the summary step need, and every earlier message's number.
 
@@ -282,7 +282,7 @@ def read_session(
     )
     after = [m for m in store.messages(session_id, after=covered) if (m.seq or 0) < (question.seq or 0)]
     oldest = store.oldest_seq(session_id) or 1
-    return state, [*listed, *after], tuple(range(oldest, question.seq or oldest))
+    return state, [*listed, *after], range(oldest, question.seq or oldest)
 
 
 def compose_prompt(
@@ -305,7 +305,7 @@ def compose_prompt(
     history = [m for m in earlier if (m.seq or 0) > covered]
     layout = usage.Layout(
         system_base=msg.system(prompts.system_prompt(style=style, tool_lines=tool_lines)),
-        earlier=tuple(seqs) if seqs is not None else tuple(m.seq for m in earlier if m.seq is not None),
+        earlier=seqs if seqs is not None else tuple(m.seq for m in earlier if m.seq is not None),
         summarized=(summary.first_seq, summary.last_seq) if summary and summary.text else None,
     )
     return system, history, layout

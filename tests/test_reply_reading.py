@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
+import msgspec
 import pytest
 
 from imprintd import messages as msg
@@ -57,6 +58,13 @@ def long_session(store: ConversationStore) -> str:
     return session.id
 
 
+def composed(prompt):
+    """``compose_prompt``'s result with the layout's earlier numbers as a tuple: a reply passes
+    them as a ``range`` (the whole session, in one step), a list of messages gives a tuple."""
+    system, history, layout = prompt
+    return system, history, msgspec.structs.replace(layout, earlier=tuple(layout.earlier))
+
+
 @pytest.mark.parametrize("persist", [True, False])
 def test_the_prompt_from_what_a_reply_reads_is_the_one_from_the_whole_session(persist):
     with Store.open() if persist else contextlib.nullcontext(MemoryStore()) as store:
@@ -66,8 +74,8 @@ def test_the_prompt_from_what_a_reply_reads_is_the_one_from_the_whole_session(pe
         whole = [m for m in store.messages(sid) if m.seq < question.seq]
         for workspace in (False, True):
             lines = _tool_lines(workspace=workspace)
-            cut = compose_prompt("written", lines, state, earlier, seqs=seqs)
-            full = compose_prompt("written", lines, state, whole)
+            cut = composed(compose_prompt("written", lines, state, earlier, seqs=seqs))
+            full = composed(compose_prompt("written", lines, state, whole))
             assert cut == full
         system, history, _layout = full
         assert "#1 pasted by the user (" in system.content and "#7 tool result: " in system.content
@@ -135,7 +143,7 @@ def test_what_a_reply_decodes_does_not_grow_with_the_uncovered_first_looks(monke
             # The six new messages (the first read decodes the session once).
             assert decoded[0] - before <= (6 if turn > 1 else 16 + 5)
             whole = [m for m in store.messages(sid) if m.seq < question.seq]
-            assert compose_prompt("written", lines, state, earlier, seqs=seqs) == compose_prompt(
-                "written", lines, state, whole
+            assert composed(compose_prompt("written", lines, state, earlier, seqs=seqs)) == composed(
+                compose_prompt("written", lines, state, whole)
             )
             store.extend(sid, [msg.assistant(f"answer {turn + 1}")])

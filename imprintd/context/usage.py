@@ -20,6 +20,7 @@ question itself is in view. Each is a list of ``[first, last]`` seq ranges, asce
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 
 import msgspec
@@ -61,8 +62,8 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
 
     #: The system message as it would be without the running summary.
     system_base: Message
-    #: The seq of every stored message before the question.
-    earlier: tuple[int, ...]
+    #: The seq of every stored message before the question (a ``range`` as a reply reads them).
+    earlier: Sequence[int]
     #: The messages the running summary covers (``first_seq``, ``last_seq``); None without one.
     summarized: tuple[int, int] | None = None
 
@@ -104,10 +105,19 @@ def measure(
         research=untooled - with_question,
         tools=total - untooled,
     )
-    in_view = {m.seq for m in (*kept, *question) if m.seq is not None}
+    in_view = sorted({m.seq for m in (*kept, *question) if m.seq is not None})
+    # In runs, not seq by seq: the earlier messages are the whole session (one run, a ``range``,
+    # as a reply reads them), and what is in view is a prompt's worth, so this does not grow with
+    # the session.
+    earlier = _runs(layout.earlier)
     low, high = layout.summarized or (1, 0)
-    summarized = {seq for seq in layout.earlier if low <= seq <= high} - in_view
-    dropped = set(layout.earlier) - in_view - summarized
+    inside = [(max(first, low), min(last, high)) for first, last in earlier if first <= high and last >= low]
+    outside = [
+        piece
+        for first, last in earlier
+        for piece in ((first, min(last, low - 1)), (max(first, high + 1), last))
+        if piece[0] <= piece[1]
+    ]
     return ContextUsage(
         n_ctx=model.n_ctx,
         output_allowance=max_tokens,
@@ -115,9 +125,37 @@ def measure(
         used=total,
         parts=parts,
         in_view=ranges(in_view),
-        summarized=ranges(summarized),
-        dropped=ranges(dropped),
+        summarized=_without(inside, in_view),
+        dropped=_without(outside, in_view),
     )
+
+
+def _runs(seqs: Sequence[int]) -> Ranges:
+    """``seqs`` as ``ranges`` gives them; an ascending ``range`` in one step."""
+    if isinstance(seqs, range) and seqs.step == 1:
+        return ((seqs.start, seqs.stop - 1),) if seqs else ()
+    return ranges(seqs)
+
+
+def _without(runs: Iterable[tuple[int, int]], seqs: Sequence[int]) -> Ranges:
+    """The ascending, disjoint ``runs`` less the ascending ``seqs``, as ``ranges``."""
+    out: list[tuple[int, int]] = []
+    for first, last in runs:
+        start = bisect.bisect_left(seqs, first)
+        for seq in seqs[start : bisect.bisect_right(seqs, last)]:
+            if first < seq:
+                out.append((first, seq - 1))
+            first = seq + 1
+        if first <= last:
+            out.append((first, last))
+    # Runs that touch (a range split at its ends) are one, as ``ranges`` makes them.
+    merged: list[tuple[int, int]] = []
+    for first, last in out:
+        if merged and first == merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], last)
+        else:
+            merged.append((first, last))
+    return tuple(merged)
 
 
 def ranges(seqs: Iterable[int]) -> Ranges:

@@ -4,8 +4,11 @@ are those fitting kept, the summary covers, or fitting dropped."""
 
 from __future__ import annotations
 
+import random
+
 from imprintd import messages as msg
 from imprintd import prompts
+from imprintd.context import usage as usage_mod
 from imprintd.context.history import STRATEGY_LINE, TOOL_NAME, ConversationHistoryTool
 from imprintd.context.usage import ContextUsage, ranges
 from imprintd.store import StoredSummary
@@ -133,3 +136,29 @@ def test_ranges_are_runs_of_consecutive_numbers():
     assert ranges([]) == ()
     assert ranges([7, 1, 3, 2]) == ((1, 3), (7, 7))
     assert ranges({4, 5, 9, 10, 12}) == ((4, 5), (9, 10), (12, 12))
+
+
+def test_the_summarized_and_dropped_runs_are_the_numbers_left_over():
+    # Against the plain form, number by number, on seeded sessions: every earlier message, given
+    # as a range (as a reply reads them) or as numbers with gaps, with a summary's range or none.
+    rng = random.Random(32)
+    model = StandInModel()
+    for _ in range(300):
+        oldest, question = rng.randint(1, 30), rng.randint(31, 120)
+        earlier = range(oldest, question)
+        if rng.random() < 0.5:
+            earlier = tuple(seq for seq in earlier if rng.random() < 0.8)
+        summary = sorted(rng.sample(range(1, 125), 2)) if rng.random() < 0.7 else None
+        shown = sorted(rng.sample(list(earlier), min(len(earlier), rng.randint(0, 12))))
+        kept = [msg.user(f"message {seq}", seq=seq) for seq in shown]
+        layout = usage_mod.Layout(
+            system_base=msg.system("s"), earlier=earlier, summarized=tuple(summary) if summary else None
+        )
+        messages = [msg.system("s"), *kept, msg.user("the question", seq=question)]
+        usage = usage_mod.measure(model, messages, current=1, tools=(), max_tokens=16, layout=layout)
+        in_view = {*shown, question}
+        low, high = summary or (1, 0)
+        summarized = {seq for seq in earlier if low <= seq <= high} - in_view
+        assert usage.in_view == ranges(in_view)
+        assert usage.summarized == ranges(summarized)
+        assert usage.dropped == ranges(set(earlier) - in_view - summarized)
