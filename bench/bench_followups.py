@@ -551,6 +551,7 @@ async def main() -> int:
             f"chat-only, n_ctx 2048, {args.follow_ups} follow-ups of {args.question_chars} characters, "
             f"max_tokens {args.max_tokens} ({time.perf_counter() - started:.0f} s so far)",
         )
+        trace(bench)
         restarted = bench.restarted
     for n_ctx in args.n_ctx:
         bench = Bench()
