@@ -25,7 +25,7 @@ figures the issue keeps (0.17 / 0.08 / 0.10) were measured that way.
 For each it prints two shares of prompt tokens evaluated over the follow-ups' replies: of their
 *first* coordinator requests (the question and its first look are new; everything before them was
 in the saved state), and of *all* their model requests (summaries, section workers, every round,
-final answers from notes included). For the workspace sessions a trace follows: per reply, its
+final answers from notes included). After each session a trace follows: per reply, its
 first request's prompt, evaluated tokens and floor (what is new since the session's previous
 request: the question and its first look), and where the prompt parts from the saved state when it
 does so before the new turn (a drop, a changed system prompt or tools). Then time to first token of
