@@ -76,12 +76,16 @@ def test_rename_export_and_compact_the_open_session(editor, stub, tmp_path):
     sid = done["sessionId"]
     ask(editor, "What about topic three?", 2)
 
+    editor.lua("vim.api.nvim_win_set_width(require('imprint.chat')._state.win, 100)")
+    assert editor.winbar().startswith("Imprint · Here is the staging compose file.")
     editor.command("ImprintRename Staging notes")
     editor.wait(
         "#vim.tbl_filter(function(n) return n[1]:find('renamed to Staging notes') end, _G.test_notes) == 1",
         "the rename",
     )
     assert editor.request("imprint/session", {"sessionId": sid})["session"]["title"] == "Staging notes"
+    # The winbar names the session by its new title at once, not once the session is reopened.
+    assert editor.winbar().startswith("Imprint · Staging notes")
 
     target = tmp_path / "out.md"
     editor.command(f"ImprintExport {target}")
@@ -95,12 +99,38 @@ def test_rename_export_and_compact_the_open_session(editor, stub, tmp_path):
     assert editor.lua("return vim.api.nvim_buf_get_lines(0, 0, 1, false)[1]") == "# Staging notes"
     assert editor.lua("return vim.bo.filetype") == "markdown"
 
+    editor.wait("require('imprint.chat')._state.context ~= nil", "the next question's share")
+    before = editor.lua("return require('imprint.chat')._state.context")
+    assert before["parts"]["summary"] == 0
     editor.command("ImprintCompact")
     editor.wait(
         "#vim.tbl_filter(function(n) return n[1]:find('summary now covers') end, _G.test_notes) == 1", "the compaction"
     )
     summary = editor.request("imprint/summary", {"sessionId": sid})["summary"]
     assert (summary["firstSeq"], summary["lastSeq"]) == (1, 2)
+    # The chat shows the new summary at once, folded before the first message it does not cover,
+    # as the reopened session would show it; the exchanges stay as they were.
+    head = "> **Summary of messages #1–#2**"
+    editor.wait(
+        f"vim.tbl_contains(vim.api.nvim_buf_get_lines(require('imprint.chat').buffer(), 0, -1, false), '{head}')",
+        "the summary in the chat",
+    )
+    lines = editor.chat_lines()
+    row = lines.index(head)
+    assert lines[row + 1] == "> - (#1–#2) The user pasted the staging compose file."
+    assert lines[row + 2 : row + 6] == ["", "## You", "", "What about topic three?"]
+    assert lines[:3] == ["## You", "", "Here is the staging compose file."]
+    assert editor.lua("return require('imprint.chat').session_id()") == sid
+    # The winbar's share is what the next question gets now, the summary included.
+    editor.wait(
+        "(require('imprint.chat')._state.context or { parts = { summary = 0 } }).parts.summary > 0",
+        "the share counted again",
+    )
+    now = editor.request("imprint/context", {"sessionId": sid})
+    assert editor.lua("return require('imprint.chat')._state.context")["used"] == now["used"]
+    assert editor.lua("return require('imprint.chat.context').share(require('imprint.chat')._state.context)") in (
+        editor.winbar()
+    )
 
 
 def test_model_offers_the_served_models_and_the_chat_ggufs_of_models_dir_and_picking_one_sets_chat_model(
@@ -116,6 +146,8 @@ def test_model_offers_the_served_models_and_the_chat_ggufs_of_models_dir_and_pic
     folder.mkdir()
     shutil.copy(embedded, folder / "smol.gguf")
     (folder / "notes.gguf").write_bytes(b"not a model")
+    editor.command("Imprint")
+    editor.lua("vim.api.nvim_win_set_width(require('imprint.chat')._state.win, 100)")
     editor.lua(f"require('imprint').set_settings({{ chat = {{ models_dir = '{folder}' }} }})")
     editor.lua(PICK_FIRST + "_G.test_pick = 'served by'")
     editor.command("ImprintModel")
@@ -136,6 +168,36 @@ def test_model_offers_the_served_models_and_the_chat_ggufs_of_models_dir_and_pic
         settings.format(f"s.chat.provider == 'local' and s.chat.model == '{folder / 'smol.gguf'}'"),
         "chat.model to be the picked file",
     )
+    # The winbar names the model in use as the picker named it, not by another name (its file's).
+    editor.wait("require('imprint.client').model.model == 'smol.gguf'", "imprint/modelChanged")
+    offered_as = mine[0].split("  (")[0]
+    assert offered_as in editor.winbar() and "smol.gguf" not in editor.winbar()
+
+
+def test_a_local_model_in_use_is_named_in_the_winbar_as_the_model_picker_lists_it(bare_editor, options, tmp_path):
+    import shutil
+
+    from imprintd.models.embedded import find_embedded_model
+
+    embedded = find_embedded_model()
+    assert embedded is not None, "the embedded model comes with the test dependencies"
+    folder = tmp_path / "models"
+    folder.mkdir()
+    shutil.copy(embedded, folder / "smol.gguf")
+    env = {**options["cmd_env"], "IMPRINT_CHAT_PROVIDER": "local", "IMPRINT_CHAT_MODEL": str(folder / "smol.gguf")}
+    editor = bare_editor
+    editor.lua(
+        "require('imprint').setup(...)", {**options, "cmd_env": env, "settings": {"chat": {"models_dir": str(folder)}}}
+    )
+    editor.command("Imprint")
+    editor.lua("vim.api.nvim_win_set_width(require('imprint.chat')._state.win, 100)")
+    editor.wait("require('imprint.client').model ~= nil", "initialize")
+    assert editor.lua("return require('imprint.client').model.model") == "smol.gguf"
+    listed = editor.request("imprint/models")
+    [entry] = [m for m in listed["models"] if m["path"] == str(folder / "smol.gguf")]
+    # Without opening the picker: the plugin looks the model in use up in imprint/models once.
+    editor.wait(f"require('imprint.client').model_name() == {entry['name']!r}", "the listed name")
+    assert entry["name"] in editor.winbar() and "smol.gguf" not in editor.winbar()
 
 
 def test_a_reopened_session_lists_the_steps_the_live_reply_showed(editor):

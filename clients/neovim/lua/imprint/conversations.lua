@@ -113,6 +113,7 @@ function M.rename(title)
     if err then
       return report(err)
     end
+    chat.on_renamed(result.session)
     vim.notify("imprint: renamed to " .. result.session.title, vim.log.levels.INFO)
   end)
 end
@@ -155,11 +156,16 @@ function M.compact()
     return
   end
   vim.notify("imprint: summarizing the conversation…", vim.log.levels.INFO)
+  chat.set_compacting(session_id, true)
   client.request("imprint/compact", { sessionId = session_id }, function(err, result)
+    chat.set_compacting(session_id, false)
     if err then
       return report(err)
     end
     vim.notify("imprint: " .. result.note, vim.log.levels.INFO)
+    if result.compacted then
+      chat.show_compacted(session_id)
+    end
   end)
 end
 
@@ -170,6 +176,8 @@ function M.pick_model()
     if err then
       return report(err)
     end
+    client.remember_listing(result) -- the winbar names the model in use as this list does
+    chat.update_winbar()
     local offered = {}
     for _, id in ipairs(result.served ~= vim.NIL and result.served or {}) do
       offered[#offered + 1] = { name = id, path = id, provider = "openai" }
@@ -185,7 +193,7 @@ function M.pick_model()
       return
     end
     vim.ui.select(offered, {
-      prompt = "Imprint model (now " .. result.current.model .. ")",
+      prompt = "Imprint model (now " .. (client.model_name(result.current) or "none set") .. ")",
       kind = "imprint_model",
       format_item = function(m)
         if m.provider == "openai" then

@@ -58,6 +58,39 @@ function M.on_model()
   context.refresh(state.session_id)
 end
 
+--- The winbar again (the model in use has its listed name now).
+M.update_winbar = ui.update_winbar
+
+--- A session was renamed (:ImprintRename): the winbar shows its new title when the chat shows it.
+function M.on_renamed(session)
+  if state.session_id == session.sessionId then
+    state.title = session.title
+    ui.update_winbar()
+  end
+end
+
+--- :ImprintCompact runs for `session_id` (`running`), or has ended: meanwhile the summary the
+--- daemon sends for it belongs to no reply (a question asked meanwhile must not take its id).
+function M.set_compacting(session_id, running)
+  state.compacting[session_id] = running or nil
+end
+
+--- The open session's running summary was written (:ImprintCompact): the chat shows the session
+--- again from the store, the summary folded before the first message it does not cover, and the
+--- winbar's share is counted again. Not while a reply streams: it shows when the session is opened.
+function M.show_compacted(session_id)
+  if state.session_id ~= session_id or state.reply then
+    return
+  end
+  require("imprint.client").request("imprint/session", { sessionId = session_id }, function(err, result)
+    if err then
+      vim.notify("imprint: " .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
+    elseif state.session_id == session_id and not state.reply then
+      render.show(result, { in_place = true })
+    end
+  end)
+end
+
 -- What fills the context.
 M.open_context = context.open
 

@@ -113,8 +113,9 @@ function M.session(messages, summary)
   return lines, blocks, placed, answers
 end
 
---- Show a stored session in the chat buffer.
-function M.show(result)
+--- Show a stored session in the chat buffer. `opts.in_place`: the session the chat shows, shown
+--- again (its new summary) without opening or focusing the chat window.
+function M.show(result, opts)
   local chat = require("imprint.chat")
   if state.reply then
     chat.cancel()
@@ -152,7 +153,9 @@ function M.show(result)
   state.session_id = session.sessionId
   state.title = session.title
   state.workspace = workspace
-  ui.open()
+  if not (opts and opts.in_place) then
+    ui.open()
+  end
   ui.update_winbar()
   ui.scroll_to_end()
   require("imprint.chat.context").refresh(session.sessionId)

@@ -217,6 +217,9 @@ end
 
 --- imprint/summaryUpdated: a folded summary divider above the current question.
 function M.on_summary(params)
+  if state.compacting[params.sessionId] then
+    return -- :ImprintCompact's summary, no reply's: the session is shown again once it is stored
+  end
   local reply = state.reply
   if not adopt(reply, params) then
     return
@@ -416,6 +419,7 @@ end
 
 --- The daemon exited: close out a reply in flight so the next question works.
 function M.on_daemon_exit(code, signal)
+  state.compacting = {} -- a compaction the daemon did not answer is over too
   local reply = state.reply
   if reply then
     on_result(reply, { message = ("the daemon exited (code %d, signal %d); :ImprintLog shows why")

@@ -17,6 +17,7 @@ local M = {
   answers = {}, ---@type table[]  { mark, sources, workspace } per answer with sources, in order
   cancelled = {}, ---@type table<string, true>  reply ids whose late notifications are dropped
   recovering = nil, ---@type function[]|nil  questions waiting while a cancelled one's session is found
+  compacting = {}, ---@type table<string, true>  sessions whose :ImprintCompact runs (its summary is no reply's)
 }
 
 --- Namespaces (not state, but every module needs them).

@@ -82,7 +82,7 @@ local function winbar_text(width)
   local head = "Imprint"
   local now = state.progress or (state.reply and "answering…") or nil
   local model = require("imprint.client").model
-  local model_name = model and model.model ~= "" and model.model or nil
+  local model_name = require("imprint.client").model_name(model)
   if model_name then
     -- A local model's detected chat format, and a mark when the model thinks first:
     -- "Qwen3-4B.gguf (qwen-xml, thinks)". A remote server parses calls itself ("openai"): not shown.
