@@ -481,6 +481,7 @@ function stepsHtml(steps: StepRow[]): string {
 
 function reset(items: TranscriptItem[]): void {
   live = undefined;
+  revealed = undefined;
   markdownWhenVisible.disconnect();
   pendingMarkdown.clear();
   logEl.replaceChildren();
@@ -489,14 +490,30 @@ function reset(items: TranscriptItem[]): void {
   pinToEnd();
 }
 
-/** A message source: the message, scrolled to and marked for a moment. */
+/** The message a search result or a message source led to, marked until the reader moves on. */
+let revealed: HTMLElement | undefined;
+
+function unmarkRevealed(): void {
+  revealed?.classList.remove("revealed");
+  revealed = undefined;
+}
+
+/**
+ * A search result or a message source: the message, scrolled to its top and marked until the
+ * reader moves on (another message revealed, a new question, another session, a click elsewhere).
+ */
 function reveal(seq: number): boolean {
   const target = logEl.querySelector<HTMLElement>(`.message[data-seq="${seq}"]`);
   if (!target) return false;
+  unmarkRevealed();
   pinned = false;
-  target.scrollIntoView({ block: "start" });
   target.classList.add("revealed");
-  setTimeout(() => target.classList.remove("revealed"), 1600);
+  revealed = target;
+  target.scrollIntoView({ block: "start" });
+  // Messages above it take their real height as they render near the viewport: scroll again once they have.
+  requestAnimationFrame(() => {
+    if (revealed === target) target.scrollIntoView({ block: "start" });
+  });
   return true;
 }
 
@@ -619,6 +636,7 @@ function onKeyDown(event: KeyboardEvent): void {
 
 function onClick(event: MouseEvent): void {
   const target = event.target as HTMLElement;
+  if (revealed && !revealed.contains(target)) unmarkRevealed();
   const copy = target.closest<HTMLButtonElement>("button.copy");
   if (copy) {
     const code = copy.closest(".code")?.querySelector("code")?.textContent ?? "";
@@ -648,7 +666,7 @@ function onClick(event: MouseEvent): void {
 function onMessage(message: ToView): void {
   switch (message.type) {
     case "reset": reset(message.items); break;
-    case "user": append(userMessage(message.text)); pinToEnd(); break;
+    case "user": unmarkRevealed(); append(userMessage(message.text)); pinToEnd(); break;
     case "replyStart": live = startReply(); scrollToEnd(); break;
     case "delta": onDelta(message.part, message.text); break;
     case "preamble": onPreamble(message.part); break;

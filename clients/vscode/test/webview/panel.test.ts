@@ -12,6 +12,7 @@ import { after, before, test } from "node:test";
 import { Browser, Page } from "playwright-core";
 import { CONVERSATION } from "./conversation";
 import { OUTPUT_DIR, launchBrowser, openPanel, post, posted, servePanel, settle } from "./page";
+import type { TranscriptItem } from "../../src/chat/view";
 
 let browser: Browser;
 let server: Server;
@@ -483,5 +484,56 @@ test("a long step title wraps beside its icon, never under it (issue 34)", async
   });
   assert.ok(layout.tops >= 2, `the narrow panel wraps the title (${layout.tops} line)`);
   assert.ok(layout.lefts.every((left) => left > layout.iconRight), `every line starts right of the icon: ${JSON.stringify(layout)}`);
+  await page.close();
+});
+
+test("a message a search result leads to is marked in view, and stays marked until the reader moves on", async () => {
+  const page = await openPanel(browser, origin, "light", { width: 420, height: 500 });
+  const items: TranscriptItem[] = [];
+  for (let seq = 1; seq <= 20; seq += 2) {
+    items.push({ kind: "user", seq, text: `Question ${seq} about billing?` },
+      { kind: "assistant", seq: seq + 1, text: Array.from({ length: 6 }, (_, line) => `Answer ${seq + 1}, paragraph ${line}.`).join("\n\n"), steps: [], sources: [] });
+  }
+  await post(page, { type: "reset", title: "Billing", items });
+  await settle(page);
+  // Every timer the panel sets for a second or more can be fired at once: time passing, without waiting.
+  await page.evaluate(() => {
+    const long: (() => void)[] = [];
+    const setTimer = window.setTimeout;
+    (window as unknown as { setTimeout: unknown }).setTimeout = (handler: () => void, delay = 0, ...rest: unknown[]) =>
+      delay >= 1000 ? long.push(handler) : setTimer(handler, delay, ...rest);
+    (window as unknown as { __elapse: () => void }).__elapse = () => long.splice(0).forEach((handler) => handler());
+  });
+  await post(page, { type: "reveal", seq: 9 });
+  await settle(page);
+  await settle(page);
+
+  const marked = page.locator(".message.revealed");
+  assert.equal(await marked.getAttribute("data-seq"), "9");
+  // A highlight of the message's own box: its background, not a hairline outline the transcript's edge cuts.
+  const look = await marked.evaluate((el) => {
+    const style = getComputedStyle(el);
+    const box = el.getBoundingClientRect();
+    const view = document.getElementById("transcript")!.getBoundingClientRect();
+    return { background: style.backgroundColor, top: box.top - view.top, bottom: view.bottom - box.bottom };
+  });
+  assert.notEqual(look.background, "rgba(0, 0, 0, 0)", "the marked message has a background of its own");
+  assert.ok(look.top >= 0 && look.top < 30, `the marked message is at the top, whole (${look.top}px)`);
+  assert.ok(look.bottom >= 0, `the marked message ends in view (${look.bottom}px)`);
+  await page.screenshot({ path: path.join(OUTPUT_DIR, "panel-revealed.png") });
+
+  await page.evaluate(() => (window as unknown as { __elapse: () => void }).__elapse());
+  await settle(page);
+  assert.equal(await page.locator(".message.revealed").count(), 1, "still marked after time passed");
+
+  // Moving on: a new question unmarks it; a click elsewhere unmarks the next one.
+  await post(page, { type: "user", text: "And the gateway?" });
+  await settle(page);
+  assert.equal(await page.locator(".message.revealed").count(), 0);
+  await post(page, { type: "reveal", seq: 3 });
+  await settle(page);
+  assert.equal(await page.locator(".message.revealed").getAttribute("data-seq"), "3");
+  await page.locator(".message[data-seq='4'] .answer").click();
+  assert.equal(await page.locator(".message.revealed").count(), 0);
   await page.close();
 });
