@@ -5,6 +5,8 @@
  * The only file that imports `vscode`; all behaviour worth testing lives in `chat/`.
  */
 
+import { existsSync } from "node:fs";
+import { homedir } from "node:os";
 import * as path from "node:path";
 import { createInterface } from "node:readline";
 import * as vscode from "vscode";
@@ -15,9 +17,10 @@ import {
 import { ChatController } from "./chat/controller";
 import { DaemonLog } from "./chat/daemonLog";
 import { missingDaemonMessage, resolveExecutable } from "./chat/executable";
+import { exportPath } from "./chat/exportFile";
 import { chatHtml } from "./chat/html";
-import { modelChoices } from "./chat/models";
-import { EditorKey, SETTINGS, SentSettings, describeFormat, describeModel } from "./chat/settings";
+import { modelChoices, shownModelName } from "./chat/models";
+import { EditorKey, SETTINGS, STATUS_BAR_COMMAND, SentSettings, SettingsChanges, statusBar } from "./chat/settings";
 import { ConnectionStatus, FromView, ResearchState, ToView } from "./chat/view";
 import type * as wire from "./protocol";
 import type { ModelReport } from "./protocol";
@@ -29,19 +32,19 @@ const OPEN_SESSION = "imprint.openSession";
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const log = vscode.window.createOutputChannel("Imprint", { log: true });
   const status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
-  status.command = "imprint.pickModel"; // the model it names: click to pick another (Show Log is a command)
+  status.command = STATUS_BAR_COMMAND; // the model it names: click to pick another (Show Log is a command)
   status.name = "Imprint";
   status.show();
 
   const chatView = new ChatViewProvider(context.extensionUri);
-  const shown = { state: "starting" as ConnectionStatus, detail: "", model: undefined as ModelReport | undefined };
+  const shown = { state: "starting" as ConnectionStatus, detail: "", model: undefined as ModelReport | undefined, name: "" };
   const controller = new ChatController({
     post: (message) => chatView.post(message),
     workspace: currentWorkspace,
     research: researchState,
     openSource: (file, startLine, endLine) => void openSource(file, startLine, endLine),
     onStatus: (state, detail) => showStatus(status, Object.assign(shown, { state, detail })),
-    onModel: (model) => showStatus(status, Object.assign(shown, { model })),
+    onModel: (model, name) => showStatus(status, Object.assign(shown, { model, name })),
     rememberSession: (sessionId) => void context.workspaceState.update(OPEN_SESSION, sessionId),
     restoreSession: context.workspaceState.get<string>(OPEN_SESSION),
     manageTrust: () => void vscode.commands.executeCommand("workbench.trust.manage"),
@@ -50,6 +53,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   chatView.onMessage = (message) => void controller.handle(message);
   const daemon = new Daemon(log, controller);
   running = daemon;
+  const settingsChanges = new SettingsChanges(() => daemon.sendSettings());
 
   context.subscriptions.push(
     log, status, controller,
@@ -65,10 +69,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand("imprint.exportConversation", () => exportConversation(controller)),
     vscode.commands.registerCommand("imprint.compactConversation", () => compactConversation(controller)),
     vscode.commands.registerCommand("imprint.renameConversation", () => renameConversation(controller)),
-    vscode.commands.registerCommand("imprint.pickModel", () => pickModel(controller)),
+    vscode.commands.registerCommand("imprint.pickModel", () => pickModel(controller, settingsChanges)),
     vscode.workspace.onDidChangeConfiguration((event) => {
       if (event.affectsConfiguration("imprint.serverPath")) void daemon.restart();
-      else if (event.affectsConfiguration("imprint.chat")) daemon.sendSettings();
+      else if (event.affectsConfiguration("imprint.chat")) settingsChanges.changed();
     }),
     // Trust sends the folder, which only `initialize` carries: a new daemon gets it.
     vscode.workspace.onDidGrantWorkspaceTrust(() => {
@@ -150,10 +154,11 @@ class Daemon {
     await client?.dispose(2000).catch(() => undefined);
   }
 
-  /** The settings set now, and `null` for each one this daemon was sent that is no longer set. */
+  /** The settings set now, and `null` for each one this daemon was sent that is no longer set; nothing when they are those sent. */
   sendSettings(): void {
     if (!this.client?.isRunning()) return;
-    void this.client.sendNotification("workspace/didChangeConfiguration", { settings: this.settings.change(explicitValue) });
+    const settings = this.settings.news(explicitValue);
+    if (settings) void this.client.sendNotification("workspace/didChangeConfiguration", { settings });
   }
 
   private createClient(command: string): LanguageClient {
@@ -255,16 +260,8 @@ function currentWorkspace(): string | undefined {
 }
 
 /** The status bar item: the connection's state and the model the daemon reports (not the editor's settings). */
-function showStatus(item: vscode.StatusBarItem, { state, detail, model: report }: { state: ConnectionStatus; detail: string; model: ModelReport | undefined }): void {
-  const model = describeModel(report);
-  const icons: Record<ConnectionStatus, string> = {
-    starting: "$(loading~spin)", ready: "$(comment-discussion)", answering: "$(sync~spin)", error: "$(error)",
-  };
-  item.text = `${icons[state]} Imprint · ${state === "ready" && report ? model : state}`;
-  const window = report?.nCtx ? `, ${report.nCtx} tokens of context` : "";
-  const format = describeFormat(report);
-  item.tooltip = `Imprint: ${state}${detail ? ` (${detail})` : ""}\nModel: ${model}${window}` +
-    `${format ? `\nChat format: ${format}` : ""}\nClick to show the log.`;
+function showStatus(item: vscode.StatusBarItem, { state, detail, model, name }: { state: ConnectionStatus; detail: string; model: ModelReport | undefined; name: string }): void {
+  Object.assign(item, statusBar(state, detail, model, name));
   item.backgroundColor = state === "error" ? new vscode.ThemeColor("statusBarItem.errorBackground") : undefined;
   void vscode.commands.executeCommand("setContext", "imprint.answering", state === "answering");
 }
@@ -366,7 +363,14 @@ async function exportConversation(controller: ChatController): Promise<void> {
     void vscode.window.showInformationMessage("Imprint: open a conversation to export it.");
     return;
   }
-  const document = await vscode.workspace.openTextDocument({ language: "markdown", content: exported.text });
+  // An untitled editor with the daemon's file name as its path: Save As proposes that name.
+  const opened = (file: string) => vscode.workspace.textDocuments.some((document) => document.uri.fsPath === file);
+  const file = exportPath(exported.fileName, currentWorkspace() ?? homedir(), (file) => existsSync(file) || opened(file));
+  const target = vscode.Uri.file(file).with({ scheme: "untitled" });
+  const document = await vscode.workspace.openTextDocument(target);
+  const edit = new vscode.WorkspaceEdit();
+  edit.insert(target, new vscode.Position(0, 0), exported.text);
+  await vscode.workspace.applyEdit(edit);
   await vscode.window.showTextDocument(document, { preview: false });
 }
 
@@ -395,7 +399,7 @@ async function renameConversation(controller: ChatController): Promise<void> {
 }
 
 /** The GGUF chat models on this machine; the chosen one becomes `imprint.chat.model` (provider local). */
-async function pickModel(controller: ChatController): Promise<void> {
+async function pickModel(controller: ChatController, settingsChanges: SettingsChanges): Promise<void> {
   const found = await controller.listModels();
   const choices = modelChoices(found);
   if (!choices.length) {
@@ -403,11 +407,15 @@ async function pickModel(controller: ChatController): Promise<void> {
       "Imprint: no GGUF chat models found. Set imprint.chat.modelsDir to a folder of .gguf files.");
     return;
   }
-  const picked = await vscode.window.showQuickPick(choices, { placeHolder: `Model in use: ${found.current.model}` });
+  const inUse = shownModelName(found.current, found.models);
+  const picked = await vscode.window.showQuickPick(choices, { placeHolder: `Model in use: ${inUse || "none set"}` });
   if (!picked) return;
   const config = vscode.workspace.getConfiguration("imprint");
-  await config.update("chat.provider", picked.provider, vscode.ConfigurationTarget.Global);
-  await config.update("chat.model", picked.path, vscode.ConfigurationTarget.Global);
+  // Provider and model reach the daemon as one change.
+  await settingsChanges.together(async () => {
+    await config.update("chat.provider", picked.provider, vscode.ConfigurationTarget.Global);
+    await config.update("chat.model", picked.path, vscode.ConfigurationTarget.Global);
+  });
 }
 
 async function askAboutSelection(controller: ChatController, view: ChatViewProvider): Promise<void> {

@@ -10,6 +10,7 @@ import { CancellationTokenSource, ResponseError } from "vscode-jsonrpc";
 import { ChatConnection, Disposable, WorkDoneProgressValue, workDoneProgress } from "./connection";
 import { ConnectionStatus, FromView, ResearchState, StepRow, ToView, TranscriptItem } from "./view";
 import * as wire from "../protocol";
+import { shownModelName } from "./models";
 
 /** How long a question waits for a starting or restarting daemon before it fails. */
 export const START_WAIT_MS = 60_000;
@@ -25,8 +26,9 @@ export interface ControllerOptions {
   openSource?(path: string, startLine: number | null, endLine: number | null): void;
   /** Status changes, for the status bar. */
   onStatus?(status: ConnectionStatus, detail: string): void;
-  /** The model the daemon reports (undefined: not reported), for the status bar. */
-  onModel?(model: wire.ModelReport | undefined): void;
+  /** The model the daemon reports (undefined: not reported) and the name it is shown by
+   *  (`shownModelName`: as the model picker names it), for the status bar. */
+  onModel?(model: wire.ModelReport | undefined, name: string): void;
   /** The session the panel shows, kept so that a reloaded window opens it again. */
   rememberSession?(sessionId: string | undefined): void;
   /** A session to open once the daemon is running (the one a reloaded window showed). */
@@ -74,6 +76,12 @@ export class ChatController {
   private context: wire.ContextUsage | null = null;
   /** The model the daemon reports; undefined until it does (or when it does not). */
   model: wire.ModelReport | undefined;
+  /** The models `imprint/models` last listed: the names the picker offers them by. */
+  private listed: wire.ModelOnDisk[] = [];
+  /** Local models in use already looked up in a listing for their name (asked once each). */
+  private lookedUp = new Set<string>();
+  /** Sessions whose `imprint/compact` runs: the summary it sends belongs to no reply. */
+  private compacting = new Set<string>();
   private session: string | undefined;
 
   constructor(private readonly options: ControllerOptions) {
@@ -160,7 +168,17 @@ export class ChatController {
 
   private setModel(model: wire.ModelReport | undefined): void {
     this.model = model && typeof model.provider === "string" && typeof model.model === "string" ? model : undefined;
-    this.options.onModel?.(this.model);
+    this.reportModel();
+    // A local model no listing named yet: its name as the picker offers it comes from `imprint/models`.
+    const file = this.model?.provider === "local" ? this.model.model : "";
+    if (file && shownModelName(this.model!, this.listed) === file && !this.lookedUp.has(file)) {
+      this.lookedUp.add(file);
+      this.listModels().catch(() => undefined); // an older daemon, or it stopped: the file name stays
+    }
+  }
+
+  private reportModel(): void {
+    this.options.onModel?.(this.model, this.model ? shownModelName(this.model, this.listed) : "");
   }
 
   setStatus(status: ConnectionStatus, detail: string): void {
@@ -313,10 +331,15 @@ export class ChatController {
     this.stop();
     this.sessionId = sessionId;
     this.failedQuestion = undefined;
+    await this.showStored(connection, result);
+  }
+
+  /** The panel shows `result` (the session it continues) as stored, with its meter. */
+  private async showStored(connection: ChatConnection, result: wire.SessionResult): Promise<void> {
     this.title = result.session.title || "Chat";
     this.reset(transcriptOf(result));
     this.setContext(null);
-    await this.refreshContext(connection, sessionId);
+    await this.refreshContext(connection, result.session.sessionId);
   }
 
   /** What the next question of `sessionId` would get, for the meter (a daemon without `imprint/context` shows none). */
@@ -353,10 +376,29 @@ export class ChatController {
     return this.require().sendRequest<wire.ExportResult>(wire.EXPORT, { sessionId: this.sessionId, format });
   }
 
-  /** Writes the open session's running summary now (`imprint/compact`); undefined when none is open. */
+  /**
+   * Writes the open session's running summary now (`imprint/compact`); undefined when none is open.
+   * A summary written shows at once: the panel shows the session again as stored, the summary
+   * before the first message it does not cover, the meter counted again (not while a reply runs:
+   * then it shows when the session is next opened).
+   */
   async compact(): Promise<wire.CompactResult | undefined> {
-    if (!this.sessionId) return undefined;
-    return this.require().sendRequest<wire.CompactResult>(wire.COMPACT, { sessionId: this.sessionId });
+    const sessionId = this.sessionId;
+    if (!sessionId) return undefined;
+    const connection = this.require();
+    const transcript = this.transcriptNumber;
+    this.compacting.add(sessionId);
+    let result: wire.CompactResult;
+    try {
+      result = await connection.sendRequest<wire.CompactResult>(wire.COMPACT, { sessionId });
+    } finally {
+      this.compacting.delete(sessionId);
+    }
+    if (result.compacted && transcript === this.transcriptNumber && !this.reply) {
+      const stored = await connection.sendRequest<wire.SessionResult>(wire.SESSION, { sessionId });
+      if (transcript === this.transcriptNumber && !this.reply) await this.showStored(connection, stored);
+    }
+    return result;
   }
 
   /** Renames the open session; its new info, or undefined when none is open. */
@@ -372,7 +414,10 @@ export class ChatController {
 
   /** The GGUF models found on this machine and the model in use (`imprint/models`). */
   async listModels(): Promise<wire.ModelsResult> {
-    return this.require().sendRequest<wire.ModelsResult>(wire.MODELS, {});
+    const found = await this.require().sendRequest<wire.ModelsResult>(wire.MODELS, {});
+    this.listed = found.models;
+    this.reportModel(); // the status bar names the model in use as this list does
+    return found;
   }
 
   async deleteSession(sessionId: string): Promise<void> {
@@ -421,6 +466,8 @@ export class ChatController {
   }
 
   private onSummary(params: wire.SummaryUpdated): void {
+    // A compaction's summary belongs to no reply (a question asked meanwhile must not take its id): `compact` shows it.
+    if (this.compacting.has(params.sessionId)) return;
     if (this.ours(params)) this.post({ type: "summary", summary: params.summary });
   }
 

@@ -3,6 +3,7 @@
  * pick items. Kept out of extension.ts so that what is offered, and what choosing it sets, is tested.
  */
 
+import * as path from "node:path";
 import type * as wire from "../protocol";
 
 /** A quick pick item; choosing it sets `chat.provider` to `provider` and `chat.model` to `path`. */
@@ -33,4 +34,15 @@ export function modelChoices({ models, served }: wire.ModelsResult): ModelChoice
       provider: "local",
     })),
   ];
+}
+
+/**
+ * The name the model in use is shown by (the status bar, the picker's "Model in use"), the one the
+ * picker offers it by: a local GGUF by the `name` of its `imprint/models` entry, found by the file
+ * name the daemon reports for it (`model`); a remote model, or a GGUF no listing holds, by what the
+ * daemon reports.
+ */
+export function shownModelName(report: { provider: string; model: string }, listed: readonly wire.ModelOnDisk[]): string {
+  if (report.provider !== "local" || !report.model) return report.model;
+  return listed.find((model) => path.basename(model.path) === report.model)?.name ?? report.model;
 }

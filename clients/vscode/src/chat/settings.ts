@@ -9,6 +9,7 @@
  */
 
 import type { ModelReport } from "../protocol";
+import type { ConnectionStatus } from "./view";
 
 /**
  * Each daemon key (imprintd/settings.py `KEYS`; a test keeps the two in step) and its VS Code
@@ -66,21 +67,63 @@ function nest(settings: DaemonSettings, key: string, value: unknown): void {
  */
 export class SentSettings {
   private sent = new Set<string>();
+  /** The values last sent, to tell a change from the same values again. */
+  private values = "";
 
   /** The settings a (re)started daemon gets in `initializationOptions`; it starts from them. */
   initial(explicitValue: (key: EditorKey) => unknown): DaemonSettings {
     const settings = daemonSettings(explicitValue);
     this.sent = keysOf(settings);
+    this.values = JSON.stringify(settings);
     return settings;
   }
 
   /** The `workspace/didChangeConfiguration` settings for the values set now. */
   change(explicitValue: (key: EditorKey) => unknown): DaemonSettings {
     const settings = daemonSettings(explicitValue);
+    this.values = JSON.stringify(settings);
     const now = keysOf(settings);
     for (const key of this.sent) if (!now.has(key)) nest(settings, key, null);
     this.sent = now;
     return settings;
+  }
+
+  /** As `change`, or undefined when the values set now are those last sent (nothing to tell). */
+  news(explicitValue: (key: EditorKey) => unknown): DaemonSettings | undefined {
+    return JSON.stringify(daemonSettings(explicitValue)) === this.values ? undefined : this.change(explicitValue);
+  }
+}
+
+/**
+ * When the editor's settings go to the daemon: at each change, except that the updates of one
+ * choice (`together`) go as one change once they are all made. A model picked sets
+ * `chat.provider` and `chat.model`; sent one by one, the daemon would be told in between of the
+ * old model under the new provider (a GGUF named by a server's model id, which does not exist).
+ */
+export class SettingsChanges {
+  private holding = 0;
+  private pending = false;
+
+  constructor(private readonly send: () => void) {}
+
+  /** The editor's settings changed. */
+  changed(): void {
+    if (this.holding) this.pending = true;
+    else this.send();
+  }
+
+  /** Makes `updates` (settings writes, each of which reports `changed`) one change. */
+  async together(updates: () => Promise<unknown>): Promise<void> {
+    this.holding++;
+    try {
+      await updates();
+    } finally {
+      this.holding--;
+      if (!this.holding && this.pending) {
+        this.pending = false;
+        this.send();
+      }
+    }
   }
 }
 
@@ -88,10 +131,13 @@ function keysOf(settings: DaemonSettings): Set<string> {
   return new Set(Object.entries(settings).flatMap(([section, values]) => Object.keys(values).map((name) => `${section}.${name}`)));
 }
 
-/** "openai · gpt-4o-mini", "local · SmolLM2-135M-Instruct-Q8_0.gguf": the model the daemon reports, for the status bar. */
-export function describeModel(report: ModelReport | undefined): string {
+/**
+ * "openai · gpt-4o-mini", "local · SmolLM2-135M-Instruct-Q8_0.gguf": the model the daemon reports, for
+ * the status bar; `name` is the one it is shown by (`shownModelName`), its reported name by default.
+ */
+export function describeModel(report: ModelReport | undefined, name?: string): string {
   if (!report) return "model not reported";
-  return `${report.provider} · ${report.model || "default model"}`;
+  return `${report.provider} · ${name || report.model || "default model"}`;
 }
 
 /** How the model writes tool calls and whether it reasons, as the daemon detected it; "" when not reported. */
@@ -99,4 +145,25 @@ export function describeFormat(report: ModelReport | undefined): string {
   if (!report || report.chatFormat === undefined) return "";
   const format = report.chatFormat ?? "not known yet";
   return report.reasons ? `${format}, thinks before answering` : format;
+}
+
+/** What a click on the status bar item does: it names the model in use, so it picks another. */
+export const STATUS_BAR_COMMAND = "imprint.pickModel";
+
+/**
+ * The status bar item: the connection's state and the model the daemon reports (`name`: the one
+ * it is shown by), and a tooltip with the detail and what a click does (`STATUS_BAR_COMMAND`).
+ */
+export function statusBar(state: ConnectionStatus, detail: string, report: ModelReport | undefined, name?: string): { text: string; tooltip: string } {
+  const model = describeModel(report, name);
+  const icons: Record<ConnectionStatus, string> = {
+    starting: "$(loading~spin)", ready: "$(comment-discussion)", answering: "$(sync~spin)", error: "$(error)",
+  };
+  const window = report?.nCtx ? `, ${report.nCtx} tokens of context` : "";
+  const format = describeFormat(report);
+  return {
+    text: `${icons[state]} Imprint · ${state === "ready" && report ? model : state}`,
+    tooltip: `Imprint: ${state}${detail ? ` (${detail})` : ""}\nModel: ${model}${window}` +
+      `${format ? `\nChat format: ${format}` : ""}\nClick to pick another model (“Imprint: Show Log” shows the log).`,
+  };
 }

@@ -11,7 +11,7 @@ import { afterEach, beforeEach, test } from "node:test";
 import { CancellationToken, ProgressType } from "vscode-jsonrpc";
 import { ChatConnection, WorkDoneProgressValue } from "../../src/chat/connection";
 import { modelChoices } from "../../src/chat/models";
-import { SentSettings, daemonSettings } from "../../src/chat/settings";
+import { EditorKey, SentSettings, SettingsChanges, daemonSettings } from "../../src/chat/settings";
 import { withoutSourcesBlock } from "../../src/chat/sources";
 import * as wire from "../../src/protocol";
 import { python, pythonEnv } from "../python";
@@ -539,10 +539,22 @@ test("rename, export and compact act on the open conversation (issue 34)", async
   assert.ok(exported?.text.includes("## You (#3)\n\nWhat about topic three?"));
   assert.equal(exported?.fileName, "imprint-staging-notes.md");
 
+  panel.clear();
   const compacted = await panel.controller.compact();
   assert.equal(compacted?.compacted, true);
   assert.equal(compacted?.note, "The summary now covers messages #1–#2.");
   assert.equal(compacted?.summary?.text, "- (#1–#2) The user pasted the staging compose file.");
+  // The panel shows the summary at once, as the reopened session shows it: before the first
+  // message it does not cover; the meter counts it in.
+  const [shown] = panel.ofType("reset");
+  assert.ok(shown, "the panel shows the conversation again, with its summary");
+  assert.equal(shown.title, "Staging notes");
+  assert.deepEqual(shown.items.map((item) => (item.kind === "summary" ? `summary #${item.summary.firstSeq}–#${item.summary.lastSeq}` : `${item.kind} #${item.seq}`)),
+    ["user #1", "assistant #2", "summary #1–#2", "user #3", "assistant #4"]);
+  const summaryItem = shown.items.find((item) => item.kind === "summary");
+  assert.equal(summaryItem?.kind === "summary" && summaryItem.summary.text, compacted?.summary?.text);
+  const meter = await panel.next("context", (message) => message.usage !== null);
+  assert.ok(meter.usage!.parts.summary > 0, "the meter counts the summary");
   const again = await panel.controller.compact();
   assert.equal(again?.compacted, false);
   assert.match(again?.note ?? "", /^Nothing to summarize/);
@@ -568,6 +580,72 @@ test("the model picker offers the server's models and the chat GGUFs found, neve
     ["Smollm2 135M 8k Lc100K Mix1 Ep2", "local", path.join(folder, "smol.gguf")],
   ]);
   assert.equal(offered[1].description, "Q4_1 · 94 MiB · 8192 ctx · models_dir");
+});
+
+/** The embedded GGUF as `models/smol.gguf` under the test's home, and that folder. */
+function smolModel(): { folder: string; file: string } {
+  const embedded = spawnSync(python(), ["-c", "from imprintd.models.embedded import find_embedded_model as f; print(f() or '')"],
+    { env: pythonEnv(), encoding: "utf8" }).stdout.trim();
+  assert.ok(embedded, "the embedded model comes with the test dependencies");
+  const folder = path.join(home.root, "models");
+  mkdirSync(folder, { recursive: true });
+  symlinkSync(embedded, path.join(folder, "smol.gguf"));
+  return { folder, file: path.join(folder, "smol.gguf") };
+}
+
+test("a model picked is one settings change, and the status bar names it as the picker offered it", async () => {
+  const { folder, file } = smolModel();
+  // The editor's settings as the extension sends them: each change, and a pick's updates together.
+  let set: Partial<Record<EditorKey, unknown>> = {};
+  const sentSettings = new SentSettings();
+  sentSettings.initial((key) => set[key]);
+  const sent: object[] = [];
+  const changes = new SettingsChanges(() => {
+    const settings = sentSettings.news((key) => set[key]);
+    if (!settings) return;
+    sent.push(settings);
+    void daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings });
+  });
+  set = { "chat.modelsDir": folder };
+  changes.changed();
+  const found = await panel.controller.listModels();
+  const choice = modelChoices(found).find((offered) => offered.path === file)!;
+  assert.ok(choice, "the picker offers the GGUF");
+  sent.length = 0;
+  await changes.together(async () => {
+    set = { ...set, "chat.provider": choice.provider };
+    changes.changed();
+    await new Promise((resolve) => setImmediate(resolve)); // as a settings write: the next update comes later
+    set = { ...set, "chat.model": choice.path };
+    changes.changed();
+  });
+  changes.changed(); // a change event after the pick's: nothing new to send
+  assert.deepEqual(sent, [{ chat: { models_dir: folder, provider: "local", model: file } }]);
+
+  await panel.nextModel((model) => model?.model === "smol.gguf");
+  // The daemon was never told of the server's model under the local provider.
+  assert.ok(!panel.models.some((model) => model?.provider === "local" && model.model === "stub"), JSON.stringify(panel.models));
+  // The status bar names it as the picker offered it (the listing's name), not by its file name.
+  const named = panel.modelNames[panel.models.findIndex((model) => model?.model === "smol.gguf")];
+  assert.equal(named, choice.label);
+  assert.notEqual(named, "smol.gguf");
+});
+
+test("a local model in use is named as the picker names it from the start, looked up once", async () => {
+  const { folder, file } = smolModel();
+  const local = await Daemon.start(home, stub, { chat: { provider: "local", model: file, models_dir: folder } });
+  const watching = new RecordedPanel(home.workspace);
+  try {
+    await watching.controller.attach(local.connection, local.initializeResult);
+    assert.equal(watching.models[0]?.model, "smol.gguf");
+    const listed = await local.connection.sendRequest<wire.ModelsResult>(wire.MODELS, {});
+    const entry = listed.models.find((model) => model.path === file)!;
+    await watching.nextModel((model, name) => model?.model === "smol.gguf" && name === entry.name);
+    assert.notEqual(entry.name, "smol.gguf");
+  } finally {
+    watching.controller.dispose();
+    await local.stop();
+  }
 });
 
 test("the context meter follows a new context window at once, not at the next question (issue 34)", async () => {

@@ -177,9 +177,10 @@ export class RecordedPanel {
   readonly opened: { path: string; startLine: number | null; endLine: number | null }[] = [];
   /** What the controller asked to keep for a window reload (rememberSession), in order. */
   readonly remembered: (string | undefined)[] = [];
-  /** Each model the controller reported for the status bar (onModel), in order. */
+  /** Each model the controller reported for the status bar (onModel), in order, and the name it is shown by. */
   readonly models: (ModelReport | undefined)[] = [];
-  private modelWatchers: { test: (model: ModelReport | undefined) => boolean; resolve: (model: ModelReport | undefined) => void }[] = [];
+  readonly modelNames: string[] = [];
+  private modelWatchers: { test: (model: ModelReport | undefined, name: string) => boolean; resolve: (model: ModelReport | undefined) => void }[] = [];
   private watchers: { test: (message: ToView) => boolean; resolve: (message: ToView) => void }[] = [];
   readonly controller: ChatController;
 
@@ -189,20 +190,21 @@ export class RecordedPanel {
       workspace: () => workspace,
       openSource: (file, startLine, endLine) => this.opened.push({ path: file, startLine, endLine }),
       rememberSession: (sessionId) => this.remembered.push(sessionId),
-      onModel: (model) => this.recordModel(model),
+      onModel: (model, name) => this.recordModel(model, name),
       ...options,
     });
   }
 
-  private recordModel(model: ModelReport | undefined): void {
+  private recordModel(model: ModelReport | undefined, name: string): void {
     this.models.push(model);
-    this.modelWatchers = this.modelWatchers.filter((watcher) => !(watcher.test(model) && (watcher.resolve(model), true)));
+    this.modelNames.push(name);
+    this.modelWatchers = this.modelWatchers.filter((watcher) => !(watcher.test(model, name) && (watcher.resolve(model), true)));
   }
 
-  /** The first model report (already made or still to come) that passes `test`. */
-  nextModel(test: (model: ModelReport | undefined) => boolean): Promise<ModelReport | undefined> {
-    const found = this.models.find(test);
-    if (found !== undefined || this.models.some(test)) return Promise.resolve(found);
+  /** The first model report (already made or still to come) that passes `test`, given the model and the name it is shown by. */
+  nextModel(test: (model: ModelReport | undefined, name: string) => boolean): Promise<ModelReport | undefined> {
+    const index = this.models.findIndex((model, at) => test(model, this.modelNames[at]));
+    if (index >= 0) return Promise.resolve(this.models[index]);
     return new Promise((resolve) => this.modelWatchers.push({ test, resolve }));
   }
 

@@ -1,14 +1,19 @@
 /** The controller's pure helpers: settings sent to the daemon, the model label, finding the daemon, stored transcripts. */
 
 import assert from "node:assert/strict";
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { test } from "node:test";
 import { transcriptOf } from "../../src/chat/controller";
 import { DaemonLog } from "../../src/chat/daemonLog";
 import { missingDaemonMessage, resolveExecutable } from "../../src/chat/executable";
-import { SETTINGS, SentSettings, daemonSettings, describeFormat, describeModel } from "../../src/chat/settings";
+import { exportPath } from "../../src/chat/exportFile";
+import { shownModelName } from "../../src/chat/models";
+import {
+  SETTINGS, STATUS_BAR_COMMAND, SentSettings, SettingsChanges, daemonSettings, describeFormat, describeModel, statusBar,
+} from "../../src/chat/settings";
+import type { ModelOnDisk } from "../../src/protocol";
 import { withoutSourcesBlock } from "../../src/chat/sources";
 
 test("only explicitly set values are sent, by the daemon's names, nested by section", () => {
@@ -189,4 +194,60 @@ test("a reopened session lists the steps the live reply showed: the first look a
   const answer = items.find((item) => item.kind === "assistant");
   assert.ok(answer && answer.kind === "assistant");
   assert.deepEqual(answer.steps.map((step) => step.title), ["Looking in the workspace for “billing port”", "Reading billing.yaml"]);
+});
+
+test("updates made together are one settings change; the same values again are none", async () => {
+  let set: Record<string, unknown> = { "chat.provider": "openai", "chat.model": "fake" };
+  const sent = new SentSettings();
+  sent.initial((key) => set[key]);
+  const told: object[] = [];
+  const changes = new SettingsChanges(() => {
+    const settings = sent.news((key) => set[key]);
+    if (settings) told.push(settings);
+  });
+  await changes.together(async () => {
+    set = { ...set, "chat.provider": "local" };
+    changes.changed();
+    await new Promise((resolve) => setImmediate(resolve));
+    set = { ...set, "chat.model": "/models/smol.gguf" };
+    changes.changed();
+  });
+  assert.deepEqual(told, [{ chat: { provider: "local", model: "/models/smol.gguf" } }]);
+  changes.changed(); // a late event for the same values
+  assert.deepEqual(told.length, 1);
+  set = { "chat.provider": "local" };
+  changes.changed(); // an ordinary change goes at once, the key removed as null
+  assert.deepEqual(told.at(-1), { chat: { provider: "local", model: null } });
+});
+
+test("the status bar's tooltip says what its click does: pick a model, the command it runs", () => {
+  const report = { provider: "local", model: "smol.gguf", nCtx: 8192, chatFormat: "chatml", reasons: false };
+  const { text, tooltip } = statusBar("ready", "", report, "SmolLM2 135M");
+  assert.equal(text, "$(comment-discussion) Imprint · local · SmolLM2 135M");
+  assert.equal(tooltip, "Imprint: ready\nModel: local · SmolLM2 135M, 8192 tokens of context\nChat format: chatml\n" +
+    "Click to pick another model (“Imprint: Show Log” shows the log).");
+  assert.equal(STATUS_BAR_COMMAND, "imprint.pickModel");
+  const extension = readFileSync(path.join(__dirname, "..", "..", "src", "extension.ts"), "utf8");
+  assert.match(extension, /status\.command = STATUS_BAR_COMMAND;/);
+  assert.doesNotMatch(extension, /Click to show the log/);
+});
+
+test("the model in use is named as the picker names it: a GGUF by its listed name, found by its file name", () => {
+  const listed = [
+    { name: "qwen2.5:0.5b", path: "/home/me/.ollama/models/blobs/sha256-c5396e06" },
+    { name: "Smollm2 135M", path: "/models/smol.gguf" },
+    { name: "other copy", path: "/elsewhere/smol.gguf" },
+  ] as ModelOnDisk[];
+  assert.equal(shownModelName({ provider: "local", model: "smol.gguf" }, listed), "Smollm2 135M");
+  assert.equal(shownModelName({ provider: "local", model: "sha256-c5396e06" }, listed), "qwen2.5:0.5b");
+  assert.equal(shownModelName({ provider: "local", model: "unlisted.gguf" }, listed), "unlisted.gguf");
+  assert.equal(shownModelName({ provider: "openai", model: "smol.gguf" }, listed), "smol.gguf", "a served id is its own name");
+  assert.equal(describeModel({ provider: "local", model: "smol.gguf", nCtx: 8192 }, "Smollm2 135M"), "local · Smollm2 135M");
+});
+
+test("an export is proposed under the daemon's file name, in the folder, never over a file that exists", () => {
+  const taken = new Set(["/work/imprint-billing.md", "/work/imprint-billing-2.md"]);
+  assert.equal(exportPath("imprint-notes.md", "/work", (file) => taken.has(file)), "/work/imprint-notes.md");
+  assert.equal(exportPath("imprint-billing.md", "/work", (file) => taken.has(file)), "/work/imprint-billing-3.md");
+  assert.equal(exportPath("../../etc/imprint-x.json", "/work", () => false), "/work/imprint-x.json");
 });
