@@ -395,8 +395,12 @@ export class ChatController {
       this.compacting.delete(sessionId);
     }
     if (result.compacted && transcript === this.transcriptNumber && !this.reply) {
-      const stored = await connection.sendRequest<wire.SessionResult>(wire.SESSION, { sessionId });
-      if (transcript === this.transcriptNumber && !this.reply) await this.showStored(connection, stored);
+      try {
+        const stored = await connection.sendRequest<wire.SessionResult>(wire.SESSION, { sessionId });
+        if (transcript === this.transcriptNumber && !this.reply) await this.showStored(connection, stored);
+      } catch {
+        // Deleted meanwhile, or the daemon stopped: the summary is written all the same.
+      }
     }
     return result;
   }
