@@ -725,9 +725,11 @@ class ReasoningSplitter:
         return self._space.feed(self._erase.feed(piece))
 
 
-def split_reasoning(text: str, markers: Reasoning | None, *, opened: bool = False) -> tuple[str, str]:
+def split_reasoning(
+    text: str, markers: Reasoning | None, *, opened: bool = False, stray: Sequence[str] = ()
+) -> tuple[str, str]:
     """``(reasoning, answer)`` of a whole reply (``ReasoningSplitter`` at once)."""
-    splitter = ReasoningSplitter(markers, opened=opened)
+    splitter = ReasoningSplitter(markers, opened=opened, stray=stray)
     reasoning, answer = splitter.feed(text)
     more_reasoning, more_answer = splitter.finish()
     return (reasoning + more_reasoning).rstrip(), answer + more_answer

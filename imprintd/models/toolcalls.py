@@ -126,6 +126,8 @@ def loads_json(text: str) -> Any:
 
 
 def bad_json(body: str, error: json.JSONDecodeError) -> str:
+    if error.msg == TOO_DEEP:
+        return f"the tool call holds {TOO_DEEP}"
     return f"the tool call is not valid JSON ({error.msg} at character {error.pos}): {_snippet(body)!r}"
 
 
@@ -150,6 +152,8 @@ def call_from_object(value: Any, tool_names: Collection[str], new_id: IdFactory 
         try:
             arguments = loads_json(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as error:
+            if error.msg == TOO_DEEP:
+                return f"the arguments of the {name!r} call hold {TOO_DEEP}"
             return f"the arguments of the {name!r} call are not valid JSON ({error.msg}): {_snippet(str(arguments))!r}"
     if arguments is None:
         arguments = {}
@@ -158,7 +162,9 @@ def call_from_object(value: Any, tool_names: Collection[str], new_id: IdFactory 
     try:
         wellformed.check(arguments, "arguments")
     except wellformed.Malformed as error:
-        return f"the {name!r} call cannot be run: {error}"
+        if error.too_deep:
+            return f"the arguments of the {name!r} call hold {TOO_DEEP}"
+        return f"the arguments of the {name!r} call cannot be used: {error}"
     return ToolCall(id=new_id(), name=name, arguments=arguments)
 
 
@@ -538,7 +544,7 @@ def erase_markers(text: str, markers: Sequence[str]) -> str:
 
 class MarkerEraser:
     """Removes markers from text streamed in pieces, even split across them: a tail that may
-    still become a marker is held until the next piece (at most the longest marker's length)."""
+    still become a marker is held until the next piece (shorter than the longest marker)."""
 
     def __init__(self, markers: Sequence[str]) -> None:
         self._markers = tuple(sorted({m for m in markers if m}, key=len, reverse=True))
@@ -548,14 +554,16 @@ class MarkerEraser:
     def feed(self, text: str) -> str:
         if self._pattern is None:
             return text
-        text = self._pattern.sub("", self._held + text)
+        text = self._held + text
+        # Held: a tail that is the start of a marker, even a whole marker that is the start of a
+        # longer one (Gemma's ``<|channel>`` of ``<|channel>thought``).
         keep = max(_partial_suffix(text, marker) for marker in self._markers)
         self._held = text[len(text) - keep :]
-        return text[: len(text) - keep]
+        return self._pattern.sub("", text[: len(text) - keep])
 
     def finish(self) -> str:
         held, self._held = self._held, ""
-        return held
+        return self._pattern.sub("", held) if self._pattern is not None else held
 
 
 class SpaceTrimmer:
