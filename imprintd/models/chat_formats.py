@@ -4,7 +4,9 @@ One entry per format. Each says how to recognize it in a chat template (the mark
 writes, as llama.cpp's ``common/chat.cpp`` detects them), how its model writes a call (the
 openings a call starts with and the parser for the block that follows), how an earlier call is
 written back when a template does not render ``tool_calls`` itself, which tool-call ids its
-template accepts, and how the call grammar (``call_grammar.py``) opens a call. Reasoning
+template accepts, how the call grammar (``call_grammar.py``) opens a call, and the family's
+slips and stray markers (markup written out of place, which never shows: ``toolcalls.Slip``,
+``CallSyntax.stray``; docs/decisions.md, "Chat formats"). Reasoning
 markers are detected apart (``detect_reasoning``): the same call syntax comes with or without
 a thinking model (Qwen2.5 and Qwen3 both write Hermes calls).
 

@@ -15,7 +15,12 @@ A malformed call is never run: parsing returns it as an error naming what was wr
 unknown tool, arguments not an object), which the caller shows the model. Visible text excludes
 call markup. ``VisibleTextFilter`` applies the same rules while tokens stream in, holding back
 only what may still turn out to be markup, so the text shown as it streams is exactly the text
-of the finished completion.
+of the finished completion. A family's slips (a tool result it made up, a call without its
+wrapper) are cut like calls, and its stray markers removed where they stand; the filter's work
+is linear in the reply whatever it holds.
+
+Decoded arguments nested deeper than ``wellformed.MAX_NESTING`` make a malformed call, as does
+nesting too deep to decode: never a ``RecursionError``.
 
 A model offered no tools (the final answer from notes, ADR 0127) may still write a call. Nothing
 is parsed then, but the filter stops the text where the markup starts and reports that it was
