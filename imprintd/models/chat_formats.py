@@ -653,16 +653,26 @@ class ReasoningSplitter:
     ``feed`` returns ``(reasoning, text)`` safe to pass on now, holding back a tail that may
     still become a marker. ``opened``: the prompt already opened the reasoning (a template whose
     generation prompt ends with ``<think>``), so the reply starts inside it. Only the first
-    block counts: what follows the closing marker is the answer (the answer's filter removes
-    stray markers there). ``stray``: markers removed from the reasoning (the family's closers
+    block counts: what follows the closing marker (or one of ``ends``) is the answer (the
+    answer's filter removes stray markers there). ``stray``: markers removed from the reasoning (the family's closers
     and channel markers; the opening marker written again).
 
     Linear in the reply: the tail held is bounded by a marker's length, and the reasoning's
     trailing whitespace (which the thoughts end without) is held as pieces.
     """
 
-    def __init__(self, markers: Reasoning | None, *, opened: bool = False, stray: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        markers: Reasoning | None,
+        *,
+        opened: bool = False,
+        stray: Sequence[str] = (),
+        ends: Sequence[str] = (),
+    ) -> None:
         self._markers = markers
+        #: Markers that end the thoughts without closing them: they and what follows are the
+        #: answer (Qwen3.5's ``<tool_call>``, as llama.cpp's parser reads it).
+        self._ends = tuple(ends)
         self._state = "none" if markers is None else "before"
         #: The prompt opened the thoughts: a reply that does not open them again starts inside.
         self._opened = opened
@@ -708,14 +718,19 @@ class ReasoningSplitter:
                 return "", pending
         pending = self._pending
         end = pending.find(markers.close)
+        answer = end + len(markers.close)
+        for marker in self._ends:
+            at = pending.find(marker)
+            if at >= 0 and (end < 0 or at < end):
+                end = answer = at
         if end >= 0:
             self._pending = ""
             self._state = "after"
-            return self._thought(pending[:end], last=True), pending[end + len(markers.close) :]
+            return self._thought(pending[:end], last=True), pending[answer:]
         if final:
             self._pending = ""
             return self._thought(pending, last=True), ""
-        cut = len(pending) - _partial_suffix(pending, markers.close)
+        cut = len(pending) - max(_partial_suffix(pending, marker) for marker in (markers.close, *self._ends))
         self._pending = pending[cut:]
         return self._thought(pending[:cut], last=False), ""
 

@@ -44,6 +44,7 @@ from imprintd.messages import Message, ToolCall, ToolSpec
 from imprintd.models.base import ModelError
 from imprintd.models.chat_formats import (
     JSON_FALLBACK,
+    QWEN_XML,
     REASONING_SWITCHES,
     ChatFormat,
     Reasoning,
@@ -52,7 +53,7 @@ from imprintd.models.chat_formats import (
     detect_format,
     detect_reasoning,
 )
-from imprintd.models.toolcalls import VisibleTextFilter, tools_prompt
+from imprintd.models.toolcalls import HERMES_OPEN, VisibleTextFilter, tools_prompt
 
 #: What a model's turn says when it said nothing (templates such as Ministral 3 refuse an empty
 #: assistant message, and an empty turn tells the model nothing either).
@@ -200,7 +201,11 @@ class ChatTemplate:
     def reasoning_splitter(self) -> ReasoningSplitter:
         """What splits this model's reply into reasoning and answer; the family's stray markers
         are kept out of the reasoning."""
-        return ReasoningSplitter(self.markers, opened=self.opens_reasoning, stray=self.call_format.syntax.stray)
+        # Qwen3.5 may open a call before it closes its thoughts: llama.cpp's parser ends them there.
+        ends = (HERMES_OPEN,) if self.format is QWEN_XML else ()
+        return ReasoningSplitter(
+            self.markers, opened=self.opens_reasoning, stray=self.call_format.syntax.stray, ends=ends
+        )
 
     def reply_filter(self, tools: Sequence[ToolSpec]) -> VisibleTextFilter:
         """What keeps this model's markup out of the answer as it streams: its calls, its slips,

@@ -268,3 +268,17 @@ def test_with_no_tools_offered_a_slip_still_stops_the_text():
     last, parsed = visible.finish()
     assert shown + last == parsed.text == ANSWER
     assert parsed.wrote_call and parsed.calls == ()
+
+
+def test_qwen3_5_opening_a_call_before_closing_its_thoughts_ends_them_there():
+    # llama.cpp's parser for Qwen3.5 ends the reasoning at <tool_call> (common/parsers/qwen3-coder.cpp).
+    family = next(f for f in FAMILIES if f.name == "qwen3.5")
+    chat = template(family, thinking=True)
+    assert chat.opens_reasoning
+    reply = (
+        f"{THOUGHT}\n<tool_call>\n<function=get_time>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+    )
+    reasoning, shown, parsed = stream(chat, reply)
+    assert reasoning == THOUGHT
+    assert shown == parsed.text == ""
+    assert [(c.name, c.arguments) for c in parsed.calls] == list(PARIS) and parsed.error is None
