@@ -614,6 +614,10 @@ class VisibleTextFilter:
     Leading and trailing whitespace of the reply is dropped, and so are the syntax's stray
     markers and ``markers`` (a family's reasoning markers, where they stand in the answer).
 
+    A call holds back everything after it (what follows is parsed with it). A tool result the
+    model made up (a ``Slip`` without a call) is held only to its end: it is cut, the calls in
+    it are parsed at the finish, and the text after it streams on.
+
     Each piece is looked at once, with at most a bounded tail held from before (a marker's
     start, a JSON opening of ``MAX_OPENING_GAP``-bounded gaps) and the trailing whitespace kept
     as pieces: the work is linear in the reply, whatever it holds.
@@ -632,26 +636,61 @@ class VisibleTextFilter:
         self._syntax = syntax if tools else None
         #: With no tools offered, calls in the syntax are not parsed but still cut off the text.
         self._unoffered = None if tools else syntax
+        self._results = {slip.opening: slip for slip in syntax.slips if slip.call is None} if syntax else {}
         self._new_id = new_id
         self._held = ""  # raw text that may still become markup
         self._locked: list[str] | None = None  # markup has certainly begun: everything from it on
+        #: Inside a made-up tool result: the slip, its text so far, and the tail its close may start in.
+        self._result: Slip | None = None
+        self._result_parts: list[str] = []
+        self._result_tail = ""
+        self._cut_results: list[str] = []  # the made-up results cut, whole (their calls count)
         self._erase = MarkerEraser((*(syntax.stray if syntax is not None else ()), *markers))
         self._space = SpaceTrimmer()
         self._shown: list[str] = []
         self._wrote_call = False
 
     def feed(self, piece: str) -> str:
-        if self._locked is not None:
-            self._locked.append(piece)
-            return ""
-        pending = self._held + piece
-        cut = self._safe_length(pending)
-        if self._locked is not None:
-            self._locked.append(pending[cut:])
+        out: list[str] = []
+        text = piece
+        while text:
+            if self._locked is not None:
+                self._locked.append(text)
+                break
+            if self._result is not None:
+                text = self._in_result(text)
+                continue
+            pending, text = self._held + text, ""
+            cut, result = self._safe_length(pending)
             self._held = ""
-        else:
-            self._held = pending[cut:]
-        return self._show(self._space.feed(self._erase.feed(pending[:cut])))
+            if self._locked is not None:
+                self._locked.append(pending[cut:])
+            elif result is not None:
+                self._result, self._result_parts, self._result_tail = result, [result.opening], ""
+                text = pending[cut + len(result.opening) :]
+            else:
+                self._held = pending[cut:]
+            out.append(self._space.feed(self._erase.feed(pending[:cut])))
+        return self._show("".join(out))
+
+    def _in_result(self, text: str) -> str:
+        """Take ``text`` into the made-up result being cut; return what follows its close."""
+        assert self._result is not None
+        close = self._result.close
+        window = self._result_tail + text
+        at = window.find(close)
+        if at < 0:
+            self._result_parts.append(text)
+            self._result_tail = window[max(0, len(window) - len(close) + 1) :]
+            return ""
+        end = at + len(close) - len(self._result_tail)  # in ``text``; the tail cannot hold a whole close
+        self._result_parts.append(text[:end])
+        self._end_result()
+        return text[end:]
+
+    def _end_result(self) -> None:
+        self._cut_results.append("".join(self._result_parts))
+        self._result, self._result_parts, self._result_tail = None, [], ""
 
     def _show(self, out: str) -> str:
         if out:
@@ -660,6 +699,8 @@ class VisibleTextFilter:
 
     def finish(self) -> tuple[str, ParsedOutput]:
         """The last visible piece and the whole reply's parsed output."""
+        if self._result is not None:  # a made-up result the reply never closed: cut to the end
+            self._end_result()
         pending = self._held if self._locked is None else "".join(self._locked)
         self._held, self._locked = "", None
         if self._unoffered is not None:
@@ -667,42 +708,48 @@ class VisibleTextFilter:
             if start is not None:
                 self._wrote_call = True
                 pending = pending[:start]
-        held = (
-            _parse_blocks(pending, {t.name for t in self._tools}, self._syntax, self._new_id)
-            if self._syntax is not None
-            else ParsedOutput(text=pending)
-        )
+        held = ParsedOutput(text=pending)
+        if self._syntax is not None:
+            collected = _Collector({t.name for t in self._tools}, self._new_id)
+            for result in self._cut_results:  # before the rest, as they came
+                _parse_into(result, self._syntax, collected)
+            held = collected.result(_parse_into(pending, self._syntax, collected))
         shown = "".join(self._shown)
         last = self._show(self._space.finish(self._erase.feed(held.text) + self._erase.finish()))
         return last, ParsedOutput(text=shown + last, calls=held.calls, error=held.error, wrote_call=self._wrote_call)
 
-    def _safe_length(self, pending: str) -> int:
+    def _safe_length(self, pending: str) -> tuple[int, Slip | None]:
         """How much of ``pending`` cannot be (the start of) call markup; where markup certainly
-        starts, that is where it starts, and the filter locks."""
+        starts, that is where it starts: with a made-up result's slip, else the filter locks."""
         if self._unoffered is not None:
-            start, safe = unoffered_call_start(pending, self._unoffered, final=False)
-            if start is not None:
-                self._locked = []
-                self._wrote_call = True
-                return start
-            return safe
-        if self._syntax is None:
-            return len(pending)
-        start, safe = _markup_start(pending, self._syntax, self._syntax.markup, final=False)
-        if start is not None:
-            self._locked = []
-            return start
-        return safe
+            start, opening, safe = _markup_start(
+                pending, self._unoffered, _unoffered_openings(self._unoffered), final=False
+            )
+        elif self._syntax is not None:
+            start, opening, safe = _markup_start(pending, self._syntax, self._syntax.markup, final=False)
+        else:
+            return len(pending), None
+        if start is None:
+            return safe, None
+        if opening in self._results:
+            return start, self._results[opening]
+        self._locked = []
+        self._wrote_call = self._unoffered is not None
+        return start, None
 
 
-def _markup_start(text: str, syntax: CallSyntax, openings: Sequence[str], *, final: bool) -> tuple[int | None, int]:
+def _markup_start(
+    text: str, syntax: CallSyntax, openings: Sequence[str], *, final: bool
+) -> tuple[int | None, str, int]:
     """Where the first of ``openings`` (or a JSON call, for a syntax with ``json_calls``) starts
-    in ``text`` (None: nowhere), and how much of ``text`` surely is not markup."""
+    in ``text`` (None: nowhere) and with which ("" for a JSON call), and how much of ``text``
+    surely is not markup."""
     found: int | None = None
+    opened = ""
     for opening in openings:
         at = text.find(opening)
         if at >= 0 and (found is None or at < found):
-            found = at
+            found, opened = at, opening
     safe = len(text)
     if not final:
         safe -= max((_partial_suffix(text, opening) for opening in openings), default=0)
@@ -710,12 +757,16 @@ def _markup_start(text: str, syntax: CallSyntax, openings: Sequence[str], *, fin
         for index in _candidates(text, 0, len(text) if found is None else found):
             state = opening_state(text, index)
             if state == "yes":
-                found = index
+                found, opened = index, ""
                 break
             if state == "maybe" and not final:
                 safe = min(safe, index)
                 break
-    return found, safe
+    return found, opened, safe
+
+
+def _unoffered_openings(syntax: CallSyntax) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((*syntax.markup, HERMES_OPEN)))
 
 
 def unoffered_call_start(text: str, mode: Mode | CallSyntax, *, final: bool) -> tuple[int | None, int]:
@@ -730,8 +781,8 @@ def unoffered_call_start(text: str, mode: Mode | CallSyntax, *, final: bool) -> 
     syntax = syntax_of(mode)
     if syntax is None:
         return None, len(text)
-    openings = tuple(dict.fromkeys((*syntax.markup, HERMES_OPEN)))
-    return _markup_start(text, syntax, openings, final=final)
+    start, _, safe = _markup_start(text, syntax, _unoffered_openings(syntax), final=final)
+    return start, safe
 
 
 def _partial_suffix(text: str, marker: str) -> int:

@@ -282,3 +282,21 @@ def test_qwen3_5_opening_a_call_before_closing_its_thoughts_ends_them_there():
     assert reasoning == THOUGHT
     assert shown == parsed.text == ""
     assert [(c.name, c.arguments) for c in parsed.calls] == list(PARIS) and parsed.error is None
+
+
+@pytest.mark.parametrize("tools", [SAMPLE_TOOLS, ()], ids=["tools offered", "no tools offered"])
+def test_the_answer_after_a_made_up_result_streams_on_before_the_reply_ends(tools):
+    family = next(f for f in FAMILIES if f.name == "qwen3")
+    visible = template(family).reply_filter(tools)
+    reply = "Let me see.\n<tool_response>\nconfig.toml:3: port = 8080\n</tool_response>\nIt is 8080 [1]."
+    shown = "".join(visible.feed(reply[at : at + 3]) for at in range(0, len(reply), 3))
+    assert shown == "Let me see.\n\nIt is 8080 [1]."  # streamed, not held to the end
+    last, parsed = visible.finish()
+    assert last == "" and parsed.text == shown
+    assert parsed.calls == () and parsed.error is None and not parsed.wrote_call
+
+
+def test_a_made_up_result_never_closed_is_cut_to_the_end():
+    family = next(f for f in FAMILIES if f.name == "qwen3")
+    reasoning, shown, parsed = stream(template(family), "It is 8080.\n<tool_response>\nport = 8080\n")
+    assert shown == parsed.text == ANSWER and parsed.error is None
