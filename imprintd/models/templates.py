@@ -24,6 +24,9 @@ raises ``ModelError`` naming the model, the template's own message and the setti
 Counting (``count_renders``) never renders a message where a template forbids it: a message's
 tokens are the difference between two whole renders, with a lead-in the template accepts.
 
+A reply is read back with the template's markers too: ``reasoning_splitter`` and
+``reply_filter`` keep the family's reasoning, calls, slips and stray markers out of the answer.
+
 Everything here is pure: no model, no I/O.
 """
 

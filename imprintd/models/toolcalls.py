@@ -418,7 +418,7 @@ def scan_opening(text: str, start: int = 0) -> tuple[OpeningState, JsonOpening |
     fenced = text[start] == "`"
     if fenced:
         if not text.startswith(FENCE, start):
-            return ("maybe" if FENCE.startswith(text[start:]) else "no"), None
+            return ("maybe" if FENCE.startswith(text[start : start + len(FENCE)]) else "no"), None
         info_start = start + len(FENCE)
         newline = text.find("\n", info_start, info_start + MAX_OPENING_GAP + 1)
         info = text[info_start : newline if newline >= 0 else info_start + MAX_OPENING_GAP + 1]
