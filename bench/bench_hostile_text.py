@@ -10,6 +10,10 @@ should stay near 4 (a superlinear scan shows 8 or more):
 - the repetition guard, fed 4-character pieces of text that never loops but keeps it
   checking (lines that almost repeat, one long line of numbers);
 - the first look's query from a question of one long word and of hyphenated words;
+- the answer filter and the reasoning splitters, fed a reply a character at a time as a model
+  streams it: a remote answer of spaces (the remote provider's whole text path), ``[`` or a fence
+  then spaces (a JSON call that never opens), spaces in Mistral's and in a thinking model's
+  thoughts;
 - redaction (``redact``, which the summarizer and each reply's covered material run) of text
   dense in the secret rules' keywords, and of ``curl`` followed by line breaks of every mix:
   CRs on one line (gitleaks' curl rules once read them in n**5 ways: 40 CRs took seconds,
@@ -31,7 +35,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from imprintd import secret_rules  # noqa: E402
+from imprintd.messages import ToolSpec  # noqa: E402
+from imprintd.models.chat_formats import BY_NAME, THINK, ReasoningSplitter  # noqa: E402
+from imprintd.models.remote import _Stream  # noqa: E402
 from imprintd.models.repetition import RepetitionGuard  # noqa: E402
+from imprintd.models.toolcalls import VisibleTextFilter  # noqa: E402
 from imprintd.redact import redact  # noqa: E402
 from imprintd.research import citations, first_look  # noqa: E402
 from imprintd.research.citations import Passage  # noqa: E402
@@ -53,6 +61,34 @@ def guard(text: str) -> None:
     for at in range(0, len(text), 4):
         if watcher.feed(text[at : at + 4]):
             raise AssertionError("not a loop")
+
+
+TOOLS = (ToolSpec(name="search", description="Search.", parameters={"type": "object", "properties": {}}),)
+
+
+def remote_answer(text: str) -> None:
+    """The remote provider's path for streamed text: its think splitter, key mask and filter."""
+    stream = _Stream(filter=VisibleTextFilter(TOOLS, "native"), on_text=None)
+    for character in text:
+        stream.text(character)
+    stream.parsed(TOOLS)
+
+
+def answer_filter(format_name: str) -> Callable[[str], object]:
+    def run(text: str) -> object:
+        visible = VisibleTextFilter(TOOLS, BY_NAME[format_name].syntax)
+        for character in text:
+            visible.feed(character)
+        return visible.finish()
+
+    return run
+
+
+def thoughts(text: str) -> None:
+    splitter = ReasoningSplitter(THINK, opened=True)
+    for character in text:
+        splitter.feed(character)
+    splitter.finish()
 
 
 def word(n: int) -> str:
@@ -89,6 +125,11 @@ CASES: dict[str, tuple[Callable[[str], object], Callable[[int], str]]] = {
     "repetition guard: a long line of numbers": (guard, lambda n: f"{n * 7919 % 100003} "),
     "first look: one long word": (lambda text: first_look.query(text, []), lambda n: "a"),
     "first look: hyphenated words": (lambda text: first_look.query(text, []), lambda n: f"w{n}-x{n} "),
+    "remote answer: spaces": (remote_answer, lambda n: "a" if n == 0 else " "),
+    "answer filter: [ then spaces (json-fallback)": (answer_filter("json-fallback"), lambda n: "[" if n == 0 else " "),
+    "answer filter: a fence then spaces": (answer_filter("json-fallback"), lambda n: "```" if n == 0 else " "),
+    "answer filter: spaces (mistral)": (answer_filter("mistral"), lambda n: "a" if n == 0 else " "),
+    "reasoning: spaces in the thoughts": (thoughts, lambda n: "a" if n == 0 else " "),
     "redaction: every keyword given a value": (
         redact,
         lambda n: "".join(f"{k}=abcdefghijk{n} " for k in sorted({k for r in RULES.rules for k in r.keywords})),

@@ -92,7 +92,7 @@ def find_opening(text: str, mode: Mode | ChatFormat, start: int = 0) -> tuple[Ca
     if syntax.json_calls:
         for index in range(start, best.start if best is not None else len(text)):
             if text[index] in "{[`":
-                state, shape = scan_opening(text[index:])
+                state, shape = scan_opening(text, index)
                 if state == "yes" and shape is not None:
                     return CallOpening(start=index, end=index + shape.end, shape=shape), index
                 if state == "maybe":

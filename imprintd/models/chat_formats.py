@@ -4,7 +4,9 @@ One entry per format. Each says how to recognize it in a chat template (the mark
 writes, as llama.cpp's ``common/chat.cpp`` detects them), how its model writes a call (the
 openings a call starts with and the parser for the block that follows), how an earlier call is
 written back when a template does not render ``tool_calls`` itself, which tool-call ids its
-template accepts, and how the call grammar (``call_grammar.py``) opens a call. Reasoning
+template accepts, how the call grammar (``call_grammar.py``) opens a call, and the family's
+slips and stray markers (markup written out of place, which never shows: ``toolcalls.Slip``,
+``CallSyntax.stray``; docs/decisions.md, "Chat formats"). Reasoning
 markers are detected apart (``detect_reasoning``): the same call syntax comes with or without
 a thinking model (Qwen2.5 and Qwen3 both write Hermes calls).
 
@@ -33,6 +35,8 @@ Everything here is pure: no model, no I/O.
 from __future__ import annotations
 
 import ast
+import copy
+import dataclasses
 import hashlib
 import json
 import re
@@ -43,12 +47,22 @@ from typing import Any
 from imprintd.messages import ToolCall, ToolSpec
 from imprintd.models.toolcalls import (
     HERMES,
+    HERMES_CLOSE,
     HERMES_OPEN,
     JSON_IN_TEXT,
+    TOO_DEEP,
+    TOOL_RESPONSE_CLOSE,
+    TOOL_RESPONSE_OPEN,
     CallSyntax,
+    MarkerEraser,
+    Slip,
+    SpaceTrimmer,
     _Collector,
+    _partial_suffix,
     _snippet,
     format_call,
+    loads_json,
+    raw_decode_json,
 )
 
 # -- parsing the call blocks ---------------------------------------------------------------------
@@ -66,11 +80,15 @@ def _typed(value: str, schema: Mapping[str, Any]) -> Any:
     if schema.get("type") == "string":
         return value
     try:
-        return json.loads(value)
-    except json.JSONDecodeError:
+        return loads_json(value)
+    except json.JSONDecodeError as error:
+        if error.msg == TOO_DEEP:
+            raise
         return value
 
 
+XML_FUNCTION_OPEN = "<function="
+XML_FUNCTION_CLOSE = "</function>"
 _XML_FUNCTION = re.compile(r"<function=([^>\s]+)>(.*?)(?:</function>|$)", re.S)
 _XML_PARAMETER = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?(?:</parameter>|(?=<parameter=)|$)", re.S)
 
@@ -83,7 +101,11 @@ def parse_qwen_xml_body(body: str, collected: _Collector) -> None:
     for function in functions:
         name = function[1]
         schema = _tool_schema(collected, name)
-        arguments = {m[1]: _typed(m[2], schema.get(m[1], {})) for m in _XML_PARAMETER.finditer(function[2])}
+        try:
+            arguments = {m[1]: _typed(m[2], schema.get(m[1], {})) for m in _XML_PARAMETER.finditer(function[2])}
+        except json.JSONDecodeError as error:
+            collected.errors.append(f"the arguments of the {name!r} call cannot be read ({error.msg})")
+            continue
         collected.add_object({"name": name, "arguments": arguments})
 
 
@@ -92,18 +114,21 @@ def _json_after(close: str = "") -> Callable[[str, int, str, _Collector], int]:
 
     def block(text: str, start: int, opening: str, collected: _Collector) -> int:
         at = _skip(text, start + len(opening))
-        try:
-            value, end = json.JSONDecoder().raw_decode(text, at)
-        except json.JSONDecodeError as error:
-            collected.errors.append(
-                f"the tool call is not valid JSON ({error.msg} at character {error.pos - at}): {_snippet(text[at:])!r}"
-            )
-            return len(text)
-        for item in value if isinstance(value, list) else [value]:
-            collected.add_object(item)
-        end = _skip(text, end)
-        while text.startswith(";", end):  # Llama 3.x may chain calls with semicolons
-            end = block(text, end + 1, "", collected)
+        while True:
+            try:
+                value, end = raw_decode_json(text, at)
+            except json.JSONDecodeError as error:
+                collected.errors.append(
+                    f"the tool call is not valid JSON ({error.msg} at character {error.pos - at}): "
+                    f"{_snippet(text[at:])!r}"
+                )
+                return len(text)
+            for item in value if isinstance(value, list) else [value]:
+                collected.add_object(item)
+            end = _skip(text, end)
+            if not text.startswith(";", end):  # Llama 3.x may chain calls with semicolons
+                break
+            at = _skip(text, end + 1)
         if close and text.startswith(close, end):
             end += len(close)
         return end
@@ -129,7 +154,7 @@ def _mistral_block(text: str, start: int, opening: str, collected: _Collector) -
     name = text[at:args].split("[CALL_ID]")[0].strip()
     at = _skip(text, args + len("[ARGS]"))
     try:
-        arguments, end = json.JSONDecoder().raw_decode(text, at)
+        arguments, end = raw_decode_json(text, at)
     except json.JSONDecodeError as error:
         collected.errors.append(
             f"the arguments of the {name!r} call are not valid JSON ({error.msg}): {_snippet(text[at:])!r}"
@@ -172,6 +197,9 @@ def parse_pythonic(body: str, collected: _Collector) -> None:
         tree = ast.parse(body if body.startswith("[") else f"[{body}]", mode="eval").body
     except SyntaxError as error:
         collected.errors.append(f"the tool call is not a Python call list ({error.msg}): {_snippet(body)!r}")
+        return
+    except (RecursionError, MemoryError, ValueError):  # nesting past what Python's parser takes
+        collected.errors.append(f"the tool call is not a Python call list ({TOO_DEEP}): {_snippet(body)!r}")
         return
     calls = tree.elts if isinstance(tree, ast.List) else [tree]
     for call in calls:
@@ -227,7 +255,7 @@ def _gemma_call(body: str, collected: _Collector) -> None:
         return
     name = body[len("call:") : brace].strip()
     try:
-        arguments = json.loads(gemma_to_json(body[brace:]))
+        arguments = loads_json(gemma_to_json(body[brace:]))
     except json.JSONDecodeError as error:
         collected.errors.append(f"the arguments of the {name!r} call cannot be read ({error.msg}): {_snippet(body)!r}")
         return
@@ -257,7 +285,7 @@ def _deepseek_calls(body: str, collected: _Collector) -> None:
             name = kind
         rest = rest.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
         try:
-            arguments = json.loads(rest) if rest else {}
+            arguments = loads_json(rest) if rest else {}
         except json.JSONDecodeError as error:
             collected.errors.append(f"the arguments of the {name.strip()!r} call are not valid JSON ({error.msg})")
             continue
@@ -379,9 +407,44 @@ class ChatFormat:
         return any(marker in template for marker in self.any_markers)
 
 
-def _syntax(name: str, openings: tuple[str, ...], block: Any, json_calls: bool = False) -> CallSyntax:
-    return CallSyntax(name, openings, block, json_calls)
+def _syntax(
+    name: str,
+    openings: tuple[str, ...],
+    block: Any,
+    json_calls: bool = False,
+    *,
+    slips: tuple[Slip, ...] = (),
+    stray: tuple[str, ...] = (),
+) -> CallSyntax:
+    return CallSyntax(name, openings, block, json_calls, slips, stray)
 
+
+#: ``<function=name>…</function>`` without ``<tool_call>`` around it: llama.cpp takes it as a
+#: call for Qwen3-Coder (a template without ``<think>``), not for Qwen3.5, whose parser wants
+#: the wrapper (``common/parsers/qwen3-coder.cpp``).
+def _bare_function(accepted: bool) -> Slip:
+    return Slip(
+        XML_FUNCTION_OPEN,
+        XML_FUNCTION_CLOSE,
+        call=parse_qwen_xml_body,
+        accepted=accepted,
+        wrapped="<tool_call><function=name><parameter=…>…</parameter></function></tool_call>",
+    )
+
+
+_QWEN_STRAY = (HERMES_CLOSE, TOOL_RESPONSE_CLOSE, XML_FUNCTION_CLOSE, "</parameter>")
+#: Qwen3.5 (a thinking template): a bare ``<function=…>`` is cut and the model told.
+QWEN_XML_SYNTAX = _syntax(
+    "qwen-xml",
+    (HERMES_OPEN,),
+    HERMES.block,
+    slips=(Slip(TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE), _bare_function(accepted=False)),
+    stray=_QWEN_STRAY,
+)
+#: Qwen3-Coder (no ``<think>`` in its template): a bare ``<function=…>`` is a call.
+QWEN_CODER_SYNTAX = dataclasses.replace(
+    QWEN_XML_SYNTAX, slips=(Slip(TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE), _bare_function(accepted=True))
+)
 
 HERMES_FORMAT = ChatFormat(
     "hermes", "Qwen2.5, Qwen3, Granite 4, SmolLM3, Hermes", HERMES, (HERMES_OPEN,), grammar_opening=HERMES_OPEN
@@ -389,22 +452,30 @@ HERMES_FORMAT = ChatFormat(
 QWEN_XML = ChatFormat(
     "qwen-xml",
     "Qwen3.5, Qwen3-Coder",
-    CallSyntax("qwen-xml", (HERMES_OPEN,), HERMES.block),
-    (HERMES_OPEN, "<function=", "<parameter="),
+    QWEN_XML_SYNTAX,
+    (HERMES_OPEN, XML_FUNCTION_OPEN, "<parameter="),
     grammar_opening=HERMES_OPEN,
 )
 LLAMA3_JSON = ChatFormat(
     "llama3-json",
     "Llama 3.1, 3.2, 3.3",
-    _syntax("llama3-json", ("<|python_tag|>",), _json_after("<|eom_id|>"), json_calls=True),
+    _syntax(
+        "llama3-json",
+        ("<|python_tag|>",),
+        _json_after("<|eom_id|>"),
+        json_calls=True,
+        stray=("<|eom_id|>", "<|eot_id|>"),
+    ),
     any_markers=("<|python_tag|>",),
     markers=("<|start_header_id|>", '"parameters"'),
     grammar_opening="",
 )
+_MISTRAL_SLIPS = (Slip("[TOOL_RESULTS]", "[/TOOL_RESULTS]"),)
+_MISTRAL_STRAY = ("[/TOOL_RESULTS]", "[ARGS]", "[CALL_ID]", "[/TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]")
 MISTRAL = ChatFormat(
     "mistral",
     "Mistral 7B v0.3, Mistral Nemo",
-    _syntax("mistral", ("[TOOL_CALLS]",), _mistral_block),
+    _syntax("mistral", ("[TOOL_CALLS]",), _mistral_block, slips=_MISTRAL_SLIPS, stray=_MISTRAL_STRAY),
     ("[TOOL_CALLS]",),
     template_id=mistral_id,
     grammar_opening="[TOOL_CALLS]",
@@ -412,7 +483,7 @@ MISTRAL = ChatFormat(
 MISTRAL_ARGS = ChatFormat(
     "mistral-args",
     "Ministral 3, Mistral Small 3.2, Devstral",
-    _syntax("mistral-args", ("[TOOL_CALLS]",), _mistral_block),
+    _syntax("mistral-args", ("[TOOL_CALLS]",), _mistral_block, slips=_MISTRAL_SLIPS, stray=_MISTRAL_STRAY),
     ("[TOOL_CALLS]", "[ARGS]"),
     template_id=mistral_id,
     grammar_opening="[TOOL_CALLS]",
@@ -427,14 +498,37 @@ GRANITE = ChatFormat(
 PHI4_MINI = ChatFormat(
     "phi4-mini",
     "Phi-4-mini",
-    _syntax("phi4-mini", ("functools", "<|tool_call|>"), _json_after("<|/tool_call|>")),
-    any_markers=("functools", "<|/tool_call|>"),
+    _syntax(
+        "phi4-mini",
+        ("functools", "<|tool_call|>"),
+        _json_after("<|/tool_call|>"),
+        stray=("<|/tool_call|>", "<|tool|>", "<|/tool|>"),
+    ),
+    # llama.cpp's template writes the calls' markers; the model's own (Hugging Face) template
+    # only ``<|tool|>…<|/tool|>`` around the offered tools.
+    any_markers=("functools", "<|/tool_call|>", "<|/tool|>"),
     grammar_opening="functools",
 )
+LFM2_CALL_END = "<|tool_call_end|>"
 LFM2 = ChatFormat(
     "lfm2",
     "LFM2, LFM2.5",
-    _syntax("lfm2", ("<|tool_call_start|>",), _between("<|tool_call_end|>", parse_pythonic)),
+    _syntax(
+        "lfm2",
+        ("<|tool_call_start|>",),
+        _between(LFM2_CALL_END, parse_pythonic),
+        slips=(
+            Slip("<|tool_response_start|>", "<|tool_response_end|>"),
+            # The closer written where the opener belongs: llama.cpp's parser wants the opener.
+            Slip(
+                LFM2_CALL_END + "[",
+                LFM2_CALL_END,
+                call=lambda body, collected: parse_pythonic(body.removeprefix(LFM2_CALL_END), collected),
+                wrapped='<|tool_call_start|>[name(argument="value")]<|tool_call_end|>',
+            ),
+        ),
+        stray=(LFM2_CALL_END, "<|tool_response_end|>", "<|tool_list_start|>", "<|tool_list_end|>"),
+    ),
     ("<|im_start|>", "List of tools: "),
     any_markers=("<|tool_call_start|>", "<|tool_list_start|>"),
     grammar_opening="<|tool_call_start|>",
@@ -442,14 +536,47 @@ LFM2 = ChatFormat(
 GEMMA4 = ChatFormat(
     "gemma4",
     "Gemma 4",
-    _syntax("gemma4", ("<|tool_call>",), _between("<tool_call|>", _gemma_call)),
+    _syntax(
+        "gemma4",
+        ("<|tool_call>",),
+        _between("<tool_call|>", _gemma_call),
+        slips=(Slip("<|tool_response>", "<tool_response|>"),),
+        stray=(
+            GEMMA_QUOTE,
+            "<tool_call|>",
+            "<tool_response|>",
+            "<|channel>",
+            "<channel|>",
+            "<|tool>",
+            "<tool|>",
+            "<|think|>",
+            "<|turn>",
+            "<turn|>",
+        ),
+    ),
     ("<|tool_call>", "call:"),
     grammar_opening="<|tool_call>",
 )
 DEEPSEEK_R1 = ChatFormat(
     "deepseek-r1",
     "DeepSeek-R1 distills (Qwen, Llama)",
-    _syntax("deepseek-r1", (DEEPSEEK_CALLS_BEGIN, DEEPSEEK_CALL_BEGIN), _between(DEEPSEEK_CALLS_END, _deepseek_calls)),
+    _syntax(
+        "deepseek-r1",
+        (DEEPSEEK_CALLS_BEGIN, DEEPSEEK_CALL_BEGIN),
+        _between(DEEPSEEK_CALLS_END, _deepseek_calls),
+        slips=(
+            Slip("<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>"),
+            Slip("<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"),
+        ),
+        stray=(
+            DEEPSEEK_CALLS_END,
+            DEEPSEEK_CALL_END,
+            DEEPSEEK_SEP,
+            "<｜tool▁outputs▁end｜>",
+            "<｜tool▁output▁end｜>",
+            "<｜end▁of▁sentence｜>",
+        ),
+    ),
     any_markers=("tool▁calls▁begin",),
     grammar_opening=DEEPSEEK_CALLS_BEGIN,
 )
@@ -472,6 +599,15 @@ FORMATS: tuple[ChatFormat, ...] = (
     LLAMA3_JSON,
 )
 BY_NAME: dict[str, ChatFormat] = {f.name: f for f in (*FORMATS, JSON_FALLBACK)}
+
+
+def call_syntax(chat_format: ChatFormat, template: str) -> CallSyntax:
+    """The syntax a model with ``template`` writes calls in: its format's, except that a
+    Qwen3-Coder template (``qwen-xml`` without ``<think>``) takes a bare ``<function=…>`` as a
+    call, as llama.cpp does."""
+    if chat_format.syntax is QWEN_XML_SYNTAX and THINK.open not in template:
+        return QWEN_CODER_SYNTAX
+    return chat_format.syntax
 
 
 def detect_format(template: str, renders_tools: bool) -> ChatFormat:
@@ -517,16 +653,39 @@ class ReasoningSplitter:
     ``feed`` returns ``(reasoning, text)`` safe to pass on now, holding back a tail that may
     still become a marker. ``opened``: the prompt already opened the reasoning (a template whose
     generation prompt ends with ``<think>``), so the reply starts inside it. Only the first
-    block counts: what follows the closing marker is the answer, markers and all.
+    block counts: what follows the closing marker (or one of ``ends``) is the answer (the
+    answer's filter removes stray markers there). ``stray``: markers removed from the reasoning (the family's closers
+    and channel markers; the opening marker written again).
+
+    Linear in the reply: the tail held is bounded by a marker's length, and the reasoning's
+    trailing whitespace (which the thoughts end without) is held as pieces.
     """
 
-    def __init__(self, markers: Reasoning | None, *, opened: bool = False) -> None:
+    def __init__(
+        self,
+        markers: Reasoning | None,
+        *,
+        opened: bool = False,
+        stray: Sequence[str] = (),
+        ends: Sequence[str] = (),
+    ) -> None:
         self._markers = markers
+        #: Markers that end the thoughts without closing them: they and what follows are the
+        #: answer (Qwen3.5's ``<tool_call>``, as llama.cpp's parser reads it).
+        self._ends = tuple(ends)
         self._state = "none" if markers is None else "before"
         #: The prompt opened the thoughts: a reply that does not open them again starts inside.
         self._opened = opened
         self._pending = ""
-        self._reasoning_started = False
+        self._erase = MarkerEraser((*stray, markers.open) if markers is not None else stray)
+        self._space = SpaceTrimmer()
+
+    def __copy__(self) -> ReasoningSplitter:
+        clone = object.__new__(ReasoningSplitter)
+        clone.__dict__.update(self.__dict__)
+        clone._erase = copy.copy(self._erase)
+        clone._space = copy.copy(self._space)
+        return clone
 
     def feed(self, piece: str) -> tuple[str, str]:
         if self._state in ("none", "after"):
@@ -539,67 +698,55 @@ class ReasoningSplitter:
 
     def _split(self, *, final: bool) -> tuple[str, str]:
         markers = self._markers
-        reasoning: list[str] = []
-        text: list[str] = []
-        while markers is not None:
+        if markers is None or self._state == "after":
+            text, self._pending = self._pending, ""
+            return "", text
+        if self._state == "before":
+            # Leading whitespace is dropped as it comes (the answer drops it too).
+            self._pending = self._pending.lstrip()
             pending = self._pending
-            if self._state == "before":
-                stripped = pending.lstrip()
-                if stripped.startswith(markers.open):
-                    self._pending = stripped[len(markers.open) :]
-                    self._state = "inside"
-                    continue
-                if not final and markers.open.startswith(stripped):
-                    break  # may still become the opening marker
-                if self._opened:
-                    self._state = "inside"
-                    continue
+            if pending.startswith(markers.open):
+                self._pending = pending[len(markers.open) :]
+                self._state = "inside"
+            elif not final and markers.open.startswith(pending):
+                return "", ""  # may still become the opening marker
+            elif self._opened:
+                self._state = "inside"
+            else:
                 self._state = "after"
-                text.append(pending)
                 self._pending = ""
-                break
-            if self._state == "inside":
-                end = pending.find(markers.close)
-                if end >= 0:
-                    reasoning.append(self._thought(pending[:end].rstrip()))
-                    self._pending = ""
-                    self._state = "after"
-                    text.append(pending[end + len(markers.close) :])
-                    break
-                if final:
-                    reasoning.append(self._thought(pending.rstrip()))
-                    self._pending = ""
-                    break
-                # Held back: what may still be the closing marker, and trailing whitespace
-                # (the thoughts end without it), so what streams is what is kept.
-                cut = len(pending) - _partial(pending, markers.close)
-                while cut > 0 and pending[cut - 1].isspace():
-                    cut -= 1
-                reasoning.append(self._thought(pending[:cut]))
-                self._pending = pending[cut:]
-                break
-            text.append(self._pending)
+                return "", pending
+        pending = self._pending
+        end = pending.find(markers.close)
+        answer = end + len(markers.close)
+        for marker in self._ends:
+            at = pending.find(marker)
+            if at >= 0 and (end < 0 or at < end):
+                end = answer = at
+        if end >= 0:
             self._pending = ""
-            break
-        return "".join(reasoning), "".join(text)
+            self._state = "after"
+            return self._thought(pending[:end], last=True), pending[answer:]
+        if final:
+            self._pending = ""
+            return self._thought(pending, last=True), ""
+        cut = len(pending) - max(_partial_suffix(pending, marker) for marker in (markers.close, *self._ends))
+        self._pending = pending[cut:]
+        return self._thought(pending[:cut], last=False), ""
 
-    def _thought(self, piece: str) -> str:
-        if not self._reasoning_started:
-            piece = piece.lstrip()
-            self._reasoning_started = bool(piece)
-        return piece
+    def _thought(self, piece: str, *, last: bool) -> str:
+        """``piece`` of the reasoning as it is kept: stray markers out, no leading whitespace,
+        trailing whitespace only once more follows."""
+        if last:
+            return self._space.finish(self._erase.feed(piece) + self._erase.finish())
+        return self._space.feed(self._erase.feed(piece))
 
 
-def _partial(text: str, marker: str) -> int:
-    for length in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-length:]):
-            return length
-    return 0
-
-
-def split_reasoning(text: str, markers: Reasoning | None, *, opened: bool = False) -> tuple[str, str]:
+def split_reasoning(
+    text: str, markers: Reasoning | None, *, opened: bool = False, stray: Sequence[str] = ()
+) -> tuple[str, str]:
     """``(reasoning, answer)`` of a whole reply (``ReasoningSplitter`` at once)."""
-    splitter = ReasoningSplitter(markers, opened=opened)
+    splitter = ReasoningSplitter(markers, opened=opened, stray=stray)
     reasoning, answer = splitter.feed(text)
     more_reasoning, more_answer = splitter.finish()
     return (reasoning + more_reasoning).rstrip(), answer + more_answer

@@ -87,11 +87,10 @@ from imprintd.models.base import (
     request_scope,
 )
 from imprintd.models.call_grammar import CallWatch
-from imprintd.models.chat_formats import ReasoningSplitter
 from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
 from imprintd.models.templates import LEAD_USER, ChatTemplate, TemplateError
-from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter
+from imprintd.models.toolcalls import ParsedOutput
 from imprintd.offload import in_model_thread, in_worker
 
 logger = logging.getLogger("imprintd.models.local")
@@ -889,8 +888,8 @@ class LocalModel:
         """
         llama = loaded.llama
         chat = loaded.chat
-        visible = VisibleTextFilter(tools, chat.call_format.syntax)
-        splitter = ReasoningSplitter(chat.markers, opened=chat.opens_reasoning)
+        visible = chat.reply_filter(tools)
+        splitter = chat.reasoning_splitter()
         thoughts: list[str] = []
         guard = RepetitionGuard()
         # A call is finished under a grammar of the offered tools (call_grammar.py), unless the

@@ -281,7 +281,9 @@ class _ThinkSplitter:
         self.pending += piece
         thought = ""
         if self.state == "start":
-            opened = self.pending.lstrip()
+            # Leading whitespace goes as it comes (the answer's filter drops it anyway), so a
+            # reply of nothing but spaces is not held and searched again piece after piece.
+            opened = self.pending = self.pending.lstrip()
             if opened.startswith(self.OPEN):
                 self.state, self.pending = "thinking", opened[len(self.OPEN) :]
             elif self.OPEN.startswith(opened):

@@ -24,6 +24,9 @@ raises ``ModelError`` naming the model, the template's own message and the setti
 Counting (``count_renders``) never renders a message where a template forbids it: a message's
 tokens are the difference between two whole renders, with a lead-in the template accepts.
 
+A reply is read back with the template's markers too: ``reasoning_splitter`` and
+``reply_filter`` keep the family's reasoning, calls, slips and stray markers out of the answer.
+
 Everything here is pure: no model, no I/O.
 """
 
@@ -44,13 +47,16 @@ from imprintd.messages import Message, ToolCall, ToolSpec
 from imprintd.models.base import ModelError
 from imprintd.models.chat_formats import (
     JSON_FALLBACK,
+    QWEN_XML,
     REASONING_SWITCHES,
     ChatFormat,
     Reasoning,
+    ReasoningSplitter,
+    call_syntax,
     detect_format,
     detect_reasoning,
 )
-from imprintd.models.toolcalls import tools_prompt
+from imprintd.models.toolcalls import HERMES_OPEN, VisibleTextFilter, tools_prompt
 
 #: What a model's turn says when it said nothing (templates such as Ministral 3 refuse an empty
 #: assistant message, and an empty turn tells the model nothing either).
@@ -130,10 +136,12 @@ class ChatTemplate:
         self.native = self.renders_tools
         #: The syntax calls are parsed in: the family's, and JSON in text where the system
         #: prompt asked for it.
-        self.call_format = self.format
+        syntax = call_syntax(self.format, source)
         if not self.native and self.format is not JSON_FALLBACK:
-            syntax = dataclasses.replace(self.format.syntax, json_calls=True)
-            self.call_format = dataclasses.replace(self.format, syntax=syntax)
+            syntax = dataclasses.replace(syntax, json_calls=True)
+        self.call_format = (
+            self.format if syntax is self.format.syntax else dataclasses.replace(self.format, syntax=syntax)
+        )
         self.arguments_as_string, self.renders_calls, self.drops_text_beside_calls = self._probe_calls()
         #: The reasoning markers the template knows: looked for in every reply, even with the
         #: thinking switched off (a model may think anyway).
@@ -191,6 +199,22 @@ class ChatTemplate:
         if self.switches and chosen != other and not self.thinking:
             return None, False  # switched off
         return markers, chosen.endswith(markers.open)
+
+    # -- reading a reply ---------------------------------------------------------------------
+    def reasoning_splitter(self) -> ReasoningSplitter:
+        """What splits this model's reply into reasoning and answer; the family's stray markers
+        are kept out of the reasoning."""
+        # Qwen3.5 may open a call before it closes its thoughts: llama.cpp's parser ends them there.
+        ends = (HERMES_OPEN,) if self.format is QWEN_XML else ()
+        return ReasoningSplitter(
+            self.markers, opened=self.opens_reasoning, stray=self.call_format.syntax.stray, ends=ends
+        )
+
+    def reply_filter(self, tools: Sequence[ToolSpec]) -> VisibleTextFilter:
+        """What keeps this model's markup out of the answer as it streams: its calls, its slips,
+        its stray markers and its reasoning markers written after the first block."""
+        markers = (self.markers.open, self.markers.close) if self.markers is not None else ()
+        return VisibleTextFilter(tools, self.call_format.syntax, markers=markers)
 
     # -- rendering ---------------------------------------------------------------------------
     def render(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, generation: bool = True) -> str:

@@ -321,3 +321,29 @@ def test_a_cut_off_answer_says_so(daemon, stub):
     assert result["text"] == f"Billing listens on 8101 and the gateway forwards\n\n{line}"
     assert streamed(notes) == result["text"]
     assert one.stored(result["sessionId"])[-1] == ("assistant", result["text"])
+
+
+# -- a model's call nested thousands deep --------------------------------------------------------------
+def test_call_arguments_nested_thousands_deep_are_told_to_the_model_and_the_reply_goes_on(daemon, stub, workspace):
+    deep = '{"query": ' + "[" * 1_500 + "]" * 1_500 + "}"
+    call = {"index": 0, "id": "call_deep", "type": "function", "function": {"name": "search", "arguments": deep}}
+    events = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    ]
+    stub.queue(StubReply(raw_events=[*map(json.dumps, events), "[DONE]"]), "Billing listens on 8101.")
+    one = daemon(workspace)
+    response, notes = one.chat(text="Which port does billing use?")
+
+    result = response["result"]
+    assert result["text"].startswith("Billing listens on 8101.")
+    told = stub.requests[1]["messages"][-1]
+    assert told["role"] == "user" and told["content"].startswith("Your tool call could not be run: ")
+    assert (
+        "the arguments of the 'search' call hold arrays and objects nested more than 64 levels deep" in told["content"]
+    )
+    assert streamed(notes) == result["text"]
+    stored = one.stored(result["sessionId"])
+    assert stored[0] == ("user", "Which port does billing use?") and stored[-1] == ("assistant", result["text"])
+    assert "[[[" not in json.dumps(stored)  # the malformed call is not stored

@@ -170,10 +170,45 @@ def test_reasoning_the_prompt_opened_streams_apart_from_the_answer():
     assert shown == result.parsed.text == "It is 8080."
 
 
-def test_reasoning_the_model_opens_itself_streams_apart_and_a_later_marker_is_answer_text():
-    llama = FakeLlama([b"<thi", b"nk>Let me see.</think>", b"Use `<think>` tags."])
+def test_reasoning_the_model_opens_itself_streams_apart_and_a_later_marker_is_kept_from_the_answer():
+    # Only the first block is thoughts; a marker written again after it is the family's markup,
+    # which never reaches the user (docs/decisions.md, "Chat formats").
+    llama = FakeLlama([b"<thi", b"nk>Let me see.</think>", b"It is </th", b"ink><think>8080."])
     result, shown, thought = generate(FakeLoaded(llama, template=THINKS_ITSELF_TEMPLATE))
-    assert (thought, shown) == ("Let me see.", "Use `<think>` tags.")
+    assert (thought, shown) == ("Let me see.", "It is 8080.")
+    assert (result.reasoning, result.parsed.text) == ("Let me see.", "It is 8080.")
+
+
+def family_template(name: str) -> str:
+    from tests.models.chat_formats.families import FAMILIES
+
+    return next(f for f in FAMILIES if f.name == name).source
+
+
+def test_a_call_qwen3_5_writes_in_a_made_up_tool_result_is_neither_shown_nor_stored_nor_run():
+    # The slip seen with Qwen3.5's real template: a <function=…> block in <tool_response> tags.
+    llama = FakeLlama(
+        [b"The port is in config.\n</think>\n\nLet me look.\n<tool_", b"response>\n<function=search>\n"]
+        + [b"<parameter=query>\nport\n</parameter>\n</function>\n</tool_response>"]
+    )
+    loaded = FakeLoaded(llama, template=family_template("qwen3.5"), thinking=True)
+    result, shown, thought = generate(loaded, tools=[SEARCH])
+    assert (thought, shown) == ("The port is in config.", "Let me look.")
+    assert (result.reasoning, result.parsed.text) == ("The port is in config.", "Let me look.")
+    assert result.parsed.calls == () and "without its wrapper" in result.parsed.error
+
+
+def test_stray_markers_of_deepseek_r1_stay_out_of_its_stored_reasoning_and_answer():
+    llama = FakeLlama(
+        [
+            "I will look it up<｜tool▁call▁end｜> in config.\n</think>\n\n".encode(),
+            "It is 8080.<｜tool▁calls▁end｜>".encode(),
+        ]
+    )
+    loaded = FakeLoaded(llama, template=family_template("deepseek-r1-qwen"), thinking=True)
+    result, shown, thought = generate(loaded, tools=[SEARCH])
+    assert thought == result.reasoning == "I will look it up in config."
+    assert shown == result.parsed.text == "It is 8080."
 
 
 def test_with_thinking_switched_off_a_reply_is_all_answer():

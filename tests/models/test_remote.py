@@ -227,6 +227,19 @@ async def test_tool_call_deltas_split_across_chunks_are_reassembled():
     ]
 
 
+async def test_native_call_arguments_nested_thousands_deep_are_a_malformed_call_not_an_internal_error():
+    deep = '{"query": ' + "[" * 1_500 + "]" * 1_500 + "}"
+    handler = stream_reply(
+        chunk("Let me look."),
+        chunk(tool_calls=[{"index": 0, "id": "x", "function": {"name": "search", "arguments": deep}}]),
+        chunk(finish="tool_calls"),
+    )
+    with ScriptedServer(handler) as server:
+        result = await model_for(server).complete(MESSAGES, [SEARCH], max_tokens=2048, timeout=60)
+    assert result.text == "Let me look." and result.tool_calls == ()
+    assert "nested more than 64 levels deep" in result.tool_call_error and "'search'" in result.tool_call_error
+
+
 async def test_malformed_native_tool_calls_are_reported_not_run():
     handler = stream_reply(
         chunk(tool_calls=[{"index": 0, "id": "x", "function": {"name": "search", "arguments": '{"query": '}}]),

@@ -4,6 +4,11 @@ it, and its model's own tool-call output.
 Samples marked ``test-chat.cpp`` are from llama.cpp's parser tests (``tests/test-chat.cpp``, MIT,
 as vendored in the llama-cpp-python 0.3.36 sdist on PyPI), with their tool names; the others
 follow the format as the family's template writes an earlier call.
+
+Three templates (``*.reconstructed.jinja``) are not the models' own files, which no package this
+project can use ships, but reconstructions that write each format as its model card documents
+it (see each file's header): Phi-4-mini's, Gemma 3's and Mistral 7B v0.3's. So every chat
+format is checked, and run end to end, with a template of its family.
 """
 
 from __future__ import annotations
@@ -209,4 +214,32 @@ FAMILIES = (
     ),
     Family("gemma2", "google-gemma-2-2b-it.jinja", "json-fallback", False, False),
     Family("phi3.5", "microsoft-Phi-3.5-mini-instruct.jinja", "json-fallback", False, False),
+    # Reconstructions (see the module's docstring).
+    Family(
+        "phi4-mini",
+        "microsoft-Phi-4-mini-instruct.reconstructed.jinja",
+        "phi4-mini",
+        False,
+        False,
+        'functools[{"name": "special_function", "arguments": {"arg1": 1}}]',
+        ("special_function", {"arg1": 1}),
+    ),
+    Family(
+        "gemma3",
+        "google-gemma-3-it.reconstructed.jinja",
+        "json-fallback",
+        False,
+        False,
+        '```json\n{"name": "get_time", "arguments": {"city": "Paris"}}\n```',
+        ("get_time", {"city": "Paris"}),
+    ),
+    Family(
+        "mistral-7b-v0.3",
+        "mistralai-Mistral-7B-Instruct-v0.3.reconstructed.jinja",
+        "mistral",
+        False,
+        False,
+        '[TOOL_CALLS] [{"name": "get_time", "arguments": {"city": "Paris"}}]',
+        ("get_time", {"city": "Paris"}),
+    ),
 )

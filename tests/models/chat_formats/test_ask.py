@@ -4,9 +4,9 @@ Each family's template is written into a copy of the embedded model's GGUF (``gg
 the daemon's command then answers a question about a small workspace (the first look makes a
 call, a research round and the final answer follow) and a follow-up in the same session. What the
 embedded model writes is not judged: that every prompt of both replies renders through the real
-template, that both replies are stored, and that no call markup or reasoning marker reaches the
-answer. Kept cheap: a 2,048-token context, 24 output tokens a turn, research stopped after a
-second. About half a minute a family on two cores, so by default one family per call syntax
+template, that both replies are stored, and that no call markup, slip, stray marker or reasoning
+marker reaches the answer. Kept cheap: a 2,048-token context, 24 output tokens a turn, research
+stopped after a second. About half a minute a family on two cores, so by default one family per call syntax
 that renders differently runs; ``IMPRINT_CONFORMANCE_FAMILIES=all`` runs every family, or a
 comma-separated list of names those.
 """
@@ -33,8 +33,9 @@ CHEAP = {
     "IMPRINT_CHAT_RESEARCH_TIME_BUDGET": "1",
     "IMPRINT_CHAT_REASONING": "on",  # the thinking prompts are rendered too
 }
-#: The families run by default: the strictest templates and the most distinct syntaxes.
-DEFAULT = {"qwen3.5", "mistral-nemo", "ministral3", "gemma4", "llama3.2", "gemma2"}
+#: The families run by default: the strictest templates and the most distinct syntaxes, and
+#: Phi-4-mini's (a reconstruction: a template that renders no tools, in a format of its own).
+DEFAULT = {"qwen3.5", "mistral-nemo", "ministral3", "gemma4", "llama3.2", "gemma2", "phi4-mini"}
 CHOSEN = {name.strip() for name in os.environ.get("IMPRINT_CONFORMANCE_FAMILIES", "").split(",") if name.strip()}
 ASKED = [f for f in FAMILIES if "all" in CHOSEN or f.name in (CHOSEN or DEFAULT)]
 
@@ -76,7 +77,8 @@ def test_ask_and_a_follow_up_run_with_the_familys_template(family, family_ggufs,
     second = ask("And which host?", "--workspace", str(workspace), "--session", session, env=env)
     assert second.returncode == 0, second.stderr
 
-    markers = set(BY_NAME[family.format].syntax.openings)
+    syntax = BY_NAME[family.format].syntax
+    markers = {*syntax.markup, *syntax.stray}
     reasoning = detect_reasoning(family.source)
     if reasoning is not None:
         markers |= {reasoning.open, reasoning.close}
