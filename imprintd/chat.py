@@ -32,7 +32,7 @@ from imprintd.conversations.search import search as search_conversations
 from imprintd.conversations.titles import clean_title
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
-from imprintd.models.base import Model, ModelError, SessionStates, session_requests
+from imprintd.models.base import Model, ModelError, ServerConnections, SessionStates, session_requests
 from imprintd.models.identity import ModelIdentity, identify_model
 from imprintd.models.on_disk import FoundModel, find_models
 from imprintd.models.state_cache import delete_session_files, states_folder
@@ -271,9 +271,13 @@ class Chat:
                 self._model_settings = key
                 if isinstance(retired, SessionStates) and retired is not self._model:
                     self._retire(retired)
+                if isinstance(retired, ServerConnections) and retired is not self._model:
+                    retired.close_connections()  # once the replies still using it are done
             model = self._model
         if isinstance(model, SessionStates):
             model.set_state_limits(memory_bytes=settings.state_cache_memory, disk_bytes=settings.state_cache_disk)
+        if isinstance(model, ServerConnections):
+            model.set_parallel(settings.remote_parallel)
         return model
 
     def _model_when_asked(self) -> Callable[[], Model]:
@@ -367,6 +371,8 @@ class Chat:
     def close(self) -> None:
         if isinstance(self._model, SessionStates):
             self._model.close_states()  # states still queued reach the disk for the next start
+        if isinstance(self._model, ServerConnections):
+            self._model.close_connections()
         for thread in self._retiring:
             thread.join(RETIRE_WAIT_S)
         for index in self._indexes.values():

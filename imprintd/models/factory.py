@@ -38,7 +38,13 @@ def create_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -
                 "chat.provider is openai but chat.model is empty: "
                 "set chat.model to the model name the server at chat.base_url serves"
             )
-        return RemoteModel(chat.base_url, chat.model, n_ctx=chat.n_ctx, api_key=environ.get(API_KEY_ENV) or None)
+        return RemoteModel(
+            chat.base_url,
+            chat.model,
+            n_ctx=chat.n_ctx,
+            api_key=environ.get(API_KEY_ENV) or None,
+            parallel=chat.remote_parallel,
+        )
     if chat.provider != "local":
         raise ModelUnavailable(f'chat.provider {chat.provider!r} is not known: use "local" or "openai"')
     path, name = (Path(chat.model), None) if chat.model else (embedded_model_path(), EMBEDDED_NAME)
