@@ -92,9 +92,10 @@ def test_describe_model_names_the_problem_or_the_model(tmp_path):
     good = tmp_path / "good.gguf"
     good.write_bytes(b"GGUF" + bytes(20))
     assert describe_model(ChatSettings(model=str(good)), {}) == f"local GGUF {good} (n_ctx 8192)"
-    remote = ChatSettings(provider="openai", model="m", base_url="http://h:1/v1")
+    remote = ChatSettings(provider="openai", model="m", base_url="http://127.0.0.1:1/v1")
     assert describe_model(remote, {"IMPRINT_CHAT_API_KEY": "sk-x"}) == (
-        "remote 'm' at http://h:1/v1 (OpenAI-compatible, with an API key; n_ctx 8192)"
+        "remote 'm' at http://127.0.0.1:1/v1 (OpenAI-compatible, with an API key; "
+        "n_ctx 8192 (chat.n_ctx; the server does not say its window))"
     )
     assert "sk-x" not in describe_model(remote, {"IMPRINT_CHAT_API_KEY": "sk-x"})
     assert "IMPRINT_CHAT_API_KEY unset" in describe_model(remote, {})
