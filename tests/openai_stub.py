@@ -66,6 +66,8 @@ class OpenAIStub:
     def __init__(self, *, record: bool = True) -> None:
         self.record = record
         self.replies: list[Script] = []
+        #: What answers once ``replies`` is used up (default: "(no scripted reply)").
+        self.default_reply: Script = StubReply(text="(no scripted reply)")
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         #: Pieces of an endless reply sent so far, and whether the daemon hung up on it.
@@ -122,7 +124,7 @@ class OpenAIStub:
                     if stub.record:
                         stub.requests.append(request)
                         stub.headers.append(dict(self.headers))
-                    script = stub.replies.pop(0) if stub.replies else StubReply(text="(no scripted reply)")
+                    script = stub.replies.pop(0) if stub.replies else stub.default_reply
                 reply = script(request) if callable(script) else script
                 if isinstance(reply, str):
                     reply = StubReply(text=reply)

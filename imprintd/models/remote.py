@@ -690,7 +690,8 @@ class RemoteModel:
             if self.window is None or window < self.window.tokens or self.window.provisional:
                 self._set_window(ServerWindow(tokens=window, source=source, server=shown))
         if prompt and estimate:
-            ratio = prompt / max(1, self._raw_prompt_estimate(estimate)) * TRUNCATION_MARGIN
+            # The server's own count: the estimate is brought to it (and not below where it was).
+            ratio = prompt / max(1.0, self._raw_prompt_estimate(estimate)) * CALIBRATION_MARGIN
         else:
             ratio = self.calibration * TRUNCATION_MARGIN  # no count given: allow a quarter more
         self.calibration = min(CALIBRATION_RANGE[1], max(self.calibration, ratio))
@@ -921,17 +922,17 @@ class RemoteModel:
         counted = usage.get("prompt_tokens")
         if not isinstance(counted, int) or isinstance(counted, bool) or counted <= 0:
             return
-        if self.window is not None and self.window.provisional and counted + max_tokens > self.window.tokens:
-            await self.learn_window()  # a guessed window: what the server has now, before judging
+        if self.window is not None and self.window.provisional:
+            await self.learn_window()  # a guessed window: what the server has now it has the model loaded
         window = self.window
         if window is not None and counted + max_tokens > window.tokens:
-            self._learn(
-                window=window.tokens,
-                source=window.source,
-                server=window.server,
-                prompt=max(counted, window.tokens),
-                estimate=prompt_tokens,
-            )
+            if prompt_tokens + max_tokens <= window.tokens:
+                # The window it has now was known, and the estimate still said the prompt fit:
+                # the estimate counted short (what the server counted is what it kept, not what
+                # was sent, so it cannot say by how much).
+                self._learn(
+                    window=None, source=window.source, server=window.server, prompt=None, estimate=prompt_tokens
+                )
             logger.warning(
                 "%s: the server counted %d prompt tokens in its %d-token window: the prompt was cut to fit",
                 self.model_id,
@@ -1101,6 +1102,8 @@ class RemoteModel:
             raise ModelError(self._connect_message(error)) from None
         except (httpx.RemoteProtocolError, httpx.ReadError) as error:
             reason = f"the stream ended before the reply finished ({error or type(error).__name__})"
+            if not stream.chunks:
+                await self._why_broken(client, body, timeout)  # a refusal for length is not retried
             if not stream.received:
                 raise _Transient(reason) from None  # reset before the first byte: safe to ask again
             raise ModelError(reason) from None
@@ -1108,6 +1111,13 @@ class RemoteModel:
             raise ModelError(f"the request to {self.url} failed: {error or type(error).__name__}") from None
         if not stream.done and stream.finish is None:
             raise ModelError("the stream ended before the reply finished (no [DONE] and no finish_reason)")
+
+    async def _why_broken(self, client: httpx.AsyncClient, body: dict[str, Any], timeout: httpx.Timeout) -> None:
+        """``_why_no_stream`` for a connection cut before the first chunk; its own failures ignored."""
+        try:
+            await self._why_no_stream(client, body, timeout)
+        except httpx.HTTPError:
+            return
 
     async def _why_no_stream(self, client: httpx.AsyncClient, body: dict[str, Any], timeout: httpx.Timeout) -> None:
         """Ask once more without streaming, for one token, to hear why the stream stopped; raise

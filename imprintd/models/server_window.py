@@ -52,7 +52,10 @@ HOW_TO_RAISE = {
     "lmstudio": "load the model in LM Studio with a larger context length (the model's load settings)",
     "ollama": "set OLLAMA_CONTEXT_LENGTH for the Ollama server, or num_ctx in a Modelfile (PARAMETER num_ctx 8192)",
 }
-GENERIC_RAISE = "give the model a larger context window on the server"
+GENERIC_RAISE = (
+    "give the model a larger context window on the server (llama-server -c, llama-cpp-python --n_ctx, "
+    "vLLM --max-model-len, Ollama OLLAMA_CONTEXT_LENGTH or num_ctx, LM Studio's context length)"
+)
 
 
 class ServerWindow(msgspec.Struct, frozen=True, kw_only=True):

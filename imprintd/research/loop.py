@@ -330,7 +330,13 @@ class _Loop:
                 "analysis is off (chat.analysis_workers = 0)."
             )
         try:
+            window = self.model.n_ctx
             analysis = await self._analyze(question.content, sec.USER_KIND, question.content)
+            if analysis.cut in sec.FAILURE_CUTS and not analysis.workers and self.model.n_ctx < window:
+                # The workers' requests taught the model a smaller window (a server's refusal or
+                # cut prompt): sections planned for the old one are planned again, once.
+                self.outcome.analyses.remove(analysis)
+                analysis = await self._analyze(question.content, sec.USER_KIND, question.content)
         except sec.AnalysisError as error:
             raise ReplyFailed(str(error)) from None
         if analysis.cut in sec.FAILURE_CUTS and not analysis.workers:
