@@ -77,8 +77,9 @@ class OpenAIStub:
         self.models = ["stub"]
         self.models_status = 200
         self.gets: list[str] = []
-        #: Other endpoints, "METHOD /path" → (status, JSON body): a server's own window endpoints.
-        self.endpoints: dict[str, tuple[int, Any]] = {}
+        #: Other endpoints, "METHOD /path" → (status, JSON body), or a function of the request's
+        #: JSON body giving them (a server's own window, template and tokenizer endpoints).
+        self.endpoints: dict[str, tuple[int, Any] | Callable[[Any], tuple[int, Any]]] = {}
         #: Every request to them, as ("METHOD /path", JSON body or None).
         self.endpoint_requests: list[tuple[str, Any]] = []
         self._lock = threading.Lock()
@@ -96,6 +97,8 @@ class OpenAIStub:
                 with stub._lock:
                     stub.endpoint_requests.append((key, body))
                     answer = stub.endpoints.get(key)
+                if callable(answer):
+                    answer = answer(body)
                 if answer is not None:
                     self._send_json(answer[0], json.dumps(answer[1]).encode())
                 else:

@@ -79,8 +79,10 @@ from imprintd.models.base import (
     report_usage,
 )
 from imprintd.models.repetition import RepetitionGuard, cut_before_loop
+from imprintd.models.server_counts import COUNTING_SERVERS, ServerCounts
 from imprintd.models.server_window import ServerWindow
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter, call_from_object, new_call_id
+from imprintd.offload import in_worker
 from imprintd.redact import hide_url_passwords, mask, mask_json
 
 logger = logging.getLogger(__name__)
@@ -558,7 +560,8 @@ class RemoteModel:
     chat_format = "openai"
     #: True once a reply brought reasoning (see the module docstring).
     reasons = False
-    exact_counts = False  # the UTF-8-byte estimate: the server's tokenizer is not here
+    #: False: the UTF-8-byte estimate; True while the server counts (``server_counts``).
+    exact_counts = False
 
     def __init__(
         self,
@@ -602,6 +605,8 @@ class RemoteModel:
         #: Said once, to the user, when the server's window is smaller than ``chat.n_ctx``.
         self._notice: str | None = None
         self._told = False
+        #: The server's own counts, once it showed it can give them (llama-server, vLLM).
+        self._counter: ServerCounts | None = None
         self._connections: _Connections | None = None
         self._active = 0
         self._closing = False
@@ -655,6 +660,11 @@ class RemoteModel:
         if found is not None:
             logger.info("%s: the server's window is %d tokens (%s)", self.model_id, found.tokens, found.source)
             self._set_window(found)
+            if found.server in COUNTING_SERVERS and self._counter is None:
+                self._counter = ServerCounts(
+                    found.server, self.base_url, self.model, self._probe_headers(), tls_context()
+                )
+                self.exact_counts = True
 
     def _probe_headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json"}
@@ -701,6 +711,8 @@ class RemoteModel:
 
     def _calibrate(self, prompt_tokens: int, estimate: int) -> None:
         """Bring the estimate to the server's own count of a prompt it took whole."""
+        if self.exact_counts:
+            return  # counted by the server already
         raw = self._raw_prompt_estimate(estimate)
         if raw < CALIBRATE_FROM_TOKENS:
             return
@@ -732,6 +744,8 @@ class RemoteModel:
     def close_connections(self) -> None:
         """Close the HTTP client once no request is using it (now, when none is). Any thread."""
         self._closing = True
+        if self._counter is not None:
+            self._counter.close()
         held = self._connections
         if held is None or held.loop.is_closed():
             return
@@ -816,6 +830,14 @@ class RemoteModel:
         return self._calibrated(self._held(tool, estimate_tokens(json.dumps(tool.as_openai(), ensure_ascii=False))))
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+        """The server's own count when it gives one (blocking: from a worker thread), else the
+        estimate: ``PROMPT_OVERHEAD`` + tools + ``count_message`` of each message."""
+        counter = self._counter
+        if counter is not None:
+            exact = counter.count([to_openai_message(m) for m in messages], [t.as_openai() for t in tools])
+            if exact is not None:
+                return exact
+            self.exact_counts = False
         return PROMPT_OVERHEAD + sum(self.count_tool(t) for t in tools) + sum(self.count_message(m) for m in messages)
 
     # -- generation -------------------------------------------------------------------------
@@ -854,7 +876,12 @@ class RemoteModel:
         grammar: str | None = None,  # not sent: OpenAI-compatible servers do not share one way to take it
         on_reasoning: TextCallback | None = None,
     ) -> Completion:
-        prompt_tokens = self.count_prompt(messages, tools)
+        # The server's count is a request to it: asked from a worker thread, not on the loop.
+        prompt_tokens = (
+            await in_worker(self.count_prompt, messages, tools)
+            if self._counter is not None
+            else self.count_prompt(messages, tools)
+        )
         if prompt_tokens + max_tokens > self.n_ctx:
             if self.window_source != "chat.n_ctx":
                 raise ContextExceeded(self._too_long(prompt_tokens, max_tokens))

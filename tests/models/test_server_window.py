@@ -9,6 +9,9 @@ server was sent (every request fitted to its window), the notice, and the model 
 
 from __future__ import annotations
 
+import json
+import math
+
 import anyio
 import pytest
 
@@ -280,8 +283,6 @@ def test_endpoint_answers_that_do_not_say_a_window_say_none():
     ],
 )
 async def test_a_refusal_for_length_teaches_the_window_and_the_round_is_refitted(status, body):
-    import json
-
     with OpenAIStub() as stub:
         refused = StubReply(status=status, body=json.dumps(body))
         stub.queue(refused)
@@ -329,3 +330,74 @@ async def test_probe_answers_are_read_with_a_bound(monkeypatch):
         assert model.server_n_ctx is None  # not read past the bound, so not known
         model.close_connections()
         await anyio.lowlevel.checkpoint()
+
+
+# -- exact counts from a server that tokenizes --------------------------------------------------------
+def rendered(messages: list[dict], tools: list[dict] | None) -> str:
+    """A ChatML rendering, as a llama-server template would give it (tools in the system turn)."""
+    text = "".join(f"<|im_start|>{m['role']}\n{m.get('content') or ''}<|im_end|>\n" for m in messages)
+    if tools:
+        text = f"<|im_start|>system\n<tools>{json.dumps(tools)}</tools><|im_end|>\n" + text
+    return text + "<|im_start|>assistant\n"
+
+
+def tokens_of(text: str) -> list[int]:
+    """The server's tokenizer: a token per started four characters (fewer than the estimate's)."""
+    return list(range(math.ceil(len(text) / 4)))
+
+
+@pytest.mark.parametrize("server", ["llama-server", "vllm"])
+async def test_a_server_that_tokenizes_counts_every_prompt_exactly(server):
+    with OpenAIStub() as stub:
+        counted: list[int] = []
+        if server == "llama-server":
+            stub.endpoints["GET /props"] = (200, LLAMA_PROPS)
+            stub.endpoints["POST /apply-template"] = lambda body: (
+                200,
+                {"prompt": rendered(body["messages"], body.get("tools"))},
+            )
+
+            def tokenize(body: dict) -> tuple[int, dict]:
+                counted.append(len(tokens_of(body["content"])))
+                return 200, {"tokens": tokens_of(body["content"])}
+
+        else:
+            stub.endpoints["GET /v1/models"] = (200, VLLM_MODELS)
+
+            def tokenize(body: dict) -> tuple[int, dict]:
+                tokens = tokens_of(rendered(body["messages"], body.get("tools")))
+                counted.append(len(tokens))
+                return 200, {"count": len(tokens), "max_model_len": 2560, "tokens": tokens}
+
+        stub.endpoints["POST /tokenize"] = tokenize
+        chat = remote_chat(stub)
+        stub.queue("The answer.")
+        _, events = await ask(chat, "What does the server count?")
+        model = the_model(chat)
+        assert model.exact_counts
+        [request] = stub.requests
+        [usage] = [payload for kind, payload in events.log if kind == "context_usage"]
+        # What the meter says is the server's count of exactly what was sent.
+        exact = len(tokens_of(rendered(request["messages"], request.get("tools"))))
+        assert usage.exact and usage.used == exact
+        assert exact < estimated_prompt(request)  # the estimate would have said more
+        # Each distinct prompt is asked once: counting it again is answered from the cache.
+        asked = len(counted)
+        model.count_prompt([system("s"), user("u")])
+        model.count_prompt([system("s"), user("u")])
+        assert len(counted) == asked + 1
+        chat.close()
+
+
+async def test_a_server_that_fails_to_count_leaves_the_estimate():
+    with OpenAIStub() as stub:
+        stub.endpoints["GET /props"] = (200, LLAMA_PROPS)  # /apply-template and /tokenize: 404 (an old build)
+        chat = remote_chat(stub)
+        stub.queue("Fine.")
+        _, events = await ask(chat, "Hello?")
+        model = the_model(chat)
+        assert model.exact_counts is False
+        [usage] = [payload for kind, payload in events.log if kind == "context_usage"]
+        assert not usage.exact and usage.used == estimated_prompt(stub.requests[0])
+        assert [key for key, _ in stub.endpoint_requests].count("POST /apply-template") == 1  # not asked again
+        chat.close()
