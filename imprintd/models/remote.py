@@ -418,6 +418,8 @@ class _Stream:
     server_usage: dict[str, Any] | None = None
     #: ``chat.completion.chunk`` events taken (none: the server ended the stream without a word).
     chunks: int = 0
+    #: The server answered the request with a stream (status 200, headers read).
+    opened: bool = False
     #: UTF-8 bytes of output so far: text, tool names and arguments.
     output_bytes: int = 0
 
@@ -1110,6 +1112,7 @@ class RemoteModel:
                     if response.status_code in TRANSIENT_STATUSES:
                         raise _Transient(message, _retry_after(response))
                     raise ModelError(message)
+                stream.opened = True
                 await self._read_events(response, stream)
             if not stream.done and stream.finish is None and not stream.chunks:
                 # Some servers (llama-cpp-python's) end a stream they cannot start without a
@@ -1129,7 +1132,8 @@ class RemoteModel:
             raise ModelError(self._connect_message(error)) from None
         except (httpx.RemoteProtocolError, httpx.ReadError) as error:
             reason = f"the stream ended before the reply finished ({error or type(error).__name__})"
-            if not stream.chunks:
+            if stream.opened and not stream.chunks:
+                # Answered 200, then cut before a chunk: a server that could not start the reply.
                 await self._why_broken(client, body, timeout)  # a refusal for length is not retried
             if not stream.received:
                 raise _Transient(reason) from None  # reset before the first byte: safe to ask again
