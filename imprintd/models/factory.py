@@ -68,7 +68,7 @@ def _served_window(model: RemoteModel) -> str:
         try:
             await model.learn_window()
         finally:
-            model.close_connections()
+            await model.aclose_connections()
 
     anyio.run(ask)
     server = model.server_n_ctx

@@ -725,8 +725,21 @@ class RemoteModel:
     def set_parallel(self, requests: int) -> None:
         """``chat.remote_parallel``: requests at the server at once (taken by the next request)."""
         self._parallel = max(1, requests)
-        if self._connections is not None:
-            self._connections.slots.total_tokens = self._parallel
+        held = self._connections
+        if held is None or held.slots.total_tokens == self._parallel or held.loop.is_closed():
+            return
+        # Waiters may be woken: done on the loop that owns them (this may be a worker thread).
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is held.loop:
+            self._apply_parallel(held)
+        elif held.loop.is_running():
+            held.loop.call_soon_threadsafe(self._apply_parallel, held)
+
+    def _apply_parallel(self, held: _Connections) -> None:
+        held.slots.total_tokens = self._parallel
 
     def _connections_here(self) -> _Connections:
         """This event loop's client, slots and probe lock (a new loop, as in tests, gets its own)."""
@@ -759,6 +772,15 @@ class RemoteModel:
             self._close_if_idle()
         elif held.loop.is_running():
             held.loop.call_soon_threadsafe(self._close_if_idle)
+
+    async def aclose_connections(self) -> None:
+        """Close the HTTP client now, on this loop (nothing may be using it)."""
+        self._closing = True
+        if self._counter is not None:
+            self._counter.close()
+        held, self._connections = self._connections, None
+        if held is not None:
+            await held.client.aclose()
 
     def _close_if_idle(self) -> None:
         held = self._connections
