@@ -72,9 +72,34 @@ async def test_a_held_stream_in_one_session_does_not_hold_another_sessions_reply
         chat.close()
 
 
+class WatchedSlots:
+    """The model's request slots, saying when a request has to wait for one (no polling)."""
+
+    def __init__(self, inner: anyio.CapacityLimiter) -> None:
+        self.inner = inner
+        self.waiting = anyio.Event()
+
+    @property
+    def total_tokens(self) -> float:
+        return self.inner.total_tokens
+
+    async def acquire_on_behalf_of(self, borrower: object) -> None:
+        if self.inner.available_tokens == 0:
+            self.waiting.set()
+        await self.inner.acquire_on_behalf_of(borrower)
+
+    def release_on_behalf_of(self, borrower: object) -> None:
+        self.inner.release_on_behalf_of(borrower)
+
+
 async def test_remote_parallel_one_makes_the_second_reply_wait_its_turn():
     with OpenAIStub() as stub:
         chat = remote_chat(stub, **{"chat.remote_parallel": 1})
+        model = chat.model()
+        assert isinstance(model, RemoteModel)
+        connections = model._connections_here()
+        slots = WatchedSlots(connections.slots)
+        connections.slots = slots  # type: ignore[assignment]
         arrived, release = threading.Event(), threading.Event()
 
         def slow(request: dict) -> StubReply:
@@ -92,23 +117,11 @@ async def test_remote_parallel_one_makes_the_second_reply_wait_its_turn():
             group.start_soon(session, "One?")
             await wait_for(arrived)
             group.start_soon(session, "Two?")
-            model = chat.model()
-            assert isinstance(model, RemoteModel)
-            await wait_until_waiting(model)
-            assert len(stub.requests) == 1  # the second waits for the one slot, unsent
+            await slots.waiting.wait()  # the second reply asks for the one slot, held by the first
+            assert len(stub.requests) == 1  # so it waits, unsent
             release.set()
         assert order == ["First.", "Second."]
         chat.close()
-
-
-async def wait_until_waiting(model: RemoteModel) -> None:
-    """Until a request waits for a slot: yields to the loop, never sleeps for time."""
-    for _ in range(10_000):
-        connections = model._connections
-        if connections is not None and connections.slots.statistics().tasks_waiting:
-            return
-        await anyio.lowlevel.checkpoint()
-    raise AssertionError("no request waited for a slot")
 
 
 async def test_one_http_client_per_model_reused_and_closed_when_the_model_is_replaced():
