@@ -32,7 +32,16 @@ from imprintd.conversations.search import search as search_conversations
 from imprintd.conversations.titles import clean_title
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message
-from imprintd.models.base import Model, ModelError, SessionStates, session_requests
+from imprintd.models.base import (
+    Model,
+    ModelError,
+    ServerConnections,
+    SessionStates,
+    learn_window,
+    server_window,
+    session_requests,
+    window_source,
+)
 from imprintd.models.identity import ModelIdentity, identify_model
 from imprintd.models.on_disk import FoundModel, find_models
 from imprintd.models.state_cache import delete_session_files, states_folder
@@ -271,9 +280,13 @@ class Chat:
                 self._model_settings = key
                 if isinstance(retired, SessionStates) and retired is not self._model:
                     self._retire(retired)
+                if isinstance(retired, ServerConnections) and retired is not self._model:
+                    retired.close_connections()  # once the replies still using it are done
             model = self._model
         if isinstance(model, SessionStates):
             model.set_state_limits(memory_bytes=settings.state_cache_memory, disk_bytes=settings.state_cache_disk)
+        if isinstance(model, ServerConnections):
+            model.set_parallel(settings.remote_parallel)
         return model
 
     def _model_when_asked(self) -> Callable[[], Model]:
@@ -319,7 +332,23 @@ class Chat:
         except (ModelError, OSError, ValueError) as error:
             logger.info("the chat format of %s cannot be told yet: %s", identity.model, error)
             return identity
-        return msgspec.structs.replace(identity, chat_format=chat_format, reasons=reasons)
+        return msgspec.structs.replace(
+            identity,
+            chat_format=chat_format,
+            reasons=reasons,
+            n_ctx=model.n_ctx,
+            n_ctx_source=window_source(model),
+            server_n_ctx=server_window(model),
+        )
+
+    async def learn_window(self) -> None:
+        """Ask a served model's server for its window now (short; nothing for a local model), so
+        what the model info says is the window in use. Never fails: the reply reports failures."""
+        try:
+            model = await in_worker(self.model)
+        except ModelError:
+            return
+        await learn_window(model)
 
     def workspace_root(self, workspace: str | None) -> Path | None:
         """The folder a reply may search: ``workspace``, else the editor's; WorkspaceMissing if not a folder."""
@@ -367,6 +396,8 @@ class Chat:
     def close(self) -> None:
         if isinstance(self._model, SessionStates):
             self._model.close_states()  # states still queued reach the disk for the next start
+        if isinstance(self._model, ServerConnections):
+            self._model.close_connections()
         for thread in self._retiring:
             thread.join(RETIRE_WAIT_S)
         for index in self._indexes.values():
@@ -423,6 +454,7 @@ class Chat:
             messages, state = await in_worker(lambda: (store.messages(info.id), store.summary(info.id)))
             events.begin(info.id, uuid.uuid4().hex)
             model = self.model()
+            await learn_window(model, events)
             done = await compact_session(model, messages, state, events)
             if done.written and done.summary is not None:
                 await in_worker(store.save_summary, info.id, done.summary)
@@ -452,8 +484,10 @@ class Chat:
     async def context_usage(self, session_id: str) -> ContextUsage:
         """What the session's next question would get of the context, without asking one.
 
-        Counted by the model in use (loaded if it was not), in a worker thread.
+        Counted by the model in use (loaded if it was not), in a worker thread, with a served
+        model's window asked first.
         """
+        await self.learn_window()
         store, info = await in_worker(self.locate, session_id)
         stored, summary = await in_worker(lambda: (store.messages(info.id), store.summary(info.id)))
         settings = self.settings

@@ -459,3 +459,7 @@ class _PrintEvents:
 
     def context_usage(self, usage) -> None:
         pass  # a shell user sees the answer; `imprintd config` says the model and its window
+
+    def notice(self, message: str) -> None:
+        self._end_thoughts()
+        print(f"[{message}]", file=sys.stderr)

@@ -70,3 +70,7 @@ class ReplyEvents(Protocol):
 
     def context_usage(self, usage: ContextUsage) -> None:
         """What fills the context of the coordinator round about to be sent to the model."""
+
+    def notice(self, message: str) -> None:
+        """Something the user should know once, beyond this reply (the model server's window is
+        smaller than ``chat.n_ctx``, and how to raise it); never answer text."""

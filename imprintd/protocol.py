@@ -411,7 +411,14 @@ class ModelInfo(Wire):
 
     provider: str
     model: str
+    #: The window prompts are fitted to: ``chat.n_ctx``, or a served model's smaller window.
     n_ctx: int
+    #: Where ``n_ctx`` comes from: ``"chat.n_ctx"``, or what the server said or showed
+    #: (``"llama-server /props n_ctx"``, ``"Ollama num_ctx parameter"``, ``"the server's refusal"``, …).
+    n_ctx_source: str
+    #: The window the model's server reported or showed (null: a local model, or a server that
+    #: said nothing yet); larger than ``n_ctx`` when ``chat.n_ctx`` is the smaller.
+    server_n_ctx: int | None
     #: How the model writes tool calls and reasoning (``hermes``, ``qwen-xml``, …, ``json-fallback``;
     #: ``openai`` for a remote server, which parses them itself); null while it cannot be told
     #: (the GGUF is missing or unreadable, no remote model is named).
@@ -425,6 +432,8 @@ class ModelInfo(Wire):
             provider=identity.provider,
             model=identity.model,
             n_ctx=identity.n_ctx,
+            n_ctx_source=identity.n_ctx_source,
+            server_n_ctx=identity.server_n_ctx,
             chat_format=identity.chat_format,
             reasons=identity.reasons,
         )
@@ -482,6 +491,8 @@ class ContextUsageWire(Wire):
     session_id: str
     reply_id: str | None
     n_ctx: int
+    #: Where ``n_ctx`` comes from (as ``ModelInfo.n_ctx_source``).
+    n_ctx_source: str
     output_allowance: int
     exact: bool
     used: int
@@ -497,6 +508,7 @@ class ContextUsageWire(Wire):
             session_id=session_id,
             reply_id=reply_id,
             n_ctx=usage.n_ctx,
+            n_ctx_source=usage.n_ctx_source,
             output_allowance=usage.output_allowance,
             exact=usage.exact,
             used=usage.used,

@@ -50,7 +50,7 @@ from imprintd.context.sections import ReplySections
 from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, SourceRef, Style
-from imprintd.models.base import Model
+from imprintd.models.base import Model, learn_window, output_allowance
 from imprintd.offload import in_worker
 from imprintd.research import citations
 from imprintd.research import clock as clocks
@@ -115,6 +115,8 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     events.begin(info.id, reply_id)
     model = context.load_model()
     settings = context.settings
+    # A served model's window is asked before anything is fitted to it (once per model).
+    await learn_window(model, events)
     state, earlier, seqs = await in_worker(read_session, store, info.id, question)
 
     workspace_tools = await context.workspace_tools(events)
@@ -143,7 +145,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
         request.style,
         tool_lines,
         specs,
-        settings.max_tokens,
+        output_allowance(model, settings.max_tokens),
         events,
         clock,
     )
@@ -164,6 +166,8 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
         first_look=settings.first_look,
     )
     outcome = await research(scope, system=system, history=history, question=question, tools=tools)
+    # What a turn may write now: research may have learned the server's window on the way.
+    max_tokens = output_allowance(model, settings.max_tokens)
 
     sources: tuple[SourceRef, ...] = ()
     reasoning = ""
@@ -176,7 +180,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
         thought_to_limit = not text.strip() and bool(reasoning) and outcome.stop == "length"
         if not text.strip():
             text = (
-                thought_to_limit_note(settings.max_tokens)
+                thought_to_limit_note(max_tokens)
                 if thought_to_limit
                 else NO_ANSWER_AFTER_THINKING
                 if reasoning
@@ -185,7 +189,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
             written = text  # the placeholder stands in for the empty answer in later prompts too
             events.text(text)
         if outcome.stop == "length" and not thought_to_limit:
-            coverage = "\n".join(part for part in (cut_off_note(settings.max_tokens), coverage) if part)
+            coverage = "\n".join(part for part in (cut_off_note(max_tokens), coverage) if part)
         elif outcome.stop == "repetition":
             # What streamed went on into the loop; the result's text is the answer to show.
             coverage = "\n".join(part for part in (REPEATED_ITSELF, coverage) if part)
@@ -207,7 +211,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
             question=_final_question(outcome),
             steps=outcome.steps,
             style=request.style,
-            max_tokens=settings.max_tokens,
+            max_tokens=max_tokens,
             timeout=clocks.FINAL_TIMEOUT_S,  # its own deadline, whatever research left (ADR 0101)
             coverage=coverage,
             numbering=outcome.numbering,
@@ -250,6 +254,7 @@ def next_question_usage(
     specs = [*(WORKSPACE_SPECS if workspace else ()), ConversationHistoryTool.spec]
     tool_lines = _tool_lines(workspace=workspace)
     system, history, layout = compose_prompt(style, tool_lines, summary, stored)
+    max_tokens = output_allowance(model, max_tokens)
     fitted = fit_prompt(model, system=system, history=history, current=[], tools=specs, max_tokens=max_tokens)
     return usage.measure(
         model, fitted.messages, current=0, tools=specs, max_tokens=max_tokens, layout=layout, used=fitted.prompt_tokens

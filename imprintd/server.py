@@ -151,6 +151,8 @@ class ImprintServer(LanguageServer):
         """
         settings = settings or self.chat.settings
         async with self._announcing_in_order:
+            if settings is self.chat.settings:
+                await self.chat.learn_window()  # a served model's window, asked once per model
             model = await in_worker(self.model_info, settings)
             if self.announced is not None and model != self.announced:
                 self.protocol.notify(wire.MODEL_CHANGED, msgspec.to_builtins(model))

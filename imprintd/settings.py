@@ -153,6 +153,15 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
             "only with a context of 32768 tokens or more"
         ),
     ] = "auto"
+    remote_parallel: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=64,
+            description="requests to the model server (provider openai) at once: sessions, section workers and "
+            "summaries side by side",
+        ),
+    ] = 4
 
     models_dir: Annotated[
         str,

@@ -104,6 +104,11 @@ class WireEvents:
     def context_usage(self, usage: ContextUsage) -> None:
         self._notify(wire.CONTEXT_USAGE, wire.ContextUsageWire.from_core(self.session_id, self.reply_id, usage))
 
+    def notice(self, message: str) -> None:
+        """Logged, and shown by the editor (``window/showMessage``, a warning)."""
+        logger.warning("%s", message)
+        self._server.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
+
     def progress(self, message: str, percentage: int | None = None) -> None:
         if self._token is None and self._creating is None:
             if not _client_supports_progress(self._server):

@@ -6,6 +6,12 @@ an end-to-end test drives the real wire on both sides and can script exactly wha
 as server-sent events, tool calls as native ``tool_calls`` deltas split across chunks, and a
 reasoning model's thoughts as ``reasoning_content`` deltas ahead of the text, as llama.cpp's
 server and vLLM send them with a reasoning parser.
+
+Beside the chat it can answer the endpoints other servers keep for what they serve
+(``endpoints``): llama-server's ``GET /props``, LM Studio's ``GET /api/v0/models``, Ollama's
+``POST /api/show`` and ``GET /api/ps``, each as those servers document it; any other path is 404,
+as on a server that knows none of them. A reply can end with a ``usage`` chunk (the
+``prompt_tokens`` a server counted, e.g. after Ollama cut the prompt to its window).
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ class StubReply:
     #: What the model thought first, streamed word by word in ``reasoning_field`` deltas.
     reasoning: str = ""
     reasoning_field: str = "reasoning_content"
+    #: Sent in a last chunk without choices before ``[DONE]`` (``stream_options.include_usage``).
+    usage: dict[str, Any] | None = None
 
 
 #: The most pieces an endless reply streams when nobody hangs up (about 12 MB of events).
@@ -58,6 +66,8 @@ class OpenAIStub:
     def __init__(self, *, record: bool = True) -> None:
         self.record = record
         self.replies: list[Script] = []
+        #: What answers once ``replies`` is used up (default: "(no scripted reply)").
+        self.default_reply: Script = StubReply(text="(no scripted reply)")
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         #: Pieces of an endless reply sent so far, and whether the daemon hung up on it.
@@ -67,6 +77,11 @@ class OpenAIStub:
         self.models = ["stub"]
         self.models_status = 200
         self.gets: list[str] = []
+        #: Other endpoints, "METHOD /path" → (status, JSON body), or a function of the request's
+        #: JSON body giving them (a server's own window, template and tokenizer endpoints).
+        self.endpoints: dict[str, tuple[int, Any] | Callable[[Any], tuple[int, Any]]] = {}
+        #: Every request to them, as ("METHOD /path", JSON body or None).
+        self.endpoint_requests: list[tuple[str, Any]] = []
         self._lock = threading.Lock()
         stub = self
 
@@ -76,7 +91,23 @@ class OpenAIStub:
             def log_message(self, *args):  # keep test output clean
                 pass
 
+            def _endpoint(self, method: str, body: Any = None) -> None:
+                """A scripted endpoint's answer; 404 for one not scripted."""
+                key = f"{method} {self.path}"
+                with stub._lock:
+                    stub.endpoint_requests.append((key, body))
+                    answer = stub.endpoints.get(key)
+                if callable(answer):
+                    answer = answer(body)
+                if answer is not None:
+                    self._send_json(answer[0], json.dumps(answer[1]).encode())
+                else:
+                    self._send_json(404, json.dumps({"error": f"{key} is not served"}).encode())
+
             def do_GET(self):
+                if self.path != "/v1/models" or f"GET {self.path}" in stub.endpoints:
+                    self._endpoint("GET")
+                    return
                 with stub._lock:
                     stub.gets.append(self.path)
                     models, status = list(stub.models), stub.models_status
@@ -89,11 +120,14 @@ class OpenAIStub:
             def do_POST(self):
                 length = int(self.headers.get("Content-Length", "0"))
                 request = json.loads(self.rfile.read(length))
+                if self.path != "/v1/chat/completions":
+                    self._endpoint("POST", request)
+                    return
                 with stub._lock:
                     if stub.record:
                         stub.requests.append(request)
                         stub.headers.append(dict(self.headers))
-                    script = stub.replies.pop(0) if stub.replies else StubReply(text="(no scripted reply)")
+                    script = stub.replies.pop(0) if stub.replies else stub.default_reply
                 reply = script(request) if callable(script) else script
                 if isinstance(reply, str):
                     reply = StubReply(text=reply)
@@ -163,6 +197,14 @@ class OpenAIStub:
                             self._chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[half:]}}]})
                         )
                     self._event(self._chunk({}, reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")))
+                    if reply.usage is not None:
+                        last = {
+                            "id": "chatcmpl-stub",
+                            "object": "chat.completion.chunk",
+                            "choices": [],
+                            "usage": reply.usage,
+                        }
+                        self._event(last)
                     self._event("[DONE]")
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()

@@ -36,6 +36,9 @@ class RecordingEvents:
     def context_usage(self, usage) -> None:
         self.log.append(("context_usage", usage))
 
+    def notice(self, message: str) -> None:
+        self.log.append(("notice", message))
+
     @property
     def streamed(self) -> str:
         return "".join(payload for kind, payload in self.log if kind == "text")

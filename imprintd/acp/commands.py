@@ -49,8 +49,9 @@ def context_text(usage: ContextUsage) -> str:
     room = usage.n_ctx - usage.output_allowance
     share = f"{usage.used / usage.n_ctx:.0%}" if usage.n_ctx else "?"
     counted = "counted by the model's tokenizer" if usage.exact else "estimated"
+    window = "" if usage.n_ctx_source == "chat.n_ctx" else f", the server's window ({usage.n_ctx_source})"
     lines = [
-        f"Context for the next question: {usage.used:,} of {usage.n_ctx:,} tokens ({share}; {counted}), "
+        f"Context for the next question: {usage.used:,} of {usage.n_ctx:,} tokens{window} ({share}; {counted}), "
         f"{usage.output_allowance:,} kept for the answer, {max(room - usage.used, 0):,} free.",
         "",
         f"- system prompt: {parts.system:,}",

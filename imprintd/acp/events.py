@@ -154,6 +154,11 @@ class AcpEvents:
     def progress(self, message: str, percentage: int | None = None) -> None:
         self.thought(message + "\n")
 
+    def notice(self, message: str) -> None:
+        """ACP has no warning to show: a line of the reply's thoughts, and the log."""
+        logger.warning("%s", message)
+        self.thought(message + "\n")
+
     def summary(self, text: str, first_seq: int, last_seq: int) -> None:
         self.thought(f"Summarized the earlier conversation (messages #{first_seq}–#{last_seq}).\n")
 

@@ -113,6 +113,12 @@ MIN_SECTION_CHARS = 4 * OVERLAP_CHARS
 #: Planning reserves this many notes tokens beyond NOTES_MAX_TOKENS: rewritten notes are at
 #: most 384 generated tokens, but re-tokenized inside a prompt they may count a few more.
 NOTES_SLACK_TOKENS = 16
+#: Below this worker context (a served model's small window) the notes allowance is an eighth of
+#: the context instead of NOTES_MAX_TOKENS: 384 output tokens and notes of that size beside them
+#: would leave a 1,024-token window no room for a section.
+SMALL_WORKER_CONTEXT = 1536
+#: ...and never less than this.
+MIN_NOTES_TOKENS = 64
 #: Planning keeps this margin for what the plan cannot know yet (digits of the section count).
 PLAN_MARGIN_TOKENS = 8
 #: ``kind`` of the user's own message; a tool result's kind is ``tool_kind(name)``.
@@ -262,12 +268,22 @@ def worker_messages(
     return [Message(role="system", content=WORKER_SYSTEM_PROMPT), Message(role="user", content=body)]
 
 
-def _placeholder_notes(model: Model) -> str:
+def notes_tokens(context: int) -> int:
+    """Output tokens of one notes rewrite in a worker context of ``context`` tokens:
+    ``NOTES_MAX_TOKENS``, or an eighth of a context under ``SMALL_WORKER_CONTEXT``."""
+    if context >= SMALL_WORKER_CONTEXT:
+        return NOTES_MAX_TOKENS
+    return max(MIN_NOTES_TOKENS, context // 8)
+
+
+def _placeholder_notes(model: Model, allowance: int = NOTES_MAX_TOKENS) -> str:
     """Text standing in for a worker's notes at their largest while sections are planned."""
     unit = "note, "
     sample = unit * 64
     per_unit = max(1, model.count_text(sample)) / 64
-    want = NOTES_MAX_TOKENS + NOTES_SLACK_TOKENS
+    # An estimate (a remote model) counts text at three bytes a token; notes are written at
+    # four to five, so notes of ``allowance`` generated tokens count up to 5/3 of it.
+    want = (allowance if model.exact_counts else allowance * 5 // 3) + NOTES_SLACK_TOKENS
     return unit * (int(want / per_unit) + 1)
 
 
@@ -299,8 +315,9 @@ def _plan(
     The guess for the next section uses the density of the last one, so most sections take
     one measurement. Raises AnalysisError when no section of useful size fits.
     """
-    notes = _placeholder_notes(model)
-    room = worker_context - NOTES_MAX_TOKENS - PLAN_MARGIN_TOKENS
+    allowance = notes_tokens(worker_context)
+    notes = _placeholder_notes(model, allowance)
+    room = worker_context - allowance - PLAN_MARGIN_TOKENS
 
     def measure(start: int, end: int, number: int) -> int:
         messages = worker_messages(
@@ -322,7 +339,7 @@ def _plan(
         raise AnalysisError(
             f"section analysis stopped: the note-taking instructions, question and notes take "
             f"{fixed} tokens, leaving no room for a section in the {worker_context}-token worker "
-            f"context beside {NOTES_MAX_TOKENS} output tokens; no section was analyzed"
+            f"context beside {allowance} output tokens; no section was analyzed"
         )
     chars_per_token = 4.0  # optimistic first guess; corrected by every measurement
     ranges: list[tuple[int, int]] = []
@@ -340,7 +357,7 @@ def _plan(
                 raise AnalysisError(
                     f"section analysis stopped: the {worker_context}-token worker context has no "
                     f"room for a section of {MIN_SECTION_CHARS} characters beside the instructions, "
-                    f"notes and {NOTES_MAX_TOKENS} output tokens; no section was analyzed"
+                    f"notes and {allowance} output tokens; no section was analyzed"
                 )
             max_chars = max(MIN_SECTION_CHARS, min(max_chars - 1, int(available * chars_per_token * 0.95)))
         ranges.append((start, end))
@@ -513,8 +530,8 @@ async def analyze(
             f"{MAX_SOURCE_CHARS:,} allowed; no section was analyzed"
         )
     head, tail = _excerpts(source) if kind == USER_KIND else ("", "")
-    worker_question = _bounded(source if kind == USER_KIND else question)
     context = min(worker_context, model.n_ctx)
+    worker_question = _bounded(source if kind == USER_KIND else question, context)
     # Tokenizing up to a million characters is blocking work: keep it off the event loop.
     ranges, prompts = await in_worker(
         lambda: _plan(model, source, question=worker_question, label=label, worker_context=context)
@@ -548,10 +565,10 @@ async def analyze(
             total=len(source),
         )
         prompt_tokens = await in_worker(model.count_prompt, messages)
-        if prompt_tokens + NOTES_MAX_TOKENS > context:
+        if prompt_tokens + notes_tokens(context) > context:
             raise AnalysisError(  # the plan measured this very prompt: a model whose counts drift
                 f"section analysis of the {label} stopped at section {number} of {len(ranges)}: its prompt of "
-                f"{prompt_tokens} tokens plus {NOTES_MAX_TOKENS} output tokens exceeds the {context}-token "
+                f"{prompt_tokens} tokens plus {notes_tokens(context)} output tokens exceeds the {context}-token "
                 f"worker context; {_coverage(ranges, index, len(source))}"
             )
         timeout = min(WORKER_TIMEOUT_S, left)
@@ -566,7 +583,7 @@ async def analyze(
                     model,
                     messages,
                     (),
-                    max_tokens=NOTES_MAX_TOKENS,
+                    max_tokens=notes_tokens(context),
                     timeout=timeout,
                     # Said once the section really starts (its budget charged), never for one that does not run.
                     started=started,
@@ -754,9 +771,14 @@ def _excerpts(source: str) -> tuple[str, str]:
     return source[:HEAD_CHARS], source[-TAIL_CHARS:]
 
 
-def _bounded(question: str) -> str:
-    """The question as workers see it: its head and tail when it is long."""
+def _bounded(question: str, context: int = WORKER_CONTEXT_TOKENS) -> str:
+    """The question as workers see it: its head and tail when it is long, in proportion to a
+    worker context under ``SMALL_WORKER_CONTEXT`` (a 1,024-token window has no room for 900
+    characters of question beside the instructions, the notes and a section)."""
     head, tail = _excerpts(question)
+    if context < SMALL_WORKER_CONTEXT and tail:
+        share = context / WORKER_CONTEXT_TOKENS
+        head, tail = head[: int(HEAD_CHARS * share)], tail[len(tail) - int(TAIL_CHARS * share) :]
     return f"{head}\n[…]\n{tail}" if tail else head
 
 

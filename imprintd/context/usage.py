@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from imprintd.messages import Message, ToolSpec
-from imprintd.models.base import Model
+from imprintd.models.base import Model, window_source
 
 Ranges = tuple[tuple[int, int], ...]
 
@@ -46,6 +46,8 @@ class Parts(msgspec.Struct, frozen=True, kw_only=True):
 
 class ContextUsage(msgspec.Struct, frozen=True, kw_only=True):
     n_ctx: int
+    #: Where ``n_ctx`` comes from: ``"chat.n_ctx"`` or the server's window (``models.base.window_source``).
+    n_ctx_source: str = "chat.n_ctx"
     #: Tokens kept free for the model's answer (``chat.max_tokens``).
     output_allowance: int
     #: Counted with the model's own tokenizer (local) rather than estimated (remote).
@@ -120,6 +122,7 @@ def measure(
     ]
     return ContextUsage(
         n_ctx=model.n_ctx,
+        n_ctx_source=window_source(model),
         output_allowance=max_tokens,
         exact=model.exact_counts,
         used=total,

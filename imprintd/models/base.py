@@ -67,6 +67,12 @@ class ModelError(Exception):
     """A model request failed. The message names the cause in words a user can act on."""
 
 
+class ContextExceeded(ModelError):
+    """The server refused a prompt as too long for its window, or cut it to fit (the remote
+    provider). The model has learned the window by then: fitting again gives a prompt that fits,
+    so a caller may refit and ask once more. The message names the window and how to raise it."""
+
+
 class ModelUnavailable(ModelError):
     """No model can be loaded or reached (missing GGUF, no embedded model, bad config)."""
 
@@ -138,9 +144,11 @@ class Model(Protocol):
         ``grammar``, a GBNF grammar (llama.cpp's), constrains what a local model may write; a
         provider that cannot constrain its output (a remote server) ignores it.
 
-        Runs under the process-wide inference lock; ``timeout`` covers the wait for the
-        lock too. ``on_start`` is awaited once the lock is held, before anything is
-        evaluated (not at all when the deadline passes in the queue). A provider that
+        A local model runs under the process-wide inference lock (one context, one queue); a
+        remote one holds one of its server's request slots (``chat.remote_parallel``), so
+        requests to a server run side by side. ``timeout`` covers the wait for the lock or
+        slot too. ``on_start`` is awaited once it is held, before anything is evaluated (not
+        at all when the deadline passes in the queue). A provider that
         retries transient failures says so through ``on_retry``. Cancelling the calling task
         stops generation before the next token and re-raises the cancellation. Raises
         ``ModelError`` on failure.
@@ -165,6 +173,86 @@ class SessionStates(Protocol):
         ...
 
 
+@runtime_checkable
+class ServerConnections(Protocol):
+    """A model behind a server (the remote provider): requests side by side, one HTTP client."""
+
+    def set_parallel(self, requests: int) -> None:
+        """Apply ``chat.remote_parallel``: how many requests may be at the server at once."""
+        ...
+
+    def close_connections(self) -> None:
+        """Close the model's HTTP client once no request is using it (the model was replaced,
+        or the daemon stops). Callable from any thread."""
+        ...
+
+
+@runtime_checkable
+class ServedWindow(Protocol):
+    """A model whose window is its server's (the remote provider): asked, then known."""
+
+    async def learn_window(self) -> None:
+        """Ask the server for its window, once (short timeouts; nothing said: ``chat.n_ctx``)."""
+        ...
+
+    def take_window_notice(self) -> str | None:
+        """Once: the server's window is smaller than ``chat.n_ctx`` and how to raise it."""
+        ...
+
+
+class Notices(Protocol):
+    """Where a notice for the user goes (``ReplyEvents.notice``)."""
+
+    def notice(self, message: str) -> None: ...
+
+
+async def learn_window(model: object, events: Notices | None = None) -> None:
+    """Ask a served model's server for its window; tell ``events`` (``ReplyEvents.notice``) once
+    when it is smaller than ``chat.n_ctx``. Nothing for a local model."""
+    if not isinstance(model, ServedWindow):
+        return
+    await model.learn_window()
+    tell_window(model, events)
+
+
+def tell_window(model: object, events: Notices | None) -> None:
+    """``ReplyEvents.notice`` of the window notice, the first time there is one."""
+    if events is None or not isinstance(model, ServedWindow):
+        return
+    notice = model.take_window_notice()
+    if notice:
+        events.notice(notice)
+
+
+def window_source(model: object) -> str:
+    """Where ``model.n_ctx`` comes from: ``"chat.n_ctx"``, or the server that said it was smaller."""
+    return str(getattr(model, "window_source", "chat.n_ctx"))
+
+
+def server_window(model: object) -> int | None:
+    """The context window the model's server reported or showed; None for a local model or a
+    server that said nothing."""
+    value = getattr(model, "server_n_ctx", None)
+    return value if isinstance(value, int) else None
+
+
+#: The output allowance of a model turn when the server's window is smaller than ``chat.n_ctx``:
+#: at most this share of the window (``chat.max_tokens`` is chosen for ``chat.n_ctx``).
+SERVER_WINDOW_OUTPUT_SHARE = 4
+#: ... and never less than this many tokens.
+MIN_OUTPUT_ALLOWANCE = 128
+
+
+def output_allowance(model: object, max_tokens: int) -> int:
+    """A turn's output allowance: ``chat.max_tokens``, or a quarter of the server's window when
+    that window, smaller than ``chat.n_ctx``, is what the model has (a 1,024-token server and
+    the default 1,024 output tokens would leave no room for any prompt)."""
+    if window_source(model) == "chat.n_ctx":
+        return max_tokens
+    n_ctx = int(getattr(model, "n_ctx", 0))
+    return min(max_tokens, max(MIN_OUTPUT_ALLOWANCE, n_ctx // SERVER_WINDOW_OUTPUT_SHARE))
+
+
 def report_usage(model_id: str, completion: Completion) -> Completion:
     """Log what a request cost (prompt, actually evaluated, generated) and pass it on."""
     usage = completion.usage
@@ -183,7 +271,10 @@ _locks: weakref.WeakKeyDictionary[object, anyio.Lock] = weakref.WeakKeyDictionar
 
 
 def inference_lock() -> anyio.Lock:
-    """The one lock that serializes model calls in this process (one per event loop)."""
+    """The one lock that serializes local model calls in this process (one per event loop).
+
+    A local model has one llama.cpp context: its requests take turns. A remote model's
+    requests do not take it (``remote.RemoteModel``: the server's request slots)."""
     import asyncio
 
     loop = asyncio.get_running_loop()

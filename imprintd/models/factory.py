@@ -16,6 +16,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+import anyio
+
 from imprintd.models.base import Model, ModelUnavailable
 from imprintd.models.embedded import EMBEDDED_NAME, embedded_model_path
 from imprintd.models.local import LocalModel, check_gguf
@@ -38,7 +40,13 @@ def create_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -
                 "chat.provider is openai but chat.model is empty: "
                 "set chat.model to the model name the server at chat.base_url serves"
             )
-        return RemoteModel(chat.base_url, chat.model, n_ctx=chat.n_ctx, api_key=environ.get(API_KEY_ENV) or None)
+        return RemoteModel(
+            chat.base_url,
+            chat.model,
+            n_ctx=chat.n_ctx,
+            api_key=environ.get(API_KEY_ENV) or None,
+            parallel=chat.remote_parallel,
+        )
     if chat.provider != "local":
         raise ModelUnavailable(f'chat.provider {chat.provider!r} is not known: use "local" or "openai"')
     path, name = (Path(chat.model), None) if chat.model else (embedded_model_path(), EMBEDDED_NAME)
@@ -53,8 +61,27 @@ def create_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -
     )
 
 
+def _served_window(model: RemoteModel) -> str:
+    """The window in use and where it comes from, the server asked now (a few seconds at most)."""
+
+    async def ask() -> None:
+        try:
+            await model.learn_window()
+        finally:
+            await model.aclose_connections()
+
+    anyio.run(ask)
+    server = model.server_n_ctx
+    if model.window_source != "chat.n_ctx":
+        return f"n_ctx {model.n_ctx} from the server ({model.window_source}; chat.n_ctx {model.configured_n_ctx})"
+    if server is not None:
+        return f"n_ctx {model.n_ctx} (chat.n_ctx; the server's window is {server})"
+    return f"n_ctx {model.n_ctx} (chat.n_ctx; the server does not say its window)"
+
+
 def describe_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -> str:
-    """One line for ``imprintd config``: the model in use, or what is wrong. Loads nothing."""
+    """One line for ``imprintd config``: the model in use, or what is wrong. Loads nothing; a
+    served model's server is asked for its window (``server_window.probe``, short)."""
     environ = os.environ if environ is None else environ
     try:
         model = create_model(chat, environ)
@@ -62,7 +89,7 @@ def describe_model(chat: ChatSettings, environ: Mapping[str, str] | None = None)
         return f"unavailable: {error}"
     if isinstance(model, RemoteModel):
         key = "with an API key" if environ.get(API_KEY_ENV) else f"without an API key ({API_KEY_ENV} unset)"
-        return f"remote {model.model!r} at {model.shown_url} (OpenAI-compatible, {key}; n_ctx {chat.n_ctx})"
+        return f"remote {model.model!r} at {model.shown_url} (OpenAI-compatible, {key}; {_served_window(model)})"
     assert isinstance(model, LocalModel)
     try:
         check_gguf(model.model_path)

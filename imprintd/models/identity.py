@@ -22,6 +22,10 @@ class ModelIdentity(msgspec.Struct, frozen=True, kw_only=True):
     #: for a remote provider, or no embedded model installed).
     model: str
     n_ctx: int
+    #: Where ``n_ctx`` comes from, and the server's own window (``Chat.model_identity`` fills them
+    #: in from a served model once its server said or showed it).
+    n_ctx_source: str = "chat.n_ctx"
+    server_n_ctx: int | None = None
     #: The model's chat format (``Model.chat_format``) and whether it reasons (``Model.reasons``),
     #: filled in by ``Chat.model_identity`` from the model built for these settings; None while
     #: it cannot be told (nothing configured, a GGUF that is missing or unreadable).

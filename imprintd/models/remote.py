@@ -45,9 +45,11 @@ before the text goes on to the client, the store or the log.
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import functools
 import json
+import logging
 import math
 import re
 import socket
@@ -63,8 +65,10 @@ import msgspec
 
 from imprintd import wellformed
 from imprintd.messages import Message, ToolSpec
+from imprintd.models import server_window
 from imprintd.models.base import (
     Completion,
+    ContextExceeded,
     FinishReason,
     ModelError,
     ModelUnavailable,
@@ -72,12 +76,16 @@ from imprintd.models.base import (
     StartHook,
     TextCallback,
     Usage,
-    inference_lock,
     report_usage,
 )
 from imprintd.models.repetition import RepetitionGuard, cut_before_loop
+from imprintd.models.server_counts import COUNTING_SERVERS, ServerCounts
+from imprintd.models.server_window import ServerWindow
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter, call_from_object, new_call_id
+from imprintd.offload import in_worker
 from imprintd.redact import hide_url_passwords, mask, mask_json
+
+logger = logging.getLogger(__name__)
 
 API_KEY_ENV = "IMPRINT_CHAT_API_KEY"
 #: UTF-8 bytes per estimated token (ADR 0093's remote estimate).
@@ -88,6 +96,23 @@ MESSAGE_OVERHEAD = 4
 PROMPT_OVERHEAD = 3
 #: Message estimates kept (``count_message``); the whole cache is dropped when it is full.
 COUNT_CACHE_SIZE = 8_192
+#: Characters of message text the count caches may hold alive (their keys are the messages'
+#: own strings, and the by-object cache keeps the messages): a pasted megabyte is counted and
+#: then let go, rather than kept by the cache until 8,192 entries have piled up.
+COUNT_CACHE_CHARS = 4 << 20
+#: Requests at the server at once by default (``chat.remote_parallel``): llama-server's default
+#: slots and LM Studio's default parallel predictions are 4; vLLM takes many more, and Ollama
+#: queues what is past its ``OLLAMA_NUM_PARALLEL`` itself.
+DEFAULT_PARALLEL = 4
+#: Connections kept open to the server between requests.
+KEEPALIVE_CONNECTIONS = 8
+#: The calibration of the estimate from the server's counts stays within these factors.
+CALIBRATION_RANGE = (0.5, 4.0)
+#: Prompts smaller than this many estimated tokens do not calibrate (the overheads dominate).
+CALIBRATE_FROM_TOKENS = 128
+#: The margin kept over the server's own count when calibrating, and after it cut or refused a prompt.
+CALIBRATION_MARGIN = 1.05
+TRUNCATION_MARGIN = 1.25
 #: UTF-8 bytes a token of output may average before a server is taken to ignore ``max_tokens``:
 #: about twice what tokenizers average on English (four), so an answer within its allowance is
 #: never cut, while one that streams on stops within 8 KiB per 1,024 tokens.
@@ -143,6 +168,14 @@ class _Transient(ModelError):
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class _TooLong(ModelError):
+    """The server refused the prompt as too long for its window (``server_window.context_exceeded``)."""
+
+    def __init__(self, message: str, exceeded: server_window.Exceeded) -> None:
+        super().__init__(message)
+        self.exceeded = exceeded
 
 
 @functools.cache
@@ -241,7 +274,11 @@ def parse_chunk(data: str) -> _Chunk:
     if not isinstance(raw, dict):
         raise ModelError(f"the server sent an unexpected stream chunk: {data[:120]!r}")
     if raw.get("error"):
-        raise ModelError(f"the server reported an error mid-reply: {_error_text(raw)}")
+        message = f"the server reported an error mid-reply: {_error_text(raw)}"
+        exceeded = server_window.context_exceeded(message, raw)
+        if exceeded is not None:
+            raise _TooLong(message, exceeded)
+        raise ModelError(message)
     try:
         if wellformed.may_need_check(data):
             wellformed.check(raw, "chunk")
@@ -381,6 +418,10 @@ class _Stream:
     done: bool = False
     cut: bool = False
     server_usage: dict[str, Any] | None = None
+    #: ``chat.completion.chunk`` events taken (none: the server ended the stream without a word).
+    chunks: int = 0
+    #: The server answered the request with a stream (status 200, headers read).
+    opened: bool = False
     #: UTF-8 bytes of output so far: text, tool names and arguments.
     output_bytes: int = 0
 
@@ -425,6 +466,7 @@ class _Stream:
 
     def apply(self, chunk: _Chunk) -> None:
         """Take one ``chat.completion.chunk``."""
+        self.chunks += 1
         if isinstance(chunk.usage, dict):
             self.server_usage = chunk.usage
         for choice in chunk.choices or ():
@@ -491,13 +533,30 @@ class _Stream:
         )
 
 
+@dataclass
+class _Connections:
+    """What a model keeps per event loop: its HTTP client, its request slots, the window question."""
+
+    loop: asyncio.AbstractEventLoop
+    client: httpx.AsyncClient
+    slots: anyio.CapacityLimiter
+    probing: anyio.Lock
+
+
 class RemoteModel:
     """A chat model behind an OpenAI-compatible server (implements ``imprintd.models.base.Model``).
 
     ``base_url`` ends in ``/v1``; requests go to ``{base_url}/chat/completions``. ``timeout`` of a
-    request bounds the whole reply (lock wait included) and ends it with finish ``"deadline"``;
-    ``connect_timeout`` and ``read_timeout`` bound each connection attempt and each wait for the
-    next bytes, so a silent server fails with ``ModelError`` rather than hanging.
+    request bounds the whole reply (the wait for a request slot included) and ends it with finish
+    ``"deadline"``; ``connect_timeout`` and ``read_timeout`` bound each connection attempt and each
+    wait for the next bytes, so a silent server fails with ``ModelError`` rather than hanging.
+
+    Requests run side by side, ``parallel`` at a time (``chat.remote_parallel``), over one HTTP
+    client kept for the model's life (its connections reused) and closed by ``close_connections``.
+
+    ``n_ctx`` is the smaller of the configured window (``chat.n_ctx``) and the server's: asked by
+    ``learn_window`` (``server_window.probe``), or learned from a refusal for length or a
+    ``usage.prompt_tokens`` that shows a prompt cut to fit (``ContextExceeded`` then: refit).
     """
 
     native_tools = True
@@ -505,7 +564,8 @@ class RemoteModel:
     chat_format = "openai"
     #: True once a reply brought reasoning (see the module docstring).
     reasons = False
-    exact_counts = False  # the UTF-8-byte estimate: the server's tokenizer is not here
+    #: False: the UTF-8-byte estimate; True while the server counts (``server_counts``).
+    exact_counts = False
 
     def __init__(
         self,
@@ -517,17 +577,20 @@ class RemoteModel:
         connect_timeout: float = 10.0,
         read_timeout: float = 120.0,
         temperature: float | None = 0.0,
+        parallel: int = DEFAULT_PARALLEL,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         #: The URL as every message names it: a password in it is masked.
         self.shown_url = hide_url_passwords(self.base_url)
         self.model = model
-        self.n_ctx = n_ctx
+        #: ``chat.n_ctx``: the window unless the server's is smaller.
+        self.configured_n_ctx = n_ctx
         self.model_id = f"openai:{self.shown_url}#{model}"
         self._api_key = usable_api_key(api_key)  # never logged, never in repr
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._temperature = temperature
+        self._parallel = max(1, parallel)
         tls_context()  # built once, here: models are built in worker threads, off the event loop
         #: Estimates by what they read (text, name, calls): fitting and the usage report count a
         #: session's history several times a round, every round (``Model.count_message``: cached).
@@ -536,6 +599,22 @@ class RemoteModel:
         #: store keeps them), and the tool specs are constants, so most counts are found by ``id``
         #: without building a key. Each entry holds its object, so an ``id`` is never reused under it.
         self._by_object: dict[int, tuple[object, int]] = {}
+        #: Characters of text the two caches hold (``COUNT_CACHE_CHARS`` at most).
+        self._cached_chars = 0
+        #: What the server said or showed of its window; None while it has said nothing.
+        self.window: ServerWindow | None = None
+        self._asked_window = False
+        #: The estimate times this is the count (``usage.prompt_tokens`` over the estimate).
+        self.calibration = 1.0
+        #: Said once, to the user, when the server's window is smaller than ``chat.n_ctx``.
+        self._notice: str | None = None
+        self._told = False
+        #: The server's own counts, once it showed it can give them (llama-server, vLLM).
+        self._counter: ServerCounts | None = None
+        self._connections: _Connections | None = None
+        self._active = 0
+        self._closing = False
+        self._closings: set[asyncio.Future] = set()
 
     def __repr__(self) -> str:
         return f"RemoteModel({self.shown_url!r}, {self.model!r}, n_ctx={self.n_ctx})"
@@ -544,27 +623,218 @@ class RemoteModel:
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
 
-    # -- counting (the UTF-8-byte estimate) -----------------------------------------------
+    # -- the window ---------------------------------------------------------------------------
+    @property
+    def n_ctx(self) -> int:
+        """The window prompts are fitted to: ``chat.n_ctx``, or the server's when it is smaller."""
+        if self.window is not None and self.window.tokens < self.configured_n_ctx:
+            return self.window.tokens
+        return self.configured_n_ctx
+
+    @n_ctx.setter
+    def n_ctx(self, tokens: int) -> None:
+        self.configured_n_ctx = tokens
+
+    @property
+    def window_source(self) -> str:
+        """Where ``n_ctx`` comes from: ``"chat.n_ctx"`` or the server's endpoint, error or usage."""
+        if self.window is not None and self.window.tokens < self.configured_n_ctx:
+            return self.window.source
+        return "chat.n_ctx"
+
+    @property
+    def server_n_ctx(self) -> int | None:
+        """The window the server reported or showed; None while it said nothing."""
+        return self.window.tokens if self.window is not None else None
+
+    async def learn_window(self) -> None:
+        """Ask the server for its window (once per model; again while the answer was a guess).
+
+        Short and bounded (``server_window.PROBE_TIMEOUT_S``); a server that answers none of
+        the questions leaves ``chat.n_ctx``.
+        """
+        if self._asked_window and (self.window is None or not self.window.provisional):
+            return
+        connections = self._connections_here()
+        async with connections.probing:
+            if self._asked_window and (self.window is None or not self.window.provisional):
+                return
+            found = await server_window.probe(connections.client, self.base_url, self.model, self._probe_headers())
+            self._asked_window = True
+        if found is not None:
+            logger.info("%s: the server's window is %d tokens (%s)", self.model_id, found.tokens, found.source)
+            self._set_window(found)
+            if found.server in COUNTING_SERVERS and self._counter is None:
+                self._counter = ServerCounts(
+                    found.server, self.base_url, self.model, self._probe_headers(), tls_context()
+                )
+                self.exact_counts = True
+
+    def _probe_headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    def _set_window(self, window: ServerWindow) -> None:
+        known = self.window
+        if known is not None and not known.provisional and (window.provisional or window.tokens > known.tokens):
+            return  # what the server said or showed stands over a guess, and a smaller window over a larger
+        self.window = window
+        if window.tokens < self.configured_n_ctx:
+            self._notice = (
+                f"The model server's context window is {window.tokens:,} tokens ({window.source}), smaller "
+                f"than chat.n_ctx ({self.configured_n_ctx:,}): Imprint fits prompts to {window.tokens:,}. "
+                f"To give it more, {window.how_to_raise()}."
+            )
+
+    def take_window_notice(self) -> str | None:
+        """The notice that the server's window is smaller than ``chat.n_ctx``, the first time it
+        is asked once there is one; None otherwise."""
+        if self._notice is None or self._told:
+            return None
+        self._told = True
+        return self._notice
+
+    def _learn(self, *, window: int | None, source: str, server: str, prompt: int | None, estimate: int) -> None:
+        """What a refusal for length, or a prompt the server cut, showed: its window, and that
+        the estimate counted this prompt short (``prompt``: the server's count, when it said)."""
+        if window:
+            shown = server or (self.window.server if self.window is not None else "")
+            if self.window is None or window < self.window.tokens or self.window.provisional:
+                self._set_window(ServerWindow(tokens=window, source=source, server=shown))
+        if prompt and estimate:
+            # The server's own count: the estimate is brought to it (and not below where it was).
+            ratio = prompt / max(1.0, self._raw_prompt_estimate(estimate)) * CALIBRATION_MARGIN
+        else:
+            ratio = self.calibration * TRUNCATION_MARGIN  # no count given: allow a quarter more
+        self.calibration = min(CALIBRATION_RANGE[1], max(self.calibration, ratio))
+
+    def _raw_prompt_estimate(self, calibrated: int) -> float:
+        return calibrated / self.calibration
+
+    def _calibrate(self, prompt_tokens: int, estimate: int) -> None:
+        """Bring the estimate to the server's own count of a prompt it took whole."""
+        if self.exact_counts:
+            return  # counted by the server already
+        raw = self._raw_prompt_estimate(estimate)
+        if raw < CALIBRATE_FROM_TOKENS:
+            return
+        low, high = CALIBRATION_RANGE
+        self.calibration = min(high, max(low, prompt_tokens / raw * CALIBRATION_MARGIN))
+
+    # -- connections ---------------------------------------------------------------------------
+    def set_parallel(self, requests: int) -> None:
+        """``chat.remote_parallel``: requests at the server at once (taken by the next request)."""
+        self._parallel = max(1, requests)
+        held = self._connections
+        if held is None or held.slots.total_tokens == self._parallel or held.loop.is_closed():
+            return
+        # Waiters may be woken: done on the loop that owns them (this may be a worker thread).
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is held.loop:
+            self._apply_parallel(held)
+        elif held.loop.is_running():
+            held.loop.call_soon_threadsafe(self._apply_parallel, held)
+
+    def _apply_parallel(self, held: _Connections) -> None:
+        held.slots.total_tokens = self._parallel
+
+    def _connections_here(self) -> _Connections:
+        """This event loop's client, slots and probe lock (a new loop, as in tests, gets its own)."""
+        loop = asyncio.get_running_loop()
+        held = self._connections
+        if held is not None and held.loop is loop:
+            return held
+        client = httpx.AsyncClient(
+            verify=tls_context(),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS),
+        )
+        self._connections = _Connections(
+            loop=loop, client=client, slots=anyio.CapacityLimiter(self._parallel), probing=anyio.Lock()
+        )
+        return self._connections
+
+    def close_connections(self) -> None:
+        """Close the HTTP client once no request is using it (now, when none is). Any thread."""
+        self._closing = True
+        if self._counter is not None:
+            self._counter.close()
+        held = self._connections
+        if held is None or held.loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is held.loop:
+            self._close_if_idle()
+        elif held.loop.is_running():
+            held.loop.call_soon_threadsafe(self._close_if_idle)
+
+    async def aclose_connections(self) -> None:
+        """Close the HTTP client now, on this loop (nothing may be using it)."""
+        self._closing = True
+        if self._counter is not None:
+            self._counter.close()
+        held, self._connections = self._connections, None
+        if held is not None:
+            await held.client.aclose()
+
+    def _close_if_idle(self) -> None:
+        held = self._connections
+        if not self._closing or self._active or held is None:
+            return
+        self._connections = None
+        closing = asyncio.ensure_future(held.client.aclose())
+        self._closings.add(closing)
+        closing.add_done_callback(self._closings.discard)
+
+    # -- counting (the UTF-8-byte estimate, calibrated) -----------------------------------------
     def count_text(self, text: str) -> int:
-        return estimate_tokens(text)
+        return self._calibrated(estimate_tokens(text))
+
+    def _calibrated(self, raw: int) -> int:
+        return raw if self.calibration == 1.0 else math.ceil(raw * self.calibration)
 
     def count_message(self, message: Message) -> int:
         held = self._by_object.get(id(message))
         if held is not None and held[0] is message:
-            return held[1]
+            return self._calibrated(held[1])
         # The key's strings are the message's own: their hashes are computed once and kept.
-        key = (message.prompt_content, message.name or "", msgspec.json.encode(message.tool_calls))
+        calls = msgspec.json.encode(message.tool_calls)
+        key = (message.prompt_content, message.name or "", calls)
         count = self._counts.get(key)
+        size = len(key[0]) + len(key[1]) + len(calls)
         if count is None:
-            if len(self._counts) >= COUNT_CACHE_SIZE:
-                self._counts.clear()
-            count = self._counts[key] = self._estimate(message)
-        return self._held(message, count)
+            count = self._estimate(message)
+            if self._room_for(size):
+                self._counts[key] = count
+        if self._room_for(size):
+            self._held(message, count, size)
+        return self._calibrated(count)
 
-    def _held(self, item: object, count: int) -> int:
-        if len(self._by_object) >= COUNT_CACHE_SIZE:
+    def _room_for(self, size: int) -> bool:
+        """Whether an entry of ``size`` characters may be kept: the caches are emptied when they
+        would pass ``COUNT_CACHE_CHARS``; an entry larger than a quarter of it is not kept."""
+        if size > COUNT_CACHE_CHARS // 4:
+            return False
+        if self._cached_chars + size > COUNT_CACHE_CHARS:
+            self._counts.clear()
             self._by_object.clear()
+            self._cached_chars = 0
+        return True
+
+    def _held(self, item: object, count: int, size: int = 0) -> int:
+        if len(self._by_object) >= COUNT_CACHE_SIZE or len(self._counts) >= COUNT_CACHE_SIZE:
+            self._by_object.clear()
+            self._counts.clear()
+            self._cached_chars = 0
         self._by_object[id(item)] = (item, count)
+        self._cached_chars += size
         return count
 
     @staticmethod
@@ -582,10 +852,18 @@ class RemoteModel:
     def count_tool(self, tool: ToolSpec) -> int:
         held = self._by_object.get(id(tool))
         if held is not None and held[0] is tool:
-            return held[1]
-        return self._held(tool, estimate_tokens(json.dumps(tool.as_openai(), ensure_ascii=False)))
+            return self._calibrated(held[1])
+        return self._calibrated(self._held(tool, estimate_tokens(json.dumps(tool.as_openai(), ensure_ascii=False))))
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+        """The server's own count when it gives one (blocking: from a worker thread), else the
+        estimate: ``PROMPT_OVERHEAD`` + tools + ``count_message`` of each message."""
+        counter = self._counter
+        if counter is not None:
+            exact = counter.count([to_openai_message(m) for m in messages], [t.as_openai() for t in tools])
+            if exact is not None:
+                return exact
+            self.exact_counts = False
         return PROMPT_OVERHEAD + sum(self.count_tool(t) for t in tools) + sum(self.count_message(m) for m in messages)
 
     # -- generation -------------------------------------------------------------------------
@@ -624,8 +902,15 @@ class RemoteModel:
         grammar: str | None = None,  # not sent: OpenAI-compatible servers do not share one way to take it
         on_reasoning: TextCallback | None = None,
     ) -> Completion:
-        prompt_tokens = self.count_prompt(messages, tools)
+        # The server's count is a request to it: asked from a worker thread, not on the loop.
+        prompt_tokens = (
+            await in_worker(self.count_prompt, messages, tools)
+            if self._counter is not None
+            else self.count_prompt(messages, tools)
+        )
         if prompt_tokens + max_tokens > self.n_ctx:
+            if self.window_source != "chat.n_ctx":
+                raise ContextExceeded(self._too_long(prompt_tokens, max_tokens))
             raise ModelError(
                 f"prompt of about {prompt_tokens} tokens plus {max_tokens} output tokens "
                 f"exceeds the {self.n_ctx}-token context (chat.n_ctx)"
@@ -641,7 +926,21 @@ class RemoteModel:
         body = self.request_body(messages, tools, max_tokens)
         deadline = math.inf if timeout is None else anyio.current_time() + timeout
         with anyio.move_on_after(timeout):
-            await self._stream(body, stream, deadline, on_retry, on_start)
+            try:
+                await self._stream(body, stream, deadline, on_retry, on_start)
+            except _TooLong as refused:
+                found = refused.exceeded
+                self._learn(
+                    window=found.window,
+                    source="the server's refusal",
+                    server=found.server,
+                    prompt=found.prompt_tokens,
+                    estimate=prompt_tokens,
+                )
+                raise ContextExceeded(
+                    f"{refused} ({self._too_long(prompt_tokens, max_tokens, refused=True)})"
+                ) from None
+            await self._check_prompt(stream, prompt_tokens, max_tokens)
             return self._completion(stream, tools, prompt_tokens)
         # The deadline passed: keep what was written (ADR semantics of the base protocol).
         parsed = stream.parsed(tools)
@@ -656,6 +955,48 @@ class RemoteModel:
                 reasoning="".join(stream.thought),
             ),
         )
+
+    def _too_long(self, prompt_tokens: int, max_tokens: int, *, refused: bool = False) -> str:
+        """Why a prompt does not fit the server's window, and what would make it fit."""
+        window = self.window
+        advice = window.how_to_raise() if window is not None else server_window.GENERIC_RAISE
+        shown = f"{self.n_ctx:,}-token window" + (f" ({window.source})" if window is not None else "")
+        what = "the prompt" if refused else f"a prompt of about {prompt_tokens:,} tokens"
+        return (
+            f"the model server at {self.shown_url} has a {shown}, too small for {what} with "
+            f"{max_tokens:,} tokens for the answer; to fit more, {advice}, or lower chat.max_tokens"
+        )
+
+    async def _check_prompt(self, stream: _Stream, prompt_tokens: int, max_tokens: int) -> None:
+        """Calibrate the estimate from the server's own count of the prompt, or, when that count
+        leaves no room for the output allowance in the server's window, take the prompt as cut to
+        fit (Ollama cuts it silently, from the front): learn and raise ``ContextExceeded``."""
+        usage = stream.server_usage or {}
+        counted = usage.get("prompt_tokens")
+        if not isinstance(counted, int) or isinstance(counted, bool) or counted <= 0:
+            return
+        if self.window is not None and self.window.provisional:
+            await self.learn_window()  # a guessed window: what the server has now it has the model loaded
+        window = self.window
+        if window is not None and counted + max_tokens > window.tokens:
+            if prompt_tokens + max_tokens <= window.tokens:
+                # The window it has now was known, and the estimate still said the prompt fit:
+                # the estimate counted short (what the server counted is what it kept, not what
+                # was sent, so it cannot say by how much).
+                self._learn(
+                    window=None, source=window.source, server=window.server, prompt=None, estimate=prompt_tokens
+                )
+            logger.warning(
+                "%s: the server counted %d prompt tokens in its %d-token window: the prompt was cut to fit",
+                self.model_id,
+                counted,
+                window.tokens,
+            )
+            raise ContextExceeded(
+                f"the server cut the prompt to fit its window (it counted {counted:,} prompt tokens; "
+                f"{self._too_long(prompt_tokens, max_tokens, refused=True)})"
+            )
+        self._calibrate(counted, prompt_tokens)
 
     def _saw_reasoning(self, stream: _Stream) -> None:
         if stream.thought:
@@ -704,18 +1045,41 @@ class RemoteModel:
         reset before the first byte) after ``RETRY_DELAYS_S`` or the server's ``Retry-After``,
         while the wait ends before ``deadline``; never once any of the reply has arrived.
 
-        Each attempt holds the inference lock, the wait between attempts does not: a server's
-        ``Retry-After: 120`` for one session must not hold every other session's model calls.
-        ``on_start`` runs once, the first time the lock is held (the budget is reserved once).
+        Each attempt holds one of the model's request slots (``chat.remote_parallel``), the wait
+        between attempts does not: a server's ``Retry-After: 120`` for one session must not hold
+        other sessions' model calls. ``on_start`` runs once, the first time a slot is held (the
+        budget is reserved once).
         """
+        connections = self._connections_here()
+        self._active += 1
+        try:
+            await self._attempts(connections, body, stream, deadline, on_retry, on_start)
+        finally:
+            self._active -= 1
+            if self._closing:
+                self._close_if_idle()
+
+    async def _attempts(
+        self,
+        connections: _Connections,
+        body: dict[str, Any],
+        stream: _Stream,
+        deadline: float,
+        on_retry: RetryCallback | None,
+        on_start: StartHook | None,
+    ) -> None:
         attempt = 0
         while True:
             try:
-                async with inference_lock():
+                held = object()  # a slot per attempt, not per task: a task may ask twice over time
+                await connections.slots.acquire_on_behalf_of(held)
+                try:
                     if on_start is not None:
                         await on_start()
                         on_start = None
-                    await self._stream_unmasked(body, stream)
+                    await self._stream_unmasked(connections.client, body, stream)
+                finally:
+                    connections.slots.release_on_behalf_of(held)
                 return
             except _Transient as error:
                 attempt += 1
@@ -740,6 +1104,8 @@ class RemoteModel:
                         )
                     )
                 await anyio.sleep(wait)
+            except _TooLong as error:
+                raise _TooLong(hide_url_passwords(mask(str(error), self._api_key)), error.exceeded) from None
             except ModelError as error:
                 raise self._masked(error) from None
 
@@ -751,23 +1117,31 @@ class RemoteModel:
             return ModelError(masked)
         return type(error)(masked) if masked != str(error) else error
 
-    async def _stream_unmasked(self, body: dict[str, Any], stream: _Stream) -> None:
+    async def _stream_unmasked(self, client: httpx.AsyncClient, body: dict[str, Any], stream: _Stream) -> None:
         timeout = httpx.Timeout(
             connect=self._connect_timeout, read=self._read_timeout, write=self._read_timeout, pool=self._connect_timeout
         )
         started = time.monotonic()
         try:
-            async with httpx.AsyncClient(timeout=timeout, verify=tls_context()) as client:
-                # msgspec encodes the body (a prompt of every kept message) several times faster.
-                content = msgspec.json.encode(body)
-                headers = {**self._headers(), "Content-Type": "application/json"}
-                async with client.stream("POST", self.url, content=content, headers=headers) as response:
-                    if response.status_code >= 400:
-                        await response.aread()
-                        if response.status_code in TRANSIENT_STATUSES:
-                            raise _Transient(self._status_message(response), _retry_after(response))
-                        raise ModelError(self._status_message(response))
-                    await self._read_events(response, stream)
+            # msgspec encodes the body (a prompt of every kept message) several times faster.
+            content = msgspec.json.encode(body)
+            headers = {**self._headers(), "Content-Type": "application/json"}
+            async with client.stream("POST", self.url, content=content, headers=headers, timeout=timeout) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    message = self._status_message(response)
+                    exceeded = server_window.context_exceeded(message, _json_or_none(response))
+                    if exceeded is not None:
+                        raise _TooLong(message, exceeded)
+                    if response.status_code in TRANSIENT_STATUSES:
+                        raise _Transient(message, _retry_after(response))
+                    raise ModelError(message)
+                stream.opened = True
+                await self._read_events(response, stream)
+            if not stream.done and stream.finish is None and not stream.chunks:
+                # Some servers (llama-cpp-python's) end a stream they cannot start without a
+                # word: asked once without streaming, they say why (a prompt over the window).
+                await self._why_no_stream(client, body, timeout)
         except httpx.TimeoutException as error:
             waited = (
                 self._connect_timeout
@@ -782,6 +1156,9 @@ class RemoteModel:
             raise ModelError(self._connect_message(error)) from None
         except (httpx.RemoteProtocolError, httpx.ReadError) as error:
             reason = f"the stream ended before the reply finished ({error or type(error).__name__})"
+            if stream.opened and not stream.chunks:
+                # Answered 200, then cut before a chunk: a server that could not start the reply.
+                await self._why_broken(client, body, timeout)  # a refusal for length is not retried
             if not stream.received:
                 raise _Transient(reason) from None  # reset before the first byte: safe to ask again
             raise ModelError(reason) from None
@@ -789,6 +1166,31 @@ class RemoteModel:
             raise ModelError(f"the request to {self.url} failed: {error or type(error).__name__}") from None
         if not stream.done and stream.finish is None:
             raise ModelError("the stream ended before the reply finished (no [DONE] and no finish_reason)")
+
+    async def _why_broken(self, client: httpx.AsyncClient, body: dict[str, Any], timeout: httpx.Timeout) -> None:
+        """``_why_no_stream`` for a connection cut before the first chunk; its own failures ignored."""
+        try:
+            await self._why_no_stream(client, body, timeout)
+        except httpx.HTTPError:
+            return
+
+    async def _why_no_stream(self, client: httpx.AsyncClient, body: dict[str, Any], timeout: httpx.Timeout) -> None:
+        """Ask once more without streaming, for one token, to hear why the stream stopped; raise
+        ``_TooLong`` when the answer is a refusal for length, else return (the caller reports the
+        empty stream)."""
+        asked = {key: value for key, value in body.items() if key not in ("stream", "stream_options")}
+        asked["max_tokens"] = 1
+        headers = {**self._headers(), "Accept": "application/json", "Content-Type": "application/json"}
+        async with client.stream(
+            "POST", self.url, content=msgspec.json.encode(asked), headers=headers, timeout=timeout
+        ) as response:
+            if response.status_code < 400:
+                return
+            await response.aread()
+            message = self._status_message(response)
+            exceeded = server_window.context_exceeded(message, _json_or_none(response))
+            if exceeded is not None:
+                raise _TooLong(message, exceeded)
 
     async def _read_events(self, response: httpx.Response, stream: _Stream) -> None:
         async for line in self._stream_lines(response):

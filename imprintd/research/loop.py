@@ -37,7 +37,7 @@ from imprintd.context import usage
 from imprintd.context.fitting import Fitted, fit_prompt
 from imprintd.events import ReplyEvents, StepState, ToolStep
 from imprintd.messages import Message, Style, ToolCall
-from imprintd.models.base import Completion, Model, ModelError
+from imprintd.models.base import Completion, ContextExceeded, Model, ModelError, output_allowance, tell_window
 from imprintd.offload import in_worker
 from imprintd.research import first_look
 from imprintd.research.budget import BudgetExhausted, ResearchBudget, charged_complete
@@ -157,6 +157,12 @@ class _Loop:
     def model(self) -> Model:
         return self.scope.model
 
+    @property
+    def max_tokens(self) -> int:
+        """A turn's output allowance: ``chat.max_tokens``, less when the server's window is small
+        (``output_allowance``; the window may be learned in the middle of the reply)."""
+        return output_allowance(self.model, self.scope.max_tokens)
+
     def offered(self) -> list[Tool]:
         tools = list(self.tools.values())
         if self._may_reread():
@@ -170,6 +176,9 @@ class _Loop:
         await self._first_look()
         stale_rounds = 0
         rounds = 0
+        #: The round was refused as too long for the server's window (or cut to fit it): the
+        #: model has learned the window, and the round is fitted again and asked once more.
+        refitted = False
         while True:
             try:
                 fitted = await self._fit()
@@ -192,7 +201,7 @@ class _Loop:
                     self.model,
                     fitted.messages,
                     specs,
-                    max_tokens=self.scope.max_tokens,
+                    max_tokens=self.max_tokens,
                     timeout=left,
                     on_text=stream,
                     on_retry=self.scope.events.progress,
@@ -202,6 +211,13 @@ class _Loop:
             except BudgetExhausted:
                 return self._stop("token_budget")
             except ModelError as error:
+                if isinstance(error, ContextExceeded) and not refitted:
+                    refitted = True
+                    rounds -= 1  # the same round, fitted again
+                    stream.close()
+                    self.scope.events.text_was_preamble()  # whatever streamed was not the answer
+                    tell_window(self.model, self.scope.events)
+                    continue
                 if not self._gathered():
                     raise
                 stream.close()
@@ -214,6 +230,7 @@ class _Loop:
                 return self._stop("model_error")
             finally:
                 stream.close()
+            refitted = False
             if completion.finish_reason == "deadline":
                 self.scope.events.text_was_preamble()  # the final answer from notes follows
                 return self._stop("time_budget")
@@ -276,7 +293,7 @@ class _Loop:
                 history=self.history,
                 current=self.current,
                 tools=specs,
-                max_tokens=self.scope.max_tokens,
+                max_tokens=self.max_tokens,
             )
         )
 
@@ -289,7 +306,7 @@ class _Loop:
                 fitted.messages,
                 current=current,
                 tools=specs,
-                max_tokens=self.scope.max_tokens,
+                max_tokens=self.max_tokens,
                 layout=self.layout,
                 used=fitted.prompt_tokens,
             )
@@ -309,11 +326,17 @@ class _Loop:
         if self.scope.analysis_workers <= 0:
             raise ReplyFailed(
                 f"The message is too long for the model's context ({fitted.prompt_tokens} tokens with "
-                f"{self.scope.max_tokens} reserved for the answer, in {self.model.n_ctx}), and section "
+                f"{self.max_tokens} reserved for the answer, in {self.model.n_ctx}), and section "
                 "analysis is off (chat.analysis_workers = 0)."
             )
         try:
+            window = self.model.n_ctx
             analysis = await self._analyze(question.content, sec.USER_KIND, question.content)
+            if analysis.cut in sec.FAILURE_CUTS and not analysis.workers and self.model.n_ctx < window:
+                # The workers' requests taught the model a smaller window (a server's refusal or
+                # cut prompt): sections planned for the old one are planned again, once.
+                self.outcome.analyses.remove(analysis)
+                analysis = await self._analyze(question.content, sec.USER_KIND, question.content)
         except sec.AnalysisError as error:
             raise ReplyFailed(str(error)) from None
         if analysis.cut in sec.FAILURE_CUTS and not analysis.workers:
@@ -363,7 +386,7 @@ class _Loop:
         if not self.scope.first_look or search is None:
             return
         question = self.current[0]
-        share = first_look.token_share(self.model.n_ctx, self.scope.max_tokens)
+        share = first_look.token_share(self.model.n_ctx, self.max_tokens)
         if len(question.content) > share * 8 or await in_worker(self.model.count_message, question) > share:
             return
         terms = first_look.query(question.content, self.history)
@@ -390,7 +413,7 @@ class _Loop:
             shown = sec.clip_tool_result(shown)
         specs = [tool.spec for tool in self.offered()]
         asked = [self.system, *self.current, msg.assistant("", tool_calls=(call,))]
-        answer_room = self.model.n_ctx - self.scope.max_tokens
+        answer_room = self.model.n_ctx - self.max_tokens
         shown_message = msg.tool_result(call, shown)
         beside = self.model.count_prompt(asked, specs) + self.model.count_message(shown_message)
         return beside <= answer_room and self.model.count_prompt([*asked, shown_message], specs) <= answer_room
@@ -501,7 +524,7 @@ class _Loop:
             return self.numbering.result(call, result)[0], None
         numbered = self.numbering.preview().result(call, result)[0]
         specs = [tool.spec for tool in self.offered()]
-        base = await in_worker(self.model.count_prompt, [self.system, *self.current], specs) + self.scope.max_tokens
+        base = await in_worker(self.model.count_prompt, [self.system, *self.current], specs) + self.max_tokens
 
         def fits(text: str) -> bool:
             return base + self.model.count_message(msg.tool_result(call, text)) <= self.model.n_ctx

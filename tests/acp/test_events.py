@@ -178,3 +178,16 @@ def test_the_next_rounds_thoughts_start_a_paragraph_of_their_own():
     acp_events.text_was_preamble()  # the round called a tool
     acp_events.reasoning("It says 8101.")
     assert [n["update"]["content"]["text"] for n in sent.notifications] == ["I should search.", "\n\nIt says 8101."]
+
+
+def test_a_notice_is_a_thought_line_and_a_logged_warning(caplog):
+    acp_events, sent = events()
+    notice = "The model server's context window is 2,048 tokens (llama-server /props n_ctx), smaller than chat.n_ctx."
+    with caplog.at_level("WARNING"):
+        acp_events.notice(notice)
+    for notification in sent.notifications:
+        conforms(schema.SessionNotification, notification)
+    assert [(n["update"]["sessionUpdate"], n["update"]["content"]["text"]) for n in sent.notifications] == [
+        ("agent_thought_chunk", notice + "\n")
+    ]
+    assert notice in caplog.text

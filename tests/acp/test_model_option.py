@@ -53,7 +53,8 @@ async def test_choosing_a_served_model_sets_chat_model_and_the_next_reply_asks_i
         assert [unwrap(o).current_value for o in update.config_options] == ["loaded-since"]
         await asyncio.wait_for(agent.conn.prompt(session_id=session.session_id, prompt=[text("Which port?")]), 120)
     assert stub.requests[-1]["model"] == "loaded-since", "the provider stayed openai, with the model chosen"
-    assert stub.gets == ["/v1/models", "/v1/models"]
+    # The picker's two lists, then the reply's model asking its window once (vLLM's max_model_len).
+    assert stub.gets == ["/v1/models", "/v1/models", "/v1/models"]
 
 
 async def test_a_server_that_fails_still_gives_a_session_with_the_model_in_use(env, stub, tmp_path, workspace):

@@ -211,7 +211,7 @@ def test_non_ascii_offsets_count_characters():
 
 
 # -- sizing ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("n_ctx", [8192, 4096, 2048, 1536])
+@pytest.mark.parametrize("n_ctx", [8192, 4096, 2048, 1536, 1024])
 async def test_every_worker_prompt_fits_the_worker_context_with_notes_headroom(n_ctx):
     model = CountingModel(n_ctx=n_ctx)
     source = lines_text(600) + "日本語のテキスト🙂 " * 800
@@ -226,9 +226,12 @@ async def test_every_worker_prompt_fits_the_worker_context_with_notes_headroom(n
 
     context = min(4096, n_ctx)
     assert list(analysis.sections) == planned and len(model.requests) == len(planned)
+    # Below 1,536 tokens the notes get an eighth of the context (a small server window).
+    allowance = NOTES_MAX_TOKENS if context >= sec.SMALL_WORKER_CONTEXT else context // 8
+    assert sec.notes_tokens(context) == allowance
     for request in model.requests:
-        assert model.count_prompt(request.messages) + NOTES_MAX_TOKENS <= context
-        assert request.max_tokens == NOTES_MAX_TOKENS
+        assert model.count_prompt(request.messages) + allowance <= context
+        assert request.max_tokens == allowance
         assert request.tools == []
         assert request.timeout == sec.WORKER_TIMEOUT_S
     assert rebuild(source, list(analysis.sections)) == source
@@ -531,7 +534,7 @@ async def test_empty_notes_end_reading():
 
 
 async def test_a_context_too_small_for_any_section_fails_explicitly():
-    model = StandInModel(n_ctx=700)
+    model = StandInModel(n_ctx=300)
     with pytest.raises(AnalysisError, match="no room for a section"):
         await run_analysis(model, lines_text(200))
     assert model.requests == []

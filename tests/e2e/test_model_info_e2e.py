@@ -57,6 +57,8 @@ async def test_initialize_names_the_model_the_config_file_set_and_changes_are_an
                 "provider": "openai",
                 "model": "qwen3.5-4b",
                 "nCtx": 4096,
+                "nCtxSource": "chat.n_ctx",
+                "serverNCtx": None,
                 "chatFormat": "openai",
                 "reasons": False,
             }
@@ -92,6 +94,8 @@ async def test_initialization_options_are_in_the_result_and_the_embedded_model_i
             "provider": "local",
             "model": embedded.name,
             "nCtx": 2048,
+            "nCtxSource": "chat.n_ctx",
+            "serverNCtx": None,
             "reasons": False,
         }
         assert isinstance(imprint["chatFormat"], str) and imprint["chatFormat"]
@@ -103,6 +107,29 @@ async def test_initialization_options_are_in_the_result_and_the_embedded_model_i
         assert [(c.provider, c.model, c.nCtx, c.chatFormat, c.reasons) for c in lsp.changes] == [
             ("local", "Qwen3.5-4B-Q4_K_M.gguf", 2048, None, False)
         ]
+    finally:
+        await lsp.shutdown_session()
+        await lsp.stop()
+
+
+async def test_a_served_models_smaller_window_is_announced_and_told_once(daemon_env, stub):
+    # llama-server's /props: 2,048 tokens a slot, less than chat.n_ctx (8,192).
+    stub.endpoints["GET /props"] = (200, {"default_generation_settings": {"n_ctx": 2048}, "total_slots": 4})
+    stub.queue("Port 8101.", "Host db1.")
+    lsp, result = await started(daemon_env)
+    try:
+        told = result.capabilities.experimental["imprint"]
+        # initialize answers at once, without asking the server: the setting until the first use.
+        assert (told["nCtx"], told["nCtxSource"], told["serverNCtx"]) == (8192, "chat.n_ctx", None)
+        first = await lsp.protocol.send_request_async("imprint/chat", {"text": "Which port?"})
+        await announced(lsp, 1)
+        change = lsp.changes[0]
+        assert (change.nCtx, change.nCtxSource, change.serverNCtx) == (2048, "llama-server /props n_ctx", 2048)
+        await lsp.protocol.send_request_async("imprint/chat", {"text": "Which host?", "sessionId": first.sessionId})
+        # Told once, not per reply (the client records every window/showMessage).
+        [warning] = [m.message for m in lsp.messages if m.type == types.MessageType.Warning]
+        assert "2,048 tokens (llama-server /props n_ctx)" in warning and "llama-server with a larger -c" in warning
+        assert [request["max_tokens"] for request in stub.requests] == [512, 512]
     finally:
         await lsp.shutdown_session()
         await lsp.stop()

@@ -13,6 +13,7 @@ from imprintd.models.local import LocalModel
 from imprintd.models.remote import RemoteModel
 from imprintd.settings import ChatSettings
 from tests.models.real_model import needs_real_model
+from tests.openai_stub import OpenAIStub
 
 
 def no_embedded(monkeypatch):
@@ -92,9 +93,10 @@ def test_describe_model_names_the_problem_or_the_model(tmp_path):
     good = tmp_path / "good.gguf"
     good.write_bytes(b"GGUF" + bytes(20))
     assert describe_model(ChatSettings(model=str(good)), {}) == f"local GGUF {good} (n_ctx 8192)"
-    remote = ChatSettings(provider="openai", model="m", base_url="http://h:1/v1")
+    remote = ChatSettings(provider="openai", model="m", base_url="http://127.0.0.1:1/v1")
     assert describe_model(remote, {"IMPRINT_CHAT_API_KEY": "sk-x"}) == (
-        "remote 'm' at http://h:1/v1 (OpenAI-compatible, with an API key; n_ctx 8192)"
+        "remote 'm' at http://127.0.0.1:1/v1 (OpenAI-compatible, with an API key; "
+        "n_ctx 8192 (chat.n_ctx; the server does not say its window))"
     )
     assert "sk-x" not in describe_model(remote, {"IMPRINT_CHAT_API_KEY": "sk-x"})
     assert "IMPRINT_CHAT_API_KEY unset" in describe_model(remote, {})
@@ -105,3 +107,15 @@ def test_describe_loads_nothing(tmp_path, monkeypatch):
     good = tmp_path / "good.gguf"
     good.write_bytes(b"GGUF" + bytes(20))
     describe_model(ChatSettings(model=str(good)), {})
+
+
+def test_describe_says_the_served_window_in_use_and_where_it_came_from():
+    with OpenAIStub() as stub:
+        stub.endpoints["GET /props"] = (200, {"default_generation_settings": {"n_ctx": 2048}})
+        remote = ChatSettings(provider="openai", model="stub", base_url=stub.base_url)
+        assert describe_model(remote, {}) == (
+            f"remote 'stub' at {stub.base_url} (OpenAI-compatible, without an API key (IMPRINT_CHAT_API_KEY unset); "
+            "n_ctx 2048 from the server (llama-server /props n_ctx; chat.n_ctx 8192))"
+        )
+        stub.endpoints["GET /props"] = (200, {"default_generation_settings": {"n_ctx": 32768}})
+        assert describe_model(remote, {}).endswith("n_ctx 8192 (chat.n_ctx; the server's window is 32768))")

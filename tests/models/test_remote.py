@@ -434,16 +434,19 @@ async def test_a_refusal_is_not_retried(no_retry_wait):
     assert len(server.requests) == 1
 
 
-async def test_the_start_hook_runs_under_the_lock_once_per_request_not_per_retry(no_retry_wait):
+async def test_the_start_hook_runs_in_a_request_slot_once_per_request_not_per_retry(no_retry_wait):
     answer = stream_reply(chunk("ok", finish="stop"))
     with ScriptedServer(failing_then([502], answer)) as server:
-        calls: list[bool] = []
+        calls: list[tuple[float, bool]] = []
+        model = model_for(server)
 
         async def start() -> None:
-            calls.append(inference_lock().locked())
+            assert model._connections is not None
+            # A slot of the server's, not the local model's lock: remote requests run side by side.
+            calls.append((model._connections.slots.borrowed_tokens, inference_lock().locked()))
 
-        await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60, on_start=start)
-    assert calls == [True] and len(server.requests) == 2
+        await model.complete(MESSAGES, max_tokens=8, timeout=60, on_start=start)
+    assert calls == [(1, False)] and len(server.requests) == 2
 
 
 async def test_finish_reason_without_done_is_a_complete_reply():
@@ -542,9 +545,21 @@ async def test_cancel_stops_the_request(silent_server):
     assert scope.cancel_called
 
 
-async def test_deadline_includes_waiting_for_the_lock(silent_server):
-    remote = model_for(silent_server, read_timeout=60)
-    async with lock_held_elsewhere():
+async def test_deadline_includes_waiting_for_a_request_slot(silent_server):
+    remote = model_for(silent_server, read_timeout=60, parallel=1)
+    held = object()
+    slots = remote._connections_here().slots
+    await slots.acquire_on_behalf_of(held)
+    try:
         result = await remote.complete(MESSAGES, max_tokens=8, timeout=0.3)
+    finally:
+        slots.release_on_behalf_of(held)
     assert result.finish_reason == "deadline" and result.text == ""
-    assert silent_server.requests == []  # it never got the lock, so it never asked
+    assert silent_server.requests == []  # it never got a slot, so it never asked
+
+
+async def test_the_local_models_lock_does_not_hold_a_remote_request():
+    with ScriptedServer(stream_reply(chunk("ok", finish="stop"))) as server:
+        async with lock_held_elsewhere():
+            result = await model_for(server).complete(MESSAGES, max_tokens=8, timeout=30)
+    assert result.text == "ok"

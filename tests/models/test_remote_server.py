@@ -7,13 +7,6 @@ a free port with an API key, and awaited by polling ``/v1/models``.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import httpx
 import pytest
 
@@ -22,13 +15,11 @@ from imprintd.models.base import ModelError
 from imprintd.models.factory import create_model
 from imprintd.models.remote import RemoteModel
 from imprintd.settings import ChatSettings
-from tests.models.real_model import EMBEDDED_GGUF, missing_real_model, needs_real_model
+from tests.models.llama_server import API_KEY, running_server
+from tests.models.real_model import needs_real_model
 
 pytestmark = needs_real_model
 
-API_KEY = "test-key-7c1d"
-READY_WITHIN = 180.0  # seconds: loading is quick, but CI machines can be slow and busy
-REPO = Path(__file__).resolve().parents[2]
 SEARCH = ToolSpec(
     name="search",
     description="Search the workspace.",
@@ -36,76 +27,11 @@ SEARCH = ToolSpec(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory):
     """Base URL of a running llama-cpp-python server (session-scoped)."""
-    try:
-        import fastapi  # noqa: F401  (the [server] extra)
-        import sse_starlette  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as error:
-        missing_real_model(f"llama-cpp-python[server] is not installed ({error})")
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
-    command = [
-        sys.executable,
-        "-m",
-        "tests.models.llama_server",
-        "--model",
-        str(EMBEDDED_GGUF),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--n_ctx",
-        "2048",
-        "--api_key",
-        API_KEY,
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}/v1"
-    try:
-        wait_until_ready(process, base_url, log_path)
+    with running_server(tmp_path_factory, 2048) as base_url:
         yield base_url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
-
-
-def wait_until_ready(process: subprocess.Popen, base_url: str, log_path: Path) -> None:
-    deadline = time.monotonic() + READY_WITHIN
-    with httpx.Client(timeout=5.0) as client:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(
-                    f"llama-cpp-python's server exited with {process.returncode}:\n"
-                    f"{log_path.read_text(errors='replace')[-3000:]}"
-                )
-            try:
-                if client.get(f"{base_url}/models", headers={"Authorization": f"Bearer {API_KEY}"}).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass  # not listening yet
-            try:
-                process.wait(timeout=0.2)  # a bounded pause between polls that also notices an exit
-            except subprocess.TimeoutExpired:
-                pass
-    pytest.fail(
-        f"llama-cpp-python's server was not ready within {READY_WITHIN:g} s:\n"
-        f"{log_path.read_text(errors='replace')[-3000:]}"
-    )
 
 
 def remote(base_url: str, api_key: str | None = API_KEY) -> RemoteModel:
