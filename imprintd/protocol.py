@@ -7,7 +7,7 @@ Every message is a msgspec Struct, camelCase on the wire. Method names are fixed
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -16,7 +16,7 @@ from imprintd import reply
 from imprintd.context.usage import ContextUsage
 from imprintd.conversations import export as conversation_export
 from imprintd.conversations import search as conversation_search
-from imprintd.events import StepState
+from imprintd.events import PermissionAnswer, StepState
 from imprintd.messages import Message, SourceKind, Style
 from imprintd.messages import SourceRef as CoreSourceRef
 from imprintd.models.identity import ModelIdentity
@@ -46,6 +46,8 @@ TOOL_STEP = "imprint/toolStep"
 SUMMARY_UPDATED = "imprint/summaryUpdated"
 MODEL_CHANGED = "imprint/modelChanged"
 CONTEXT_USAGE = "imprint/contextUsage"
+# Requests (server to client)
+REQUEST_PERMISSION = "imprint/requestPermission"
 
 REQUESTS = (
     CHAT,
@@ -63,6 +65,7 @@ REQUESTS = (
     MODELS,
 )
 NOTIFICATIONS = (REPLY_DELTA, REPLY_PREAMBLE, REPLY_REASONING, TOOL_STEP, SUMMARY_UPDATED, MODEL_CHANGED, CONTEXT_USAGE)
+SERVER_REQUESTS = (REQUEST_PERMISSION,)
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
@@ -156,6 +159,25 @@ class ToolStepNotice(Wire):
     title: str
     state: StepState
     detail: str = ""
+
+
+# -- imprint/requestPermission (server to client) ------------------------------
+class PermissionParams(Wire):
+    """A tool call that waits for the user's yes: the MCP server and tool, what it would run with,
+    and what its annotations say (``readOnlyHint``, ``destructiveHint``)."""
+
+    reply_id: str
+    call_id: str
+    server: str
+    tool: str
+    title: str
+    arguments: dict[str, Any]
+    read_only: bool
+    destructive: bool
+
+
+class PermissionResult(Wire):
+    outcome: PermissionAnswer
 
 
 class SummaryInfo(Wire):
