@@ -17,9 +17,9 @@ import { DaemonLog } from "./chat/daemonLog";
 import { missingDaemonMessage, resolveExecutable } from "./chat/executable";
 import { chatHtml } from "./chat/html";
 import { modelChoices } from "./chat/models";
-import { EditorKey, SETTINGS, SentSettings, describeFormat, describeModel } from "./chat/settings";
+import { EditorKey, SETTINGS, SentSettings, describeFormat, describeModel, explicitOf } from "./chat/settings";
 import { ConnectionStatus, FromView, ResearchState, ToView } from "./chat/view";
-import type * as wire from "./protocol";
+import * as wire from "./protocol";
 import type { ModelReport } from "./protocol";
 
 
@@ -46,6 +46,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     restoreSession: context.workspaceState.get<string>(OPEN_SESSION),
     manageTrust: () => void vscode.commands.executeCommand("workbench.trust.manage"),
     openFolder: () => void vscode.commands.executeCommand("vscode.openFolder"),
+    // Modal: an MCP tool that may act waits for an answer; closing the dialog answers undefined (a reject).
+    askPermission: (question, labels) =>
+      Promise.resolve(vscode.window.showWarningMessage(question.message, { modal: true, detail: question.detail }, ...labels)),
   });
   chatView.onMessage = (message) => void controller.handle(message);
   const daemon = new Daemon(log, controller);
@@ -68,7 +71,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand("imprint.pickModel", () => pickModel(controller)),
     vscode.workspace.onDidChangeConfiguration((event) => {
       if (event.affectsConfiguration("imprint.serverPath")) void daemon.restart();
-      else if (event.affectsConfiguration("imprint.chat")) daemon.sendSettings();
+      else if (event.affectsConfiguration("imprint.chat") || event.affectsConfiguration("imprint.mcpServers")) daemon.sendSettings();
     }),
     // Trust sends the folder, which only `initialize` carries: a new daemon gets it.
     vscode.workspace.onDidGrantWorkspaceTrust(() => {
@@ -194,6 +197,7 @@ class Daemon {
     };
     const client = new LanguageClient("imprint", "Imprint", serverOptions, clientOptions);
     client.registerFeature(new UntrustedWorkspaceFeature());
+    client.registerFeature(new PermissionRequestsFeature());
     return client;
   }
 
@@ -235,10 +239,22 @@ class UntrustedWorkspaceFeature implements StaticFeature {
   clear(): void {}
 }
 
-/** The value the user set explicitly (a contributed default must not override config.toml). */
+/** The daemon may ask before an MCP tool runs: `capabilities.experimental.imprint.permissionRequests`. */
+class PermissionRequestsFeature implements StaticFeature {
+  fillClientCapabilities(capabilities: { experimental?: unknown }): void {
+    capabilities.experimental = { ...(capabilities.experimental as object | undefined), ...wire.CLIENT_EXPERIMENTAL };
+  }
+  initialize(): void {}
+  getState() {
+    return { kind: "static" } as const;
+  }
+  clear(): void {}
+}
+
+/** The value the user set explicitly (a contributed default must not override config.toml); MCP servers
+ *  from a workspace's settings only when it is trusted. */
 function explicitValue(key: EditorKey): unknown {
-  const inspected = vscode.workspace.getConfiguration("imprint").inspect(key);
-  return inspected?.workspaceFolderValue ?? inspected?.workspaceValue ?? inspected?.globalValue;
+  return explicitOf(key, vscode.workspace.getConfiguration("imprint").inspect(key), vscode.workspace.isTrusted);
 }
 
 function researchState(): ResearchState {

@@ -21,6 +21,34 @@ export const RENAME_SESSION = "imprint/renameSession";
 export const EXPORT = "imprint/export";
 export const COMPACT = "imprint/compact";
 export const MODELS = "imprint/models";
+/** A request the daemon sends the client: may this tool call run? */
+export const REQUEST_PERMISSION = "imprint/requestPermission";
+
+/**
+ * What the client says it can do, in `initialize`'s `capabilities.experimental`: it answers
+ * `imprint/requestPermission` (without it the daemon takes every such call as rejected).
+ */
+export const CLIENT_EXPERIMENTAL = { imprint: { permissionRequests: true } };
+
+/** The separator of an MCP tool's name: `git__git_log` is the tool `git_log` of the server `git`. */
+export const MCP_SEPARATOR = "__";
+
+export interface PermissionRequest {
+  replyId: string;
+  callId: string;
+  server: string;
+  tool: string;
+  title: string;
+  arguments: Record<string, unknown>;
+  readOnly: boolean;
+  destructive: boolean;
+}
+
+export type PermissionOutcome = "allow_once" | "allow_always" | "reject";
+
+export interface PermissionResult {
+  outcome: PermissionOutcome;
+}
 
 /** JSON-RPC error codes the client treats specially. */
 export const REQUEST_CANCELLED = -32800;

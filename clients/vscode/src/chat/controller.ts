@@ -9,6 +9,7 @@
 import { CancellationTokenSource, ResponseError } from "vscode-jsonrpc";
 import { ChatConnection, Disposable, WorkDoneProgressValue, workDoneProgress } from "./connection";
 import { ConnectionStatus, FromView, ResearchState, StepRow, ToView, TranscriptItem } from "./view";
+import { Prompt, askPermission, mcpServerOf, stepTitleOf } from "./permissions";
 import * as wire from "../protocol";
 
 /** How long a question waits for a starting or restarting daemon before it fails. */
@@ -36,6 +37,8 @@ export interface ControllerOptions {
   openFolder?(): void;
   /** How long a question waits for the daemon to start (START_WAIT_MS). */
   startWaitMs?: number;
+  /** Asks the user whether an MCP tool may run (the extension: a modal); without it every such call is rejected. */
+  askPermission?: Prompt;
 }
 
 /** What an editor selection contributes to a question. */
@@ -110,6 +113,7 @@ export class ChatController {
       connection.onNotification(wire.SUMMARY_UPDATED, (p: wire.SummaryUpdated) => this.onSummary(p)),
       connection.onNotification(wire.CONTEXT_USAGE, (p: wire.ContextUsage) => this.onContextUsage(p)),
       connection.onNotification(wire.MODEL_CHANGED, (p: wire.ModelReport) => this.onModelChanged(connection, p)),
+      connection.onRequest(wire.REQUEST_PERMISSION, (p: wire.PermissionRequest) => this.onPermission(p)),
     ];
     const experimental = initialize?.capabilities?.experimental as { imprint?: wire.ModelReport } | undefined;
     this.setModel(experimental?.imprint);
@@ -417,7 +421,15 @@ export class ChatController {
 
   private onToolStep(params: wire.ToolStep): void {
     if (!this.ours(params)) return;
-    this.post({ type: "toolStep", callId: params.callId, title: params.title, state: params.state, detail: params.detail });
+    this.post({ type: "toolStep", callId: params.callId, title: stepTitleOf(params.tool, params.title), state: params.state, detail: params.detail });
+  }
+
+  /** The daemon asks whether an MCP tool may run: only for the reply the panel shows, and only the user says yes. */
+  private onPermission(params: wire.PermissionRequest): Promise<wire.PermissionResult> {
+    // The reply's id is known by then: its first round's context usage comes before any tool call.
+    const reply = this.reply;
+    if (!reply || !this.current(reply) || params?.replyId !== reply.replyId) return Promise.resolve({ outcome: "reject" });
+    return askPermission(this.options.askPermission, params);
   }
 
   private onSummary(params: wire.SummaryUpdated): void {
@@ -552,6 +564,8 @@ function stepTitle(call: wire.ToolCall): string {
     if (end !== undefined) return `Reading ${text("path")} up to line ${end}`;
     return `Reading ${text("path")}`;
   }
+  const server = mcpServerOf(call.name);
+  if (server !== undefined) return `${server} · ${call.name.slice(server.length + wire.MCP_SEPARATOR.length)}`;
   return call.name;
 }
 

@@ -92,6 +92,7 @@ test("tool steps show as rows, progress runs on the client's token, and tool out
       token === undefined ? connection.sendRequest<R>(method, params) : connection.sendRequest<R>(method, params, token),
     sendNotification: (method, params) => connection.sendNotification(method, params),
     onNotification: (method, handler) => connection.onNotification(method, handler),
+    onRequest: (method, handler) => connection.onRequest(method, handler),
     onProgress: <P>(type: ProgressType<P>, token: string | number, handler: (value: P) => void) =>
       connection.onProgress(type, token, (value: P) => {
         progress.push({ token, value: value as WorkDoneProgressValue });

@@ -8,7 +8,8 @@ import { test } from "node:test";
 import { transcriptOf } from "../../src/chat/controller";
 import { DaemonLog } from "../../src/chat/daemonLog";
 import { missingDaemonMessage, resolveExecutable } from "../../src/chat/executable";
-import { SETTINGS, SentSettings, daemonSettings, describeFormat, describeModel } from "../../src/chat/settings";
+import { PERMISSION_CHOICES, askPermission, mcpServerOf, permissionQuestion, stepTitleOf } from "../../src/chat/permissions";
+import { SETTINGS, SentSettings, daemonSettings, describeFormat, describeModel, explicitOf } from "../../src/chat/settings";
 import { withoutSourcesBlock } from "../../src/chat/sources";
 
 test("only explicitly set values are sent, by the daemon's names, nested by section", () => {
@@ -18,7 +19,47 @@ test("only explicitly set values are sent, by the daemon's names, nested by sect
 });
 
 test("VS Code's setting names are camelCase words, so the Settings editor titles them in words", () => {
-  for (const { editor } of SETTINGS) assert.match(editor, /^chat\.[a-z]+(?:[A-Z][a-z]+)*$/, editor);
+  for (const { editor } of SETTINGS) assert.match(editor, /^(?:chat\.)?[a-z]+(?:[A-Z][a-z]+)*$/, editor);
+});
+
+test("MCP servers from a workspace's settings are sent only when the workspace is trusted; the user's always", () => {
+  const servers = { git: { command: "python", args: ["-m", "mcp_server_git"] } };
+  const mine = { command: "uvx", args: ["mcp-server-git"] };
+  assert.equal(explicitOf("mcpServers", { workspaceValue: servers }, false), undefined);
+  assert.deepEqual(explicitOf("mcpServers", { workspaceValue: servers, globalValue: { mine } }, false), { mine });
+  assert.deepEqual(explicitOf("mcpServers", { workspaceFolderValue: servers, globalValue: { mine } }, true), servers);
+  // Other settings keep the workspace's value either way (VS Code itself restricts what must be).
+  assert.equal(explicitOf("chat.maxTokens", { workspaceValue: 256, globalValue: 512 }, false), 256);
+  assert.deepEqual(daemonSettings((key) => (key === "mcpServers" ? servers : undefined)), { chat: { mcp_servers: servers } });
+});
+
+test("a permission question names the server, the tool and its arguments; only Allow once and Always allow say yes", async () => {
+  const request = {
+    replyId: "r1", callId: "step-1", server: "git", tool: "git_create_branch", title: "git: Creates a new branch",
+    arguments: { repo_path: "/repo", branch_name: "topic" }, readOnly: false, destructive: false,
+  };
+  const question = permissionQuestion(request);
+  assert.match(question.message, /“git”.*git_create_branch/);
+  assert.match(question.detail, /"branch_name": "topic"/);
+  assert.deepEqual(PERMISSION_CHOICES.map((choice) => choice.label), ["Allow once", "Always allow", "Reject"]);
+  let asked: string[] = [];
+  const answers = async (label: string | undefined) =>
+    (await askPermission(async (_question, labels) => { asked = labels; return label; }, request)).outcome;
+  assert.equal(await answers("Allow once"), "allow_once");
+  assert.deepEqual(asked, ["Allow once", "Always allow", "Reject"]);
+  assert.equal(await answers("Always allow"), "allow_always");
+  assert.equal(await answers("Reject"), "reject");
+  assert.equal(await answers(undefined), "reject", "a closed dialog");
+  assert.equal((await askPermission(async () => { throw new Error("no window"); }, request)).outcome, "reject");
+  assert.equal((await askPermission(undefined, request)).outcome, "reject", "nobody to ask");
+});
+
+test("an MCP step's row names its server; a workspace step's stays as the daemon words it", () => {
+  assert.equal(mcpServerOf("git__git_log"), "git");
+  assert.equal(mcpServerOf("read_file"), undefined);
+  assert.equal(stepTitleOf("git__git_log", "Shows the commit logs"), "git · Shows the commit logs");
+  assert.equal(stepTitleOf("git__git_log", "git: git_log"), "git: git_log");
+  assert.equal(stepTitleOf("search", "Searching the workspace for “port”"), "Searching the workspace for “port”");
 });
 
 test("a key removed from the settings is sent as null, once; a restarted daemon starts from what is set", () => {
