@@ -30,6 +30,12 @@ local function tool_title(call)
     -- Worded as the live step was: the first look is Imprint's own search, not the model's.
     return ("Looking in the workspace for “%s”"):format(args.query or "")
   end
+  if not title then
+    local server = require("imprint.permissions").server_of(call.name)
+    if server then -- an MCP tool: its server, then the tool's own name
+      return server .. " · " .. call.name:sub(#server + 3)
+    end
+  end
   return title and title(args) or (call.name .. " " .. vim.json.encode(call.arguments or vim.empty_dict()))
 end
 
