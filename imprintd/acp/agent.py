@@ -128,7 +128,7 @@ class Agent:
         session_id = new_session_id()
         self._unstored.add(session_id)
         self._cwd[session_id] = root
-        await self._use_servers(session_id, servers)
+        self._use_servers(session_id, servers)
         logger.info("session %s on %s", session_id, root)
         # After the response (sent once this returns, in the same step): the client knows the id by then.
         asyncio.get_running_loop().call_soon(self._publish_commands, session_id)
@@ -208,13 +208,13 @@ class Agent:
         root = await in_worker(_folder, params.cwd)  # resolves it: a stat of each part
         if await self._is_unstored(params.session_id):
             self._cwd[params.session_id] = root
-            await self._use_servers(params.session_id, servers)
+            self._use_servers(params.session_id, servers)
             self._publish_commands(params.session_id)
             return None  # never asked anything: nothing to replay
         store, info = await _in_store(self._locate, params.session_id)
         messages = await _in_store(store.messages, info.id)
         self._cwd[info.id] = root
-        await self._use_servers(info.id, servers)
+        self._use_servers(info.id, servers)
         # Rendered in a worker: a session of thousands of messages is thousands of updates.
         for update in await in_worker(lambda: list(replay(messages, root))):
             self.connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=info.id, update=update))
@@ -233,7 +233,7 @@ class Agent:
             session_id = info.id
         option = await in_worker(self._model_option)
         self._cwd[session_id] = root
-        await self._use_servers(session_id, servers)
+        self._use_servers(session_id, servers)
         logger.info("session %s resumed on %s", session_id, root)
         asyncio.get_running_loop().call_soon(self._publish_commands, session_id)
         return wire.ResumeSessionResult(config_options=[option])
@@ -246,7 +246,7 @@ class Agent:
             await _in_store(self._locate, session_id)  # -32002 for a session nobody knows
         self._cancel_prompts(session_id)
         self._forget(session_id)
-        await self._use_servers(session_id, ())
+        await self._release_servers(session_id)
         logger.info("session %s closed", session_id)
         return {}
 
@@ -255,19 +255,19 @@ class Agent:
         self._titles.pop(session_id, None)
         self._mcp_kinds.pop(session_id, None)
 
-    async def _use_servers(self, session_id: str, servers: tuple[McpServerConfig, ...]) -> None:
-        """The session's MCP servers are ``servers`` from now on; the ones it no longer names that
-        no other session names either (nor ``chat.mcp_servers``) are stopped."""
-        before = self._servers.pop(session_id, ())
+    def _use_servers(self, session_id: str, servers: tuple[McpServerConfig, ...]) -> None:
+        """The session's MCP servers are ``servers`` from now on (its next prompt starts them)."""
         if servers:
             self._servers[session_id] = servers
-            names = ", ".join(server.name for server in servers)
-            logger.info("session %s: MCP servers %s", session_id, names)
-        still_used = {server for others in self._servers.values() for server in others}
-        still_used.update(self.chat.settings.mcp_servers)
-        unused = tuple(server for server in before if server not in still_used)
-        if unused:
-            await self.chat.mcp.release(unused)
+            logger.info("session %s: MCP servers %s", session_id, ", ".join(server.name for server in servers))
+        else:
+            self._servers.pop(session_id, None)
+
+    async def _release_servers(self, session_id: str) -> None:
+        """The session ended here: the servers it used that no other session uses (nor the
+        settings) stop, and its "always" answers are forgotten (``McpServers.release``)."""
+        servers = self._servers.pop(session_id, ())
+        await self.chat.mcp.release((*servers, *self.chat.settings.mcp_servers), session_id=session_id)
 
     def _publish_commands(self, session_id: str) -> None:
         update = wire.AvailableCommandsUpdate(available_commands=list(commands.COMMANDS))
@@ -317,7 +317,7 @@ class Agent:
             await _in_store(self.chat.delete_session, params.session_id)
         self._unstored.discard(params.session_id)
         self._forget(params.session_id)
-        await self._use_servers(params.session_id, ())
+        await self._release_servers(params.session_id)
         logger.info("session %s deleted", params.session_id)
         return {}
 

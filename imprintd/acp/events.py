@@ -15,11 +15,12 @@ after them starts a line of its own. Each coordinator round's context usage is
 a ``usage_update``: its tokens of the window (ACP has no place for the parts).
 
 An MCP tool's call (``server__tool``) shows as a ``tool_call`` with its arguments as
-``rawInput``, its kind from the tool's annotations, and its result (or failure) as content. One
-that needs the user's yes is first sent as a ``pending`` ``tool_call``, then asked for with
-``session/request_permission`` (allow once, allow always, reject); its run goes on in the same
-tool call. A client that answers an error, does not answer within ``PERMISSION_TIMEOUT_S``,
-or whose prompt is cancelled meanwhile, has said no.
+``rawInput``, its kind from the tool's annotations (``execute`` for one that may act, ``read``
+for a read-only one) and its step's detail (or failure) as content. One that needs the user's
+yes goes ``pending`` and is asked for with ``session/request_permission`` (allow once, allow
+always, reject); allowed, it goes on ``in_progress`` in the same tool call. A client that
+answers an error, does not answer within ``PERMISSION_TIMEOUT_S``, or whose prompt is cancelled
+meanwhile, has said no.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ TOOL_KINDS: dict[str, wire.ToolKind] = {
 #: The separator of an MCP tool's name: ``git__git_log`` is ``git_log`` of the server ``git``.
 MCP_SEPARATOR = "__"
 
+#: The compact pair's tool that runs an MCP tool by name (when all their schemas would not fit).
+CALL_TOOL = "call_tool"
+
 #: How long a permission request waits for the user's choice before it counts as a no.
 PERMISSION_TIMEOUT_S = 120.0
 
@@ -81,8 +85,13 @@ def tool_kind(tool: str) -> wire.ToolKind:
     return TOOL_KINDS.get(tool, "other")
 
 
-def is_mcp(tool: str) -> bool:
-    return MCP_SEPARATOR in tool
+def mcp_tool_name(step: ToolStep) -> str:
+    """The MCP tool a step runs, as offered (``git__git_log``), the compact pair's ``call_tool``
+    included (the tool it names); "" for a workspace tool."""
+    if step.tool == CALL_TOOL:
+        name = step.arguments.get("name")
+        return name if isinstance(name, str) else step.tool
+    return step.tool if MCP_SEPARATOR in step.tool else ""
 
 
 def mcp_kind(read_only: bool | None, open_world: bool = False) -> wire.ToolKind:
@@ -161,8 +170,8 @@ class AcpEvents:
         self._closed = False
         self._calls = 0
         self._open: dict[str, str] = {}  # the model's call id -> our toolCallId for a started step
-        #: Calls sent as ``pending`` for a permission request: their start is an update, not a new call.
-        self._asked: dict[str, wire.ToolKind] = {}
+        #: Steps a permission was asked for (their kind is known; one never asked about is read-only).
+        self._asked: set[str] = set()
         #: The last thought chunk was reasoning that did not end its line.
         self._mid_line = False
         #: A round ended since the last reasoning: the next round's thoughts start a paragraph.
@@ -221,24 +230,23 @@ class AcpEvents:
         self.update(wire.UsageUpdate(used=usage.used, size=usage.n_ctx))
 
     async def ask_permission(self, request: PermissionRequest) -> PermissionAnswer:
-        """``session/request_permission`` for the call, shown first as a ``pending`` tool call."""
+        """``session/request_permission`` for the call, its tool call ``pending`` meanwhile (a new
+        one when its step has not started yet); allowed, it goes on ``in_progress``."""
         if self._closed:  # the prompt was cancelled: nothing is asked for it any more
             return "reject"
         kind = mcp_kind(request.read_only)
         self._mcp_kinds[f"{request.server}{MCP_SEPARATOR}{request.tool}"] = kind
+        self._asked.add(request.call_id)
         call_id = self._open.get(request.call_id)
         if call_id is None:
             call_id = self._new_call_id(request.call_id)
-            self._asked[request.call_id] = kind
             self.update(
                 wire.ToolCallStart(
-                    tool_call_id=call_id,
-                    title=request.title,
-                    kind=kind,
-                    status="pending",
-                    raw_input=request.arguments,
+                    tool_call_id=call_id, title=request.title, kind=kind, status="pending", raw_input=request.arguments
                 )
             )
+        else:
+            self.update(wire.ToolCallUpdate(tool_call_id=call_id, status="pending", kind=kind))
         params = wire.RequestPermissionParams(
             session_id=self.session_id,
             tool_call=wire.PermissionToolCall(
@@ -249,29 +257,26 @@ class AcpEvents:
         try:
             raw = await asyncio.wait_for(self._connection.request(REQUEST_PERMISSION, params), PERMISSION_TIMEOUT_S)
         except (RpcError, ClientGone, TimeoutError) as error:
-            logger.info(
-                "%s for %s__%s: no answer (%s); taken as reject",
-                REQUEST_PERMISSION,
-                request.server,
-                request.tool,
-                error or "timed out",
-            )
+            why = str(error) or f"no answer within {PERMISSION_TIMEOUT_S:.0f} s"
+            logger.info("%s for %s: %s; taken as reject", REQUEST_PERMISSION, request.title, why)
             return "reject"
-        return "reject" if self._closed else permission_answer(raw)
+        answer = "reject" if self._closed else permission_answer(raw)
+        if answer != "reject":
+            self.update(wire.ToolCallUpdate(tool_call_id=call_id, status="in_progress"))
+        return answer
 
     def tool_step(self, step: ToolStep) -> None:
-        mcp = is_mcp(step.tool)
+        mcp = mcp_tool_name(step)
         if step.state == "started":
-            asked = self._asked.pop(step.call_id, None)
-            if asked is not None:  # sent as pending for its permission: it runs now
-                self.update(wire.ToolCallUpdate(tool_call_id=self._open[step.call_id], status="in_progress"))
+            if step.call_id in self._open:  # shown already, pending its permission
                 return
             self.update(
                 wire.ToolCallStart(
                     tool_call_id=self._new_call_id(step.call_id),
                     title=step.title,
-                    # Run without asking: read-only by its annotations, unless allowed always before.
-                    kind=self._mcp_kinds.get(step.tool, mcp_kind(True)) if mcp else tool_kind(step.tool),
+                    # An MCP tool's kind is known once it asks (or asked before in the session, and
+                    # was allowed always); one that runs without asking is read-only (at its end).
+                    kind=self._mcp_kinds.get(mcp, "other") if mcp else tool_kind(step.tool),
                     status="in_progress",
                     locations=arguments_location(self.root, step.tool, step.arguments) or UNSET,
                     raw_input=step.arguments if mcp else UNSET,
@@ -280,21 +285,27 @@ class AcpEvents:
             return
         status: wire.ToolCallStatus = "completed" if step.state == "finished" else "failed"
         detail = [wire.ToolCallContent(content=text_block(step.detail))] if step.detail else UNSET
-        asked = self._asked.pop(step.call_id, None)
+        asked = step.call_id in self._asked
+        self._asked.discard(step.call_id)
         call_id = self._open.pop(step.call_id, None)
-        if call_id is None:  # failed before it started (an unknown tool): one update says it all
+        if call_id is None:  # failed before it started (an unknown tool, a server that did not start)
             self.update(
                 wire.ToolCallStart(
                     tool_call_id=self._new_call_id(step.call_id, opened=False),
                     title=step.title,
-                    kind=(asked or "other") if mcp else tool_kind(step.tool),
+                    kind=self._mcp_kinds.get(mcp, "other") if mcp else tool_kind(step.tool),
                     status=status,
                     content=detail,
                     raw_input=step.arguments if mcp else UNSET,
                 )
             )
             return
-        self.update(wire.ToolCallUpdate(tool_call_id=call_id, status=status, content=detail))
+        ran_unasked = bool(mcp) and not asked and mcp not in self._mcp_kinds
+        self.update(
+            wire.ToolCallUpdate(
+                tool_call_id=call_id, status=status, content=detail, kind=mcp_kind(True) if ran_unasked else UNSET
+            )
+        )
 
     def _new_call_id(self, step_id: str, *, opened: bool = True) -> str:
         # The model's call ids repeat between rounds and replies ("call_0"); ACP's must not

@@ -284,6 +284,7 @@ class ToolCallUpdate(_Wire, tag_field="sessionUpdate", tag="tool_call_update"):
     tool_call_id: str
     status: ToolCallStatus
     content: list[ToolCallContent] | UnsetType = UNSET
+    kind: ToolKind | UnsetType = UNSET
 
 
 # --- session/request_permission (agent -> client) -------------------------------------------

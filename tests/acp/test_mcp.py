@@ -213,14 +213,17 @@ async def test_resume_keeps_the_session_without_replaying_it_and_close_stops_its
     assert error.value.code == -32002
 
 
-async def test_a_server_two_sessions_name_stops_only_when_both_are_closed(agent, stub, workspace, repo):
+async def test_a_server_two_sessions_use_stops_only_when_both_are_closed(agent, stub, workspace, repo):
     stub.queue(
         StubReply(tool_calls=[call("git__git_status", "call_0", repo_path=str(repo))]),
         "Clean.",
+        StubReply(tool_calls=[call("git__git_status", "call_0", repo_path=str(repo))]),
+        "Still clean.",
     )
     first = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[git_config(repo)])
     second = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[git_config(repo)])
     await ask(agent, first.session_id, "Is the tree clean?")
+    await ask(agent, second.session_id, "And now?")
     assert len(git_server_processes(repo)) == 1  # one process for the one configuration
     await agent.conn.close_session(session_id=first.session_id)
     assert len(git_server_processes(repo)) == 1
