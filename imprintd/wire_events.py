@@ -19,7 +19,7 @@ from lsprotocol import types
 
 from imprintd import protocol as wire
 from imprintd.context.usage import ContextUsage
-from imprintd.events import ToolStep
+from imprintd.events import PermissionAnswer, PermissionRequest, ToolStep
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +103,10 @@ class WireEvents:
 
     def context_usage(self, usage: ContextUsage) -> None:
         self._notify(wire.CONTEXT_USAGE, wire.ContextUsageWire.from_core(self.session_id, self.reply_id, usage))
+
+    async def ask_permission(self, request: PermissionRequest) -> PermissionAnswer:
+        # Until imprint/requestPermission is sent to the client, a tool that may act does not run.
+        return "reject"
 
     def progress(self, message: str, percentage: int | None = None) -> None:
         if self._token is None and self._creating is None:

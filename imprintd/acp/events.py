@@ -27,7 +27,7 @@ from msgspec import UNSET
 
 from imprintd.acp import wire
 from imprintd.context.usage import ContextUsage
-from imprintd.events import ToolStep
+from imprintd.events import PermissionAnswer, PermissionRequest, ToolStep
 from imprintd.messages import SourceRef
 
 logger = logging.getLogger(__name__)
@@ -160,6 +160,10 @@ class AcpEvents:
     def context_usage(self, usage: ContextUsage) -> None:
         """ACP's ``usage_update`` holds the total and the window; the parts have no place in it."""
         self.update(wire.UsageUpdate(used=usage.used, size=usage.n_ctx))
+
+    async def ask_permission(self, request: PermissionRequest) -> PermissionAnswer:
+        # Until session/request_permission is sent to the client, a tool that may act does not run.
+        return "reject"
 
     def tool_step(self, step: ToolStep) -> None:
         if step.state == "started":
