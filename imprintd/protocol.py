@@ -19,6 +19,7 @@ from imprintd.conversations import search as conversation_search
 from imprintd.events import PermissionAnswer, StepState
 from imprintd.messages import Message, SourceKind, Style
 from imprintd.messages import SourceRef as CoreSourceRef
+from imprintd.messages import ToolOrigin as CoreToolOrigin
 from imprintd.models.identity import ModelIdentity
 from imprintd.models.on_disk import FoundModel
 from imprintd.research.loop import Stop as StopReason
@@ -85,9 +86,23 @@ class ChatParams(Wire):
     work_done_token: int | str | None = None
 
 
+class ToolOriginWire(Wire):
+    """The MCP server and tool a ``"tool"`` source came from, its arguments, and a URI it names."""
+
+    server: str
+    tool: str
+    arguments: dict[str, Any]
+    uri: str | None
+
+    @classmethod
+    def from_core(cls, origin: CoreToolOrigin) -> ToolOriginWire:
+        return cls(**msgspec.structs.asdict(origin))
+
+
 class SourceRef(Wire):
-    """One source of an answer (protocol.md, "Sources"): a file's lines, an earlier message, or
-    section notes; cited, or read and not cited; checked against the sentences citing it."""
+    """One source of an answer (protocol.md, "Sources"): a file's lines, an earlier message,
+    section notes, or an MCP tool's result; cited, or read and not cited; checked against the
+    sentences citing it."""
 
     number: int
     kind: SourceKind
@@ -99,11 +114,14 @@ class SourceRef(Wire):
     cited: bool
     supported: bool | None
     reason: str
+    origin: ToolOriginWire | None
 
     @classmethod
     def from_core(cls, source: CoreSourceRef) -> SourceRef:
         # The same fields, by name: a field added to one and not the other fails here.
-        return cls(**msgspec.structs.asdict(source))
+        fields = msgspec.structs.asdict(source)
+        origin = fields.pop("origin")
+        return cls(**fields, origin=ToolOriginWire.from_core(origin) if origin is not None else None)
 
 
 class ChatResult(Wire):
