@@ -18,7 +18,7 @@ import pytest
 from acp import schema
 
 from imprintd.store import Store
-from tests.acp.peer import texts
+from tests.acp.peer import acp_agent, texts
 from tests.mcp_repo import LATEST, branches, git_repository, git_server, git_server_processes
 from tests.openai_stub import StubReply
 
@@ -28,8 +28,8 @@ def git_config(repo: Path, name: str = "git") -> schema.McpServerStdio:
     return schema.McpServerStdio(name=name, command=command, args=args, env=[])
 
 
-def call(name: str, call_id: str, **arguments) -> dict:
-    return {"name": name, "id": call_id, "arguments": arguments}
+def call(tool: str, call_id: str, **arguments) -> dict:
+    return {"name": tool, "id": call_id, "arguments": arguments}
 
 
 def offered(request: dict) -> set[str]:
@@ -51,6 +51,13 @@ def stored(daemon_env, session_id: str):
 
 async def ask(agent, session_id: str, text: str) -> schema.PromptResponse:
     return await asyncio.wait_for(agent.conn.prompt(session_id=session_id, prompt=[acp.text_block(text)]), 120)
+
+
+@pytest.fixture
+def daemon_env(daemon_env):
+    """A window the git server's dozen tool schemas fit in whole (at 8,192 tokens they take
+    more than their share, and the model is offered the compact pair instead)."""
+    return {**daemon_env, "IMPRINT_CHAT_N_CTX": "32768"}
 
 
 @pytest.fixture
@@ -89,7 +96,8 @@ async def test_a_history_question_is_answered_from_git_log_of_the_sessions_serve
         ("tool_call_update", "completed"),
     ]
     started = steps[0]
-    assert started.kind == "read"  # readOnlyHint
+    # Not known while it runs (it might yet ask); it ran without asking, so it only reads (readOnlyHint).
+    assert (started.kind, steps[1].kind) == ("other", "read")
     assert started.raw_input == {"repo_path": str(repo), "max_count": 5}
     assert "git" in started.title
     assert steps[1].tool_call_id == started.tool_call_id
@@ -99,6 +107,28 @@ async def test_a_history_question_is_answered_from_git_log_of_the_sessions_serve
     assert any(m.role == "tool" and LATEST in m.content for m in messages)
     assert LATEST in messages[-1].content
     assert agent.client.asked == []  # a read-only tool runs without asking
+
+
+async def test_in_a_small_window_the_call_goes_through_the_compact_pair_and_shows_the_same(
+    stub, workspace, repo, daemon_env, tmp_path
+):
+    stub.queue(
+        StubReply(tool_calls=[call("call_tool", "call_0", name="git__git_log", arguments={"repo_path": str(repo)})]),
+        f"It was “{LATEST}” [1].",
+    )
+    async with acp_agent({**daemon_env, "IMPRINT_CHAT_N_CTX": "8192"}, tmp_path, "small") as agent:
+        session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[git_config(repo)])
+        assert (await ask(agent, session.session_id, "What changed last?")).stop_reason == "end_turn"
+        first, second = stub.requests
+        assert {"find_tools", "call_tool"} <= offered(first) and "git__git_log" not in offered(first)
+        assert any(LATEST in result for result in tool_results(second))
+        steps = tool_updates(agent.take_updates(session.session_id))
+        assert [(u.session_update, u.status) for u in steps] == [
+            ("tool_call", "in_progress"),
+            ("tool_call_update", "completed"),
+        ]
+        assert steps[0].raw_input == {"name": "git__git_log", "arguments": {"repo_path": str(repo)}}
+        assert steps[1].kind == "read"  # ran without asking: read-only
 
 
 async def test_a_tool_that_may_act_runs_only_after_the_user_allows_it(agent, stub, workspace, repo):
@@ -121,13 +151,15 @@ async def test_a_tool_that_may_act_runs_only_after_the_user_allows_it(agent, stu
     ]
     assert asked.tool_call.raw_input == {"repo_path": str(repo), "branch_name": "allowed"}
     steps = tool_updates(agent.take_updates(session.session_id))
-    # Shown pending while the user decides, then run in the same tool call.
+    # Pending while the user decides, then run in the same tool call.
     assert [(u.session_update, u.status) for u in steps] == [
-        ("tool_call", "pending"),
+        ("tool_call", "in_progress"),
+        ("tool_call_update", "pending"),
         ("tool_call_update", "in_progress"),
         ("tool_call_update", "completed"),
     ]
-    assert steps[0].kind == "execute" and asked.tool_call.tool_call_id == steps[0].tool_call_id
+    assert {u.tool_call_id for u in steps} == {asked.tool_call.tool_call_id}
+    assert steps[1].kind == asked.tool_call.kind == "execute"  # it may act (no readOnlyHint)
     assert "allowed" in branches(repo)
     assert any("allowed" in result for result in tool_results(stub.requests[1]))
 
@@ -136,10 +168,14 @@ async def test_a_tool_that_may_act_runs_only_after_the_user_allows_it(agent, stu
     assert len(agent.client.asked) == 2
     assert "refused" not in branches(repo)
     steps = tool_updates(agent.take_updates(session.session_id))
-    assert [(u.session_update, u.status) for u in steps] == [("tool_call", "pending"), ("tool_call_update", "failed")]
+    assert [(u.session_update, u.status) for u in steps] == [
+        ("tool_call", "in_progress"),
+        ("tool_call_update", "pending"),
+        ("tool_call_update", "failed"),
+    ]
+    assert "declined" in steps[-1].content[0].content.text
     # The model is told the call did not run, and the reply goes on.
-    assert not any("refused" in result and "Created branch" in result for result in tool_results(stub.requests[3]))
-    assert len(tool_results(stub.requests[3])) == len(tool_results(stub.requests[1])) + 1
+    assert "The user declined to let git run git_create_branch" in tool_results(stub.requests[3])[-1]
 
 
 async def test_always_allow_is_remembered_for_the_session(agent, stub, workspace, repo):
@@ -156,8 +192,8 @@ async def test_always_allow_is_remembered_for_the_session(agent, stub, workspace
     assert len(agent.client.asked) == 1  # not asked again
     assert {"one", "two"} <= set(branches(repo))
     steps = tool_updates(agent.take_updates(session.session_id))
-    # The second run shows as what it is, though nobody was asked about it.
-    assert [u.kind for u in steps if u.session_update == "tool_call"] == ["execute", "execute"]
+    # The second run shows as what it is from its start, though nobody was asked about it.
+    assert [u.kind for u in steps if u.session_update == "tool_call"] == ["other", "execute"]
 
 
 async def test_a_client_that_cannot_answer_or_cancels_the_prompt_means_no(agent, stub, workspace, repo):
@@ -171,10 +207,15 @@ async def test_a_client_that_cannot_answer_or_cancels_the_prompt_means_no(agent,
     assert (await ask(agent, session.session_id, "Branch unasked")).stop_reason == "end_turn"
     assert len(agent.client.asked) == 1 and "unasked" not in branches(repo)
 
-    deciding: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    agent.client.permissions.append(deciding)
+    reached, deciding = asyncio.Event(), asyncio.get_running_loop().create_future()
+
+    async def answer() -> str:
+        reached.set()
+        return await deciding
+
+    agent.client.permissions.append(answer())
     prompt = asyncio.ensure_future(ask(agent, session.session_id, "Branch cancelled"))
-    await agent.wait_for_update(session.session_id, lambda u: getattr(u, "status", None) == "pending")
+    await asyncio.wait_for(reached.wait(), 60)  # the user is deciding
     await agent.conn.cancel(session_id=session.session_id)
     assert (await asyncio.wait_for(prompt, 60)).stop_reason == "cancelled"
     deciding.set_result("cancelled")  # as ACP asks of a client whose prompt was cancelled
@@ -197,7 +238,7 @@ async def test_resume_keeps_the_session_without_replaying_it_and_close_stops_its
     resumed = await agent.conn.resume_session(
         session_id=session.session_id, cwd=str(workspace), mcp_servers=[git_config(repo)]
     )
-    assert [option.root.id for option in resumed.config_options] == ["model"]
+    assert [option.id for option in resumed.config_options] == ["model"]
     assert agent.take_updates(session.session_id) == []  # nothing replayed
     await ask(agent, session.session_id, "What changed last?")
     assert "git__git_log" in offered(stub.requests[1])
