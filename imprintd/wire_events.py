@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from typing import Any
 
 import msgspec
 from lsprotocol import types
@@ -135,7 +136,7 @@ class WireEvents:
                 self._server.protocol.send_request_async(wire.REQUEST_PERMISSION, msgspec.to_builtins(params)),
                 PERMISSION_TIMEOUT_S,
             )
-            return msgspec.convert(answer, wire.PermissionResult).outcome
+            return msgspec.convert(_plain(answer), wire.PermissionResult).outcome
         except TimeoutError:
             logger.info("%s: no answer within %.0f s; taken as reject", wire.REQUEST_PERMISSION, PERMISSION_TIMEOUT_S)
         except msgspec.ValidationError as error:
@@ -203,3 +204,12 @@ def client_answers_permissions(server) -> bool:
     experimental = getattr(capabilities, "experimental", None)
     imprint = experimental.get("imprint") if isinstance(experimental, dict) else None
     return isinstance(imprint, dict) and imprint.get("permissionRequests") is True
+
+
+def _plain(value: Any) -> Any:
+    """A client's result as plain JSON values: pygls hands results over as namedtuples."""
+    if hasattr(value, "_asdict"):
+        return {key: _plain(item) for key, item in value._asdict().items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
