@@ -49,10 +49,11 @@ function M.server_of(tool)
   return at and tool:sub(1, at - 1) or nil
 end
 
---- A step's title: an MCP tool's names its server ("git · Shows the commit logs"), unless it starts with it.
+--- A step's title: an MCP tool's names its server ("git · git_log"), unless the daemon's title
+--- does ("Asking git: git_log").
 function M.step_title(tool, title)
   local server = M.server_of(tool)
-  if not server or vim.startswith(title, server) then
+  if not server or title:find(server, 1, true) then
     return title
   end
   return server .. " · " .. title

@@ -60,9 +60,9 @@ export function mcpServerOf(tool: string): string | undefined {
   return at > 0 ? tool.slice(0, at) : undefined;
 }
 
-/** A step's row title: an MCP tool's says its server ("git · Shows the commit logs"), unless the title already starts with it. */
+/** A step's row title: an MCP tool's names its server ("git · git_log"), unless the daemon's title does ("Asking git: git_log"). */
 export function stepTitleOf(tool: string, title: string): string {
   const server = mcpServerOf(tool);
-  if (server === undefined || title.startsWith(server)) return title;
+  if (server === undefined || title.includes(server)) return title;
   return `${server} · ${title}`;
 }

@@ -58,7 +58,7 @@ test("an MCP step's row names its server; a workspace step's stays as the daemon
   assert.equal(mcpServerOf("git__git_log"), "git");
   assert.equal(mcpServerOf("read_file"), undefined);
   assert.equal(stepTitleOf("git__git_log", "Shows the commit logs"), "git · Shows the commit logs");
-  assert.equal(stepTitleOf("git__git_log", "git: git_log"), "git: git_log");
+  assert.equal(stepTitleOf("git__git_log", "Asking git: git_log"), "Asking git: git_log");
   assert.equal(stepTitleOf("search", "Searching the workspace for “port”"), "Searching the workspace for “port”");
 });
 
