@@ -73,7 +73,8 @@ test("the manifest contributes the commands, the chat view and every daemon sett
   assert.equal(manifest.main, "./dist/extension.js");
   assert.equal(manifest.engines.vscode, "^1.91.0");
   assert.equal(manifest.capabilities.untrustedWorkspaces.supported, "limited");
-  assert.deepEqual(manifest.capabilities.untrustedWorkspaces.restrictedConfigurations, ["imprint.serverPath"]);
+  // A workspace's own serverPath and MCP servers start programs: not read in an untrusted workspace.
+  assert.deepEqual(manifest.capabilities.untrustedWorkspaces.restrictedConfigurations, ["imprint.serverPath", "imprint.mcpServers"]);
 
   // Every contributed command is registered by the extension, and nothing else is.
   const source = readFileSync(path.join(ROOT, "src", "extension.ts"), "utf8");
@@ -89,8 +90,6 @@ test("the manifest contributes the commands, the chat view and every daemon sett
   assert.match(properties["imprint.serverPath"].markdownDescription, /remote window.*\*\*Remote\*\* tab/);
   const daemonKeys = Object.keys(properties).filter((key) => key.startsWith("imprint.chat.") || key === "imprint.mcpServers");
   assert.deepEqual(daemonKeys, SETTINGS.map(({ editor }) => `imprint.${editor}`));
-  // MCP servers start programs: a workspace's value is not read in an untrusted workspace.
-  assert.ok(manifest.capabilities.untrustedWorkspaces.restrictedConfigurations.includes("imprint.mcpServers"));
 });
 
 test("the contributed settings match the daemon's settings table: keys, defaults, types and ranges", () => {
