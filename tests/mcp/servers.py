@@ -73,11 +73,14 @@ def free_port() -> int:
 class EverythingHttp:
     """server-everything over streamable HTTP on a free loopback port, while the ``with`` lasts."""
 
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.env = env or {}
+
     def __enter__(self) -> EverythingHttp:
         self.port = free_port()
         self.process = subprocess.Popen(
             ["node", str(EVERYTHING), "streamableHttp"],
-            env={**os.environ, "PORT": str(self.port)},
+            env={"PATH": os.environ["PATH"], **self.env, "PORT": str(self.port)},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -157,7 +160,8 @@ WRITES_GARBAGE = """
 """
 
 #: Built on the official SDK: ``summarize`` asks the client to sample, ``confirm`` to elicit (both
-#: whatever the client said it supports); ``grow`` adds a tool and says the list changed.
+#: whatever the client said it supports); ``note`` has no annotations; ``grow`` adds a tool and
+#: says the list changed.
 ASKER = """
     from pydantic import BaseModel
 
@@ -189,6 +193,11 @@ ASKER = """
         except Exception as error:
             return f"elicitation declined: {error}"
         return f"elicited: {result}"
+
+    @server.tool()
+    async def note(text: str) -> str:
+        \"\"\"Keep a note (a tool without annotations: it may write).\"\"\"
+        return "noted"
 
     @server.tool(annotations=READ_ONLY)
     async def grow(ctx: Context) -> str:

@@ -213,7 +213,9 @@ async def test_context_usage_counts_the_offered_mcp_schemas(repo):
         await chat.mcp.aclose()
 
 
-async def test_sampling_and_elicitation_are_declined_and_a_changed_tool_list_is_listed_again(tmp_path):
+async def test_sampling_and_elicitation_are_declined_a_tool_without_annotations_asks_and_a_changed_list_is_relisted(
+    tmp_path,
+):
     model = StandInModel(n_ctx=32768)
     asker = script_server(tmp_path, "asker", ASKER)
     chat = make_chat(model, **{"chat.mcp_servers": (asker,)})
@@ -224,12 +226,18 @@ async def test_sampling_and_elicitation_are_declined_and_a_changed_tool_list_is_
                 call("asker__summarize", call_id="a", text="a long text"),
                 call("asker__confirm", call_id="b", question="Go on?"),
                 call("asker__grow", call_id="c"),
+                call("asker__note", call_id="d", text="remember this"),
             ),
         ),
         "Declined [1].",
     )
+    events = RecordingEvents(permission="reject")
     try:
-        await chat.reply(ReplyRequest(text="Summarize it"), RecordingEvents())
+        outcome = await chat.reply(ReplyRequest(text="Summarize it"), events)
+        assert outcome.text.startswith("Declined")
+        (asked,) = [p for kind, p in events.log if kind == "permission"]
+        # No annotations: it may write and may destroy, so the user is asked.
+        assert (asked.tool, asked.read_only, asked.destructive) == ("note", False, True)
         shown = "\n".join(m.content for m in model.requests[1].messages if m.role == "tool")
         assert "sampling declined: Sampling not supported" in shown
         assert "elicitation declined: Elicitation not supported" in shown
