@@ -106,6 +106,29 @@ class EverythingHttp:
         self.process.wait(timeout=10)
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, awaiting its parent's wait, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def processes_under(folder: Path | str) -> list[int]:
+    """Live processes whose command line names something in ``folder``: a server left running."""
+    found = []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                line = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if str(folder) in line and alive(pid):
+            found.append(pid)
+    return found
+
+
 def script_server(folder: Path, name: str, source: str) -> McpServerConfig:
     """A server that is the Python script ``source``, written to ``folder``."""
     path = folder / f"{name}.py"

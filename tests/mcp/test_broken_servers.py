@@ -6,15 +6,22 @@ keeps serving, and the next reply is served too. No process outlives its failure
 
 from __future__ import annotations
 
-import os
-
 import msgspec
 import pytest
 
 from imprintd.chat import ReplyRequest
 from imprintd.mcp.config import parse_servers
 from tests.helpers import make_chat, tool_turn
-from tests.mcp.servers import EXITS_MID_CALL, HANGS_AT_INITIALIZE, WRITES_GARBAGE, git_repo, git_server, script_server
+from tests.mcp.servers import (
+    EXITS_MID_CALL,
+    HANGS_AT_INITIALIZE,
+    WRITES_GARBAGE,
+    alive,
+    git_repo,
+    git_server,
+    processes_under,
+    script_server,
+)
 from tests.recording import RecordingEvents
 from tests.standin import StandInModel, call
 
@@ -22,28 +29,6 @@ pytestmark = pytest.mark.timeout(120)
 
 #: The reply's time budget: research gets 4.8 s of it, and starting the servers half of that.
 BUDGET_S = 6
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def processes_under(folder) -> list[int]:
-    """Live processes whose command line names something in ``folder``."""
-    found = []
-    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                line = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
-        except OSError:
-            continue
-        if str(folder) in line and alive(pid):
-            found.append(pid)
-    return found
 
 
 async def test_servers_that_cannot_start_are_reported_once_and_the_replies_go_on(tmp_path):

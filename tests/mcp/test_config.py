@@ -55,7 +55,10 @@ def test_the_editor_shape_becomes_hashable_configs():
         ({"git": {"command": "x", "env": {"A": 1}}}, 'MCP server "git": env must be an object of strings'),
         ({"git": {"command": "x", "url": "http://h"}}, 'MCP server "git" has both "command" and "url"'),
         ({"git": {"url": "ftp://h"}}, 'MCP server "git": url must be an http(s) URL with a host'),
-        ({"git": {"url": "http://h", "type": "ws"}}, "type 'ws' is not accepted with \"url\"; accepted: \"http\" or \"sse\""),
+        (
+            {"git": {"url": "http://h", "type": "ws"}},
+            'type \'ws\' is not accepted with "url"; accepted: "http" or "sse"',
+        ),
         ({"git": {"command": "x", "cwd": "/"}}, 'MCP server "git": unknown field cwd; accepted: command, args, env'),
         ({"git.hub": {"command": "x"}}, "MCP server name 'git.hub' is not accepted: expected 1 to 32 letters"),
         ({"a__b": {"command": "x"}}, "MCP server name 'a__b' is not accepted: it may not contain '__'"),
@@ -81,7 +84,9 @@ def test_every_source_sets_it_and_a_refused_value_keeps_the_previous(tmp_path, m
     edited = resolved.apply({"chat": {"mcp_servers": {"fs": {"command": "x", "args": 3}}}}, "editor")
     assert edited.settings.chat.mcp_servers == resolved.settings.chat.mcp_servers  # the previous stays
     assert edited.errors[-1].startswith('chat.mcp_servers is not accepted: MCP server "fs": args must be a list')
-    assert edited.errors[-1].endswith("(from editor; keeping {'docs': {'url': 'http://127.0.0.1:9/mcp', 'type': 'http'}})")
+    assert edited.errors[-1].endswith(
+        "(from editor; keeping {'docs': {'url': 'http://127.0.0.1:9/mcp', 'type': 'http'}})"
+    )
 
     bad = settings_mod.load(environ={"IMPRINT_CHAT_MCP_SERVERS": "{not json"})
     assert bad.errors[0].startswith("chat.mcp_servers is not accepted: not JSON")

@@ -9,7 +9,6 @@ no server process outlives ``aclose``.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
@@ -19,7 +18,7 @@ from imprintd.mcp.tools import MCP_SHARE, schema_tokens
 from imprintd.messages import ToolCall
 from imprintd.models.base import Completion
 from tests.helpers import make_chat, tool_turn
-from tests.mcp.servers import ASKER, git_repo, git_server, script_server
+from tests.mcp.servers import ASKER, git_repo, git_server, processes_under, script_server
 from tests.recording import RecordingEvents
 from tests.standin import StandInModel, call
 
@@ -34,24 +33,6 @@ def repo(tmp_path_factory):
 def chat_with(model, repo, **settings):
     server = git_server(repo)
     return make_chat(model, **{"chat.mcp_servers": (server,), **settings}), server
-
-
-def server_processes(marker: str) -> list[int]:
-    """Process ids whose command line holds ``marker`` (the repository's path)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                line = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker in line and "mcp_server_git" in line and state != "Z":
-            found.append(int(pid))
-    return found
 
 
 async def test_a_reply_answers_from_git_log_and_cites_it(repo):
@@ -103,10 +84,10 @@ async def test_a_reply_answers_from_git_log_and_cites_it(repo):
         ]
         assert not [payload for kind, payload in events.log if kind == "permission"]  # read-only: not asked
         assert [row.state for row in chat.mcp.status()] == ["ready"]
-        assert server_processes(str(repo))
+        assert processes_under(repo)
     finally:
         await chat.mcp.aclose()
-    assert not server_processes(str(repo))  # stopped with its process
+    assert not processes_under(repo)  # stopped with its process
 
 
 async def test_a_tool_that_writes_asks_first_and_always_lasts_for_the_session(repo):

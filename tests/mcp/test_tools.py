@@ -68,7 +68,7 @@ def test_arguments_are_checked_against_the_tools_schema():
         ({"id": True}, "tracker__list: id must be an integer, not true"),
         ({"id": 3, "state": "gone"}, 'tracker__list: state must be one of "open", "closed", not "gone"'),
         ({"id": 3, "colour": "red"}, "tracker__list takes only id, state, labels, limit, not colour"),
-        ({"id": 3, "limit": "x"}, "tracker__list: limit must be a value as the tool's schema describes, not \"x\""),
+        ({"id": 3, "limit": "x"}, 'tracker__list: limit must be a value as the tool\'s schema describes, not "x"'),
     ]:
         with pytest.raises(ToolError) as refused:
             check_arguments("tracker__list", arguments, schema)
@@ -93,7 +93,9 @@ def test_find_tools_ranks_by_the_querys_terms():
 
 def test_fitting_keeps_schemas_under_the_share_and_gives_the_pair_above_it():
     few = [tool("get_issue", "Read one issue.", {"id": {"type": "integer"}})]
-    many = [tool(f"tool_{n}", "Does a thing with a long description. " * 8, {"x": {"type": "string"}}) for n in range(40)]
+    many = [
+        tool(f"tool_{n}", "Does a thing with a long description. " * 8, {"x": {"type": "string"}}) for n in range(40)
+    ]
     model = StandInModel(n_ctx=4096)
     assert fitted(few, n_ctx=4096, count_prompt=model.count_prompt) == few
     pair = fitted(many, n_ctx=4096, count_prompt=model.count_prompt)
@@ -105,13 +107,19 @@ def test_results_join_text_describe_binaries_name_uris_and_redact_secrets():
     png = base64.b64encode(b"\x89PNG" + b"\0" * 96).decode()
     result = types.CallToolResult(
         content=[
-            types.TextContent(type="text", text="Issue 7: deploy fails; token ghp_abcdefghijklmnopqrstuvwxyz0123456789"),
+            types.TextContent(
+                type="text", text="Issue 7: deploy fails; token ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+            ),
             types.ImageContent(type="image", data=png, mime_type="image/png"),
             types.AudioContent(type="audio", data=png, mime_type="audio/wav"),
-            types.ResourceLink(type="resource_link", name="log", uri="https://ci.example.com/7/log", mime_type="text/plain"),
+            types.ResourceLink(
+                type="resource_link", name="log", uri="https://ci.example.com/7/log", mime_type="text/plain"
+            ),
             types.EmbeddedResource(
                 type="resource",
-                resource=types.TextResourceContents(uri="file:///r/README.md", text="Read me", mime_type="text/markdown"),
+                resource=types.TextResourceContents(
+                    uri="file:///r/README.md", text="Read me", mime_type="text/markdown"
+                ),
             ),
             types.EmbeddedResource(
                 type="resource",
@@ -132,10 +140,11 @@ def test_results_join_text_describe_binaries_name_uris_and_redact_secrets():
     ]
     assert png not in converted.text and "ghp_" not in converted.text
 
-    failed = convert(types.CallToolResult(content=[types.TextContent(type="text", text="no such issue")], is_error=True), ORIGIN)
+    failed = convert(
+        types.CallToolResult(content=[types.TextContent(type="text", text="no such issue")], is_error=True), ORIGIN
+    )
     assert (failed.ok, failed.text) == (False, "tracker answered get_issue with an error: no such issue")
     structured = convert(types.CallToolResult(content=[], structured_content={"state": "open"}), ORIGIN)
     assert structured.text == '{\n "state": "open"\n}'
     empty = convert(types.CallToolResult(content=[]), ORIGIN)
     assert (empty.ok, empty.text, empty.evidence) == (True, "tracker returned nothing for get_issue.", ())
-
