@@ -32,7 +32,7 @@ from imprintd.conversations.search import search as search_conversations
 from imprintd.conversations.titles import clean_title
 from imprintd.events import ReplyEvents, ToolStep
 from imprintd.mcp.config import McpServerConfig
-from imprintd.mcp.servers import START_TIMEOUT_S, McpServers
+from imprintd.mcp.servers import START_SHARE, START_TIMEOUT_S, McpServers
 from imprintd.mcp.tools import CallContext, McpTool, fitted
 from imprintd.messages import Message
 from imprintd.models.base import Model, ModelError, SessionStates, session_requests
@@ -280,7 +280,8 @@ class Chat:
         through ``events`` and left out. ``events`` None: only counted, nothing reported or run."""
         if not servers:
             return []
-        timeout = max(1.0, min(START_TIMEOUT_S, time_left()))
+        # Starting takes at most half of what research has left: the reply goes on without a slow one.
+        timeout = max(1.0, min(START_TIMEOUT_S, time_left() * START_SHARE))
         infos = await self.mcp.tools_for(servers, session_id=session_id, events=events, timeout=timeout)
         context = CallContext(servers=self.mcp, events=events or _QUIET, session_id=session_id, time_left=time_left)
         return [McpTool(info, context) for info in infos]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -39,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a server has to start and answer ``initialize`` and ``tools/list``.
 START_TIMEOUT_S = 15.0
+#: Of the time a reply's research has left, the most starting its servers may take.
+START_SHARE = 0.5
 #: Seconds one tool call may take at most (less when the reply's research has less left).
 CALL_TIMEOUT_S = 60.0
 #: Seconds a failed server is left alone before a reply tries it again.
@@ -127,6 +130,8 @@ class _Connection:
         self.session, self.tools = None, None
         self.ready.set()
         self._stop.set()
+        if asyncio.current_task() is not self._task:
+            self.abandon()  # found from outside (a garbled line, a lost call): its task may be stuck in a request
 
     async def _own(self) -> None:
         try:
@@ -199,6 +204,12 @@ class _Connection:
                 self.fail(f"listing its tools failed: {_why(error)}")
                 raise McpUnavailable(self.detail) from None
 
+    def abandon(self) -> None:
+        """Stop a connection stuck starting without waiting: its task unwinds the SDK's contexts
+        (which end the process, shielded) on its own."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
     async def stop(self) -> None:
         task = self._task
         if task is None:
@@ -255,6 +266,11 @@ def _why(error: BaseException) -> str:
         return "it did not answer in time"
     message = getattr(error, "message", None)  # MCPError's own words, not its args tuple
     text = (message if isinstance(message, str) else str(error)).strip() or type(error).__name__
+    if isinstance(error, ValueError) and "validation error" in text:
+        # pydantic's report of a line that is not a JSON-RPC message: its input is the line.
+        quoted = re.search(r"input_value=('.*?'|\".*?\")", text)
+        text = f"the line {quoted.group(1)}" if quoted else "a line that is not a JSON-RPC message"
+    text = text.splitlines()[0]
     return text if len(text) <= 300 else text[:299] + "…"
 
 
@@ -343,8 +359,8 @@ class McpServers:
         with anyio.move_on_after(timeout):
             await connection.ready.wait()
         if connection.state == "starting":
-            connection.fail(f"it did not finish starting (initialize and tools/list) within {timeout:g} s")
-            await connection.stop()
+            # Failing it abandons its task, which stops the server on its own while the reply goes on.
+            connection.fail(f"it did not finish starting (initialize and tools/list) within {timeout:.0f} s")
         if connection.state != "ready":
             raise McpUnavailable(connection.detail or "not running")
         return connection
