@@ -1,45 +1,24 @@
-"""A small git repository with a known history, and ``mcp-server-git`` (the PyPI package, in the
-test environment) serving it over stdio: the real MCP server the front doors' tests configure.
+"""What the front doors' tests need of ``mcp-server-git`` beyond ``tests/mcp/servers.py`` (the
+repository with its known history): the server's command line as an editor or an ACP client
+writes it, the repository's branches (a tool that may act made one, or did not), and the
+server processes still running for a repository.
 
 Test modules import these from here, never from one another.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-#: The history, oldest first: (file, its text, the commit message).
-COMMITS = [
-    ("services/billing.yaml", "name: billing\nport: 8080\n", "Add the billing service on port 8080"),
-    ("services/billing.yaml", "name: billing\nport: 8101\n", "Move billing to port 8101 behind the gateway"),
-]
-#: The commit message a question about the history is answered from.
-LATEST = COMMITS[-1][2]
+from tests.mcp.servers import COMMITS
+from tests.mcp.servers import git_repo as git_repository
 
+__all__ = ["LATEST", "branches", "git_repository", "git_server", "git_server_processes"]
 
-def git_repository(root: Path) -> Path:
-    """``root`` made a git repository holding ``COMMITS``, on branch ``main``."""
-    root.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "Imprint Tests",
-        "GIT_AUTHOR_EMAIL": "tests@imprint.invalid",
-        "GIT_COMMITTER_NAME": "Imprint Tests",
-        "GIT_COMMITTER_EMAIL": "tests@imprint.invalid",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_CONFIG_NOSYSTEM": "1",
-    }
-    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True, env=env)
-    for path, text, message in COMMITS:
-        file = root / path
-        file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(text, encoding="utf-8")
-        subprocess.run(["git", "-C", str(root), "add", path], check=True, env=env)
-        subprocess.run(["git", "-C", str(root), "commit", "-q", "-m", message], check=True, env=env)
-    return root
+#: The newest commit's message: what a question about the history is answered from.
+LATEST = COMMITS[-1][0]
 
 
 def git_server(repo: Path) -> tuple[str, list[str]]:
@@ -62,9 +41,9 @@ def git_server_processes(repo: Path) -> list[int]:
             continue
         try:
             command = (entry / "cmdline").read_bytes().split(b"\0")
-            status = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:  # gone meanwhile
             continue
-        if b"mcp_server_git" in command and str(repo).encode() in command and status != "Z":
+        if b"mcp_server_git" in command and str(repo).encode() in command and state != "Z":
             found.append(int(entry.name))
     return found

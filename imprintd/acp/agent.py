@@ -39,7 +39,7 @@ import msgspec
 
 from imprintd import __version__
 from imprintd.acp import commands, wire
-from imprintd.acp.events import SESSION_UPDATE, AcpEvents, source_links, stop_reason
+from imprintd.acp.events import SESSION_UPDATE, AcpEvents, linked_uri, source_links, stop_reason
 from imprintd.acp.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND, Connection, RpcError
 from imprintd.acp.mcp import MCP_CAPABILITIES, session_servers
 from imprintd.acp.replay import replay
@@ -439,7 +439,7 @@ class Agent:
                 for link in source_links(events.root, answer.sources):
                     events.update(wire.AgentMessageChunk(content=link))
                     events.text("\n")
-                unlinked = [s for s in answer.sources if s.path is None]
+                unlinked = [s for s in answer.sources if s.path is None and linked_uri(s) is None]
                 for source in unlinked:
                     events.text(f"[{source.number}] {source.label}\n")
         else:  # export

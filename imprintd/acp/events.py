@@ -346,18 +346,27 @@ def linked_sources(root: Path | None, sources: Sequence[SourceRef]) -> list[wire
 
 def source_links(root: Path | None, sources: Sequence[SourceRef]) -> list[wire.ResourceLinkBlock]:
     """A ``resource_link`` to each source that is a place in the workspace (a file's lines, or
-    section notes on one); an earlier message or notes on the user's message have no file, and
+    section notes on one), or an MCP tool's result that names a URI (``linked_uri``); an
+    earlier message, notes on the user's message or a result naming no URI have no link, and
     are named in the answer's Sources list instead."""
     links = []
     for source in sources:
+        note = "" if source.cited else "read, not cited"
+        if source.supported is False:
+            note = source.reason
+        uri = linked_uri(source)
+        if uri is not None:
+            links.append(
+                wire.ResourceLinkBlock(
+                    uri=uri, name=source.label, title=f"[{source.number}] {source.label}", description=note or UNSET
+                )
+            )
+            continue
         if source.path is None or not location(root, source.path):
             continue
         start = source.start_line or 1
         end = source.end_line or start
         where = f"{source.path}:{start}" if start == end else f"{source.path}:{start}-{end}"
-        note = "" if source.cited else "read, not cited"
-        if source.supported is False:
-            note = source.reason
         links.append(
             wire.ResourceLinkBlock(
                 uri=file_uri(root, source.path, start, end),
@@ -367,3 +376,17 @@ def source_links(root: Path | None, sources: Sequence[SourceRef]) -> list[wire.R
             )
         )
     return links
+
+
+#: The URI schemes of an MCP result a client is handed as a link: a server names what it likes,
+#: and a ``javascript:`` or ``command:`` URI is not one to click.
+LINKED_SCHEMES = ("http://", "https://", "file://")
+
+
+def linked_uri(source: SourceRef) -> str | None:
+    """The URI an MCP tool's result names (a resource link or an embedded resource), when it is
+    one to link to."""
+    uri = source.origin.uri if source.origin is not None else None
+    if uri and uri.lower().startswith(LINKED_SCHEMES):
+        return uri
+    return None

@@ -178,3 +178,34 @@ def test_the_next_rounds_thoughts_start_a_paragraph_of_their_own():
     acp_events.text_was_preamble()  # the round called a tool
     acp_events.reasoning("It says 8101.")
     assert [n["update"]["content"]["text"] for n in sent.notifications] == ["I should search.", "\n\nIt says 8101."]
+
+
+def test_an_mcp_results_uri_is_linked_after_the_answer_and_only_one_to_click():
+    from imprintd.messages import SourceRef, ToolOrigin
+
+    acp_events, sent = events()
+    origin = ToolOrigin(server="docs", tool="fetch_page", arguments={"slug": "rollout"})
+    sources = [
+        SourceRef(
+            number=1,
+            kind="tool",
+            label="docs: fetch_page",
+            origin=msgspec.structs.replace(origin, uri="https://docs.example.com/rollout"),
+        ),
+        SourceRef(
+            number=2, kind="tool", label="docs: run", origin=msgspec.structs.replace(origin, uri="javascript:alert(1)")
+        ),
+        SourceRef(number=3, kind="tool", label="docs: list", origin=origin),
+    ]
+    acp_events.finish(ReplyOutcome(session_id="session-1", reply_id="reply-1", text="", sources=tuple(sources)))
+    links = [n["update"]["content"] for n in sent.notifications if n["update"]["content"]["type"] == "resource_link"]
+    assert links == [
+        {
+            "type": "resource_link",
+            "uri": "https://docs.example.com/rollout",
+            "name": "docs: fetch_page",
+            "title": "[1] docs: fetch_page",
+        }
+    ]
+    for notification in sent.notifications:
+        conforms(schema.SessionNotification, notification)
