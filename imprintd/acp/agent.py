@@ -240,11 +240,13 @@ class Agent:
 
     async def close_session(self, params: wire.SessionParams) -> dict:
         """End the session here: its prompts are cancelled and the servers only it used stopped.
-        What is stored stays (``session/load`` or ``session/resume`` takes it up again)."""
+        What is stored stays (``session/load`` or ``session/resume`` takes it up again); a session
+        never asked anything is gone, as it would be at the agent's end."""
         session_id = params.session_id
-        if session_id not in self._cwd and not await self._is_unstored(session_id):
+        if not await self._is_unstored(session_id):
             await _in_store(self._locate, session_id)  # -32002 for a session nobody knows
         self._cancel_prompts(session_id)
+        self._unstored.discard(session_id)
         self._forget(session_id)
         await self._release_servers(session_id)
         logger.info("session %s closed", session_id)

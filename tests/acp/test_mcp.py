@@ -252,6 +252,16 @@ async def test_resume_keeps_the_session_without_replaying_it_and_close_stops_its
     with pytest.raises(acp.RequestError) as error:
         await agent.conn.resume_session(session_id="no-such-session", cwd=str(workspace), mcp_servers=[])
     assert error.value.code == -32002
+    # A session never asked anything is gone once closed: nothing of it was stored.
+    unasked = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[git_config(repo)])
+    await agent.conn.close_session(session_id=unasked.session_id)
+    for later in (
+        agent.conn.close_session(session_id=unasked.session_id),
+        ask(agent, unasked.session_id, "Still there?"),
+    ):
+        with pytest.raises(acp.RequestError) as error:
+            await later
+        assert error.value.code == -32002 and unasked.session_id in str(error.value)
 
 
 async def test_a_server_two_sessions_use_stops_only_when_both_are_closed(agent, stub, workspace, repo):
