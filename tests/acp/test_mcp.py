@@ -19,6 +19,7 @@ from acp import schema
 
 from imprintd.store import Store
 from tests.acp.peer import acp_agent, texts
+from tests.mcp.servers import EverythingHttp
 from tests.mcp_repo import LATEST, branches, git_repository, git_server, git_server_processes
 from tests.openai_stub import StubReply
 
@@ -129,6 +130,37 @@ async def test_in_a_small_window_the_call_goes_through_the_compact_pair_and_show
         ]
         assert steps[0].raw_input == {"name": "git__git_log", "arguments": {"repo_path": str(repo)}}
         assert steps[1].kind == "read"  # ran without asking: read-only
+
+
+async def test_an_http_server_of_the_session_is_reached_and_a_tool_that_may_act_asks_first(
+    stub, workspace, daemon_env, tmp_path
+):
+    stub.queue(
+        StubReply(tool_calls=[call("everything__echo", "call_0", message="over streamable HTTP")]),
+        StubReply(tool_calls=[call("everything__toggle-simulated-logging", "call_0")]),
+        "It echoed, and logging is toggled.",
+    )
+    with EverythingHttp() as everything:
+        # A window its dozen tool schemas fit in whole.
+        async with acp_agent({**daemon_env, "IMPRINT_CHAT_N_CTX": "131072"}, tmp_path, "http") as agent:
+            server = schema.HttpMcpServer(type="http", name="everything", url=everything.url, headers=[])
+            session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[server])
+            agent.client.permissions.append("allow_once")
+            assert (await ask(agent, session.session_id, "Echo, then toggle logging")).stop_reason == "end_turn"
+            assert "Echo: over streamable HTTP" in tool_results(stub.requests[1])[-1]
+            [asked] = agent.client.asked  # echo is read-only; toggling is not
+            assert (asked.tool_call.kind, asked.tool_call.raw_input) == ("execute", {})
+            assert "logging" in tool_results(stub.requests[2])[-1].lower()
+            assert "declined" not in tool_results(stub.requests[2])[-1]
+            steps = tool_updates(agent.take_updates(session.session_id))
+            assert [(u.session_update, u.status, u.kind) for u in steps] == [
+                ("tool_call", "in_progress", "other"),
+                ("tool_call_update", "completed", "read"),
+                ("tool_call", "in_progress", "other"),
+                ("tool_call_update", "pending", "execute"),
+                ("tool_call_update", "in_progress", None),
+                ("tool_call_update", "completed", None),
+            ]
 
 
 async def test_a_tool_that_may_act_runs_only_after_the_user_allows_it(agent, stub, workspace, repo):
