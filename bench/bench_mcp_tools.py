@@ -66,40 +66,141 @@ def _i(description: str, **extra) -> dict:
 #: (server, name, description, properties, required, read-only): written as issue-tracker and
 #: docs servers write theirs (GitHub's, Linear's, a docs site's), schemas and all.
 SYNTHETIC = [
-    (TRACKER, "get_issue", "Get the details of an issue: title, body, state, labels, assignees and comments.",
-     {"repo": _s("owner/name of the repository"), "number": _i("the issue number", minimum=1)}, ["repo", "number"], True),
-    (TRACKER, "list_issues", "List issues of a repository, filtered by state, label or assignee, newest first.",
-     {"repo": _s("owner/name"), "state": _s("open, closed or all", enum=["open", "closed", "all"]),
-      "labels": {"type": "array", "items": {"type": "string"}, "description": "labels every issue must have"},
-      "per_page": _i("results per page", minimum=1, maximum=100)}, ["repo"], True),
-    (TRACKER, "search_issues", "Search issues and pull requests across repositories with a query string.",
-     {"query": _s("search query, e.g. 'port is:open'"), "sort": _s("comments, created or updated")}, ["query"], True),
-    (TRACKER, "create_issue", "Open a new issue with a title, a body and optional labels.",
-     {"repo": _s("owner/name"), "title": _s("issue title"), "body": _s("issue body in Markdown"),
-      "labels": {"type": "array", "items": {"type": "string"}}}, ["repo", "title"], False),
-    (TRACKER, "add_issue_comment", "Add a comment to an existing issue or pull request.",
-     {"repo": _s("owner/name"), "number": _i("issue number"), "body": _s("comment text")}, ["repo", "number", "body"], False),
-    (TRACKER, "update_issue", "Change an issue's state, title, body, labels or assignees.",
-     {"repo": _s("owner/name"), "number": _i("issue number"), "state": _s("open or closed", enum=["open", "closed"]),
-      "title": _s("new title")}, ["repo", "number"], False),
-    (TRACKER, "get_pull_request", "Get a pull request: its description, status checks, reviewers and merge state.",
-     {"repo": _s("owner/name"), "number": _i("pull request number")}, ["repo", "number"], True),
-    (TRACKER, "list_pull_requests", "List pull requests of a repository by state and base branch.",
-     {"repo": _s("owner/name"), "state": _s("open, closed or all"), "base": _s("base branch name")}, ["repo"], True),
-    (TRACKER, "get_pull_request_diff", "Get the unified diff of the changes a pull request makes.",
-     {"repo": _s("owner/name"), "number": _i("pull request number")}, ["repo", "number"], True),
-    (TRACKER, "list_releases", "List the releases of a repository with their tags, notes and publication dates.",
-     {"repo": _s("owner/name"), "per_page": _i("results per page")}, ["repo"], True),
-    (DOCS, "search_docs", "Search the documentation site for pages matching a query and return their titles and URLs.",
-     {"query": _s("words to look for"), "limit": _i("most results", minimum=1, maximum=50)}, ["query"], True),
-    (DOCS, "read_page", "Read one documentation page as Markdown, by its URL or path.",
-     {"url": _s("the page's URL or path")}, ["url"], True),
-    (DOCS, "list_sections", "List the sections and subpages of the documentation's table of contents.",
-     {"root": _s("a section path to start from")}, [], True),
-    (DOCS, "get_api_reference", "Get the API reference of a class, function or endpoint: signature, parameters and examples.",
-     {"symbol": _s("fully qualified name, e.g. httpx.Client.get")}, ["symbol"], True),
-    (DOCS, "get_changelog", "Get the changelog entries between two versions of the project.",
-     {"since": _s("first version"), "until": _s("last version")}, ["since"], True),
+    (
+        TRACKER,
+        "get_issue",
+        "Get the details of an issue: title, body, state, labels, assignees and comments.",
+        {"repo": _s("owner/name of the repository"), "number": _i("the issue number", minimum=1)},
+        ["repo", "number"],
+        True,
+    ),
+    (
+        TRACKER,
+        "list_issues",
+        "List issues of a repository, filtered by state, label or assignee, newest first.",
+        {
+            "repo": _s("owner/name"),
+            "state": _s("open, closed or all", enum=["open", "closed", "all"]),
+            "labels": {"type": "array", "items": {"type": "string"}, "description": "labels every issue must have"},
+            "per_page": _i("results per page", minimum=1, maximum=100),
+        },
+        ["repo"],
+        True,
+    ),
+    (
+        TRACKER,
+        "search_issues",
+        "Search issues and pull requests across repositories with a query string.",
+        {"query": _s("search query, e.g. 'port is:open'"), "sort": _s("comments, created or updated")},
+        ["query"],
+        True,
+    ),
+    (
+        TRACKER,
+        "create_issue",
+        "Open a new issue with a title, a body and optional labels.",
+        {
+            "repo": _s("owner/name"),
+            "title": _s("issue title"),
+            "body": _s("issue body in Markdown"),
+            "labels": {"type": "array", "items": {"type": "string"}},
+        },
+        ["repo", "title"],
+        False,
+    ),
+    (
+        TRACKER,
+        "add_issue_comment",
+        "Add a comment to an existing issue or pull request.",
+        {"repo": _s("owner/name"), "number": _i("issue number"), "body": _s("comment text")},
+        ["repo", "number", "body"],
+        False,
+    ),
+    (
+        TRACKER,
+        "update_issue",
+        "Change an issue's state, title, body, labels or assignees.",
+        {
+            "repo": _s("owner/name"),
+            "number": _i("issue number"),
+            "state": _s("open or closed", enum=["open", "closed"]),
+            "title": _s("new title"),
+        },
+        ["repo", "number"],
+        False,
+    ),
+    (
+        TRACKER,
+        "get_pull_request",
+        "Get a pull request: its description, status checks, reviewers and merge state.",
+        {"repo": _s("owner/name"), "number": _i("pull request number")},
+        ["repo", "number"],
+        True,
+    ),
+    (
+        TRACKER,
+        "list_pull_requests",
+        "List pull requests of a repository by state and base branch.",
+        {"repo": _s("owner/name"), "state": _s("open, closed or all"), "base": _s("base branch name")},
+        ["repo"],
+        True,
+    ),
+    (
+        TRACKER,
+        "get_pull_request_diff",
+        "Get the unified diff of the changes a pull request makes.",
+        {"repo": _s("owner/name"), "number": _i("pull request number")},
+        ["repo", "number"],
+        True,
+    ),
+    (
+        TRACKER,
+        "list_releases",
+        "List the releases of a repository with their tags, notes and publication dates.",
+        {"repo": _s("owner/name"), "per_page": _i("results per page")},
+        ["repo"],
+        True,
+    ),
+    (
+        DOCS,
+        "search_docs",
+        "Search the documentation site for pages matching a query and return their titles and URLs.",
+        {"query": _s("words to look for"), "limit": _i("most results", minimum=1, maximum=50)},
+        ["query"],
+        True,
+    ),
+    (
+        DOCS,
+        "read_page",
+        "Read one documentation page as Markdown, by its URL or path.",
+        {"url": _s("the page's URL or path")},
+        ["url"],
+        True,
+    ),
+    (
+        DOCS,
+        "list_sections",
+        "List the sections and subpages of the documentation's table of contents.",
+        {"root": _s("a section path to start from")},
+        [],
+        True,
+    ),
+    (
+        DOCS,
+        "get_api_reference",
+        "Get the API reference of a class, function or endpoint: signature, parameters and examples.",
+        {"symbol": _s("fully qualified name, e.g. httpx.Client.get")},
+        ["symbol"],
+        True,
+    ),
+    (
+        DOCS,
+        "get_changelog",
+        "Get the changelog entries between two versions of the project.",
+        {"since": _s("first version"), "until": _s("last version")},
+        ["since"],
+        True,
+    ),
 ]
 
 
@@ -126,8 +227,41 @@ async def real_infos() -> tuple[list[McpToolInfo], McpServers]:
 
 
 _STOP = frozenset(
-    "a an the of to for and or in on by with from is are be it its this that as at one all any each your you "
-    "can returns return given optional".split()
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "to",
+        "for",
+        "and",
+        "or",
+        "in",
+        "on",
+        "by",
+        "with",
+        "from",
+        "is",
+        "are",
+        "be",
+        "it",
+        "its",
+        "this",
+        "that",
+        "as",
+        "at",
+        "one",
+        "all",
+        "any",
+        "each",
+        "your",
+        "you",
+        "can",
+        "returns",
+        "return",
+        "given",
+        "optional",
+    ]
 )
 
 
@@ -144,7 +278,9 @@ async def main() -> None:
     try:
         infos = real + synthetic_infos()
         infos = infos[:40]
-        print(f"{len(infos)} tools: {len(real)} from real servers, {len(infos) - len(real)} written as servers write them")
+        print(
+            f"{len(infos)} tools: {len(real)} from real servers, {len(infos) - len(real)} written as servers write them"
+        )
         context = CallContext(servers=servers, events=None, session_id="bench", time_left=lambda: 60.0)  # type: ignore[arg-type]
         tools = [McpTool(info, context) for info in infos]
         catalog = Catalog(tools)
@@ -167,8 +303,10 @@ async def main() -> None:
             ("find_tools + call_tool", with_pair, with_pair - base),
         ):
             print(f"{label:<34}{prompt:>8,}{part:>10,}{part / 4096:>10.1%}{part / 8192:>10.1%}")
-        print(f"(schemas alone, counted as fitting counts them: all {all_mcp:,}, pair {pair_mcp:,}; "
-              f"the share allowed: {MCP_SHARE:.0%}, {MCP_SHARE * 4096:.0f} tokens at 4,096)")
+        print(
+            f"(schemas alone, counted as fitting counts them: all {all_mcp:,}, pair {pair_mcp:,}; "
+            f"the share allowed: {MCP_SHARE:.0%}, {MCP_SHARE * 4096:.0f} tokens at 4,096)"
+        )
         git_only = [t.spec for t in tools if t.info.server.name == "git"]
         if git_only:
             print(f"git's {len(git_only)} schemas alone: {schema_tokens(model.count_prompt, git_only):,} tokens")

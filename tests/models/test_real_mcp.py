@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from imprintd.chat import ReplyRequest
-from imprintd.mcp.tools import MCP_SHARE, CallContext, McpTool, schema_tokens
+from imprintd.mcp.config import McpServerConfig
+from imprintd.mcp.servers import McpServers, McpToolInfo
+from imprintd.mcp.tools import MCP_SHARE, CallContext, CallTool, Catalog, FindTools, McpTool, schema_tokens
+from imprintd.models.call_grammar import call_grammar, find_opening
 from tests.helpers import make_chat
 from tests.mcp.servers import git_repo, git_server, processes_under
-from tests.models.real_model import needs_real_model
+from tests.models.real_model import Sampler, needs_real_model
 from tests.recording import RecordingEvents
 
 pytestmark = [needs_real_model, pytest.mark.timeout(600)]
@@ -70,3 +73,53 @@ async def test_a_real_reply_offers_fits_and_counts_the_mcp_tools(local_model, tm
     finally:
         await chat.mcp.aclose()
     assert not processes_under(repo)
+
+
+TRACKER = McpServerConfig(name="tracker", transport="stdio", command="tracker-mcp")
+
+
+def tracker_tool(name: str, properties: dict, required: list[str]) -> McpTool:
+    info = McpToolInfo(
+        server=TRACKER,
+        name=name,
+        description=f"The tracker's {name}.",
+        input_schema={"type": "object", "properties": properties, "required": required},
+        read_only=True,
+        destructive=False,
+    )
+    return McpTool(info, CallContext(servers=McpServers(), events=None, session_id="s", time_left=lambda: 60.0))  # type: ignore[arg-type]
+
+
+def test_call_tools_arguments_follow_the_schema_of_the_tool_it_names(local_model):
+    local_model.load()  # a local model runs: call_tool carries the schema its grammar holds calls to
+    catalog = Catalog(
+        [
+            tracker_tool("get_issue", {"repo": {"type": "string"}, "number": {"type": "integer"}}, ["repo", "number"]),
+            tracker_tool("search_docs", {"query": {"type": "string"}}, ["query"]),
+        ]
+    )
+    tools = [FindTools(catalog).spec, CallTool(catalog).spec]
+    assert tools[1].grammar is not None and "anyOf" not in str(tools[1].parameters)  # never rendered
+    opening, _ = find_opening('{"name":', "json")
+    grammar = call_grammar(tools, opening, '{"name":')
+    valid = [
+        ' "call_tool", "arguments": {"name": "tracker__get_issue", "arguments": {"repo": "shop/billing", "number": 7}}}',
+        ' "call_tool", "arguments": {"name": "tracker__search_docs", "arguments": {"query": "port"}}}',
+        ' "find_tools", "arguments": {"query": "issues"}}',
+    ]
+    invalid = {
+        "a tool not listed": ' "call_tool", "arguments": {"name": "tracker__delete", "arguments": {}}}',
+        "another tool's arguments": ' "call_tool", "arguments": {"name": "tracker__get_issue", "arguments": {"query": "x"}}}',
+        "a required argument missing": ' "call_tool", "arguments": {"name": "tracker__get_issue", "arguments": {"repo": "a"}}}',
+        "a string for an integer": (
+            ' "call_tool", "arguments": {"name": "tracker__get_issue", "arguments": {"repo": "a", "number": "7"}}}'
+        ),
+    }
+    for rest in valid:
+        sampler = Sampler(local_model, grammar)
+        assert sampler.accepts('{"name":' + rest), rest
+        sampler.close()
+    for what, rest in invalid.items():
+        sampler = Sampler(local_model, grammar)
+        assert not sampler.accepts('{"name":' + rest), what
+        sampler.close()
