@@ -2,7 +2,7 @@
 
 Each tool of a configured server becomes a ``Tool`` named ``server__tool`` (OpenAI-compatible
 tool names allow only letters, digits, ``_`` and ``-``, so ``git.log`` cannot be sent;
-docs/decisions.md, "MCP tool names"). Its schema is the server's own input schema.
+docs/decisions.md, "MCP tools in a small context"). Its schema is the server's own input schema.
 
 What the model is shown is fitted (docs/decisions.md, "MCP tools in a small context"): when the
 MCP tools' schemas would take more than ``MCP_SHARE`` of the model's window, the model gets one
