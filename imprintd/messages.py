@@ -90,12 +90,18 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
         return self.role == "tool" or bool(self.tool_calls)
 
 
-class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """A tool offered to the model: its name, what it does, and a JSON schema of its arguments."""
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A tool offered to the model: its name, what it does, and a JSON schema of its arguments.
+
+    ``grammar``, when set, is the schema a local model's call grammar holds the arguments to in
+    place of ``parameters`` (``call_tool``: its arguments follow the schema of the tool it names).
+    It is never rendered into a prompt, so it costs no tokens.
+    """
 
     name: str
     description: str
     parameters: dict[str, Any]
+    grammar: dict[str, Any] | None = None
 
     def as_openai(self) -> dict[str, Any]:
         """The OpenAI / chat-template form ``{"type": "function", "function": {...}}``."""

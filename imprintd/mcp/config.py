@@ -19,7 +19,7 @@ import msgspec
 Transport = Literal["stdio", "http", "sse"]
 
 #: A server's name becomes the first part of its tools' names (``git__git_log``), and
-#: OpenAI-compatible tool names allow only these characters (docs/decisions.md, "MCP tool names").
+#: OpenAI-compatible tool names allow only these characters (docs/decisions.md, "MCP tools in a small context").
 SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 ACCEPTED = (

@@ -280,7 +280,7 @@ class McpServers:
     def __init__(self) -> None:
         self._connections: dict[McpServerConfig, _Connection] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        #: Sessions that used each server: ``release`` stops a server no open session uses.
+        #: Sessions that named each server the settings do not: ``release`` stops one no open session uses.
         self._users: dict[McpServerConfig, set[str]] = {}
         #: The servers of the settings: kept until the settings drop them or the process ends.
         self._configured: tuple[McpServerConfig, ...] = ()
@@ -289,8 +289,18 @@ class McpServers:
 
     # -- settings and sessions --------------------------------------------------------------
     def configure(self, servers: Sequence[McpServerConfig]) -> None:
-        """The servers the settings name now (``imprintd mcp`` lists them even before they start)."""
+        """The servers the settings name now (``imprintd mcp`` lists them even before they start).
+
+        A running server the settings no longer name, and no session named, is stopped (its task
+        unwinds on its own)."""
+        removed = set(self._configured) - set(servers)
         self._configured = tuple(servers)
+        for config in removed:
+            if self._users.get(config):
+                continue
+            connection = self._connections.pop(config, None)
+            if connection is not None:
+                connection.abandon()
 
     def always_allowed(self, session_id: str, server: str, tool: str) -> bool:
         return (server, tool) in self._always.get(session_id, set())
@@ -313,7 +323,8 @@ class McpServers:
             return []
         self._same_loop()
         for config in wanted:
-            self._users.setdefault(config, set()).add(session_id)
+            if config not in self._configured:  # a session's own server: stopped when no session uses it
+                self._users.setdefault(config, set()).add(session_id)
         listed: dict[McpServerConfig, list[McpToolInfo]] = {}
 
         async def one(config: McpServerConfig) -> None:

@@ -2,7 +2,7 @@
 
 Each tool of a configured server becomes a ``Tool`` named ``server__tool`` (OpenAI-compatible
 tool names allow only letters, digits, ``_`` and ``-``, so ``git.log`` cannot be sent;
-docs/decisions.md, "MCP tool names"). Its schema is the server's own input schema.
+docs/decisions.md, "MCP tools in a small context"). Its schema is the server's own input schema.
 
 What the model is shown is fitted (docs/decisions.md, "MCP tools in a small context"): when the
 MCP tools' schemas would take more than ``MCP_SHARE`` of the model's window, the model gets one
@@ -29,10 +29,13 @@ import hashlib
 import json
 import math
 import re
+import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from imprintd.events import PermissionRequest, ReplyEvents
 from imprintd.mcp.servers import CALL_TIMEOUT_S, McpServers, McpToolInfo, McpUnavailable
@@ -297,10 +300,12 @@ def _decoded_size(data: str | bytes | None) -> int:
 
 
 class Catalog:
-    """The MCP tools of one reply by name, and their ranking for ``find_tools``."""
+    """The MCP tools of one reply by name, their ranking for ``find_tools``, and the schema a
+    local model's call grammar holds ``call_tool``'s arguments to."""
 
     def __init__(self, tools: Sequence[McpTool]) -> None:
         self.tools = {tool.spec.name: tool for tool in tools}
+        self.grammar = call_grammar_schema(tools)
         self._terms = {
             name: Counter(_terms(f"{name} {tool.info.title} {tool.spec.description}"))
             for name, tool in self.tools.items()
@@ -326,6 +331,36 @@ class Catalog:
                 scores[name] = scores.get(name, 0.0) + idf * norm
         ranked = sorted(scores, key=lambda name: (-scores[name], name))
         return [self.tools[name] for name in ranked[:limit]]
+
+
+def call_grammar_schema(tools: Sequence[McpTool]) -> dict[str, Any] | None:
+    """``call_tool``'s arguments as one choice per tool: ``{"name": <that tool>, "arguments": <its
+    schema>}``, so a local model that opens a call to ``call_tool`` names a listed tool and fills in
+    that tool's own arguments (``models/call_grammar.py``). A schema llama.cpp's converter cannot
+    read leaves that tool's arguments any object. None where no local model runs (llama_cpp not
+    loaded): the schema is for its grammar alone."""
+    if "llama_cpp" not in sys.modules or not tools:
+        return None
+    from imprintd.models.call_grammar import _converter_class
+
+    choices = []
+    for tool in tools:
+        arguments: dict[str, Any] = tool.spec.parameters
+        try:
+            _converter_class()(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False).visit(
+                arguments, "probe"
+            )
+        except Exception:  # noqa: BLE001 (any schema the converter cannot read)
+            arguments = {"type": "object"}
+        choices.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": tool.spec.name}, "arguments": arguments},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    return {"anyOf": choices}
 
 
 def _terms(text: str) -> list[str]:
@@ -437,10 +472,9 @@ def _arguments_line(tool: McpTool) -> str:
 class CallTool:
     """``call_tool(name, arguments)``: run the MCP tool ``name`` that ``find_tools`` listed."""
 
-    spec = CALL_TOOL_SPEC
-
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
+        self.spec = msgspec.structs.replace(CALL_TOOL_SPEC, grammar=catalog.grammar)
 
     def _tool(self, arguments: Mapping[str, Any]) -> McpTool:
         name = arguments.get("name")

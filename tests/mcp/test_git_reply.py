@@ -240,3 +240,22 @@ def test_arguments_label_is_the_calls_json():
     long = ToolOrigin(server="docs", tool="read", arguments={"q": "x" * 200}, uri="https://example.com/a")
     assert origin_label(long) == 'docs: read {"q": "' + "x" * 72 + "…" + " (https://example.com/a)"
     assert len(json.dumps(long.arguments)) > 80
+
+
+async def test_a_sessions_own_server_is_used_for_its_replies_and_stopped_when_it_is_released(repo, tmp_path):
+    other = git_repo(tmp_path / "other")
+    model = StandInModel(n_ctx=32768)
+    chat, configured = chat_with(model, repo)
+    own = git_server(other)  # named "git" too: the session's takes the configured one's place
+    model.queue(tool_turn(call("git__git_log", repo_path=str(other))), "From the other repository [1].")
+    try:
+        outcome = await chat.reply(ReplyRequest(text="What is in the log?", mcp_servers=(own,)), RecordingEvents())
+        assert "Message: Add the billing service on port 8101" in model.requests[1].messages[-1].content
+        assert processes_under(other) and not processes_under(repo)  # the configured one never started
+        assert [row.target for row in chat.mcp.status()] == [configured.described(), own.described()]
+
+        await chat.mcp.release((own,), outcome.session_id)
+        assert not processes_under(other)
+        assert [(row.target, row.state) for row in chat.mcp.status()] == [(configured.described(), "stopped")]
+    finally:
+        await chat.mcp.aclose()
