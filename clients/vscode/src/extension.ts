@@ -40,6 +40,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     workspace: currentWorkspace,
     research: researchState,
     openSource: (file, startLine, endLine) => void openSource(file, startLine, endLine),
+    openUri: (uri) => void vscode.env.openExternal(vscode.Uri.parse(uri, true)),
     onStatus: (state, detail) => showStatus(status, Object.assign(shown, { state, detail })),
     onModel: (model) => showStatus(status, Object.assign(shown, { model })),
     rememberSession: (sessionId) => void context.workspaceState.update(OPEN_SESSION, sessionId),

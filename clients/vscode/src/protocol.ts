@@ -67,7 +67,15 @@ export interface ChatParams {
   workDoneToken?: string | number;
 }
 
-export type SourceKind = "file" | "message" | "section";
+export type SourceKind = "file" | "message" | "section" | "tool";
+
+/** Where a `tool` source's result came from: an MCP server's tool, its arguments, the URI it names. */
+export interface ToolOrigin {
+  server: string;
+  tool: string;
+  arguments: Record<string, unknown>;
+  uri: string | null;
+}
 
 /** A place an answer cites (or, with `cited: false`, read without citing). */
 export interface Source {
@@ -87,6 +95,8 @@ export interface Source {
   supported: boolean | null;
   /** Why `supported` is false; "" otherwise. */
   reason: string;
+  /** For an MCP tool's result (kind "tool", or notes on one); null otherwise (a daemon predating MCP leaves it out). */
+  origin?: ToolOrigin | null;
 }
 
 export interface ChatResult {

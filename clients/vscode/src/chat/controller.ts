@@ -9,7 +9,7 @@
 import { CancellationTokenSource, ResponseError } from "vscode-jsonrpc";
 import { ChatConnection, Disposable, WorkDoneProgressValue, workDoneProgress } from "./connection";
 import { ConnectionStatus, FromView, ResearchState, StepRow, ToView, TranscriptItem } from "./view";
-import { Prompt, askPermission, mcpServerOf, stepTitleOf } from "./permissions";
+import { Prompt, askPermission, linkedUri, mcpServerOf, stepTitleOf } from "./permissions";
 import * as wire from "../protocol";
 
 /** How long a question waits for a starting or restarting daemon before it fails. */
@@ -24,6 +24,8 @@ export interface ControllerOptions {
   research?(): ResearchState;
   /** Opens a cited file at its lines (the editor); tests record it. */
   openSource?(path: string, startLine: number | null, endLine: number | null): void;
+  /** Opens the web page an MCP result names (outside the editor); only http(s) addresses reach it. */
+  openUri?(uri: string): void;
   /** Status changes, for the status bar. */
   onStatus?(status: ConnectionStatus, detail: string): void;
   /** The model the daemon reports (undefined: not reported), for the status bar. */
@@ -194,6 +196,12 @@ export class ChatController {
       case "openSource":
         this.options.openSource?.(message.path, message.startLine, message.endLine);
         break;
+      case "openUri": {
+        // Checked again here: the panel's messages are not trusted to have checked it.
+        const uri = linkedUri({ server: "", tool: "", arguments: {}, uri: message.uri });
+        if (uri) this.options.openUri?.(uri);
+        break;
+      }
       case "revealMessage":
         await this.revealMessage(message.seq);
         break;

@@ -1,6 +1,7 @@
 /**
  * MCP tools in the panel: asking the user before a tool that may act runs
- * (`imprint/requestPermission`), and naming the server a step comes from.
+ * (`imprint/requestPermission`), naming the server a step comes from, and which addresses a
+ * result names are links.
  *
  * The question's wording and the answers live here; the extension shows them as a modal
  * warning (`Prompt` is its signature), tests answer them in code.
@@ -65,4 +66,10 @@ export function stepTitleOf(tool: string, title: string): string {
   const server = mcpServerOf(tool);
   if (server === undefined || title.includes(server)) return title;
   return `${server} · ${title}`;
+}
+
+/** The address an MCP result names, when it is a web page to open (http, https); a server names what it likes. */
+export function linkedUri(origin: wire.ToolOrigin | null | undefined): string | undefined {
+  const uri = origin?.uri;
+  return typeof uri === "string" && /^https?:\/\//i.test(uri) ? uri : undefined;
 }

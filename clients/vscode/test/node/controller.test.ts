@@ -636,7 +636,7 @@ test("imprint.mcpServers reaches the daemon: git's read-only tool runs unasked, 
   await stub.queue(
     { toolCalls: [{ id: "call_log", name: "git__git_log", arguments: { repo_path: repo } }] },
     { toolCalls: [{ id: "call_branch", name: "git__git_create_branch", arguments: { repo_path: repo, branch_name: "topic" } }] },
-    "Branched topic off the last commit.",
+    "Branched topic off the last commit [1].",
     { toolCalls: [{ id: "call_branch", name: "git__git_create_branch", arguments: { repo_path: repo, branch_name: "refused" } }] },
     "I did not make it.",
   );
@@ -656,6 +656,10 @@ test("imprint.mcpServers reaches the daemon: git's read-only tool runs unasked, 
     request.messages.filter((message) => message.role === "tool").map((message) => message.content ?? "").join("\n");
   assert.ok(toolText(requests[1]).includes(latest), "git log's output reached the model");
   assert.ok(toolText(requests[2]).includes("topic"), "the branch's result reached the model");
+  // The git log it cites is a source of kind "tool", with its server, tool and arguments.
+  const cited = mcp.ofType("replyEnd")[0].sources.find((source) => source.number === 1);
+  assert.equal(cited?.kind, "tool", JSON.stringify(mcp.ofType("replyEnd")[0].sources));
+  assert.deepEqual(cited?.origin, { server: "git", tool: "git_log", arguments: { repo_path: repo }, uri: null });
 
   await mcp.controller.ask("And one named refused");
   assert.equal(asked.length, 2);

@@ -5,10 +5,10 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:f
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { test } from "node:test";
-import { transcriptOf } from "../../src/chat/controller";
 import { DaemonLog } from "../../src/chat/daemonLog";
 import { missingDaemonMessage, resolveExecutable } from "../../src/chat/executable";
-import { PERMISSION_CHOICES, askPermission, mcpServerOf, permissionQuestion, stepTitleOf } from "../../src/chat/permissions";
+import { ChatController, transcriptOf } from "../../src/chat/controller";
+import { PERMISSION_CHOICES, askPermission, linkedUri, mcpServerOf, permissionQuestion, stepTitleOf } from "../../src/chat/permissions";
 import { SETTINGS, SentSettings, daemonSettings, describeFormat, describeModel, explicitOf } from "../../src/chat/settings";
 import { withoutSourcesBlock } from "../../src/chat/sources";
 
@@ -230,4 +230,20 @@ test("a reopened session lists the steps the live reply showed: the first look a
   const answer = items.find((item) => item.kind === "assistant");
   assert.ok(answer && answer.kind === "assistant");
   assert.deepEqual(answer.steps.map((step) => step.title), ["Looking in the workspace for “billing port”", "Reading billing.yaml"]);
+});
+
+test("an MCP result's web address opens outside the editor; any other address a server names does not", async () => {
+  const origin = (uri: string | null) => ({ server: "docs", tool: "fetch", arguments: {}, uri });
+  assert.equal(linkedUri(origin("https://docs.example.com/rollout")), "https://docs.example.com/rollout");
+  assert.equal(linkedUri(origin("HTTP://docs.example.com/")), "HTTP://docs.example.com/");
+  for (const uri of ["javascript:alert(1)", "command:workbench.action.terminal.new", "file:///etc/passwd", "demo://resource/1", null]) {
+    assert.equal(linkedUri(origin(uri)), undefined, String(uri));
+  }
+  assert.equal(linkedUri(undefined), undefined);
+  const opened: string[] = [];
+  const controller = new ChatController({ post: () => undefined, workspace: () => undefined, openUri: (uri) => opened.push(uri) });
+  await controller.handle({ type: "openUri", uri: "https://docs.example.com/rollout" });
+  await controller.handle({ type: "openUri", uri: "command:workbench.action.terminal.new" }); // a panel's message is checked again
+  assert.deepEqual(opened, ["https://docs.example.com/rollout"]);
+  controller.dispose();
 });
