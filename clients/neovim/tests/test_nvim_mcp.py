@@ -115,3 +115,28 @@ def test_the_option_is_checked_and_sent_whole_when_it_changes(bare_editor, optio
     editor.command("Imprint once more")
     editor.wait_done(3)
     assert not any(tool["function"]["name"].startswith("git__") for tool in stub.requests[2]["tools"])
+
+
+def test_an_mcp_results_web_address_opens_with_vim_ui_open_and_shows_in_the_quickfix(editor):
+    opened, listed = editor.lua("""
+        local sources = require('imprint.chat.sources')
+        local opened = {}
+        vim.ui.open = function(uri) table.insert(opened, uri) end
+        local function tool(number, uri)
+          return { number = number, kind = 'tool', label = 'docs: fetch_page', path = vim.NIL, message = vim.NIL,
+            startLine = vim.NIL, endLine = vim.NIL, cited = true, supported = true, reason = '',
+            origin = { server = 'docs', tool = 'fetch_page', arguments = vim.empty_dict(), uri = uri } }
+        end
+        local all = { tool(1, 'https://docs.example.com/rollout'), tool(2, 'javascript:alert(1)'), tool(3, vim.NIL) }
+        for _, source in ipairs(all) do sources.open(source) end
+        require('imprint.chat.state').last_sources = { sources = all }
+        sources.to_quickfix()
+        return { opened, vim.tbl_map(function(item) return item.text end, vim.fn.getqflist()) }
+    """)
+    assert opened == ["https://docs.example.com/rollout"]  # a server's other addresses are not opened
+    assert listed == [
+        "[1] docs: fetch_page <https://docs.example.com/rollout>",
+        "[2] docs: fetch_page",
+        "[3] docs: fetch_page",
+    ]
+    assert [message for message, _ in editor.notes()].count("imprint: docs: fetch_page has no place to open") == 2
