@@ -154,11 +154,11 @@ class _Connection:
                 self.state = "ready"
                 self.ready.set()
                 await self._stop.wait()
-        except BaseException as error:  # noqa: BLE001 (a server's failure must never end the daemon)
-            if isinstance(error, asyncio.CancelledError | anyio.get_cancelled_exc_class()):
-                if self.state != "failed":
-                    self.fail("stopped while starting") if self.state == "starting" else None
-                raise
+        except asyncio.CancelledError:
+            if self.state == "starting":
+                self.fail("stopped while starting")
+            raise  # cancelled: stopped from outside, its contexts exited (the process ended)
+        except Exception as error:  # noqa: BLE001 (a server's failure must never end the daemon)
             self.fail(_why(error))
         finally:
             if self.state == "ready":

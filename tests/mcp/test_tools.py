@@ -148,3 +148,22 @@ def test_results_join_text_describe_binaries_name_uris_and_redact_secrets():
     assert structured.text == '{\n "state": "open"\n}'
     empty = convert(types.CallToolResult(content=[]), ORIGIN)
     assert (empty.ok, empty.text, empty.evidence) == (True, "tracker returned nothing for get_issue.", ())
+
+
+@pytest.mark.parametrize(
+    ("typed", "answer"), [("y\n", "allow_once"), ("a\n", "allow_always"), ("n\n", "reject"), ("\n", "reject")]
+)
+async def test_ask_on_a_terminal_reads_yes_always_or_no(typed, answer, monkeypatch, capsys):
+    import io
+
+    from imprintd.cli import _PrintEvents
+    from imprintd.events import PermissionRequest
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(typed))
+    request = PermissionRequest(
+        call_id="step-1", server="git", tool="git_commit", title="Asking git: git_commit", arguments={"message": "fix"}
+    )
+    assert await _PrintEvents(live=False, permission="ask").ask_permission(request) == answer
+    asked = capsys.readouterr().err
+    assert 'Asking git: git_commit {"message": "fix"} (may change or delete things). Run it?' in asked
+    assert await _PrintEvents(live=False, permission="allow").ask_permission(request) == "allow_once"
