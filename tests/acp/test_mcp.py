@@ -209,6 +209,14 @@ async def test_a_tool_that_may_act_runs_only_after_the_user_allows_it(agent, stu
     # The model is told the call did not run, and the reply goes on.
     assert "The user declined to let git run git_create_branch" in tool_results(stub.requests[3])[-1]
 
+    # Loaded again, the session shows the same: the allowed call completed, the declined one failed.
+    await agent.conn.load_session(cwd=str(workspace), session_id=session.session_id, mcp_servers=[])
+    replayed = tool_updates(agent.take_updates(session.session_id))
+    assert [(u.status, u.raw_input["branch_name"]) for u in replayed] == [
+        ("completed", "allowed"),
+        ("failed", "refused"),
+    ]
+
 
 async def test_always_allow_is_remembered_for_the_session(agent, stub, workspace, repo):
     stub.queue(
