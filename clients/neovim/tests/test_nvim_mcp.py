@@ -83,6 +83,16 @@ def test_mcp_servers_reach_the_daemon_and_a_tool_that_may_act_runs_only_when_pic
     stored = editor.request("imprint/session", {"sessionId": done["sessionId"]})
     assert [m["role"] for m in stored["messages"]].count("tool") == 3
 
+    # Reopened, the stored calls show by server and tool, the declined one failed.
+    editor.command("ImprintNew")
+    editor.lua("require('imprint.sessions').open(...)", done["sessionId"])
+    editor.wait(f"require('imprint.chat').session_id() == '{done['sessionId']}'", "the session to open")
+    assert [text for _, text, _ in editor.tool_lines()] == [
+        "  ✓ git · git_log",
+        "  ✓ git · git_create_branch",
+        "  ✗ git · git_create_branch",
+    ]
+
 
 def test_the_option_is_checked_and_sent_whole_when_it_changes(bare_editor, options, stub, tmp_path):
     editor = bare_editor

@@ -59,4 +59,29 @@ function M.step_title(tool, title)
   return server .. " · " .. title
 end
 
+--- How the daemon words an MCP call that did not give a result (imprintd/mcp/tools.py):
+--- declined by the user, the server unavailable, timed out, refused, an error result.
+local FAILED = {
+  "The user declined to let %s run %s",
+  "The MCP server %s is unavailable",
+  "%s did not answer %s within",
+  "%s refused %s:",
+  "%s answered %s with an error:",
+}
+
+--- Whether the stored `result` of a call of the MCP tool `name` (`server__tool`) says it failed.
+function M.call_failed(name, result)
+  local server = M.server_of(name)
+  if not server or type(result) ~= "string" then
+    return false
+  end
+  local tool = name:sub(#server + #SEPARATOR + 1)
+  for _, start in ipairs(FAILED) do
+    if vim.startswith(result, start:format(server, tool)) then
+      return true
+    end
+  end
+  return false
+end
+
 return M

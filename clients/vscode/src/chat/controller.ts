@@ -9,7 +9,7 @@
 import { CancellationTokenSource, ResponseError } from "vscode-jsonrpc";
 import { ChatConnection, Disposable, WorkDoneProgressValue, workDoneProgress } from "./connection";
 import { ConnectionStatus, FromView, ResearchState, StepRow, ToView, TranscriptItem } from "./view";
-import { Prompt, askPermission, linkedUri, mcpServerOf, stepTitleOf } from "./permissions";
+import { Prompt, askPermission, linkedUri, mcpCallFailed, mcpServerOf, stepTitleOf } from "./permissions";
 import * as wire from "../protocol";
 
 /** How long a question waits for a starting or restarting daemon before it fails. */
@@ -504,6 +504,8 @@ export class ChatController {
 export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
   const items: TranscriptItem[] = [];
   const steps = new Map<string, StepRow>();
+  /** The tool each row called (an MCP tool's failures are worded by its server and name). */
+  const names = new Map<StepRow, string>();
   let pending: StepRow[] = [];
   /** What the model thought on the way to the next answer: its tool rounds' thoughts, then the answer's. */
   let thoughts: string[] = [];
@@ -522,7 +524,7 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
       if (step && message.content.startsWith(REPEATED_CALL)) {
         // A repeat of an earlier identical call was answered from it: the live reply showed no step for it.
         pending = pending.filter((row) => row !== step);
-      } else if (step && message.content.startsWith("Error")) {
+      } else if (step && (message.content.startsWith("Error") || mcpCallFailed(names.get(step) ?? "", message.content))) {
         step.state = "failed";
         step.detail = firstLine(message.content);
       }
@@ -530,6 +532,7 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
       if (message.reasoning) thoughts.push(message.reasoning);
       for (const call of message.toolCalls) {
         const row: StepRow = { callId: call.id, title: stepTitle(call), state: "finished", detail: "" };
+        names.set(row, call.name);
         steps.set(call.id, row);
         pending.push(row);
       }

@@ -73,3 +73,21 @@ export function linkedUri(origin: wire.ToolOrigin | null | undefined): string | 
   const uri = origin?.uri;
   return typeof uri === "string" && /^https?:\/\//i.test(uri) ? uri : undefined;
 }
+
+/** How the daemon words an MCP call that did not give a result (imprintd/mcp/tools.py): declined
+ *  by the user, the server unavailable, timed out, refused, an error result. */
+const MCP_FAILED = [
+  (server: string, tool: string) => `The user declined to let ${server} run ${tool}`,
+  (server: string) => `The MCP server ${server} is unavailable`,
+  (server: string, tool: string) => `${server} did not answer ${tool} within`,
+  (server: string, tool: string) => `${server} refused ${tool}:`,
+  (server: string, tool: string) => `${server} answered ${tool} with an error:`,
+];
+
+/** Whether the stored result of a call of the MCP tool `name` (`server__tool`) says it failed. */
+export function mcpCallFailed(name: string, result: string): boolean {
+  const server = mcpServerOf(name);
+  if (server === undefined) return false;
+  const tool = name.slice(server.length + wire.MCP_SEPARATOR.length);
+  return MCP_FAILED.some((start) => result.startsWith(start(server, tool)));
+}

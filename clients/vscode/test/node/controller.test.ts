@@ -671,7 +671,7 @@ test("imprint.mcpServers reaches the daemon: git's read-only tool runs unasked, 
   const sessionId = mcp.controller.sessionId!;
   await mcp.controller.openSession(sessionId);
   const reset = mcp.ofType("reset").at(-1)!;
-  const titles = reset.items.flatMap((item) => (item.kind === "assistant" ? item.steps.map((step) => step.title) : []));
-  assert.deepEqual(titles, ["git · git_log", "git · git_create_branch", "git · git_create_branch"]);
+  const rows = reset.items.flatMap((item) => (item.kind === "assistant" ? item.steps.map((step) => [step.title, step.state]) : []));
+  assert.deepEqual(rows, [["git · git_log", "finished"], ["git · git_create_branch", "finished"], ["git · git_create_branch", "failed"]]);
   mcp.controller.dispose();
 });
