@@ -8,7 +8,7 @@ import { test } from "node:test";
 import { DaemonLog } from "../../src/chat/daemonLog";
 import { missingDaemonMessage, resolveExecutable } from "../../src/chat/executable";
 import { ChatController, transcriptOf } from "../../src/chat/controller";
-import { PERMISSION_CHOICES, askPermission, linkedUri, mcpServerOf, permissionQuestion, stepTitleOf } from "../../src/chat/permissions";
+import { PERMISSION_CHOICES, askPermission, linkedUri, mcpCallFailed, mcpServerOf, permissionQuestion, stepTitleOf } from "../../src/chat/permissions";
 import { SETTINGS, SentSettings, daemonSettings, describeFormat, describeModel, explicitOf } from "../../src/chat/settings";
 import { withoutSourcesBlock } from "../../src/chat/sources";
 
@@ -246,4 +246,13 @@ test("an MCP result's web address opens outside the editor; any other address a 
   await controller.handle({ type: "openUri", uri: "command:workbench.action.terminal.new" }); // a panel's message is checked again
   assert.deepEqual(opened, ["https://docs.example.com/rollout"]);
   controller.dispose();
+});
+
+test("a stored MCP result that says the call did not run is a failed step; one that merely mentions it is not", () => {
+  assert.equal(mcpCallFailed("git__git_commit", "The user declined to let git run git_commit; go on without it."), true);
+  assert.equal(mcpCallFailed("git__git_log", "The MCP server git is unavailable: it exited."), true);
+  assert.equal(mcpCallFailed("docs__fetch", "docs answered fetch with an error: 404"), true);
+  assert.equal(mcpCallFailed("git__git_log", "Commit history:\nThe user declined to let git run git_log"), false);
+  assert.equal(mcpCallFailed("git__git_log", "The user declined to let docs run fetch"), false, "another server's wording");
+  assert.equal(mcpCallFailed("read_file", "The user declined to let git run git_log"), false, "not an MCP tool");
 });
