@@ -183,8 +183,8 @@ WRITES_GARBAGE = """
 """
 
 #: Built on the official SDK: ``summarize`` asks the client to sample, ``confirm`` to elicit (both
-#: whatever the client said it supports); ``note`` has no annotations; ``grow`` adds a tool and
-#: says the list changed.
+#: whatever the client said it supports); ``wait`` answers late; ``note`` has no annotations;
+#: ``grow`` adds a tool and says the list changed.
 ASKER = """
     from pydantic import BaseModel
 
@@ -216,6 +216,14 @@ ASKER = """
         except Exception as error:
             return f"elicitation declined: {error}"
         return f"elicited: {result}"
+
+    @server.tool(annotations=READ_ONLY)
+    async def wait(seconds: float) -> str:
+        \"\"\"Answer after ``seconds``.\"\"\"
+        import anyio
+
+        await anyio.sleep(seconds)
+        return "waited"
 
     @server.tool()
     async def note(text: str) -> str:
