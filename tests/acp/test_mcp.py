@@ -107,6 +107,10 @@ async def test_a_history_question_is_answered_from_git_log_of_the_sessions_serve
     messages = stored(daemon_env, session.session_id)
     assert any(m.role == "tool" and LATEST in m.content for m in messages)
     assert LATEST in messages[-1].content
+    # The answer cites the call: source [1] is git log's result, with its server, tool and arguments.
+    [cited] = [source for source in messages[-1].sources if source.number == 1]
+    assert (cited.kind, cited.cited, cited.origin.server, cited.origin.tool) == ("tool", True, "git", "git_log")
+    assert cited.origin.arguments == {"repo_path": str(repo), "max_count": 5}
     assert agent.client.asked == []  # a read-only tool runs without asking
 
 
