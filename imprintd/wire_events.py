@@ -131,11 +131,11 @@ class WireEvents:
             read_only=request.read_only,
             destructive=request.destructive,
         )
+        asked = self._server.protocol.send_request_async(wire.REQUEST_PERMISSION, msgspec.to_builtins(params))
         try:
-            answer = await asyncio.wait_for(
-                self._server.protocol.send_request_async(wire.REQUEST_PERMISSION, msgspec.to_builtins(params)),
-                PERMISSION_TIMEOUT_S,
-            )
+            # Shielded: given up on (timed out, or the reply cancelled), the request stays open, so
+            # an answer that comes later finds it and is dropped quietly rather than failing pygls.
+            answer = await asyncio.wait_for(asyncio.shield(asked), PERMISSION_TIMEOUT_S)
             return msgspec.convert(_plain(answer), wire.PermissionResult).outcome
         except TimeoutError:
             logger.info("%s: no answer within %.0f s; taken as reject", wire.REQUEST_PERMISSION, PERMISSION_TIMEOUT_S)

@@ -190,3 +190,26 @@ async def test_a_client_that_did_not_say_it_answers_is_never_asked_and_nothing_r
     assert "unasked" not in branches(silent_client.repo)
     assert "declined" in tool_results(stub.requests[1])[-1]
     assert result.text == "Could not."
+
+
+def test_an_answer_after_the_reply_was_cancelled_runs_nothing_and_the_daemon_keeps_serving(daemon_env, stub, tmp_path):
+    repo = git_repository(tmp_path / "repo")
+    command, args = git_server(repo)
+    stub.queue(create_branch(repo, "late"))
+    raw = RawClient({**daemon_env, "IMPRINT_CHAT_N_CTX": "32768"})
+    try:
+        raw.initialize(
+            capabilities={"experimental": ANSWERS_PERMISSIONS},
+            initializationOptions={"chat": {"mcp_servers": {"git": {"command": command, "args": args}}}},
+        )
+        asked = raw.request(wire.CHAT, {"text": "Branch late"})
+        question = next_matching(raw, lambda message: message.get("method") == wire.REQUEST_PERMISSION)
+        raw.notify("$/cancelRequest", {"id": asked})  # the user stopped the reply while deciding
+        assert raw.response(asked)["error"]["code"] == -32800
+        raw.send({"id": question["id"], "result": {"outcome": "allow_once"}})  # and then clicked Allow
+        stub.queue("Still here.")
+        assert raw.response(raw.request(wire.CHAT, {"text": "Hello?"}))["result"]["text"] == "Still here."
+        assert "late" not in branches(repo)
+        assert "failed to dispatch" not in raw.stderr_text()
+    finally:
+        raw.kill()
