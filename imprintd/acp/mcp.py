@@ -46,7 +46,8 @@ def session_servers(servers: Sequence[wire.McpServer]) -> tuple[McpServerConfig,
 def tool_safe_name(name: str, *, taken, index: int) -> str:
     """``name`` with what a tool name cannot hold made ``_`` (``__`` separates server and tool),
     cut to ``NAME_LIMIT``; a name taken already, or none, is told apart by its place in the list."""
-    safe = re.sub(r"_{2,}", "_", re.sub(r"[^A-Za-z0-9_-]", "_", name)).strip("_")[:NAME_LIMIT] or f"server{index}"
+    # Cut before the underscores are stripped: a name must neither end nor begin with one (``a___b``).
+    safe = re.sub(r"_{2,}", "_", re.sub(r"[^A-Za-z0-9_-]", "_", name))[:NAME_LIMIT].strip("_") or f"server{index}"
     if safe in taken:
         suffix = f"-{index}"
         safe = safe[: NAME_LIMIT - len(suffix)] + suffix

@@ -345,3 +345,44 @@ async def test_mcp_servers_acp_cannot_use_are_refused_naming_the_entry(agent, st
     stub.queue("Fine.")
     await ask(agent, session.session_id, "Hi")
     assert "Git_repo__git_log" in offered(stub.requests[0])
+
+
+def test_acp_server_shapes_become_the_settings_records_and_names_fit_a_tool_name():
+    from imprintd.acp import wire
+    from imprintd.acp.mcp import session_servers
+    from imprintd.mcp.config import parse_servers
+
+    servers = session_servers(
+        [
+            wire.McpServer(
+                name="git",
+                command="/usr/bin/python3",
+                args=["-m", "mcp_server_git"],
+                env=[wire.NameValue(name="GIT_PAGER", value="cat")],
+            ),
+            wire.McpServer(name="git", type="stdio", command="uvx", args=["mcp-server-git"]),
+            wire.McpServer(
+                name="Docs & Notes (work) " + "x" * 40,
+                type="sse",
+                url="https://docs.example.com/sse",
+                headers=[wire.NameValue(name="Authorization", value="Bearer t")],
+            ),
+            wire.McpServer(name="__", type="http", url="https://mcp.example.com/mcp"),
+            wire.McpServer(name="x" * 31 + " y", command="true"),  # cut at the space: no "_" left at the end
+        ]
+    )
+    assert [(s.name, s.transport) for s in servers] == [
+        ("git", "stdio"),
+        ("git-1", "stdio"),  # the same name twice: told apart by its place
+        ("Docs_Notes_work_xxxxxxxxxxxxxxxx", "sse"),
+        ("server3", "http"),
+        ("x" * 31, "stdio"),
+    ]
+    # The same server written in the settings' shape is the same record: one process for both.
+    assert (
+        servers[0]
+        == parse_servers(
+            {"git": {"command": "/usr/bin/python3", "args": ["-m", "mcp_server_git"], "env": {"GIT_PAGER": "cat"}}}
+        )[0]
+    )
+    assert servers[2].headers == (("Authorization", "Bearer t"),)
