@@ -207,6 +207,9 @@ class NoEvents:
     def text_was_preamble(self): ...
     def progress(self, message, percentage=None): ...
     def tool_step(self, step): ...
+    async def ask_permission(self, request):
+        return "reject"
+
     def summary(self, text, first_seq, last_seq):
         self.reply.summarized = True
 

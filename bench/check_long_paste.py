@@ -185,6 +185,9 @@ async def run(chars: int, n_ctx: int, time_budget: float, worker_timeout: float,
         def tool_step(self, step):
             pass
 
+        async def ask_permission(self, request):
+            return "reject"  # no MCP servers here; a tool that may act would not run
+
         def summary(self, text, first_seq, last_seq):
             pass
 

@@ -356,6 +356,9 @@ class Recorder:
     def tool_step(self, step: ToolStep) -> None:
         self.steps.append(step)
 
+    async def ask_permission(self, request) -> str:
+        return "reject"  # no MCP servers in the evaluation; a tool that may act would not run
+
     def summary(self, text: str, first_seq: int, last_seq: int) -> None: ...
 
     def context_usage(self, usage) -> None: ...

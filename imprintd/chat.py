@@ -30,7 +30,10 @@ from imprintd.conversations.compact import compact as compact_session
 from imprintd.conversations.search import SearchPage
 from imprintd.conversations.search import search as search_conversations
 from imprintd.conversations.titles import clean_title
-from imprintd.events import ReplyEvents
+from imprintd.events import ReplyEvents, ToolStep
+from imprintd.mcp.config import McpServerConfig
+from imprintd.mcp.servers import START_SHARE, START_TIMEOUT_S, McpServers
+from imprintd.mcp.tools import CallContext, McpTool, fitted
 from imprintd.messages import Message
 from imprintd.models.base import (
     Model,
@@ -213,6 +216,22 @@ class SessionTurns:
                 del self._locks[session_id]
 
 
+class _Quiet:
+    """ReplyEvents for counting what a next question would get: nothing is reported, nothing may act."""
+
+    def tool_step(self, step: ToolStep) -> None:
+        pass
+
+    def progress(self, message: str, percentage: int | None = None) -> None:
+        pass
+
+    async def ask_permission(self, request: Any) -> Any:
+        return "reject"
+
+
+_QUIET: Any = _Quiet()
+
+
 class Chat:
     """One per process: holds the settings, the stores and the (lazily loaded) model."""
 
@@ -238,6 +257,10 @@ class Chat:
         self._indexes: dict[Path, WorkspaceIndex] = {}
         self._index_locks: dict[Path, anyio.Lock] = {}
         self._turns = SessionTurns()
+        #: The MCP servers of the settings and of sessions, started when first needed; front
+        #: doors ``await chat.mcp.aclose()`` before they end.
+        self.mcp = McpServers()
+        self.mcp.configure(self.settings.mcp_servers)
 
     # -- settings and parts -------------------------------------------------
     @property
@@ -246,6 +269,31 @@ class Chat:
 
     def update_settings(self, resolved: Resolved) -> None:
         self.resolved = resolved
+        self.mcp.configure(self.settings.mcp_servers)
+
+    def mcp_servers_for(self, extra: tuple[McpServerConfig, ...] = ()) -> tuple[McpServerConfig, ...]:
+        """The MCP servers a reply may use: the settings', then ``extra`` (a session's); a
+        session's server takes the place of a configured one of the same name."""
+        by_name = {server.name: server for server in (*self.settings.mcp_servers, *extra)}
+        return tuple(by_name.values())
+
+    async def mcp_tools(
+        self,
+        servers: tuple[McpServerConfig, ...],
+        session_id: str,
+        events: ReplyEvents | None,
+        time_left: Callable[[], float],
+    ) -> list[McpTool]:
+        """The tools of ``servers`` for a reply of ``session_id``, those servers started (each
+        within ``START_TIMEOUT_S`` and the reply's time); a server that fails is reported once
+        through ``events`` and left out. ``events`` None: only counted, nothing reported or run."""
+        if not servers:
+            return []
+        # Starting takes at most half of what research has left: the reply goes on without a slow one.
+        timeout = max(1.0, min(START_TIMEOUT_S, time_left() * START_SHARE))
+        infos = await self.mcp.tools_for(servers, session_id=session_id, events=events, timeout=timeout)
+        context = CallContext(servers=self.mcp, events=events or _QUIET, session_id=session_id, time_left=time_left)
+        return [McpTool(info, context) for info in infos]
 
     @property
     def store(self) -> Store:
@@ -481,16 +529,19 @@ class Chat:
         assert message is not None  # one of the two, checked above
         return history.read(message, offset)
 
-    async def context_usage(self, session_id: str) -> ContextUsage:
+    async def context_usage(self, session_id: str, extra_servers: tuple[McpServerConfig, ...] = ()) -> ContextUsage:
         """What the session's next question would get of the context, without asking one.
 
         Counted by the model in use (loaded if it was not), in a worker thread, with a served
-        model's window asked first.
+        model's window asked first. The MCP servers of the settings (and ``extra_servers``, a
+        session's) are started to count what their tools would take, fitted as a reply fits them.
         """
         await self.learn_window()
         store, info = await in_worker(self.locate, session_id)
         stored, summary = await in_worker(lambda: (store.messages(info.id), store.summary(info.id)))
         settings = self.settings
+        servers = self.mcp_servers_for(extra_servers)
+        tools = await self.mcp_tools(servers, info.id, None, lambda: settings.research_time_budget)
 
         def usage() -> ContextUsage:
             model = self.model()  # builds it when the settings changed: a local one reads its GGUF
@@ -499,8 +550,14 @@ class Chat:
                 workspace = self.workspace_root(session_folder) is not None
             except WorkspaceMissing:
                 workspace = False  # the question would be refused; what it would get is without tools
+            offered = fitted(tools, n_ctx=model.n_ctx, count_prompt=model.count_prompt)
             return next_question_usage(
-                model, stored=stored, summary=summary, workspace=workspace, max_tokens=settings.max_tokens
+                model,
+                stored=stored,
+                summary=summary,
+                workspace=workspace,
+                max_tokens=settings.max_tokens,
+                mcp_specs=[tool.spec for tool in offered],
             )
 
         return await in_worker(usage)  # builds the model, stats the folders, counts the prompt
@@ -556,6 +613,7 @@ class Chat:
             load_model=await in_worker(self._model_when_asked),
             sections=self.sections.open(reply_id),
             workspace_tools=functools.partial(self.workspace_tools, request.workspace),
+            mcp_tools=functools.partial(self.mcp_tools, self.mcp_servers_for(request.mcp_servers), info.id),
         )
         # Every model request of this reply serves this session (the local model keeps its state).
         with session_requests(info.id, persist=store is not self.memory):

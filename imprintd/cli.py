@@ -1,5 +1,5 @@
 """The ``imprintd`` command: ``serve`` (the daemon, default), ``acp``, ``ask``, ``sessions``, ``search``,
-``export``, ``models``, ``config``."""
+``export``, ``models``, ``mcp``, ``config``."""
 
 from __future__ import annotations
 
@@ -72,6 +72,12 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--workspace", help="a folder the answer may search and read (e.g. --workspace .)")
     ask.add_argument("--spoken", action="store_true", help="ask for a short spoken-style answer")
     ask.add_argument("--no-persist", action="store_true", help="keep this conversation in memory only")
+    ask.add_argument(
+        "--allow-tools",
+        action="store_true",
+        help="let MCP tools that may act (not marked read-only) run without asking; without it they are "
+        "asked about on a terminal (y: once, a: always this session, n: no) and refused when stdin is not one",
+    )
 
     commands.add_parser(
         "sessions", parents=[common], help="list stored sessions", description="List stored sessions, newest first."
@@ -109,6 +115,13 @@ def _parser() -> argparse.ArgumentParser:
         "with --model PATH or the chat.model setting), then files that are not chat models, with why.",
     )
     models.add_argument("--json", action="store_true", help="print imprint/models' list as JSON")
+    commands.add_parser(
+        "mcp",
+        parents=[common],
+        help="list the MCP servers of chat.mcp_servers, their state and their tools",
+        description="Start each MCP server of chat.mcp_servers, list its state and its tools (read-only "
+        "ones marked), then stop it.",
+    )
     commands.add_parser(
         "config",
         parents=[common],
@@ -213,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _export(resolved, args)
     if command == "models":
         return _models(resolved, args)
+    if command == "mcp":
+        return _mcp(resolved)
     return _ask(resolved, args)
 
 
@@ -350,6 +365,41 @@ def _models(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
     return 0
 
 
+def _mcp(resolved: settings_mod.Resolved) -> int:
+    """``imprintd mcp``: each configured server started, its state and its tools, then stopped."""
+    import anyio
+
+    from imprintd.mcp.servers import START_TIMEOUT_S, McpServers
+
+    servers = resolved.settings.chat.mcp_servers
+    if not servers:
+        print(
+            "No MCP servers configured. Add some to chat.mcp_servers, e.g. in config.toml:\n"
+            '[chat.mcp_servers.git]\ncommand = "uvx"\nargs = ["mcp-server-git", "--repository", "."]',
+            file=sys.stderr,
+        )
+        return 1
+
+    async def listed():
+        mcp = McpServers()
+        mcp.configure(servers)
+        try:
+            tools = await mcp.tools_for(servers, session_id="imprintd-mcp", events=None, timeout=START_TIMEOUT_S)
+            return mcp.status(), tools
+        finally:
+            await mcp.aclose()
+
+    rows, tools = anyio.run(listed)
+    for row in rows:
+        print(f"{row.name}  {row.state}  ({row.target})" + (f": {row.detail}" if row.detail else ""))
+        for tool in (tool for tool in tools if tool.server.name == row.name):
+            mark = "read-only" if tool.read_only and not tool.destructive else "asks first"
+            print(
+                f"    {row.name}__{tool.name}  [{mark}]  {tool.description.splitlines()[0] if tool.description else ''}"
+            )
+    return 0 if all(row.state == "ready" for row in rows) else 1
+
+
 def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
     import os
 
@@ -361,7 +411,11 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
     from imprintd.store import StoreError
 
     chat = Chat(resolved)
-    events = _PrintEvents(live=sys.stdout.isatty(), thoughts=sys.stderr.isatty())
+    events = _PrintEvents(
+        live=sys.stdout.isatty(),
+        thoughts=sys.stderr.isatty(),
+        permission="allow" if args.allow_tools else "ask" if sys.stdin.isatty() else "reject",
+    )
     request = ReplyRequest(
         text=args.question,
         session_id=args.session,
@@ -369,8 +423,15 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
         style="spoken" if args.spoken else "written",
         workspace=os.path.abspath(args.workspace) if args.workspace else None,
     )
+
+    async def reply():
+        try:
+            return await chat.reply(request, events)
+        finally:
+            await chat.mcp.aclose()  # every MCP server started for the reply stops with it
+
     try:
-        outcome = anyio.run(chat.reply, request, events)
+        outcome = anyio.run(reply)
     except (WorkspaceMissing, QuestionTooLong) as error:
         print(f"imprintd: {error}", file=sys.stderr)
         return 2
@@ -404,9 +465,11 @@ class _PrintEvents:
     (``thoughts``), and are left out when it is not (a script reading stderr wants its lines).
     """
 
-    def __init__(self, live: bool, thoughts: bool = False) -> None:
+    def __init__(self, live: bool, thoughts: bool = False, permission: str = "reject") -> None:
         self.live = live
         self.thoughts = thoughts
+        #: MCP tools that may act: "ask" on the terminal, "allow" (--allow-tools), or "reject".
+        self.permission = permission
         #: What was printed of the current part.
         self.printed = ""
         #: Thoughts are being printed (their heading is out, their last line not yet ended).
@@ -463,3 +526,32 @@ class _PrintEvents:
     def notice(self, message: str) -> None:
         self._end_thoughts()
         print(f"[{message}]", file=sys.stderr)
+
+    async def ask_permission(self, request) -> str:
+        if self.permission == "allow":
+            return "allow_once"
+        if self.permission != "ask":
+            print(
+                f"[{request.title}: refused, it may act and stdin is not a terminal to ask on; "
+                "--allow-tools lets it run]",
+                file=sys.stderr,
+            )
+            return "reject"
+        import json
+
+        import anyio
+
+        self._end_thoughts()
+        shown = json.dumps(request.arguments, ensure_ascii=False)
+        what = "may change or delete things" if request.destructive else "may change things"
+        question = f"\n{request.title} {shown} ({what}). Run it? [y]es once, [a]lways this session, [n]o: "
+
+        def ask() -> str:
+            sys.stderr.write(question)
+            sys.stderr.flush()
+            answer = sys.stdin.readline().strip().lower()
+            return {"y": "allow_once", "yes": "allow_once", "a": "allow_always", "always": "allow_always"}.get(
+                answer, "reject"
+            )
+
+        return await anyio.to_thread.run_sync(ask, abandon_on_cancel=True)

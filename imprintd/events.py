@@ -12,6 +12,9 @@ known, and the next text starts a new part; what was never called preamble is th
 
 A reasoning model's thoughts stream on a channel of their own (``reasoning``), in the part
 of the text they come before: a client shows them folded, never as the answer (issue 31).
+
+A tool that may act (an MCP tool not marked read-only) runs only after ``ask_permission``
+says so; a front door that cannot ask the user answers "reject".
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import msgspec
 from imprintd.context.usage import ContextUsage
 
 StepState = Literal["started", "finished", "failed"]
+#: The user's answer to a permission request: once, for the rest of the session, or no.
+PermissionAnswer = Literal["allow_once", "allow_always", "reject"]
 
 
 class ToolStep(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,6 +41,21 @@ class ToolStep(msgspec.Struct, frozen=True, kw_only=True):
     detail: str = ""
     #: The call's arguments as the model sent them (a client can point at the file a read touches).
     arguments: dict[str, Any] = {}
+
+
+class PermissionRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call that needs the user's yes before it runs (its annotations do not say it only reads)."""
+
+    #: The step id of the call (``ToolStep.call_id``), so a client can show the question beside it.
+    call_id: str
+    #: The MCP server's configured name and the tool's own name on that server.
+    server: str
+    tool: str
+    title: str
+    arguments: dict[str, Any] = {}
+    #: What the tool's annotations say (``readOnlyHint``, ``destructiveHint``; unset: False and True).
+    read_only: bool = False
+    destructive: bool = True
 
 
 class ReplyEvents(Protocol):
@@ -74,3 +94,7 @@ class ReplyEvents(Protocol):
     def notice(self, message: str) -> None:
         """Something the user should know once, beyond this reply (the model server's window is
         smaller than ``chat.n_ctx``, and how to raise it); never answer text."""
+
+    async def ask_permission(self, request: PermissionRequest) -> PermissionAnswer:
+        """Ask the user whether the call may run; a front door that cannot ask answers "reject"."""
+        ...

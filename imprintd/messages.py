@@ -14,8 +14,9 @@ import msgspec
 Role = Literal["system", "user", "assistant", "tool"]
 #: How an answer is written: "spoken" answers are two or three plain sentences.
 Style = Literal["written", "spoken"]
-#: What a source is: a workspace file's lines, an earlier message, or section-analysis notes.
-SourceKind = Literal["file", "message", "section"]
+#: What a source is: a workspace file's lines, an earlier message, section-analysis notes, or
+#: the result of an MCP server's tool.
+SourceKind = Literal["file", "message", "section", "tool"]
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -26,11 +27,21 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     arguments: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class ToolOrigin(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a result from outside the workspace came from: an MCP server's tool, the arguments
+    it was called with, and the URI the result names, if any (a client links it)."""
+
+    server: str
+    tool: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    uri: str | None = None
+
+
 class SourceRef(msgspec.Struct, frozen=True, kw_only=True):
     """One source of an answer, numbered as the answer cites it (docs/decisions.md, "Numbered
     results and sources"): a file's lines (``path``, 1-based inclusive ``start_line``..``end_line``),
-    an earlier message (``message``, its seq) or section notes (of the user's message
-    ``message``, or of a tool result at ``path``). ``cited`` is False for a place the answer
+    an earlier message (``message``, its seq), section notes (of the user's message
+    ``message``, or of a tool result at ``path``) or an MCP tool's result (``origin``). ``cited`` is False for a place the answer
     read but did not cite; ``supported`` is None then, False when the citing sentence shares
     nothing with the source's text, with ``reason`` saying so."""
 
@@ -44,6 +55,7 @@ class SourceRef(msgspec.Struct, frozen=True, kw_only=True):
     cited: bool = True
     supported: bool | None = True
     reason: str = ""
+    origin: ToolOrigin | None = None
 
 
 class Message(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,12 +90,18 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
         return self.role == "tool" or bool(self.tool_calls)
 
 
-class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """A tool offered to the model: its name, what it does, and a JSON schema of its arguments."""
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A tool offered to the model: its name, what it does, and a JSON schema of its arguments.
+
+    ``grammar``, when set, is the schema a local model's call grammar holds the arguments to in
+    place of ``parameters`` (``call_tool``: its arguments follow the schema of the tool it names).
+    It is never rendered into a prompt, so it costs no tokens.
+    """
 
     name: str
     description: str
     parameters: dict[str, Any]
+    grammar: dict[str, Any] | None = None
 
     def as_openai(self) -> dict[str, Any]:
         """The OpenAI / chat-template form ``{"type": "function", "function": {...}}``."""

@@ -7,7 +7,7 @@ Every message is a msgspec Struct, camelCase on the wire. Method names are fixed
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -16,9 +16,10 @@ from imprintd import reply
 from imprintd.context.usage import ContextUsage
 from imprintd.conversations import export as conversation_export
 from imprintd.conversations import search as conversation_search
-from imprintd.events import StepState
+from imprintd.events import PermissionAnswer, StepState
 from imprintd.messages import Message, SourceKind, Style
 from imprintd.messages import SourceRef as CoreSourceRef
+from imprintd.messages import ToolOrigin as CoreToolOrigin
 from imprintd.models.identity import ModelIdentity
 from imprintd.models.on_disk import FoundModel
 from imprintd.research.loop import Stop as StopReason
@@ -46,6 +47,8 @@ TOOL_STEP = "imprint/toolStep"
 SUMMARY_UPDATED = "imprint/summaryUpdated"
 MODEL_CHANGED = "imprint/modelChanged"
 CONTEXT_USAGE = "imprint/contextUsage"
+# Requests (server to client)
+REQUEST_PERMISSION = "imprint/requestPermission"
 
 REQUESTS = (
     CHAT,
@@ -63,6 +66,7 @@ REQUESTS = (
     MODELS,
 )
 NOTIFICATIONS = (REPLY_DELTA, REPLY_PREAMBLE, REPLY_REASONING, TOOL_STEP, SUMMARY_UPDATED, MODEL_CHANGED, CONTEXT_USAGE)
+SERVER_REQUESTS = (REQUEST_PERMISSION,)
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
@@ -82,9 +86,23 @@ class ChatParams(Wire):
     work_done_token: int | str | None = None
 
 
+class ToolOriginWire(Wire):
+    """The MCP server and tool a ``"tool"`` source came from, its arguments, and a URI it names."""
+
+    server: str
+    tool: str
+    arguments: dict[str, Any]
+    uri: str | None
+
+    @classmethod
+    def from_core(cls, origin: CoreToolOrigin) -> ToolOriginWire:
+        return cls(**msgspec.structs.asdict(origin))
+
+
 class SourceRef(Wire):
-    """One source of an answer (protocol.md, "Sources"): a file's lines, an earlier message, or
-    section notes; cited, or read and not cited; checked against the sentences citing it."""
+    """One source of an answer (protocol.md, "Sources"): a file's lines, an earlier message,
+    section notes, or an MCP tool's result; cited, or read and not cited; checked against the
+    sentences citing it."""
 
     number: int
     kind: SourceKind
@@ -96,11 +114,14 @@ class SourceRef(Wire):
     cited: bool
     supported: bool | None
     reason: str
+    origin: ToolOriginWire | None
 
     @classmethod
     def from_core(cls, source: CoreSourceRef) -> SourceRef:
         # The same fields, by name: a field added to one and not the other fails here.
-        return cls(**msgspec.structs.asdict(source))
+        fields = msgspec.structs.asdict(source)
+        origin = fields.pop("origin")
+        return cls(**fields, origin=ToolOriginWire.from_core(origin) if origin is not None else None)
 
 
 class ChatResult(Wire):
@@ -156,6 +177,25 @@ class ToolStepNotice(Wire):
     title: str
     state: StepState
     detail: str = ""
+
+
+# -- imprint/requestPermission (server to client) ------------------------------
+class PermissionParams(Wire):
+    """A tool call that waits for the user's yes: the MCP server and tool, what it would run with,
+    and what its annotations say (``readOnlyHint``, ``destructiveHint``)."""
+
+    reply_id: str
+    call_id: str
+    server: str
+    tool: str
+    title: str
+    arguments: dict[str, Any]
+    read_only: bool
+    destructive: bool
+
+
+class PermissionResult(Wire):
+    outcome: PermissionAnswer
 
 
 class SummaryInfo(Wire):

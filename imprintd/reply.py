@@ -49,7 +49,9 @@ from imprintd.context.history import (
 from imprintd.context.sections import ReplySections
 from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
-from imprintd.messages import Message, SourceRef, Style
+from imprintd.mcp import tools as mcp_tools
+from imprintd.mcp.config import McpServerConfig
+from imprintd.messages import Message, SourceRef, Style, ToolSpec
 from imprintd.models.base import Model, learn_window, output_allowance
 from imprintd.offload import in_worker
 from imprintd.research import citations
@@ -81,6 +83,13 @@ class ReplyRequest(msgspec.Struct, frozen=True, kw_only=True):
     style: Style = "written"
     persist: bool = True
     workspace: str | None = None
+    #: MCP servers this request may use beside those of ``chat.mcp_servers`` (ACP passes a
+    #: session's ``mcpServers`` here).
+    mcp_servers: tuple[McpServerConfig, ...] = ()
+
+
+async def _no_mcp_tools(events: ReplyEvents, time_left: Callable[[], float]) -> list[mcp_tools.McpTool]:
+    return []
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +108,9 @@ class ReplyContext:
     workspace_tools: Callable[[ReplyEvents], Awaitable[list[Tool]]]
     #: This reply's analyzed originals (``read_chat_section``).
     sections: ReplySections
+    #: The tools of the MCP servers of the settings and the request, those servers started
+    #: (``mcp/servers.py``); what the model is offered of them is fitted here.
+    mcp_tools: Callable[[ReplyEvents, Callable[[], float]], Awaitable[list[mcp_tools.McpTool]]] = _no_mcp_tools
 
 
 class ReplyOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -131,7 +143,12 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
             info.id, [m for m in store.messages(info.id) if (m.seq or 0) < (question.seq or 0)], index
         )
     )
-    tools = [*workspace_tools, history_tool]
+    servers_tools = await context.mcp_tools(events, clock.research_left)
+    # All their schemas, or the compact pair when those would take too much of the window.
+    offered_mcp = await in_worker(
+        lambda: mcp_tools.fitted(servers_tools, n_ctx=model.n_ctx, count_prompt=model.count_prompt)
+    )
+    tools: list[Tool] = [*workspace_tools, history_tool, *offered_mcp]
     specs = [tool.spec for tool in tools]
     tool_lines = _tool_lines(workspace=bool(workspace_tools))
 
@@ -245,13 +262,16 @@ def next_question_usage(
     workspace: bool,
     style: Style = "written",
     max_tokens: int,
+    mcp_specs: Sequence[ToolSpec] = (),
 ) -> ContextUsage:
     """What the next question's first round would get, without asking one (it counts 0 tokens).
 
     Composed as ``run_reply`` composes a round (the tools it would offer, the summary as it stands,
-    fitting), before any summary step the question might bring about. Counts: call it from a worker thread.
+    fitting), before any summary step the question might bring about. ``mcp_specs``: what the
+    model would be offered of the MCP servers' tools (``mcp.tools.fitted``). Counts: call it
+    from a worker thread.
     """
-    specs = [*(WORKSPACE_SPECS if workspace else ()), ConversationHistoryTool.spec]
+    specs = [*(WORKSPACE_SPECS if workspace else ()), ConversationHistoryTool.spec, *mcp_specs]
     tool_lines = _tool_lines(workspace=workspace)
     system, history, layout = compose_prompt(style, tool_lines, summary, stored)
     max_tokens = output_allowance(model, max_tokens)

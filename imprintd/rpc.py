@@ -479,6 +479,9 @@ async def _serve(server, stdin: BinaryIO, watch_interval: float) -> int:
                 protocol.receive_body(item)
     finally:
         watcher.cancel()
+        closing = getattr(server, "aclose", None)
+        if closing:
+            await closing()  # e.g. MCP servers, each in the task that owns it, before tasks are cancelled
         pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for task in pending:
             task.cancel()

@@ -127,6 +127,10 @@ class ImprintServer(LanguageServer):
         self._announcing_in_order = asyncio.Lock()
         cast(ImprintProtocol, self.protocol).experimental = self._initialize_model_info
 
+    async def aclose(self) -> None:
+        """At the end of serving, before the loop's tasks are cancelled: stop every MCP server."""
+        await self.chat.mcp.aclose()
+
     def model_info(self, settings: ChatSettings | None = None) -> wire.ModelInfo:
         return wire.ModelInfo.from_core(self.chat.model_identity(settings))
 

@@ -11,6 +11,7 @@ falls back to the highest source below that still sets it (the default at the bo
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import tomllib
@@ -24,6 +25,8 @@ import msgspec.inspect
 import platformdirs
 from msgspec import Meta
 
+from imprintd.mcp.config import ACCEPTED as MCP_ACCEPTED
+from imprintd.mcp.config import McpServerConfig, as_editor_shape, parse_servers
 from imprintd.redact import hide_url_passwords
 
 APP_NAME = "imprint"
@@ -170,6 +173,13 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
             extra={"accepted": "a folder path; empty: none"},
         ),
     ] = ""
+    mcp_servers: Annotated[
+        tuple[McpServerConfig, ...],
+        Meta(
+            description="MCP servers whose tools replies may use, by name, in the shape editors write them",
+            extra={"accepted": MCP_ACCEPTED, "parse": parse_servers, "show": as_editor_shape},
+        ),
+    ] = ()
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -197,6 +207,10 @@ class Key:
     check: Callable[[Any], bool] = lambda value: True
     #: The accepted values or range in a few words (``512–1048576``, ``local, openai``); "" for free text.
     bounds: str = ""
+    #: For a structured value (``chat.mcp_servers``): reads it, raising ValueError that says what is wrong.
+    parse: Callable[[Any], Any] | None = None
+    #: For a structured value: what ``imprintd config`` and a refusal show of it.
+    show: Callable[[Any], Any] | None = None
 
 
 def _key(section: str, field: msgspec.inspect.Field) -> Key:
@@ -222,6 +236,8 @@ def _key(section: str, field: msgspec.inspect.Field) -> Key:
             lambda v: low <= v <= high,
             f"{low}–{high}",
         )
+    if "parse" in extra:
+        return Key(name, tuple, extra["accepted"], help_text, parse=extra["parse"], show=extra.get("show"))
     return Key(name, str, extra["accepted"], help_text, extra.get("check", lambda value: True))
 
 
@@ -256,6 +272,8 @@ def known_key(key: str) -> Key:
 def coerce(key: str, value: Any, *, from_text: bool = False) -> Any:
     """Check ``value`` for ``key`` and return it in the key's type, or raise SettingsError."""
     spec = known_key(key)
+    if spec.parse is not None:
+        return _parsed(key, spec, value, from_text=from_text)
     converted = value
     try:
         if from_text and isinstance(value, str) and spec.type is bool:
@@ -273,12 +291,29 @@ def coerce(key: str, value: Any, *, from_text: bool = False) -> Any:
     return converted
 
 
+def _parsed(key: str, spec: Key, value: Any, *, from_text: bool) -> Any:
+    """A structured value read by its key's parser; from text (the environment, ``--set``) as JSON."""
+    assert spec.parse is not None
+    try:
+        if from_text and isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"not JSON ({error}); expected {spec.accepted}") from None
+        return spec.parse(value)
+    except ValueError as error:
+        raise SettingsError(f"{key} is not accepted: {error}") from None
+
+
 def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"chat": {"n_ctx": 1}}`` and ``{"chat.n_ctx": 1}`` both become ``{"chat.n_ctx": 1}``."""
+    """``{"chat": {"n_ctx": 1}}`` and ``{"chat.n_ctx": 1}`` both become ``{"chat.n_ctx": 1}``.
+
+    A key whose value is itself an object (``chat.mcp_servers``) stops the flattening there.
+    """
     flat: dict[str, Any] = {}
     for name, value in values.items():
         key = f"{prefix}{name}"
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and not (key in KEYS and KEYS[key].parse is not None):
             flat.update(flatten(value, f"{key}."))
         else:
             flat[key] = value
@@ -330,7 +365,7 @@ class Resolved:
                 settings, origins[key] = settings.replace(key, converted), source
             except SettingsError as error:
                 errors.append(
-                    f"{error} (from {source}; keeping {_shown(settings.get(key))})"
+                    f"{error} (from {source}; keeping {_shown_setting(key, settings.get(key))})"
                     if key in KEYS
                     else f"{error} (from {source})"
                 )
@@ -341,6 +376,14 @@ def _shown(value: Any, limit: int | None = None) -> str:
     """``value`` as a refusal or ``imprintd config`` quotes it: the password of a URL masked."""
     text = hide_url_passwords(repr(value))
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _shown_setting(key: str, value: Any) -> str:
+    """A setting's value as ``imprintd config`` and a refusal show it (servers in the editor shape)."""
+    spec = KEYS.get(key)
+    if spec is not None and spec.show is not None:
+        return _shown(spec.show(value)) if value else "empty"
+    return _shown(value)
 
 
 def config_file() -> Path:
@@ -399,6 +442,9 @@ def load(cli_values: Mapping[str, Any] | None = None, environ: Mapping[str, str]
 def describe(resolved: Resolved, extra: Iterable[tuple[str, str]] = ()) -> str:
     """The effective settings and where each came from, as ``imprintd config`` prints them."""
     width = max(len(key) for key in KEYS)
-    lines = [f"{key:<{width}}  {_shown(resolved.settings.get(key)):<28}  ({resolved.origins[key]})" for key in KEYS]
+    lines = [
+        f"{key:<{width}}  {_shown_setting(key, resolved.settings.get(key)):<28}  ({resolved.origins[key]})"
+        for key in KEYS
+    ]
     lines.extend(f"{name:<{width}}  {value}" for name, value in extra)
     return "\n".join(lines)

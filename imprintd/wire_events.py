@@ -1,6 +1,11 @@
 """ReplyEvents over the wire: reply text as ``imprint/replyDelta``, a reasoning model's thoughts
 as ``imprint/replyReasoning`` (in the part they precede), long work as LSP progress.
 
+A tool call that needs the user's yes (``ask_permission``) is the server-to-client request
+``imprint/requestPermission``, sent only to a client whose ``initialize`` capabilities say it
+answers them (``experimental.imprint.permissionRequests: true``); any other client, an error
+answer, an answer that does not fit, or none within ``PERMISSION_TIMEOUT_S``, is a no.
+
 Progress uses standard work-done progress: the request's own ``workDoneToken`` when the
 client sent one, else a token created with ``window/workDoneProgress/create`` when the
 client supports it (created on the first report, so replies without long work send
@@ -13,18 +18,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from typing import Any
 
 import msgspec
 from lsprotocol import types
 
 from imprintd import protocol as wire
 from imprintd.context.usage import ContextUsage
-from imprintd.events import ToolStep
+from imprintd.events import PermissionAnswer, PermissionRequest, ToolStep
 
 logger = logging.getLogger(__name__)
 
 #: How long to wait for the client to accept a progress token before going on without progress.
 CREATE_TIMEOUT_S = 10.0
+#: How long a permission request waits for the user's choice before it counts as a no.
+PERMISSION_TIMEOUT_S = 120.0
 
 
 class WireEvents:
@@ -109,6 +117,39 @@ class WireEvents:
         logger.warning("%s", message)
         self._server.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
 
+    async def ask_permission(self, request: PermissionRequest) -> PermissionAnswer:
+        if not client_answers_permissions(self._server):
+            logger.info(
+                "%s__%s needs permission and the client does not answer %s: not run",
+                request.server,
+                request.tool,
+                wire.REQUEST_PERMISSION,
+            )
+            return "reject"
+        params = wire.PermissionParams(
+            reply_id=self.reply_id,
+            call_id=request.call_id,
+            server=request.server,
+            tool=request.tool,
+            title=request.title,
+            arguments=request.arguments,
+            read_only=request.read_only,
+            destructive=request.destructive,
+        )
+        asked = self._server.protocol.send_request_async(wire.REQUEST_PERMISSION, msgspec.to_builtins(params))
+        try:
+            # Shielded: given up on (timed out, or the reply cancelled), the request stays open, so
+            # an answer that comes later finds it and is dropped quietly rather than failing pygls.
+            answer = await asyncio.wait_for(asyncio.shield(asked), PERMISSION_TIMEOUT_S)
+            return msgspec.convert(_plain(answer), wire.PermissionResult).outcome
+        except TimeoutError:
+            logger.info("%s: no answer within %.0f s; taken as reject", wire.REQUEST_PERMISSION, PERMISSION_TIMEOUT_S)
+        except msgspec.ValidationError as error:
+            logger.warning("%s: the answer does not fit (%s); taken as reject", wire.REQUEST_PERMISSION, error)
+        except Exception as error:  # the client answered an error, or the connection ended
+            logger.info("%s: the client answered %s; taken as reject", wire.REQUEST_PERMISSION, error)
+        return "reject"
+
     def progress(self, message: str, percentage: int | None = None) -> None:
         if self._token is None and self._creating is None:
             if not _client_supports_progress(self._server):
@@ -159,3 +200,21 @@ def _client_supports_progress(server) -> bool:
     capabilities = getattr(server.protocol, "client_capabilities", None)
     window = getattr(capabilities, "window", None)
     return bool(window and window.work_done_progress)
+
+
+def client_answers_permissions(server) -> bool:
+    """Whether the client said, in ``initialize``, that it answers ``imprint/requestPermission``:
+    ``capabilities.experimental.imprint.permissionRequests`` is ``true``."""
+    capabilities = getattr(server.protocol, "client_capabilities", None)
+    experimental = getattr(capabilities, "experimental", None)
+    imprint = experimental.get("imprint") if isinstance(experimental, dict) else None
+    return isinstance(imprint, dict) and imprint.get("permissionRequests") is True
+
+
+def _plain(value: Any) -> Any:
+    """A client's result as plain JSON values: pygls hands results over as namedtuples."""
+    if hasattr(value, "_asdict"):
+        return {key: _plain(item) for key, item in value._asdict().items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value

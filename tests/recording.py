@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from imprintd.events import ToolStep
+from imprintd.events import PermissionAnswer, PermissionRequest, ToolStep
 
 
 @dataclass
 class RecordingEvents:
     #: Every event as (kind, payload), in the order it came.
     log: list[tuple[str, object]] = field(default_factory=list)
+    #: What ``ask_permission`` answers (a front door that cannot ask says "reject").
+    permission: PermissionAnswer = "reject"
+
+    async def ask_permission(self, request: PermissionRequest) -> PermissionAnswer:
+        self.log.append(("permission", request))
+        return self.permission
 
     def begin(self, session_id: str, reply_id: str) -> None:
         self.log.append(("begin", (session_id, reply_id)))

@@ -99,7 +99,10 @@ class StandInModel:
         return MESSAGE_OVERHEAD + count_text(message.prompt_content) + count_text(calls)
 
     def count_tools(self, tools: Sequence[ToolSpec]) -> int:
-        return sum(count_text(msgspec.json.encode(tool).decode()) for tool in tools)
+        # What a prompt renders of a tool: a local call grammar's schema is never rendered.
+        return sum(
+            count_text(msgspec.json.encode(msgspec.structs.replace(tool, grammar=None)).decode()) for tool in tools
+        )
 
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
         return PROMPT_OVERHEAD + self.count_tools(tools) + sum(self.count_message(m) for m in messages)

@@ -19,11 +19,16 @@ def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> 
 
 
 @pytest.mark.parametrize(
-    "command", [(), ("serve",), ("ask",), ("sessions",), ("search",), ("export",), ("models",), ("config",)]
+    "command", [(), ("serve",), ("ask",), ("sessions",), ("search",), ("export",), ("models",), ("mcp",), ("config",)]
 )
 def test_every_command_has_help(command):
     result = run(*command, "--help")
     assert result.returncode == 0 and "usage: imprintd" in result.stdout
+
+
+def test_ask_help_says_how_tools_that_may_act_are_allowed():
+    result = run("ask", "--help")
+    assert "--allow-tools" in result.stdout and "refused when stdin is not one" in " ".join(result.stdout.split())
 
 
 def test_config_shows_values_their_sources_and_the_model():

@@ -109,7 +109,7 @@ def _settings_rows(path: Path) -> dict[str, tuple[str, str]]:
 def _default_cell(value) -> str:
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
-    if isinstance(value, str):
+    if isinstance(value, str | tuple):
         return f"`{value}`" if value else "empty"
     return str(value) if isinstance(value, int) else f"{value:g}"  # 268435456, not 2.68435e+08
 

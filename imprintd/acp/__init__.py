@@ -25,8 +25,15 @@ def serve(chat: Chat) -> int:
     connection = Connection(sys.stdout.buffer)
     sys.stdout = sys.stderr  # stdout carries protocol only; a stray print goes to the log
     agent = Agent(chat, connection)
+
+    async def run() -> None:
+        try:
+            await serve_lines(Dispatcher(connection, agent.requests, agent.notifications), stdin)
+        finally:
+            await chat.mcp.aclose()  # no MCP server outlives the agent
+
     try:
-        asyncio.run(serve_lines(Dispatcher(connection, agent.requests, agent.notifications), stdin))
+        asyncio.run(run())
     finally:
         chat.close()
     return 0

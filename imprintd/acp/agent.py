@@ -6,6 +6,12 @@ nothing behind); ``session/prompt`` asks the core for a reply in it, ``session/l
 ``session/list`` and ``session/delete`` work on the same store. Nothing here decides
 anything about a reply.
 
+The MCP servers a client names in ``session/new``, ``session/load`` or ``session/resume`` are
+that session's (``acp.mcp``): each of its prompts may use their tools beside those of
+``chat.mcp_servers``, started when a reply first needs them and shared with other sessions that
+name the same server. ``session/resume`` takes the session up again with its servers and
+replays nothing; ``session/close`` ends a session's prompts and stops the servers only it used.
+
 After ``session/new`` and ``session/load`` the agent publishes its slash commands
 (``available_commands_update``, ``commands.py``); a prompt starting with one runs it instead of
 asking the model. ``session_info_update`` carries the session's title: on ``session/load``, and
@@ -33,12 +39,14 @@ import msgspec
 
 from imprintd import __version__
 from imprintd.acp import commands, wire
-from imprintd.acp.events import SESSION_UPDATE, AcpEvents, source_links, stop_reason
+from imprintd.acp.events import SESSION_UPDATE, AcpEvents, linked_uri, source_links, stop_reason
 from imprintd.acp.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND, Connection, RpcError
+from imprintd.acp.mcp import MCP_CAPABILITIES, session_servers
 from imprintd.acp.replay import replay
 from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing, workspace_folder
 from imprintd.conversations.compact import CompactFailed
 from imprintd.conversations.export import markdown
+from imprintd.mcp.config import McpServerConfig
 from imprintd.models.base import ModelError
 from imprintd.models.identity import identify_model
 from imprintd.models.on_disk import FoundModel, find_models
@@ -64,8 +72,8 @@ def _model_note(model: FoundModel) -> str:
 AGENT_CAPABILITIES = {
     "loadSession": True,
     "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
-    "mcpCapabilities": {"http": False, "sse": False},
-    "sessionCapabilities": {"list": {}, "delete": {}},
+    "mcpCapabilities": MCP_CAPABILITIES,
+    "sessionCapabilities": {"list": {}, "delete": {}, "resume": {}, "close": {}},
 }
 
 
@@ -78,6 +86,8 @@ class Agent:
         self._events: dict[asyncio.Task, AcpEvents] = {}  # what each of them sends
         self._unstored: set[str] = set()  # named by session/new, not yet asked anything
         self._titles: dict[str, str] = {}  # the title each session's client was last told
+        self._servers: dict[str, tuple[McpServerConfig, ...]] = {}  # each session's MCP servers
+        self._mcp_kinds: dict[str, dict[str, wire.ToolKind]] = {}  # how each session's MCP tools show
         self._models: list[FoundModel] | None = None  # the chat GGUFs on this machine, found once
         self._served_models: tuple[str, list[str]] | None = None  # (base URL, the ids it listed)
 
@@ -87,6 +97,8 @@ class Agent:
             "initialize": self.initialize,
             "session/new": self.new_session,
             "session/load": self.load_session,
+            "session/resume": self.resume_session,
+            "session/close": self.close_session,
             "session/list": self.list_sessions,
             "session/delete": self.delete_session,
             "session/prompt": self.prompt,
@@ -110,12 +122,13 @@ class Agent:
 
     # -- sessions ---------------------------------------------------------------
     async def new_session(self, params: wire.NewSessionParams) -> wire.NewSessionResult:
+        servers = session_servers(params.mcp_servers)
         root = await in_worker(_folder, params.cwd)  # resolves it: a stat of each part
         option = await in_worker(self._model_option)
         session_id = new_session_id()
         self._unstored.add(session_id)
         self._cwd[session_id] = root
-        _log_mcp(session_id, params.mcp_servers)
+        self._use_servers(session_id, servers)
         logger.info("session %s on %s", session_id, root)
         # After the response (sent once this returns, in the same step): the client knows the id by then.
         asyncio.get_running_loop().call_soon(self._publish_commands, session_id)
@@ -191,21 +204,72 @@ class Agent:
         return wire.SetConfigOptionResult(config_options=[option])
 
     async def load_session(self, params: wire.LoadSessionParams) -> None:
+        servers = session_servers(params.mcp_servers)
         root = await in_worker(_folder, params.cwd)  # resolves it: a stat of each part
         if await self._is_unstored(params.session_id):
             self._cwd[params.session_id] = root
+            self._use_servers(params.session_id, servers)
             self._publish_commands(params.session_id)
             return None  # never asked anything: nothing to replay
         store, info = await _in_store(self._locate, params.session_id)
         messages = await _in_store(store.messages, info.id)
         self._cwd[info.id] = root
-        _log_mcp(info.id, params.mcp_servers)
+        self._use_servers(info.id, servers)
         # Rendered in a worker: a session of thousands of messages is thousands of updates.
         for update in await in_worker(lambda: list(replay(messages, root))):
             self.connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=info.id, update=update))
         await self._tell_title(info.id, force=True)
         self._publish_commands(info.id)
         return None
+
+    async def resume_session(self, params: wire.ResumeSessionParams) -> wire.ResumeSessionResult:
+        """Take a session up again with the servers named now, replaying nothing (the client has
+        its messages); -32002 for a session this agent neither named nor stored."""
+        servers = session_servers(params.mcp_servers)
+        root = await in_worker(_folder, params.cwd)  # resolves it: a stat of each part
+        session_id = params.session_id
+        if not await self._is_unstored(session_id):
+            _, info = await _in_store(self._locate, session_id)
+            session_id = info.id
+        option = await in_worker(self._model_option)
+        self._cwd[session_id] = root
+        self._use_servers(session_id, servers)
+        logger.info("session %s resumed on %s", session_id, root)
+        asyncio.get_running_loop().call_soon(self._publish_commands, session_id)
+        return wire.ResumeSessionResult(config_options=[option])
+
+    async def close_session(self, params: wire.SessionParams) -> dict:
+        """End the session here: its prompts are cancelled and the servers only it used stopped.
+        What is stored stays (``session/load`` or ``session/resume`` takes it up again); a session
+        never asked anything is gone, as it would be at the agent's end."""
+        session_id = params.session_id
+        if not await self._is_unstored(session_id):
+            await _in_store(self._locate, session_id)  # -32002 for a session nobody knows
+        self._cancel_prompts(session_id)
+        self._unstored.discard(session_id)
+        self._forget(session_id)
+        await self._release_servers(session_id)
+        logger.info("session %s closed", session_id)
+        return {}
+
+    def _forget(self, session_id: str) -> None:
+        self._cwd.pop(session_id, None)
+        self._titles.pop(session_id, None)
+        self._mcp_kinds.pop(session_id, None)
+
+    def _use_servers(self, session_id: str, servers: tuple[McpServerConfig, ...]) -> None:
+        """The session's MCP servers are ``servers`` from now on (its next prompt starts them)."""
+        if servers:
+            self._servers[session_id] = servers
+            logger.info("session %s: MCP servers %s", session_id, ", ".join(server.name for server in servers))
+        else:
+            self._servers.pop(session_id, None)
+
+    async def _release_servers(self, session_id: str) -> None:
+        """The session ended here: the servers it used that no other session uses (nor the
+        settings) stop, and its "always" answers are forgotten (``McpServers.release``)."""
+        servers = self._servers.pop(session_id, ())
+        await self.chat.mcp.release((*servers, *self.chat.settings.mcp_servers), session_id=session_id)
 
     def _publish_commands(self, session_id: str) -> None:
         update = wire.AvailableCommandsUpdate(available_commands=list(commands.COMMANDS))
@@ -254,7 +318,8 @@ class Agent:
         if not unstored:
             await _in_store(self.chat.delete_session, params.session_id)
         self._unstored.discard(params.session_id)
-        self._cwd.pop(params.session_id, None)
+        self._forget(params.session_id)
+        await self._release_servers(params.session_id)
         logger.info("session %s deleted", params.session_id)
         return {}
 
@@ -298,14 +363,19 @@ class Agent:
             _, info = await _in_store(self._locate, session_id)
             root = self._cwd.get(info.id) or (Path(info.workspace) if info.workspace else None)
         question = question_text(params.prompt, root)
-        events = AcpEvents(self.connection, session_id, root)
+        events = AcpEvents(self.connection, session_id, root, self._mcp_kinds.setdefault(session_id, {}))
         task = asyncio.current_task()
         assert task is not None  # a task of prompt's
         self._events[task] = events
         command = commands.command_of(question)
         if command is not None:
             return await self._run_command(command, session_id, events)
-        request = ReplyRequest(text=question, session_id=session_id, workspace=str(root) if root else None)
+        request = ReplyRequest(
+            text=question,
+            session_id=session_id,
+            workspace=str(root) if root else None,
+            mcp_servers=self._servers.get(session_id, ()),
+        )
         return await self._reply_after(earlier, request, events)
 
     async def _reply_after(self, earlier: Sequence[asyncio.Task], request: ReplyRequest, events: AcpEvents):
@@ -371,7 +441,7 @@ class Agent:
                 for link in source_links(events.root, answer.sources):
                     events.update(wire.AgentMessageChunk(content=link))
                     events.text("\n")
-                unlinked = [s for s in answer.sources if s.path is None]
+                unlinked = [s for s in answer.sources if s.path is None and linked_uri(s) is None]
                 for source in unlinked:
                     events.text(f"[{source.number}] {source.label}\n")
         else:  # export
@@ -471,14 +541,6 @@ def _folder(cwd: str) -> Path:
         return workspace_folder(cwd)
     except WorkspaceMissing as error:
         raise RpcError(INVALID_PARAMS, f"cwd: {error}") from None
-
-
-def _log_mcp(session_id: str, servers: Sequence[wire.McpServer]) -> None:
-    if servers:
-        names = ", ".join(server.name or "(unnamed)" for server in servers)
-        logger.info(
-            "session %s: the client offered MCP servers (%s); imprintd does not use MCP servers", session_id, names
-        )
 
 
 async def _in_store(call: Callable[..., T], *args: Any) -> T:

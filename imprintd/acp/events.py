@@ -13,21 +13,32 @@ chunks, one line each (ADR 0093: never the answer). A reasoning model's thoughts
 thought chunks too, as they come (issue 31: never an ``agent_message_chunk``); a progress line
 after them starts a line of its own. Each coordinator round's context usage is
 a ``usage_update``: its tokens of the window (ACP has no place for the parts).
+
+An MCP tool's call (``server__tool``) shows as a ``tool_call`` with its arguments as
+``rawInput``, its kind from the tool's annotations (``execute`` for one that may act, ``read``
+for a read-only one) and its step's detail (or failure) as content. One that needs the user's
+yes goes ``pending`` and is asked for with ``session/request_permission`` (allow once, allow
+always, reject); allowed, it goes on ``in_progress`` in the same tool call. A client that
+answers an error, does not answer within ``PERMISSION_TIMEOUT_S``, or whose prompt is cancelled
+meanwhile, has said no.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from msgspec import UNSET
 
 from imprintd.acp import wire
+from imprintd.acp.jsonrpc import ClientGone, RpcError
 from imprintd.context.usage import ContextUsage
-from imprintd.events import ToolStep
+from imprintd.events import PermissionAnswer, PermissionRequest, ToolStep
 from imprintd.messages import SourceRef
 
 logger = logging.getLogger(__name__)
@@ -44,6 +55,24 @@ TOOL_KINDS: dict[str, wire.ToolKind] = {
     "read_chat_section": "read",
 }
 
+#: The separator of an MCP tool's name: ``git__git_log`` is ``git_log`` of the server ``git``.
+MCP_SEPARATOR = "__"
+
+#: The compact pair's tool that runs an MCP tool by name (when all their schemas would not fit).
+CALL_TOOL = "call_tool"
+
+#: How long a permission request waits for the user's choice before it counts as a no.
+PERMISSION_TIMEOUT_S = 120.0
+
+REQUEST_PERMISSION = "session/request_permission"
+
+#: What the user is offered, each with ACP's kind; the option id is the core's answer.
+PERMISSION_OPTIONS = [
+    wire.PermissionOption(option_id="allow_once", name="Allow once", kind="allow_once"),
+    wire.PermissionOption(option_id="allow_always", name="Always allow", kind="allow_always"),
+    wire.PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
+]
+
 #: ACP's stop reasons for the core's: an answer and every research stop end the turn.
 STOP_REASONS: dict[str, wire.StopReason] = {"length": "max_tokens"}
 
@@ -54,6 +83,38 @@ def stop_reason(core_stop: str) -> wire.StopReason:
 
 def tool_kind(tool: str) -> wire.ToolKind:
     return TOOL_KINDS.get(tool, "other")
+
+
+def mcp_tool_name(step: ToolStep) -> str:
+    """The MCP tool a step runs, as offered (``git__git_log``), the compact pair's ``call_tool``
+    included (the tool it names); "" for a workspace tool."""
+    if step.tool == CALL_TOOL:
+        name = step.arguments.get("name")
+        return name if isinstance(name, str) else step.tool
+    return step.tool if MCP_SEPARATOR in step.tool else ""
+
+
+def mcp_kind(read_only: bool | None, open_world: bool = False) -> wire.ToolKind:
+    """How an MCP tool shows, from its annotations: one that only reads is ``read`` (``fetch`` when
+    it reaches outside, ``openWorldHint``), one that may act is ``execute``; none known, ``other``."""
+    if read_only is None:
+        return "other"
+    if read_only:
+        return "fetch" if open_world else "read"
+    return "execute"
+
+
+def permission_answer(raw: msgspec.Raw) -> PermissionAnswer:
+    """The core's answer for the client's ``session/request_permission`` result: the option it
+    selected; ``cancelled``, an option we did not offer, or a result that does not fit, a no."""
+    try:
+        result = wire.permission_result_decoder.decode(raw)
+    except msgspec.DecodeError as error:
+        logger.warning("session/request_permission: the answer does not fit ACP's schema (%s); taken as reject", error)
+        return "reject"
+    if result.outcome.outcome == "selected" and result.outcome.option_id in ("allow_once", "allow_always"):
+        return result.outcome.option_id  # type: ignore[return-value]  # checked just above
+    return "reject"
 
 
 def location(root: Path | None, path: str, line: int | None = None) -> list[wire.ToolCallLocation]:
@@ -92,8 +153,13 @@ def text_block(text: str) -> wire.TextBlock:
 class AcpEvents:
     """One prompt's ReplyEvents, sent as ``session/update`` on ``connection``."""
 
-    def __init__(self, connection, session_id: str, root: Path | None) -> None:
+    def __init__(
+        self, connection, session_id: str, root: Path | None, mcp_kinds: dict[str, wire.ToolKind] | None = None
+    ) -> None:
         self._connection = connection
+        #: The kind of each MCP tool the session asked permission for, by its name (``git__git_log``):
+        #: one allowed always runs later without asking, and still shows as what it is.
+        self._mcp_kinds = mcp_kinds if mcp_kinds is not None else {}
         self.session_id = session_id
         self.root = root
         self.reply_id = ""
@@ -104,6 +170,8 @@ class AcpEvents:
         self._closed = False
         self._calls = 0
         self._open: dict[str, str] = {}  # the model's call id -> our toolCallId for a started step
+        #: Steps a permission was asked for (their kind is known; one never asked about is read-only).
+        self._asked: set[str] = set()
         #: The last thought chunk was reasoning that did not end its line.
         self._mid_line = False
         #: A round ended since the last reasoning: the next round's thoughts start a paragraph.
@@ -166,41 +234,91 @@ class AcpEvents:
         """ACP's ``usage_update`` holds the total and the window; the parts have no place in it."""
         self.update(wire.UsageUpdate(used=usage.used, size=usage.n_ctx))
 
-    def tool_step(self, step: ToolStep) -> None:
-        if step.state == "started":
+    async def ask_permission(self, request: PermissionRequest) -> PermissionAnswer:
+        """``session/request_permission`` for the call, its tool call ``pending`` meanwhile (a new
+        one when its step has not started yet); allowed, it goes on ``in_progress``."""
+        if self._closed:  # the prompt was cancelled: nothing is asked for it any more
+            return "reject"
+        kind = mcp_kind(request.read_only)
+        self._mcp_kinds[f"{request.server}{MCP_SEPARATOR}{request.tool}"] = kind
+        self._asked.add(request.call_id)
+        call_id = self._open.get(request.call_id)
+        if call_id is None:
+            call_id = self._new_call_id(request.call_id)
             self.update(
                 wire.ToolCallStart(
-                    tool_call_id=self._new_call_id(step),
+                    tool_call_id=call_id, title=request.title, kind=kind, status="pending", raw_input=request.arguments
+                )
+            )
+        else:
+            self.update(wire.ToolCallUpdate(tool_call_id=call_id, status="pending", kind=kind))
+        params = wire.RequestPermissionParams(
+            session_id=self.session_id,
+            tool_call=wire.PermissionToolCall(
+                tool_call_id=call_id, title=request.title, kind=kind, status="pending", raw_input=request.arguments
+            ),
+            options=PERMISSION_OPTIONS,
+        )
+        try:
+            raw = await asyncio.wait_for(self._connection.request(REQUEST_PERMISSION, params), PERMISSION_TIMEOUT_S)
+        except (RpcError, ClientGone, TimeoutError) as error:
+            why = str(error) or f"no answer within {PERMISSION_TIMEOUT_S:.0f} s"
+            logger.info("%s for %s: %s; taken as reject", REQUEST_PERMISSION, request.title, why)
+            return "reject"
+        answer = "reject" if self._closed else permission_answer(raw)
+        if answer != "reject":
+            self.update(wire.ToolCallUpdate(tool_call_id=call_id, status="in_progress"))
+        return answer
+
+    def tool_step(self, step: ToolStep) -> None:
+        mcp = mcp_tool_name(step)
+        if step.state == "started":
+            if step.call_id in self._open:  # shown already, pending its permission
+                return
+            self.update(
+                wire.ToolCallStart(
+                    tool_call_id=self._new_call_id(step.call_id),
                     title=step.title,
-                    kind=tool_kind(step.tool),
+                    # An MCP tool's kind is known once it asks (or asked before in the session, and
+                    # was allowed always); one that runs without asking is read-only (at its end).
+                    kind=self._mcp_kinds.get(mcp, "other") if mcp else tool_kind(step.tool),
                     status="in_progress",
                     locations=arguments_location(self.root, step.tool, step.arguments) or UNSET,
+                    raw_input=step.arguments if mcp else UNSET,
                 )
             )
             return
         status: wire.ToolCallStatus = "completed" if step.state == "finished" else "failed"
         detail = [wire.ToolCallContent(content=text_block(step.detail))] if step.detail else UNSET
+        asked = step.call_id in self._asked
+        self._asked.discard(step.call_id)
         call_id = self._open.pop(step.call_id, None)
-        if call_id is None:  # failed before it started (an unknown tool): one update says it all
+        if call_id is None:  # failed before it started (an unknown tool, a server that did not start)
             self.update(
                 wire.ToolCallStart(
-                    tool_call_id=self._new_call_id(step, opened=False),
+                    tool_call_id=self._new_call_id(step.call_id, opened=False),
                     title=step.title,
-                    kind=tool_kind(step.tool),
+                    kind=self._mcp_kinds.get(mcp, "other") if mcp else tool_kind(step.tool),
                     status=status,
                     content=detail,
+                    raw_input=step.arguments if mcp else UNSET,
                 )
             )
             return
-        self.update(wire.ToolCallUpdate(tool_call_id=call_id, status=status, content=detail))
+        ran_unasked = bool(mcp) and not asked and mcp not in self._mcp_kinds
+        self.update(
+            wire.ToolCallUpdate(
+                tool_call_id=call_id, status=status, content=detail, kind=mcp_kind(True) if ran_unasked else UNSET
+            )
+        )
 
-    def _new_call_id(self, step: ToolStep, *, opened: bool = True) -> str:
+    def _new_call_id(self, step_id: str, *, opened: bool = True) -> str:
         # The model's call ids repeat between rounds and replies ("call_0"); ACP's must not
         # within a session, so each step is numbered within its reply.
         self._calls += 1
-        call_id = f"{self.reply_id}-{self._calls}-{step.call_id}"
+        call_id = f"{self.reply_id}-{self._calls}-{step_id}"
         if opened:
-            self._open[step.call_id] = call_id
+            self._open[step_id] = call_id
         return call_id
 
     # -- the end of the reply -------------------------------------------------------
@@ -233,18 +351,27 @@ def linked_sources(root: Path | None, sources: Sequence[SourceRef]) -> list[wire
 
 def source_links(root: Path | None, sources: Sequence[SourceRef]) -> list[wire.ResourceLinkBlock]:
     """A ``resource_link`` to each source that is a place in the workspace (a file's lines, or
-    section notes on one); an earlier message or notes on the user's message have no file, and
+    section notes on one), or an MCP tool's result that names a URI (``linked_uri``); an
+    earlier message, notes on the user's message or a result naming no URI have no link, and
     are named in the answer's Sources list instead."""
     links = []
     for source in sources:
+        note = "" if source.cited else "read, not cited"
+        if source.supported is False:
+            note = source.reason
+        uri = linked_uri(source)
+        if uri is not None:
+            links.append(
+                wire.ResourceLinkBlock(
+                    uri=uri, name=source.label, title=f"[{source.number}] {source.label}", description=note or UNSET
+                )
+            )
+            continue
         if source.path is None or not location(root, source.path):
             continue
         start = source.start_line or 1
         end = source.end_line or start
         where = f"{source.path}:{start}" if start == end else f"{source.path}:{start}-{end}"
-        note = "" if source.cited else "read, not cited"
-        if source.supported is False:
-            note = source.reason
         links.append(
             wire.ResourceLinkBlock(
                 uri=file_uri(root, source.path, start, end),
@@ -254,3 +381,17 @@ def source_links(root: Path | None, sources: Sequence[SourceRef]) -> list[wire.R
             )
         )
     return links
+
+
+#: The URI schemes of an MCP result a client is handed as a link: a server names what it likes,
+#: and a ``javascript:`` or ``command:`` URI is not one to click.
+LINKED_SCHEMES = ("http://", "https://", "file://")
+
+
+def linked_uri(source: SourceRef) -> str | None:
+    """The URI an MCP tool's result names (a resource link or an embedded resource), when it is
+    one to link to."""
+    uri = source.origin.uri if source.origin is not None else None
+    if uri and uri.lower().startswith(LINKED_SCHEMES):
+        return uri
+    return None

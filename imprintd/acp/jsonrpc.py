@@ -10,6 +10,10 @@ with an incident id, its detail in the log, never sent to the client.
 Handlers are plain functions. One that returns an awaitable is run as its own task, so a
 long ``session/prompt`` never holds up the requests after it; everything up to that point
 runs in arrival order, so a ``session/cancel`` always finds the prompt sent before it.
+
+The agent asks the client too (``session/request_permission``): ``Connection.request`` sends a
+request and waits for the response with its id; a response nobody waits for is logged and
+dropped, and when the client's input ends every request still waiting fails.
 """
 
 from __future__ import annotations
@@ -62,11 +66,20 @@ class LineTooLong:
 Handler = Callable[[Any], Any]
 
 
+class ClientGone(Exception):
+    """The client's input ended while a request to it waited for its answer."""
+
+
 class Connection:
-    """Writes messages to the client, one line each; all writes happen on the event loop."""
+    """Writes messages to the client, one line each; all writes happen on the event loop.
+
+    Also the agent's own requests to the client, each waiting on its response (``request``).
+    """
 
     def __init__(self, stdout: BinaryIO) -> None:
         self._stdout = stdout
+        self._last_id = 0
+        self._waiting: dict[str, asyncio.Future[msgspec.Raw]] = {}
 
     def send(self, message: msgspec.Struct) -> None:
         self._stdout.write(wire.encoder.encode(message) + b"\n")
@@ -80,6 +93,42 @@ class Connection:
 
     def notify(self, method: str, params: msgspec.Struct) -> None:
         self.send(wire.Notification(method=method, params=params))
+
+    async def request(self, method: str, params: msgspec.Struct) -> msgspec.Raw:
+        """Ask the client; its result, undecoded. An error response raises ``RpcError`` with the
+        client's code and message; the end of its input raises ``ClientGone``."""
+        self._last_id += 1
+        # A string id of our own, so a client that echoes ids back as numbers cannot mix them up.
+        request_id = f"imprintd-{self._last_id}"
+        answer: asyncio.Future[msgspec.Raw] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = answer
+        try:
+            self.send(wire.Request(id=request_id, method=method, params=params))
+            return await answer
+        finally:
+            self._waiting.pop(request_id, None)
+
+    def answered(self, message: wire.Envelope) -> None:
+        """A response from the client: to the request waiting on its id, or logged as unexpected."""
+        answer = self._waiting.get(message.id) if isinstance(message.id, str) else None
+        if answer is None or answer.done():
+            logger.info("ignoring a response from the client to id %r: no request of ours waits for it", message.id)
+            return
+        if message.error is not UNSET:
+            try:
+                error = msgspec.json.decode(message.error, type=wire.ErrorObject)
+            except msgspec.DecodeError:
+                error = wire.ErrorObject(code=INTERNAL_ERROR, message=bytes(message.error).decode(errors="replace"))
+            answer.set_exception(RpcError(error.code, error.message))
+        else:
+            assert message.result is not UNSET  # a response holds a result or an error (_request_problem)
+            answer.set_result(message.result)
+
+    def client_gone(self) -> None:
+        """The client's input ended: no request of ours will be answered."""
+        for answer in self._waiting.values():
+            if not answer.done():
+                answer.set_exception(ClientGone("the client closed its input before answering"))
 
 
 class Dispatcher:
@@ -120,7 +169,7 @@ class Dispatcher:
                 logger.warning("dropping an invalid notification: %s", problem)
             return
         if message.method is UNSET:
-            logger.info("ignoring a response from the client to id %r (this agent sends no requests)", message.id)
+            self.connection.answered(message)
         elif message.id is UNSET:
             self._notification(message.method, message.params)
         else:
@@ -307,6 +356,7 @@ async def serve_lines(dispatcher: Dispatcher, stdin: BinaryIO) -> None:
         while (line := await inbox.get()) is not None:
             dispatcher.receive(line)
     finally:
+        dispatcher.connection.client_gone()
         pending = list(dispatcher.tasks)
         for task in pending:
             task.cancel()

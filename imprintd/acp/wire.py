@@ -52,6 +52,15 @@ class Response(Struct, kw_only=True):
     error: ErrorObject | UnsetType = UNSET
 
 
+class Request(Struct, kw_only=True):
+    """A request of the agent's to the client (``session/request_permission``)."""
+
+    jsonrpc: str = "2.0"
+    id: str
+    method: str
+    params: Any
+
+
 class Notification(Struct, kw_only=True):
     jsonrpc: str = "2.0"
     method: str
@@ -121,10 +130,28 @@ class InitializeResult(_Wire):
     auth_methods: list[Any]
 
 
-class McpServer(_Wire):
-    """An MCP server the client offers; accepted, named in the log, and not used."""
+class NameValue(_Wire):
+    """An environment variable of a stdio server, or a header of an http or sse one."""
 
-    name: str = ""
+    name: str
+    value: str
+
+
+class McpServer(_Wire):
+    """An MCP server the client offers for a session, in any of ACP's shapes.
+
+    A stdio server has no ``type`` (``name``, ``command``, ``args``, ``env``); an http or sse one
+    has ``type``, ``name``, ``url`` and ``headers``. One Struct reads them all (msgspec cannot
+    mix a tagged and an untagged shape in one union); ``acp.mcp`` checks which fields go together.
+    """
+
+    name: str
+    type: str | UnsetType = UNSET
+    command: str | UnsetType = UNSET
+    args: list[str] = []
+    env: list[NameValue] = []
+    url: str | UnsetType = UNSET
+    headers: list[NameValue] = []
 
 
 class NewSessionParams(_Wire):
@@ -175,6 +202,19 @@ class LoadSessionParams(_Wire):
     mcp_servers: list[McpServer] = []
 
 
+class ResumeSessionParams(_Wire):
+    """``session/resume``: the session goes on with these servers, and nothing is replayed."""
+
+    session_id: str
+    cwd: str
+    mcp_servers: list[McpServer] = []
+    additional_directories: list[str] | None = None
+
+
+class ResumeSessionResult(_Wire):
+    config_options: list[ConfigOption] | UnsetType = UNSET
+
+
 class ListSessionsParams(_Wire):
     cwd: str | None = None
     cursor: str | None = None
@@ -192,7 +232,7 @@ class ListSessionsResult(_Wire):
 
 
 class SessionParams(_Wire):
-    """``session/delete`` and ``session/cancel``: just the session."""
+    """``session/delete``, ``session/close`` and ``session/cancel``: just the session."""
 
     session_id: str
 
@@ -244,6 +284,45 @@ class ToolCallUpdate(_Wire, tag_field="sessionUpdate", tag="tool_call_update"):
     tool_call_id: str
     status: ToolCallStatus
     content: list[ToolCallContent] | UnsetType = UNSET
+    kind: ToolKind | UnsetType = UNSET
+
+
+# --- session/request_permission (agent -> client) -------------------------------------------
+
+PermissionOptionKind = Literal["allow_once", "allow_always", "reject_once", "reject_always"]
+
+
+class PermissionOption(_Wire):
+    option_id: str
+    name: str
+    kind: PermissionOptionKind
+
+
+class PermissionToolCall(_Wire):
+    """The tool call a permission is asked for: the ``tool_call`` sent just before, by its id."""
+
+    tool_call_id: str
+    title: str | UnsetType = UNSET
+    kind: ToolKind | UnsetType = UNSET
+    status: ToolCallStatus | UnsetType = UNSET
+    raw_input: dict[str, Any] | UnsetType = UNSET
+
+
+class RequestPermissionParams(_Wire):
+    session_id: str
+    tool_call: PermissionToolCall
+    options: list[PermissionOption]
+
+
+class PermissionOutcome(_Wire):
+    """``{"outcome": "selected", "optionId": …}`` or ``{"outcome": "cancelled"}``."""
+
+    outcome: str
+    option_id: str | UnsetType = UNSET
+
+
+class RequestPermissionResult(_Wire):
+    outcome: PermissionOutcome
 
 
 class UsageUpdate(_Wire, tag_field="sessionUpdate", tag="usage_update"):
@@ -303,9 +382,14 @@ PARAMS: dict[str, msgspec.json.Decoder] = {
     "initialize": msgspec.json.Decoder(InitializeParams),
     "session/new": msgspec.json.Decoder(NewSessionParams),
     "session/load": msgspec.json.Decoder(LoadSessionParams),
+    "session/resume": msgspec.json.Decoder(ResumeSessionParams),
+    "session/close": msgspec.json.Decoder(SessionParams),
     "session/list": msgspec.json.Decoder(ListSessionsParams),
     "session/delete": msgspec.json.Decoder(SessionParams),
     "session/prompt": msgspec.json.Decoder(PromptParams),
     "session/cancel": msgspec.json.Decoder(SessionParams),
     "session/set_config_option": msgspec.json.Decoder(SetConfigOptionParams),
 }
+
+#: The answer to ``session/request_permission``, decoded strictly: one that does not fit is a refusal.
+permission_result_decoder = msgspec.json.Decoder(RequestPermissionResult)

@@ -278,7 +278,9 @@ class ArgumentRules:
     def __init__(self, tools: Sequence[ToolSpec]) -> None:
         self._tools = tuple(tools)
         self._converter = _converter_class()(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
-        self._arguments = {tool.name: self._converter.visit(tool.parameters, f"args-{tool.name}") for tool in tools}
+        self._arguments = {
+            tool.name: self._converter.visit(tool.grammar or tool.parameters, f"args-{tool.name}") for tool in tools
+        }
         self._converter._rules["char"] = CHAR_RULE
         self.add("ws", WS_RULE)
 

@@ -25,13 +25,14 @@ no verdict. The check is lexical and deterministic.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from imprintd.messages import SourceKind, SourceRef, Style, ToolCall
+from imprintd.messages import SourceKind, SourceRef, Style, ToolCall, ToolOrigin
 from imprintd.tools.base import ToolResult
 
 if TYPE_CHECKING:
@@ -56,10 +57,25 @@ class Passage(msgspec.Struct, frozen=True, kw_only=True):
     message: int | None = None
     #: The place was read (a file range, a message), not only found by a search.
     read: bool = False
+    #: An MCP tool's result: its server, tool, arguments and the URI it names.
+    origin: ToolOrigin | None = None
 
 
 def _span(path: str, start: int, end: int) -> str:
     return f"{path}:{start}" if start == end else f"{path}:{start}–{end}"
+
+
+#: Characters of a tool call's arguments its label shows; the whole call is in ``origin``.
+ARGUMENTS_LABEL_CHARS = 80
+
+
+def origin_label(origin: ToolOrigin) -> str:
+    """An MCP result as a source line names it: ``git: git_log {"max_count": 5}`` and its URI."""
+    shown = json.dumps(origin.arguments, ensure_ascii=False, sort_keys=True) if origin.arguments else ""
+    if len(shown) > ARGUMENTS_LABEL_CHARS:
+        shown = shown[: ARGUMENTS_LABEL_CHARS - 1] + "…"
+    label = f"{origin.server}: {origin.tool}" + (f" {shown}" if shown else "")
+    return f"{label} ({origin.uri})" if origin.uri else label
 
 
 class Numbering:
@@ -160,6 +176,13 @@ class Numbering:
                 read=True,
             )
             return f"[{passage.number}] {label}\n{result.text}", [passage]
+        if result.origin is not None:
+            # An MCP tool's whole result is one source: what the server said for these arguments.
+            origin = result.origin
+            key = f"tool:{origin.server}:{origin.tool}:{json.dumps(origin.arguments, sort_keys=True)}"
+            label = origin_label(origin)
+            passage = self._number(key, kind="tool", label=label, text=result.content, read=True, origin=origin)
+            return f"[{passage.number}] {label}\n{result.text}", [passage]
         if call.name == "read_chat_section" and result.evidence:
             # Its evidence key is "section:<source id>:<start>:<end>" (``context/sections.py``).
             _, source_id, start, end = result.evidence[0].split(":")
@@ -186,6 +209,8 @@ class Numbering:
             where = f"message #{message}"
         elif place is not None:
             where = _span(place.path, place.start_line, place.end_line)
+        elif result is not None and result.origin is not None:
+            where = origin_label(result.origin)
         else:
             where = "a long tool result"
         self._sources[analysis.source_id] = (where, message)
@@ -203,6 +228,7 @@ class Numbering:
                     start_line=place.start_line if place else None,
                     end_line=place.end_line if place else None,
                     message=message,
+                    origin=result.origin if result is not None else None,
                 )
             )
         return passages
@@ -815,6 +841,7 @@ def source_ref(passage: Passage, *, cited: bool, supported: bool | None, reason:
         cited=cited,
         supported=supported,
         reason=reason,
+        origin=passage.origin,
     )
 
 

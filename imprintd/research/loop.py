@@ -44,7 +44,7 @@ from imprintd.research.budget import BudgetExhausted, ResearchBudget, charged_co
 from imprintd.research.citations import CitationFilter, Numbering
 from imprintd.research.clock import ReplyClock
 from imprintd.research.notes import ToolStepRecord
-from imprintd.tools.base import Tool, ToolError, ToolResult
+from imprintd.tools.base import CALL_STEP, Tool, ToolError, ToolResult
 
 Stop = Literal[
     "answer", "length", "repetition", "token_budget", "time_budget", "no_new_evidence", "context_full", "model_error"
@@ -499,10 +499,13 @@ class _Loop:
         events.tool_step(
             ToolStep(call_id=step_id, tool=call.name, title=title, state="started", arguments=dict(call.arguments))
         )
+        step = CALL_STEP.set(step_id)
         try:
             result = await tool.run(call.arguments)
         except ToolError as error:
             result = ToolResult(ok=False, text=f"Error: {error}")
+        finally:
+            CALL_STEP.reset(step)
         state: StepState = "finished" if result.ok else "failed"
         detail = "" if result.ok else result.text
         events.tool_step(

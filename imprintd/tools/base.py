@@ -12,11 +12,16 @@ error that names the argument and what it accepts, worded from that same schema.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from imprintd.messages import ToolSpec
+from imprintd.messages import ToolOrigin, ToolSpec
+
+#: The step id (``ToolStep.call_id``) of the call a tool is running: a tool that asks the user
+#: first (an MCP tool) names the step its question belongs to. Set by the research loop.
+CALL_STEP: ContextVar[str] = ContextVar("imprintd_call_step", default="")
 
 
 class Source(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,7 +66,8 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
     ``text`` that tells the model where to read on: tool protocol, not content, so notes (read
     by a tools-free final turn) leave it out. ``quotes`` are the earlier messages a
     ``conversation_history`` result shows, in order, after its ``preface``; research numbers
-    each (``research/citations.py``).
+    each (``research/citations.py``). ``origin`` names the MCP server and tool of a result from
+    outside the workspace: research numbers it as one source, cited with that origin.
     """
 
     text: str
@@ -74,6 +80,7 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
     quotes: tuple[Quote, ...] = ()
     preface: str = ""
     footer: str = ""
+    origin: ToolOrigin | None = None
 
     @property
     def content(self) -> str:

@@ -29,6 +29,8 @@ RESULTS: dict[str, type[BaseModel] | None] = {
     "initialize": schema.InitializeResponse,
     "session/new": schema.NewSessionResponse,
     "session/load": schema.LoadSessionResponse,  # or null
+    "session/resume": schema.ResumeSessionResponse,
+    "session/close": schema.CloseSessionResponse,
     "session/list": schema.ListSessionsResponse,
     "session/delete": schema.DeleteSessionResponse,
     "session/prompt": schema.PromptResponse,
@@ -64,8 +66,12 @@ class SchemaChecker:
 
     def check(self, message: dict) -> None:
         assert message.get("jsonrpc") == "2.0"
+        if "method" in message and "id" in message:
+            assert message["method"] == "session/request_permission", "the one request the agent sends"
+            conforms(schema.RequestPermissionRequest, message["params"])
+            return
         if "method" in message:
-            assert message["method"] == "session/update" and "id" not in message, "the agent sends no requests"
+            assert message["method"] == "session/update"
             conforms(schema.SessionNotification, message["params"])
             return
         method = self.sent[message["id"]]
@@ -81,11 +87,28 @@ class SchemaChecker:
 
 
 class RecordingClient:
-    """An ACP client that records every ``session/update`` and offers nothing else."""
+    """An ACP client that records every ``session/update``, and answers ``session/request_permission``
+    from ``permissions``: an option id to select, ``"cancelled"``, or an awaitable giving one.
+    With none queued it answers as a client without the method does (-32601)."""
 
     def __init__(self) -> None:
         self.updates: list[tuple[str, Any]] = []
         self.arrived = asyncio.Condition()
+        self.permissions: list[Any] = []
+        self.asked: list[schema.RequestPermissionRequest] = []
+
+    async def request_permission(
+        self, session_id: str, tool_call: Any, options: list[Any], **kwargs: Any
+    ) -> schema.RequestPermissionResponse:
+        self.asked.append(schema.RequestPermissionRequest(session_id=session_id, tool_call=tool_call, options=options))
+        if not self.permissions:
+            raise acp.RequestError.method_not_found("session/request_permission")
+        answer = self.permissions.pop(0)
+        if not isinstance(answer, str):
+            answer = await answer
+        if answer == "cancelled":
+            return schema.RequestPermissionResponse(outcome=schema.DeniedOutcome(outcome="cancelled"))
+        return schema.RequestPermissionResponse(outcome=schema.AllowedOutcome(outcome="selected", option_id=answer))
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         async with self.arrived:

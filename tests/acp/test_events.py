@@ -191,3 +191,34 @@ def test_a_notice_is_a_thought_line_and_a_logged_warning(caplog):
         ("agent_thought_chunk", notice + "\n")
     ]
     assert notice in caplog.text
+
+
+def test_an_mcp_results_uri_is_linked_after_the_answer_and_only_one_to_click():
+    from imprintd.messages import SourceRef, ToolOrigin
+
+    acp_events, sent = events()
+    origin = ToolOrigin(server="docs", tool="fetch_page", arguments={"slug": "rollout"})
+    sources = [
+        SourceRef(
+            number=1,
+            kind="tool",
+            label="docs: fetch_page",
+            origin=msgspec.structs.replace(origin, uri="https://docs.example.com/rollout"),
+        ),
+        SourceRef(
+            number=2, kind="tool", label="docs: run", origin=msgspec.structs.replace(origin, uri="javascript:alert(1)")
+        ),
+        SourceRef(number=3, kind="tool", label="docs: list", origin=origin),
+    ]
+    acp_events.finish(ReplyOutcome(session_id="session-1", reply_id="reply-1", text="", sources=tuple(sources)))
+    links = [n["update"]["content"] for n in sent.notifications if n["update"]["content"]["type"] == "resource_link"]
+    assert links == [
+        {
+            "type": "resource_link",
+            "uri": "https://docs.example.com/rollout",
+            "name": "docs: fetch_page",
+            "title": "[1] docs: fetch_page",
+        }
+    ]
+    for notification in sent.notifications:
+        conforms(schema.SessionNotification, notification)

@@ -53,6 +53,9 @@ def test_bad_lines_are_answered_and_the_agent_keeps_serving(raw):
         error_of(message) == (11, -32602) and "prompt[0].text: required field is missing" in message["error"]["message"]
     )
 
+    # Responses to requests the agent never sent (or with an error object that does not fit): not answered.
+    raw.send({"jsonrpc": "2.0", "id": "imprintd-99", "result": {"outcome": {"outcome": "cancelled"}}})
+    raw.send({"jsonrpc": "2.0", "id": 3, "error": {"code": "x"}})
     raw.send({"jsonrpc": "2.0", "id": 12, "method": "session/list", "params": None})  # null: no params
     assert raw.read() == {"jsonrpc": "2.0", "id": 12, "result": {"sessions": []}}
     raw.request(13, "initialize", {"protocolVersion": 1})

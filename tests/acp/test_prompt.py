@@ -132,12 +132,15 @@ async def test_attached_resources_go_with_the_question_and_links_are_named(agent
     assert stored_messages(daemon_env, session.session_id)[0] == ("user", question)
 
 
-async def test_mcp_servers_are_accepted_and_logged_as_unused(agent, stub, workspace):
+async def test_a_session_server_that_does_not_start_leaves_the_reply_to_the_workspace_tools(agent, stub, workspace):
     stub.queue("Hello.")
-    server = schema.McpServerStdio(name="files", command="/usr/bin/true", args=[], env=[])
+    server = schema.McpServerStdio(name="files", command="/usr/bin/true", args=[], env=[])  # exits at once
     session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[server])
     assert (await ask(agent, session.session_id, acp.text_block("Hi"))).stop_reason == "end_turn"
-    assert "offered MCP servers (files); imprintd does not use MCP servers" in agent.log()
+    # Reported once, by name, as a failed tool call (and in the log).
+    [failed] = [u for u in agent.take_updates(session.session_id) if u.session_update == "tool_call"]
+    assert failed.status == "failed" and "files" in failed.title + failed.content[0].content.text
+    assert "files" in agent.log()
     offered = {tool["function"]["name"] for tool in stub.requests[-1]["tools"]}
     assert offered == {"search", "read_file", "conversation_history"}  # nothing from the MCP server
 

@@ -60,6 +60,9 @@ class RecordingEvents:
     def context_usage(self, usage) -> None:
         pass
 
+    async def ask_permission(self, request) -> str:
+        return "reject"
+
 
 @dataclass
 class FakeBudget:

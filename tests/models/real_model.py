@@ -1,11 +1,14 @@
-"""Whether the real model (llama-cpp-python and the embedded GGUF) is installed, and the marker
-for tests that need it; the model tests import these from here (their fixtures are in
-``tests/models/conftest.py``)."""
+"""Whether the real model (llama-cpp-python and the embedded GGUF) is installed, the marker for
+tests that need it, and llama.cpp's grammar sampler asked token by token; the model tests import
+these from here (their fixtures are in ``tests/models/conftest.py``)."""
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
+import math
 import os
+from typing import Any
 
 import pytest
 
@@ -42,3 +45,31 @@ def missing_real_model(reason: str = MISSING) -> None:
     if REQUIRED:
         pytest.fail(f"a real-model test cannot run in CI: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+class Sampler:
+    """llama.cpp's grammar sampler on the model's vocabulary, asked token by token what it allows."""
+
+    def __init__(self, model: Any, grammar: str) -> None:
+        from llama_cpp import llama_cpp as lib
+
+        self.lib = lib
+        self.llama = model.load().llama
+        self.pointer = lib.llama_sampler_init_grammar(self.llama._model.vocab, grammar.encode(), b"root")
+
+    def allows(self, token: int) -> bool:
+        data = (self.lib.llama_token_data * 1)(self.lib.llama_token_data(token, 0.0, 0.0))
+        candidates = self.lib.llama_token_data_array(data, 1, -1, False)
+        self.lib.llama_sampler_apply(self.pointer, ctypes.byref(candidates))
+        return data[0].logit != -math.inf
+
+    def accepts(self, text: str) -> bool:
+        """Whether the grammar lets a model write ``text`` and then end its turn."""
+        for token in self.llama.tokenize(text.encode(), add_bos=False, special=False):
+            if not self.allows(token):
+                return False
+            self.lib.llama_sampler_accept(self.pointer, token)
+        return self.allows(self.llama.token_eos())
+
+    def close(self) -> None:
+        self.lib.llama_sampler_free(self.pointer)

@@ -4,9 +4,6 @@ through exactly the calls the tools accept, and a call the model opens always pa
 
 from __future__ import annotations
 
-import ctypes
-import math
-
 import pytest
 
 from imprintd.context.history import SPEC as HISTORY
@@ -14,10 +11,9 @@ from imprintd.context.history import HistoryArguments
 from imprintd.context.sections import READ_CHAT_SECTION_SPEC, ReadChatSectionArguments
 from imprintd.messages import system, user
 from imprintd.models.call_grammar import call_grammar, find_opening
-from imprintd.models.local import LocalModel
 from imprintd.tools.base import parse_arguments
 from imprintd.tools.workspace import ReadFileArguments, ReadFileTool, SearchArguments, SearchTool
-from tests.models.real_model import needs_real_model
+from tests.models.real_model import Sampler, needs_real_model
 
 TOOLS = [SearchTool.spec, ReadFileTool.spec, HISTORY, READ_CHAT_SECTION_SPEC]
 ARGUMENTS = {
@@ -39,34 +35,6 @@ def grammar_for(text: str, mode: str, written: str) -> str:
     opening, _ = find_opening(text, mode)
     assert opening is not None
     return call_grammar(TOOLS, opening, written)
-
-
-class Sampler:
-    """llama.cpp's grammar sampler on the model's vocabulary, asked token by token what it allows."""
-
-    def __init__(self, model: LocalModel, grammar: str) -> None:
-        from llama_cpp import llama_cpp as lib
-
-        self.lib = lib
-        self.llama = model.load().llama
-        self.pointer = lib.llama_sampler_init_grammar(self.llama._model.vocab, grammar.encode(), b"root")
-
-    def allows(self, token: int) -> bool:
-        data = (self.lib.llama_token_data * 1)(self.lib.llama_token_data(token, 0.0, 0.0))
-        candidates = self.lib.llama_token_data_array(data, 1, -1, False)
-        self.lib.llama_sampler_apply(self.pointer, ctypes.byref(candidates))
-        return data[0].logit != -math.inf
-
-    def accepts(self, text: str) -> bool:
-        """Whether the grammar lets a model write ``text`` and then end its turn."""
-        for token in self.llama.tokenize(text.encode(), add_bos=False, special=False):
-            if not self.allows(token):
-                return False
-            self.lib.llama_sampler_accept(self.pointer, token)
-        return self.allows(self.llama.token_eos())
-
-    def close(self) -> None:
-        self.lib.llama_sampler_free(self.pointer)
 
 
 @needs_real_model

@@ -49,7 +49,18 @@ def test_helptags_build_without_error_and_name_every_command_and_option(bare_edi
     assert len(tags) == len(set(tags))
     commands = re.findall(r'command\("(\w+)"', (PLUGIN / "plugin" / "imprint.lua").read_text())
     assert commands and all(f":{name}" in tags for name in commands), (commands, tags)
-    for option in ("cmd", "cmd_env", "root_dir", "log_file", "settings", "style", "persist", "window", "keymaps"):
+    for option in (
+        "cmd",
+        "cmd_env",
+        "root_dir",
+        "log_file",
+        "settings",
+        "mcp_servers",
+        "style",
+        "persist",
+        "window",
+        "keymaps",
+    ):
         assert f"imprint-opt-{option}" in tags
     bare_editor.command("set rtp^=" + str(copy))
     for tag in (":ImprintAsk", "imprint-health", "hl-ImprintThinking", "ImprintReplyDone"):

@@ -20,9 +20,11 @@ import { missingDaemonMessage, resolveExecutable } from "./chat/executable";
 import { exportPath } from "./chat/exportFile";
 import { chatHtml } from "./chat/html";
 import { modelChoices, shownModelName } from "./chat/models";
-import { EditorKey, SETTINGS, STATUS_BAR_COMMAND, SentSettings, SettingsChanges, statusBar } from "./chat/settings";
+import {
+  EditorKey, SETTINGS, STATUS_BAR_COMMAND, SentSettings, SettingsChanges, explicitOf, statusBar,
+} from "./chat/settings";
 import { ConnectionStatus, FromView, ResearchState, ToView } from "./chat/view";
-import type * as wire from "./protocol";
+import * as wire from "./protocol";
 import type { ModelReport } from "./protocol";
 
 
@@ -43,12 +45,16 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     workspace: currentWorkspace,
     research: researchState,
     openSource: (file, startLine, endLine) => void openSource(file, startLine, endLine),
+    openUri: (uri) => void vscode.env.openExternal(vscode.Uri.parse(uri, true)),
     onStatus: (state, detail) => showStatus(status, Object.assign(shown, { state, detail })),
     onModel: (model, name) => showStatus(status, Object.assign(shown, { model, name })),
     rememberSession: (sessionId) => void context.workspaceState.update(OPEN_SESSION, sessionId),
     restoreSession: context.workspaceState.get<string>(OPEN_SESSION),
     manageTrust: () => void vscode.commands.executeCommand("workbench.trust.manage"),
     openFolder: () => void vscode.commands.executeCommand("vscode.openFolder"),
+    // Modal: an MCP tool that may act waits for an answer; closing the dialog answers undefined (a reject).
+    askPermission: (question, labels) =>
+      Promise.resolve(vscode.window.showWarningMessage(question.message, { modal: true, detail: question.detail }, ...labels)),
   });
   chatView.onMessage = (message) => void controller.handle(message);
   const daemon = new Daemon(log, controller);
@@ -72,7 +78,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand("imprint.pickModel", () => pickModel(controller, settingsChanges)),
     vscode.workspace.onDidChangeConfiguration((event) => {
       if (event.affectsConfiguration("imprint.serverPath")) void daemon.restart();
-      else if (event.affectsConfiguration("imprint.chat")) settingsChanges.changed();
+      else if (event.affectsConfiguration("imprint.chat") || event.affectsConfiguration("imprint.mcpServers")) settingsChanges.changed();
     }),
     // Trust sends the folder, which only `initialize` carries: a new daemon gets it.
     vscode.workspace.onDidGrantWorkspaceTrust(() => {
@@ -199,6 +205,7 @@ class Daemon {
     };
     const client = new LanguageClient("imprint", "Imprint", serverOptions, clientOptions);
     client.registerFeature(new UntrustedWorkspaceFeature());
+    client.registerFeature(new PermissionRequestsFeature());
     return client;
   }
 
@@ -240,10 +247,22 @@ class UntrustedWorkspaceFeature implements StaticFeature {
   clear(): void {}
 }
 
-/** The value the user set explicitly (a contributed default must not override config.toml). */
+/** The daemon may ask before an MCP tool runs: `capabilities.experimental.imprint.permissionRequests`. */
+class PermissionRequestsFeature implements StaticFeature {
+  fillClientCapabilities(capabilities: { experimental?: unknown }): void {
+    capabilities.experimental = { ...(capabilities.experimental as object | undefined), ...wire.CLIENT_EXPERIMENTAL };
+  }
+  initialize(): void {}
+  getState() {
+    return { kind: "static" } as const;
+  }
+  clear(): void {}
+}
+
+/** The value the user set explicitly (a contributed default must not override config.toml); MCP servers
+ *  from a workspace's settings only when it is trusted. */
 function explicitValue(key: EditorKey): unknown {
-  const inspected = vscode.workspace.getConfiguration("imprint").inspect(key);
-  return inspected?.workspaceFolderValue ?? inspected?.workspaceValue ?? inspected?.globalValue;
+  return explicitOf(key, vscode.workspace.getConfiguration("imprint").inspect(key), vscode.workspace.isTrusted);
 }
 
 function researchState(): ResearchState {

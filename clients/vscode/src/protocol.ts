@@ -21,6 +21,34 @@ export const RENAME_SESSION = "imprint/renameSession";
 export const EXPORT = "imprint/export";
 export const COMPACT = "imprint/compact";
 export const MODELS = "imprint/models";
+/** A request the daemon sends the client: may this tool call run? */
+export const REQUEST_PERMISSION = "imprint/requestPermission";
+
+/**
+ * What the client says it can do, in `initialize`'s `capabilities.experimental`: it answers
+ * `imprint/requestPermission` (without it the daemon takes every such call as rejected).
+ */
+export const CLIENT_EXPERIMENTAL = { imprint: { permissionRequests: true } };
+
+/** The separator of an MCP tool's name: `git__git_log` is the tool `git_log` of the server `git`. */
+export const MCP_SEPARATOR = "__";
+
+export interface PermissionRequest {
+  replyId: string;
+  callId: string;
+  server: string;
+  tool: string;
+  title: string;
+  arguments: Record<string, unknown>;
+  readOnly: boolean;
+  destructive: boolean;
+}
+
+export type PermissionOutcome = "allow_once" | "allow_always" | "reject";
+
+export interface PermissionResult {
+  outcome: PermissionOutcome;
+}
 
 /** JSON-RPC error codes the client treats specially. */
 export const REQUEST_CANCELLED = -32800;
@@ -39,7 +67,15 @@ export interface ChatParams {
   workDoneToken?: string | number;
 }
 
-export type SourceKind = "file" | "message" | "section";
+export type SourceKind = "file" | "message" | "section" | "tool";
+
+/** Where a `tool` source's result came from: an MCP server's tool, its arguments, the URI it names. */
+export interface ToolOrigin {
+  server: string;
+  tool: string;
+  arguments: Record<string, unknown>;
+  uri: string | null;
+}
 
 /** A place an answer cites (or, with `cited: false`, read without citing). */
 export interface Source {
@@ -59,6 +95,8 @@ export interface Source {
   supported: boolean | null;
   /** Why `supported` is false; "" otherwise. */
   reason: string;
+  /** For an MCP tool's result (kind "tool", or notes on one); null otherwise (a daemon predating MCP leaves it out). */
+  origin?: ToolOrigin | null;
 }
 
 export interface ChatResult {

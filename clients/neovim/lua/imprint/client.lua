@@ -50,12 +50,15 @@ local waiting = {}
 --- The settings the running daemon was last sent, as dotted keys.
 local sent = {}
 
+--- Settings whose value is a table of its own (servers by name), sent and unset whole.
+local WHOLE = { ["chat.mcp_servers"] = true }
+
 --- `settings` as dotted keys: { chat = { n_ctx = 1 } } and { ["chat.n_ctx"] = 1 } give the same.
 local function flatten(settings, prefix, out)
   out = out or {}
   for key, value in pairs(settings) do
     local name = prefix and (prefix .. "." .. key) or key
-    if type(value) == "table" then
+    if type(value) == "table" and not WHOLE[name] then
       flatten(value, name, out)
     else
       out[name] = value
@@ -71,7 +74,7 @@ local function without_unset(settings, prefix, unset)
     local name = prefix and (prefix .. "." .. key) or key
     if value == vim.NIL then
       unset[#unset + 1] = name
-    elseif type(value) == "table" then
+    elseif type(value) == "table" and not WHOLE[name] then
       kept[key] = without_unset(value, name, unset)
     else
       kept[key] = value
@@ -156,6 +159,24 @@ local handlers = {
   ["imprint/contextUsage"] = function(_, params)
     chat().on_context_usage(params)
   end,
+  -- A request: the answer is this handler's result. It runs in a coroutine, so it waits for
+  -- the user's choice (vim.ui.select may answer at once, or later).
+  ["imprint/requestPermission"] = function(_, params)
+    local co, answered = coroutine.running(), nil
+    require("imprint.permissions").ask(params, function(outcome)
+      if answered ~= nil then
+        return
+      end
+      answered = outcome
+      if co and coroutine.status(co) == "suspended" then
+        coroutine.resume(co)
+      end
+    end)
+    if answered == nil then
+      coroutine.yield()
+    end
+    return { outcome = answered }
+  end,
   ["imprint/modelChanged"] = function(_, params)
     M.model = params
     chat().on_model()
@@ -208,6 +229,9 @@ function M.start()
     root_dir = root,
     init_options = object(config.options.settings),
     settings = object(config.options.settings),
+    -- It answers imprint/requestPermission (without this the daemon runs no tool that may act).
+    capabilities = vim.tbl_deep_extend("force", vim.lsp.protocol.make_client_capabilities(),
+      { experimental = { imprint = { permissionRequests = true } } }),
     handlers = handlers,
     on_init = function(client, result)
       local experimental = result and result.capabilities and result.capabilities.experimental

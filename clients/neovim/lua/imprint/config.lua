@@ -15,6 +15,10 @@ M.defaults = {
   log_file = vim.fn.stdpath("log") .. "/imprintd.log",
   -- Editor settings sent as `initializationOptions`, e.g. { chat = { n_ctx = 4096 } }.
   settings = {},
+  -- MCP servers whose tools replies may use, by name, in the shape editors write them (sent
+  -- as the setting `chat.mcp_servers`): { git = { command = "uvx", args = { "mcp-server-git" } } }
+  -- or { docs = { url = "https://…/mcp", headers = { Authorization = "…" } } }. nil: none from here.
+  mcp_servers = nil,
   -- "written" answers, or "spoken" (two or three plain sentences).
   style = "written",
   -- false: new sessions live in the daemon's memory only.
@@ -70,6 +74,28 @@ local function is_cmd(value)
   return true
 end
 
+local SERVER_FIELDS = { command = "string", args = "table", env = "table", url = "string", headers = "table",
+  type = "string", disabled = "boolean" }
+
+--- A table of MCP servers by name, each with a `command` (stdio) or a `url` (http, sse); the
+--- daemon checks the rest and names what it refuses.
+local function is_mcp_servers(value)
+  if type(value) ~= "table" then
+    return false
+  end
+  for name, server in pairs(value) do
+    if type(name) ~= "string" or type(server) ~= "table" or (server.command == nil and server.url == nil) then
+      return false
+    end
+    for field, field_value in pairs(server) do
+      if SERVER_FIELDS[field] == nil or type(field_value) ~= SERVER_FIELDS[field] then
+        return false
+      end
+    end
+  end
+  return true
+end
+
 --- Every known key with its validator; a key not listed here is an error naming it.
 local SCHEMA = {
   cmd = { is_cmd, "a non-empty list of strings, e.g. { 'imprintd', 'serve' }" },
@@ -77,6 +103,8 @@ local SCHEMA = {
   root_dir = { { "string", "function" }, true },
   log_file = { function(v) return v == false or type(v) == "string" end, "a path or false" },
   settings = { "table" },
+  mcp_servers = { is_mcp_servers,
+    "a table of servers by name, each { command = '…', args = { … }, env = { … } } or { url = '…', headers = { … } }" },
   style = { function(v) return v == "written" or v == "spoken" end, "'written' or 'spoken'" },
   persist = { "boolean" },
   window = {
@@ -128,8 +156,27 @@ function M.setup(user)
   if user.cmd then
     merged.cmd = vim.deepcopy(user.cmd)
   end
+  if merged.mcp_servers ~= nil then
+    merged.settings.chat = merged.settings.chat or {}
+    merged.settings.chat.mcp_servers = M.mcp_shape(merged.mcp_servers)
+  end
   M.options = merged
   return merged
+end
+
+--- `servers` as they go to the daemon: an empty table is a JSON object (`{}`), not a list.
+function M.mcp_shape(servers)
+  local shaped = vim.empty_dict()
+  for name, server in pairs(servers) do
+    local entry = vim.deepcopy(server)
+    for _, field in ipairs({ "env", "headers" }) do
+      if entry[field] ~= nil and next(entry[field]) == nil then
+        entry[field] = vim.empty_dict()
+      end
+    end
+    shaped[name] = entry
+  end
+  return shaped
 end
 
 --- The daemon's full command line.

@@ -38,5 +38,7 @@ export interface ChatConnection {
   sendRequest<R>(method: string, params: object, token: CancellationToken): Promise<R>;
   sendNotification(method: string, params: object): Promise<void> | void;
   onNotification(method: string, handler: (params: any) => void): Disposable;
+  /** The daemon's own requests (`imprint/requestPermission`): the handler's result is the answer. */
+  onRequest(method: string, handler: (params: any) => Promise<unknown> | unknown): Disposable;
   onProgress<P>(type: ProgressType<P>, token: string | number, handler: (value: P) => void): Disposable;
 }

@@ -9,6 +9,7 @@
 import { CancellationTokenSource, ResponseError } from "vscode-jsonrpc";
 import { ChatConnection, Disposable, WorkDoneProgressValue, workDoneProgress } from "./connection";
 import { ConnectionStatus, FromView, ResearchState, StepRow, ToView, TranscriptItem } from "./view";
+import { Prompt, askPermission, linkedUri, mcpCallFailed, mcpServerOf, stepTitleOf } from "./permissions";
 import * as wire from "../protocol";
 import { shownModelName } from "./models";
 
@@ -24,6 +25,8 @@ export interface ControllerOptions {
   research?(): ResearchState;
   /** Opens a cited file at its lines (the editor); tests record it. */
   openSource?(path: string, startLine: number | null, endLine: number | null): void;
+  /** Opens the web page an MCP result names (outside the editor); only http(s) addresses reach it. */
+  openUri?(uri: string): void;
   /** Status changes, for the status bar. */
   onStatus?(status: ConnectionStatus, detail: string): void;
   /** The model the daemon reports (undefined: not reported) and the name it is shown by
@@ -38,6 +41,8 @@ export interface ControllerOptions {
   openFolder?(): void;
   /** How long a question waits for the daemon to start (START_WAIT_MS). */
   startWaitMs?: number;
+  /** Asks the user whether an MCP tool may run (the extension: a modal); without it every such call is rejected. */
+  askPermission?: Prompt;
 }
 
 /** What an editor selection contributes to a question. */
@@ -118,6 +123,7 @@ export class ChatController {
       connection.onNotification(wire.SUMMARY_UPDATED, (p: wire.SummaryUpdated) => this.onSummary(p)),
       connection.onNotification(wire.CONTEXT_USAGE, (p: wire.ContextUsage) => this.onContextUsage(p)),
       connection.onNotification(wire.MODEL_CHANGED, (p: wire.ModelReport) => this.onModelChanged(connection, p)),
+      connection.onRequest(wire.REQUEST_PERMISSION, (p: wire.PermissionRequest) => this.onPermission(p)),
     ];
     const experimental = initialize?.capabilities?.experimental as { imprint?: wire.ModelReport } | undefined;
     this.setModel(experimental?.imprint);
@@ -208,6 +214,12 @@ export class ChatController {
       case "openSource":
         this.options.openSource?.(message.path, message.startLine, message.endLine);
         break;
+      case "openUri": {
+        // Checked again here: the panel's messages are not trusted to have checked it.
+        const uri = linkedUri({ server: "", tool: "", arguments: {}, uri: message.uri });
+        if (uri) this.options.openUri?.(uri);
+        break;
+      }
       case "revealMessage":
         await this.revealMessage(message.seq);
         break;
@@ -466,7 +478,15 @@ export class ChatController {
 
   private onToolStep(params: wire.ToolStep): void {
     if (!this.ours(params)) return;
-    this.post({ type: "toolStep", callId: params.callId, title: params.title, state: params.state, detail: params.detail });
+    this.post({ type: "toolStep", callId: params.callId, title: stepTitleOf(params.tool, params.title), state: params.state, detail: params.detail });
+  }
+
+  /** The daemon asks whether an MCP tool may run: only for the reply the panel shows, and only the user says yes. */
+  private onPermission(params: wire.PermissionRequest): Promise<wire.PermissionResult> {
+    // The reply's id is known by then: its first round's context usage comes before any tool call.
+    const reply = this.reply;
+    if (!reply || !this.current(reply) || params?.replyId !== reply.replyId) return Promise.resolve({ outcome: "reject" });
+    return askPermission(this.options.askPermission, params);
   }
 
   private onSummary(params: wire.SummaryUpdated): void {
@@ -535,6 +555,8 @@ export class ChatController {
 export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
   const items: TranscriptItem[] = [];
   const steps = new Map<string, StepRow>();
+  /** The tool each row called (an MCP tool's failures are worded by its server and name). */
+  const names = new Map<StepRow, string>();
   let pending: StepRow[] = [];
   /** What the model thought on the way to the next answer: its tool rounds' thoughts, then the answer's. */
   let thoughts: string[] = [];
@@ -553,7 +575,7 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
       if (step && message.content.startsWith(REPEATED_CALL)) {
         // A repeat of an earlier identical call was answered from it: the live reply showed no step for it.
         pending = pending.filter((row) => row !== step);
-      } else if (step && message.content.startsWith("Error")) {
+      } else if (step && (message.content.startsWith("Error") || mcpCallFailed(names.get(step) ?? "", message.content))) {
         step.state = "failed";
         step.detail = firstLine(message.content);
       }
@@ -561,6 +583,7 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
       if (message.reasoning) thoughts.push(message.reasoning);
       for (const call of message.toolCalls) {
         const row: StepRow = { callId: call.id, title: stepTitle(call), state: "finished", detail: "" };
+        names.set(row, call.name);
         steps.set(call.id, row);
         pending.push(row);
       }
@@ -603,6 +626,8 @@ function stepTitle(call: wire.ToolCall): string {
     if (end !== undefined) return `Reading ${text("path")} up to line ${end}`;
     return `Reading ${text("path")}`;
   }
+  const server = mcpServerOf(call.name);
+  if (server !== undefined) return `${server} · ${call.name.slice(server.length + wire.MCP_SEPARATOR.length)}`;
   return call.name;
 }
 

@@ -1,5 +1,5 @@
 /**
- * The daemon's settings as VS Code settings (`imprint.chat.*`), and what goes to the daemon.
+ * The daemon's settings as VS Code settings (`imprint.chat.*`, `imprint.mcpServers`), and what goes to the daemon.
  *
  * Only values the user set explicitly are sent: a contributed default must not override the
  * user's `config.toml` or `IMPRINT_*` environment, which rank below the editor in the daemon.
@@ -33,7 +33,33 @@ export const SETTINGS = [
   { daemon: "chat.first_look", editor: "chat.firstLook" },
   { daemon: "chat.reasoning", editor: "chat.reasoning" },
   { daemon: "chat.models_dir", editor: "chat.modelsDir" },
+  // Named as VS Code's own `mcp.servers` are, outside `chat.`; an object in the editor shape.
+  { daemon: "chat.mcp_servers", editor: "mcpServers" },
 ] as const;
+
+/**
+ * Settings that start programs or reach servers: a workspace's own value is used only in a
+ * trusted workspace (package.json lists them under `restrictedConfigurations` too, but VS Code's
+ * `inspect` still reports an untrusted workspace's value).
+ */
+export const TRUSTED_ONLY: readonly EditorKey[] = ["mcpServers"];
+
+/** Where a setting's value may come from, as `WorkspaceConfiguration.inspect` reports them. */
+export interface InspectedValue {
+  globalValue?: unknown;
+  workspaceValue?: unknown;
+  workspaceFolderValue?: unknown;
+}
+
+/**
+ * The value the user set explicitly: the folder's, the workspace's or the user's, the first set
+ * (a contributed default is not sent: it must not override config.toml). For `TRUSTED_ONLY`
+ * keys in an untrusted workspace, the user's alone.
+ */
+export function explicitOf(key: EditorKey, inspected: InspectedValue | undefined, trusted: boolean): unknown {
+  if (!trusted && TRUSTED_ONLY.includes(key)) return inspected?.globalValue;
+  return inspected?.workspaceFolderValue ?? inspected?.workspaceValue ?? inspected?.globalValue;
+}
 
 export type SettingKey = (typeof SETTINGS)[number]["daemon"];
 export type EditorKey = (typeof SETTINGS)[number]["editor"];

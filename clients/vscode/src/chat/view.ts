@@ -61,6 +61,8 @@ export type FromView =
   | { type: "retry" }
   | { type: "newChat" }
   | { type: "openSource"; path: string; startLine: number | null; endLine: number | null }
+  /** An MCP result's web address (http or https), opened outside the editor. */
+  | { type: "openUri"; uri: string }
   /** A message source whose message the panel does not show with its seq (a reply of this session). */
   | { type: "revealMessage"; seq: number }
   | { type: "manageTrust" }

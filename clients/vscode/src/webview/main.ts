@@ -10,6 +10,7 @@
  */
 
 import MarkdownIt from "markdown-it";
+import { linkedUri } from "../chat/permissions";
 import { withoutSourcesBlock } from "../chat/sources";
 import type { FromView, ResearchState, StepRow, ToView, TranscriptItem } from "../chat/view";
 import type { ContextUsage, SeqRanges, Source, Summary } from "../protocol";
@@ -172,11 +173,11 @@ function normalSource(source: Partial<Source> & { number: number }): Source {
   return {
     number: source.number, kind: source.kind ?? "file", label: source.label || (path ? `${path}${lines}` : `Source ${source.number}`),
     path, startLine, endLine, message: source.message ?? null, cited: source.cited ?? true,
-    supported: source.supported ?? null, reason: source.reason ?? "",
+    supported: source.supported ?? null, reason: source.reason ?? "", origin: source.origin ?? null,
   };
 }
 
-const KIND_WORDS: Record<Source["kind"], string> = { file: "file", message: "message", section: "section" };
+const KIND_WORDS: Record<Source["kind"], string> = { file: "file", message: "message", section: "section", tool: "MCP" };
 
 /** A label broken only after path separators and punctuation, never inside a name. */
 function breakableLabel(label: string): HTMLElement {
@@ -210,11 +211,13 @@ function sourcesList(wireSources: Source[]): HTMLElement {
     if (source.startLine !== null) button.dataset.start = String(source.startLine);
     if (source.endLine !== null) button.dataset.end = String(source.endLine);
     if (source.message !== null) button.dataset.message = String(source.message);
+    const uri = source.path === null ? linkedUri(source.origin) : undefined;
+    if (uri !== undefined) button.dataset.uri = uri;
     button.appendChild(element("span", "source-number", source.cited ? String(source.number) : "read"));
     button.appendChild(breakableLabel(source.label));
     button.appendChild(element("span", "source-kind", KIND_WORDS[source.kind] ?? source.kind));
     const opens = source.path !== null ? `Open ${source.path}${source.startLine !== null ? ` at line ${source.startLine}` : ""}`
-      : source.message !== null ? `Show message #${source.message}` : "";
+      : source.message !== null ? `Show message #${source.message}` : uri !== undefined ? `Open ${uri}` : "";
     if (!opens) button.disabled = true;
     button.title = source.supported === false ? `${source.reason || "The citing sentence shares nothing checkable with this source."}${opens ? `\n${opens}` : ""}` : opens;
     if (source.supported === false) button.setAttribute("aria-description", source.reason);
@@ -648,8 +651,10 @@ function onClick(event: MouseEvent): void {
   }
   const source = target.closest<HTMLButtonElement>("button.source");
   if (source) {
-    const { path, start, end, message } = source.dataset;
-    if (path !== undefined) {
+    const { path, start, end, message, uri } = source.dataset;
+    if (uri !== undefined) {
+      vscode.postMessage({ type: "openUri", uri });
+    } else if (path !== undefined) {
       vscode.postMessage({
         type: "openSource", path, startLine: start === undefined ? null : Number(start), endLine: end === undefined ? null : Number(end),
       });

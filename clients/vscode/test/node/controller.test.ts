@@ -92,6 +92,7 @@ test("tool steps show as rows, progress runs on the client's token, and tool out
       token === undefined ? connection.sendRequest<R>(method, params) : connection.sendRequest<R>(method, params, token),
     sendNotification: (method, params) => connection.sendNotification(method, params),
     onNotification: (method, handler) => connection.onNotification(method, handler),
+    onRequest: (method, handler) => connection.onRequest(method, handler),
     onProgress: <P>(type: ProgressType<P>, token: string | number, handler: (value: P) => void) =>
       connection.onProgress(type, token, (value: P) => {
         progress.push({ token, value: value as WorkDoneProgressValue });
@@ -664,4 +665,91 @@ test("the context meter follows a new context window at once, not at the next qu
   assert.equal(shown!.replyId, null);
   assert.equal(shown!.sessionId, panel.controller.sessionId);
   assert.equal((await stub.requests()).length, 1, "no question was asked for it");
+});
+
+/** A git repository with two commits, the last one's message returned (mcp-server-git serves it). */
+function gitRepository(root: string): { repo: string; latest: string } {
+  const env = {
+    ...process.env, GIT_AUTHOR_NAME: "Imprint Tests", GIT_AUTHOR_EMAIL: "tests@imprint.invalid",
+    GIT_COMMITTER_NAME: "Imprint Tests", GIT_COMMITTER_EMAIL: "tests@imprint.invalid", GIT_CONFIG_GLOBAL: "/dev/null", GIT_CONFIG_NOSYSTEM: "1",
+  };
+  const git = (...args: string[]) => {
+    const run = spawnSync("git", args, { cwd: root, env, encoding: "utf8" });
+    assert.equal(run.status, 0, run.stderr);
+    return run.stdout;
+  };
+  mkdirSync(root, { recursive: true });
+  git("init", "-q", "-b", "main");
+  for (const [port, message] of [["8080", "Add the billing service on port 8080"], ["8101", "Move billing to port 8101 behind the gateway"]]) {
+    writeFileSync(path.join(root, "billing.yaml"), `port: ${port}\n`);
+    git("add", "billing.yaml");
+    git("commit", "-q", "-m", message);
+  }
+  return { repo: root, latest: "Move billing to port 8101 behind the gateway" };
+}
+
+function branchesOf(repo: string): string[] {
+  return spawnSync("git", ["-C", repo, "branch", "--format=%(refname:short)"], { encoding: "utf8" }).stdout.split("\n").filter(Boolean);
+}
+
+test("imprint.mcpServers reaches the daemon: git's read-only tool runs unasked, one that may act waits for the modal, steps name the server", async () => {
+  const { repo, latest } = gitRepository(path.join(home.root, "repo"));
+  const servers = { git: { command: python(), args: ["-m", "mcp_server_git", "--repository", repo] } };
+  // As the extension sends them: imprint.mcpServers becomes chat.mcp_servers in initializationOptions
+  // (a window wide enough for the git server's tool schemas whole).
+  const set: Record<string, unknown> = { mcpServers: servers, "chat.contextWindow": 32768 };
+  const settings = new SentSettings().initial((key) => set[key]);
+  assert.deepEqual(settings.chat.mcp_servers, servers);
+  await daemon.stop();
+  daemon = await Daemon.start(home, stub, settings);
+  const asked: { message: string; detail: string; labels: string[] }[] = [];
+  const choices: (string | undefined)[] = ["Allow once", undefined /* the modal closed */];
+  const mcp = new RecordedPanel(home.workspace, {
+    askPermission: async (question, labels) => {
+      asked.push({ ...question, labels });
+      return choices.shift();
+    },
+  });
+  mcp.controller.attach(daemon.connection);
+  await stub.queue(
+    { toolCalls: [{ id: "call_log", name: "git__git_log", arguments: { repo_path: repo } }] },
+    { toolCalls: [{ id: "call_branch", name: "git__git_create_branch", arguments: { repo_path: repo, branch_name: "topic" } }] },
+    "Branched topic off the last commit [1].",
+    { toolCalls: [{ id: "call_branch", name: "git__git_create_branch", arguments: { repo_path: repo, branch_name: "refused" } }] },
+    "I did not make it.",
+  );
+
+  await mcp.controller.ask("Branch topic off the last commit");
+
+  assert.equal(asked.length, 1, "only the tool that may act asked");
+  assert.match(asked[0].message, /“git”.*git_create_branch/);
+  assert.match(asked[0].detail, /"branch_name": "topic"/);
+  assert.deepEqual(asked[0].labels, ["Allow once", "Always allow", "Reject"]);
+  assert.ok(branchesOf(repo).includes("topic"));
+  const steps = mcp.ofType("toolStep");
+  assert.deepEqual(steps.map((step) => step.state), ["started", "finished", "started", "finished"]);
+  assert.ok(steps.every((step) => step.title.includes("git")), JSON.stringify(steps));
+  const requests = await stub.requests();
+  const toolText = (request: { messages: { role: string; content: string | null }[] }) =>
+    request.messages.filter((message) => message.role === "tool").map((message) => message.content ?? "").join("\n");
+  assert.ok(toolText(requests[1]).includes(latest), "git log's output reached the model");
+  assert.ok(toolText(requests[2]).includes("topic"), "the branch's result reached the model");
+  // The git log it cites is a source of kind "tool", with its server, tool and arguments.
+  const cited = mcp.ofType("replyEnd")[0].sources.find((source) => source.number === 1);
+  assert.equal(cited?.kind, "tool", JSON.stringify(mcp.ofType("replyEnd")[0].sources));
+  assert.deepEqual(cited?.origin, { server: "git", tool: "git_log", arguments: { repo_path: repo }, uri: null });
+
+  await mcp.controller.ask("And one named refused");
+  assert.equal(asked.length, 2);
+  assert.ok(!branchesOf(repo).includes("refused"), "a closed modal is a reject");
+  assert.ok(toolText((await stub.requests())[4]).includes("declined"), "the model is told it did not run");
+  assert.equal(mcp.ofType("toolStep").at(-1)!.state, "failed");
+
+  // Reopened, the stored calls show with their server too.
+  const sessionId = mcp.controller.sessionId!;
+  await mcp.controller.openSession(sessionId);
+  const reset = mcp.ofType("reset").at(-1)!;
+  const rows = reset.items.flatMap((item) => (item.kind === "assistant" ? item.steps.map((step) => [step.title, step.state]) : []));
+  assert.deepEqual(rows, [["git · git_log", "finished"], ["git · git_create_branch", "finished"], ["git · git_create_branch", "failed"]]);
+  mcp.controller.dispose();
 });

@@ -13,7 +13,7 @@ import { pathToFileURL } from "node:url";
 import { MessageConnection, StreamMessageReader, StreamMessageWriter, createMessageConnection } from "vscode-jsonrpc/node";
 import { ChatController, ControllerOptions } from "../../src/chat/controller";
 import { ToView } from "../../src/chat/view";
-import type { ModelReport } from "../../src/protocol";
+import { CLIENT_EXPERIMENTAL, type ModelReport } from "../../src/protocol";
 import { REPO_ROOT, python, pythonEnv } from "../python";
 
 export interface StubReplySpec {
@@ -135,7 +135,8 @@ export class Daemon {
       processId: process.pid,
       clientInfo: { name: "imprint-vscode-test" },
       rootUri: null,
-      capabilities: { window: { workDoneProgress: true, showMessage: {} } },
+      // As the extension does (PermissionRequestsFeature): it answers imprint/requestPermission.
+      capabilities: { window: { workDoneProgress: true, showMessage: {} }, experimental: CLIENT_EXPERIMENTAL },
       workspaceFolders: folder ? [{ uri: pathToFileURL(home.workspace).href, name: "workspace" }] : null,
       initializationOptions,
     });

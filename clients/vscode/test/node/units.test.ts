@@ -5,13 +5,14 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync 
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { test } from "node:test";
-import { transcriptOf } from "../../src/chat/controller";
 import { DaemonLog } from "../../src/chat/daemonLog";
 import { missingDaemonMessage, resolveExecutable } from "../../src/chat/executable";
+import { ChatController, transcriptOf } from "../../src/chat/controller";
 import { exportPath } from "../../src/chat/exportFile";
 import { shownModelName } from "../../src/chat/models";
+import { PERMISSION_CHOICES, askPermission, linkedUri, mcpCallFailed, mcpServerOf, permissionQuestion, stepTitleOf } from "../../src/chat/permissions";
 import {
-  SETTINGS, STATUS_BAR_COMMAND, SentSettings, SettingsChanges, daemonSettings, describeFormat, describeModel, statusBar,
+  SETTINGS, STATUS_BAR_COMMAND, SentSettings, SettingsChanges, daemonSettings, describeFormat, describeModel, explicitOf, statusBar,
 } from "../../src/chat/settings";
 import type { ModelOnDisk } from "../../src/protocol";
 import { withoutSourcesBlock } from "../../src/chat/sources";
@@ -23,7 +24,47 @@ test("only explicitly set values are sent, by the daemon's names, nested by sect
 });
 
 test("VS Code's setting names are camelCase words, so the Settings editor titles them in words", () => {
-  for (const { editor } of SETTINGS) assert.match(editor, /^chat\.[a-z]+(?:[A-Z][a-z]+)*$/, editor);
+  for (const { editor } of SETTINGS) assert.match(editor, /^(?:chat\.)?[a-z]+(?:[A-Z][a-z]+)*$/, editor);
+});
+
+test("MCP servers from a workspace's settings are sent only when the workspace is trusted; the user's always", () => {
+  const servers = { git: { command: "python", args: ["-m", "mcp_server_git"] } };
+  const mine = { command: "uvx", args: ["mcp-server-git"] };
+  assert.equal(explicitOf("mcpServers", { workspaceValue: servers }, false), undefined);
+  assert.deepEqual(explicitOf("mcpServers", { workspaceValue: servers, globalValue: { mine } }, false), { mine });
+  assert.deepEqual(explicitOf("mcpServers", { workspaceFolderValue: servers, globalValue: { mine } }, true), servers);
+  // Other settings keep the workspace's value either way (VS Code itself restricts what must be).
+  assert.equal(explicitOf("chat.maxTokens", { workspaceValue: 256, globalValue: 512 }, false), 256);
+  assert.deepEqual(daemonSettings((key) => (key === "mcpServers" ? servers : undefined)), { chat: { mcp_servers: servers } });
+});
+
+test("a permission question names the server, the tool and its arguments; only Allow once and Always allow say yes", async () => {
+  const request = {
+    replyId: "r1", callId: "step-1", server: "git", tool: "git_create_branch", title: "git: Creates a new branch",
+    arguments: { repo_path: "/repo", branch_name: "topic" }, readOnly: false, destructive: false,
+  };
+  const question = permissionQuestion(request);
+  assert.match(question.message, /“git”.*git_create_branch/);
+  assert.match(question.detail, /"branch_name": "topic"/);
+  assert.deepEqual(PERMISSION_CHOICES.map((choice) => choice.label), ["Allow once", "Always allow", "Reject"]);
+  let asked: string[] = [];
+  const answers = async (label: string | undefined) =>
+    (await askPermission(async (_question, labels) => { asked = labels; return label; }, request)).outcome;
+  assert.equal(await answers("Allow once"), "allow_once");
+  assert.deepEqual(asked, ["Allow once", "Always allow", "Reject"]);
+  assert.equal(await answers("Always allow"), "allow_always");
+  assert.equal(await answers("Reject"), "reject");
+  assert.equal(await answers(undefined), "reject", "a closed dialog");
+  assert.equal((await askPermission(async () => { throw new Error("no window"); }, request)).outcome, "reject");
+  assert.equal((await askPermission(undefined, request)).outcome, "reject", "nobody to ask");
+});
+
+test("an MCP step's row names its server; a workspace step's stays as the daemon words it", () => {
+  assert.equal(mcpServerOf("git__git_log"), "git");
+  assert.equal(mcpServerOf("read_file"), undefined);
+  assert.equal(stepTitleOf("git__git_log", "Shows the commit logs"), "git · Shows the commit logs");
+  assert.equal(stepTitleOf("git__git_log", "Asking git: git_log"), "Asking git: git_log");
+  assert.equal(stepTitleOf("search", "Searching the workspace for “port”"), "Searching the workspace for “port”");
 });
 
 test("a key removed from the settings is sent as null, once; a restarted daemon starts from what is set", () => {
@@ -250,4 +291,28 @@ test("an export is proposed under the daemon's file name, in the folder, never o
   assert.equal(exportPath("imprint-notes.md", "/work", (file) => taken.has(file)), "/work/imprint-notes.md");
   assert.equal(exportPath("imprint-billing.md", "/work", (file) => taken.has(file)), "/work/imprint-billing-3.md");
   assert.equal(exportPath("../../etc/imprint-x.json", "/work", () => false), "/work/imprint-x.json");
+
+test("an MCP result's web address opens outside the editor; any other address a server names does not", async () => {
+  const origin = (uri: string | null) => ({ server: "docs", tool: "fetch", arguments: {}, uri });
+  assert.equal(linkedUri(origin("https://docs.example.com/rollout")), "https://docs.example.com/rollout");
+  assert.equal(linkedUri(origin("HTTP://docs.example.com/")), "HTTP://docs.example.com/");
+  for (const uri of ["javascript:alert(1)", "command:workbench.action.terminal.new", "file:///etc/passwd", "demo://resource/1", null]) {
+    assert.equal(linkedUri(origin(uri)), undefined, String(uri));
+  }
+  assert.equal(linkedUri(undefined), undefined);
+  const opened: string[] = [];
+  const controller = new ChatController({ post: () => undefined, workspace: () => undefined, openUri: (uri) => opened.push(uri) });
+  await controller.handle({ type: "openUri", uri: "https://docs.example.com/rollout" });
+  await controller.handle({ type: "openUri", uri: "command:workbench.action.terminal.new" }); // a panel's message is checked again
+  assert.deepEqual(opened, ["https://docs.example.com/rollout"]);
+  controller.dispose();
+});
+
+test("a stored MCP result that says the call did not run is a failed step; one that merely mentions it is not", () => {
+  assert.equal(mcpCallFailed("git__git_commit", "The user declined to let git run git_commit; go on without it."), true);
+  assert.equal(mcpCallFailed("git__git_log", "The MCP server git is unavailable: it exited."), true);
+  assert.equal(mcpCallFailed("docs__fetch", "docs answered fetch with an error: 404"), true);
+  assert.equal(mcpCallFailed("git__git_log", "Commit history:\nThe user declined to let git run git_log"), false);
+  assert.equal(mcpCallFailed("git__git_log", "The user declined to let docs run fetch"), false, "another server's wording");
+  assert.equal(mcpCallFailed("read_file", "The user declined to let git run git_log"), false, "not an MCP tool");
 });

@@ -73,7 +73,8 @@ test("the manifest contributes the commands, the chat view and every daemon sett
   assert.equal(manifest.main, "./dist/extension.js");
   assert.equal(manifest.engines.vscode, "^1.91.0");
   assert.equal(manifest.capabilities.untrustedWorkspaces.supported, "limited");
-  assert.deepEqual(manifest.capabilities.untrustedWorkspaces.restrictedConfigurations, ["imprint.serverPath"]);
+  // A workspace's own serverPath and MCP servers start programs: not read in an untrusted workspace.
+  assert.deepEqual(manifest.capabilities.untrustedWorkspaces.restrictedConfigurations, ["imprint.serverPath", "imprint.mcpServers"]);
 
   // Every contributed command is registered by the extension, and nothing else is.
   const source = readFileSync(path.join(ROOT, "src", "extension.ts"), "utf8");
@@ -87,7 +88,8 @@ test("the manifest contributes the commands, the chat view and every daemon sett
   // Read on the machine the extension runs on; the description says where a remote window reads it.
   assert.equal(properties["imprint.serverPath"].scope, "machine-overridable");
   assert.match(properties["imprint.serverPath"].markdownDescription, /remote window.*\*\*Remote\*\* tab/);
-  assert.deepEqual(Object.keys(properties).filter((key) => key.startsWith("imprint.chat.")), SETTINGS.map(({ editor }) => `imprint.${editor}`));
+  const daemonKeys = Object.keys(properties).filter((key) => key.startsWith("imprint.chat.") || key === "imprint.mcpServers");
+  assert.deepEqual(daemonKeys, SETTINGS.map(({ editor }) => `imprint.${editor}`));
 });
 
 test("the contributed settings match the daemon's settings table: keys, defaults, types and ranges", () => {
@@ -101,11 +103,13 @@ test("the contributed settings match the daemon's settings table: keys, defaults
   }).toString()) as Record<string, { default: unknown; type: string }>;
   assert.deepEqual(Object.keys(daemon), [...SETTING_KEYS]);
   const properties = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")).contributes.configuration.properties;
-  const jsonType: Record<string, string> = { str: "string", int: "integer", float: "number", bool: "boolean" };
+  // A structured value (chat.mcp_servers: a tuple of servers in the daemon) is an object of servers by name in the editor.
+  const jsonType: Record<string, string> = { str: "string", int: "integer", float: "number", bool: "boolean", tuple: "object" };
   const editorName = new Map<string, string>(SETTINGS.map(({ daemon, editor }) => [daemon, editor]));
   for (const [key, spec] of Object.entries(daemon)) {
     const property = properties[`imprint.${editorName.get(key)}`];
-    assert.equal(property.default, spec.default, `${key} default`);
+    if (spec.type === "tuple") assert.deepEqual([property.default, spec.default], [{}, []], `${key} default: none`);
+    else assert.equal(property.default, spec.default, `${key} default`);
     assert.equal(property.type, jsonType[spec.type], `${key} type`);
     assert.ok(property.markdownDescription?.includes(`\`${key}\``), `${key}: the description names the daemon's key`);
   }

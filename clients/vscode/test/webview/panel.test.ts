@@ -332,6 +332,28 @@ test("a source path breaks between its names, never inside one", async () => {
   await page.close();
 });
 
+test("an MCP tool's result is a source named by its server and tool; one naming a web address opens it", async () => {
+  const page = await openPanel(browser, origin);
+  const tool = (number: number, label: string, uri: string | null) => ({
+    number, kind: "tool" as const, label, path: null, startLine: null, endLine: null, message: null, cited: true, supported: true, reason: "",
+    origin: { server: "docs", tool: "fetch_page", arguments: { slug: "rollout" }, uri },
+  });
+  await post(page, { type: "user", text: "How long is a rollout?" }, { type: "replyStart" },
+    { type: "replyEnd", text: "Five minutes [1], as the runbook says [2].", stopReason: "answer", sources: [
+      tool(1, 'docs: fetch_page {"slug": "rollout"}', "https://docs.example.com/rollout"),
+      tool(2, 'docs: fetch_page {"slug": "runbook"}', "javascript:alert(1)"),
+    ] });
+  await settle(page);
+  assert.deepEqual(await texts(page, ".sources .source-kind"), ["MCP", "MCP"]);
+  const [linked, unlinked] = [page.locator(".sources .source").nth(0), page.locator(".sources .source").nth(1)];
+  assert.equal(await linked.isDisabled(), false);
+  assert.equal(await linked.getAttribute("title"), "Open https://docs.example.com/rollout");
+  await linked.click();
+  assert.deepEqual((await posted(page)).at(-1), { type: "openUri", uri: "https://docs.example.com/rollout" });
+  assert.equal(await unlinked.isDisabled(), true, "an address that is not a web page is not a link");
+  await page.close();
+});
+
 test("a reopened session keeps its sources, notes unanswered questions and opens at the end of the last answer", async () => {
   const page = await openPanel(browser, origin, "light", { width: 420, height: 500 });
   const longAnswer = Array.from({ length: 30 }, (_, index) => `Paragraph ${index} about **billing** and \`port ${8100 + index}\`.\n\n\`\`\`yaml\nport: ${8100 + index}\n\`\`\``).join("\n\n");

@@ -30,6 +30,12 @@ local function tool_title(call)
     -- Worded as the live step was: the first look is Imprint's own search, not the model's.
     return ("Looking in the workspace for “%s”"):format(args.query or "")
   end
+  if not title then
+    local server = require("imprint.permissions").server_of(call.name)
+    if server then -- an MCP tool: its server, then the tool's own name
+      return server .. " · " .. call.name:sub(#server + 3)
+    end
+  end
   return title and title(args) or (call.name .. " " .. vim.json.encode(call.arguments or vim.empty_dict()))
 end
 
@@ -50,11 +56,21 @@ function M.session(messages, summary)
   end
   -- How each call ended, from its stored result. A repeated call was answered from before
   -- and, as in the live reply, is no step of its own.
-  local results = {} -- toolCallId -> "finished" | "failed" | "repeat"
+  -- Keyed by the calling message's seq and the call id: models reuse ids between rounds ("call_0"),
+  -- and a result answers the call of that id in the message just before it.
+  local results = {} -- "seq:toolCallId" -> "finished" | "failed" | "repeat"
+  local caller, called = nil, {} -- the latest message with calls, and its calls' tools by id
   for _, m in ipairs(messages) do
-    if m.role == "tool" and m.toolCallId then
-      results[m.toolCallId] = vim.startswith(m.content, "(Same call as before") and "repeat"
-        or vim.startswith(m.content, "Error:") and "failed" or "finished"
+    if m.role == "assistant" and #(m.toolCalls or {}) > 0 then
+      caller, called = m.seq, {}
+      for _, call in ipairs(m.toolCalls) do
+        called[call.id] = call.name
+      end
+    end
+    if m.role == "tool" and m.toolCallId and caller then
+      local mcp_failed = require("imprint.permissions").call_failed(called[m.toolCallId], m.content)
+      results[caller .. ":" .. m.toolCallId] = vim.startswith(m.content, "(Same call as before") and "repeat"
+        or (vim.startswith(m.content, "Error:") or mcp_failed) and "failed" or "finished"
     end
   end
   local last_role
@@ -92,7 +108,7 @@ function M.session(messages, summary)
           add_quoted(state.THINKING_HEAD, m.content, "ImprintThinking")
         end
         for _, call in ipairs(calls) do
-          local outcome = results[call.id] or "finished"
+          local outcome = results[m.seq .. ":" .. call.id] or "finished"
           if outcome ~= "repeat" then
             -- Under the blank line that ends the thinking block (or the heading), as live.
             placed[#placed + 1] = { row = #lines - 1, state = outcome, title = tool_title(call) }

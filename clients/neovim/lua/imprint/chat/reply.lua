@@ -192,7 +192,8 @@ function M.on_tool_step(params)
   end
   write_thought(reply)
   local buf = state.buf
-  local line = steps.line(params.state, params.title, params.detail)
+  local line = steps.line(params.state, require("imprint.permissions").step_title(params.tool, params.title),
+    params.detail)
   local known = reply.steps[params.callId]
   if known then
     known.group.lines[known.index] = line

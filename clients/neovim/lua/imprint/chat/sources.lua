@@ -255,6 +255,10 @@ function M.open(source, workspace)
     if seq then
       return open_message(seq)
     end
+    local uri = M.linked_uri(source)
+    if uri then -- an MCP result that names a web page: the system's browser opens it
+      return vim.ui.open(uri)
+    end
     vim.notify("imprint: " .. (source.label or "this source") .. " has no place to open", vim.log.levels.INFO)
     return
   end
@@ -300,10 +304,24 @@ function M.latest()
   return found, state.workspace
 end
 
---- A quickfix item's text: "[3] services/billing.yaml:1–4", then "read, not cited" or why the
---- citation is unsupported.
+--- The web address an MCP tool's result names (http or https only: a server names what it
+--- likes), or nil.
+function M.linked_uri(source)
+  local origin = present(source.origin) and source.origin or nil
+  local uri = origin and present(origin.uri) and origin.uri or nil
+  if type(uri) == "string" and (uri:lower():match("^https?://")) then
+    return uri
+  end
+  return nil
+end
+
+--- A quickfix item's text: "[3] services/billing.yaml:1–4" (an MCP result's web address after
+--- it), then "read, not cited" or why the citation is unsupported.
 local function item_text(source)
   local text = ("[%d] %s"):format(source.number, source.label or source.path or "")
+  if M.linked_uri(source) then
+    text = text .. " <" .. M.linked_uri(source) .. ">"
+  end
   if source.cited == false then
     text = text .. " (read, not cited)"
   elseif source.supported == false then
