@@ -411,6 +411,8 @@ class ModelInfo(Wire):
 
     provider: str
     model: str
+    #: How to show the model: the same string as its ``imprint/models`` entry's ``name``.
+    name: str
     n_ctx: int
     #: How the model writes tool calls and reasoning (``hermes``, ``qwen-xml``, …, ``json-fallback``;
     #: ``openai`` for a remote server, which parses them itself); null while it cannot be told
@@ -424,6 +426,7 @@ class ModelInfo(Wire):
         return cls(
             provider=identity.provider,
             model=identity.model,
+            name=identity.name,
             n_ctx=identity.n_ctx,
             chat_format=identity.chat_format,
             reasons=identity.reasons,
