@@ -169,7 +169,6 @@ async def test_a_listing_that_fails_falls_back_to_the_model_in_use(tmp_path, mon
 
 
 async def test_a_hostile_server_list_leaves_sessions_working_and_refusals_short(tmp_path, monkeypatch, workspace):
-
     from imprintd.acp import wire
     from imprintd.acp.jsonrpc import RpcError
     from tests.models.test_served import Hostile
