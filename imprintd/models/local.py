@@ -57,6 +57,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -367,6 +368,11 @@ class _Loaded:
         llama.eval = eval_in_batches
 
 
+def _free_llama(llama: Any) -> None:
+    """Free a ``Llama``'s weights, context and sampler now (``Llama.close``)."""
+    llama.close()
+
+
 class LocalModel:
     """A GGUF chat model run in-process by llama-cpp-python (implements ``Model``).
 
@@ -449,6 +455,13 @@ class LocalModel:
                     disk_bytes=disk,
                 )
                 self._loaded = loaded
+                # llama.cpp's weights and context are freed when this model is: llama-cpp-python's
+                # objects refer to themselves (its tokenizer, its free callbacks), so without an
+                # explicit close they would wait for a full garbage collection, and a model
+                # retired by a settings change (chat.n_ctx, chat.model) would stay in memory.
+                # Nothing can be generating then: every request holds the model it runs on.
+                freeing = weakref.finalize(self, _free_llama, loaded.llama)
+                freeing.atexit = False  # at exit the model thread may still be generating
             return self._loaded
 
     def _fingerprint(self, loaded: _Loaded) -> str:
