@@ -123,9 +123,15 @@ _CHUNK = 1 << 20
 
 
 def read_metadata(path: Path, limit: int = HEADER_LIMIT) -> dict[str, Any]:
-    """The GGUF's metadata keys and values (arrays as their length only, to stay small). NotGguf."""
-    with path.open("rb") as handle:
-        return _read_header(handle, os.fstat(handle.fileno()).st_size, limit)
+    """The GGUF's metadata keys and values (arrays as their length only, to stay small). NotGguf
+    (a FIFO or a device too, which is never read), OSError."""
+    # Non-blocking, then checked: opening a FIFO for a blocking read waits for a writer.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as handle:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            raise NotGguf(f"not a regular file ({_kind_of(opened.st_mode)})")
+        return _read_header(handle, opened.st_size, limit)
 
 
 def _read_header(handle: BinaryIO, file_size: int, limit: int) -> dict[str, Any]:
@@ -538,8 +544,10 @@ def _ollama(folder: Path, budget: _Budget) -> Iterator[tuple[Path, str]]:
 
 def _ollama_blobs(manifest: Path, blobs: Path) -> list[Path]:
     try:
-        with manifest.open("rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        # Non-blocking, then checked: a FIFO in the manifests folder must not hang the listing.
+        fd = os.open(manifest, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return []
             raw = handle.read(MANIFEST_LIMIT + 1)
     except OSError:

@@ -273,6 +273,8 @@ def test_an_ollama_digest_names_only_a_blob_and_a_deep_manifest_is_skipped(tmp_p
     manifest("absolute", layer(str(outside)))
     manifest("climbing", layer("sha256:../../private/secret.gguf"))
     manifest("deep", "[" * 200_000 + "]" * 200_000)
+    (manifests / "piped").mkdir()
+    os.mkfifo(manifests / "piped" / "latest")  # never opened for a blocking read
 
     found = find_models("", env={"OLLAMA_MODELS": str(ollama)}, home=tmp_path / "nobody")
     assert [(m.name, m.path) for m in found] == [("good:latest", str(ollama / "blobs" / "sha256-abcd"))]
