@@ -443,15 +443,15 @@ def _whole_split(model: FoundModel, path: Path, split: re.Match, parts: dict) ->
     """The first part of a split model described as the whole: every part's size, and not offered
     while a part is missing (llama.cpp would not load it)."""
     total = int(split["total"])
-    found = parts.get((path.parent, split["stem"], split["total"]), {})
-    size = model.size
-    for number, part in found.items():
-        if number != 1:
+    size, present = model.size, {1}
+    for number, part in parts.get((path.parent, split["stem"], split["total"]), {}).items():
+        if 1 < number <= total:
             try:
                 size += part.stat().st_size
-            except OSError:
-                found = {n: p for n, p in found.items() if n != number}
-    missing = total - len([n for n in found if 1 <= n <= total])
+            except OSError:  # a broken link: as good as missing
+                continue
+            present.add(number)
+    missing = total - len(present)
     if not model.chat or not missing:
         return replace(model, size=size)
     return replace(model, size=size, chat=False, reason=f"a model split in {total} parts, {missing} of them missing")
