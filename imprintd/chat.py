@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import gc
 import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -248,6 +250,7 @@ class Chat:
         self._model_settings: tuple | None = None
         self._model_choosing = threading.Lock()  # the loop and worker threads may ask for it at once
         self._retiring: list[threading.Thread] = []  # models replaced on a settings change, closing
+        self._retired: list[weakref.ref[SessionStates]] = []  # those not freed yet (``_free_retired``)
         self._data_dir = data_dir
         self._store: Store | None = None
         self._store_opening = threading.Lock()  # worker threads may ask for it at once
@@ -354,10 +357,37 @@ class Chat:
 
     def _retire(self, model: SessionStates) -> None:
         """Close a replaced model's states (memory, writer thread) off the event loop: closing
-        waits for a generation still running on it and for its queued writes."""
-        thread = threading.Thread(target=model.close_states, name="imprintd-retire-model", daemon=True)
+        waits for a generation still running on it and for its queued writes. Then free it
+        (``_free_retired``): its weights would otherwise stay in memory after every switch."""
+        retired = weakref.ref(model)
+        self._retired = [ref for ref in self._retired if ref() is not None] + [retired]
+
+        held = [model]  # the thread's only hold on it, let go before it is looked for
+        del model
+
+        def close() -> None:
+            closing = held.pop()
+            closing.close_states()
+            del closing
+            self._free_retired()
+
+        thread = threading.Thread(target=close, name="imprintd-retire-model", daemon=True)
         thread.start()
         self._retiring = [t for t in self._retiring if t.is_alive()] + [thread]
+
+    def _free_retired(self) -> None:
+        """Free the models settings changes replaced, once nothing uses them.
+
+        A reply's objects (its scope, loop, research) refer to one another and to the model it
+        asked, so a retired model outlives its last reply until a full garbage collection,
+        which a long-running daemon may not run for hours; a local model's weights are freed
+        when it is (``LocalModel.load``). So one is run here while a retired model is still
+        held: when it is retired, and after each reply until it is gone. Call it off the loop.
+        """
+        if not any(ref() is not None for ref in self._retired):
+            return
+        gc.collect()
+        self._retired = [ref for ref in self._retired if ref() is not None]
 
     def model_identity(self, settings: ChatSettings | None = None) -> ModelIdentity:
         """The model ``settings`` name (the current ones by default) as clients show it, with
@@ -584,19 +614,24 @@ class Chat:
                 "a reply can read (section analysis stops there); nothing was stored. "
                 "Send the part that matters, or ask about a file in the workspace instead."
             )
-        if request.session_id:
-            # The turn is taken before anything is awaited, so replies take turns in the order
-            # they were sent; an unknown session (nobody's turn ahead) is refused at once in it.
-            async with self._turns.turn(request.session_id):
-                await in_worker(self.workspace_root, request.workspace)  # refused before anything is stored
-                return await self._reply_in_turn(request.session_id, request, events)
-        root = await in_worker(self.workspace_root, request.workspace)
-        store = await in_worker(lambda: self.store) if request.persist else self.memory  # opens it first
-        created = await in_worker(
-            store.create_session, workspace=str(root) if root else None, session_id=request.new_session_id
-        )
-        async with self._turns.turn(created.id):
-            return await self._reply_in_turn(created.id, request, events)
+        try:
+            if request.session_id:
+                # The turn is taken before anything is awaited, so replies take turns in the order
+                # they were sent; an unknown session (nobody's turn ahead) is refused at once in it.
+                async with self._turns.turn(request.session_id):
+                    await in_worker(self.workspace_root, request.workspace)  # refused before anything is stored
+                    return await self._reply_in_turn(request.session_id, request, events)
+            root = await in_worker(self.workspace_root, request.workspace)
+            store = await in_worker(lambda: self.store) if request.persist else self.memory  # opens it first
+            created = await in_worker(
+                store.create_session, workspace=str(root) if root else None, session_id=request.new_session_id
+            )
+            async with self._turns.turn(created.id):
+                return await self._reply_in_turn(created.id, request, events)
+        finally:
+            if self._retired:  # a model replaced while this reply may have held it
+                with anyio.CancelScope(shield=True):
+                    await in_worker(self._free_retired)
 
     async def _reply_in_turn(self, session_id: str, request: ReplyRequest, events: ReplyEvents) -> ReplyOutcome:
         store, info = await in_worker(self.locate, session_id)  # as it is now: earlier turns added to it

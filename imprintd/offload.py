@@ -140,6 +140,10 @@ class _ModelThread:
             else:
                 if wanted:
                     future.set_result(result)
+                del result
+            # Not kept while the thread waits for the next job: a job's closure holds its model,
+            # which a settings change may have retired (its weights would stay in memory).
+            del fn, future
 
 
 _model_thread = _ModelThread()

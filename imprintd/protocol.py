@@ -451,6 +451,8 @@ class ModelInfo(Wire):
 
     provider: str
     model: str
+    #: How to show the model: the same string as its ``imprint/models`` entry's ``name``.
+    name: str
     #: The window prompts are fitted to: ``chat.n_ctx``, or a served model's smaller window.
     n_ctx: int
     #: Where ``n_ctx`` comes from: ``"chat.n_ctx"``, or what the server said or showed
@@ -471,6 +473,7 @@ class ModelInfo(Wire):
         return cls(
             provider=identity.provider,
             model=identity.model,
+            name=identity.name,
             n_ctx=identity.n_ctx,
             n_ctx_source=identity.n_ctx_source,
             server_n_ctx=identity.server_n_ctx,

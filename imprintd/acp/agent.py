@@ -27,7 +27,9 @@ takes a session's replies in turn as well), so replies in one session never inte
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,13 +49,13 @@ from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing,
 from imprintd.conversations.compact import CompactFailed
 from imprintd.conversations.export import markdown
 from imprintd.mcp.config import McpServerConfig
+from imprintd.models import served
 from imprintd.models.base import ModelError
 from imprintd.models.identity import identify_model
 from imprintd.models.on_disk import FoundModel, find_models
 from imprintd.models.served import served_models
 from imprintd.offload import in_worker
 from imprintd.research.loop import ReplyFailed
-from imprintd.settings import ChatSettings
 from imprintd.store import SessionNotFound, StoreError, new_session_id
 
 T = TypeVar("T")
@@ -62,6 +64,73 @@ logger = logging.getLogger(__name__)
 
 #: The id of the model picker among a session's config options.
 MODEL_OPTION = "model"
+#: A refused choice names this many of the models offered.
+OPTIONS_NAMED = 20
+#: How long ``session/new`` waits for the server's model list the first time; a list that comes
+#: later is offered from the next session on (and on a choice, which waits ``served.TIMEOUT_S``).
+SERVED_WAIT_S = 2.0
+
+
+class ServedList:
+    """The ids a server lists, asked once per base URL in a thread of its own, and again on a
+    choice (``refresh``). Not on every session/new: a client opens sessions often (Zed one per
+    thread) while the list changes only when someone loads a model there. A failure is kept too
+    (logged once), for the same reason; the picker then offers the GGUFs and the model in use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._asking: tuple[str, concurrent.futures.Future[list[str]]] | None = None
+
+    def ids(self, base_url: str, *, refresh: bool = False) -> list[str]:
+        """The ids, waiting ``SERVED_WAIT_S`` for an answer not in yet (``served.TIMEOUT_S`` on
+        a ``refresh``); [] while there is none or the server could not be asked."""
+        with self._lock:
+            if refresh or self._asking is None or self._asking[0] != base_url:
+                self._asking = (base_url, self._ask(base_url))
+            future = self._asking[1]
+        try:
+            return future.result(timeout=served.TIMEOUT_S if refresh else SERVED_WAIT_S)
+        except concurrent.futures.TimeoutError:
+            logger.info("the model server at %s has not listed its models yet: the picker offers them later", base_url)
+            return []
+        except ModelError:
+            return []
+
+    def known(self, base_url: str) -> list[str]:
+        """The ids last listed for ``base_url``, without asking; [] when none are in."""
+        with self._lock:
+            asking = self._asking
+        if asking is None or asking[0] != base_url or not asking[1].done() or asking[1].exception() is not None:
+            return []
+        return asking[1].result()
+
+    @staticmethod
+    def _ask(base_url: str) -> concurrent.futures.Future[list[str]]:
+        future: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
+
+        def ask() -> None:
+            try:
+                future.set_result(served_models(base_url))
+            except ModelError as error:
+                logger.warning("the model picker lists no served models: %s", error)
+                future.set_exception(error)
+            except Exception as error:  # noqa: BLE001 (a future must end)
+                logger.warning("the model picker lists no served models: %s: %s", type(error).__name__, error)
+                future.set_exception(ModelError(str(error)))
+
+        threading.Thread(target=ask, name="imprintd-served-models", daemon=True).start()
+        return future
+
+
+def _model_option_alone(current: str, name: str) -> wire.ConfigOption:
+    """The picker offering only the model in use."""
+    return wire.ConfigOption(
+        id=MODEL_OPTION,
+        name="Model",
+        category="model",
+        current_value=current,
+        options=[wire.ConfigSelectOption(value=current, name=name, description="in use")],
+    )
 
 
 def _model_note(model: FoundModel) -> str:
@@ -89,7 +158,7 @@ class Agent:
         self._servers: dict[str, tuple[McpServerConfig, ...]] = {}  # each session's MCP servers
         self._mcp_kinds: dict[str, dict[str, wire.ToolKind]] = {}  # how each session's MCP tools show
         self._models: list[FoundModel] | None = None  # the chat GGUFs on this machine, found once
-        self._served_models: tuple[str, list[str]] | None = None  # (base URL, the ids it listed)
+        self._served = ServedList()  # the ids chat.base_url's server lists, asked in the background
 
     @property
     def requests(self):
@@ -136,17 +205,27 @@ class Agent:
 
     # -- the model picker (a config option of category "model") ------------------------
     def _model_option(self, *, ask_server: bool = False) -> wire.ConfigOption:
-        """The model in use, the models the server offers when ``chat.provider`` is ``openai``
-        (``models.served``), and the GGUF chat models on this machine (``models.on_disk``). The GGUFs
-        are found once per agent: reading their headers takes a moment, and a new session should not
-        wait for it.
-        Reads file headers, stats the model and may ask the server: call it from a worker thread."""
+        """The model in use, the models ``chat.base_url``'s server lists (``models.served``),
+        whatever the provider, and the GGUF chat models on this machine (``models.on_disk``), so
+        either kind can be chosen at any time. The GGUFs are found once per agent: reading their
+        headers takes a moment, and a new session should not wait for it. Nothing here fails a
+        session: a listing that fails, or a server that is slow or hostile, leaves the model in
+        use offered (``_model_option_alone``).
+        Reads file headers, stats the model and may wait for the server: call it from a worker thread."""
         settings = self.chat.settings
-        if self._models is None:
-            self._models = [m for m in find_models(settings.models_dir) if m.chat]
-        identity = identify_model(settings)
+        try:
+            identity = identify_model(settings)
+        except Exception as error:  # noqa: BLE001 (the picker must not cost the session)
+            logger.warning("the model in use cannot be named: %s: %s", type(error).__name__, error)
+            return _model_option_alone(settings.model, settings.model or "the default model")
         current = settings.model or identity.model
-        served = self._served(settings, ask_server) if settings.provider == "openai" else []
+        try:
+            if self._models is None:
+                self._models = [m for m in find_models(settings.models_dir) if m.chat]
+            served = self._served.ids(settings.base_url, refresh=ask_server)
+        except Exception as error:  # noqa: BLE001 (the picker must not cost the session)
+            logger.warning("the model picker offers only the model in use: %s: %s", type(error).__name__, error)
+            return _model_option_alone(current, identity.name)
         options = [
             wire.ConfigSelectOption(value=name, name=name, description="served by chat.base_url") for name in served
         ]
@@ -156,25 +235,10 @@ class Agent:
             if m.path not in served
         ]
         if current not in {option.value for option in options}:
-            options.insert(0, wire.ConfigSelectOption(value=current, name=identity.model, description="in use"))
+            options.insert(0, wire.ConfigSelectOption(value=current, name=identity.name, description="in use"))
         return wire.ConfigOption(
             id=MODEL_OPTION, name="Model", category="model", current_value=current, options=options
         )
-
-    def _served(self, settings: ChatSettings, ask: bool) -> list[str]:
-        """The server's model ids, asked once per agent and base URL, and again when the option is set.
-        Not on every session/new: a server that does not answer holds the request up to
-        ``served.TIMEOUT_S``, and a client opens sessions often (Zed one per thread) while the
-        list changes only when someone loads a model there, so the choice re-asks. A failure is kept
-        too (logged once, the model in use still offered), for the same reason."""
-        if ask or self._served_models is None or self._served_models[0] != settings.base_url:
-            try:
-                names = served_models(settings.base_url)
-            except ModelError as error:
-                logger.warning("the model picker lists no served models: %s", error)
-                names = []
-            self._served_models = (settings.base_url, names)
-        return self._served_models[1]
 
     async def set_config_option(self, params: wire.SetConfigOptionParams) -> wire.SetConfigOptionResult:
         if params.config_id != MODEL_OPTION:
@@ -183,13 +247,18 @@ class Agent:
             )
         offered = (await in_worker(lambda: self._model_option(ask_server=True))).options
         if params.value not in {option.value for option in offered}:
-            listed = ", ".join(repr(option.value) for option in offered)
-            raise RpcError(INVALID_PARAMS, f"value: {params.value!r} is not one of the models offered ({listed}).")
+            listed = ", ".join(repr(option.value) for option in offered[:OPTIONS_NAMED])
+            more = f" and {len(offered) - OPTIONS_NAMED:,} more" if len(offered) > OPTIONS_NAMED else ""
+            raise RpcError(
+                INVALID_PARAMS, f"value: {params.value!r} is not one of the models offered ({listed}{more})."
+            )
         settings = self.chat.settings
-        served = self._served_models[1] if settings.provider == "openai" and self._served_models else []
-        if params.value in served:
-            if params.value != settings.model:  # a model the server offers: the provider stays openai
-                self.chat.update_settings(self.chat.resolved.apply({"chat": {"model": params.value}}, "editor"))
+        if params.value in self._served.known(settings.base_url):
+            # A model the server offers: the provider becomes (or stays) openai.
+            if (settings.provider, settings.model) != ("openai", params.value):
+                self.chat.update_settings(
+                    self.chat.resolved.apply({"chat": {"provider": "openai", "model": params.value}}, "editor")
+                )
         elif params.value != settings.model and await in_worker(Path(params.value).is_file):
             self.chat.update_settings(
                 self.chat.resolved.apply({"chat": {"provider": "local", "model": params.value}}, "editor")

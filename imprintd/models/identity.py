@@ -1,9 +1,12 @@
 """Which model a configuration means, by name, as clients show it (``initialize``'s
 ``capabilities.experimental.imprint`` and ``imprint/modelChanged``; protocol.md).
 
-The remote model's name, or the GGUF file's name (the embedded one's included). Light on
-purpose: ``initialize`` asks for it, and nothing here imports a provider, loads weights or
-opens a connection (``models/factory.py`` builds the model itself).
+``model`` is the remote model's name, or the GGUF file's name (the embedded one's included);
+``name`` is how to show it, the same name ``imprint/models`` gives that file
+(``on_disk.display_name``: Ollama's ``model:tag``, Hugging Face's ``org/repo/file``, else the
+file's name), so a picker and a status bar never name one model two ways. Light on purpose:
+``initialize`` asks for it, and nothing here imports a provider, loads weights or opens a
+connection (``models/factory.py`` builds the model itself).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 import msgspec
 
 from imprintd.models.embedded import find_embedded_model
+from imprintd.models.on_disk import display_name
 from imprintd.settings import ChatSettings
 
 
@@ -21,6 +25,9 @@ class ModelIdentity(msgspec.Struct, frozen=True, kw_only=True):
     #: The remote model's name or the GGUF file's name; "" when there is none (nothing configured
     #: for a remote provider, or no embedded model installed).
     model: str
+    #: How clients show the model: the remote model's name, or ``on_disk.display_name`` of the
+    #: GGUF (the name its ``imprint/models`` entry has); "" when ``model`` is.
+    name: str = ""
     n_ctx: int
     #: Where ``n_ctx`` comes from, and the server's own window (``Chat.model_identity`` fills them
     #: in from a served model once its server said or showed it).
@@ -35,8 +42,9 @@ class ModelIdentity(msgspec.Struct, frozen=True, kw_only=True):
 
 def identify_model(chat: ChatSettings) -> ModelIdentity:
     if chat.provider == "local":
-        path = Path(chat.model) if chat.model else find_embedded_model()
-        name = path.name if path is not None else ""
+        path = Path(chat.model).expanduser() if chat.model else find_embedded_model()
+        model = path.name if path is not None else ""
+        shown = display_name(path) if path is not None else ""
     else:
-        name = chat.model
-    return ModelIdentity(provider=chat.provider, model=name, n_ctx=chat.n_ctx)
+        model = shown = chat.model
+    return ModelIdentity(provider=chat.provider, model=model, name=shown, n_ctx=chat.n_ctx)

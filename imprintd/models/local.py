@@ -57,6 +57,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -157,54 +158,15 @@ def template_renders_tools(template: str) -> bool:
     return ChatTemplate(template, model_name="the model").renders_tools
 
 
-# GGUF metadata value types and the sizes of the fixed-size ones (gguf.md in llama.cpp).
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
-_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-
 def read_gguf_string(path: Path, key: str) -> str | None:
-    """One string value of a GGUF file's metadata (e.g. its chat template), without llama.cpp.
+    """One string value of a GGUF file's metadata (e.g. its chat template), without llama.cpp;
+    None when it is absent or not a string. Read by ``on_disk.read_metadata``, within its bounds
+    (64 MiB of header, arrays nested 8 deep), so a damaged header is a ValueError naming what
+    is wrong, never a recursion or a read past the file."""
+    from imprintd.models.on_disk import read_metadata
 
-    Walks the header's key/value list (GGUF v2 and v3) and returns the value of ``key``, or None
-    when it is absent. Only the header is read; large arrays (the vocabulary) are skipped over.
-    """
-    import mmap
-    import struct
-
-    with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        magic, version = struct.unpack_from("<4sI", data, 0)
-        if magic != GGUF_MAGIC or version < 2:
-            raise ValueError(f"{path} is not a GGUF v2+ file")
-        (kv_count,) = struct.unpack_from("<Q", data, 16)
-        offset = 24
-
-        def string_at(at: int) -> tuple[bytes, int]:
-            (length,) = struct.unpack_from("<Q", data, at)
-            return data[at + 8 : at + 8 + length], at + 8 + length
-
-        def skip_value(kind: int, at: int) -> int:
-            if kind in _GGUF_SIZES:
-                return at + _GGUF_SIZES[kind]
-            if kind == _GGUF_STRING:
-                return string_at(at)[1]
-            if kind == _GGUF_ARRAY:
-                item_kind, count = struct.unpack_from("<IQ", data, at)
-                at += 12
-                if item_kind in _GGUF_SIZES:
-                    return at + count * _GGUF_SIZES[item_kind]
-                for _ in range(count):
-                    at = skip_value(item_kind, at)
-                return at
-            raise ValueError(f"{path}: unknown GGUF metadata type {kind}")
-
-        for _ in range(kv_count):
-            name, offset = string_at(offset)
-            (kind,) = struct.unpack_from("<I", data, offset)
-            offset += 4
-            if name == key.encode() and kind == _GGUF_STRING:
-                return string_at(offset)[0].decode("utf-8", "replace")
-            offset = skip_value(kind, offset)
-    return None
+    value = read_metadata(path).get(key)
+    return value if isinstance(value, str) else None
 
 
 def _has_amx() -> bool:
@@ -366,6 +328,11 @@ class _Loaded:
         llama.eval = eval_in_batches
 
 
+def _free_llama(llama: Any) -> None:
+    """Free a ``Llama``'s weights, context and sampler now (``Llama.close``)."""
+    llama.close()
+
+
 class LocalModel:
     """A GGUF chat model run in-process by llama-cpp-python (implements ``Model``).
 
@@ -448,6 +415,13 @@ class LocalModel:
                     disk_bytes=disk,
                 )
                 self._loaded = loaded
+                # llama.cpp's weights and context are freed when this model is: llama-cpp-python's
+                # objects refer to themselves (its tokenizer, its free callbacks), so without an
+                # explicit close they would wait for a full garbage collection, and a model
+                # retired by a settings change (chat.n_ctx, chat.model) would stay in memory.
+                # Nothing can be generating then: every request holds the model it runs on.
+                freeing = weakref.finalize(self, _free_llama, loaded.llama)
+                freeing.atexit = False  # at exit the model thread may still be generating
             return self._loaded
 
     def _fingerprint(self, loaded: _Loaded) -> str:

@@ -1,4 +1,4 @@
-"""GGUF chat models already on this machine (``imprint/models``, ``imprintd models``; issue 34).
+"""GGUF chat models already on this machine (``imprint/models``, ``imprintd models``, the ACP picker).
 
 People keep models where their other tools put them. This finds ``.gguf`` files in:
 
@@ -11,29 +11,57 @@ People keep models where their other tools put them. This finds ``.gguf`` files 
 - llama.cpp's download cache (``$LLAMA_CACHE``, else ``~/.cache/llama.cpp``).
 
 Each file is described from its GGUF header only (the metadata before the tensors; nothing is
-loaded): name, architecture, size, quantization, trained context length, and whether it has a
-chat template and which family that template is. A file that is not a chat model (no chat
-template, an embedding architecture, not a GGUF at all) is listed with the reason and
-``chat: false``, so an editor can show it without offering it.
+loaded): architecture, size, quantization, trained context length, and whether it has a chat
+template and which family that template is. A file that is not a chat model (no chat template,
+an embedding architecture, not a GGUF at all, a damaged header, a broken link, not a regular
+file) is listed with the reason and ``chat: false``, so an editor can show it without offering it.
+
+A model's ``name`` is the one ``display_name`` gives its path, which is also the name the model
+in use goes by (``models.identity``): Ollama's ``model:tag``, Hugging Face's ``org/repo/file``,
+else the file's name. The header's own ``general.name`` is not used: it is often a training
+run's label, and two quantizations of one model share it.
+
+Whatever a disk holds, a listing ends and never fails as a whole: each place is walked and each
+file judged on its own (an error there is a reason on that file, or a place skipped and
+logged), and the work is bounded: ``ENTRY_LIMIT`` folder entries and ``DEPTH_LIMIT`` levels per
+place, each real folder visited once (symbolic links to folders seen before are not followed
+again), each file read once (hard and symbolic links to one file are one model), ``FILE_LIMIT``
+files read per place, ``HEADER_LIMIT`` bytes and ``NESTING_LIMIT`` levels of arrays per header,
+``MANIFEST_LIMIT`` bytes per Ollama manifest. A split model (``name-00001-of-00003.gguf`` …) is
+one entry: its first part, with the size of the parts found; the later parts are not listed.
 """
 
 from __future__ import annotations
 
-import io
-import json
+import errno
+import logging
 import os
+import re
+import stat
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-#: A header is read up to this many bytes (tokenizer vocabularies included); past it, the file is
-#: described from what was read.
+from imprintd.models.bounded_json import TooDeep, loads_bounded
+
+logger = logging.getLogger(__name__)
+
+#: A header is read up to this many bytes (tokenizer vocabularies included); a longer one is
+#: listed as damaged.
 HEADER_LIMIT = 64 << 20
-#: At most this many files are described in one listing, and a folder is walked this deep.
+#: At most this many files are read per place, and the listing keeps this many, chat models first.
+#: Per place, so that thousands of files in one folder cannot crowd out another tool's models.
 FILE_LIMIT = 500
+#: A place's walk looks at this many folder entries at most, and goes this deep.
+ENTRY_LIMIT = 20_000
 DEPTH_LIMIT = 6
+#: GGUF arrays of arrays nested deeper than this are a damaged header (llama.cpp writes none).
+NESTING_LIMIT = 8
+#: An Ollama manifest (about a kilobyte) is read up to this size and this nesting.
+MANIFEST_LIMIT = 1 << 20
+MANIFEST_NESTING = 16
 
 #: llama.cpp's ``general.file_type`` numbers (``LLAMA_FTYPE_*``).
 FILE_TYPES = {
@@ -53,6 +81,8 @@ TEMPLATE_FAMILIES = (
     ("<|user|>", "phi"),
     ("<｜User｜>", "deepseek"),
 )
+#: A part of a model split by llama.cpp's ``gguf-split``: ``<stem>-00001-of-00003.gguf``.
+SPLIT_PART = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
 
 
 class NotGguf(ValueError):
@@ -61,10 +91,12 @@ class NotGguf(ValueError):
 
 @dataclass(frozen=True)
 class FoundModel:
+    #: How the model is shown (``display_name``): the same name the model in use goes by.
     name: str
     path: str
     #: Where it was found: ``models_dir``, ``lm-studio``, ``huggingface``, ``ollama``, ``llama.cpp``.
     source: str
+    #: Bytes on disk: of every part found, for a split model.
     size: int
     architecture: str | None
     quantization: str | None
@@ -79,93 +111,179 @@ class FoundModel:
 
 # --- the header ---------------------------------------------------------------------------
 
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_SCALARS = {
+    kind: struct.Struct(fmt)
+    for kind, fmt in {
+        0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"
+    }.items()
+}  # fmt: skip
 _STRING, _ARRAY = 8, 9
+_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
+_CHUNK = 1 << 20
 
 
 def read_metadata(path: Path, limit: int = HEADER_LIMIT) -> dict[str, Any]:
-    """The GGUF's metadata keys and values (arrays as their length only, to stay small). NotGguf."""
-    with path.open("rb") as raw:
-        stream = io.BufferedReader(raw, buffer_size=1 << 20)
-        reader = _Reader(stream, limit)
-        if reader.take(4) != b"GGUF":
-            raise NotGguf("not a GGUF file (it does not start with GGUF)")
-        version = reader.unpack("<I")
-        if version not in (2, 3):
-            raise NotGguf(f"GGUF version {version}; this reader knows versions 2 and 3")
-        reader.unpack("<Q")  # tensors
-        count = reader.unpack("<Q")
-        metadata: dict[str, Any] = {}
-        for _ in range(count):
-            key = reader.string()
-            kind = reader.unpack("<I")
-            metadata[key] = reader.value(kind)
-        return metadata
+    """The GGUF's metadata keys and values (arrays as their length only, to stay small). NotGguf
+    (a FIFO or a device too, which is never read), OSError."""
+    # Non-blocking, then checked: opening a FIFO for a blocking read waits for a writer.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as handle:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            raise NotGguf(f"not a regular file ({_kind_of(opened.st_mode)})")
+        return _read_header(handle, opened.st_size, limit)
+
+
+def _read_header(handle: BinaryIO, file_size: int, limit: int) -> dict[str, Any]:
+    reader = _Reader(handle, min(limit, file_size), limit)
+    if reader.take(4) != b"GGUF":
+        raise NotGguf("not a GGUF file (it does not start with GGUF)")
+    version = reader.unpack(_U32)
+    if version not in (2, 3):
+        raise NotGguf(f"GGUF version {version}; this reader knows versions 2 and 3")
+    reader.unpack(_U64)  # tensors
+    count = reader.unpack(_U64)
+    metadata: dict[str, Any] = {}
+    for _ in range(count):  # each key takes 12 bytes at least: the header limit bounds the loop
+        key = reader.string()
+        metadata[key] = reader.value(reader.unpack(_U32), 0)
+    return metadata
 
 
 class _Reader:
-    def __init__(self, stream: BinaryIO, limit: int) -> None:
-        self._stream, self._left = stream, limit
+    """The header from the file's start, in chunks, never past ``end`` (the file's size or the limit)."""
+
+    def __init__(self, handle: BinaryIO, end: int, limit: int) -> None:
+        self._handle, self._end, self._limit = handle, end, limit
+        self._buffer = b""
+        self._at = 0  # the next byte, in the buffer
+        self._base = 0  # the buffer's first byte, in the file
+
+    def _past(self, size: int) -> NotGguf:
+        if self._base + self._at + size > self._limit:
+            return NotGguf(f"the header is longer than {self._limit >> 20} MiB, or damaged")
+        return NotGguf("the file ends inside its header")
+
+    def _have(self, size: int) -> None:
+        """At least ``size`` bytes in the buffer from ``_at``."""
+        held = len(self._buffer) - self._at
+        if held >= size:
+            return
+        start = self._base + self._at
+        if start + size > self._end:
+            raise self._past(size)
+        more = self._handle.read(min(max(size - held, _CHUNK), self._end - start - held))
+        self._buffer, self._base, self._at = self._buffer[self._at :] + more, start, 0
+        if len(self._buffer) < size:
+            raise NotGguf("the file ends inside its header")
 
     def take(self, size: int) -> bytes:
-        if size > self._left:
-            raise NotGguf(f"the header is longer than {HEADER_LIMIT >> 20} MiB, or damaged")
-        data = self._stream.read(size)
-        if len(data) < size:
-            raise NotGguf("the file ends inside its header")
-        self._left -= size
+        self._have(size)
+        data = self._buffer[self._at : self._at + size]
+        self._at += size
         return data
 
-    def unpack(self, fmt: str) -> Any:
-        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+    def skip(self, size: int) -> None:
+        held = len(self._buffer) - self._at
+        if size <= held:
+            self._at += size
+            return
+        start = self._base + self._at
+        if start + size > self._end:
+            raise self._past(size)
+        self._handle.seek(start + size)
+        self._buffer, self._base, self._at = b"", start + size, 0
+
+    def unpack(self, fmt: struct.Struct) -> Any:
+        self._have(fmt.size)
+        value = fmt.unpack_from(self._buffer, self._at)[0]
+        self._at += fmt.size
+        return value
 
     def string(self) -> str:
-        return self.take(self.unpack("<Q")).decode("utf-8", "replace")
+        return self.take(self.unpack(_U64)).decode("utf-8", "replace")
 
-    def value(self, kind: int) -> Any:
+    def value(self, kind: int, depth: int) -> Any:
         if kind in _SCALARS:
             return self.unpack(_SCALARS[kind])
         if kind == _STRING:
             return self.string()
         if kind == _ARRAY:
-            item, count = self.unpack("<I"), self.unpack("<Q")
+            if depth >= NESTING_LIMIT:
+                raise NotGguf(f"a damaged header: arrays nested more than {NESTING_LIMIT} deep")
+            item, count = self.unpack(_U32), self.unpack(_U64)
             if item in _SCALARS:
-                self.take(struct.calcsize(_SCALARS[item]) * count)
+                self.skip(_SCALARS[item].size * count)
+            elif item == _STRING:
+                for _ in range(count):  # a vocabulary: 8 bytes at least each, bounded by the limit
+                    self.skip(self.unpack(_U64))
             else:
                 for _ in range(count):
-                    self.value(item)
+                    self.value(item, depth + 1)
             return [count]  # the length only: vocabularies are not needed here
         raise NotGguf(f"an unknown metadata type {kind}")
 
 
+def _typed(meta: dict[str, Any], key: str, kind: type) -> Any:
+    """``meta[key]`` when absent or of ``kind``; NotGguf naming the key otherwise."""
+    value = meta.get(key)
+    if value is None or (isinstance(value, kind) and not (kind is int and isinstance(value, bool))):
+        return value
+    found = "an array" if isinstance(value, list) else f"a {type(value).__name__}"
+    wanted = {str: "a string", int: "an integer"}[kind]
+    raise NotGguf(f"a damaged header: {key} is {found}, not {wanted}")
+
+
 def describe(path: Path, source: str, name: str | None = None) -> FoundModel:
-    """``path`` described from its header (or as not a chat model, with the reason)."""
-    size = path.stat().st_size
+    """``path`` described from its header (or as not a chat model, with the reason), named ``name``
+    (else ``display_name``). Never raises for what the file is: a broken link, a loop, a FIFO, an
+    unreadable file, a damaged header each give a reason."""
+    shown = name or display_name(path)
+
+    def refused(reason: str, size: int = 0) -> FoundModel:
+        return FoundModel(shown, str(path), source, size, None, None, None, False, None, False, reason)
+
     try:
-        meta = read_metadata(path)
-    except (NotGguf, OSError) as error:
-        reason = str(error) if isinstance(error, NotGguf) else f"cannot be read: {error.strerror or error}"
-        return FoundModel(name or path.stem, str(path), source, size, None, None, None, False, None, False, reason)
-    architecture = meta.get("general.architecture")
-    found = meta.get("tokenizer.chat_template")
-    template = found if isinstance(found, str) else ""
+        info = path.stat()
+    except OSError as error:
+        return refused(_unreachable(path, error))
+    if not stat.S_ISREG(info.st_mode):
+        return refused(f"not a regular file ({_kind_of(info.st_mode)})")
+    try:
+        # Non-blocking: were the file swapped for a FIFO since the stat, opening it must not hang.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        return refused(_unreachable(path, error), info.st_size)
+    with os.fdopen(fd, "rb") as handle:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            return refused(f"not a regular file ({_kind_of(opened.st_mode)})")
+        try:
+            meta = _read_header(handle, opened.st_size, HEADER_LIMIT)
+            architecture = _typed(meta, "general.architecture", str)
+            file_type = _typed(meta, "general.file_type", int)
+            template = _typed(meta, "tokenizer.chat_template", str) or ""
+            length = _typed(meta, f"{architecture}.context_length", int) if architecture else None
+        except NotGguf as error:
+            return refused(str(error), opened.st_size)
+        except OSError as error:
+            return refused(f"cannot be read: {error.strerror or error}", opened.st_size)
     has_template = bool(template.strip())
     family = next((fam for marker, fam in TEMPLATE_FAMILIES if marker in template), "other") if has_template else None
-    length = meta.get(f"{architecture}.context_length") if architecture else None
-    quantization = FILE_TYPES.get(meta.get("general.file_type", -1)) or _quantization_in(path.name)
+    quantization = FILE_TYPES.get(file_type if file_type is not None else -1) or _quantization_in(path.name)
     reason = ""
     if architecture in EMBEDDING_ARCHITECTURES:
         reason = f"an embedding model ({architecture}), not a chat model"
     elif not has_template:
         reason = "no chat template in the file: a base model or not a chat model"
     return FoundModel(
-        name=name or str(meta.get("general.name") or path.stem),
+        name=shown,
         path=str(path),
         source=source,
-        size=size,
+        size=opened.st_size,
         architecture=architecture,
         quantization=quantization,
-        context_length=length if isinstance(length, int) else None,
+        context_length=length,
         has_chat_template=has_template,
         chat_format=family,
         chat=not reason,
@@ -173,9 +291,64 @@ def describe(path: Path, source: str, name: str | None = None) -> FoundModel:
     )
 
 
+def _unreachable(path: Path, error: OSError) -> str:
+    if error.errno == errno.ELOOP:
+        return "a symbolic link loop: it never reaches a file"
+    if error.errno == errno.ENOENT and path.is_symlink():
+        return "a broken link: the file it points to is missing (a deleted or unfinished download)"
+    return f"cannot be read: {error.strerror or error}"
+
+
+def _kind_of(mode: int) -> str:
+    kinds = {
+        "a folder": stat.S_ISDIR,
+        "a FIFO": stat.S_ISFIFO,
+        "a socket": stat.S_ISSOCK,
+        "a character device": stat.S_ISCHR,
+        "a block device": stat.S_ISBLK,
+    }
+    return next((kind for kind, test in kinds.items() if test(mode)), "not a file")
+
+
 def _quantization_in(file_name: str) -> str | None:
     upper = file_name.upper()
     return next((q for q in sorted(FILE_TYPES.values(), key=len, reverse=True) if q in upper), None)
+
+
+# --- names ------------------------------------------------------------------------------------
+
+
+def display_name(path: Path, ollama_names: dict[Path, dict[Path, str]] | None = None) -> str:
+    """How a model file is shown, in listings and as the model in use: Ollama's ``model:tag`` for
+    one of its blobs, ``org/repo/file.gguf`` for a Hugging Face snapshot's file, else the file's
+    name. Reads only Ollama's manifests (bounded as a listing is), and only for a file in a
+    ``blobs`` folder; ``ollama_names`` keeps what was read, by Ollama folder, for the next file."""
+    repo = _hugging_face_repo(path)
+    if repo is not None:
+        return f"{repo}/{path.name}"
+    if path.parent.name != "blobs":
+        return path.name
+    folder = path.parent.parent
+    names = ollama_names.get(folder) if ollama_names is not None else None
+    if names is None:
+        names = {}
+        try:
+            for blob, name in _ollama(folder, _Budget()):
+                names.setdefault(blob, name)  # the first tag in order, as a listing names it
+        except (OSError, ValueError) as error:
+            logger.info("Ollama's manifests in %s could not be read for a name: %s", folder, error)
+        if ollama_names is not None:
+            ollama_names[folder] = names
+    return names.get(path, path.name)
+
+
+def _hugging_face_repo(path: Path) -> str | None:
+    """``org/name`` for a file under ``models--org--name/snapshots/<revision>/``; else None."""
+    parts = path.parts
+    for index in range(len(parts) - 3, 0, -1):
+        if parts[index] == "snapshots" and parts[index - 1].startswith("models--"):
+            return parts[index - 1].removeprefix("models--").replace("--", "/")
+    return None
 
 
 # --- where models are kept -------------------------------------------------------------------
@@ -194,65 +367,206 @@ def places(models_dir: str = "", env: dict[str, str] | None = None, home: Path |
         ("ollama", Path(env["OLLAMA_MODELS"]) if env.get("OLLAMA_MODELS") else home / ".ollama" / "models"),
         ("llama.cpp", Path(env["LLAMA_CACHE"]) if env.get("LLAMA_CACHE") else home / ".cache" / "llama.cpp"),
     ]
-    return [(source, folder) for source, folder in candidates if folder is not None and folder.is_dir()]
+    return [(source, folder) for source, folder in candidates if folder is not None and _is_folder(folder)]
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(path.stat().st_mode)
+    except OSError:  # missing, unsearchable, a loop
+        return False
 
 
 def find_models(models_dir: str = "", env: dict[str, str] | None = None, home: Path | None = None) -> list[FoundModel]:
-    """Every GGUF found where ``places`` says, described from its header; chat models first, by name."""
+    """Every GGUF found where ``places`` says, described from its header; chat models first, by
+    name, at most ``FILE_LIMIT``. Never raises: a place that cannot be walked is logged and skipped."""
     found: list[FoundModel] = []
-    seen: set[Path] = set()
+    seen: set[tuple[int, int] | str] = set()  # (st_dev, st_ino) of each file read; its path when stat fails
     for source, folder in places(models_dir, env, home):
-        for path, name in _files(source, folder):
-            real = path.resolve()
-            if real in seen or len(found) >= FILE_LIMIT:
-                continue
-            seen.add(real)
-            found.append(describe(path, source, name))
-    return sorted(found, key=lambda m: (not m.chat, m.name.lower(), m.path))
+        try:
+            found += _from_place(source, folder, seen)
+        except Exception as error:  # noqa: BLE001 (one place's failure must not end the listing)
+            logger.warning("models in %s (%s) could not be listed: %s: %s", folder, source, type(error).__name__, error)
+    found.sort(key=lambda m: (not m.chat, m.name.lower(), m.path))
+    return found[:FILE_LIMIT]
 
 
-def _files(source: str, folder: Path) -> Iterator[tuple[Path, str | None]]:
-    if source == "ollama":
-        yield from _ollama(folder)
-    elif source == "huggingface":
-        for snapshot in sorted(folder.glob("models--*/snapshots/*")):
-            repo = snapshot.parent.parent.name.removeprefix("models--").replace("--", "/")
-            for path in sorted(snapshot.rglob("*.gguf")):
-                yield path, f"{repo}/{path.name}"
-    else:
-        yield from ((path, None) for path in _walk(folder, 0))
+def _from_place(source: str, folder: Path, seen: set[tuple[int, int] | str]) -> list[FoundModel]:
+    budget = _Budget()
+    ollama_names: dict[Path, dict[Path, str]] = {}
+    candidates = list(_files(source, folder, budget))
+    parts = _split_parts(path for path, _ in candidates)
+    described: list[FoundModel] = []
+    for path, name in candidates:
+        if len(described) >= FILE_LIMIT:
+            logger.info("models in %s: only the first %d files were read", folder, FILE_LIMIT)
+            break
+        split = SPLIT_PART.match(path.name)
+        if split and int(split["part"]) != 1:
+            continue  # a later part of a split model: its first part stands for the whole
+        key = _file_key(path)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            model = describe(path, source, name or display_name(path, ollama_names))
+        except Exception as error:  # noqa: BLE001 (one file's failure must not end the listing)
+            logger.warning("the model file %s could not be described: %s: %s", path, type(error).__name__, error)
+            reason = f"cannot be read: {type(error).__name__}"
+            model = FoundModel(name or path.name, str(path), source, 0, None, None, None, False, None, False, reason)
+        if split:
+            model = _whole_split(model, path, split, parts)
+        described.append(model)
+    return described
 
 
-def _walk(folder: Path, depth: int) -> Iterator[Path]:
+def _file_key(path: Path) -> tuple[int, int] | str:
+    """One key for every name of one file (hard links, symbolic links): its device and inode."""
     try:
-        entries = sorted(folder.iterdir())
+        info = path.stat()
     except OSError:
-        return
-    for entry in entries:
-        if entry.is_dir() and depth < DEPTH_LIMIT:
-            yield from _walk(entry, depth + 1)
-        elif entry.suffix.lower() == ".gguf" and entry.is_file() and "mmproj" not in entry.name.lower():
+        return str(path)
+    return (info.st_dev, info.st_ino)
+
+
+def _split_parts(paths: Iterator[Path]) -> dict[tuple[Path, str, str], dict[int, Path]]:
+    """The parts of each split model among ``paths``: (folder, stem, total) → {part number: path}."""
+    parts: dict[tuple[Path, str, str], dict[int, Path]] = {}
+    for path in paths:
+        match = SPLIT_PART.match(path.name)
+        if match:
+            parts.setdefault((path.parent, match["stem"], match["total"]), {})[int(match["part"])] = path
+    return parts
+
+
+def _whole_split(model: FoundModel, path: Path, split: re.Match, parts: dict) -> FoundModel:
+    """The first part of a split model described as the whole: every part's size, and not offered
+    while a part is missing (llama.cpp would not load it)."""
+    total = int(split["total"])
+    size, present = model.size, {1}
+    for number, part in parts.get((path.parent, split["stem"], split["total"]), {}).items():
+        if 1 < number <= total:
+            try:
+                size += part.stat().st_size
+            except OSError:  # a broken link: as good as missing
+                continue
+            present.add(number)
+    missing = total - len(present)
+    if not model.chat or not missing:
+        return replace(model, size=size)
+    return replace(model, size=size, chat=False, reason=f"a model split in {total} parts, {missing} of them missing")
+
+
+class _Budget:
+    """How many folder entries one place's walk may still look at (``ENTRY_LIMIT``)."""
+
+    def __init__(self) -> None:
+        self.left = ENTRY_LIMIT
+        self.folders: set[tuple[int, int]] = set()  # (st_dev, st_ino) of each folder walked
+
+    def first_visit(self, folder: Path) -> bool:
+        try:
+            info = folder.stat()
+        except OSError:
+            return False
+        key = (info.st_dev, info.st_ino)
+        if key in self.folders:
+            return False
+        self.folders.add(key)
+        return True
+
+
+def _files(source: str, folder: Path, budget: _Budget) -> Iterator[tuple[Path, str | None]]:
+    if source == "ollama":
+        yield from _ollama(folder, budget)
+    elif source == "huggingface":
+        for repo_dir in _entries(folder, budget):
+            if not repo_dir.name.startswith("models--"):
+                continue
+            repo = repo_dir.name.removeprefix("models--").replace("--", "/")
+            for snapshot in _entries(repo_dir / "snapshots", budget):
+                for path in _walk(snapshot, 0, budget, models=True):
+                    yield path, f"{repo}/{path.name}"
+    else:
+        yield from ((path, None) for path in _walk(folder, 0, budget, models=True))
+
+
+def _entries(folder: Path, budget: _Budget) -> list[Path]:
+    """The folder's entries, sorted, counted against the budget; [] when it cannot be listed."""
+    if budget.left <= 0 or not budget.first_visit(folder):
+        return []
+    try:
+        with os.scandir(folder) as listing:
+            names = []
+            for entry in listing:
+                if budget.left <= 0:
+                    logger.info("model folders: stopped after %d entries (at %s)", ENTRY_LIMIT, folder)
+                    break
+                budget.left -= 1
+                names.append(entry.name)
+    except OSError as error:
+        logger.info("the folder %s cannot be listed: %s", folder, error.strerror or error)
+        return []
+    return [folder / name for name in sorted(names)]
+
+
+def _walk(folder: Path, depth: int, budget: _Budget, *, models: bool) -> Iterator[Path]:
+    """Files under ``folder`` (``.gguf`` files that are not vision projectors when ``models``),
+    anything but a folder: a broken link or a FIFO is yielded too, for ``describe`` to say so."""
+    for entry in _entries(folder, budget):
+        if _is_folder(entry):
+            if depth < DEPTH_LIMIT:
+                yield from _walk(entry, depth + 1, budget, models=models)
+        elif not models or (entry.suffix.lower() == ".gguf" and "mmproj" not in entry.name.lower()):
             yield entry
 
 
 _OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+#: An Ollama digest (``sha256:<hex>``); its blob is ``blobs/sha256-<hex>``. Nothing else names a blob.
+_OLLAMA_DIGEST = re.compile(r"^(?P<algorithm>[a-z0-9]{1,16}):(?P<hex>[0-9a-f]{1,128})$")
 
 
-def _ollama(folder: Path) -> Iterator[tuple[Path, str | None]]:
-    """Ollama's model blobs, named ``model:tag`` (``namespace/model:tag`` outside ``library``)."""
-    manifests = folder / "manifests"
-    for manifest in sorted(p for p in manifests.rglob("*") if p.is_file()):
-        parts = manifest.relative_to(manifests).parts
-        if len(parts) != 4:
-            continue
-        _, namespace, model, tag = parts
-        try:
-            layers = json.loads(manifest.read_text(encoding="utf-8")).get("layers", [])
-        except (OSError, ValueError, AttributeError):
-            continue
-        for layer in layers:
-            if isinstance(layer, dict) and layer.get("mediaType") == _OLLAMA_MODEL_LAYER:
-                blob = folder / "blobs" / str(layer.get("digest", "")).replace(":", "-")
-                if blob.is_file():
-                    name = f"{model}:{tag}" if namespace == "library" else f"{namespace}/{model}:{tag}"
-                    yield blob, name
+def _ollama(folder: Path, budget: _Budget) -> Iterator[tuple[Path, str]]:
+    """Ollama's model blobs, named ``model:tag`` (``namespace/model:tag`` outside ``library``).
+    Only files in its ``blobs`` folder: a digest naming anything else is skipped."""
+    manifests, blobs = folder / "manifests", folder / "blobs"
+    for registry in _entries(manifests, budget):
+        for namespace in _entries(registry, budget):
+            for model in _entries(namespace, budget):
+                for tag in _entries(model, budget):
+                    for blob in _ollama_blobs(tag, blobs):
+                        space = namespace.name
+                        yield (
+                            blob,
+                            f"{model.name}:{tag.name}" if space == "library" else f"{space}/{model.name}:{tag.name}",
+                        )
+
+
+def _ollama_blobs(manifest: Path, blobs: Path) -> list[Path]:
+    try:
+        # Non-blocking, then checked: a FIFO in the manifests folder must not hang the listing.
+        fd = os.open(manifest, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return []
+            raw = handle.read(MANIFEST_LIMIT + 1)
+    except OSError:
+        return []
+    if len(raw) > MANIFEST_LIMIT:
+        logger.info("the Ollama manifest %s is over %d bytes: skipped", manifest, MANIFEST_LIMIT)
+        return []
+    try:
+        document = loads_bounded(raw, max_nesting=MANIFEST_NESTING)
+    except (TooDeep, ValueError) as error:
+        logger.info("the Ollama manifest %s is not read: %s", manifest, error)
+        return []
+    layers = document.get("layers") if isinstance(document, dict) else None
+    found = []
+    for layer in layers if isinstance(layers, list) else []:
+        if isinstance(layer, dict) and layer.get("mediaType") == _OLLAMA_MODEL_LAYER:
+            digest = _OLLAMA_DIGEST.match(str(layer.get("digest", "")))
+            if digest is None:
+                logger.info("the Ollama manifest %s names a blob that is not a digest: skipped", manifest)
+                continue
+            found.append(blobs / f"{digest['algorithm']}-{digest['hex']}")
+    return found

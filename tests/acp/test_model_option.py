@@ -115,3 +115,142 @@ async def test_the_server_is_asked_off_the_event_loop_and_again_when_its_url_cha
     chat.update_settings(chat.resolved.apply({"chat": {"base_url": elsewhere}}, "test"))
     await agent.new_session(wire.NewSessionParams(cwd=str(workspace)))
     assert asked == [(stub.base_url, False), (stub.base_url, False), (elsewhere, False)]
+
+
+# --- the picker never costs a session, and always offers both kinds of model ---------------
+
+
+def in_process_agent(tmp_path, monkeypatch, **settings):
+    """An ``Agent`` on a stand-in model, HOME empty, ``chat.models_dir`` a fresh folder."""
+    from imprintd.acp.agent import Agent
+    from tests.helpers import make_chat
+    from tests.standin import StandInModel
+    from tests.test_off_loop import Notes
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    folder = tmp_path / "models"
+    folder.mkdir(exist_ok=True)
+    chat = make_chat(StandInModel(), **{"chat.models_dir": str(folder), **settings})
+    return Agent(chat, Notes()), folder  # type: ignore[arg-type]
+
+
+def option_of(result):
+    [option] = result.config_options
+    return option
+
+
+async def test_a_broken_link_among_the_models_still_gives_sessions(tmp_path, monkeypatch, workspace):
+    from imprintd.acp import wire
+    from tests.models.test_on_disk import CHAT, gguf
+
+    agent, folder = in_process_agent(tmp_path, monkeypatch, **{"chat.base_url": "http://127.0.0.1:9/v1"})
+    monkeypatch.delenv("HF_HOME", raising=False)
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    snapshot = tmp_path / "home" / ".cache" / "huggingface" / "hub" / "models--org--repo" / "snapshots" / "rev"
+    snapshot.mkdir(parents=True)
+    (snapshot / "gone.gguf").symlink_to(snapshot / "deleted-blob")  # a download cut short
+    (snapshot / "loop.gguf").symlink_to(snapshot / "loop.gguf")
+    good = gguf(folder / "good.gguf", CHAT)
+    for _ in range(2):
+        option = option_of(await agent.new_session(wire.NewSessionParams(cwd=str(workspace))))
+        assert [o.value for o in option.options] == [option.current_value, str(good)]
+
+
+async def test_a_listing_that_fails_falls_back_to_the_model_in_use(tmp_path, monkeypatch, workspace):
+    import imprintd.acp.agent
+    from imprintd.acp import wire
+
+    def broken(models_dir: str):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(imprintd.acp.agent, "find_models", broken)
+    agent, _ = in_process_agent(tmp_path, monkeypatch, **{"chat.provider": "openai", "chat.model": "qwen"})
+    option = option_of(await agent.new_session(wire.NewSessionParams(cwd=str(workspace))))
+    assert (option.current_value, [(o.value, o.description) for o in option.options]) == ("qwen", [("qwen", "in use")])
+
+
+async def test_a_hostile_server_list_leaves_sessions_working_and_refusals_short(tmp_path, monkeypatch, workspace):
+    from imprintd.acp import wire
+    from imprintd.acp.jsonrpc import RpcError
+    from tests.models.test_served import Hostile
+
+    hostile = Hostile()
+    try:
+        agent, _ = in_process_agent(
+            tmp_path,
+            monkeypatch,
+            **{"chat.provider": "openai", "chat.model": "m", "chat.base_url": hostile.url("deep")},
+        )
+        option = option_of(await agent.new_session(wire.NewSessionParams(cwd=str(workspace))))
+        assert [(o.value, o.description) for o in option.options] == [("m", "in use")]
+
+        chat = agent.chat
+        chat.update_settings(chat.resolved.apply({"chat": {"base_url": hostile.url("many")}}, "test"))
+        session = await agent.new_session(wire.NewSessionParams(cwd=str(workspace)))
+        assert len(option_of(session).options) == 1 + 1_000  # the model in use and the first 1,000 ids
+        with pytest.raises(RpcError) as refused:
+            await agent.set_config_option(
+                wire.SetConfigOptionParams(session_id=session.session_id, config_id="model", value="nope")
+            )
+        assert refused.value.code == -32602 and str(refused.value).endswith("'model-18' and 981 more).")
+    finally:
+        hostile.close()
+
+
+async def test_a_slow_server_does_not_hold_session_new_and_its_list_comes_to_later_sessions(
+    stub, tmp_path, monkeypatch, workspace
+):
+    import threading
+
+    import imprintd.acp.agent
+    from imprintd.acp import wire
+
+    released = threading.Event()
+    original = imprintd.acp.agent.served_models
+
+    def slow(base_url: str) -> list[str]:
+        released.wait(60)
+        return original(base_url)
+
+    monkeypatch.setattr(imprintd.acp.agent, "served_models", slow)
+    monkeypatch.setattr(imprintd.acp.agent, "SERVED_WAIT_S", 0)
+    stub.models = ["stub", "qwen2.5-coder-7b"]
+    agent, _ = in_process_agent(tmp_path, monkeypatch, **{"chat.provider": "openai", "chat.base_url": stub.base_url})
+    agent.chat.update_settings(agent.chat.resolved.apply({"chat": {"model": "stub"}}, "test"))
+    first = option_of(await agent.new_session(wire.NewSessionParams(cwd=str(workspace))))
+    assert [(o.value, o.description) for o in first.options] == [("stub", "in use")]
+    released.set()
+    monkeypatch.setattr(imprintd.acp.agent, "SERVED_WAIT_S", 60)
+    later = option_of(await agent.new_session(wire.NewSessionParams(cwd=str(workspace))))
+    assert [o.value for o in later.options] == ["stub", "qwen2.5-coder-7b"]
+    assert stub.gets == ["/v1/models"]
+
+
+async def test_the_servers_models_are_offered_beside_a_local_gguf_and_either_can_be_chosen(
+    stub, tmp_path, monkeypatch, workspace
+):
+    from imprintd.acp import wire
+    from tests.models.test_on_disk import CHAT, gguf
+
+    stub.models = ["qwen2.5-coder-7b"]
+    agent, folder = in_process_agent(tmp_path, monkeypatch, **{"chat.base_url": stub.base_url})
+    local = str(gguf(folder / "local.gguf", CHAT))
+    agent.chat.update_settings(agent.chat.resolved.apply({"chat": {"provider": "local", "model": local}}, "test"))
+    session = await agent.new_session(wire.NewSessionParams(cwd=str(workspace)))
+    assert [o.value for o in option_of(session).options] == ["qwen2.5-coder-7b", local]
+
+    def choose(value: str):
+        params = wire.SetConfigOptionParams(session_id=session.session_id, config_id="model", value=value)
+        return agent.set_config_option(params)
+
+    chosen = option_of(await choose("qwen2.5-coder-7b"))
+    settings = agent.chat.settings
+    assert (settings.provider, settings.model, chosen.current_value) == (
+        "openai",
+        "qwen2.5-coder-7b",
+        "qwen2.5-coder-7b",
+    )
+    assert [o.value for o in chosen.options] == ["qwen2.5-coder-7b", local], "the GGUF stays offered"
+    back = option_of(await choose(local))
+    assert (agent.chat.settings.provider, agent.chat.settings.model, back.current_value) == ("local", local, local)
+    assert [o.value for o in back.options] == ["qwen2.5-coder-7b", local], "and the server's model too"

@@ -56,6 +56,7 @@ async def test_initialize_names_the_model_the_config_file_set_and_changes_are_an
             "imprint": {
                 "provider": "openai",
                 "model": "qwen3.5-4b",
+                "name": "qwen3.5-4b",
                 "nCtx": 4096,
                 "nCtxSource": "chat.n_ctx",
                 "serverNCtx": None,
@@ -93,6 +94,7 @@ async def test_initialization_options_are_in_the_result_and_the_embedded_model_i
         assert {k: v for k, v in imprint.items() if k != "chatFormat"} == {
             "provider": "local",
             "model": embedded.name,
+            "name": embedded.name,
             "nCtx": 2048,
             "nCtxSource": "chat.n_ctx",
             "serverNCtx": None,
@@ -130,6 +132,43 @@ async def test_a_served_models_smaller_window_is_announced_and_told_once(daemon_
         [warning] = [m.message for m in lsp.messages if m.type == types.MessageType.Warning]
         assert "2,048 tokens (llama-server /props n_ctx)" in warning and "llama-server with a larger -c" in warning
         assert [request["max_tokens"] for request in stub.requests] == [512, 512]
+    finally:
+        await lsp.shutdown_session()
+        await lsp.stop()
+
+
+async def test_the_model_in_use_and_its_listed_entry_go_by_one_name(daemon_env, tmp_path):
+    """An Ollama blob and a Hugging Face snapshot file, chosen as the model: ``initialize``,
+    ``imprint/modelChanged`` and ``imprint/models`` all name it as the picker lists it."""
+    import json
+
+    from tests.models.test_on_disk import CHAT, gguf
+
+    home = tmp_path / "home"
+    ollama = home / ".ollama" / "models"
+    blob = gguf(ollama / "blobs" / "sha256-5eed", {**CHAT, "general.name": "Smollm2 135M 8k Lc100K Mix1 Ep2"})
+    manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "smollm2" / "135m"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(
+        json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:5eed"}]})
+    )
+    snapshot = home / ".cache" / "huggingface" / "hub" / "models--org--SmolLM2-GGUF" / "snapshots" / "rev"
+    hub_file = gguf(snapshot / "smollm2-q8_0.gguf", CHAT)
+    env = {k: v for k, v in daemon_env.items() if not k.startswith(("HF_", "OLLAMA_"))}
+    lsp, result = await started({**env, "HOME": str(home)}, {"chat": {"provider": "local", "model": str(blob)}})
+    try:
+        assert result.capabilities.experimental["imprint"]["name"] == "smollm2:135m"
+        listed = await lsp.protocol.send_request_async("imprint/models", {})
+        assert listed.current.name == "smollm2:135m"
+        assert {m.path: m.name for m in listed.models} == {
+            str(blob): "smollm2:135m",
+            str(hub_file): "org/SmolLM2-GGUF/smollm2-q8_0.gguf",
+        }
+        lsp.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"chat": {"model": str(hub_file)}})
+        )
+        await announced(lsp, 1)
+        assert [(c.model, c.name) for c in lsp.changes] == [("smollm2-q8_0.gguf", "org/SmolLM2-GGUF/smollm2-q8_0.gguf")]
     finally:
         await lsp.shutdown_session()
         await lsp.stop()

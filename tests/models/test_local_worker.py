@@ -415,3 +415,19 @@ def test_native_template_gets_schemas_calls_and_tool_messages():
     assert "You can call these tools" not in rendered
     # Per-message counts: the text each message adds after a fixed lead-in.
     assert model.count_message(user("one two three")) == len(["<|im_start|>user", "one", "two", "three<|im_end|>"])
+
+
+def test_a_damaged_header_is_a_value_error_and_leaves_the_chat_format_unknown(tmp_path):
+    from tests.models.test_on_disk import TEMPLATE, nested_arrays, raw_gguf, string_value
+
+    deep = raw_gguf(
+        tmp_path / "deep.gguf",
+        [("general.architecture", string_value("llama")), ("x", nested_arrays(200_000)), TEMPLATE],
+    )
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(deep.read_bytes()[:30])
+    for path in (deep, cut):
+        with pytest.raises(ValueError):
+            read_gguf_string(path, "tokenizer.chat_template")
+    # What initialize and imprint/modelChanged ask: unknown, not an internal error.
+    assert (LocalModel(deep).chat_format, LocalModel(deep).reasons) == ("json-fallback", False)

@@ -63,7 +63,7 @@ CHAT = {
 def test_a_chat_gguf_is_described_from_its_header(tmp_path):
     found = describe(gguf(tmp_path / "qwen.gguf", CHAT), "models_dir")
     assert (found.name, found.architecture, found.quantization, found.context_length) == (
-        "Qwen2.5 0.5B Instruct",
+        "qwen.gguf",  # the file's name (display_name), not the header's general.name
         "qwen2",
         "Q4_K_M",
         32768,
@@ -114,11 +114,11 @@ def test_models_are_found_where_each_tool_keeps_them_and_named_as_it_names_them(
 
     found = find_models(str(tmp_path / "mine"), env={}, home=home)
     assert [(m.source, m.name, m.chat) for m in found] == [
-        ("lm-studio", "LM", True),
-        ("models_dir", "Mine", True),
+        ("lm-studio", "lm.gguf", True),
+        ("models_dir", "Mine-Q8_0.gguf", True),
         ("huggingface", "Qwen/Qwen2.5-GGUF/qwen-q4.gguf", True),
         ("ollama", "qwen2.5:0.5b", True),
-        ("llama.cpp", "Qwen2.5 0.5B Instruct", False),
+        ("llama.cpp", "base.gguf", False),
     ]
     assert found[3].path == str(blob)
     assert [source for source, _ in places("", env={}, home=tmp_path / "nobody")] == []
@@ -150,3 +150,163 @@ def test_cli_and_stdio_list_the_models_dir(tmp_path):
         (str(folder / "notes.gguf"), False),
     ]
     assert listed[0]["contextLength"] == 8192 and listed[0]["hasChatTemplate"] is True
+
+
+# --- what real disks hold: each odd file judged on its own --------------------------------
+
+
+def raw_gguf(path: Path, entries: list[tuple[str, bytes]]) -> Path:
+    """A GGUF v3 header of ``(key, type and value bytes)`` entries, for values ``gguf`` cannot write."""
+    body = b"GGUF" + struct.pack("<IQQ", 3, 0, len(entries))
+    for key, value in entries:
+        body += struct.pack("<Q", len(key)) + key.encode() + value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(body + b"\0" * 64)
+    return path
+
+
+def string_value(text: str) -> bytes:
+    return struct.pack("<IQ", 8, len(text.encode())) + text.encode()
+
+
+def nested_arrays(depth: int) -> bytes:
+    """An array of arrays ``depth`` deep, the innermost empty (12 bytes a level)."""
+    return struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * (depth - 1) + struct.pack("<IQ", 4, 0)
+
+
+TEMPLATE = ("tokenizer.chat_template", string_value("<|im_start|>{{ m }}"))
+
+
+def test_broken_links_loops_and_fifos_are_listed_with_why_and_the_rest_still_found(tmp_path):
+    home = tmp_path / "home"
+    snapshot = home / ".cache" / "huggingface" / "hub" / "models--org--repo" / "snapshots" / "rev"
+    snapshot.mkdir(parents=True)
+    # An interrupted download: the snapshot's link to a blob that was deleted.
+    (snapshot / "gone-Q4_K_M.gguf").symlink_to(snapshot.parent.parent / "blobs" / "deleted")
+    gguf(snapshot / "kept.gguf", CHAT)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "loop.gguf").symlink_to(mine / "loop.gguf")
+    os.mkfifo(mine / "pipe.gguf")
+    gguf(mine / "good.gguf", CHAT)
+
+    found = {m.name: m for m in find_models(str(mine), env={}, home=home)}
+
+    assert found["good.gguf"].chat and found["org/repo/kept.gguf"].chat
+    assert [(m.chat, m.size, m.reason) for m in (found[n] for n in ("org/repo/gone-Q4_K_M.gguf", "loop.gguf"))] == [
+        (False, 0, "a broken link: the file it points to is missing (a deleted or unfinished download)"),
+        (False, 0, "a symbolic link loop: it never reaches a file"),
+    ]
+    assert found["pipe.gguf"].reason == "not a regular file (a FIFO)" and not found["pipe.gguf"].chat
+
+
+def test_a_damaged_header_is_listed_not_offered(tmp_path):
+    architecture = ("general.architecture", struct.pack("<IIQ", 9, 8, 1) + struct.pack("<Q", 5) + b"llama")
+    raw_gguf(tmp_path / "arch.gguf", [architecture, TEMPLATE])
+    raw_gguf(
+        tmp_path / "ftype.gguf",
+        [
+            ("general.architecture", string_value("llama")),
+            ("general.file_type", struct.pack("<IIQ", 9, 4, 0)),
+            TEMPLATE,
+        ],
+    )
+    raw_gguf(tmp_path / "deep.gguf", [("general.architecture", string_value("llama")), ("x", nested_arrays(200_000))])
+    raw_gguf(tmp_path / "ok.gguf", [("general.architecture", string_value("llama")), TEMPLATE])
+
+    found = {m.name: (m.chat, m.reason) for m in find_models(str(tmp_path), env={}, home=tmp_path / "nobody")}
+
+    assert found == {
+        "ok.gguf": (True, ""),
+        "arch.gguf": (False, "a damaged header: general.architecture is an array, not a string"),
+        "ftype.gguf": (False, "a damaged header: general.file_type is an array, not an integer"),
+        "deep.gguf": (False, "a damaged header: arrays nested more than 8 deep"),
+    }
+
+
+def test_files_and_folders_whose_stat_is_refused_are_listed_or_skipped(tmp_path, monkeypatch):
+    # As root a mode denies nothing, so EACCES comes from the stat itself (a folder that is
+    # listable but not searchable; /proc/1/cwd under chat.models_dir = /).
+    gguf(tmp_path / "good.gguf", CHAT)
+    gguf(tmp_path / "locked.gguf", CHAT)
+    (tmp_path / "cwd").mkdir()
+    real_stat = os.stat
+
+    def stat(path, *args, **kwargs):
+        if Path(path).name in {"locked.gguf", "cwd"}:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    found = {m.name: (m.chat, m.reason) for m in find_models(str(tmp_path), env={}, home=tmp_path / "nobody")}
+    assert found == {"good.gguf": (True, ""), "locked.gguf": (False, "cannot be read: Permission denied")}
+
+
+def test_a_split_model_is_one_entry_the_size_of_its_parts(tmp_path):
+    first = gguf(tmp_path / "big" / "qwen-Q4_K_M-00001-of-00003.gguf", CHAT)
+    for part in (2, 3):
+        (tmp_path / "big" / f"qwen-Q4_K_M-0000{part}-of-00003.gguf").write_bytes(b"\0" * 1000 * part)
+    gguf(tmp_path / "cut" / "llama-00001-of-00002.gguf", CHAT)  # its part 2 was never downloaded
+
+    found = find_models(str(tmp_path), env={}, home=tmp_path / "nobody")
+
+    assert [(m.name, m.size, m.chat, m.reason) for m in found] == [
+        ("qwen-Q4_K_M-00001-of-00003.gguf", first.stat().st_size + 5000, True, ""),
+        ("llama-00001-of-00002.gguf", first.stat().st_size, False, "a model split in 2 parts, 1 of them missing"),
+    ]
+
+
+def test_an_ollama_digest_names_only_a_blob_and_a_deep_manifest_is_skipped(tmp_path):
+    ollama = tmp_path / "ollama"
+    gguf(ollama / "blobs" / "sha256-abcd", CHAT)
+    outside = gguf(tmp_path / "private" / "secret.gguf", CHAT)
+    manifests = ollama / "manifests" / "registry.ollama.ai" / "library"
+
+    def manifest(model: str, text: str) -> None:
+        (manifests / model).mkdir(parents=True)
+        (manifests / model / "latest").write_text(text)
+
+    def layer(digest: str) -> str:
+        return json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model", "digest": digest}]})
+
+    manifest("good", layer("sha256:abcd"))
+    manifest("absolute", layer(str(outside)))
+    manifest("climbing", layer("sha256:../../private/secret.gguf"))
+    manifest("deep", "[" * 200_000 + "]" * 200_000)
+    (manifests / "piped").mkdir()
+    os.mkfifo(manifests / "piped" / "latest")  # never opened for a blocking read
+
+    found = find_models("", env={"OLLAMA_MODELS": str(ollama)}, home=tmp_path / "nobody")
+    assert [(m.name, m.path) for m in found] == [("good:latest", str(ollama / "blobs" / "sha256-abcd"))]
+
+
+def test_hard_links_and_folder_links_are_read_once(tmp_path, monkeypatch):
+    folder = tmp_path / "models"
+    gguf(folder / "one.gguf", CHAT)
+    for number in range(3):
+        os.link(folder / "one.gguf", folder / f"link{number}.gguf")
+        (folder / f"self{number}").symlink_to(folder)  # a folder link back to itself
+    listed: list[str] = []
+    for name in ("scandir", "listdir"):
+        original = getattr(os, name)
+
+        def counting(path=".", _original=original):
+            listed.append(str(path))
+            return _original(path)
+
+        monkeypatch.setattr(os, name, counting)
+    found = find_models(str(folder), env={}, home=tmp_path / "nobody")
+    assert [m.name for m in found] == ["link0.gguf"]  # one file, under the first of its names
+    assert listed == [str(folder)]  # the folder, not once per link to it (3 ** 6 times)
+
+
+def test_each_place_reads_its_own_files_so_a_crowded_folder_hides_no_other_tools_models(tmp_path, monkeypatch):
+    monkeypatch.setattr("imprintd.models.on_disk.FILE_LIMIT", 5)
+    for number in range(20):
+        (tmp_path / "crowded" / f"junk{number:02}.gguf").parent.mkdir(exist_ok=True)
+        (tmp_path / "crowded" / f"junk{number:02}.gguf").write_bytes(b"not a model")
+    home = tmp_path / "home"
+    gguf(home / ".lmstudio" / "models" / "org" / "real.gguf", CHAT)
+    found = find_models(str(tmp_path / "crowded"), env={}, home=home)
+    assert found[0].name == "real.gguf" and found[0].chat  # chat models first, then up to the limit
+    assert len(found) == 5 and all(m.source == "models_dir" for m in found[1:])

@@ -157,7 +157,7 @@ def test_model_offers_the_served_models_and_the_chat_ggufs_of_models_dir_and_pic
     # The scripted server's /v1/models first (provider openai), then the chat GGUFs; notes.gguf not offered.
     assert picked["shown"][0] == "stub  (served by chat.base_url)"
     mine = [line for line in picked["shown"] if "models_dir" in line]
-    assert mine == ["Smollm2 135M 8k Lc100K Mix1 Ep2  (Q4_1, 94 MiB, 8192 ctx, models_dir)"]
+    assert mine == ["smol.gguf  (Q4_1, 94 MiB, 8192 ctx, models_dir)"]  # the name the status line gives it in use
     settings = "(function() local s = require('imprint.config').options.settings or {{}} return s.chat and {} end)()"
     editor.wait(settings.format("s.chat.provider == 'openai' and s.chat.model == 'stub'"), "the served model picked")
 

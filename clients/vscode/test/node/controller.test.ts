@@ -578,7 +578,7 @@ test("the model picker offers the server's models and the chat GGUFs found, neve
   const offered = modelChoices(found).filter((choice) => choice.provider === "openai" || choice.path.startsWith(folder));
   assert.deepEqual(offered.map((choice) => [choice.label, choice.provider, choice.path]), [
     ["stub", "openai", "stub"], // the scripted server's /v1/models: choosing it keeps provider openai
-    ["Smollm2 135M 8k Lc100K Mix1 Ep2", "local", path.join(folder, "smol.gguf")],
+    ["smol.gguf", "local", path.join(folder, "smol.gguf")], // named as the status bar names it in use
   ]);
   assert.equal(offered[1].description, "Q4_1 · 94 MiB · 8192 ctx · models_dir");
 });
