@@ -44,6 +44,7 @@ from imprintd.context import history_index
 from imprintd.context.history import calls_by_id, indexed_messages
 from imprintd.context.history_index import HistoryIndex, MemoryHistoryIndex, SqliteHistoryIndex
 from imprintd.messages import Message, SourceRef, ToolCall
+from imprintd.printable import is_invisible, without_controls
 from imprintd.private import private_database, private_folder
 from imprintd.settings import data_dir
 
@@ -166,8 +167,10 @@ def new_session_id() -> str:
 
 
 def title_from(content: str) -> str:
-    """The first non-blank line of ``content``, clipped to ``TITLE_LIMIT`` characters."""
-    line = next((line.strip() for line in content.splitlines() if line.strip()), "")
+    """The first line of ``content`` that shows something, without control characters, clipped to
+    ``TITLE_LIMIT`` characters; "" when no line does."""
+    lines = (without_controls(line).strip() for line in content.splitlines())
+    line = next((line for line in lines if not is_invisible(line)), "")
     return line if len(line) <= TITLE_LIMIT else line[: TITLE_LIMIT - 1].rstrip() + "…"
 
 
