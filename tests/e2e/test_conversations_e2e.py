@@ -52,6 +52,8 @@ BAD_SEARCHES = [
     ({"query": "x", "limit": 0}, "limit"),
     ({"query": "x", "limit": 101}, "limit"),
     ({"query": "x", "offset": -1}, "offset"),
+    ({"query": "x", "offset": 2**62}, "offset"),
+    ({"query": "x", "since": "0001-01-01"}, "since: 0001-01-01 is out of range; expected a date from 1970-01-01"),
     ({"query": "x", "since": "yesterday"}, "since: 'yesterday' is not a date; expected YYYY-MM-DD"),
     ({"query": "x", "since": "2026-11-03", "until": "2026-11-01"}, "until: 2026-11-01 is before since"),
 ]
