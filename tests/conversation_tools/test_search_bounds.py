@@ -105,7 +105,7 @@ async def test_a_cancelled_search_request_stops_its_thread(tmp_path, monkeypatch
         db.extend(info.id, [user("Which port does billing use?"), assistant("Billing listens on 8101.")])
         # The store looks at the stop flag every this many steps; at 1 a search of two messages
         # is long enough to be stopped in.
-        monkeypatch.setattr(store_module, "STOP_CHECK_STEPS", 1)
+        monkeypatch.setattr(store_module, "STOP_CHECK_STEPS", 1, raising=False)
         started, release, done, outcome = threading.Event(), threading.Event(), threading.Event(), []
         searched = Store.search
 
