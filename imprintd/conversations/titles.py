@@ -25,7 +25,8 @@ def clean_title(title: str) -> str:
     TitleError when nothing visible is left (white space, zero-width characters) or it is longer
     than ``TITLE_LIMIT`` characters.
     """
-    cleaned = without_controls(re.sub(r"\s+", " ", title)).strip()
+    # Line breaks are white space (one space), other controls go: "a \x07 b" is "a b".
+    cleaned = re.sub(r" {2,}", " ", without_controls(re.sub(r"\s+", " ", title))).strip()
     if is_invisible(cleaned):
         raise TitleError("title: it is empty; give the session a name of 1 to 80 characters")
     if len(cleaned) > TITLE_LIMIT:
