@@ -515,7 +515,8 @@ class Chat:
         return store.summary(info.id)
 
     def search_conversations(self, query: str, **filters: Any) -> SearchPage:
-        """Every stored session's messages matching ``query`` (``conversations.search``); SearchError."""
+        """Every stored session's messages matching ``query`` (``conversations.search``; ``stop``
+        among ``filters`` ends it early); SearchError."""
         return search_conversations(self.store, query, **filters)
 
     def rename_session(self, session_id: str, title: str) -> SessionInfo:
@@ -544,20 +545,28 @@ class Chat:
         return find_models(self.settings.models_dir)
 
     def conversation_history(
-        self, session_id: str, *, query: str | None = None, message: int | None = None, offset: int = 0
+        self,
+        session_id: str,
+        *,
+        query: str | None = None,
+        message: int | None = None,
+        offset: int = 0,
+        stop: threading.Event | None = None,
     ) -> str:
         """Search (``query``) or read one message (``message`` from ``offset``), as the model's tool does.
 
-        HistoryError when both or neither are given, or the read is out of range.
+        HistoryError when both or neither are given, or the read is out of range. Once ``stop``
+        is set (the request was cancelled), the store's reads end with ``ReadStopped``.
         """
         if (query is None) == (message is None):
             raise HistoryError("give either query (to search) or message (to read), not both")
         store, info = self.locate(session_id)
-        history = ConversationHistory(store.messages(info.id), store.history_index(info.id))
-        if query is not None:
-            return history.search(query)
-        assert message is not None  # one of the two, checked above
-        return history.read(message, offset)
+        with store.stopped_by(stop):
+            history = ConversationHistory(store.messages(info.id), store.history_index(info.id))
+            if query is not None:
+                return history.search(query)
+            assert message is not None  # one of the two, checked above
+            return history.read(message, offset)
 
     async def context_usage(self, session_id: str, extra_servers: tuple[McpServerConfig, ...] = ()) -> ContextUsage:
         """What the session's next question would get of the context, without asking one.

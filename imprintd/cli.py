@@ -12,6 +12,7 @@ from pathlib import Path
 
 from imprintd import __version__
 from imprintd import settings as settings_mod
+from imprintd.printable import without_controls
 from imprintd.private import private_file
 from imprintd.redact import MaskSecrets
 
@@ -261,7 +262,7 @@ def _sessions(resolved: settings_mod.Resolved) -> int:
             print('No sessions yet. Start one with: imprintd ask "QUESTION"')
         for info in listed:
             when = datetime.fromtimestamp(info.updated_at).strftime("%Y-%m-%d %H:%M")
-            print(f"{info.id}  {when}  {info.message_count:>4} messages  {info.title}")
+            print(f"{info.id}  {when}  {info.message_count:>4} messages  {without_controls(info.title)}")
     finally:
         chat.close()
     return 0
@@ -300,7 +301,8 @@ def _search(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
             return 1
         for hit in page.hits:
             when = datetime.fromtimestamp(hit.created_at).strftime("%Y-%m-%d %H:%M")
-            print(f"{hit.session_id}  #{hit.seq:<4} {when}  {hit.role:<9} {hit.title}  |  {plain(hit.snippet)}")
+            title, snippet = without_controls(hit.title), without_controls(plain(hit.snippet))
+            print(f"{hit.session_id}  #{hit.seq:<4} {when}  {hit.role:<9} {title}  |  {snippet}")
         if page.next_offset is not None:
             print(f"(more found: --offset {page.next_offset} shows the next {args.limit})", file=sys.stderr)
     finally:
@@ -326,7 +328,8 @@ def _export(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
     finally:
         chat.close()
     if not args.output:
-        sys.stdout.write(exported.text)
+        # JSON escapes control characters itself; Markdown printed keeps its lines and tabs only.
+        sys.stdout.write(without_controls(exported.text, keep_lines=True))
         return 0
     try:
         Path(args.output).write_text(exported.text, encoding="utf-8")
@@ -444,9 +447,10 @@ def _ask(resolved: settings_mod.Resolved, args: argparse.Namespace) -> int:
     finally:
         chat.close()
     if outcome.text and not events.printed:
-        sys.stdout.write(outcome.text)
+        sys.stdout.write(without_controls(outcome.text, keep_lines=True))
     elif outcome.text.startswith(events.printed) and len(outcome.text) > len(events.printed):
-        sys.stdout.write(outcome.text[len(events.printed) :])  # e.g. a Sources list added after the stream
+        # e.g. a Sources list added after the stream
+        sys.stdout.write(without_controls(outcome.text[len(events.printed) :], keep_lines=True))
     sys.stdout.write("\n")
     print(f"session {outcome.session_id}", file=sys.stderr)
     return 0
@@ -459,7 +463,8 @@ DIM, RESET = "\x1b[2m", "\x1b[0m"
 class _PrintEvents:
     """Reply text to stdout as it streams, on a terminal; progress and tool steps to stderr.
 
-    Streamed text can turn out to be preamble (a research round that went on to call tools),
+    What a model wrote is printed as text: without control characters (``printable``), so an
+    answer cannot clear the terminal or move its cursor. Streamed text can turn out to be preamble (a research round that went on to call tools),
     so piped output gets only the answer, written once the reply is done. A reasoning model's
     thoughts are never on stdout: they stream dimmed to stderr when it is a terminal
     (``thoughts``), and are left out when it is not (a script reading stderr wants its lines).
@@ -481,7 +486,7 @@ class _PrintEvents:
         if not self.thinking:
             self.thinking = True
             sys.stderr.write(f"{DIM}Thinking…\n")
-        sys.stderr.write(f"{DIM}{delta}{RESET}")
+        sys.stderr.write(f"{DIM}{without_controls(delta, keep_lines=True)}{RESET}")
         sys.stderr.flush()
 
     def _end_thoughts(self) -> None:
@@ -499,7 +504,7 @@ class _PrintEvents:
         if not self.live:
             return
         self.printed += delta
-        sys.stdout.write(delta)
+        sys.stdout.write(without_controls(delta, keep_lines=True))
         sys.stdout.flush()
 
     def text_was_preamble(self) -> None:
@@ -510,12 +515,13 @@ class _PrintEvents:
 
     def progress(self, message: str, percentage: int | None = None) -> None:
         self._end_thoughts()
-        print(f"[{message}]", file=sys.stderr)
+        print(f"[{without_controls(message)}]", file=sys.stderr)
 
     def tool_step(self, step) -> None:
         self._end_thoughts()
         if step.state != "started":
-            print(f"[{step.title}: {step.state}{' - ' + step.detail if step.detail else ''}]", file=sys.stderr)
+            detail = f" - {step.detail}" if step.detail else ""
+            print(without_controls(f"[{step.title}: {step.state}{detail}]"), file=sys.stderr)
 
     def summary(self, text: str, first_seq: int, last_seq: int) -> None:
         print(f"[summarized messages #{first_seq}-#{last_seq}]", file=sys.stderr)

@@ -10,6 +10,11 @@ and ``shutdown`` answer at once even while a store call waits out its busy timeo
 abandoned call was doing finishes (or fails) in its thread on its own; a store write stays one
 whole transaction either way (``store.Store``).
 
+Searches of stored conversations run through ``in_search_worker``: a limiter of their own, so a
+burst of heavy searches never holds the threads a session list or a reply's store call needs,
+and a stop flag set when the request is cancelled, so an abandoned search ends
+(``Store.stopped_by``) instead of running on in its thread.
+
 Generation by the local model runs apart, in the one model thread (``in_model_thread``), at a
 lower scheduling priority than the rest of the process (``lower_priority``): llama.cpp's prompt
 processing keeps every core busy, and the loop thread must win a core whenever it has a message
@@ -63,6 +68,35 @@ async def in_worker(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return await anyio.to_thread.run_sync(
         functools.partial(fn, *args, **kwargs), abandon_on_cancel=True, limiter=_worker_limiter()
     )
+
+
+#: Searches running at once, in threads apart from ``WORKER_THREADS``: more would only share the
+#: same cores; the rest wait their turn (and a cancelled one waiting never starts).
+SEARCH_THREADS = 4
+
+_search_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _search_limiter() -> anyio.CapacityLimiter:
+    loop = asyncio.get_running_loop()
+    limiter = _search_limiters.get(loop)
+    if limiter is None:
+        limiter = _search_limiters[loop] = anyio.CapacityLimiter(SEARCH_THREADS)
+    return limiter
+
+
+async def in_search_worker(fn: Callable[[threading.Event], T]) -> T:
+    """``fn(stop)`` in a search thread (``SEARCH_THREADS`` at most); ``stop`` is set when the awaiting
+    request is cancelled, and ``fn`` is to end its work then (``Store.stopped_by``)."""
+    stop = threading.Event()
+    try:
+        return await anyio.to_thread.run_sync(
+            functools.partial(fn, stop), abandon_on_cancel=True, limiter=_search_limiter()
+        )
+    finally:
+        stop.set()  # cancelled, or done: nothing more is wanted of fn either way
 
 
 #: How many nice levels below the rest of the process the model thread runs. At +10 the

@@ -367,7 +367,7 @@ class SearchConversationsParams(Wire):
     since: str | None = None
     until: str | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=conversation_search.MAX_LIMIT)] = conversation_search.DEFAULT_LIMIT
-    offset: NonNegative = 0
+    offset: Annotated[int, msgspec.Meta(ge=0, le=conversation_search.MAX_OFFSET)] = 0
 
 
 class SnippetPart(Wire):

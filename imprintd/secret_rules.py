@@ -444,7 +444,9 @@ def _assignment_reach(regex: re.Pattern[str]) -> int:
     """How far from a match's start its assignment operator stands, when the rule is a few
     literal heads (its keywords) and then ``_ASSIGNMENT``; 0 otherwise."""
     pattern = regex.pattern.removeprefix("(?i)").removeprefix("(?i:")
-    if pattern.count(_ASSIGNMENT) != 1:
+    if pattern.count(_ASSIGNMENT) != 1 or _has_top_level_choice(pattern):
+        # A choice at the top ("name = value|ATATT3…"): a match of another choice needs no
+        # assignment, and the rule must be tried at every keyword.
         return 0
     try:
         head = sre_parse.parse(pattern[: pattern.index(_ASSIGNMENT)], regex.flags)
@@ -452,6 +454,31 @@ def _assignment_reach(regex: re.Pattern[str]) -> int:
         return 0
     heads, whole = _heads(head)
     return max(len(each) for each in heads) + _ASSIGNMENT_CHARS if whole and heads else 0
+
+
+def _has_top_level_choice(pattern: str) -> bool:
+    """Whether ``pattern`` is a choice at its top level: a ``|`` outside every group and class."""
+    depth, i, in_class = 0, 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            i += 1 + pattern.startswith("^", i + 1)
+            i += pattern.startswith("]", i)  # a leading "]" is a literal
+            continue
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth <= 0:
+            return True
+        i += 1
+    return False
 
 
 def _starts_with_one_of(regex: re.Pattern[str], keywords: tuple[str, ...]) -> bool:

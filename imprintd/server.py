@@ -33,7 +33,7 @@ from imprintd.conversations.search import SearchError
 from imprintd.conversations.titles import TitleError
 from imprintd.models.base import ModelError
 from imprintd.models.served import served_models
-from imprintd.offload import in_worker
+from imprintd.offload import in_search_worker, in_worker
 from imprintd.research.loop import ReplyFailed
 from imprintd.rpc import ImprintProtocol, leave_despite_busy_threads, msgspec_handler, run_stdio
 from imprintd.settings import ChatSettings
@@ -289,11 +289,13 @@ def read_chat_section(server: ImprintServer, params: wire.ReadChatSectionParams)
     )
 
 
-def conversation_history(
+async def conversation_history(
     server: ImprintServer, params: wire.ConversationHistoryParams
 ) -> wire.ConversationHistoryResult:
-    text = server.chat.conversation_history(
-        params.session_id, query=params.query, message=params.message, offset=params.offset
+    text = await in_search_worker(
+        lambda stop: server.chat.conversation_history(
+            params.session_id, query=params.query, message=params.message, offset=params.offset, stop=stop
+        )
     )
     return wire.ConversationHistoryResult(session_id=params.session_id, text=text)
 
@@ -303,16 +305,19 @@ async def context(server: ImprintServer, params: wire.SessionParams) -> wire.Con
     return wire.ContextUsageWire.from_core(params.session_id, None, usage)
 
 
-def search_conversations(
+async def search_conversations(
     server: ImprintServer, params: wire.SearchConversationsParams
 ) -> wire.SearchConversationsResult:
-    page = server.chat.search_conversations(
-        params.query,
-        workspace=params.workspace,
-        since=params.since,
-        until=params.until,
-        limit=params.limit,
-        offset=params.offset,
+    page = await in_search_worker(
+        lambda stop: server.chat.search_conversations(
+            params.query,
+            workspace=params.workspace,
+            since=params.since,
+            until=params.until,
+            limit=params.limit,
+            offset=params.offset,
+            stop=stop,
+        )
     )
     return wire.SearchConversationsResult.from_core(params.query, page)
 

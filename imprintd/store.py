@@ -32,7 +32,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -44,11 +44,15 @@ from imprintd.context import history_index
 from imprintd.context.history import calls_by_id, indexed_messages
 from imprintd.context.history_index import HistoryIndex, MemoryHistoryIndex, SqliteHistoryIndex
 from imprintd.messages import Message, SourceRef, ToolCall
+from imprintd.printable import is_invisible, without_controls
 from imprintd.private import private_database, private_folder
 from imprintd.settings import data_dir
 
 DB_NAME = "imprint.sqlite3"
 BUSY_TIMEOUT_MS = 5_000
+#: SQLite virtual-machine steps between looks at a read's stop flag (``Store.stopped_by``): some
+#: thousandths of a second of work, and the look itself costs a Python call.
+STOP_CHECK_STEPS = 10_000
 #: Pause between tries of a new database's switch to write-ahead logging (``switch_to_wal``).
 WAL_SWITCH_PAUSE_S = 0.01
 TITLE_LIMIT = 80
@@ -118,6 +122,10 @@ class DatabaseDamaged(StoreError):
     """The database file is not a readable SQLite database (any more)."""
 
 
+class ReadStopped(StoreError):
+    """A read ended by its stop flag: whoever asked no longer waits for the answer (``stopped_by``)."""
+
+
 class SessionNotFound(StoreError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"no session with id {session_id!r}")
@@ -154,6 +162,7 @@ class ConversationStore(Protocol):
     def save_summary(self, session_id: str, summary: StoredSummary) -> None: ...
     def history_index(self, session_id: str) -> HistoryIndex: ...
     def rename_session(self, session_id: str, title: str) -> SessionInfo: ...
+    def stopped_by(self, stop: threading.Event | None) -> AbstractContextManager[None]: ...
 
 
 # --- helpers shared by both stores -------------------------------------------------------
@@ -166,8 +175,10 @@ def new_session_id() -> str:
 
 
 def title_from(content: str) -> str:
-    """The first non-blank line of ``content``, clipped to ``TITLE_LIMIT`` characters."""
-    line = next((line.strip() for line in content.splitlines() if line.strip()), "")
+    """The first line of ``content`` that shows something, without control characters, clipped to
+    ``TITLE_LIMIT`` characters; "" when no line does."""
+    lines = (without_controls(line).strip() for line in content.splitlines())
+    line = next((line for line in lines if not is_invisible(line)), "")
     return line if len(line) <= TITLE_LIMIT else line[: TITLE_LIMIT - 1].rstrip() + "…"
 
 
@@ -307,6 +318,17 @@ def _migration_6_window_length_in_postings(db: apsw.Connection) -> None:
     )
 
 
+def _migration_7_session_incarnation(db: apsw.Connection) -> None:
+    """A random number SQLite draws when a session's row is made (0 for every earlier session): a
+    session deleted and made again under the same id, in the same clock tick, may get the old
+    rowid too, and only this tells the new one from what another connection decoded of the old one."""
+    db.execute(
+        "ALTER TABLE sessions ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0;"
+        " CREATE TRIGGER sessions_incarnation AFTER INSERT ON sessions"
+        " BEGIN UPDATE sessions SET incarnation = random() WHERE rowid = NEW.rowid; END"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     _migration_1_conversations,
     _migration_2_history_index,
@@ -314,6 +336,7 @@ MIGRATIONS: list[Migration] = [
     _migration_4_model_text_and_reasoning,
     _migration_5_search_every_session,
     _migration_6_window_length_in_postings,
+    _migration_7_session_incarnation,
 ]
 
 
@@ -516,6 +539,28 @@ class Store:
         with self._connection() as db, naming_problems(self._path), immediate(db):
             yield db
 
+    @contextmanager
+    def stopped_by(self, stop: threading.Event | None) -> Iterator[None]:
+        """Statements this thread runs inside end soon after ``stop`` is set, raising ReadStopped:
+        a search whose request was cancelled stops instead of holding its thread to the end.
+
+        SQLite looks at the flag every ``STOP_CHECK_STEPS`` steps of its virtual machine (its
+        progress handler); a write ended so is rolled back whole, as any failed transaction.
+        """
+        if stop is None:
+            yield
+            return
+        if stop.is_set():
+            raise ReadStopped("the read was stopped before it began: its request was cancelled")
+        with self._connection() as db:
+            db.set_progress_handler(stop.is_set, STOP_CHECK_STEPS)
+            try:
+                yield
+            except apsw.InterruptError as error:
+                raise ReadStopped("the read was stopped: its request was cancelled") from error
+            finally:
+                db.set_progress_handler(None)
+
     def close(self) -> None:
         """Close every idle connection now, and each one in use when its call ends."""
         with self._pool_lock:
@@ -643,16 +688,19 @@ class Store:
         """Every message of the session, decoding only those stored since it was last read; None
         when the session is too large to keep (the caller reads the database itself).
 
-        Raises SessionNotFound like a read. The session's identity (rowid, creation time) is
-        checked on each call: a session deleted by another imprintd on the same database and
-        made again under the same id is read anew, not served from what the old one held
-        (SQLite may give it the old rowid; its creation time is the clock's at that moment).
+        Raises SessionNotFound like a read. The session's identity (rowid, creation time, the
+        random incarnation drawn when its row was made) is checked on each call: a session
+        deleted by another imprintd on the same database and made again under the same id is
+        read anew, not served from what the old one held (SQLite may give it the old rowid, and
+        the clock the same time).
         """
         with self.reading() as db:
-            found = db.execute("SELECT rowid, created_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            found = db.execute(
+                "SELECT rowid, created_at, incarnation FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
             if found is None:
                 raise SessionNotFound(session_id)
-            identity = (found[0], found[1])
+            identity = tuple(found)
             held = self._decoded.get(session_id, identity)
             if held is None:
                 return None  # too large to keep
@@ -957,7 +1005,8 @@ class _DecodedMessages:
 
     Stored messages are never changed, and only a session's deletion removes them (with the
     session), so what was decoded stays true: a read adds what was stored after it. Entries are
-    keyed by session id and checked against the session's identity (rowid, creation time); the
+    keyed by session id and checked against the session's identity (rowid, creation time,
+    incarnation); the
     least recently read go first when the total passes ``limit``. Threads share it under a lock;
     the lists it hands out are never changed after (a read makes a new one), so callers only slice them.
     """
@@ -1010,7 +1059,7 @@ class _DecodedMessages:
 
 @dataclass(frozen=True)
 class _Held:
-    """One session's decoded messages: ``identity`` its (rowid, created_at), ``chars`` their size;
+    """One session's decoded messages: ``identity`` its (rowid, created_at, incarnation), ``chars`` their size;
     ``listed``: by ``listable``'s rule (longer_than, unlisted_calls), how many of the messages it
     has looked at and the listable ones among them (shared with the ``_Held`` that extends this
     one: messages only append)."""
@@ -1237,6 +1286,11 @@ class MemoryStore:
         _check_summary(summary)
         with self._lock:
             self._get(session_id).summary = summary
+
+    @contextmanager
+    def stopped_by(self, stop: threading.Event | None) -> Iterator[None]:
+        """Nothing to stop: a search of memory is bounded by its terms and one session's messages."""
+        yield
 
     def history_index(self, session_id: str) -> HistoryIndex:
         with self._lock:

@@ -203,3 +203,62 @@ def test_export_writes_markdown_or_json_to_stdout_or_a_file(isolated_dirs, tmp_p
     assert missing.returncode == 1 and "no session with id 'nope'" in missing.stderr
     unwritable = run("export", info.id, "-o", str(tmp_path / "no" / "such" / "dir.md"))
     assert unwritable.returncode == 1 and "cannot write" in unwritable.stderr and "Traceback" not in unwritable.stderr
+
+
+#: Characters a terminal takes as commands: clear the screen, ring, back up, overwrite the line,
+#: a C1 control sequence introducer, DEL.
+TERMINAL_COMMANDS = "\x1b[2J\x07\b\r\x9b\x7f\x00"
+
+
+def _raw_controls(text: str) -> list[str]:
+    return sorted({char for char in text if (ord(char) < 32 and char not in "\n") or 0x7F <= ord(char) <= 0x9F})
+
+
+def test_stored_text_is_printed_without_control_characters(isolated_dirs):
+    # A title and messages stored with control characters (a store written before titles were
+    # cleaned, a pasted log): `sessions`, `search` and `export` print them as text.
+    from imprintd.messages import assistant, user
+    from imprintd.store import Store
+
+    with Store.open() as db:
+        info = db.create_session()
+        db.extend(
+            info.id, [user(f"billing {TERMINAL_COMMANDS}port?"), assistant(f"Billing\tport {TERMINAL_COMMANDS}8101.")]
+        )
+        db.rename_session(info.id, f"Billing{TERMINAL_COMMANDS}\tnotes")  # as stored, not as a rename cleans it
+
+    sessions = run("sessions")
+    assert sessions.returncode == 0 and _raw_controls(sessions.stdout) == []
+    assert f"{info.id}" in sessions.stdout and "Billing[2J notes" in sessions.stdout
+
+    found = run("search", "billing port")
+    assert found.returncode == 0 and _raw_controls(found.stdout) == [] and "Billing[2J notes" in found.stdout
+    assert "[Billing] [port] [2J 8101." in found.stdout  # a snippet is one line: the CR was a space
+
+    exported = run("export", info.id)
+    assert exported.returncode == 0 and _raw_controls(exported.stdout.replace("\t", "")) == []
+    assert "Billing\tport [2J8101." in exported.stdout  # lines and tabs kept: a document
+
+
+def test_ask_titles_the_session_from_the_question_without_control_characters(daemon_env, stub):
+    from pathlib import Path
+
+    from imprintd.store import Store
+    from tests.openai_stub import StubReply
+
+    stub.queue(StubReply(text=f"Paris{TERMINAL_COMMANDS}."))
+    result = subprocess.run(
+        # (no NUL: an argument cannot hold one)
+        [sys.executable, "-m", "imprintd", "ask", f"\u200b\u200d\n\tWhat is the {TERMINAL_COMMANDS[:-1]}capital?"],
+        capture_output=True,
+        text=True,
+        env=daemon_env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Paris[2J.\n"  # the answer streamed as text
+    session_id = [line for line in result.stderr.splitlines() if line.startswith("session ")][-1].split()[1]
+    with Store.open(Path(daemon_env["IMPRINT_DATA_DIR"]) / "imprint.sqlite3") as store:
+        # The zero-width first line shows nothing: the title is the next line (up to its CR), as text.
+        assert store.session(session_id).title == "What is the [2J"
+        assert store.messages(session_id)[-1].content == f"Paris{TERMINAL_COMMANDS}."  # stored as given

@@ -666,3 +666,132 @@ def test_rules_starting_at_a_boundary_tried_only_after_no_word_character_find_wh
         assert sorted(secret_rules.find(text, only_bounded)) == expected, text
         found += len(expected)
     assert found > 100, found
+
+
+# -- real-shaped tokens of every rule ------------------------------------------------------------
+
+_TOKEN_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+def _class_choices(av) -> list[str]:  # noqa: ANN001 (a parse tree: no public type)
+    """The characters a class (``IN``) takes, of the printable ASCII ones."""
+    negate = any(kind is sre.NEGATE for kind, _ in av)
+    categories = {
+        sre.CATEGORY_DIGIT: str.isdigit,
+        sre.CATEGORY_WORD: lambda c: c.isalnum() or c == "_",
+        sre.CATEGORY_SPACE: str.isspace,
+        sre.CATEGORY_NOT_SPACE: lambda c: not c.isspace(),
+        sre.CATEGORY_NOT_WORD: lambda c: not (c.isalnum() or c == "_"),
+        sre.CATEGORY_NOT_DIGIT: lambda c: not c.isdigit(),
+    }
+
+    def inside(char: str) -> bool:
+        for kind, value in av:
+            if (kind is sre.LITERAL and ord(char) == value) or (
+                kind is sre.RANGE and value[0] <= ord(char) <= value[1]
+            ):
+                return True
+            if kind is sre.CATEGORY and categories[value](char):
+                return True
+        return False
+
+    printable = [chr(c) for c in range(32, 127)] + ["\t"]
+    return [char for char in printable if inside(char) != negate]
+
+
+def _generated(items, rng, case_insensitive: bool) -> str:  # noqa: ANN001, C901
+    """A string the pattern ``items`` matches, its free characters drawn at random (mostly letters and
+    digits, as a real token's are), repeats a few past their least."""
+    out: list[str] = []
+    for op, av in items:
+        if op is sre.LITERAL:
+            out.append(chr(av))
+        elif op is sre.NOT_LITERAL:
+            out.append(rng.choice([c for c in _TOKEN_CHARS if ord(c) != av]))
+        elif op is sre.ANY:
+            out.append(rng.choice(_TOKEN_CHARS))
+        elif op is sre.IN:
+            choices = _class_choices(av)
+            tokenish = [c for c in choices if c in _TOKEN_CHARS]
+            out.append(rng.choice(tokenish if tokenish and rng.random() < 0.9 else choices))
+        elif op is sre.AT:
+            continue
+        elif op is sre.SUBPATTERN:
+            out.append(_generated(av[3], rng, case_insensitive))
+        elif op is sre.BRANCH:
+            out.append(_generated(rng.choice(av[1]), rng, case_insensitive))
+        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
+            low, high, inner = av
+            high = low + 8 if high is sre.MAXREPEAT else high
+            count = rng.randint(low, min(high, max(low + 12, 2 * low)))
+            out.extend(_generated(inner, rng, case_insensitive) for _ in range(count))
+        else:
+            raise NotImplementedError(op)
+    return "".join(out)
+
+
+def _rule_samples(rule: secret_rules.Rule, count: int, seed: int) -> list[str]:
+    """Up to ``count`` distinct whole matches of the rule's regex, real-shaped (random characters)."""
+    import random
+
+    rng = random.Random(seed)
+    tree = sre_parse.parse(rule.regex.pattern, rule.regex.flags)
+    samples: list[str] = []
+    for _ in range(count * 4):
+        sample = _generated(tree, rng, bool(rule.regex.flags & re.IGNORECASE)).rstrip("\n")
+        # Longer than WINDOW, a token is found only as far as it reaches (the module's docstring).
+        if len(sample) < secret_rules.WINDOW and rule.regex.search(sample) and sample not in samples:
+            samples.append(sample)
+        if len(samples) == count:
+            break
+    return samples
+
+
+def _plain_find(text: str, rule_set: secret_rules.RuleSet) -> list[tuple[int, int, str]]:
+    """The findings of gitleaks' plain form: a rule runs where one of its keywords occurs anywhere
+    in the text, its regex searched over the whole text (no keyword places or windows, no anchored
+    tries, no assignment reach, no boundary skips)."""
+    import dataclasses
+
+    lowered = text.lower()
+    found: list[tuple[int, int, str]] = []
+    for rule in rule_set.rules:
+        if rule.keywords and not any(keyword in lowered for keyword in rule.keywords):
+            continue
+        plain = dataclasses.replace(rule, keywords=(), anchored=False, bounded=False, reach=0, head=None, tail=None)
+        found += secret_rules.find(text, dataclasses.replace(rule_set, rules=(plain,)))
+    return sorted(found)
+
+
+def test_real_shaped_tokens_of_every_rule_are_found_as_the_plain_form_finds_them() -> None:
+    # For each rule, whole matches drawn from its own regex (gitleaks' config holds no example
+    # secrets), and each match's secret alone: on a line of their own, after an assignment, in
+    # quotes. The fast engine (keyword places, anchored tries, assignment reach) must report what
+    # searching every rule over the whole text reports.
+    rule_set = secret_rules.load()
+    tried, found, unsampled = 0, 0, []
+    for number, rule in enumerate(rule_set.rules):
+        samples = _rule_samples(rule, 6, seed=number)
+        unsampled += [] if samples else [rule.id]
+        for sample in samples:
+            match = rule.regex.search(sample)
+            assert match is not None
+            groups = [g for g in range(1, rule.regex.groups + 1) if match.group(g)]
+            secret = match.group(rule.secret_group or (groups[0] if groups else 0))
+            for shown in {sample, secret}:
+                for text in (f"notes\n{shown}\nmore", shown, f"token = {shown}", f'export X="{shown}"'):
+                    expected = _plain_find(text, rule_set)
+                    assert sorted(secret_rules.find(text, rule_set)) == expected, (rule.id, text)
+                    tried += 1
+                    found += bool(expected)
+    # A Kubernetes secret's YAML runs longer than WINDOW: no sample of it fits.
+    assert unsampled == ["kubernetes-secret-yaml"]
+    assert tried > 3_000 and found > tried // 3, (tried, found)
+
+
+def test_a_bare_atlassian_token_alone_on_a_line_is_found() -> None:
+    # An Atlassian API token as Atlassian shows it, alone on a line: no assignment near "atatt3".
+    token = "ATATT3xFfGF0" + "aB3dE5gH7jK9mN1pQ3rS5tU7vW9xY1zA2cD4eF6gH8iJ0kL2mN4oP6qR8sT0uV2wX4yZ6" * 3
+    token = token[:192]
+    text = f"here it is:\n{token}\nthanks"
+    assert [(text[s:e], rule) for s, e, rule in secret_rules.find(text)] == [(token, "atlassian-api-token")]

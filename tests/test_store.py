@@ -283,7 +283,7 @@ def test_reopening_keeps_data(isolated_dirs):
 
 def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
     with Store.open() as opened:
-        assert connection_of(opened).pragma("user_version") == len(MIGRATIONS) == 6
+        assert connection_of(opened).pragma("user_version") == len(MIGRATIONS) == 7
         tables = {
             row[0] for row in connection_of(opened).execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
         }
@@ -305,7 +305,7 @@ def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
     monkeypatch.setattr(store_module, "MIGRATIONS", [*MIGRATIONS, migration_next])
     for _ in range(2):
         with Store.open() as opened:
-            assert connection_of(opened).pragma("user_version") == 7
+            assert connection_of(opened).pragma("user_version") == 8
             assert connection_of(opened).execute("SELECT count(*) FROM later").fetchone() == (0,)
     assert runs == [1]
 
@@ -334,7 +334,7 @@ def test_a_newer_database_is_refused(isolated_dirs):
     with Store.open():
         pass
     writer = apsw.Connection(str(path))
-    writer.pragma("user_version", 7)
+    writer.pragma("user_version", 8)
     writer.close()
     before = snapshot(isolated_dirs)
 
@@ -342,7 +342,7 @@ def test_a_newer_database_is_refused(isolated_dirs):
         Store.open()
     message = str(caught.value)
     assert str(path) in message
-    assert "version 7" in message and f"up to {len(MIGRATIONS)}" in message
+    assert "version 8" in message and f"up to {len(MIGRATIONS)}" in message
     assert "Upgrade imprintd" in message and "IMPRINT_DATA_DIR" in message
     assert snapshot(isolated_dirs) == before
 
@@ -692,6 +692,21 @@ def test_a_session_deleted_and_made_again_by_another_imprintd_is_read_anew(db):
         other.create_session(session_id=session.id)
         other.extend(session.id, [user("new question"), assistant("new answer"), user("and more")])
     assert [m.content for m in db.messages(session.id)] == ["new question", "new answer", "and more"]
+
+
+def test_a_session_made_again_in_the_same_clock_tick_is_read_anew(isolated_dirs):
+    # Deleted and made again by another daemon whose clock reads what this one's read: the same
+    # id, the same creation time, and (the row was the newest) the same rowid.
+    with Store.open(clock=lambda: 1_000.0) as db:
+        session = db.create_session(session_id="shared")
+        db.extend(session.id, [user("old question"), assistant("old answer")])
+        assert len(db.messages(session.id)) == 2
+        with Store.open(db.path, clock=lambda: 1_000.0) as other:
+            other.delete_session(session.id)
+            again = other.create_session(session_id=session.id)
+            other.extend(session.id, [user("new question"), assistant("new answer"), user("and more")])
+        assert again.created_at == session.created_at
+        assert [m.content for m in db.messages(session.id)] == ["new question", "new answer", "and more"]
 
 
 def test_messages_another_imprintd_stores_are_read(db):

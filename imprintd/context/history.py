@@ -197,11 +197,23 @@ def is_stopword(word: str) -> bool:
     return word in _STOPWORDS
 
 
+#: Distinct stems one query searches for at most (the first ones): each is one more list of
+#: postings to read and score, and a pasted log of thousands of words held a worker thread for
+#: minutes (SECURITY.md, "Bounds").
+MAX_QUERY_STEMS = 64
+
+
 def query_stems(query: str) -> list[str]:
-    """The distinct stems a query searches for, stop words left out unless nothing else is left."""
-    words = [match.group().lower() for match in WORD.finditer(query)]
+    """The distinct stems a query searches for, stop words left out unless nothing else is left;
+    the first ``MAX_QUERY_STEMS`` of them."""
+    words = list(dict.fromkeys(match.group().lower() for match in WORD.finditer(query)))
     content = [word for word in words if word not in _STOPWORDS] or words
-    return list(dict.fromkeys(stem(word) for word in content))
+    found: dict[str, None] = {}
+    for word in content:
+        found[stem(word)] = None
+        if len(found) == MAX_QUERY_STEMS:
+            break
+    return list(found)
 
 
 def query_terms(query: str) -> list[str]:

@@ -123,22 +123,36 @@ def date_terms(created_at: float) -> list[str]:
     return [f"date:{day.tm_mon}-{day.tm_mday}", f"date:{day.tm_year}-{day.tm_mon}"]
 
 
+#: Date terms one query asks for at most: "jan 1 feb 2 …" pasted from a log names hundreds of
+#: dates, and each is one more term to look up (the first ones are kept).
+MAX_DATE_TERMS = 16
+
+
 def query_date_terms(query: str) -> list[str]:
     """Date terms a query asks for: only when it names a month and a number, or an ISO date.
 
     "what did I say on November 12" → the 12th of November of any year; "in November 2026" →
     that month; a bare "12" matches text only, so a port or a count is never taken for a day.
+    At most ``MAX_DATE_TERMS``, in the order the query names them; the months and numbers are
+    told apart once each before they are paired, so a query of thousands of them costs a pass
+    over its words, not their product.
     """
-    terms: list[str] = []
+    terms: dict[str, None] = {}
     for year, month, day in _ISO_DATE.findall(query):
-        terms += [f"date:{int(month)}-{int(day)}", f"date:{int(year)}-{int(month)}"]
+        terms |= dict.fromkeys((f"date:{int(month)}-{int(day)}", f"date:{int(year)}-{int(month)}"))
+        if len(terms) >= MAX_DATE_TERMS:
+            return list(terms)[:MAX_DATE_TERMS]
     words = [match.group().lower() for match in WORD.finditer(query)]
-    months = [_MONTHS[word] for word in words if word in _MONTHS]
-    numbers = [int(word) for word in words if word.isdigit() and len(word) <= 4]
+    months = dict.fromkeys(_MONTHS[word] for word in words if word in _MONTHS)
+    numbers = dict.fromkeys(int(word) for word in words if word.isdigit() and len(word) <= 4)
+    days = [n for n in numbers if 1 <= n <= 31]
+    years = [n for n in numbers if 1970 <= n <= 2199]
     for month in months:
-        terms += [f"date:{month}-{n}" for n in numbers if 1 <= n <= 31]
-        terms += [f"date:{n}-{month}" for n in numbers if 1970 <= n <= 2199]
-    return list(dict.fromkeys(terms))
+        for term in [*(f"date:{month}-{n}" for n in days), *(f"date:{n}-{month}" for n in years)]:
+            terms[term] = None
+            if len(terms) >= MAX_DATE_TERMS:
+                return list(terms)
+    return list(terms)
 
 
 # --- windows -----------------------------------------------------------------------------------

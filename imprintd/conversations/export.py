@@ -8,6 +8,10 @@ Two formats:
   call in words, its result in a fenced block, clipped to ``STEP_RESULT_CHARS``), and its sources
   as ``path:line`` links relative to the workspace instead of the plain Sources lines Imprint wrote
   under the answer. A reasoning model's thoughts are left out, as they are never answer text.
+  The steps are the ones the chat showed: the first look titled with the question it looked for,
+  its result without the lines written for the model (``first_look.for_the_user``), and no call
+  the model repeated within a reply (the chat shows none; the model was told its earlier result).
+  A result is fenced with more backticks than any run inside it, so no result closes its fence.
 - **JSON**, to process: exactly what ``imprint/session`` returns (the session, its stored messages,
   its summary), so a tool reading one reads the other.
 """
@@ -21,7 +25,9 @@ from typing import Literal
 
 from imprintd.context.history import calls_by_id, describe_call
 from imprintd.messages import Message, SourceRef, ToolCall
+from imprintd.research import first_look
 from imprintd.research.citations import sources_block
+from imprintd.research.loop import REPEATED
 from imprintd.store import SessionInfo, StoredSummary
 
 Format = Literal["markdown", "json"]
@@ -37,6 +43,9 @@ def markdown(info: SessionInfo, messages: Sequence[Message], summary: StoredSumm
         facts.insert(1, f"workspace `{info.workspace}`")
     out += [" · ".join(facts), ""]
     calls = calls_by_id(messages)
+    # Calls the model repeated within a reply: the chat showed no step for them.
+    repeats = {m.tool_call_id for m in messages if m.role == "tool" and m.content.startswith(REPEATED)}
+    question = ""
     steps: list[str] = []
     # The summary goes before the first message it covers, as an abstract of what follows.
     pending = summary if summary is not None and summary.text else None
@@ -45,13 +54,15 @@ def markdown(info: SessionInfo, messages: Sequence[Message], summary: StoredSumm
             out += [_summary_note(pending), ""]
             pending = None
         if message.role == "user":
+            question = message.content
             out += [f"## You (#{message.seq})", "", message.content, ""]
         elif message.role == "tool":
-            steps.append(_step_result(message, calls))
+            if message.tool_call_id not in repeats:
+                steps.append(_step_result(message, calls, question))
         elif message.tool_calls:
             if message.content.strip():
                 steps.append(message.content.strip())
-            steps += [f"- {describe_call(call)}" for call in message.tool_calls]
+            steps += [f"- {_step_title(call, question)}" for call in message.tool_calls if call.id not in repeats]
         elif message.role == "assistant":
             out += [f"## Imprint (#{message.seq})", ""]
             if steps:
@@ -89,14 +100,31 @@ def _summary_note(summary: StoredSummary) -> str:
     )
 
 
-def _step_result(message: Message, calls: dict[str, ToolCall]) -> str:
+def _step_title(call: ToolCall, question: str) -> str:
+    """A call in words, as the chat titled its step: the first look by the question it looked for."""
+    if first_look.is_first_look(call.id):
+        return first_look.step_title(question)
+    return describe_call(call)
+
+
+def _step_result(message: Message, calls: dict[str, ToolCall], question: str) -> str:
     call = calls.get(message.tool_call_id or "")
-    text = message.content
+    whole = first_look.for_the_user(message.content) if call and first_look.is_first_look(call.id) else message.content
+    text = whole
     if len(text) > STEP_RESULT_CHARS:
-        text = text[:STEP_RESULT_CHARS] + f"\n… ({len(message.content):,} characters in all)"
-    fence = "````" if "```" in text else "```"
-    name = describe_call(call) if call else message.name or "tool"
+        text = text[:STEP_RESULT_CHARS] + f"\n… ({len(whole):,} characters in all)"
+    fence = _fence(text)
+    name = _step_title(call, question) if call else message.name or "tool"
+    if call and first_look.is_first_look(call.id):
+        name = name[:1].lower() + name[1:]  # "Result of looking in the workspace for …"
     return f"  Result of {name}:\n\n{fence}\n{text}\n{fence}"
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in ``text`` (at least three), so nothing in it
+    closes the block."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
 
 
 def _folded(steps: list[str]) -> list[str]:

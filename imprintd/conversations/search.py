@@ -17,6 +17,11 @@ differs, because a person reads the result rather than a model:
 - the corpus statistics (windows, their average length, each term's window count) are kept per
   connection while nothing is written (``_statistics``): counting a common term's windows reads
   all its postings (a sixth to a quarter of a search), and a search typed word by word asks again.
+
+Its cost is bounded whatever is asked (SECURITY.md, "Bounds"): a query's terms are its first
+``MAX_QUERY_STEMS`` stems and ``MAX_DATE_TERMS`` dates (``history.query_terms``), a page starts at
+most ``MAX_OFFSET`` messages in, and a search whose ``stop`` is set (its request was cancelled)
+ends in the store (``Store.stopped_by``) instead of running on.
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ from imprintd.store import FoundMessage, Store
 #: Results per page, by default and at most.
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
+#: The furthest page starts here: a search ranks ``offset + limit`` messages to show a page.
+MAX_OFFSET = 10_000
+#: The dates ``since`` and ``until`` may name (nothing is stored before 1970; the calendar's end).
+FIRST_DAY, LAST_DAY = date(1970, 1, 1), date(9999, 12, 30)
 #: About this many characters of a message around its first match make a snippet.
 SNIPPET_CHARS = 160
 #: A query's term in this many times the windows of its rarest term is common: windows holding
@@ -88,6 +97,8 @@ def day_start(day: str, field: str) -> float:
         parsed = date.fromisoformat(day)
     except ValueError:
         raise SearchError(f"{field}: {day!r} is not a date; expected YYYY-MM-DD, e.g. 2026-11-29") from None
+    if not FIRST_DAY <= parsed <= LAST_DAY:
+        raise SearchError(f"{field}: {day} is out of range; expected a date from {FIRST_DAY} to {LAST_DAY}")
     return datetime(parsed.year, parsed.month, parsed.day).timestamp()
 
 
@@ -111,30 +122,35 @@ def search(
     until: str | None = None,
     limit: int = DEFAULT_LIMIT,
     offset: int = 0,
+    stop: threading.Event | None = None,
 ) -> SearchPage:
     """The stored messages matching ``query``, best first: page ``offset`` .. ``offset + limit``.
 
     ``workspace`` keeps sessions of that folder (or one inside it); ``since`` and ``until`` are
-    local dates (``YYYY-MM-DD``), both days included.
+    local dates (``YYYY-MM-DD``), both days included. Once ``stop`` is set (the request was
+    cancelled) the search ends with ``store.ReadStopped`` instead of running on.
     """
     terms = query_terms(query)
     if not query.strip() or not terms:
         raise SearchError(f"query: {query!r} has no word to search for; give at least one word (letters or digits)")
     if not 1 <= limit <= MAX_LIMIT:
         raise SearchError(f"limit: {limit} is out of range; expected 1 to {MAX_LIMIT}")
-    if offset < 0:
-        raise SearchError(f"offset: {offset} is negative; expected 0 or more")
+    if not 0 <= offset <= MAX_OFFSET:
+        raise SearchError(f"offset: {offset} is out of range; expected 0 to {MAX_OFFSET:,}")
     folder = _folder(workspace) if workspace is not None else None
     after = day_start(since, "since") if since is not None else None
     before = day_start(until, "until") + 86_400 if until is not None else None
     if after is not None and before is not None and before <= after:
         raise SearchError(f"until: {until} is before since: {since}")
-    windows, average_words, counts = _statistics(store, terms)
-    weights = {term: math.log(1 + (windows - df + 0.5) / (df + 0.5)) for term, df in counts.items() if df}
-    asked: dict[str, Any] = dict(average_words=average_words, k1=K1, b=B, workspace=folder, after=after, before=before)
-    found, more = _without_common_only_windows(store, weights, counts, asked, limit, offset) or store.search(
-        weights, **asked, limit=limit, offset=offset
-    )
+    with store.stopped_by(stop):
+        windows, average_words, counts = _statistics(store, terms)
+        weights = {term: math.log(1 + (windows - df + 0.5) / (df + 0.5)) for term, df in counts.items() if df}
+        asked: dict[str, Any] = dict(
+            average_words=average_words, k1=K1, b=B, workspace=folder, after=after, before=before
+        )
+        found, more = _without_common_only_windows(store, weights, counts, asked, limit, offset) or store.search(
+            weights, **asked, limit=limit, offset=offset
+        )
     wanted = _wanted_words({term for term in terms if not term.startswith("date:")})
     hits = tuple(_hit(message, wanted) for message in found)
     return SearchPage(hits=hits, next_offset=offset + len(hits) if more else None)

@@ -67,6 +67,8 @@ BEST_LINES_HEADING = "The lines above that match the question best:"
 ASK_AGAIN = "Answer this question from the results above:"
 #: A question longer than this is cut where the look repeats it.
 ASK_AGAIN_CHARS = 500
+#: A step title shows at most this many characters of the question.
+TITLE_CHARS = 80
 #: Constants the best lines use whose definitions follow them (``MAX_URL_LENGTH`` in
 #: ``if len(url) > MAX_URL_LENGTH:``): the value a question asks for is where the name is bound.
 DEFINITIONS = 3
@@ -96,6 +98,25 @@ def new_call_id() -> str:
 
 def is_first_look(call_id: str) -> bool:
     return call_id.startswith(CALL_ID_PREFIX)
+
+
+def step_title(question: str) -> str:
+    """The look's step title: what the user asked, on one line and cut to ``TITLE_CHARS``; not the
+    query, which carries words of the exchange before a follow-up."""
+    asked = " ".join(question.split())
+    if len(asked) > TITLE_CHARS:
+        asked = asked[: TITLE_CHARS - 1].rstrip() + "…"
+    return f"Looking in the workspace for “{asked}”"
+
+
+def for_the_user(stored: str) -> str:
+    """A stored look's result as the user is shown it: the hits, without the footer written for the
+    model (the best lines again and the question asked again, ``_fit``)."""
+    end = stored.rfind(f"\n\n{ASK_AGAIN} ")
+    if end == -1:
+        return stored
+    best = stored.rfind(f"\n\n{BEST_LINES_HEADING}", 0, end)
+    return stored[: best if best != -1 else end]
 
 
 def content_words(text: str) -> list[str]:
@@ -173,7 +194,7 @@ class FirstLookSearch:
         return self._looked[1]
 
     def title(self, arguments: Mapping[str, Any]) -> str:
-        return f"Looking in the workspace for “{arguments.get('query', '')}”"
+        return step_title(self._question)
 
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
         if self._looked is not None and self._looked[0] == dict(arguments):

@@ -55,6 +55,22 @@ async def test_commands_are_published_after_new_and_load_and_the_title_after_the
         assert announced[0].title == "Which port does billing use?"
 
 
+async def test_the_title_told_from_the_first_question_is_text(daemon_env, stub, tmp_path, workspace):
+    # A first question opening with a zero-width line and holding terminal commands: the title
+    # the client is told (and session/list gives) is its first visible line, as text.
+    stub.queue("Billing listens on 8101.")
+    async with acp_agent(daemon_env, tmp_path, "first") as agent:
+        sid = (await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+        await agent.wait_for_update(sid, lambda u: u.session_update == "available_commands_update")
+        await ask(agent, sid, "\u200b\ufeff\n\x1b[2J\x07Which\tport does \x9bbilling use?\x7f")
+        announced = agent.take_announcements(sid)
+        assert [u.title for u in announced if u.session_update == "session_info_update"] == [
+            "[2JWhich port does billing use?"
+        ]
+        listed = (await agent.conn.list_sessions()).sessions
+        assert [s.title for s in listed] == ["[2JWhich port does billing use?"]
+
+
 async def test_commands_answer_without_the_model_and_store_only_the_summary(daemon_env, stub, tmp_path, workspace):
     (workspace / "billing.yaml").write_text("billing:\n  port: 8101\n", encoding="utf-8")
 

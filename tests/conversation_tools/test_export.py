@@ -107,3 +107,46 @@ def test_file_name_from_the_title_else_the_id():
         persist=True,
     )
     assert file_name(titled, "json") == "imprint-why-does-make-fail-on-ci.json"
+
+
+async def test_markdown_exports_the_steps_the_chat_showed(workspace):
+    # A follow-up with the first look on, a call the model repeats, and a result holding a
+    # four-backtick fence: the export titles the look with the question asked, leaves out the
+    # look's lines written for the model and the repeated call, and keeps each result fenced.
+    from imprintd.research import first_look
+    from imprintd.research.loop import REPEATED
+    from tests.helpers import ask, make_chat, tool_turn
+    from tests.recording import RecordingEvents
+    from tests.standin import StandInModel, call
+
+    (workspace / "docs" / "fences.md").write_text("Billing fences:\n````\nport: 8101\n````\n", encoding="utf-8")
+    model = StandInModel()
+    chat = make_chat(model, **{"chat.first_look": True})
+    again = call("read_file", "call_2", path="docs/fences.md")
+    model.queue(
+        "It is deployed behind the gateway.",
+        tool_turn(call("read_file", "call_1", path="docs/fences.md")),
+        tool_turn(again),
+        "Port 8101.",
+    )
+    first, _ = await ask(chat, "Where is the billing service deployed?", workspace=workspace)
+    events = RecordingEvents()
+    await ask(chat, "And its port?", first.session_id, events=events)
+    view = chat.session(first.session_id)
+    stored = view.messages
+    assert any(m.role == "tool" and m.content.startswith(REPEATED) for m in stored)  # the model repeated a call
+    assert any(first_look.ASK_AGAIN in m.content for m in stored if m.role == "tool")  # the look, as the model read it
+    shown_steps = [step.title for step in events.steps if step.state == "started"]
+
+    text = markdown(view.info, stored, view.summary)
+    follow_up = text[text.index("## You (#") + 1 :]
+    follow_up = follow_up[follow_up.index("And its port?") :]
+    listed = [line[2:] for line in follow_up.splitlines() if line.startswith("- ")]
+    # One line a step the chat showed: the look and the first read, not the repeated one.
+    assert shown_steps == ["Looking in the workspace for “And its port?”", "Reading docs/fences.md"]
+    assert listed == ["Looking in the workspace for “And its port?”", "read_file docs/fences.md"]
+    assert first_look.ASK_AGAIN not in text and first_look.BEST_LINES_HEADING not in text
+    assert REPEATED not in text
+    assert "Result of looking in the workspace for “And its port?”:" in follow_up
+    # The file's four backticks sit inside a five-backtick fence.
+    assert "`````\nBilling fences:\n````\nport: 8101\n````\n" in text

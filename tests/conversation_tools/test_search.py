@@ -154,7 +154,13 @@ def test_punctuation_in_the_query_is_not_syntax(db):
         ({"query": ""}, "query: '' has no word to search for"),
         ({"query": '  "*" () '}, "has no word to search for; give at least one word"),
         ({"query": "x", "limit": 0}, "limit: 0 is out of range; expected 1 to 100"),
-        ({"query": "x", "offset": -1}, "offset: -1 is negative"),
+        ({"query": "x", "offset": -1}, "offset: -1 is out of range; expected 0 to 10,000"),
+        ({"query": "x", "offset": 2**62}, f"offset: {2**62} is out of range; expected 0 to 10,000"),
+        ({"query": "x", "since": "0001-01-01"}, "since: 0001-01-01 is out of range; expected a date from 1970-01-01"),
+        (
+            {"query": "x", "until": "9999-12-31"},
+            "until: 9999-12-31 is out of range; expected a date from 1970-01-01 to 9999-12-30",
+        ),
         ({"query": "x", "since": "11/02/2026"}, "since: '11/02/2026' is not a date; expected YYYY-MM-DD"),
         ({"query": "x", "until": "2026-02-30"}, "until: '2026-02-30' is not a date"),
         ({"query": "x", "since": "2026-11-03", "until": "2026-11-02"}, "until: 2026-11-02 is before since"),
@@ -178,7 +184,9 @@ def test_snippet_centers_on_the_first_match_cuts_at_words_and_joins_lines():
 
 def as_older_schema(conn, version: int) -> None:
     """Make a database of the current schema, with its messages indexed, one of ``version`` 4 or 5:
-    before migration 6 the postings have no window length, before migration 5 no index by term."""
+    before migration 7 the sessions have no incarnation, before migration 6 the postings have no window
+    length, before migration 5 no index by term."""
+    conn.execute("DROP TRIGGER sessions_incarnation; ALTER TABLE sessions DROP COLUMN incarnation")
     conn.execute("DROP INDEX history_postings_by_term; ALTER TABLE history_postings DROP COLUMN words")
     if version == 5:
         conn.execute("CREATE INDEX history_postings_by_term ON history_postings (term, history_id, window, count)")

@@ -228,7 +228,7 @@ async def test_the_first_look_reaches_the_model_and_the_client_before_the_first_
     assert found["role"] == "tool" and "services/billing.yaml" in found["content"] and "port: 8101" in found["content"]
     steps = [(p.state, p.title) for m, p in client.notifications if m == "imprint/toolStep"]
     assert steps == [
-        ("started", "Looking in the workspace for “port billing listen”"),
-        ("finished", "Looking in the workspace for “port billing listen”"),
+        ("started", "Looking in the workspace for “Which port does billing listen on?”"),
+        ("finished", "Looking in the workspace for “Which port does billing listen on?”"),
     ]
     assert result.text.startswith("Billing listens on 8101")

@@ -52,6 +52,8 @@ BAD_SEARCHES = [
     ({"query": "x", "limit": 0}, "limit"),
     ({"query": "x", "limit": 101}, "limit"),
     ({"query": "x", "offset": -1}, "offset"),
+    ({"query": "x", "offset": 2**62}, "offset"),
+    ({"query": "x", "since": "0001-01-01"}, "since: 0001-01-01 is out of range; expected a date from 1970-01-01"),
     ({"query": "x", "since": "yesterday"}, "since: 'yesterday' is not a date; expected YYYY-MM-DD"),
     ({"query": "x", "since": "2026-11-03", "until": "2026-11-01"}, "until: 2026-11-01 is before since"),
 ]
@@ -93,6 +95,20 @@ async def test_rename_titles_the_session_everywhere_and_keeps_its_place(client, 
     assert session.session.title == "Billing port"
 
 
+async def test_a_renamed_title_is_text_without_control_characters(client, stub):
+    # A title that would clear the terminal, ring and back up where the CLI prints it.
+    stub.queue("an answer")
+    known = await chat(client, text="Keep my title")
+    renamed = await request(
+        client,
+        "imprint/renameSession",
+        {"sessionId": known.sessionId, "title": "\x00\x07\x1b[2J\b\x7fBilling\tport\x9b"},
+    )
+    assert renamed.session.title == "[2JBilling port"
+    listed = await request(client, "imprint/sessions", {})
+    assert [s.title for s in listed.sessions if s.sessionId == known.sessionId] == ["[2JBilling port"]
+
+
 async def test_a_persist_false_session_can_be_renamed(client, stub):
     stub.queue("kept in memory")
     off = await chat(client, text="Off the record", persist=False)
@@ -107,6 +123,8 @@ BAD_RENAMES = [
     ({"sessionId": "KNOWN", "title": " \n "}, "title: it is empty; give the session a name of 1 to 80 characters"),
     ({"sessionId": "KNOWN", "title": "x" * 81}, "title: it has 81 characters; a title has at most 80"),
     ({"sessionId": "KNOWN"}, "title"),
+    # Only invisible characters: zero-width space and joiner, the byte-order mark, a control.
+    ({"sessionId": "KNOWN", "title": "\u200b\u200d\ufeff\x07"}, "title: it is empty"),
 ]
 
 

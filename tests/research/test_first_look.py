@@ -48,7 +48,8 @@ async def test_the_model_starts_with_the_best_hits_for_the_question(model, works
 
     started, finished = events.steps  # the look is the reply's first step
     assert (started.call_id, started.state, finished.state) == ("step-1", "started", "finished")
-    assert started.tool == "search" and started.title == "Looking in the workspace for “port billing service listen”"
+    assert started.tool == "search"
+    assert started.title == "Looking in the workspace for “Which port does the billing service listen on?”"
 
     stored = chat.session(outcome.session_id).messages
     assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
@@ -128,6 +129,23 @@ async def test_a_follow_up_searches_with_the_words_of_the_exchange_it_follows(mo
     assert query.startswith("port ") and "billing" in query and "gateway" in query
     earlier_call, _ = first_look_exchange(model.requests[0])
     assert earlier_call.id != look_call.id  # each reply's look is its own call
+
+
+async def test_a_follow_up_s_look_is_titled_with_what_the_user_asked(model, workspace):
+    # The query carries words of the exchange before; the step shows the question as asked.
+    chat = make_chat(model, **ON)
+    model.queue("It is deployed behind the gateway.", "Port 8101.")
+    first, _ = await ask(chat, "Where is the billing service deployed?", workspace=workspace)
+    events = RecordingEvents()
+    await ask(chat, "And its\nport?", first.session_id, events=events)
+    look_call, _ = first_look_exchange(model.requests[-1])
+    assert "gateway" in look_call.arguments["query"]
+    assert [(step.state, step.title) for step in events.steps] == [
+        ("started", "Looking in the workspace for “And its port?”"),
+        ("finished", "Looking in the workspace for “And its port?”"),
+    ]
+    long_question = "Which port " + "and which billing host " * 10
+    assert first_look.step_title(long_question) == f"Looking in the workspace for “{long_question[:79].rstrip()}…”"
 
 
 async def look_over_billing_notes(workspace, n_ctx: int, max_tokens: int) -> tuple[StandInModel, str]:

@@ -221,4 +221,5 @@ def test_a_reopened_session_lists_the_steps_the_live_reply_showed(editor):
         return vim.tbl_map(function(step) return step.title end, placed)
         """
     )
-    assert steps == ["Looking in the workspace for “billing port”", "Searching the workspace for “port”"]
+    # The look is titled with the question asked, as live, not with its query.
+    assert steps == ["Looking in the workspace for “Which port?”", "Searching the workspace for “port”"]

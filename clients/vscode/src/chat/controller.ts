@@ -563,10 +563,13 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
   // A question followed by another question (or ending the session) was stopped or failed:
   // such replies store nothing but the question.
   let unanswered: number | undefined;
+  /** The question a reply answered: its first look's step is titled with it, as live. */
+  let question = "";
   for (const message of result.messages) {
     if (message.role === "user") {
       if (unanswered !== undefined) items.push({ kind: "unanswered", seq: unanswered });
       unanswered = message.seq;
+      question = message.content;
       pending = [];
       thoughts = [];
       items.push({ kind: "user", seq: message.seq, text: message.content });
@@ -582,7 +585,7 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
     } else if (message.toolCalls.length > 0) {
       if (message.reasoning) thoughts.push(message.reasoning);
       for (const call of message.toolCalls) {
-        const row: StepRow = { callId: call.id, title: stepTitle(call), state: "finished", detail: "" };
+        const row: StepRow = { callId: call.id, title: stepTitle(call, question), state: "finished", detail: "" };
         names.set(row, call.name);
         steps.set(call.id, row);
         pending.push(row);
@@ -612,11 +615,23 @@ const REPEATED_CALL = "(Same call as before; its result again.)";
 /** The call id prefix of the daemon's own first look (imprintd/research/first_look.py, CALL_ID_PREFIX). */
 const FIRST_LOOK_ID = "call_look";
 
-function stepTitle(call: wire.ToolCall): string {
+/** A step title shows at most this many characters of the question (first_look.py, TITLE_CHARS). */
+const LOOK_TITLE_CHARS = 80;
+
+/** The first look's step title: the question as asked, on one line, cut as the daemon cuts it (first_look.step_title). */
+function lookTitle(question: string): string {
+  let asked = question.split(/\s+/).filter(Boolean).join(" ");
+  const chars = Array.from(asked);
+  if (chars.length > LOOK_TITLE_CHARS) asked = chars.slice(0, LOOK_TITLE_CHARS - 1).join("").trimEnd() + "…";
+  return `Looking in the workspace for “${asked}”`;
+}
+
+function stepTitle(call: wire.ToolCall, question: string): string {
   const args = call.arguments ?? {};
   const text = (key: string) => (typeof args[key] === "string" ? (args[key] as string).trim() : "");
-  // Worded as the live step was: the first look is Imprint's own search.
-  if (call.id.startsWith(FIRST_LOOK_ID) && call.name === "search") return `Looking in the workspace for “${text("query")}”`;
+  // Worded as the live step was: the first look is Imprint's own search, titled with the question
+  // (its query also carries words of the exchange before).
+  if (call.id.startsWith(FIRST_LOOK_ID) && call.name === "search") return lookTitle(question);
   if (call.name === "search" && text("query")) return `Searching the workspace for “${text("query")}”`;
   if (call.name === "conversation_history" && text("query")) return `Searching earlier in this conversation for “${text("query")}”`;
   if (call.name === "read_file" && text("path")) {

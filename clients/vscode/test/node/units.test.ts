@@ -234,7 +234,8 @@ test("a reopened session lists the steps the live reply showed: the first look a
   });
   const answer = items.find((item) => item.kind === "assistant");
   assert.ok(answer && answer.kind === "assistant");
-  assert.deepEqual(answer.steps.map((step) => step.title), ["Looking in the workspace for “billing port”", "Reading billing.yaml"]);
+  // The look is titled with the question asked, as live, not with its query.
+  assert.deepEqual(answer.steps.map((step) => step.title), ["Looking in the workspace for “Which port?”", "Reading billing.yaml"]);
 });
 
 test("updates made together are one settings change; the same values again are none", async () => {

@@ -23,12 +23,25 @@ local TOOL_TITLES = {
 --- The call id prefix of the daemon's own first look (imprintd/research/first_look.py).
 local FIRST_LOOK_ID = "call_look"
 
-local function tool_title(call)
+--- A step title shows at most this many characters of the question (first_look.py, TITLE_CHARS).
+local LOOK_TITLE_CHARS = 80
+
+--- The first look's step title: the question as asked, on one line, cut as the daemon cuts it.
+local function look_title(question)
+  local asked = table.concat(vim.split(vim.trim(question or ""), "%s+", { trimempty = true }), " ")
+  if vim.fn.strchars(asked) > LOOK_TITLE_CHARS then
+    asked = vim.trim(vim.fn.strcharpart(asked, 0, LOOK_TITLE_CHARS - 1)) .. "…"
+  end
+  return ("Looking in the workspace for “%s”"):format(asked)
+end
+
+local function tool_title(call, question)
   local title = TOOL_TITLES[call.name]
   local args = type(call.arguments) == "table" and call.arguments or {}
   if call.name == "search" and type(call.id) == "string" and vim.startswith(call.id, FIRST_LOOK_ID) then
-    -- Worded as the live step was: the first look is Imprint's own search, not the model's.
-    return ("Looking in the workspace for “%s”"):format(args.query or "")
+    -- Worded as the live step was: the first look is Imprint's own search, not the model's,
+    -- titled with the question (its query also carries words of the exchange before).
+    return look_title(question)
   end
   if not title then
     local server = require("imprint.permissions").server_of(call.name)
@@ -74,6 +87,7 @@ function M.session(messages, summary)
     end
   end
   local last_role
+  local question = "" -- the question a reply answered: its first look is titled with it
   local summary_placed = summary == nil or summary == vim.NIL
   for _, m in ipairs(messages) do
     if not summary_placed and m.seq > summary.lastSeq then
@@ -94,6 +108,7 @@ function M.session(messages, summary)
       end
       add({ "## You", "" })
       add(split_lines(m.content))
+      question = m.content
       last_role = "user"
     elseif m.role == "assistant" then
       if last_role ~= "assistant" then
@@ -111,7 +126,7 @@ function M.session(messages, summary)
           local outcome = results[m.seq .. ":" .. call.id] or "finished"
           if outcome ~= "repeat" then
             -- Under the blank line that ends the thinking block (or the heading), as live.
-            placed[#placed + 1] = { row = #lines - 1, state = outcome, title = tool_title(call) }
+            placed[#placed + 1] = { row = #lines - 1, state = outcome, title = tool_title(call, question) }
           end
         end
       else
