@@ -9,6 +9,9 @@ and answers each with one JSON line on stdout:
   Answers ``{"ok": true}``.
 - ``{"cmd": "requests"}``: every chat request the stub received so far, in order: ``{"requests": [...]}``.
 - ``{"cmd": "release"}``: lets every held reply go on. Answers ``{"ok": true}``.
+- ``{"cmd": "endpoint", "key": "GET /props", "status": 200, "body": {...}}``: answer another server's
+  endpoint (``OpenAIStub.endpoints``: a served model's own window) with this JSON body (``status``
+  200 when left out). Answers ``{"ok": true}``.
 
 A command that is not understood answers ``{"error": "..."}`` naming what is accepted. stdin
 reaching EOF stops the server.
@@ -23,7 +26,7 @@ from typing import Any
 
 from tests.openai_stub import OpenAIStub, StubReply
 
-COMMANDS = ("queue", "requests", "release")
+COMMANDS = ("queue", "requests", "release", "endpoint")
 
 
 class StubSession:
@@ -55,6 +58,13 @@ class StubSession:
             return {"requests": list(self.stub.requests)}
         if name == "release":
             self.release.set()
+            return {"ok": True}
+        if name == "endpoint":
+            key, status = command["key"], command.get("status", 200)
+            if not isinstance(key, str) or len(key.split(" ")) != 2 or not isinstance(status, int):
+                return {"error": f"an endpoint is {{key: 'METHOD /path', status: int, body}}, not {command!r}"}
+            with self.stub._lock:
+                self.stub.endpoints[key] = (status, command.get("body"))
             return {"ok": True}
         return {"error": f"unknown cmd {name!r}; accepted: {', '.join(COMMANDS)}"}
 

@@ -35,7 +35,12 @@ def test_commands_queue_replies_report_requests_and_refuse_unknown_ones():
             stream = response.read().decode()
         assert '"content": "hello"' in stream and '"content": " there"' in stream and "[DONE]" in stream
         assert command({"cmd": "requests"}) == {"requests": [json.loads(body)]}
-        assert "accepted: queue, requests, release" in command({"cmd": "nope"})["error"]
+        props = {"default_generation_settings": {"n_ctx": 1024}}
+        assert command({"cmd": "endpoint", "key": "GET /props", "body": props}) == {"ok": True}
+        with urllib.request.urlopen(f"{base_url.removesuffix('/v1')}/props", timeout=30) as response:
+            assert json.loads(response.read()) == props
+        assert "an endpoint is" in command({"cmd": "endpoint", "key": "/props", "body": {}})["error"]
+        assert "accepted: queue, requests, release, endpoint" in command({"cmd": "nope"})["error"]
         assert "bad command" in command(["not", "an", "object"])["error"]
     finally:
         proc.stdin.close()

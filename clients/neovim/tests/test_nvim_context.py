@@ -45,10 +45,12 @@ def test_the_winbar_names_the_model_the_daemon_reports_and_follows_a_change(edit
     assert editor.lua("return require('imprint.client').model") == {
         "provider": "openai",
         "model": "stub",
+        "name": "stub",
         "nCtx": 8192,
+        "nCtxSource": "chat.n_ctx",
         "chatFormat": "openai",
         "reasons": False,
-    }
+    }  # serverNCtx is null (the stub serves no window), which Neovim drops
     assert editor.winbar().startswith("Imprint · hi") and "stub · " in editor.winbar()
     editor.wait("require('imprint.chat')._state.context ~= nil", "the next question's share")
     assert "of 8,192" in editor.winbar()
@@ -58,7 +60,9 @@ def test_the_winbar_names_the_model_the_daemon_reports_and_follows_a_change(edit
     assert editor.lua("return require('imprint.client').model") == {
         "provider": "openai",
         "model": "qwen3.5-4b",
+        "name": "qwen3.5-4b",
         "nCtx": 4096,
+        "nCtxSource": "chat.n_ctx",
         "chatFormat": "openai",
         "reasons": False,
     }
@@ -70,7 +74,7 @@ def test_the_winbar_names_the_model_the_daemon_reports_and_follows_a_change(edit
 def test_checkhealth_names_the_model_from_initialize(editor):
     editor.command("checkhealth imprint")
     report = "\n".join(editor.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)"))
-    assert "OK model in use: stub (openai, n_ctx 8192), as the daemon reports it" in report, report
+    assert "OK model in use: stub (openai, context 8,192 tokens), as the daemon reports it" in report, report
     assert "OK chat format: openai; the model answers without reasoning" in report, report
 
 
@@ -130,3 +134,32 @@ def test_the_winbar_shows_the_context_share_of_each_round_then_of_the_next_quest
     assert editor.lua("return vim.api.nvim_win_get_config(0).relative") == "editor"
     editor.nvim.input("q")
     assert editor.lua("return vim.bo.filetype") != "imprint-context"
+
+
+def test_a_served_models_smaller_window_is_shown_with_where_it_comes_from(editor, stub):
+    # llama-server's /props, as the scripted server answers it: one slot's window, half of chat.n_ctx.
+    stub.endpoints["GET /props"] = (200, {"default_generation_settings": {"n_ctx": 4096, "params": {"n_predict": -1}}})
+    stub.queue("Paris.")
+    editor.command("Imprint")
+    editor.command("Imprint Capital of France?")
+    editor.wait_done(1)
+    assert "Paris." in "\n".join(editor.chat_lines())
+    editor.wait("require('imprint.client').model.nCtx == 4096", "imprint/modelChanged with the server's window")
+    model = editor.lua("return require('imprint.client').model")
+    assert (model["nCtxSource"], model["serverNCtx"]) == ("llama-server /props n_ctx", 4096)
+    # What reached the model was fitted to that window: at most a quarter of it for the answer.
+    assert 0 < stub.requests[0]["max_tokens"] <= 4096 // 4
+    editor.wait("require('imprint.chat')._state.context ~= nil", "the next question's share")
+    assert "of 4,096" in editor.winbar()
+    editor.command("ImprintContext")
+    editor.wait("vim.bo.filetype == 'imprint-context'", "the context float")
+    lines = editor.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)")
+    assert lines[0].startswith("The next question: ") and " of 4,096 tokens (" in lines[0], lines
+    assert lines[1] == "Context 4,096 tokens (llama-server /props n_ctx)", lines
+    kept = editor.lua("return require('imprint.chat')._state.context")["outputAllowance"]
+    assert 0 < kept <= 1024 and lines[2] == f"{kept:,} more kept free for the answer", lines
+    editor.nvim.input("q")
+    # :checkhealth names the running daemon's window and where it comes from.
+    editor.command("checkhealth imprint")
+    report = "\n".join(editor.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)"))
+    assert ", model stub, context 4,096 tokens (llama-server /props n_ctx))" in report, report

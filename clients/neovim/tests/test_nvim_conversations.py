@@ -168,13 +168,16 @@ def test_model_offers_the_served_models_and_the_chat_ggufs_of_models_dir_and_pic
         settings.format(f"s.chat.provider == 'local' and s.chat.model == '{folder / 'smol.gguf'}'"),
         "chat.model to be the picked file",
     )
-    # The winbar names the model in use as the picker named it, not by another name (its file's).
+    # The winbar names the model in use by the name the daemon sent, the one the picker offered it by.
     editor.wait("require('imprint.client').model.model == 'smol.gguf'", "imprint/modelChanged")
     offered_as = mine[0].split("  (")[0]
-    assert offered_as in editor.winbar() and "smol.gguf" not in editor.winbar()
+    assert editor.lua("return require('imprint.client').model.name") == offered_as
+    assert editor.winbar().rstrip().endswith(f"{offered_as} (json-fallback)"), editor.winbar()
 
 
-def test_a_local_model_in_use_is_named_in_the_winbar_as_the_model_picker_lists_it(bare_editor, options, tmp_path):
+def test_a_local_model_in_use_is_named_in_the_winbar_by_the_daemons_name_with_no_listing_asked(
+    bare_editor, options, tmp_path
+):
     import shutil
 
     from imprintd.models.embedded import find_embedded_model
@@ -186,18 +189,47 @@ def test_a_local_model_in_use_is_named_in_the_winbar_as_the_model_picker_lists_i
     shutil.copy(embedded, folder / "smol.gguf")
     env = {**options["cmd_env"], "IMPRINT_CHAT_PROVIDER": "local", "IMPRINT_CHAT_MODEL": str(folder / "smol.gguf")}
     editor = bare_editor
+    # Every request the plugin makes, by method: an imprint/models would scan the disk for a name.
+    editor.lua(
+        """
+        _G.test_asked = {}
+        local client = require('imprint.client')
+        local request = client.request
+        client.request = function(method, ...)
+          table.insert(_G.test_asked, method)
+          return request(method, ...)
+        end
+        """
+    )
     editor.lua(
         "require('imprint').setup(...)", {**options, "cmd_env": env, "settings": {"chat": {"models_dir": str(folder)}}}
     )
     editor.command("Imprint")
     editor.lua("vim.api.nvim_win_set_width(require('imprint.chat')._state.win, 100)")
     editor.wait("require('imprint.client').model ~= nil", "initialize")
-    assert editor.lua("return require('imprint.client').model.model") == "smol.gguf"
+    model = editor.lua("return require('imprint.client').model")
+    assert model["model"] == "smol.gguf"
+    # The name the daemon sent is the one shown, the same string its imprint/models entry gives it.
     listed = editor.request("imprint/models")
     [entry] = [m for m in listed["models"] if m["path"] == str(folder / "smol.gguf")]
-    # Without opening the picker: the plugin looks the model in use up in imprint/models once.
-    editor.wait(f"require('imprint.client').model_name() == {entry['name']!r}", "the listed name")
-    assert entry["name"] in editor.winbar() and "smol.gguf" not in editor.winbar()
+    assert model["name"] == entry["name"]
+    assert editor.lua("return require('imprint.client').model_name()") == entry["name"]
+    assert editor.winbar().rstrip().endswith(f"{entry['name']} (json-fallback)"), editor.winbar()
+    assert "imprint/models" not in editor.lua("return _G.test_asked"), "the disk was not scanned for a name"
+
+
+def test_an_older_daemon_without_a_name_is_shown_by_its_model(bare_editor):
+    editor = bare_editor
+    assert editor.lua("return require('imprint.client').model_name({ provider = 'local', model = 'smol.gguf' })") == (
+        "smol.gguf"
+    )
+    assert editor.lua("return require('imprint.client').model_name({ provider = 'local', model = '' })") is None
+    assert (
+        editor.lua(
+            "return require('imprint.client').model_name({ provider = 'local', model = 'sha256-c5', name = 'qwen2.5:0.5b' })"
+        )
+        == "qwen2.5:0.5b"
+    )
 
 
 def test_a_reopened_session_lists_the_steps_the_live_reply_showed(editor):

@@ -19,7 +19,7 @@ import { DaemonLog } from "./chat/daemonLog";
 import { missingDaemonMessage, resolveExecutable } from "./chat/executable";
 import { exportPath } from "./chat/exportFile";
 import { chatHtml } from "./chat/html";
-import { modelChoices, shownModelName } from "./chat/models";
+import { modelChoices, modelName } from "./chat/models";
 import {
   EditorKey, SETTINGS, STATUS_BAR_COMMAND, SentSettings, SettingsChanges, explicitOf, statusBar,
 } from "./chat/settings";
@@ -39,7 +39,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   status.show();
 
   const chatView = new ChatViewProvider(context.extensionUri);
-  const shown = { state: "starting" as ConnectionStatus, detail: "", model: undefined as ModelReport | undefined, name: "" };
+  const shown = { state: "starting" as ConnectionStatus, detail: "", model: undefined as ModelReport | undefined };
   const controller = new ChatController({
     post: (message) => chatView.post(message),
     workspace: currentWorkspace,
@@ -47,7 +47,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     openSource: (file, startLine, endLine) => void openSource(file, startLine, endLine),
     openUri: (uri) => void vscode.env.openExternal(vscode.Uri.parse(uri, true)),
     onStatus: (state, detail) => showStatus(status, Object.assign(shown, { state, detail })),
-    onModel: (model, name) => showStatus(status, Object.assign(shown, { model, name })),
+    onModel: (model) => showStatus(status, Object.assign(shown, { model })),
     rememberSession: (sessionId) => void context.workspaceState.update(OPEN_SESSION, sessionId),
     restoreSession: context.workspaceState.get<string>(OPEN_SESSION),
     manageTrust: () => void vscode.commands.executeCommand("workbench.trust.manage"),
@@ -279,8 +279,8 @@ function currentWorkspace(): string | undefined {
 }
 
 /** The status bar item: the connection's state and the model the daemon reports (not the editor's settings). */
-function showStatus(item: vscode.StatusBarItem, { state, detail, model, name }: { state: ConnectionStatus; detail: string; model: ModelReport | undefined; name: string }): void {
-  Object.assign(item, statusBar(state, detail, model, name));
+function showStatus(item: vscode.StatusBarItem, { state, detail, model }: { state: ConnectionStatus; detail: string; model: ModelReport | undefined }): void {
+  Object.assign(item, statusBar(state, detail, model));
   item.backgroundColor = state === "error" ? new vscode.ThemeColor("statusBarItem.errorBackground") : undefined;
   void vscode.commands.executeCommand("setContext", "imprint.answering", state === "answering");
 }
@@ -426,7 +426,7 @@ async function pickModel(controller: ChatController, settingsChanges: SettingsCh
       "Imprint: no GGUF chat models found. Set imprint.chat.modelsDir to a folder of .gguf files.");
     return;
   }
-  const inUse = shownModelName(found.current, found.models);
+  const inUse = modelName(found.current);
   const picked = await vscode.window.showQuickPick(choices, { placeHolder: `Model in use: ${inUse || "none set"}` });
   if (!picked) return;
   const config = vscode.workspace.getConfiguration("imprint");

@@ -246,7 +246,8 @@ export interface ModelOnDisk {
 }
 
 export interface ModelsResult {
-  current: { provider: string; model: string; nCtx: number };
+  /** The model in use, as `initialize` reports it. */
+  current: ModelReport;
   models: ModelOnDisk[];
   /** With provider openai: the ids the server's /v1/models lists, and why it could not be asked. */
   served: string[];
@@ -267,6 +268,8 @@ export interface ContextUsage {
   /** null for `imprint/context` (no reply asked). */
   replyId: string | null;
   nCtx: number;
+  /** Where `nCtx` comes from: "chat.n_ctx", or what a served model's server said (absent from older daemons). */
+  nCtxSource?: string;
   outputAllowance: number;
   /** Counted with the model's tokenizer (local), else estimated from UTF-8 bytes (remote). */
   exact: boolean;
@@ -281,7 +284,14 @@ export interface ContextUsage {
 export interface ModelReport {
   provider: string;
   model: string;
+  /** How the model is shown, the same string as its `imprint/models` entry's `name` (absent from older daemons: show `model`). */
+  name?: string;
+  /** The window prompts are fitted to: the smaller of chat.n_ctx and a served model's own. */
   nCtx: number;
+  /** Where `nCtx` comes from: "chat.n_ctx", "llama-server /props n_ctx", "Ollama num_ctx parameter", … (absent from older daemons). */
+  nCtxSource?: string;
+  /** The window the model's server reported; null for a local model or a server that said nothing yet. */
+  serverNCtx?: number | null;
   /** How the model writes tool calls and reasoning ("hermes", "qwen-xml", …, "openai"); null: not known (absent from older daemons). */
   chatFormat?: string | null;
   /** The model thinks before it answers (absent from older daemons). */

@@ -10,38 +10,34 @@ M.NAME = "imprintd"
 --- @type integer|nil
 M.client_id = nil
 
---- The model the daemon answers with, as it reports it: { provider, model, nCtx } (initialize's
---- capabilities.experimental.imprint, then imprint/modelChanged); nil before it said.
+--- The model the daemon answers with, as it reports it: { provider, model, name, nCtx, nCtxSource,
+--- serverNCtx, chatFormat, reasons } (initialize's capabilities.experimental.imprint, then
+--- imprint/modelChanged); nil before it said.
 M.model = nil
 
---- The names imprint/models lists GGUFs by (its `name`), by file name: :ImprintModel offers a
---- model by that name and the winbar shows the model in use by it too, though the daemon reports
---- a local model by its file name. Filled from each listing.
-M.listed_names = {}
-
---- File names of models in use already looked up in a listing (asked once each).
-local looked_up = {}
-
---- Keep the names of an imprint/models result (the first of a file name wins).
-function M.remember_listing(result)
-  local names = {}
-  for _, m in ipairs(result.models or {}) do
-    local file = vim.fs.basename(m.path)
-    if names[file] == nil then
-      names[file] = m.name
-    end
-  end
-  M.listed_names = names
-end
-
---- The name a model ({ provider, model }, the one in use by default) is shown by: a local GGUF
---- as imprint/models lists it, else (a remote model, a file not listed) as the daemon reports it.
+--- The name a model ({ provider, model, name }, the one in use by default) is shown by: the `name`
+--- the daemon reports, the same string :ImprintModel offers it by (imprint/models); an older
+--- daemon sends none, and its `model` is shown. nil when no model is set.
 function M.model_name(model)
   model = model or M.model
-  if not model or model.model == nil or model.model == "" then
+  if not model then
     return nil
   end
-  return model.provider == "local" and M.listed_names[model.model] or model.model
+  local name = type(model.name) == "string" and model.name or model.model
+  if type(name) ~= "string" or name == "" then
+    return nil
+  end
+  return name
+end
+
+--- "context 8,192 tokens", or "context 1,024 tokens (llama-server /props n_ctx)": the window
+--- prompts are fitted to (`n_ctx`), and where it comes from (`source`) when that is not chat.n_ctx.
+function M.context_window(n_ctx, source)
+  local text = tostring(math.floor(n_ctx or 0)):reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "")
+  if type(source) == "string" and source ~= "" and source ~= "chat.n_ctx" then
+    return ("context %s tokens (%s)"):format(text, source)
+  end
+  return ("context %s tokens"):format(text)
 end
 
 --- Functions waiting for the client to finish `initialize`.
@@ -124,22 +120,6 @@ local function chat()
   return require("imprint.chat")
 end
 
---- A local model in use that no listing named yet: ask imprint/models once, for its name.
-local function look_up_model_name()
-  local model = M.model
-  if not model or model.provider ~= "local" or model.model == "" or M.listed_names[model.model]
-    or looked_up[model.model] then
-    return
-  end
-  looked_up[model.model] = true
-  M.request("imprint/models", vim.empty_dict(), function(err, result)
-    if not err then
-      M.remember_listing(result)
-      chat().update_winbar()
-    end
-  end)
-end
-
 local handlers = {
   ["imprint/replyDelta"] = function(_, params)
     chat().on_delta(params)
@@ -180,7 +160,6 @@ local handlers = {
   ["imprint/modelChanged"] = function(_, params)
     M.model = params
     chat().on_model()
-    look_up_model_name()
   end,
   -- A refused setting (or any daemon message) reaches the user through vim.notify.
   ["window/showMessage"] = function(_, params)
@@ -238,7 +217,6 @@ function M.start()
       M.model = type(experimental) == "table" and type(experimental.imprint) == "table" and experimental.imprint
         or nil
       chat().on_model()
-      look_up_model_name() -- waits for flush_waiting, just below
       flush_waiting(client, nil)
     end,
     on_exit = function(code, signal, client_id)

@@ -176,8 +176,6 @@ function M.pick_model()
     if err then
       return report(err)
     end
-    client.remember_listing(result) -- the winbar names the model in use as this list does
-    chat.update_winbar()
     local offered = {}
     for _, id in ipairs(result.served ~= vim.NIL and result.served or {}) do
       offered[#offered + 1] = { name = id, path = id, provider = "openai" }

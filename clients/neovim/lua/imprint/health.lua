@@ -106,8 +106,10 @@ local function check_initialize()
     local experimental = answer.capabilities and answer.capabilities.experimental
     reported = type(experimental) == "table" and experimental.imprint or nil
     if type(reported) == "table" then
-      health.ok(("model in use: %s (%s, n_ctx %s), as the daemon reports it"):format(
-        reported.model ~= "" and reported.model or "(none set)", reported.provider or "?", tostring(reported.nCtx)))
+      local imprint_client = require("imprint.client")
+      health.ok(("model in use: %s (%s, %s), as the daemon reports it"):format(
+        imprint_client.model_name(reported) or "(none set)", reported.provider or "?",
+        imprint_client.context_window(reported.nCtx, reported.nCtxSource)))
       if reported.chatFormat ~= nil then -- a daemon before chat formats does not say
         local format = reported.chatFormat ~= vim.NIL and reported.chatFormat or "not known (the model cannot be read)"
         health.ok(("chat format: %s; the model %s"):format(format,
@@ -155,9 +157,12 @@ end
 local function check_client()
   local client = require("imprint.client").get()
   if client then
-    local model = require("imprint.client").model
+    -- The running daemon's model has learned a served model's window by now, where it is smaller.
+    local imprint_client = require("imprint.client")
+    local model = imprint_client.model
     health.info(("the plugin's daemon is running (client id %d, workspace %s%s)"):format(client.id,
-      client.root_dir or "?", model and (", model " .. (model.model ~= "" and model.model or "(none set)")) or ""))
+      client.root_dir or "?", model and (", model %s, %s"):format(imprint_client.model_name(model) or "(none set)",
+        imprint_client.context_window(model.nCtx, model.nCtxSource)) or ""))
   else
     health.info("the plugin's daemon is not running (it starts with the first :Imprint)")
   end

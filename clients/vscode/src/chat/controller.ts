@@ -11,7 +11,6 @@ import { ChatConnection, Disposable, WorkDoneProgressValue, workDoneProgress } f
 import { ConnectionStatus, FromView, ResearchState, StepRow, ToView, TranscriptItem } from "./view";
 import { Prompt, askPermission, linkedUri, mcpCallFailed, mcpServerOf, stepTitleOf } from "./permissions";
 import * as wire from "../protocol";
-import { shownModelName } from "./models";
 
 /** How long a question waits for a starting or restarting daemon before it fails. */
 export const START_WAIT_MS = 60_000;
@@ -29,9 +28,9 @@ export interface ControllerOptions {
   openUri?(uri: string): void;
   /** Status changes, for the status bar. */
   onStatus?(status: ConnectionStatus, detail: string): void;
-  /** The model the daemon reports (undefined: not reported) and the name it is shown by
-   *  (`shownModelName`: as the model picker names it), for the status bar. */
-  onModel?(model: wire.ModelReport | undefined, name: string): void;
+  /** The model the daemon reports (undefined: not reported), for the status bar; it names itself
+   *  (`name`), as the model picker does. */
+  onModel?(model: wire.ModelReport | undefined): void;
   /** The session the panel shows, kept so that a reloaded window opens it again. */
   rememberSession?(sessionId: string | undefined): void;
   /** A session to open once the daemon is running (the one a reloaded window showed). */
@@ -81,10 +80,6 @@ export class ChatController {
   private context: wire.ContextUsage | null = null;
   /** The model the daemon reports; undefined until it does (or when it does not). */
   model: wire.ModelReport | undefined;
-  /** The models `imprint/models` last listed: the names the picker offers them by. */
-  private listed: wire.ModelOnDisk[] = [];
-  /** Local models in use already looked up in a listing for their name (asked once each). */
-  private lookedUp = new Set<string>();
   /** Sessions whose `imprint/compact` runs: the summary it sends belongs to no reply. */
   private compacting = new Set<string>();
   private session: string | undefined;
@@ -174,17 +169,7 @@ export class ChatController {
 
   private setModel(model: wire.ModelReport | undefined): void {
     this.model = model && typeof model.provider === "string" && typeof model.model === "string" ? model : undefined;
-    this.reportModel();
-    // A local model no listing named yet: its name as the picker offers it comes from `imprint/models`.
-    const file = this.model?.provider === "local" ? this.model.model : "";
-    if (file && shownModelName(this.model!, this.listed) === file && !this.lookedUp.has(file)) {
-      this.lookedUp.add(file);
-      this.listModels().catch(() => undefined); // an older daemon, or it stopped: the file name stays
-    }
-  }
-
-  private reportModel(): void {
-    this.options.onModel?.(this.model, this.model ? shownModelName(this.model, this.listed) : "");
+    this.options.onModel?.(this.model);
   }
 
   setStatus(status: ConnectionStatus, detail: string): void {
@@ -430,10 +415,7 @@ export class ChatController {
 
   /** The GGUF models found on this machine and the model in use (`imprint/models`). */
   async listModels(): Promise<wire.ModelsResult> {
-    const found = await this.require().sendRequest<wire.ModelsResult>(wire.MODELS, {});
-    this.listed = found.models;
-    this.reportModel(); // the status bar names the model in use as this list does
-    return found;
+    return this.require().sendRequest<wire.ModelsResult>(wire.MODELS, {});
   }
 
   async deleteSession(sessionId: string): Promise<void> {

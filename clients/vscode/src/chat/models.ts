@@ -1,9 +1,9 @@
 /**
- * What the model picker offers (`imprint.pickModel`): the models `imprint/models` reports, as quick
- * pick items. Kept out of extension.ts so that what is offered, and what choosing it sets, is tested.
+ * How the model is shown: what the model picker offers (`imprint.pickModel`), the models
+ * `imprint/models` reports, as quick pick items; and the name and context window of the model in
+ * use. Kept out of extension.ts so that what is offered, what choosing it sets and what is shown are tested.
  */
 
-import * as path from "node:path";
 import type * as wire from "../protocol";
 
 /** A quick pick item; choosing it sets `chat.provider` to `provider` and `chat.model` to `path`. */
@@ -37,12 +37,19 @@ export function modelChoices({ models, served }: wire.ModelsResult): ModelChoice
 }
 
 /**
- * The name the model in use is shown by (the status bar, the picker's "Model in use"), the one the
- * picker offers it by: a local GGUF by the `name` of its `imprint/models` entry, found by the file
- * name the daemon reports for it (`model`); a remote model, or a GGUF no listing holds, by what the
- * daemon reports.
+ * The name the model in use is shown by (the status bar, the picker's "Model in use"): the `name`
+ * the daemon reports, the same string the picker offers it by (`imprint/models`); an older daemon
+ * sends none, and its `model` is shown.
  */
-export function shownModelName(report: { provider: string; model: string }, listed: readonly wire.ModelOnDisk[]): string {
-  if (report.provider !== "local" || !report.model) return report.model;
-  return listed.find((model) => path.basename(model.path) === report.model)?.name ?? report.model;
+export function modelName(report: { model: string; name?: string }): string {
+  return typeof report.name === "string" ? report.name : report.model;
+}
+
+/**
+ * "context 8,192 tokens", or "context 1,024 tokens (llama-server /props n_ctx)": the window prompts
+ * are fitted to, and where it comes from when that is not chat.n_ctx (a served model's smaller one).
+ */
+export function contextWindow(nCtx: number, source?: string): string {
+  const from = source && source !== "chat.n_ctx" ? ` (${source})` : "";
+  return `context ${nCtx.toLocaleString("en-US")} tokens${from}`;
 }

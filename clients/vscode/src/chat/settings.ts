@@ -9,6 +9,7 @@
  */
 
 import type { ModelReport } from "../protocol";
+import { contextWindow, modelName } from "./models";
 import type { ConnectionStatus } from "./view";
 
 /**
@@ -159,11 +160,11 @@ function keysOf(settings: DaemonSettings): Set<string> {
 
 /**
  * "openai · gpt-4o-mini", "local · SmolLM2-135M-Instruct-Q8_0.gguf": the model the daemon reports, for
- * the status bar; `name` is the one it is shown by (`shownModelName`), its reported name by default.
+ * the status bar, by the name it reports (`modelName`).
  */
-export function describeModel(report: ModelReport | undefined, name?: string): string {
+export function describeModel(report: ModelReport | undefined): string {
   if (!report) return "model not reported";
-  return `${report.provider} · ${name || report.model || "default model"}`;
+  return `${report.provider} · ${modelName(report) || "default model"}`;
 }
 
 /** How the model writes tool calls and whether it reasons, as the daemon detected it; "" when not reported. */
@@ -177,15 +178,15 @@ export function describeFormat(report: ModelReport | undefined): string {
 export const STATUS_BAR_COMMAND = "imprint.pickModel";
 
 /**
- * The status bar item: the connection's state and the model the daemon reports (`name`: the one
- * it is shown by), and a tooltip with the detail and what a click does (`STATUS_BAR_COMMAND`).
+ * The status bar item: the connection's state and the model the daemon reports, and a tooltip with
+ * the detail, the context window (and where it comes from) and what a click does (`STATUS_BAR_COMMAND`).
  */
-export function statusBar(state: ConnectionStatus, detail: string, report: ModelReport | undefined, name?: string): { text: string; tooltip: string } {
-  const model = describeModel(report, name);
+export function statusBar(state: ConnectionStatus, detail: string, report: ModelReport | undefined): { text: string; tooltip: string } {
+  const model = describeModel(report);
   const icons: Record<ConnectionStatus, string> = {
     starting: "$(loading~spin)", ready: "$(comment-discussion)", answering: "$(sync~spin)", error: "$(error)",
   };
-  const window = report?.nCtx ? `, ${report.nCtx} tokens of context` : "";
+  const window = report?.nCtx ? `, ${contextWindow(report.nCtx, report.nCtxSource)}` : "";
   const format = describeFormat(report);
   return {
     text: `${icons[state]} Imprint · ${state === "ready" && report ? model : state}`,

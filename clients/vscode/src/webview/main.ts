@@ -10,6 +10,7 @@
  */
 
 import MarkdownIt from "markdown-it";
+import { contextWindow } from "../chat/models";
 import { linkedUri } from "../chat/permissions";
 import { withoutSourcesBlock } from "../chat/sources";
 import type { FromView, ResearchState, StepRow, ToView, TranscriptItem } from "../chat/view";
@@ -552,8 +553,11 @@ function showContext(usage: ContextUsage | null): void {
   byId("meter-kept").style.width = `${Math.min(100, (usage.outputAllowance / Math.max(1, usage.nCtx)) * 100)}%`;
   byId("meter-text").textContent = `${about}${thousands(usage.used)} / ${thousands(usage.nCtx)} tokens`;
   meterButton.classList.toggle("full", usage.used + usage.outputAllowance > usage.nCtx * 0.9);
+  // A served model's own window, smaller than chat.n_ctx: said where it comes from.
+  const window = usage.nCtxSource && usage.nCtxSource !== "chat.n_ctx" ? contextWindow(usage.nCtx, usage.nCtxSource) : "";
   const lines = [
     `${about}${usage.used} of ${usage.nCtx} tokens in use (${Math.round(share * 100)}%), ${usage.outputAllowance} kept for the answer`,
+    ...(window ? [window.charAt(0).toUpperCase() + window.slice(1)] : []),
     ...PART_NAMES.map(([key, name]) => `${name}: ${about}${usage.parts[key] ?? 0}`),
     `In view: ${ranges(usage.inView)} · summarized: ${ranges(usage.summarized)} · dropped: ${ranges(usage.dropped)}`,
     usage.exact ? "Counted with the model's tokenizer." : "Estimated (a remote model's tokenizer is not known here).",
@@ -564,7 +568,9 @@ function showContext(usage: ContextUsage | null): void {
   for (const [key, name] of PART_NAMES) table.append(element("dt", undefined, name), element("dd", undefined, `${about}${usage.parts[key] ?? 0}`));
   table.append(element("dt", undefined, "Kept for the answer"), element("dd", undefined, String(usage.outputAllowance)));
   meterDetails.replaceChildren(
-    element("div", "meter-summary", lines[0]), table,
+    element("div", "meter-summary", lines[0]),
+    ...(window ? [element("div", "meter-ranges meter-window", lines[1])] : []),
+    table,
     element("div", "meter-ranges", `Messages in view: ${ranges(usage.inView)}`),
     element("div", "meter-ranges", `Summarized: ${ranges(usage.summarized)}`),
     element("div", "meter-ranges", `Dropped: ${ranges(usage.dropped)}`),

@@ -11,7 +11,7 @@ import { afterEach, beforeEach, test } from "node:test";
 import { CancellationToken, ProgressType } from "vscode-jsonrpc";
 import { ChatConnection, WorkDoneProgressValue } from "../../src/chat/connection";
 import { modelChoices } from "../../src/chat/models";
-import { EditorKey, SentSettings, SettingsChanges, daemonSettings } from "../../src/chat/settings";
+import { EditorKey, SentSettings, SettingsChanges, daemonSettings, statusBar } from "../../src/chat/settings";
 import { withoutSourcesBlock } from "../../src/chat/sources";
 import * as wire from "../../src/protocol";
 import { python, pythonEnv } from "../python";
@@ -469,14 +469,15 @@ test("the status bar's model is the one the daemon reports: at initialize, then 
   const watching = new RecordedPanel(home.workspace);
   await watching.controller.attach(daemon.connection, daemon.initializeResult);
   // The daemon's environment names the model (IMPRINT_CHAT_MODEL); no editor setting does.
-  assert.deepEqual(watching.models, [{ provider: "openai", model: "stub", nCtx: 8192, chatFormat: "openai", reasons: false }]);
+  const named = { name: "stub", nCtxSource: "chat.n_ctx", serverNCtx: null };
+  assert.deepEqual(watching.models, [{ provider: "openai", model: "stub", ...named, nCtx: 8192, chatFormat: "openai", reasons: false }]);
   await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: { chat: { model: "other", n_ctx: 4096 } } });
   assert.deepEqual(await watching.nextModel((model) => model?.model === "other"),
-    { provider: "openai", model: "other", nCtx: 4096, chatFormat: "openai", reasons: false });
+    { provider: "openai", model: "other", ...named, name: "other", nCtx: 4096, chatFormat: "openai", reasons: false });
   // Unsetting them goes back to the environment's, and the status bar follows.
   await daemon.connection.sendNotification("workspace/didChangeConfiguration", { settings: { chat: { model: null, n_ctx: null } } });
   assert.deepEqual(await watching.nextModel((model) => watching.models.indexOf(model) > 1 && model?.model === "stub"),
-    { provider: "openai", model: "stub", nCtx: 8192, chatFormat: "openai", reasons: false });
+    { provider: "openai", model: "stub", ...named, nCtx: 8192, chatFormat: "openai", reasons: false });
   watching.controller.dispose();
 });
 
@@ -623,30 +624,63 @@ test("a model picked is one settings change, and the status bar names it as the 
   changes.changed(); // a change event after the pick's: nothing new to send
   assert.deepEqual(sent, [{ chat: { models_dir: folder, provider: "local", model: file } }]);
 
-  await panel.nextModel((model) => model?.model === "smol.gguf");
+  const inUse = await panel.nextModel((model) => model?.model === "smol.gguf");
   // The daemon was never told of the server's model under the local provider.
   assert.ok(!panel.models.some((model) => model?.provider === "local" && model.model === "stub"), JSON.stringify(panel.models));
-  // The status bar names it as the picker offered it (the listing's name), not by its file name.
-  const named = panel.modelNames[panel.models.findIndex((model) => model?.model === "smol.gguf")];
-  assert.equal(named, choice.label);
-  assert.notEqual(named, "smol.gguf");
+  // The status bar shows the name the daemon sent, the one the picker offered it by.
+  assert.equal(inUse?.name, choice.label);
+  assert.equal(statusBar("ready", "", inUse).text, `$(comment-discussion) Imprint · local · ${choice.label}`);
 });
 
-test("a local model in use is named as the picker names it from the start, looked up once", async () => {
+test("a local model in use is shown by the daemon's name from the start, with no imprint/models asked for it", async () => {
   const { folder, file } = smolModel();
   const local = await Daemon.start(home, stub, { chat: { provider: "local", model: file, models_dir: folder } });
+  const asked: string[] = [];
+  const recording: ChatConnection = {
+    sendRequest: ((method: string, ...rest: [object, CancellationToken?]) => {
+      asked.push(method);
+      return (local.connection.sendRequest as (method: string, ...rest: unknown[]) => Promise<unknown>)(method, ...rest);
+    }) as ChatConnection["sendRequest"],
+    sendNotification: (method, params) => local.connection.sendNotification(method, params),
+    onNotification: (method, handler) => local.connection.onNotification(method, handler),
+    onRequest: (method, handler) => local.connection.onRequest(method, handler),
+    onProgress: (type, token, handler) => local.connection.onProgress(type, token, handler),
+  };
   const watching = new RecordedPanel(home.workspace);
   try {
-    await watching.controller.attach(local.connection, local.initializeResult);
-    assert.equal(watching.models[0]?.model, "smol.gguf");
+    await watching.controller.attach(recording, local.initializeResult);
+    const [reported] = watching.models;
+    assert.equal(reported?.model, "smol.gguf");
+    // The name it is shown by is the daemon's, the same string its imprint/models entry gives it.
     const listed = await local.connection.sendRequest<wire.ModelsResult>(wire.MODELS, {});
     const entry = listed.models.find((model) => model.path === file)!;
-    await watching.nextModel((model, name) => model?.model === "smol.gguf" && name === entry.name);
-    assert.notEqual(entry.name, "smol.gguf");
+    assert.equal(reported?.name, entry.name);
+    assert.equal(statusBar("ready", "", reported).text, `$(comment-discussion) Imprint · local · ${entry.name}`);
+    assert.deepEqual(watching.models.length, 1, "reported once, never renamed after a listing");
+    assert.ok(!asked.includes(wire.MODELS), `the disk was not scanned for a name: ${asked.join(", ")}`);
   } finally {
     watching.controller.dispose();
     await local.stop();
   }
+});
+
+test("a served model's window smaller than chat.n_ctx is shown with where it comes from: status bar and meter", async () => {
+  // llama-server's /props, as the scripted server answers it: one slot's window of 4,096 tokens, half of chat.n_ctx.
+  await stub.endpoint("GET /props", { default_generation_settings: { n_ctx: 4096, params: { n_predict: -1 } } });
+  await stub.queue("Paris.");
+  await panel.controller.ask("Capital of France?");
+  assert.equal(panel.ofType("replyEnd").at(-1)?.text, "Paris.");
+  const report = await panel.nextModel((model) => model?.nCtxSource === "llama-server /props n_ctx");
+  assert.deepEqual([report?.nCtx, report?.serverNCtx, report?.name], [4096, 4096, "stub"]);
+  const tooltip = statusBar("ready", "", report).tooltip.split("\n");
+  assert.equal(tooltip[1], "Model: openai · stub, context 4,096 tokens (llama-server /props n_ctx)");
+  // The meter's usage for the reply's round carries the same window and source.
+  const usage = panel.ofType("context").map((message) => message.usage).filter((shown) => shown !== null).at(-1)!;
+  assert.deepEqual([usage.nCtx, usage.nCtxSource], [4096, "llama-server /props n_ctx"]);
+  // What reached the model was fitted to that window: at most a quarter of it for the answer.
+  const [request] = await stub.requests();
+  assert.ok(request.max_tokens! > 0 && request.max_tokens! <= 4096 / 4, String(request.max_tokens));
+  assert.equal(usage.outputAllowance, request.max_tokens);
 });
 
 test("the context meter follows a new context window at once, not at the next question (issue 34)", async () => {

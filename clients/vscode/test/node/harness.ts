@@ -76,6 +76,11 @@ export class Stub {
     return this.command({ cmd: "release" });
   }
 
+  /** Answers another server's endpoint ("GET /props": llama-server's, with a served model's window) with `body`. */
+  endpoint(key: string, body: unknown, status = 200): Promise<unknown> {
+    return this.command({ cmd: "endpoint", key, status, body });
+  }
+
   stop(): void {
     this.proc.stdin!.end();
   }
@@ -178,10 +183,9 @@ export class RecordedPanel {
   readonly opened: { path: string; startLine: number | null; endLine: number | null }[] = [];
   /** What the controller asked to keep for a window reload (rememberSession), in order. */
   readonly remembered: (string | undefined)[] = [];
-  /** Each model the controller reported for the status bar (onModel), in order, and the name it is shown by. */
+  /** Each model the controller reported for the status bar (onModel), in order. */
   readonly models: (ModelReport | undefined)[] = [];
-  readonly modelNames: string[] = [];
-  private modelWatchers: { test: (model: ModelReport | undefined, name: string) => boolean; resolve: (model: ModelReport | undefined) => void }[] = [];
+  private modelWatchers: { test: (model: ModelReport | undefined) => boolean; resolve: (model: ModelReport | undefined) => void }[] = [];
   private watchers: { test: (message: ToView) => boolean; resolve: (message: ToView) => void }[] = [];
   readonly controller: ChatController;
 
@@ -191,20 +195,19 @@ export class RecordedPanel {
       workspace: () => workspace,
       openSource: (file, startLine, endLine) => this.opened.push({ path: file, startLine, endLine }),
       rememberSession: (sessionId) => this.remembered.push(sessionId),
-      onModel: (model, name) => this.recordModel(model, name),
+      onModel: (model) => this.recordModel(model),
       ...options,
     });
   }
 
-  private recordModel(model: ModelReport | undefined, name: string): void {
+  private recordModel(model: ModelReport | undefined): void {
     this.models.push(model);
-    this.modelNames.push(name);
-    this.modelWatchers = this.modelWatchers.filter((watcher) => !(watcher.test(model, name) && (watcher.resolve(model), true)));
+    this.modelWatchers = this.modelWatchers.filter((watcher) => !(watcher.test(model) && (watcher.resolve(model), true)));
   }
 
-  /** The first model report (already made or still to come) that passes `test`, given the model and the name it is shown by. */
-  nextModel(test: (model: ModelReport | undefined, name: string) => boolean): Promise<ModelReport | undefined> {
-    const index = this.models.findIndex((model, at) => test(model, this.modelNames[at]));
+  /** The first model report (already made or still to come) that passes `test`. */
+  nextModel(test: (model: ModelReport | undefined) => boolean): Promise<ModelReport | undefined> {
+    const index = this.models.findIndex((model) => test(model));
     if (index >= 0) return Promise.resolve(this.models[index]);
     return new Promise((resolve) => this.modelWatchers.push({ test, resolve }));
   }

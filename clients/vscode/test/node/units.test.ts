@@ -9,12 +9,11 @@ import { DaemonLog } from "../../src/chat/daemonLog";
 import { missingDaemonMessage, resolveExecutable } from "../../src/chat/executable";
 import { ChatController, transcriptOf } from "../../src/chat/controller";
 import { exportPath } from "../../src/chat/exportFile";
-import { shownModelName } from "../../src/chat/models";
+import { contextWindow, modelName } from "../../src/chat/models";
 import { PERMISSION_CHOICES, askPermission, linkedUri, mcpCallFailed, mcpServerOf, permissionQuestion, stepTitleOf } from "../../src/chat/permissions";
 import {
   SETTINGS, STATUS_BAR_COMMAND, SentSettings, SettingsChanges, daemonSettings, describeFormat, describeModel, explicitOf, statusBar,
 } from "../../src/chat/settings";
-import type { ModelOnDisk } from "../../src/protocol";
 import { withoutSourcesBlock } from "../../src/chat/sources";
 
 test("only explicitly set values are sent, by the daemon's names, nested by section", () => {
@@ -263,10 +262,10 @@ test("updates made together are one settings change; the same values again are n
 });
 
 test("the status bar's tooltip says what its click does: pick a model, the command it runs", () => {
-  const report = { provider: "local", model: "smol.gguf", nCtx: 8192, chatFormat: "chatml", reasons: false };
-  const { text, tooltip } = statusBar("ready", "", report, "SmolLM2 135M");
+  const report = { provider: "local", model: "smol.gguf", name: "SmolLM2 135M", nCtx: 8192, nCtxSource: "chat.n_ctx", chatFormat: "chatml", reasons: false };
+  const { text, tooltip } = statusBar("ready", "", report);
   assert.equal(text, "$(comment-discussion) Imprint · local · SmolLM2 135M");
-  assert.equal(tooltip, "Imprint: ready\nModel: local · SmolLM2 135M, 8192 tokens of context\nChat format: chatml\n" +
+  assert.equal(tooltip, "Imprint: ready\nModel: local · SmolLM2 135M, context 8,192 tokens\nChat format: chatml\n" +
     "Click to pick another model (“Imprint: Show Log” shows the log).");
   assert.equal(STATUS_BAR_COMMAND, "imprint.pickModel");
   const extension = readFileSync(path.join(__dirname, "..", "..", "src", "extension.ts"), "utf8");
@@ -274,17 +273,21 @@ test("the status bar's tooltip says what its click does: pick a model, the comma
   assert.doesNotMatch(extension, /Click to show the log/);
 });
 
-test("the model in use is named as the picker names it: a GGUF by its listed name, found by its file name", () => {
-  const listed = [
-    { name: "qwen2.5:0.5b", path: "/home/me/.ollama/models/blobs/sha256-c5396e06" },
-    { name: "Smollm2 135M", path: "/models/smol.gguf" },
-    { name: "other copy", path: "/elsewhere/smol.gguf" },
-  ] as ModelOnDisk[];
-  assert.equal(shownModelName({ provider: "local", model: "smol.gguf" }, listed), "Smollm2 135M");
-  assert.equal(shownModelName({ provider: "local", model: "sha256-c5396e06" }, listed), "qwen2.5:0.5b");
-  assert.equal(shownModelName({ provider: "local", model: "unlisted.gguf" }, listed), "unlisted.gguf");
-  assert.equal(shownModelName({ provider: "openai", model: "smol.gguf" }, listed), "smol.gguf", "a served id is its own name");
-  assert.equal(describeModel({ provider: "local", model: "smol.gguf", nCtx: 8192 }, "Smollm2 135M"), "local · Smollm2 135M");
+test("the status bar's tooltip says where a window that is not chat.n_ctx comes from", () => {
+  const served = { provider: "openai", model: "qwen3", name: "qwen3", nCtx: 1024, nCtxSource: "llama-server /props n_ctx", serverNCtx: 1024 };
+  assert.match(statusBar("ready", "", served).tooltip, /^Model: openai · qwen3, context 1,024 tokens \(llama-server \/props n_ctx\)$/m);
+  assert.equal(contextWindow(4096, "Ollama num_ctx parameter"), "context 4,096 tokens (Ollama num_ctx parameter)");
+  assert.equal(contextWindow(8192, "chat.n_ctx"), "context 8,192 tokens");
+  assert.equal(contextWindow(8192), "context 8,192 tokens", "an older daemon says no source");
+});
+
+test("the model in use is shown by the name the daemon reports; an older daemon's, which sends none, by its model", () => {
+  const ollama = { provider: "local", model: "sha256-c5396e06", name: "qwen2.5:0.5b", nCtx: 8192 };
+  assert.equal(modelName(ollama), "qwen2.5:0.5b");
+  assert.equal(describeModel(ollama), "local · qwen2.5:0.5b");
+  assert.equal(statusBar("ready", "", ollama).text, "$(comment-discussion) Imprint · local · qwen2.5:0.5b");
+  assert.equal(describeModel({ provider: "local", model: "smol.gguf", nCtx: 8192 }), "local · smol.gguf");
+  assert.equal(describeModel({ provider: "local", model: "", name: "", nCtx: 8192 }), "local · default model");
 });
 
 test("an export is proposed under the daemon's file name, in the folder, never over a file that exists", () => {
@@ -292,6 +295,7 @@ test("an export is proposed under the daemon's file name, in the folder, never o
   assert.equal(exportPath("imprint-notes.md", "/work", (file) => taken.has(file)), "/work/imprint-notes.md");
   assert.equal(exportPath("imprint-billing.md", "/work", (file) => taken.has(file)), "/work/imprint-billing-3.md");
   assert.equal(exportPath("../../etc/imprint-x.json", "/work", () => false), "/work/imprint-x.json");
+});
 
 test("an MCP result's web address opens outside the editor; any other address a server names does not", async () => {
   const origin = (uri: string | null) => ({ server: "docs", tool: "fetch", arguments: {}, uri });

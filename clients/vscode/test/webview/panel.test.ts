@@ -10,7 +10,7 @@ import { Server } from "node:http";
 import * as path from "node:path";
 import { after, before, test } from "node:test";
 import { Browser, Page } from "playwright-core";
-import { CONVERSATION } from "./conversation";
+import { CONVERSATION, USAGE } from "./conversation";
 import { OUTPUT_DIR, launchBrowser, openPanel, post, posted, servePanel, settle } from "./page";
 import type { TranscriptItem } from "../../src/chat/view";
 
@@ -105,8 +105,16 @@ test("a scripted conversation renders: steps, progress, thinking, summary divide
   assert.equal(await page.locator("#meter-details").isVisible(), true);
   assert.deepEqual(await texts(page, "#meter-details dd"), ["410", "1210", "300", "2890", "150", "350", "1024"]);
   assert.match(await page.locator("#meter-details").innerText(), /Summarized: #1–#11/);
+  assert.equal(await page.locator("#meter-details .meter-window").count(), 0, "chat.n_ctx's window goes unsaid");
   await page.locator("#meter").click();
   assert.equal(await page.locator("#meter-details").isVisible(), false);
+  // A served model's own, smaller window: the meter says where it comes from.
+  await post(page, { type: "context", usage: { ...USAGE, nCtx: 1024, used: 700, outputAllowance: 256, nCtxSource: "llama-server /props n_ctx" } });
+  assert.match((await page.locator("#meter").getAttribute("title")) ?? "",
+    /^700 of 1024 tokens in use \(68%\), 256 kept for the answer\nContext 1,024 tokens \(llama-server \/props n_ctx\)\n/);
+  assert.equal(await page.locator("#meter-details .meter-window").textContent(), "Context 1,024 tokens (llama-server /props n_ctx)");
+  await post(page, { type: "context", usage: { ...USAGE, nCtxSource: "chat.n_ctx" } });
+  assert.doesNotMatch((await page.locator("#meter").getAttribute("title")) ?? "", /Context \d/);
 
   const error = page.locator(".message.assistant").nth(1).locator(".error");
   assert.equal(await error.getAttribute("role"), "alert");

@@ -68,6 +68,11 @@ function M.lines(usage)
     ("%s more kept free for the answer"):format(count(usage.outputAllowance)),
     "",
   }
+  if type(usage.nCtxSource) == "string" and usage.nCtxSource ~= "chat.n_ctx" then
+    -- A served model's own, smaller window: say where it comes from.
+    local window = client.context_window(usage.nCtx, usage.nCtxSource)
+    table.insert(lines, 2, window:sub(1, 1):upper() .. window:sub(2))
+  end
   local width = 0
   for _, part in ipairs(PARTS) do
     width = math.max(width, vim.fn.strdisplaywidth(part[2]))
