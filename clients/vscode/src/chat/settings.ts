@@ -33,6 +33,7 @@ export const SETTINGS = [
   { daemon: "chat.state_cache_disk", editor: "chat.stateCacheDisk" },
   { daemon: "chat.first_look", editor: "chat.firstLook" },
   { daemon: "chat.reasoning", editor: "chat.reasoning" },
+  { daemon: "chat.remote_parallel", editor: "chat.remoteParallel" },
   { daemon: "chat.models_dir", editor: "chat.modelsDir" },
   // Named as VS Code's own `mcp.servers` are, outside `chat.`; an object in the editor shape.
   { daemon: "chat.mcp_servers", editor: "mcpServers" },

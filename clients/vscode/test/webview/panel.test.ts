@@ -110,10 +110,12 @@ test("a scripted conversation renders: steps, progress, thinking, summary divide
   assert.equal(await page.locator("#meter-details").isVisible(), false);
   // A served model's own, smaller window: the meter says where it comes from.
   await post(page, { type: "context", usage: { ...USAGE, nCtx: 1024, used: 700, outputAllowance: 256, nCtxSource: "llama-server /props n_ctx" } });
+  await settle(page);
   assert.match((await page.locator("#meter").getAttribute("title")) ?? "",
     /^700 of 1024 tokens in use \(68%\), 256 kept for the answer\nContext 1,024 tokens \(llama-server \/props n_ctx\)\n/);
   assert.equal(await page.locator("#meter-details .meter-window").textContent(), "Context 1,024 tokens (llama-server /props n_ctx)");
   await post(page, { type: "context", usage: { ...USAGE, nCtxSource: "chat.n_ctx" } });
+  await settle(page);
   assert.doesNotMatch((await page.locator("#meter").getAttribute("title")) ?? "", /Context \d/);
 
   const error = page.locator(".message.assistant").nth(1).locator(".error");
