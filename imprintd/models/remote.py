@@ -47,13 +47,11 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import functools
 import json
 import logging
 import math
 import re
 import socket
-import ssl
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +78,7 @@ from imprintd.models.base import (
 )
 from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.server_counts import COUNTING_SERVERS, ServerCounts
+from imprintd.models.server_http import tls_context
 from imprintd.models.server_window import ServerWindow
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter, call_from_object, new_call_id
 from imprintd.offload import in_worker
@@ -176,18 +175,6 @@ class _TooLong(ModelError):
     def __init__(self, message: str, exceeded: server_window.Exceeded) -> None:
         super().__init__(message)
         self.exceeded = exceeded
-
-
-@functools.cache
-def tls_context() -> ssl.SSLContext:
-    """The certificate store every request to a model server verifies with, built once.
-
-    httpx builds one per client by default (certifi's bundle, or ``SSL_CERT_FILE`` /
-    ``SSL_CERT_DIR``), which took about 50 ms, and a client is made per request, on the event
-    loop: every reply's model calls paid it, plain ``http://`` too, and every other request
-    waited meanwhile. The environment that names the bundle is read once, at the first request.
-    """
-    return httpx.create_ssl_context()
 
 
 def _retry_after(response: httpx.Response) -> float | None:
