@@ -16,8 +16,8 @@ import logging
 import os
 
 from imprintd.models import server_http
+from imprintd.models.api_key import API_KEY_ENV, usable_api_key
 from imprintd.models.base import ModelError
-from imprintd.models.remote import API_KEY_ENV, usable_api_key
 from imprintd.models.server_http import BoundedRequestError, request_json_sync
 
 logger = logging.getLogger(__name__)
