@@ -1,5 +1,5 @@
-"""The API key sent to a model server (``IMPRINT_CHAT_API_KEY``), checked before it goes into
-an ``Authorization`` header, for the remote model and the served model list.
+"""The API key sent to a model server (``IMPRINT_CHAT_API_KEY``): checked before it goes into
+an ``Authorization`` header, and put there, for the remote model and the served model list.
 """
 
 from __future__ import annotations
@@ -37,3 +37,12 @@ def usable_api_key(key: str | None) -> str | None:
         f"{API_KEY_ENV} holds {what}; an API key is accepted as printable ASCII (letters, digits "
         "and punctuation) without spaces or line breaks. Set it to the key alone."
     )
+
+
+def request_headers(key: str | None, accept: str) -> dict[str, str]:
+    """What a request to a model server carries: ``Accept: accept``, and the key (one that
+    ``usable_api_key`` let through) as a bearer token when there is one."""
+    headers = {"Accept": accept}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers

@@ -46,7 +46,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +57,7 @@ import msgspec
 from imprintd.messages import Message, ToolSpec
 from imprintd.models import server_window
 from imprintd.models.api_key import API_KEY_ENV as API_KEY_ENV  # named as remote.API_KEY_ENV by callers
-from imprintd.models.api_key import usable_api_key
+from imprintd.models.api_key import request_headers, usable_api_key
 from imprintd.models.base import (
     Completion,
     ContextExceeded,
@@ -138,6 +138,19 @@ class _Connections:
     client: httpx.AsyncClient
     slots: anyio.CapacityLimiter
     probing: anyio.Lock
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, call: Callable[..., None], *args: Any) -> None:
+    """``call(*args)`` on ``loop``: now when this thread runs it, else soon from its own thread;
+    not at all when it has stopped."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        call(*args)
+    elif loop.is_running():
+        loop.call_soon_threadsafe(call, *args)
 
 
 class RemoteModel(EstimatedCounts):
@@ -256,10 +269,7 @@ class RemoteModel(EstimatedCounts):
                 self.exact_counts = True
 
     def _probe_headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        return headers
+        return request_headers(self._api_key, "application/json")
 
     def _set_window(self, window: ServerWindow) -> None:
         known = self.window
@@ -298,14 +308,7 @@ class RemoteModel(EstimatedCounts):
         if held is None or held.slots.total_tokens == self._parallel or held.loop.is_closed():
             return
         # Waiters may be woken: done on the loop that owns them (this may be a worker thread).
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is held.loop:
-            self._apply_parallel(held)
-        elif held.loop.is_running():
-            held.loop.call_soon_threadsafe(self._apply_parallel, held)
+        _on_loop(held.loop, self._apply_parallel, held)
 
     def _apply_parallel(self, held: _Connections) -> None:
         held.slots.total_tokens = self._parallel
@@ -333,14 +336,7 @@ class RemoteModel(EstimatedCounts):
         held = self._connections
         if held is None or held.loop.is_closed():
             return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is held.loop:
-            self._close_if_idle()
-        elif held.loop.is_running():
-            held.loop.call_soon_threadsafe(self._close_if_idle)
+        _on_loop(held.loop, self._close_if_idle)
 
     async def aclose_connections(self) -> None:
         """Close the HTTP client now, on this loop (nothing may be using it)."""
@@ -390,10 +386,7 @@ class RemoteModel(EstimatedCounts):
         return body
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "text/event-stream"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        return headers
+        return request_headers(self._api_key, "text/event-stream")
 
     async def complete(
         self,

@@ -16,9 +16,9 @@ import logging
 import os
 
 from imprintd.models import server_http
-from imprintd.models.api_key import API_KEY_ENV, usable_api_key
+from imprintd.models.api_key import API_KEY_ENV, request_headers, usable_api_key
 from imprintd.models.base import ModelError
-from imprintd.models.server_http import BoundedRequestError, request_json_sync
+from imprintd.models.server_http import BoundedRequestError, Bounds, request_json_sync
 
 logger = logging.getLogger(__name__)
 
@@ -36,20 +36,11 @@ MAX_ID_LENGTH = 256
 def served_models(base_url: str, *, timeout_s: float | None = None) -> list[str]:
     """The ids the server lists, in its order (the first ``MAX_IDS``), asked within ``timeout_s``
     (``TIMEOUT_S``); ModelError naming what went wrong."""
-    headers = {"Accept": "application/json"}
-    key = usable_api_key(os.environ.get(API_KEY_ENV))
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
+    headers = request_headers(usable_api_key(os.environ.get(API_KEY_ENV)), "application/json")
     url = base_url.rstrip("/") + "/models"
     try:
-        answer = request_json_sync(
-            "GET",
-            url,
-            headers=headers,
-            timeout_s=timeout_s or TIMEOUT_S,
-            max_bytes=MAX_BODY_BYTES,
-            max_nesting=MAX_NESTING,
-        )
+        bounds = Bounds(timeout_s=timeout_s or TIMEOUT_S, max_bytes=MAX_BODY_BYTES, max_nesting=MAX_NESTING)
+        answer = request_json_sync("GET", url, bounds, headers=headers)
     except BoundedRequestError as error:
         if error.status is not None:
             raise ModelError(f"the model server answered {error.status} to GET /models") from None

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from imprintd.models.server_http import BoundedRequestError, request_json_sync
+from imprintd.models.server_http import BoundedRequestError, Bounds, request_json_sync
 from imprintd.models.server_window import server_root
 
 logger = logging.getLogger(__name__)
@@ -80,14 +80,10 @@ class ServerCounts:
         return counted
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
+        bounds = Bounds(timeout_s=COUNT_TIMEOUT_S, max_bytes=MAX_ANSWER_BYTES)
+        content = msgspec.json.encode(body)
         return request_json_sync(
-            "POST",
-            f"{self._root}{path}",
-            client=self._client,
-            content=msgspec.json.encode(body),
-            headers=self._headers,
-            timeout_s=COUNT_TIMEOUT_S,
-            max_bytes=MAX_ANSWER_BYTES,
+            "POST", f"{self._root}{path}", bounds, client=self._client, content=content, headers=self._headers
         )
 
     def _ask(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:

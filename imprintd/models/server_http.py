@@ -1,9 +1,9 @@
 """One bounded JSON request to a model server: the served model list, the window questions and
 the server's own prompt counts all ask through it, each with its own limits.
 
-A server is not trusted to answer sensibly. A request gives up after ``timeout_s`` in all
-(connecting, waiting and reading together, not per read), reads at most ``max_bytes`` as sent and
-as decoded (gzip and deflate are decoded here as the body grows, so a gzip bomb stops there;
+A server is not trusted to answer sensibly. A request's ``Bounds``, the caller's own numbers: it
+gives up after ``timeout_s`` in all (connecting, waiting and reading together, not per read),
+reads at most ``max_bytes`` as sent and as decoded (gzip and deflate are decoded here as the body grows, so a gzip bomb stops there;
 other encodings are refused), refuses a declared ``Content-Length`` over ``max_bytes`` before
 reading, and refuses JSON nested deeper than ``max_nesting`` (``bounded_json``). Each refusal is a
 ``BoundedRequestError`` naming what was wrong, never the headers (the API key goes there).
@@ -22,6 +22,7 @@ import ssl
 import threading
 import time
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -65,12 +66,22 @@ class BoundedRequestError(ModelError):
         self.answered = answered
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """What one request may take: seconds in all, bytes of its answer (as sent and as decoded),
+    and levels of nesting of its JSON."""
+
+    timeout_s: float
+    max_bytes: int
+    max_nesting: int = MAX_NESTING
+
+
 class _Limits:
     """One request's bounds, and the errors that name them."""
 
-    def __init__(self, method: str, url: str, timeout_s: float, max_bytes: int, max_nesting: int) -> None:
+    def __init__(self, method: str, url: str, bounds: Bounds) -> None:
         self.method, self.url = method, url
-        self.timeout_s, self.max_bytes, self.max_nesting = timeout_s, max_bytes, max_nesting
+        self.timeout_s, self.max_bytes, self.max_nesting = bounds.timeout_s, bounds.max_bytes, bounds.max_nesting
         self.answered = False
 
     def error(self, problem: str, *, status: int | None = None) -> BoundedRequestError:
@@ -154,20 +165,18 @@ async def request_json(
     client: httpx.AsyncClient,
     method: str,
     url: str,
+    bounds: Bounds,
     *,
     content: bytes | None = None,
     headers: dict[str, str] | None = None,
-    timeout_s: float,
-    max_bytes: int,
-    max_nesting: int = MAX_NESTING,
 ) -> Any:
     """``method url`` (with ``content``) over ``client``, its 200 answer decoded as JSON, within
-    the bounds above; BoundedRequestError."""
-    limits = _Limits(method, url, timeout_s, max_bytes, max_nesting)
+    ``bounds``; BoundedRequestError."""
+    limits = _Limits(method, url, bounds)
     try:
-        with anyio.fail_after(timeout_s):
+        with anyio.fail_after(bounds.timeout_s):
             async with client.stream(
-                method, url, content=content, headers=_sent_headers(headers), timeout=timeout_s
+                method, url, content=content, headers=_sent_headers(headers), timeout=bounds.timeout_s
             ) as response:
                 body = limits.opened(response)
                 async for chunk in response.aiter_raw(_CHUNK):
@@ -183,17 +192,15 @@ async def request_json(
 def request_json_sync(
     method: str,
     url: str,
+    bounds: Bounds,
     *,
     client: httpx.Client | None = None,
     content: bytes | None = None,
     headers: dict[str, str] | None = None,
-    timeout_s: float,
-    max_bytes: int,
-    max_nesting: int = MAX_NESTING,
 ) -> Any:
     """``request_json`` for a blocking caller, over ``client`` (None: one made for this request),
-    in a thread of its own: the caller waits ``timeout_s`` at most; BoundedRequestError."""
-    limits = _Limits(method, url, timeout_s, max_bytes, max_nesting)
+    in a thread of its own: the caller waits ``bounds.timeout_s`` at most; BoundedRequestError."""
+    limits = _Limits(method, url, bounds)
     outcome: list[tuple[bool, Any]] = []
 
     def fetch() -> None:
@@ -201,7 +208,7 @@ def request_json_sync(
             if client is not None:
                 value = _fetch(client, limits, content, headers)
             else:
-                with httpx.Client(timeout=timeout_s, verify=tls_context()) as own:
+                with httpx.Client(timeout=bounds.timeout_s, verify=tls_context()) as own:
                     value = _fetch(own, limits, content, headers)
             outcome.append((True, value))
         except BaseException as error:  # noqa: BLE001 (handed to the caller's thread)
@@ -209,7 +216,7 @@ def request_json_sync(
 
     thread = threading.Thread(target=fetch, name="imprintd-server-json", daemon=True)
     thread.start()
-    thread.join(timeout_s)
+    thread.join(bounds.timeout_s)
     if not outcome:
         raise limits.late()
     done, value = outcome[0]

@@ -33,7 +33,7 @@ import anyio
 import httpx
 import msgspec
 
-from imprintd.models.server_http import BoundedRequestError, request_json
+from imprintd.models.server_http import BoundedRequestError, Bounds, request_json
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +87,8 @@ async def read_json(client: httpx.AsyncClient, method: str, url: str, body: Any,
         content = json.dumps(body).encode()
         headers = {**headers, "Content-Type": "application/json"}
     try:
-        return await request_json(
-            client, method, url, content=content, headers=headers, timeout_s=PROBE_TIMEOUT_S, max_bytes=MAX_PROBE_BYTES
-        )
+        bounds = Bounds(timeout_s=PROBE_TIMEOUT_S, max_bytes=MAX_PROBE_BYTES)
+        return await request_json(client, method, url, bounds, content=content, headers=headers)
     except BoundedRequestError as error:
         # Most servers know few of the paths asked (a 404) or are down: only a refused body is told.
         (logger.info if error.answered else logger.debug)("%s; not read on", error)
