@@ -1,12 +1,13 @@
 """One bounded JSON request to a model server: the served model list, the window questions and
 the server's own prompt counts all ask through it, each with its own limits.
 
-A server is not trusted to answer sensibly. A request's ``Bounds``, the caller's own numbers: it
-gives up after ``timeout_s`` in all (connecting, waiting and reading together, not per read),
-reads at most ``max_bytes`` as sent and as decoded (gzip and deflate are decoded here as the body grows, so a gzip bomb stops there;
-other encodings are refused), refuses a declared ``Content-Length`` over ``max_bytes`` before
-reading, and refuses JSON nested deeper than ``max_nesting`` (``bounded_json``). Each refusal is a
-``BoundedRequestError`` naming what was wrong, never the headers (the API key goes there).
+A server is not trusted to answer sensibly. Within a request's ``Bounds`` (the caller's own
+numbers) it gives up after ``timeout_s`` in all (connecting, waiting and reading together, not
+per read), reads at most ``max_bytes`` as sent and as decoded (gzip and deflate are decoded here
+as the body grows, so a gzip bomb stops there; other encodings are refused), refuses a declared
+``Content-Length`` over ``max_bytes`` before reading, and refuses JSON nested deeper than
+``max_nesting`` (``bounded_json``). Each refusal is a ``BoundedRequestError`` naming what was
+wrong, never the headers (the API key goes there).
 
 Two transports share these bounds: ``request_json`` over a model's own ``httpx.AsyncClient`` (its
 connections reused; the deadline is a cancel scope), and ``request_json_sync``, which runs the
