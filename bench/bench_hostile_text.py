@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from imprintd import secret_rules  # noqa: E402
 from imprintd.messages import ToolSpec  # noqa: E402
 from imprintd.models.chat_formats import BY_NAME, THINK, ReasoningSplitter  # noqa: E402
-from imprintd.models.remote import _Stream  # noqa: E402
+from imprintd.models.remote_reply import _Stream  # noqa: E402
 from imprintd.models.repetition import RepetitionGuard  # noqa: E402
 from imprintd.models.toolcalls import VisibleTextFilter  # noqa: E402
 from imprintd.redact import redact  # noqa: E402

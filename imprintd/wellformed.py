@@ -6,7 +6,7 @@ nested arrays would end the process with ``RecursionError``. And lone surrogates
 (``"\\udc80"`` escaped, or the bytes ``ED A0 80``, which ``json.loads`` lets through with
 ``surrogatepass``): Python strings hold them, but SQLite, UTF-8 output and every client do
 not. Both are found here once, where input is decoded (client messages in ``rpc`` and
-``acp.jsonrpc``, model stream chunks in ``models.remote``), so no handler has to think about
+``acp.jsonrpc``, model stream chunks in ``models.remote_events``), so no handler has to think about
 them. Both front doors also name a param msgspec refused the same way (``field_message``),
 and ``imprintd acp`` names a string holding bytes that are not UTF-8 (``find_undecodable``).
 

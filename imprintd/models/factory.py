@@ -18,10 +18,11 @@ from pathlib import Path
 
 import anyio
 
+from imprintd.models.api_key import API_KEY_ENV
 from imprintd.models.base import Model, ModelUnavailable
 from imprintd.models.embedded import EMBEDDED_NAME, embedded_model_path
 from imprintd.models.local import LocalModel, check_gguf
-from imprintd.models.remote import API_KEY_ENV, RemoteModel
+from imprintd.models.remote import RemoteModel
 from imprintd.models.state_cache import states_folder
 from imprintd.settings import ChatSettings, cache_dir
 

@@ -9,8 +9,10 @@ what the prompt really costs, by its own chat template and tokenizer:
 
 Counts are cached by the request they count (a bounded number of them), as a local model's are,
 so fitting a long session asks once per distinct prompt. Blocking: counting is called from
-worker threads (``Model.count_prompt``), never on the event loop. A server that fails to count
-(an old build, an error, a timeout) is not asked again: the estimate stands.
+worker threads (``Model.count_prompt``), never on the event loop; each request is
+``server_http``'s bounded one, over the model's own client. A server that fails to count (an
+old build, an error, a timeout, an answer too large or not JSON) is not asked again: the
+estimate stands.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from imprintd.models.server_http import BoundedRequestError, Bounds, request_json_sync
 from imprintd.models.server_window import server_root
 
 logger = logging.getLogger(__name__)
@@ -32,9 +35,9 @@ logger = logging.getLogger(__name__)
 COUNTING_SERVERS = ("llama-server", "vllm")
 #: Distinct prompts whose counts are kept (the oldest go first).
 CACHE_SIZE = 1024
-#: Seconds one count may take (a long prompt is rendered and tokenized by the server).
+#: Seconds one count's request may take in all (a long prompt is rendered and tokenized by the server).
 COUNT_TIMEOUT_S = 30.0
-#: Bytes of one count's answer read at most (a token list of a long prompt included).
+#: Bytes of one count's answer read at most, as sent and decoded (a token list of a long prompt included).
 MAX_ANSWER_BYTES = 64 << 20
 
 
@@ -66,7 +69,7 @@ class ServerCounts:
                 return self._counts[key]
         try:
             counted = self._ask(messages, tools)
-        except (httpx.HTTPError, ValueError, KeyError, TypeError, RecursionError) as error:
+        except (BoundedRequestError, KeyError, TypeError) as error:
             logger.info("the server at %s could not count a prompt (%s): the estimate stands", self._root, error)
             self.working = False
             return None
@@ -77,18 +80,11 @@ class ServerCounts:
         return counted
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
-        with self._client.stream(
-            "POST", f"{self._root}{path}", content=msgspec.json.encode(body), headers=self._headers
-        ) as response:
-            if response.status_code != 200:
-                raise ValueError(f"POST {path} answered {response.status_code}")
-            parts, size = [], 0
-            for part in response.iter_bytes():
-                size += len(part)
-                if size > MAX_ANSWER_BYTES:
-                    raise ValueError(f"POST {path} answered more than {MAX_ANSWER_BYTES} bytes")
-                parts.append(part)
-        return msgspec.json.decode(b"".join(parts))
+        bounds = Bounds(timeout_s=COUNT_TIMEOUT_S, max_bytes=MAX_ANSWER_BYTES)
+        content = msgspec.json.encode(body)
+        return request_json_sync(
+            "POST", f"{self._root}{path}", bounds, client=self._client, content=content, headers=self._headers
+        )
 
     def _ask(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         if self.server == "llama-server":

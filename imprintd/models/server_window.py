@@ -33,6 +33,8 @@ import anyio
 import httpx
 import msgspec
 
+from imprintd.models.server_http import BoundedRequestError, Bounds, request_json
+
 logger = logging.getLogger(__name__)
 
 #: Seconds each window question may take, connection included: a server that does not know
@@ -78,28 +80,18 @@ Getter = Callable[[str, str, Any], Awaitable[Any]]
 
 async def read_json(client: httpx.AsyncClient, method: str, url: str, body: Any, headers: dict[str, str]) -> Any:
     """The JSON a short request answers, or None: any failure, status other than 200, a body
-    over ``MAX_PROBE_BYTES`` (counted as it arrives, decoded), or not JSON.
-
-    A bounded read of its own: httpx's ``.json()`` reads whatever the server sends.
-    """
+    over ``MAX_PROBE_BYTES`` (as sent or decoded), nested too deep, or not JSON; asked within
+    ``PROBE_TIMEOUT_S`` in all (``server_http.request_json``)."""
+    content = None
+    if body is not None:
+        content = json.dumps(body).encode()
+        headers = {**headers, "Content-Type": "application/json"}
     try:
-        with anyio.fail_after(PROBE_TIMEOUT_S):
-            kwargs: dict[str, Any] = {"headers": headers, "timeout": PROBE_TIMEOUT_S}
-            if body is not None:
-                kwargs["content"] = json.dumps(body)
-                kwargs["headers"] = {**headers, "Content-Type": "application/json"}
-            async with client.stream(method, url, **kwargs) as response:
-                if response.status_code != 200:
-                    return None
-                parts, size = [], 0
-                async for part in response.aiter_bytes():
-                    size += len(part)
-                    if size > MAX_PROBE_BYTES:
-                        logger.info("%s %s: the answer is over %d bytes; not read on", method, url, MAX_PROBE_BYTES)
-                        return None
-                    parts.append(part)
-        return json.loads(b"".join(parts))
-    except (httpx.HTTPError, TimeoutError, ValueError, RecursionError, UnicodeDecodeError):
+        bounds = Bounds(timeout_s=PROBE_TIMEOUT_S, max_bytes=MAX_PROBE_BYTES)
+        return await request_json(client, method, url, bounds, content=content, headers=headers)
+    except BoundedRequestError as error:
+        # Most servers know few of the paths asked (a 404) or are down: only a refused body is told.
+        (logger.info if error.answered else logger.debug)("%s; not read on", error)
         return None
 
 

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from imprintd import settings
+from imprintd.models.api_key import API_KEY_ENV, usable_api_key
 from imprintd.models.base import ModelUnavailable
-from imprintd.models.remote import API_KEY_ENV, usable_api_key
 from imprintd.redact import MARK
 from tests.e2e.rawclient import RawClient
 from tests.openai_stub import StubReply

@@ -11,7 +11,8 @@ import tracemalloc
 import anyio
 
 from imprintd.messages import ToolSpec, user
-from imprintd.models.remote import OUTPUT_BYTES_PER_TOKEN, RemoteModel, estimate_tokens
+from imprintd.models.remote import OUTPUT_BYTES_PER_TOKEN, RemoteModel
+from imprintd.models.remote_counts import estimate_tokens
 from tests.e2e.rawclient import RawClient
 from tests.openai_stub import ENDLESS_LIMIT, StubReply
 

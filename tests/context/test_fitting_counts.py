@@ -12,7 +12,8 @@ import msgspec
 
 from imprintd.context.fitting import fit_prompt
 from imprintd.messages import Message, ToolCall, assistant, system, tool_result, user
-from imprintd.models.remote import PROMPT_OVERHEAD, RemoteModel
+from imprintd.models.remote import RemoteModel
+from imprintd.models.remote_counts import PROMPT_OVERHEAD
 
 
 def research_session(replies: int) -> list[Message]:

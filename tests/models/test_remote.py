@@ -18,12 +18,8 @@ import pytest
 from imprintd.messages import ToolCall, ToolSpec, assistant, system, tool_result, user
 from imprintd.models import remote as remote_mod
 from imprintd.models.base import ModelError, inference_lock
-from imprintd.models.remote import (
-    MESSAGE_OVERHEAD,
-    PROMPT_OVERHEAD,
-    RemoteModel,
-    estimate_tokens,
-)
+from imprintd.models.remote import RemoteModel
+from imprintd.models.remote_counts import MESSAGE_OVERHEAD, PROMPT_OVERHEAD, estimate_tokens
 from tests.lock import lock_held_elsewhere
 from tests.models.scripted_server import (
     Recorded,

@@ -17,7 +17,7 @@ import pytest
 from imprintd import settings as settings_mod
 from imprintd.chat import Chat
 from imprintd.messages import user
-from imprintd.models import remote as remote_mod
+from imprintd.models import remote_counts as remote_mod
 from imprintd.models.remote import RemoteModel
 from tests.helpers import ask
 from tests.openai_stub import OpenAIStub, StubReply

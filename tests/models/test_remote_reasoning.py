@@ -5,7 +5,8 @@ the text; they count against the output allowance, and the model says it reasons
 from __future__ import annotations
 
 from imprintd.messages import system, user
-from imprintd.models.remote import OUTPUT_BYTES_PER_TOKEN, RemoteModel, estimate_tokens
+from imprintd.models.remote import OUTPUT_BYTES_PER_TOKEN, RemoteModel
+from imprintd.models.remote_counts import estimate_tokens
 from tests.models.scripted_server import ScriptedServer, chunk, stream_reply
 
 MESSAGES = [system("You are terse."), user("Which port?")]

@@ -22,7 +22,7 @@ from imprintd.models.chat_formats import (
     THINK,
     ReasoningSplitter,
 )
-from imprintd.models.remote import _ThinkSplitter
+from imprintd.models.remote_reply import _ThinkSplitter
 from imprintd.models.toolcalls import VisibleTextFilter, parse_syntax
 from tests.models.chat_formats.test_conformance import SAMPLE_TOOLS
 
