@@ -149,7 +149,46 @@ async def in_model_thread(fn: Callable[[], T]) -> T:
     """``fn()`` in the model thread (at a lower priority); the loop serves other requests meanwhile.
 
     A cancel of the awaiting task does not stop ``fn``: it goes on in its thread, as an abandoned
-    worker call does. ``fn`` may enter the loop with ``anyio.from_thread.run_sync(...,
-    token=...)`` (the thread is not one of anyio's).
+    worker call does. ``fn`` hands what must run on the loop to a ``ToLoop`` (the thread is not
+    one of anyio's).
     """
     return await asyncio.wrap_future(_model_thread.submit(fn))
+
+
+class ToLoop:
+    """Calls a thread hands to the event loop, run there in the order given, the thread not waiting.
+
+    The model thread hands over each token's text this way. Waiting for the loop to run each
+    call (``anyio.from_thread.run_sync``) cost a switch between threads and a wake-up of the loop
+    a token, 7–9% of a short reply on the shared 2-core machine (README, "Benchmarks"); now the
+    thread goes on generating meanwhile, and calls handed over while the loop is busy run together
+    at its next turn, on one wake-up. The first exception a call raises is kept (``failure``) for
+    the thread's owner to raise, ``on_failure`` is told, and the calls after it are dropped.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_failure: Callable[[], object] = lambda: None) -> None:
+        self._loop = loop
+        self._on_failure = on_failure
+        self._pending: list[Callable[[], object]] = []
+        self._lock = threading.Lock()
+        self.failure: BaseException | None = None
+
+    def call(self, fn: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> None:
+        """Run ``fn(*args, **kwargs)`` on the loop after the calls handed over before it (thread side)."""
+        with self._lock:
+            self._pending.append(functools.partial(fn, *args, **kwargs))
+            first = len(self._pending) == 1
+        if first:  # the calls after it join the turn already asked for
+            self._loop.call_soon_threadsafe(self._run_pending)
+
+    def _run_pending(self) -> None:
+        with self._lock:
+            calls, self._pending = self._pending, []
+        for call in calls:
+            if self.failure is not None:
+                return
+            try:
+                call()
+            except Exception as error:  # noqa: BLE001 (kept for the thread's owner to raise)
+                self.failure = error
+                self._on_failure()

@@ -49,7 +49,7 @@ from imprintd.context.history import (
 from imprintd.context.sections import ReplySections
 from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
-from imprintd.messages import Message, SourceRef, Style
+from imprintd.messages import Message, SourceRef, Style, ToolSpec
 from imprintd.models.base import Model
 from imprintd.offload import in_worker
 from imprintd.research import citations
@@ -254,6 +254,14 @@ def next_question_usage(
     return usage.measure(
         model, fitted.messages, current=0, tools=specs, max_tokens=max_tokens, layout=layout, used=fitted.prompt_tokens
     )
+
+
+def first_round(question: str, *, style: Style = "written") -> tuple[list[Message], list[ToolSpec]]:
+    """The messages and tools of a new session's first round without a workspace, as ``run_reply``
+    composes them (the system prompt and its tool lines, the question, ``conversation_history``
+    offered): what ``bench/bench_daemon.py`` renders to ask llama.cpp directly what the daemon asks."""
+    system, _, _ = compose_prompt(style, _tool_lines(workspace=False), None, [])
+    return [system, msg.user(question)], [ConversationHistoryTool.spec]
 
 
 def read_session(

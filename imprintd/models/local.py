@@ -47,6 +47,7 @@ raises ``ModelUnavailable`` naming the path.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import copy
 import ctypes
@@ -66,8 +67,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.from_thread
-import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
@@ -92,7 +91,7 @@ from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
 from imprintd.models.templates import LEAD_USER, ChatTemplate, TemplateError
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter
-from imprintd.offload import in_model_thread, in_worker
+from imprintd.offload import ToLoop, in_model_thread, in_worker
 
 logger = logging.getLogger("imprintd.models.local")
 
@@ -193,6 +192,11 @@ def read_gguf_string(path: Path, key: str) -> str | None:
                 at += 12
                 if item_kind in _GGUF_SIZES:
                     return at + count * _GGUF_SIZES[item_kind]
+                if item_kind == _GGUF_STRING:  # the vocabulary: lengths only, no copy of each string
+                    length_at = struct.Struct("<Q").unpack_from
+                    for _ in range(count):
+                        at += 8 + length_at(data, at)[0]
+                    return at
                 for _ in range(count):
                     at = skip_value(item_kind, at)
                 return at
@@ -836,7 +840,9 @@ class LocalModel:
         on_text: TextCallback | None,
         on_reasoning: TextCallback | None = None,
     ) -> _Result:
-        token = anyio.lowlevel.current_token()  # the model thread is not one of anyio's
+        # Each piece reaches the loop in order without the model thread waiting for it; a callback
+        # that fails stops the generation, and its error is raised below.
+        to_loop = ToLoop(asyncio.get_running_loop(), on_failure=run.stop.set)
 
         def deliver(callback: TextCallback, piece: str) -> None:
             # Runs on the event-loop thread; after a cancel nothing more reaches the caller.
@@ -845,11 +851,11 @@ class LocalModel:
 
         def emit(piece: str) -> None:
             if on_text is not None:
-                anyio.from_thread.run_sync(deliver, on_text, piece, token=token)
+                to_loop.call(deliver, on_text, piece)
 
         def think(piece: str) -> None:
             if on_reasoning is not None:
-                anyio.from_thread.run_sync(deliver, on_reasoning, piece, token=token)
+                to_loop.call(deliver, on_reasoning, piece)
 
         def work() -> _Result:
             try:
@@ -859,7 +865,11 @@ class LocalModel:
 
         try:
             # The model thread, at a lower priority: the loop thread wins a core when it needs one.
-            return await in_model_thread(work)
+            result = await in_model_thread(work)
+            # The pieces handed over before the thread ended have run: its result came after them.
+            if to_loop.failure is not None:
+                raise to_loop.failure
+            return result
         except anyio.get_cancelled_exc_class():
             # Stop the worker before its next token and wait for it, so the lock is released
             # only when llama.cpp is idle again; then let the cancellation go on.
