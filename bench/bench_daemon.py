@@ -100,19 +100,34 @@ def daemon_env(data: str, max_tokens: int) -> dict[str, str]:
     return env
 
 
-def daemon_reply(client: RawClient) -> tuple[float, str]:
+def process_cpu(pid: int) -> float:
+    """CPU seconds every thread of process ``pid`` has used (Linux ``schedstat``; 0 elsewhere)."""
+    total = 0
+    for path in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that ended meanwhile
+            continue
+    return total / 1e9
+
+
+def daemon_reply(client: RawClient) -> tuple[float, float, str]:
+    """(seconds, CPU seconds of the daemon's process, the reply's text)."""
+    cpu = process_cpu(client.proc.pid)
     start = time.perf_counter()
     response = client.response(client.request("imprint/chat", {"text": QUESTION}), timeout=600)
     elapsed = time.perf_counter() - start
-    return elapsed, response["result"]["text"]
+    return elapsed, process_cpu(client.proc.pid) - cpu, response["result"]["text"]
 
 
 def direct_reply(
     llama, tokens: list[int], max_tokens: int, stop_ids: set[int], profile: cProfile.Profile | None = None
-) -> tuple[float, str, bool]:
-    """(seconds, text, cut at ``max_tokens``): llama-cpp-python's greedy loop on ``tokens``."""
+) -> tuple[float, float, str, bool]:
+    """(seconds, CPU seconds, text, cut at ``max_tokens``): llama-cpp-python's greedy loop on
+    ``tokens``, in the calling thread (generation on one thread: ``default_threads``)."""
     if profile is not None:
         profile.enable()
+    cpu = time.thread_time()
     start = time.perf_counter()
     out: list[int] = []
     cut = False
@@ -124,10 +139,10 @@ def direct_reply(
             cut = True
             break
     text = llama.detokenize(out, special=True).decode("utf-8", errors="replace")
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu
     if profile is not None:
         profile.disable()
-    return elapsed, text, cut
+    return elapsed, cpu, text, cut
 
 
 def daemon_prompt_tokens(stderr: str) -> int | None:
@@ -190,14 +205,16 @@ def bench_overhead(runs: int, max_tokens: int, profile: str | None = None) -> fl
             client.initialize()
             daemon_reply(client)  # warm: the model loads on first use
             model_thread.submit(direct_reply, llama, tokens, max_tokens, stop_ids).result()
-            daemon_times, direct_times = [], []
+            daemon_times, direct_times, daemon_cpu, direct_cpu = [], [], [], []
             for _ in range(runs):
-                elapsed, daemon_text = daemon_reply(client)
+                elapsed, cpu, daemon_text = daemon_reply(client)
                 daemon_times.append(elapsed)
-                elapsed, direct_text, cut = model_thread.submit(
+                daemon_cpu.append(cpu)
+                elapsed, cpu, direct_text, cut = model_thread.submit(
                     direct_reply, llama, tokens, max_tokens, stop_ids, direct_profile
                 ).result()
                 direct_times.append(elapsed)
+                direct_cpu.append(cpu)
             asked = daemon_prompt_tokens(client.stderr_text())
             if profile:
                 client.response(client.request("shutdown"))
@@ -215,6 +232,11 @@ def bench_overhead(runs: int, max_tokens: int, profile: str | None = None) -> fl
         f"({len(tokens)} prompt tokens, {max_tokens} greedy tokens at most, runs alternated)"
     )
     print(f"daemon overhead ratio: {ratio:.3f} (target <= {OVERHEAD_TARGET})")
+    daemon_cpu_ms, direct_cpu_ms = statistics.median(daemon_cpu) * 1000, statistics.median(direct_cpu) * 1000
+    print(
+        f"CPU per reply: the daemon's process {daemon_cpu_ms:.0f} ms (every thread), the direct loop's thread "
+        f"{direct_cpu_ms:.0f} ms: ratio {daemon_cpu_ms / direct_cpu_ms:.3f} (not the target; less moved by load)"
+    )
     if profile:
         show_profiles(profile, direct_profile, runs)
     if asked != len(tokens):
@@ -231,15 +253,18 @@ def bench_overhead(runs: int, max_tokens: int, profile: str | None = None) -> fl
 
 
 def show_profiles(prefix: str, direct: cProfile.Profile | None, runs: int) -> None:
-    """Where one reply's time goes: the daemon's threads (model thread and the rest) against the
-    direct loop, per reply, from the profiles ``--profile`` wrote."""
-    daemon = pstats.Stats(f"{prefix}.daemon.pstats")
-    print(f"\nprofile of the daemon, every thread ({prefix}.daemon.pstats; includes the warm-up reply and start):")
-    daemon.sort_stats("tottime").print_stats(25)
+    """Where the replies' time goes: each of the daemon's threads (the loop, the model thread) and
+    the direct loop, from the profiles ``--profile`` wrote (the daemon's include its start and
+    the warm-up reply; waits show as ``acquire``, ``poll`` and ``get``)."""
+    print(f"\nthe daemon's threads, time in each ({prefix}.daemon.pstats.threads):")
+    print(Path(f"{prefix}.daemon.pstats.threads").read_text().rstrip())
+    for thread in ("imprintd-model", "MainThread"):
+        print(f"\n{thread} ({prefix}.daemon.pstats.{thread}), by own time:")
+        pstats.Stats(f"{prefix}.daemon.pstats.{thread}").sort_stats("tottime").print_stats(12)
     if direct is not None:
         direct.dump_stats(f"{prefix}.direct.pstats")
-        print(f"profile of the direct loop, {runs} replies ({prefix}.direct.pstats):")
-        pstats.Stats(direct).sort_stats("tottime").print_stats(10)
+        print(f"the direct loop, {runs} replies ({prefix}.direct.pstats), by own time:")
+        pstats.Stats(direct).sort_stats("tottime").print_stats(8)
 
 
 def time_initialize(command: list[str], env: dict[str, str]) -> tuple[float, float]:
