@@ -2,14 +2,22 @@
 
 1. Daemon overhead: one reply through ``imprintd serve`` over stdio (JSON-RPC framing, the
    store, fitting, the budget, streaming notifications) against llama-cpp-python called
-   directly with the same rendered prompt and the same greedy tokens. Both run warm (the
-   model loaded), alternated, several times; the ratio of medians is printed. Target ≤ 1.10.
+   directly on the prompt the daemon sends: a new session's first round (``reply.first_round``:
+   its system prompt and tool lines, ``conversation_history`` offered) rendered by the GGUF's
+   template, with the same greedy tokens. The bench checks that both asked as many tokens (the
+   daemon's usage log line) and wrote the same text; if not, it says how they differ and exits 2.
+   The direct loop runs in a thread at the daemon's model-thread priority, so both compete
+   alike for a shared machine's cores. Both run warm (the model loaded), alternated, several
+   times; the ratio of medians is printed, and each side's CPU time beside it. Target <= 1.05.
 2. ``initialize``: the daemon against a bare pygls server answering ``initialize``, both
-   measured from spawning the process to the response (imports included) and as a round
-   trip on a running process. Target ≤ 1.5.
+   measured from spawning the process to the response (imports included; both with their
+   bytecode compiled, as an install leaves it) and as a round trip on a running process.
+   Target <= 1.5.
 
-    python bench/bench_daemon.py [--runs 5] [--max-tokens 48]
+    python bench/bench_daemon.py [--runs 5] [--max-tokens 48] [--only initialize|reply] [--profile PREFIX]
 
+``--profile PREFIX`` runs the daemon with every thread under cProfile and the direct loop too,
+and prints where each thread's time went. Exits 1 when a ratio misses its target.
 Not a test; the machine is shared, so only the ratios mean anything.
 """
 
