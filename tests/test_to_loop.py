@@ -56,3 +56,16 @@ async def test_a_call_that_fails_is_kept_the_owner_told_and_later_calls_dropped(
     assert ran == [0, 1, 2]
     assert isinstance(to_loop.failure, ValueError) and str(to_loop.failure) == "the client went away"
     assert told.is_set()
+
+
+async def test_calls_within_the_interval_wait_for_the_next_turn_or_the_owner_in_order():
+    to_loop = ToLoop(asyncio.get_running_loop(), every=3600.0)
+    ran: list[int] = []
+    await asyncio.to_thread(lambda: [to_loop.call(ran.append, n) for n in range(5)])
+    # The first call woke the loop and every call before that turn joined it; the thread went on.
+    taken = list(ran)
+    assert taken and taken == list(range(len(taken)))
+    await asyncio.to_thread(lambda: [to_loop.call(ran.append, n) for n in range(5, 8)])
+    assert ran == taken  # within the interval: no wake-up asked for
+    to_loop.run_pending()  # the owner, once the thread is done
+    assert ran == list(range(8))

@@ -102,6 +102,10 @@ THINKING_CONTEXT = 32768
 _clock = time.monotonic
 #: Cached per-message counts kept (a conversation plus its research rounds fits many times over).
 MESSAGE_CACHE_SIZE = 8192
+#: Seconds between the model thread's wake-ups of the event loop with the text generated since:
+#: 66 updates a second, more than an editor shows, where a wake-up a token took 3% of a short
+#: reply from the model thread (README, "Benchmarks").
+STREAM_EVERY_S = 0.015
 #: End-of-turn markers of common templates; those the template uses stop generation too.
 _END_OF_TURN_MARKERS = (
     "<|im_end|>",
@@ -840,9 +844,9 @@ class LocalModel:
         on_text: TextCallback | None,
         on_reasoning: TextCallback | None = None,
     ) -> _Result:
-        # Each piece reaches the loop in order without the model thread waiting for it; a callback
-        # that fails stops the generation, and its error is raised below.
-        to_loop = ToLoop(asyncio.get_running_loop(), on_failure=run.stop.set)
+        # Each piece reaches the loop in order without the model thread waiting for it, a few
+        # tokens at a time; a callback that fails stops the generation, and its error is raised below.
+        to_loop = ToLoop(asyncio.get_running_loop(), on_failure=run.stop.set, every=STREAM_EVERY_S)
 
         def deliver(callback: TextCallback, piece: str) -> None:
             # Runs on the event-loop thread; after a cancel nothing more reaches the caller.
@@ -866,7 +870,7 @@ class LocalModel:
         try:
             # The model thread, at a lower priority: the loop thread wins a core when it needs one.
             result = await in_model_thread(work)
-            # The pieces handed over before the thread ended have run: its result came after them.
+            to_loop.run_pending()  # the pieces of the last interval
             if to_loop.failure is not None:
                 raise to_loop.failure
             return result
@@ -878,6 +882,7 @@ class LocalModel:
                 await anyio.to_thread.run_sync(run.finished.wait)
             raise
         except (RuntimeError, ValueError, OSError) as error:
+            to_loop.run_pending()  # what streamed before the failure, as it would have
             # What llama-cpp-python raises when a decode fails (out of context, memory, ...).
             raise ModelError(f"llama.cpp failed while generating: {error}") from error
 
