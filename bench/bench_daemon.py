@@ -102,6 +102,7 @@ def daemon_env(data: str, max_tokens: int) -> dict[str, str]:
     env.update(
         IMPRINT_DATA_DIR=data,
         IMPRINT_CONFIG=str(Path(data) / "none.toml"),
+        IMPRINT_CACHE_DIR=str(Path(data) / "cache"),  # model states of its own, as a new user's
         IMPRINT_CHAT_N_CTX=str(N_CTX),
         IMPRINT_CHAT_MAX_TOKENS=str(max_tokens),
     )
