@@ -28,10 +28,12 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
+import math
 import os
 import queue
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -187,7 +189,59 @@ async def in_model_thread(fn: Callable[[], T]) -> T:
     """``fn()`` in the model thread (at a lower priority); the loop serves other requests meanwhile.
 
     A cancel of the awaiting task does not stop ``fn``: it goes on in its thread, as an abandoned
-    worker call does. ``fn`` may enter the loop with ``anyio.from_thread.run_sync(...,
-    token=...)`` (the thread is not one of anyio's).
+    worker call does. ``fn`` hands what must run on the loop to a ``ToLoop`` (the thread is not
+    one of anyio's).
     """
     return await asyncio.wrap_future(_model_thread.submit(fn))
+
+
+class ToLoop:
+    """Calls a thread hands to the event loop, run there in the order given, the thread not waiting.
+
+    The model thread hands over each token's text this way. Waiting for the loop to run each
+    call (``anyio.from_thread.run_sync``) cost a switch between threads and a wake-up of the loop
+    a token, 8% of a short reply in the bench's profile (README, "Benchmarks"); now the
+    thread goes on generating meanwhile. The loop is woken at most once every ``every`` seconds:
+    calls handed over in between join the next turn, which the next call after the interval asks
+    for, or the owner's ``run_pending`` once the thread is done (each wake-up of the loop took the
+    lowered model thread's core for a while). The first exception a call raises is kept
+    (``failure``) for the thread's owner to raise, ``on_failure`` is told, and the calls after it
+    are dropped.
+    """
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, on_failure: Callable[[], object] = lambda: None, every: float = 0.0
+    ) -> None:
+        self._loop = loop
+        self._on_failure = on_failure
+        self._every = every
+        self._pending: list[Callable[[], object]] = []
+        self._lock = threading.Lock()
+        self._asked = False  # a turn of the loop is asked for and has not run yet
+        self._woken = -math.inf
+        self.failure: BaseException | None = None
+
+    def call(self, fn: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> None:
+        """Run ``fn(*args, **kwargs)`` on the loop after the calls handed over before it (thread side)."""
+        now = time.monotonic()
+        with self._lock:
+            self._pending.append(functools.partial(fn, *args, **kwargs))
+            wake = not self._asked and now - self._woken >= self._every
+            if wake:
+                self._asked, self._woken = True, now
+        if wake:
+            self._loop.call_soon_threadsafe(self.run_pending)
+
+    def run_pending(self) -> None:
+        """Run every call handed over and not yet run (loop side)."""
+        with self._lock:
+            calls, self._pending = self._pending, []
+            self._asked = False
+        for call in calls:
+            if self.failure is not None:
+                return
+            try:
+                call()
+            except Exception as error:  # noqa: BLE001 (kept for the thread's owner to raise)
+                self.failure = error
+                self._on_failure()

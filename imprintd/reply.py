@@ -281,6 +281,14 @@ def next_question_usage(
     )
 
 
+def first_round(question: str, *, style: Style = "written") -> tuple[list[Message], list[ToolSpec]]:
+    """The messages and tools of a new session's first round without a workspace, as ``run_reply``
+    composes them (the system prompt and its tool lines, the question, ``conversation_history``
+    offered): what ``bench/bench_daemon.py`` renders to ask llama.cpp directly what the daemon asks."""
+    system, _, _ = compose_prompt(style, _tool_lines(workspace=False), None, [])
+    return [system, msg.user(question)], [ConversationHistoryTool.spec]
+
+
 def read_session(
     store: ConversationStore, session_id: str, question: Message
 ) -> tuple[StoredSummary | None, list[Message], range]:

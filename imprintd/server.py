@@ -32,7 +32,6 @@ from imprintd.conversations.compact import CompactFailed
 from imprintd.conversations.search import SearchError
 from imprintd.conversations.titles import TitleError
 from imprintd.models.base import ModelError
-from imprintd.models.served import served_models
 from imprintd.offload import in_search_worker, in_worker
 from imprintd.research.loop import ReplyFailed
 from imprintd.rpc import ImprintProtocol, leave_despite_busy_threads, msgspec_handler, run_stdio
@@ -345,6 +344,8 @@ async def models(server: ImprintServer, params: wire.ModelsParams) -> wire.Model
     found = await in_worker(server.chat.models_on_disk)  # reads file headers
     served, served_error = [], ""
     if server.chat.settings.provider == "openai":
+        from imprintd.models.served import served_models  # loads httpx: only for a remote provider
+
         try:
             served = await in_worker(served_models, server.chat.settings.base_url)
         except ModelError as error:

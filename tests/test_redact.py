@@ -238,3 +238,10 @@ def test_rules_searched_from_their_keywords_find_what_a_full_search_finds() -> N
         assert bounded == sorted(secret_rules.find(text, reference_curls)), text
         found += len(bounded)
     assert found > 150
+
+
+def test_the_excerpt_margin_is_twice_the_rule_window():
+    # Written out in redact.py so that the rule set loads on first use; it must follow the window.
+    from imprintd import redact, secret_rules
+
+    assert redact.EXCERPT_MARGIN == 2 * secret_rules.WINDOW

@@ -35,7 +35,6 @@ from functools import lru_cache
 from typing import Any, NamedTuple, Protocol
 
 import apsw
-import snowballstemmer
 
 #: A term in more windows than this is *common*: it is looked up only in the windows the
 #: query's other terms found, or, when every term is that common, in the newest this many
@@ -62,6 +61,8 @@ def _stemmer() -> Any:
     # Snowball stemmers keep state while stemming a word: one per thread.
     stemmer = getattr(_local, "stemmer", None)
     if stemmer is None:
+        import snowballstemmer  # on the first search, not when the daemon starts
+
         stemmer = _local.stemmer = snowballstemmer.stemmer("english")
     return stemmer
 

@@ -22,7 +22,6 @@ from imprintd.models.api_key import API_KEY_ENV
 from imprintd.models.base import Model, ModelUnavailable
 from imprintd.models.embedded import EMBEDDED_NAME, embedded_model_path
 from imprintd.models.local import LocalModel, check_gguf
-from imprintd.models.remote import RemoteModel
 from imprintd.models.state_cache import states_folder
 from imprintd.settings import ChatSettings, cache_dir
 
@@ -36,6 +35,8 @@ def create_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -
     """
     environ = os.environ if environ is None else environ
     if chat.provider == "openai":
+        from imprintd.models.remote import API_KEY_ENV, RemoteModel  # loads httpx: only for a remote provider
+
         if not chat.model:
             raise ModelUnavailable(
                 "chat.provider is openai but chat.model is empty: "
@@ -83,6 +84,8 @@ def _served_window(model: RemoteModel) -> str:
 def describe_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -> str:
     """One line for ``imprintd config``: the model in use, or what is wrong. Loads nothing; a
     served model's server is asked for its window (``server_window.probe``, short)."""
+    from imprintd.models.remote import API_KEY_ENV, RemoteModel
+
     environ = os.environ if environ is None else environ
     try:
         model = create_model(chat, environ)

@@ -47,6 +47,7 @@ raises ``ModelUnavailable`` naming the path.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import copy
 import ctypes
@@ -67,8 +68,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.from_thread
-import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
@@ -91,8 +90,8 @@ from imprintd.models.call_grammar import CallWatch
 from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
 from imprintd.models.templates import LEAD_USER, ChatTemplate, TemplateError
-from imprintd.models.toolcalls import ParsedOutput
-from imprintd.offload import in_model_thread, in_worker
+from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter
+from imprintd.offload import ToLoop, in_model_thread, in_worker
 
 logger = logging.getLogger("imprintd.models.local")
 
@@ -103,6 +102,10 @@ THINKING_CONTEXT = 32768
 _clock = time.monotonic
 #: Cached per-message counts kept (a conversation plus its research rounds fits many times over).
 MESSAGE_CACHE_SIZE = 8192
+#: Seconds between the model thread's wake-ups of the event loop with the text generated since:
+#: 66 updates a second, more than an editor shows, where a wake-up a token took 3% of a short
+#: reply from the model thread (README, "Benchmarks").
+STREAM_EVERY_S = 0.015
 #: End-of-turn markers of common templates; those the template uses stop generation too.
 _END_OF_TURN_MARKERS = (
     "<|im_end|>",
@@ -809,7 +812,9 @@ class LocalModel:
         on_text: TextCallback | None,
         on_reasoning: TextCallback | None = None,
     ) -> _Result:
-        token = anyio.lowlevel.current_token()  # the model thread is not one of anyio's
+        # Each piece reaches the loop in order without the model thread waiting for it, a few
+        # tokens at a time; a callback that fails stops the generation, and its error is raised below.
+        to_loop = ToLoop(asyncio.get_running_loop(), on_failure=run.stop.set, every=STREAM_EVERY_S)
 
         def deliver(callback: TextCallback, piece: str) -> None:
             # Runs on the event-loop thread; after a cancel nothing more reaches the caller.
@@ -818,11 +823,11 @@ class LocalModel:
 
         def emit(piece: str) -> None:
             if on_text is not None:
-                anyio.from_thread.run_sync(deliver, on_text, piece, token=token)
+                to_loop.call(deliver, on_text, piece)
 
         def think(piece: str) -> None:
             if on_reasoning is not None:
-                anyio.from_thread.run_sync(deliver, on_reasoning, piece, token=token)
+                to_loop.call(deliver, on_reasoning, piece)
 
         def work() -> _Result:
             try:
@@ -832,7 +837,11 @@ class LocalModel:
 
         try:
             # The model thread, at a lower priority: the loop thread wins a core when it needs one.
-            return await in_model_thread(work)
+            result = await in_model_thread(work)
+            to_loop.run_pending()  # the pieces of the last interval
+            if to_loop.failure is not None:
+                raise to_loop.failure
+            return result
         except anyio.get_cancelled_exc_class():
             # Stop the worker before its next token and wait for it, so the lock is released
             # only when llama.cpp is idle again; then let the cancellation go on.
@@ -841,6 +850,7 @@ class LocalModel:
                 await anyio.to_thread.run_sync(run.finished.wait)
             raise
         except (RuntimeError, ValueError, OSError) as error:
+            to_loop.run_pending()  # what streamed before the failure, as it would have
             # What llama-cpp-python raises when a decode fails (out of context, memory, ...).
             raise ModelError(f"llama.cpp failed while generating: {error}") from error
 

@@ -18,9 +18,12 @@ TIMEOUT = 60  # generous: the machine is shared and slow
 
 
 class RawClient:
-    def __init__(self, env: dict[str, str] | None = None, args: tuple[str, ...] = ("serve",)) -> None:
+    def __init__(
+        self, env: dict[str, str] | None = None, args: tuple[str, ...] = ("serve",), command: list[str] | None = None
+    ) -> None:
+        # ``command``: the whole command line instead (a benchmark runs the daemon under a profiler).
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "imprintd", *args],
+            command or [sys.executable, "-m", "imprintd", *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
