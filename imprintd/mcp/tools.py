@@ -15,7 +15,8 @@ A call runs without asking only when the tool's annotations say ``readOnlyHint: 
 kept for the session by ``McpServers``). A declined call's result says so and research goes on.
 
 Results (``convert``): text blocks joined; images, audio and blobs described (type, size),
-never inlined; a resource link or embedded resource named with its URI; ``isError`` a failed
+never inlined; a resource link or embedded resource named with its URI (the URIs kept, in
+order, in ``ToolResult.resources``, for the client to link to); ``isError`` a failed
 result; everything redacted (``redact.py``) before anything else sees it; at most
 ``MAX_RESULT_CHARS`` characters. A result is one numbered source, cited with its server, tool,
 arguments and URI (``research/citations.py``); a long one is analyzed in sections like a long
