@@ -248,6 +248,18 @@ async def test_always_allow_is_remembered_for_the_session(agent, stub, workspace
     # Each run shows as what it is from its start, the second one too, though nobody was asked about it.
     assert [u.kind for u in steps if u.session_update == "tool_call"] == ["execute", "execute"]
 
+    # Resumed without the server and then with it again, the session is asked anew: the answer
+    # was for the server it let go of.
+    await agent.conn.resume_session(session_id=session.session_id, cwd=str(workspace), mcp_servers=[])
+    await agent.conn.resume_session(session_id=session.session_id, cwd=str(workspace), mcp_servers=[git_config(repo)])
+    stub.queue(
+        StubReply(tool_calls=[call("git__git_create_branch", "call_0", repo_path=str(repo), branch_name="three")]),
+        "Three.",
+    )
+    agent.client.permissions.append("allow_once")
+    await ask(agent, session.session_id, "Branch three")
+    assert len(agent.client.asked) == 2 and "three" in branches(repo)
+
 
 async def test_a_client_that_cannot_answer_or_cancels_the_prompt_means_no(agent, stub, workspace, repo):
     stub.queue(
