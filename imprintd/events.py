@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from imprintd.context.usage import ContextUsage
+from imprintd.tools.base import ToolHints
 
 StepState = Literal["started", "finished", "failed"]
 #: The user's answer to a permission request: once, for the rest of the session, or no.
@@ -41,6 +42,13 @@ class ToolStep(msgspec.Struct, frozen=True, kw_only=True):
     detail: str = ""
     #: The call's arguments as the model sent them (a client can point at the file a read touches).
     arguments: dict[str, Any] = {}
+    #: What the tool's annotations say (an MCP tool's, from its start); None for a tool without them.
+    hints: ToolHints | None = None
+    #: A finished step's result as the client may show it: its start, redacted and bounded
+    #: (``research/preview.py``); never what is stored or what the model read.
+    preview: str = ""
+    #: The URIs a finished MCP step's result names that a client may open (``http``, ``https``, ``file``).
+    resources: tuple[str, ...] = ()
 
 
 class PermissionRequest(msgspec.Struct, frozen=True, kw_only=True):

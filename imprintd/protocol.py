@@ -170,6 +170,10 @@ class ReplyPreamble(Wire):
 
 
 class ToolStepNotice(Wire):
+    """One tool step's start or end. ``preview`` and ``resources`` come only with a ``finished``
+    step that has them (left out otherwise): the start of its result, redacted and bounded, and
+    the URIs an MCP result names that a client may open."""
+
     session_id: str
     reply_id: str
     call_id: str
@@ -177,6 +181,8 @@ class ToolStepNotice(Wire):
     title: str
     state: StepState
     detail: str = ""
+    preview: str | msgspec.UnsetType = msgspec.UNSET
+    resources: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 # -- imprint/requestPermission (server to client) ------------------------------

@@ -94,6 +94,8 @@ class WireEvents:
                 title=step.title,
                 state=step.state,
                 detail=step.detail,
+                preview=step.preview or msgspec.UNSET,
+                resources=list(step.resources) or msgspec.UNSET,
             ),
         )
         if step.state == "started":

@@ -156,7 +156,6 @@ class Agent:
         self._unstored: set[str] = set()  # named by session/new, not yet asked anything
         self._titles: dict[str, str] = {}  # the title each session's client was last told
         self._servers: dict[str, tuple[McpServerConfig, ...]] = {}  # each session's MCP servers
-        self._mcp_kinds: dict[str, dict[str, wire.ToolKind]] = {}  # how each session's MCP tools show
         self._models: list[FoundModel] | None = None  # the chat GGUFs on this machine, found once
         self._served = ServedList()  # the ids chat.base_url's server lists, asked in the background
 
@@ -197,7 +196,7 @@ class Agent:
         session_id = new_session_id()
         self._unstored.add(session_id)
         self._cwd[session_id] = root
-        self._use_servers(session_id, servers)
+        await self._use_servers(session_id, servers)
         logger.info("session %s on %s", session_id, root)
         # After the response (sent once this returns, in the same step): the client knows the id by then.
         asyncio.get_running_loop().call_soon(self._publish_commands, session_id)
@@ -277,13 +276,13 @@ class Agent:
         root = await in_worker(_folder, params.cwd)  # resolves it: a stat of each part
         if await self._is_unstored(params.session_id):
             self._cwd[params.session_id] = root
-            self._use_servers(params.session_id, servers)
+            await self._use_servers(params.session_id, servers)
             self._publish_commands(params.session_id)
             return None  # never asked anything: nothing to replay
         store, info = await _in_store(self._locate, params.session_id)
         messages = await _in_store(store.messages, info.id)
         self._cwd[info.id] = root
-        self._use_servers(info.id, servers)
+        await self._use_servers(info.id, servers)
         # Rendered in a worker: a session of thousands of messages is thousands of updates.
         for update in await in_worker(lambda: list(replay(messages, root))):
             self.connection.notify(SESSION_UPDATE, wire.SessionNotification(session_id=info.id, update=update))
@@ -302,7 +301,7 @@ class Agent:
             session_id = info.id
         option = await in_worker(self._model_option)
         self._cwd[session_id] = root
-        self._use_servers(session_id, servers)
+        await self._use_servers(session_id, servers)
         logger.info("session %s resumed on %s", session_id, root)
         asyncio.get_running_loop().call_soon(self._publish_commands, session_id)
         return wire.ResumeSessionResult(config_options=[option])
@@ -324,10 +323,15 @@ class Agent:
     def _forget(self, session_id: str) -> None:
         self._cwd.pop(session_id, None)
         self._titles.pop(session_id, None)
-        self._mcp_kinds.pop(session_id, None)
 
-    def _use_servers(self, session_id: str, servers: tuple[McpServerConfig, ...]) -> None:
-        """The session's MCP servers are ``servers`` from now on (its next prompt starts them)."""
+    async def _use_servers(self, session_id: str, servers: tuple[McpServerConfig, ...]) -> None:
+        """The session's MCP servers are ``servers`` from now on (its next prompt starts them).
+
+        Those it named before and names no more are let go (``McpServers.drop``): one no other
+        session uses, nor the settings, stops now rather than at the session's close."""
+        dropped = [server for server in self._servers.get(session_id, ()) if server not in servers]
+        if dropped:
+            await self.chat.mcp.drop(dropped, session_id)
         if servers:
             self._servers[session_id] = servers
             logger.info("session %s: MCP servers %s", session_id, ", ".join(server.name for server in servers))
@@ -432,7 +436,7 @@ class Agent:
             _, info = await _in_store(self._locate, session_id)
             root = self._cwd.get(info.id) or (Path(info.workspace) if info.workspace else None)
         question = question_text(params.prompt, root)
-        events = AcpEvents(self.connection, session_id, root, self._mcp_kinds.setdefault(session_id, {}))
+        events = AcpEvents(self.connection, session_id, root)
         task = asyncio.current_task()
         assert task is not None  # a task of prompt's
         self._events[task] = events

@@ -14,9 +14,13 @@ thought chunks too, as they come (issue 31: never an ``agent_message_chunk``); a
 after them starts a line of its own. Each coordinator round's context usage is
 a ``usage_update``: its tokens of the window (ACP has no place for the parts).
 
+A finished step's ``tool_call_update`` carries what a client shows of its result: a text block
+of its preview (the start of the result, redacted and bounded: ``research/preview.py``) and a
+``resource_link`` per URI an MCP result names that a client may open; a failed one carries why.
 An MCP tool's call (``server__tool``) shows as a ``tool_call`` with its arguments as
-``rawInput``, its kind from the tool's annotations (``execute`` for one that may act, ``read``
-for a read-only one) and its step's detail (or failure) as content. One that needs the user's
+``rawInput`` and its kind from the tool's annotations, known from its start (``read`` for a
+read-only one, ``fetch`` for a read-only one that reaches outside, ``execute`` for one that may
+act; ``other`` for a ``call_tool`` naming no tool). One that needs the user's
 yes goes ``pending`` and is asked for with ``session/request_permission`` (allow once, allow
 always, reject); allowed, it goes on ``in_progress`` in the same tool call. A client that
 answers an error, does not answer within ``PERMISSION_TIMEOUT_S``, or whose prompt is cancelled
@@ -40,6 +44,8 @@ from imprintd.acp.jsonrpc import ClientGone, RpcError
 from imprintd.context.usage import ContextUsage
 from imprintd.events import PermissionAnswer, PermissionRequest, ToolStep
 from imprintd.messages import SourceRef
+from imprintd.research.preview import linkable
+from imprintd.tools.base import ToolHints
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +59,7 @@ TOOL_KINDS: dict[str, wire.ToolKind] = {
     "conversation_history": "search",
     "read_file": "read",
     "read_chat_section": "read",
+    "find_tools": "search",
 }
 
 #: The separator of an MCP tool's name: ``git__git_log`` is ``git_log`` of the server ``git``.
@@ -94,14 +101,30 @@ def mcp_tool_name(step: ToolStep) -> str:
     return step.tool if MCP_SEPARATOR in step.tool else ""
 
 
-def mcp_kind(read_only: bool | None, open_world: bool = False) -> wire.ToolKind:
+def mcp_kind(hints: ToolHints | None) -> wire.ToolKind:
     """How an MCP tool shows, from its annotations: one that only reads is ``read`` (``fetch`` when
     it reaches outside, ``openWorldHint``), one that may act is ``execute``; none known, ``other``."""
-    if read_only is None:
+    if hints is None:
         return "other"
-    if read_only:
-        return "fetch" if open_world else "read"
+    if hints.read_only:
+        return "fetch" if hints.open_world else "read"
     return "execute"
+
+
+def step_kind(step: ToolStep) -> wire.ToolKind:
+    """How a step shows: an MCP tool's from its annotations, a workspace tool's by its name."""
+    return mcp_kind(step.hints) if mcp_tool_name(step) else tool_kind(step.tool)
+
+
+def step_content(step: ToolStep) -> list[wire.ToolCallContent] | msgspec.UnsetType:
+    """What a client shows of an ended step: why it failed, or its result's preview and the
+    resources it names (none: unset)."""
+    if step.state == "failed":
+        blocks: list[wire.OutBlock] = [text_block(step.detail)] if step.detail else []
+    else:
+        blocks = [text_block(step.preview)] if step.preview else []
+        blocks += [wire.ResourceLinkBlock(uri=uri, name=uri) for uri in step.resources]
+    return [wire.ToolCallContent(content=block) for block in blocks] or UNSET
 
 
 def permission_answer(raw: msgspec.Raw) -> PermissionAnswer:
@@ -153,13 +176,8 @@ def text_block(text: str) -> wire.TextBlock:
 class AcpEvents:
     """One prompt's ReplyEvents, sent as ``session/update`` on ``connection``."""
 
-    def __init__(
-        self, connection, session_id: str, root: Path | None, mcp_kinds: dict[str, wire.ToolKind] | None = None
-    ) -> None:
+    def __init__(self, connection, session_id: str, root: Path | None) -> None:
         self._connection = connection
-        #: The kind of each MCP tool the session asked permission for, by its name (``git__git_log``):
-        #: one allowed always runs later without asking, and still shows as what it is.
-        self._mcp_kinds = mcp_kinds if mcp_kinds is not None else {}
         self.session_id = session_id
         self.root = root
         self.reply_id = ""
@@ -170,8 +188,7 @@ class AcpEvents:
         self._closed = False
         self._calls = 0
         self._open: dict[str, str] = {}  # the model's call id -> our toolCallId for a started step
-        #: Steps a permission was asked for (their kind is known; one never asked about is read-only).
-        self._asked: set[str] = set()
+        self._kinds: dict[str, wire.ToolKind] = {}  # the kind each started step showed with
         #: The last thought chunk was reasoning that did not end its line.
         self._mid_line = False
         #: A round ended since the last reasoning: the next round's thoughts start a paragraph.
@@ -239,9 +256,11 @@ class AcpEvents:
         one when its step has not started yet); allowed, it goes on ``in_progress``."""
         if self._closed:  # the prompt was cancelled: nothing is asked for it any more
             return "reject"
-        kind = mcp_kind(request.read_only)
-        self._mcp_kinds[f"{request.server}{MCP_SEPARATOR}{request.tool}"] = kind
-        self._asked.add(request.call_id)
+        # The kind its step started with (the same annotations); a call asked about before its
+        # step started shows as what the request says.
+        kind = self._kinds.get(request.call_id) or mcp_kind(
+            ToolHints(read_only=request.read_only, destructive=request.destructive)
+        )
         call_id = self._open.get(request.call_id)
         if call_id is None:
             call_id = self._new_call_id(request.call_id)
@@ -271,17 +290,16 @@ class AcpEvents:
         return answer
 
     def tool_step(self, step: ToolStep) -> None:
-        mcp = mcp_tool_name(step)
+        mcp = bool(mcp_tool_name(step))
         if step.state == "started":
             if step.call_id in self._open:  # shown already, pending its permission
                 return
+            kind = self._kinds[step.call_id] = step_kind(step)
             self.update(
                 wire.ToolCallStart(
                     tool_call_id=self._new_call_id(step.call_id),
                     title=step.title,
-                    # An MCP tool's kind is known once it asks (or asked before in the session, and
-                    # was allowed always); one that runs without asking is read-only (at its end).
-                    kind=self._mcp_kinds.get(mcp, "other") if mcp else tool_kind(step.tool),
+                    kind=kind,
                     status="in_progress",
                     locations=arguments_location(self.root, step.tool, step.arguments) or UNSET,
                     raw_input=step.arguments if mcp else UNSET,
@@ -289,28 +307,21 @@ class AcpEvents:
             )
             return
         status: wire.ToolCallStatus = "completed" if step.state == "finished" else "failed"
-        detail = [wire.ToolCallContent(content=text_block(step.detail))] if step.detail else UNSET
-        asked = step.call_id in self._asked
-        self._asked.discard(step.call_id)
+        self._kinds.pop(step.call_id, None)
         call_id = self._open.pop(step.call_id, None)
         if call_id is None:  # failed before it started (an unknown tool, a server that did not start)
             self.update(
                 wire.ToolCallStart(
                     tool_call_id=self._new_call_id(step.call_id, opened=False),
                     title=step.title,
-                    kind=self._mcp_kinds.get(mcp, "other") if mcp else tool_kind(step.tool),
+                    kind=step_kind(step),
                     status=status,
-                    content=detail,
+                    content=step_content(step),
                     raw_input=step.arguments if mcp else UNSET,
                 )
             )
             return
-        ran_unasked = bool(mcp) and not asked and mcp not in self._mcp_kinds
-        self.update(
-            wire.ToolCallUpdate(
-                tool_call_id=call_id, status=status, content=detail, kind=mcp_kind(True) if ran_unasked else UNSET
-            )
-        )
+        self.update(wire.ToolCallUpdate(tool_call_id=call_id, status=status, content=step_content(step)))
 
     def _new_call_id(self, step_id: str, *, opened: bool = True) -> str:
         # The model's call ids repeat between rounds and replies ("call_0"); ACP's must not
@@ -383,15 +394,10 @@ def source_links(root: Path | None, sources: Sequence[SourceRef]) -> list[wire.R
     return links
 
 
-#: The URI schemes of an MCP result a client is handed as a link: a server names what it likes,
-#: and a ``javascript:`` or ``command:`` URI is not one to click.
-LINKED_SCHEMES = ("http://", "https://", "file://")
-
-
 def linked_uri(source: SourceRef) -> str | None:
     """The URI an MCP tool's result names (a resource link or an embedded resource), when it is
     one to link to."""
     uri = source.origin.uri if source.origin is not None else None
-    if uri and uri.lower().startswith(LINKED_SCHEMES):
+    if uri and linkable(uri):
         return uri
     return None

@@ -4,7 +4,8 @@ Exactly what was stored, in order: a user message is a ``user_message_chunk``; a
 message's reasoning, when a reasoning model wrote it, is an ``agent_thought_chunk`` before it
 (as it streamed live); an assistant message that called tools is its text as a message (as it streamed live, before its calls)
 and a finished ``tool_call`` for each call, ``failed`` when its stored result is an error (an MCP
-tool's too: declined, unavailable, an error result); the
+tool's too: declined, unavailable, an error result), with the start of that result as its content
+(bounded and redacted, as the live step's preview: ``research/preview.py``); the
 answer is an ``agent_message_chunk`` followed by a ``resource_link`` per stored source in the
 workspace, as the live answer sent them (answers stored before sources were kept have only
 their text).
@@ -21,6 +22,7 @@ from imprintd.acp import wire
 from imprintd.acp.events import MCP_SEPARATOR, arguments_location, linked_sources, text_block, tool_kind
 from imprintd.context.history import describe_call
 from imprintd.messages import Message
+from imprintd.research.preview import preview
 
 #: How a stored tool result that reported a failure begins (``research/loop.py``).
 _FAILED = ("Error:", "There is no tool named")
@@ -58,12 +60,14 @@ def replay(messages: Sequence[Message], root: Path | None) -> Iterator[wire.Sess
             results = _results_after(messages, index)
             for call in message.tool_calls:
                 result = results.get(call.id)
+                shown = preview(result.content) if result is not None else ""
                 yield wire.ToolCallStart(
                     tool_call_id=f"{message.seq}-{call.id}",
                     title=describe_call(call),
                     kind=tool_kind(call.name),
                     status="failed" if result is not None and failed(call.name, result.content) else "completed",
                     locations=arguments_location(root, call.name, call.arguments) or UNSET,
+                    content=[wire.ToolCallContent(content=text_block(shown))] if shown else UNSET,
                     raw_input=call.arguments,
                 )
         elif message.role == "assistant" and message.content:

@@ -76,6 +76,8 @@ class McpToolInfo(msgspec.Struct, frozen=True, kw_only=True):
     input_schema: dict[str, Any]
     read_only: bool = False
     destructive: bool = True
+    #: ``openWorldHint`` said true (unset is taken as not: a client shows the call as a read).
+    open_world: bool = False
     title: str = ""
 
 
@@ -94,6 +96,7 @@ def tool_info(server: McpServerConfig, tool: Any) -> McpToolInfo:
         input_schema=dict(tool.input_schema or {"type": "object"}),
         read_only=read_only,
         destructive=destructive,
+        open_world=bool(annotations and annotations.open_world_hint),
         title=tool.title or (annotations.title if annotations and annotations.title else "") or "",
     )
 
@@ -434,6 +437,22 @@ class McpServers:
         do not name, and forget its "always" answers."""
         if session_id is not None:
             self._always.pop(session_id, None)
+        await self._stop_unused(servers, session_id)
+
+    async def drop(self, servers: Iterable[McpServerConfig], session_id: str) -> None:
+        """A session no longer names ``servers`` (a client's ``session/load`` or ``session/resume``
+        listed others): stop those no other session uses and the settings do not name, and forget
+        the session's "always" answers for their tools (a server of the same name later may be
+        another one)."""
+        servers = list(servers)
+        names = {config.name for config in servers}
+        kept = {(server, tool) for server, tool in self._always.get(session_id, set()) if server not in names}
+        if session_id in self._always:
+            self._always[session_id] = kept
+        await self._stop_unused(servers, session_id)
+
+    async def _stop_unused(self, servers: Iterable[McpServerConfig], session_id: str | None) -> None:
+        """``session_id`` uses ``servers`` no more: stop each that no session uses and the settings do not name."""
         for config in list(dict.fromkeys(servers)):
             users = self._users.get(config, set())
             if session_id is not None:

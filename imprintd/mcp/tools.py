@@ -15,7 +15,8 @@ A call runs without asking only when the tool's annotations say ``readOnlyHint: 
 kept for the session by ``McpServers``). A declined call's result says so and research goes on.
 
 Results (``convert``): text blocks joined; images, audio and blobs described (type, size),
-never inlined; a resource link or embedded resource named with its URI; ``isError`` a failed
+never inlined; a resource link or embedded resource named with its URI (the URIs kept, in
+order, in ``ToolResult.resources``, for the client to link to); ``isError`` a failed
 result; everything redacted (``redact.py``) before anything else sees it; at most
 ``MAX_RESULT_CHARS`` characters. A result is one numbered source, cited with its server, tool,
 arguments and URI (``research/citations.py``); a long one is analyzed in sections like a long
@@ -41,7 +42,7 @@ from imprintd.events import PermissionRequest, ReplyEvents
 from imprintd.mcp.servers import CALL_TIMEOUT_S, McpServers, McpToolInfo, McpUnavailable
 from imprintd.messages import Message, ToolOrigin, ToolSpec
 from imprintd.redact import redact
-from imprintd.tools.base import CALL_STEP, ToolError, ToolResult
+from imprintd.tools.base import CALL_STEP, ToolError, ToolHints, ToolResult
 
 #: The most of the model's window the MCP tools' schemas may take before the compact pair
 #: replaces them (docs/decisions.md, "MCP tools in a small context").
@@ -115,6 +116,10 @@ class McpTool:
 
     def title(self, arguments: Mapping[str, Any]) -> str:
         return f"Asking {self.server}: {self.info.name}"
+
+    def hints(self, arguments: Mapping[str, Any]) -> ToolHints:
+        info = self.info
+        return ToolHints(read_only=info.read_only, destructive=info.destructive, open_world=info.open_world)
 
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
         check_arguments(self.spec.name, dict(arguments), self.spec.parameters)
@@ -244,7 +249,7 @@ def _article(kind: str) -> str:
 def convert(result: Any, origin: ToolOrigin) -> ToolResult:
     """An SDK ``CallToolResult`` as a ``ToolResult`` (see the module docstring)."""
     parts: list[str] = []
-    uri: str | None = None
+    uris: list[str] = []
     for block in result.content or ():
         kind = getattr(block, "type", "")
         if kind == "text":
@@ -252,12 +257,12 @@ def convert(result: Any, origin: ToolOrigin) -> ToolResult:
         elif kind in ("image", "audio"):
             parts.append(f"({kind}, {block.mime_type}, {_decoded_size(block.data):,} bytes: not shown)")
         elif kind == "resource_link":
-            uri = uri or str(block.uri)
+            uris.append(str(block.uri))
             what = f", {block.mime_type}" if block.mime_type else ""
             parts.append(f"(resource {block.name}{what}: {block.uri})")
         elif kind == "resource":
             resource = block.resource
-            uri = uri or str(resource.uri)
+            uris.append(str(resource.uri))
             text = getattr(resource, "text", None)
             if isinstance(text, str):
                 parts.append(f"(resource {resource.uri})\n{text}")
@@ -271,6 +276,7 @@ def convert(result: Any, origin: ToolOrigin) -> ToolResult:
     text = redact("\n\n".join(part for part in parts if part))
     if len(text) > MAX_RESULT_CHARS:
         text = text[:MAX_RESULT_CHARS] + f"\n(cut here: {len(text) - MAX_RESULT_CHARS:,} characters more not shown)"
+    uri = uris[0] if uris else None
     origin = ToolOrigin(server=origin.server, tool=origin.tool, arguments=origin.arguments, uri=uri)
     subject = f"{origin.server}: {origin.tool}"
     if result.is_error:
@@ -282,7 +288,7 @@ def convert(result: Any, origin: ToolOrigin) -> ToolResult:
     key = hashlib.sha256(
         json.dumps([origin.server, origin.tool, origin.arguments], sort_keys=True).encode()
     ).hexdigest()
-    return ToolResult(subject=subject, text=text, evidence=(f"mcp:{key[:16]}",), origin=origin)
+    return ToolResult(subject=subject, text=text, evidence=(f"mcp:{key[:16]}",), origin=origin, resources=tuple(uris))
 
 
 def _decoded_size(data: str | bytes | None) -> int:
@@ -488,6 +494,14 @@ class CallTool:
 
     def title(self, arguments: Mapping[str, Any]) -> str:
         return self._tool(arguments).title(arguments.get("arguments") or {})
+
+    def hints(self, arguments: Mapping[str, Any]) -> ToolHints | None:
+        """The named tool's annotations; None for a name ``find_tools`` did not list (the call fails)."""
+        try:
+            tool = self._tool(arguments)
+        except ToolError:
+            return None
+        return tool.hints(arguments.get("arguments") or {})
 
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
         tool = self._tool(arguments)

@@ -39,12 +39,12 @@ from imprintd.events import ReplyEvents, StepState, ToolStep
 from imprintd.messages import Message, Style, ToolCall
 from imprintd.models.base import Completion, ContextExceeded, Model, ModelError, output_allowance, tell_window
 from imprintd.offload import in_worker
-from imprintd.research import first_look
+from imprintd.research import first_look, preview
 from imprintd.research.budget import BudgetExhausted, ResearchBudget, charged_complete
 from imprintd.research.citations import CitationFilter, Numbering
 from imprintd.research.clock import ReplyClock
 from imprintd.research.notes import ToolStepRecord
-from imprintd.tools.base import CALL_STEP, Tool, ToolError, ToolResult
+from imprintd.tools.base import CALL_STEP, HintedTool, Tool, ToolError, ToolHints, ToolResult
 
 Stop = Literal[
     "answer", "length", "repetition", "token_budget", "time_budget", "no_new_evidence", "context_full", "model_error"
@@ -496,8 +496,16 @@ class _Loop:
             )
             return result
         title = _title(tool, call)
+        hints = _hints(tool, call)
         events.tool_step(
-            ToolStep(call_id=step_id, tool=call.name, title=title, state="started", arguments=dict(call.arguments))
+            ToolStep(
+                call_id=step_id,
+                tool=call.name,
+                title=title,
+                state="started",
+                arguments=dict(call.arguments),
+                hints=hints,
+            )
         )
         step = CALL_STEP.set(step_id)
         try:
@@ -508,9 +516,19 @@ class _Loop:
             CALL_STEP.reset(step)
         state: StepState = "finished" if result.ok else "failed"
         detail = "" if result.ok else result.text
+        # What the client may show of a finished step's result; the result itself is stored.
+        shown = await in_worker(preview.preview, result.content) if result.ok else ""
         events.tool_step(
             ToolStep(
-                call_id=step_id, tool=call.name, title=title, state=state, detail=detail, arguments=dict(call.arguments)
+                call_id=step_id,
+                tool=call.name,
+                title=title,
+                state=state,
+                detail=detail,
+                arguments=dict(call.arguments),
+                hints=hints,
+                preview=shown,
+                resources=preview.links(result.resources) if result.ok else (),
             )
         )
         self.results[key] = result
@@ -565,6 +583,16 @@ def _cut_stop(cut: str) -> Stop | None:
 def _call_key(call: ToolCall) -> str:
     """Calls with the same name and arguments are the same call."""
     return f"{call.name}\0{json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)}"
+
+
+def _hints(tool: Tool, call: ToolCall) -> ToolHints | None:
+    """The annotations of the tool ``call`` runs (an MCP tool's), for the client from the step's start."""
+    if not isinstance(tool, HintedTool):
+        return None
+    try:
+        return tool.hints(call.arguments)
+    except Exception:  # hints must never fail a call, as a title must not
+        return None
 
 
 def _title(tool: Tool, call: ToolCall) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
@@ -68,6 +68,8 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
     ``conversation_history`` result shows, in order, after its ``preface``; research numbers
     each (``research/citations.py``). ``origin`` names the MCP server and tool of a result from
     outside the workspace: research numbers it as one source, cited with that origin.
+    ``resources`` are the URIs such a result names (its resource links and embedded resources),
+    in order, for the client to link to.
     """
 
     text: str
@@ -81,6 +83,7 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
     preface: str = ""
     footer: str = ""
     origin: ToolOrigin | None = None
+    resources: tuple[str, ...] = ()
 
     @property
     def content(self) -> str:
@@ -88,6 +91,16 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
         if self.continuation and self.text.endswith(self.continuation):
             return self.text[: -len(self.continuation)].rstrip("\n")
         return self.text
+
+
+class ToolHints(msgspec.Struct, frozen=True, kw_only=True):
+    """What an MCP tool's annotations say of it: whether it only reads (``readOnlyHint``), may
+    destroy (``destructiveHint``, unset: it may), reaches beyond the user's machine and the
+    server's own data (``openWorldHint``, taken only when the server says so)."""
+
+    read_only: bool = False
+    destructive: bool = True
+    open_world: bool = False
 
 
 class ToolError(Exception):
@@ -189,4 +202,14 @@ class Tool(Protocol):
 
     async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
         """Run the call; raise ToolError for a call that cannot be run as asked."""
+        ...
+
+
+@runtime_checkable
+class HintedTool(Protocol):
+    """A tool whose calls come with annotations (an MCP tool), so a client can show a step as
+    what it is from its start, before the call asks for permission or ends."""
+
+    def hints(self, arguments: Mapping[str, Any]) -> ToolHints | None:
+        """The annotations of the tool a call with ``arguments`` runs; None when not known."""
         ...

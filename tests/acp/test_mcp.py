@@ -1,6 +1,7 @@
 """MCP servers over ACP: the servers a client names for a session, their calls as ``tool_call``
-updates, ``session/request_permission`` before a tool that may act, and ``session/resume`` and
-``session/close``.
+updates (kind from the start, the result's preview and links at the end),
+``session/request_permission`` before a tool that may act, and ``session/load``,
+``session/resume`` and ``session/close``.
 
 The server is the real ``mcp-server-git`` on a real repository (``tests/mcp_repo.py``), started
 by the agent from the ``mcpServers`` the ACP SDK client sends; the model is the scripted one.
@@ -11,15 +12,17 @@ reached the model, what the server did and what was stored.
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
 import acp
 import pytest
 from acp import schema
 
+from imprintd.research.preview import PREVIEW_CHARS
 from imprintd.store import Store
 from tests.acp.peer import acp_agent, texts
-from tests.mcp.servers import EverythingHttp
+from tests.mcp.servers import DOCS, EverythingHttp, processes_under, script_server
 from tests.mcp_repo import LATEST, branches, git_repository, git_server, git_server_processes
 from tests.openai_stub import StubReply
 
@@ -96,12 +99,16 @@ async def test_a_history_question_is_answered_from_git_log_of_the_sessions_serve
         ("tool_call", "in_progress"),
         ("tool_call_update", "completed"),
     ]
-    started = steps[0]
-    # Not known while it runs (it might yet ask); it ran without asking, so it only reads (readOnlyHint).
-    assert (started.kind, steps[1].kind) == ("other", "read")
+    started, done = steps
+    # Its kind is known from the start: the tool's annotations say it only reads (readOnlyHint).
+    assert (started.kind, done.kind) == ("read", None)
     assert started.raw_input == {"repo_path": str(repo), "max_count": 5}
     assert "git" in started.title
-    assert steps[1].tool_call_id == started.tool_call_id
+    assert done.tool_call_id == started.tool_call_id
+    # The completed call shows its result: git log's output, short enough to be shown whole.
+    [result] = [m.content for m in stored(daemon_env, session.session_id) if m.role == "tool"]
+    assert LATEST in result and len(result) < PREVIEW_CHARS
+    assert [(c.type, c.content.type, c.content.text) for c in done.content] == [("content", "text", result)]
     text = "".join(texts(updates, "agent_message_chunk"))
     assert LATEST in text and "[1]" in text
     messages = stored(daemon_env, session.session_id)
@@ -133,7 +140,8 @@ async def test_in_a_small_window_the_call_goes_through_the_compact_pair_and_show
             ("tool_call_update", "completed"),
         ]
         assert steps[0].raw_input == {"name": "git__git_log", "arguments": {"repo_path": str(repo)}}
-        assert steps[1].kind == "read"  # ran without asking: read-only
+        assert steps[0].kind == "read"  # the annotations of the tool call_tool names
+        assert LATEST in steps[1].content[0].content.text
 
 
 async def test_an_http_server_of_the_session_is_reached_and_a_tool_that_may_act_asks_first(
@@ -158,13 +166,14 @@ async def test_an_http_server_of_the_session_is_reached_and_a_tool_that_may_act_
             assert "declined" not in tool_results(stub.requests[2])[-1]
             steps = tool_updates(agent.take_updates(session.session_id))
             assert [(u.session_update, u.status, u.kind) for u in steps] == [
-                ("tool_call", "in_progress", "other"),
-                ("tool_call_update", "completed", "read"),
-                ("tool_call", "in_progress", "other"),
+                ("tool_call", "in_progress", "read"),
+                ("tool_call_update", "completed", None),
+                ("tool_call", "in_progress", "execute"),
                 ("tool_call_update", "pending", "execute"),
                 ("tool_call_update", "in_progress", None),
                 ("tool_call_update", "completed", None),
             ]
+            assert steps[1].content[0].content.text == "Echo: over streamable HTTP"
 
 
 async def test_a_tool_that_may_act_runs_only_after_the_user_allows_it(agent, stub, workspace, repo):
@@ -236,8 +245,20 @@ async def test_always_allow_is_remembered_for_the_session(agent, stub, workspace
     assert len(agent.client.asked) == 1  # not asked again
     assert {"one", "two"} <= set(branches(repo))
     steps = tool_updates(agent.take_updates(session.session_id))
-    # The second run shows as what it is from its start, though nobody was asked about it.
-    assert [u.kind for u in steps if u.session_update == "tool_call"] == ["other", "execute"]
+    # Each run shows as what it is from its start, the second one too, though nobody was asked about it.
+    assert [u.kind for u in steps if u.session_update == "tool_call"] == ["execute", "execute"]
+
+    # Resumed without the server and then with it again, the session is asked anew: the answer
+    # was for the server it let go of.
+    await agent.conn.resume_session(session_id=session.session_id, cwd=str(workspace), mcp_servers=[])
+    await agent.conn.resume_session(session_id=session.session_id, cwd=str(workspace), mcp_servers=[git_config(repo)])
+    stub.queue(
+        StubReply(tool_calls=[call("git__git_create_branch", "call_0", repo_path=str(repo), branch_name="three")]),
+        "Three.",
+    )
+    agent.client.permissions.append("allow_once")
+    await ask(agent, session.session_id, "Branch three")
+    assert len(agent.client.asked) == 2 and "three" in branches(repo)
 
 
 async def test_a_client_that_cannot_answer_or_cancels_the_prompt_means_no(agent, stub, workspace, repo):
@@ -386,3 +407,52 @@ def test_acp_server_shapes_become_the_settings_records_and_names_fit_a_tool_name
         )[0]
     )
     assert servers[2].headers == (("Authorization", "Bearer t"),)
+
+
+async def test_a_long_result_shows_a_bounded_preview_and_its_links_and_is_stored_whole(
+    agent, stub, workspace, daemon_env, tmp_path
+):
+    docs = script_server(tmp_path, "docs", DOCS)
+    stub.queue(StubReply(tool_calls=[call("docs__page", "call_0", topic="billing")]), "It listens on 8101 [1].")
+    server = schema.McpServerStdio(name="docs", command=sys.executable, args=list(docs.args), env=[])
+    session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[server])
+
+    assert (await ask(agent, session.session_id, "Which port does billing use?")).stop_reason == "end_turn"
+
+    started, done = tool_updates(agent.take_updates(session.session_id))
+    assert started.kind == "fetch"  # read-only, and it reaches outside (openWorldHint)
+    [result] = [m.content for m in stored(daemon_env, session.session_id) if m.role == "tool"]
+    assert "billing line 119:" in result  # stored whole
+    assert any("billing line 119:" in text for text in tool_results(stub.requests[1]))  # read whole
+    preview, link = done.content
+    text = preview.content.text
+    assert len(text) <= PREVIEW_CHARS < len(result)
+    assert text.endswith("\n…") and result.startswith(text.removesuffix("…"))  # cut at a line's end
+    # The https link is handed over; the command: URI the server named is not.
+    assert (link.content.type, link.content.uri) == ("resource_link", "https://docs.example.com/billing")
+    assert "command:" in result
+
+
+async def test_load_and_resume_let_go_of_the_servers_the_session_names_no_more(agent, stub, workspace, repo, tmp_path):
+    stub.queue(
+        StubReply(tool_calls=[call("git__git_status", "call_0", repo_path=str(repo))]),
+        "Clean.",
+        StubReply(tool_calls=[call("docs__page", "call_0", topic="billing")]),
+        "Found it.",
+    )
+    docs = script_server(tmp_path, "docs", DOCS)
+    docs_server = schema.McpServerStdio(name="docs", command=sys.executable, args=list(docs.args), env=[])
+    session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[git_config(repo)])
+    other = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[docs_server])
+    await ask(agent, session.session_id, "Is the tree clean?")
+    await ask(agent, other.session_id, "Which port?")
+    assert git_server_processes(repo) and processes_under(tmp_path / "docs.py")
+
+    # Resumed with another list: git, which only it used, stops now; docs runs on for the other session.
+    await agent.conn.resume_session(session_id=session.session_id, cwd=str(workspace), mcp_servers=[docs_server])
+    assert git_server_processes(repo) == []
+    await agent.conn.load_session(session_id=session.session_id, cwd=str(workspace), mcp_servers=[])
+    assert processes_under(tmp_path / "docs.py"), "the other session still names docs"
+    # Loaded with none by the session that started it, docs stops too.
+    await agent.conn.load_session(session_id=other.session_id, cwd=str(workspace), mcp_servers=[])
+    assert processes_under(tmp_path / "docs.py") == []

@@ -100,6 +100,12 @@ async def test_load_in_a_new_agent_replays_exactly_what_was_stored(daemon_env, s
     ]
     assert [(loc.path, loc.line) for loc in calls[0].locations] == [(str(root / "deploy/billing.yaml"), 1)]
     assert calls[1].locations is None
+    # Each shows its stored result, as the live step showed it: the line read, and why the other failed.
+    assert [[(c.type, c.content.text) for c in u.content] for u in calls] == [
+        [("content", stored[2].content)],
+        [("content", stored[4].content)],
+    ]
+    assert stored[2].content == "  port: 8101" and stored[4].content.startswith("Error: ")
     assert len({u.tool_call_id for u in calls}) == 2
     # The order: the calls sit between the question and the answer they led to.
     kinds = [u.session_update for u in replayed]

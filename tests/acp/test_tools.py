@@ -63,7 +63,11 @@ async def test_tool_steps_are_tool_calls_with_kind_status_and_location(agent, st
     read, done, refused, failed = steps
     assert read.title == f"Reading {PORT_FILE} lines 2–4" and read.kind == "read"
     assert [(loc.path, loc.line) for loc in read.locations] == [(str(workspace.resolve() / PORT_FILE), 1)]
-    assert done.tool_call_id == read.tool_call_id and done.content is None
+    assert done.tool_call_id == read.tool_call_id
+    # The completed call shows what it read: the lines themselves, as a text block.
+    lines = (workspace / PORT_FILE).read_text(encoding="utf-8").splitlines()[1:4]
+    [shown] = done.content
+    assert (shown.type, shown.content.type, shown.content.text) == ("content", "text", "\n".join(lines))
     # The model reused the id "call_0"; ACP's ids stay distinct within the session.
     assert refused.tool_call_id != read.tool_call_id and failed.tool_call_id == refused.tool_call_id
     assert refused.title == "Reading ../outside.txt" and refused.locations is None  # never point outside

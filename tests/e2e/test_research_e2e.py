@@ -129,6 +129,11 @@ async def test_research_over_two_files_stops_on_the_budget_and_cites_the_right_l
     ]
     assert all(state in ("started", "finished") for _, state in shown)
     assert len(shown) == 2 * len(research)  # one call a round, every one run
+    # A finished step carries the start of its result for the client to show; a started one has none.
+    steps = steps_of(client, result.replyId)
+    read = next(p for p in steps if (p.title, p.state) == (f"Reading {PORT_FILE}", "finished"))
+    assert PORT_FACT in read.preview
+    assert not any(hasattr(p, "preview") or hasattr(p, "resources") for p in steps if p.state == "started")
 
     # Progress: indexing the workspace, the tool steps, and writing the final answer.
     messages = progress_messages(client)

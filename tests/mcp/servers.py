@@ -244,3 +244,25 @@ ASKER = """
 
     server.run("stdio")
 """
+
+
+#: Built on the official SDK: ``page`` is read-only and reaches outside (``openWorldHint``), and
+#: answers a long page (``PAGE_LINES`` lines) with a link to it and one to a URI no client should open.
+DOCS = """
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import ResourceLink, TextContent, ToolAnnotations
+
+    server = MCPServer("docs")
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=True))
+    def page(topic: str) -> list:
+        \"\"\"Fetch the documentation page of a topic from the web.\"\"\"
+        lines = [f"{topic} line {number}: the billing service listens on port 8101." for number in range(PAGE_LINES)]
+        return [
+            TextContent(type="text", text="\\n".join(lines)),
+            ResourceLink(type="resource_link", name=topic, uri=f"https://docs.example.com/{topic}"),
+            ResourceLink(type="resource_link", name="run", uri="command:workbench.action.terminal.new"),
+        ]
+
+    server.run("stdio")
+""".replace("PAGE_LINES", "120")

@@ -124,6 +124,10 @@ async def test_the_daemon_over_stdio_answers_from_git_and_keeps_serving(daemon_e
         steps = [(n.tool, n.state) for n in notes]
         assert ("missing__", "failed") in steps
         assert ("git__git_log", "started") in steps and ("git__git_log", "finished") in steps
+        # The finished call carries the start of git log's output for the client to show.
+        [finished] = [n for n in notes if (n.tool, n.state) == ("git__git_log", "finished")]
+        assert "Move billing to port 9202 behind the gateway" in finished.preview
+        assert not hasattr(finished, "resources")  # git log names no resource
 
         # A tool that writes: this client cannot be asked yet, so it is refused and the reply goes on.
         stub.queue(

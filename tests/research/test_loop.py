@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from imprintd import messages as msg
@@ -16,7 +17,8 @@ from imprintd.research import loop as loop_mod
 from imprintd.research.citations import Numbering
 from imprintd.research.loop import ReplyFailed, research
 from imprintd.research.notes import build_notes
-from imprintd.tools.base import Hit, Source, ToolResult
+from imprintd.research.preview import PREVIEW_CHARS
+from imprintd.tools.base import Hit, Source, ToolHints, ToolResult
 from tests.helpers import tool_turn
 from tests.recording import RecordingEvents
 from tests.research.fakes import SYSTEM, FakeSearch, scope
@@ -564,3 +566,62 @@ async def test_the_reread_tool_is_not_offered_when_its_schema_alone_would_fill_t
     coordinator = model.requests[-1]
     assert coordinator.tools == []
     assert "read_chat_section" not in coordinator.messages[-1].content  # nor its guidance
+
+
+class FakeMcpLookup(FakeRead):
+    """A tool with annotations, as an MCP tool has: read-only, reaching outside."""
+
+    spec = ToolSpec(
+        name="docs__lookup",
+        description="Look a topic up.",
+        parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    )
+
+    def hints(self, arguments: Mapping[str, Any]) -> ToolHints:
+        return ToolHints(read_only=True, destructive=False, open_world=True)
+
+    async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
+        result = await super().run(arguments)
+        return msgspec.structs.replace(
+            result, resources=("https://docs.example.com/billing", "command:workbench.action.terminal.new")
+        )
+
+
+async def test_a_finished_step_carries_a_bounded_redacted_preview_and_the_result_is_stored_whole(
+    model: StandInModel,
+):
+    key = "sk-proj-" + "Qx7" * 16
+    text = f"OPENAI_API_KEY={key}\n" + "\n".join(f"line {n}: billing listens on 8101" for n in range(200))
+    events = RecordingEvents()
+    model.queue(tool_turn(call("read_file", path="billing.env")), "Billing uses 8101.")
+    outcome = await research(
+        scope(model, events), system=SYSTEM, history=[], question=msg.user("Port?", seq=1), tools=[FakeRead(text)]
+    )
+    started, finished = events.steps
+    assert (started.preview, started.hints) == ("", None)  # a workspace tool has no annotations
+    assert finished.state == "finished" and len(finished.preview) <= PREVIEW_CHARS
+    assert key not in finished.preview and finished.preview.startswith("OPENAI_API_KEY=")
+    assert "line 30: billing listens on 8101" in finished.preview and "line 199" not in finished.preview
+    # What is stored, and what the model read, is the result itself.
+    [stored] = [m for m in outcome.exchange if m.role == "tool"]
+    assert stored.content == text
+    assert key in model.requests[1].messages[-1].content
+
+
+async def test_an_annotated_tools_steps_carry_its_hints_from_the_start_and_its_links_at_the_end(
+    model: StandInModel,
+):
+    events = RecordingEvents()
+    model.queue(tool_turn(call("docs__lookup", path="billing")), "Billing uses 8101.")
+    await research(
+        scope(model, events),
+        system=SYSTEM,
+        history=[],
+        question=msg.user("Port?", seq=1),
+        tools=[FakeMcpLookup("Billing listens on 8101.")],
+    )
+    started, finished = events.steps
+    hints = ToolHints(read_only=True, destructive=False, open_world=True)
+    assert (started.hints, finished.hints) == (hints, hints)
+    assert finished.preview == "Billing listens on 8101."
+    assert finished.resources == ("https://docs.example.com/billing",)  # the command: URI is no link
