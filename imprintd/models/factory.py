@@ -15,15 +15,18 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
-from imprintd.models.api_key import API_KEY_ENV
 from imprintd.models.base import Model, ModelUnavailable
 from imprintd.models.embedded import EMBEDDED_NAME, embedded_model_path
 from imprintd.models.local import LocalModel, check_gguf
 from imprintd.models.state_cache import states_folder
 from imprintd.settings import ChatSettings, cache_dir
+
+if TYPE_CHECKING:  # imported where used: httpx loads only for provider openai
+    from imprintd.models.remote import RemoteModel
 
 
 def create_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -> Model:
@@ -84,7 +87,8 @@ def _served_window(model: RemoteModel) -> str:
 def describe_model(chat: ChatSettings, environ: Mapping[str, str] | None = None) -> str:
     """One line for ``imprintd config``: the model in use, or what is wrong. Loads nothing; a
     served model's server is asked for its window (``server_window.probe``, short)."""
-    from imprintd.models.remote import API_KEY_ENV, RemoteModel
+    from imprintd.models.api_key import API_KEY_ENV
+    from imprintd.models.remote import RemoteModel
 
     environ = os.environ if environ is None else environ
     try:

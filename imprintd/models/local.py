@@ -90,7 +90,7 @@ from imprintd.models.call_grammar import CallWatch
 from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
 from imprintd.models.templates import LEAD_USER, ChatTemplate, TemplateError
-from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter
+from imprintd.models.toolcalls import ParsedOutput
 from imprintd.offload import ToLoop, in_model_thread, in_worker
 
 logger = logging.getLogger("imprintd.models.local")
