@@ -5,13 +5,24 @@ the daemon's environment and a raw JSON-RPC client. Shared helpers that are not 
 
 from __future__ import annotations
 
+import compileall
 import os
+from pathlib import Path
 
 import pytest
 
+import imprintd
 from tests.e2e.rawclient import RawClient
 from tests.openai_stub import OpenAIStub
 from tests.standin import StandInModel
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compiled_daemon():
+    """The daemon's modules compiled once, as an installed package has them, so each of the many
+    daemons the tests start reads bytecode instead of compiling every module again: with
+    PYTHONDONTWRITEBYTECODE set (as on the CI machine) a source checkout is never cached."""
+    compileall.compile_dir(Path(imprintd.__file__).parent, quiet=1)
 
 
 @pytest.fixture(autouse=True)
