@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from imprintd import session_lock
 from imprintd import settings as settings_mod
 from imprintd.context.history import ConversationHistory, HistoryError
 from imprintd.context.sections import MAX_SOURCE_CHARS, SectionArchive
@@ -200,7 +201,8 @@ def _default_model_factory(chat: ChatSettings) -> Model:
 class SessionTurns:
     """One reply at a time per session, in the order they were asked (anyio's lock is FIFO).
 
-    A session's lock exists only while a reply holds or awaits it.
+    This daemon's queue only: a stored session's turn across processes is ``session_lock``'s,
+    taken inside this one. A session's lock exists only while a reply holds or awaits it.
     """
 
     def __init__(self) -> None:
@@ -216,6 +218,14 @@ class SessionTurns:
             statistics = lock.statistics()
             if not statistics.locked and not statistics.tasks_waiting and self._locks.get(session_id) is lock:
                 del self._locks[session_id]
+
+
+def _less_time(settings: ChatSettings, waited: float) -> ChatSettings:
+    """``settings`` with the time a reply waited for another process taken off its time budget
+    (at least the setting's smallest, 1 s, is left)."""
+    if waited <= 0:
+        return settings
+    return msgspec.structs.replace(settings, research_time_budget=max(1.0, settings.research_time_budget - waited))
 
 
 class _Quiet:
@@ -303,10 +313,13 @@ class Chat:
         """The database, opened on first use so that ``initialize`` never waits on disk."""
         with self._store_opening:
             if self._store is None:
-                path = (self._data_dir or settings_mod.data_dir()) / "imprint.sqlite3"
+                path = self._data_folder() / "imprint.sqlite3"
                 OWN_FILES.add(path, database=True)
                 self._store = Store.open(path)
             return self._store
+
+    def _data_folder(self) -> Path:
+        return self._data_dir or settings_mod.data_dir()
 
     def _index_path(self) -> Path:
         folder = settings_mod.cache_dir()
@@ -500,6 +513,8 @@ class Chat:
     def delete_session(self, session_id: str) -> None:
         store, _ = self.locate(session_id)
         store.delete_session(session_id)
+        if store is not self.memory:
+            session_lock.forget(self._data_folder(), session_id)
         # Its model states go with it: those of the model in use, and files of earlier runs.
         if isinstance(self._model, SessionStates):
             self._model.forget_session(session_id)
@@ -530,14 +545,18 @@ class Chat:
         await in_worker(self.locate, session_id)
         async with self._turns.turn(session_id):
             store, info = await in_worker(self.locate, session_id)
-            messages, state = await in_worker(lambda: (store.messages(info.id), store.summary(info.id)))
-            events.begin(info.id, uuid.uuid4().hex)
-            model = self.model()
-            await learn_window(model, events)
-            done = await compact_session(model, messages, state, events)
-            if done.written and done.summary is not None:
-                await in_worker(store.save_summary, info.id, done.summary)
-            return done
+            async with self._stored_turn(info.id, store):
+                return await self._compact_in_turn(store, info, events)
+
+    async def _compact_in_turn(self, store: ConversationStore, info: SessionInfo, events: ReplyEvents) -> Compacted:
+        messages, state = await in_worker(lambda: (store.messages(info.id), store.summary(info.id)))
+        events.begin(info.id, uuid.uuid4().hex)
+        model = self.model()
+        await learn_window(model, events)
+        done = await compact_session(model, messages, state, events)
+        if done.written and done.summary is not None:
+            await in_worker(store.save_summary, info.id, done.summary)
+        return done
 
     def models_on_disk(self) -> list[FoundModel]:
         """GGUF models on this machine (``models.on_disk``): ``chat.models_dir`` first, then where other
@@ -613,7 +632,9 @@ class Chat:
 
         Replies in one session take turns in the order they were asked: each question is
         stored and answered only after the one before it, so the model answering it sees the
-        earlier question with its answer. One cancelled while it waits stores nothing.
+        earlier question with its answer. One cancelled while it waits stores nothing. In a stored
+        session, replies of other processes on the data folder take turns with these too
+        (``session_lock``): one that waits past the time budget is refused with SessionBusy.
         """
         # Refuse a request that cannot be answered before anything is stored: a refused
         # question stores nothing.
@@ -629,20 +650,36 @@ class Chat:
                 # they were sent; an unknown session (nobody's turn ahead) is refused at once in it.
                 async with self._turns.turn(request.session_id):
                     await in_worker(self.workspace_root, request.workspace)  # refused before anything is stored
-                    return await self._reply_in_turn(request.session_id, request, events)
+                    store, _ = await in_worker(self.locate, request.session_id)
+                    async with self._stored_turn(request.session_id, store) as waited:
+                        return await self._reply_in_turn(request.session_id, request, events, waited.seconds)
             root = await in_worker(self.workspace_root, request.workspace)
             store = await in_worker(lambda: self.store) if request.persist else self.memory  # opens it first
             created = await in_worker(
                 store.create_session, workspace=str(root) if root else None, session_id=request.new_session_id
             )
-            async with self._turns.turn(created.id):
-                return await self._reply_in_turn(created.id, request, events)
+            async with self._turns.turn(created.id), self._stored_turn(created.id, store) as waited:
+                return await self._reply_in_turn(created.id, request, events, waited.seconds)
         finally:
             if self._retired:  # a model replaced while this reply may have held it
                 with anyio.CancelScope(shield=True):
                     await in_worker(self._free_retired)
 
-    async def _reply_in_turn(self, session_id: str, request: ReplyRequest, events: ReplyEvents) -> ReplyOutcome:
+    @contextlib.asynccontextmanager
+    async def _stored_turn(self, session_id: str, store: ConversationStore) -> AsyncIterator[session_lock.Waited]:
+        """Inside this daemon's turn (``SessionTurns``), the turn other processes on the data folder
+        honour (``session_lock``): taken for a stored session only, waiting at most the reply's time
+        budget; SessionBusy past it, before anything is stored."""
+        if store is self.memory:  # no other process can see it
+            yield session_lock.Waited()
+            return
+        wait_s = self.settings.research_time_budget
+        async with session_lock.session_turn(self._data_folder(), session_id, wait_s) as waited:
+            yield waited
+
+    async def _reply_in_turn(
+        self, session_id: str, request: ReplyRequest, events: ReplyEvents, waited: float = 0.0
+    ) -> ReplyOutcome:
         store, info = await in_worker(self.locate, session_id)  # as it is now: earlier turns added to it
         if request.session_id and not request.workspace and info.workspace and await in_worker(_is_dir, info.workspace):
             # A follow-up researches the folder its session was started on, unless told otherwise.
@@ -653,7 +690,7 @@ class Chat:
             session=info,
             reply_id=reply_id,
             request=request,
-            settings=self.settings,
+            settings=_less_time(self.settings, waited),
             load_model=await in_worker(self._model_when_asked),
             sections=self.sections.open(reply_id),
             workspace_tools=functools.partial(self.workspace_tools, request.workspace),
