@@ -11,7 +11,7 @@ text turns out to be preamble, not the answer. ``text_was_preamble`` says so onc
 known, and the next text starts a new part; what was never called preamble is the answer.
 
 A reasoning model's thoughts stream on a channel of their own (``reasoning``), in the part
-of the text they come before: a client shows them folded, never as the answer (issue 31).
+of the text they come before: a client shows them folded, never as the answer.
 
 A tool that may act (an MCP tool not marked read-only) runs only after ``ask_permission``
 says so; a front door that cannot ask the user answers "reject".

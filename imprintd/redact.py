@@ -178,7 +178,7 @@ def _redact_remembered(text: str) -> str:
     """A short text's redaction, remembered: every reply lists a session's covered material
     (a paste's first line, a tool call) and a summary attempt redacts the same clips up to
     four times, so without it a long session dense in keywords redacted the same text again
-    on every reply (issue 35). At most 1,024 texts of 4 KB, and their redactions, are kept."""
+    on every reply. At most 1,024 texts of 4 KB, and their redactions, are kept."""
     return _redact(text)
 
 

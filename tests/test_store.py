@@ -1,4 +1,4 @@
-"""The SQLite store and the in-memory store (DESIGN.md "Storage", ADR 0141)."""
+"""The SQLite store and the in-memory store (docs/architecture.md, "Storage")."""
 
 from __future__ import annotations
 

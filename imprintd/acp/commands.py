@@ -1,4 +1,4 @@
-"""The slash commands Imprint publishes to ACP clients (``available_commands_update``; issue 34).
+"""The slash commands Imprint publishes to ACP clients (``available_commands_update``).
 
 A prompt that starts with one of them runs it instead of asking the model, and stores nothing but
 what the command itself writes (``/compact``'s summary):

@@ -1,1 +1,1 @@
-"""What a user does with their stored conversations: search them all, name them (issue 34)."""
+"""What a user does with their stored conversations: search them all, name them."""

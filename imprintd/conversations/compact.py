@@ -1,4 +1,4 @@
-"""Writing the running summary now, on the user's word (``imprint/compact``, ACP ``/compact``; issue 34).
+"""Writing the running summary now, on the user's word (``imprint/compact``, ACP ``/compact``).
 
 ADR 0141 writes the summary only when the conversation's text no longer fits. Compacting runs
 the same summarizer (``context/summary.update_summary``: one bullet per exchange, each opening

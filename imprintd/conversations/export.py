@@ -1,4 +1,4 @@
-"""A stored conversation taken out of the editor (``imprint/export``, ``imprintd export``; issue 34).
+"""A stored conversation taken out of the editor (``imprint/export``, ``imprintd export``).
 
 Two formats:
 

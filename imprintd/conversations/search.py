@@ -1,4 +1,4 @@
-"""Searching every stored conversation for the user (``imprint/searchConversations``, issue 34).
+"""Searching every stored conversation for the user (``imprint/searchConversations``).
 
 It reads the history index that ``conversation_history`` reads (``context/history_index.py``,
 docs/conversation-search.md): the same windows, stems, stop words and date terms, and the same

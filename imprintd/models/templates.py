@@ -1,4 +1,4 @@
-"""A GGUF's chat template, rendered for every prompt the daemon makes (issue 31, "What to build" 1).
+"""A GGUF's chat template, rendered for every prompt the daemon makes.
 
 ``ChatTemplate`` renders core messages through the template in a Jinja sandbox set up as
 llama-cpp-python's and Hugging Face's are (``trim_blocks``, ``lstrip_blocks``, ``loopcontrols``,

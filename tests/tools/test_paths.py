@@ -1,4 +1,4 @@
-"""Containment of workspace paths (DESIGN.md, "Tools and scope"): nothing outside is read."""
+"""Containment of workspace paths (docs/architecture.md, "tools/: what a reply may look at"): nothing outside is read."""
 
 from __future__ import annotations
 

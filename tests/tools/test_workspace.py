@@ -1,4 +1,4 @@
-"""The workspace tools: ``search`` and ``read_file`` (DESIGN.md, "Tools and scope")."""
+"""The workspace tools: ``search`` and ``read_file`` (docs/architecture.md, "tools/: what a reply may look at")."""
 
 from __future__ import annotations
 
