@@ -171,15 +171,19 @@ class _ModelThread:
             try:
                 result = fn()
             except BaseException as error:  # handed to the awaiting task, as a worker's would be
+                # Dropped before the awaiting task is woken, as below.
+                del fn
                 if wanted:
                     future.set_exception(error)
             else:
+                # A job's closure holds its model, which a settings change may have retired: it is
+                # dropped before the awaiting task is woken, so once that task has the result
+                # nothing here keeps the model (its weights) alive, while the thread goes on.
+                del fn
                 if wanted:
                     future.set_result(result)
                 del result
-            # Not kept while the thread waits for the next job: a job's closure holds its model,
-            # which a settings change may have retired (its weights would stay in memory).
-            del fn, future
+            del future
 
 
 _model_thread = _ModelThread()
