@@ -83,7 +83,7 @@ from imprintd.models.remote_failures import (
 from imprintd.models.remote_reply import _SecretMask, _Stream
 from imprintd.models.repetition import cut_before_loop
 from imprintd.models.server_counts import COUNTING_SERVERS, ServerCounts
-from imprintd.models.server_http import tls_context
+from imprintd.models.server_http import read_error_body, tls_context
 from imprintd.models.server_window import ServerWindow
 from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter
 from imprintd.offload import in_worker
@@ -627,7 +627,7 @@ class RemoteModel(EstimatedCounts):
             headers = {**self._headers(), "Content-Type": "application/json"}
             async with client.stream("POST", self.url, content=content, headers=headers, timeout=timeout) as response:
                 if response.status_code >= 400:
-                    await response.aread()
+                    response = await read_error_body(response)
                     message = status_message(response, model=self.model, url=self.url, base_url=self.base_url)
                     exceeded = server_window.context_exceeded(message, _json_or_none(response))
                     if exceeded is not None:
@@ -685,7 +685,7 @@ class RemoteModel(EstimatedCounts):
         ) as response:
             if response.status_code < 400:
                 return
-            await response.aread()
+            response = await read_error_body(response)
             message = status_message(response, model=self.model, url=self.url, base_url=self.base_url)
             exceeded = server_window.context_exceeded(message, _json_or_none(response))
             if exceeded is not None:

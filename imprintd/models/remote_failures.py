@@ -19,6 +19,7 @@ import httpx
 from imprintd.models import server_window
 from imprintd.models.api_key import API_KEY_ENV
 from imprintd.models.base import ModelError
+from imprintd.models.bounded_json import loads_bounded
 
 #: Statuses worth asking again: rate limited, or a server or gateway failing for now.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -116,9 +117,10 @@ def _mentions(error: BaseException, *words: str) -> bool:
 
 
 def _json_or_none(response: httpx.Response) -> Any:
+    """The body of a read answer as JSON (nested 32 deep at most), or None."""
     try:
-        return response.json()
-    except (ValueError, UnicodeDecodeError):
+        return loads_bounded(response.content, max_nesting=32)
+    except (ValueError, UnicodeDecodeError):  # TooDeep is a ValueError
         return None
 
 

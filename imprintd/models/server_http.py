@@ -157,6 +157,30 @@ class _Body:
         return bytes(self._data)
 
 
+#: What is read of an answer of status 400 or more: its message is near the start.
+ERROR_BODY_BYTES = 64 << 10
+
+
+async def read_error_body(response: httpx.Response, max_bytes: int = ERROR_BODY_BYTES) -> httpx.Response:
+    """``response``, an error answer opened as a stream, with at most ``max_bytes`` of its body read
+    (as sent and as decoded, gzip and deflate decoded here): an error's message is near its start,
+    and a server is not trusted to send a short one. The rest is left unread (the connection is
+    closed with the response); what was read is the returned response's whole body."""
+    coding = response.headers.get("content-encoding", "").strip().lower()
+    decoder = zlib.decompressobj(47) if coding in ("gzip", "x-gzip", "deflate") else None
+    data, sent = bytearray(), 0
+    try:
+        async for chunk in response.aiter_raw(_CHUNK):
+            sent += len(chunk)
+            data += chunk if decoder is None else decoder.decompress(chunk, max_bytes - len(data) + 1)
+            if len(data) >= max_bytes or sent >= max_bytes:
+                break
+    except zlib.error:
+        pass  # a damaged compression: what was decoded before it is the message
+    kept = [(k, v) for k, v in response.headers.items() if k.lower() not in ("content-encoding", "content-length")]
+    return httpx.Response(response.status_code, headers=kept, content=bytes(data[:max_bytes]), request=response.request)
+
+
 def _sent_headers(headers: dict[str, str] | None) -> dict[str, str]:
     # Decoded here, not by httpx, so that the decoded size is bounded as it grows.
     return {**(headers or {}), "Accept-Encoding": _ENCODINGS}

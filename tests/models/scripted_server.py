@@ -45,7 +45,10 @@ class Writer:
         self.status(200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
 
     def raw(self, text: str) -> None:
-        self._handler.wfile.write(text.encode())
+        self.data(text.encode())
+
+    def data(self, data: bytes) -> None:
+        self._handler.wfile.write(data)
         self._handler.wfile.flush()
 
     def event(self, data: Any) -> None:

@@ -7,10 +7,12 @@ an event released at teardown, and timeouts are httpx's own.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import socket
 import ssl
+import tracemalloc
 
 import anyio
 import pytest
@@ -340,6 +342,57 @@ async def test_http_errors_are_named(code, body, headers, expected, no_retry_wai
     assert "sk-secret" not in message
     if code == 429:
         assert "retry after 7 s" in message
+
+
+def hostile_error(kind: str):
+    """An answer of status 500 no client should read whole: 64 MiB with no length, a gzip bomb
+    (64 MiB decoded from about 64 KB), or JSON nested 100,000 deep."""
+    pad = 64 << 20
+    # Made before the test traces memory (the server runs in the test's process).
+    bomb = gzip.compress(b'{"error": {"message": "busy"}, "pad": "' + b" " * pad + b'"}') if kind == "bomb" else b""
+
+    def handle(request: Recorded, writer: Writer) -> None:
+        if kind == "endless":
+            writer.status(500, {"Content-Type": "application/json", "Connection": "close"})
+            try:
+                writer.data(b'{"error": {"message": "overloaded ')
+                for _ in range(pad // (64 << 10)):
+                    writer.data(b"x" * (64 << 10))
+            except OSError:
+                return  # the client stopped reading and closed: as it should
+        elif kind == "bomb":
+            headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+            writer.status(500, {**headers, "Content-Length": str(len(bomb))})
+            writer.data(bomb)
+        else:
+            body = b'{"error": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+            writer.status(500, {"Content-Type": "application/json", "Content-Length": str(len(body))})
+            writer.data(body)
+
+    return handle
+
+
+@pytest.mark.parametrize(
+    ("kind", "detail"),
+    [
+        ("endless", ': {"error": {"message": "overloaded xxx'),
+        ("bomb", ': {"error": {"message": "busy"}'),
+        ("deep", ': {"error": [[['),
+    ],
+)
+async def test_an_error_answer_is_read_only_as_far_as_its_message(kind, detail, no_retry_wait):
+    """Its first 64 KiB at most, decoded within that bound too; nesting bounded: a clear ModelError,
+    never the whole body in memory or a RecursionError."""
+    with ScriptedServer(hostile_error(kind)) as server:
+        tracemalloc.start()
+        try:
+            with pytest.raises(ModelError) as caught:
+                await model_for(server).complete(MESSAGES, max_tokens=8, timeout=30)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert str(caught.value).startswith("server error 500" + detail)
+    assert peak < 8 << 20
 
 
 async def test_stream_that_stops_mid_reply():
