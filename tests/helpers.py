@@ -31,6 +31,21 @@ def make_chat(model: Model, **settings: Any) -> Chat:
     return Chat(resolved, model_factory=lambda chat_settings: model)
 
 
+def remote_chat(stub: Any, **settings: Any) -> Chat:
+    """A ``Chat`` on the scripted OpenAI-compatible server ``stub`` (model "stub", first look off)."""
+    resolved = settings_mod.load({}, environ={}).apply(
+        {
+            "chat.provider": "openai",
+            "chat.base_url": stub.base_url,
+            "chat.model": "stub",
+            "chat.first_look": False,
+            **settings,
+        },
+        "test",
+    )
+    return Chat(resolved)
+
+
 def tool_turn(*calls) -> Completion:
     """A model turn that only calls tools."""
     return Completion(text="", tool_calls=tuple(calls))

@@ -14,27 +14,11 @@ import threading
 import anyio
 import pytest
 
-from imprintd import settings as settings_mod
-from imprintd.chat import Chat
 from imprintd.messages import user
 from imprintd.models import remote_counts as remote_mod
 from imprintd.models.remote import RemoteModel
-from tests.helpers import ask
+from tests.helpers import ask, remote_chat
 from tests.openai_stub import OpenAIStub, StubReply
-
-
-def remote_chat(stub: OpenAIStub, **settings) -> Chat:
-    resolved = settings_mod.load({}, environ={}).apply(
-        {
-            "chat.provider": "openai",
-            "chat.base_url": stub.base_url,
-            "chat.model": "stub",
-            "chat.first_look": False,
-            **settings,
-        },
-        "test",
-    )
-    return Chat(resolved)
 
 
 async def wait_for(event: threading.Event) -> None:

@@ -16,7 +16,6 @@ import anyio
 import pytest
 
 from imprintd import protocol as wire
-from imprintd import settings as settings_mod
 from imprintd.chat import Chat
 from imprintd.messages import system, user
 from imprintd.models.base import ContextExceeded
@@ -28,7 +27,7 @@ from imprintd.models.server_window import (
     from_ollama,
     from_vllm,
 )
-from tests.helpers import ask, estimated_prompt
+from tests.helpers import ask, estimated_prompt, remote_chat
 from tests.openai_stub import OpenAIStub, StubReply
 
 LLAMA_PROPS = {
@@ -65,20 +64,6 @@ OLLAMA_SHOW = {
     "details": {"family": "qwen3", "parameter_size": "4.0B", "quantization_level": "Q4_K_M"},
     "model_info": {"general.architecture": "qwen3", "qwen3.context_length": 40960},
 }
-
-
-def remote_chat(stub: OpenAIStub, **settings) -> Chat:
-    resolved = settings_mod.load({}, environ={}).apply(
-        {
-            "chat.provider": "openai",
-            "chat.base_url": stub.base_url,
-            "chat.model": "stub",
-            "chat.first_look": False,
-            **settings,
-        },
-        "test",
-    )
-    return Chat(resolved)
 
 
 def the_model(chat: Chat) -> RemoteModel:
