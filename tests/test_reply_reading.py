@@ -113,7 +113,7 @@ async def test_a_reply_asks_the_store_only_for_what_the_summary_does_not_cover(m
 def test_what_a_reply_decodes_does_not_grow_with_the_uncovered_first_looks(monkeypatch):
     """Uncovered tool exchanges (a first look every reply) pile up until a summary covers them:
     each reply decodes only what was stored since the last, and composes the same prompt."""
-    from imprintd import store as store_module
+    from imprintd.store import database as store_module
 
     decoded = [0]
     decode = store_module._message_from_row

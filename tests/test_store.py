@@ -12,7 +12,7 @@ import apsw
 import msgspec
 import pytest
 
-from imprintd import store as store_module
+from imprintd.store import database as store_module
 from imprintd.messages import Message, SourceRef, ToolCall, assistant, tool_result, user
 from imprintd.settings import data_dir
 from imprintd.store import (

@@ -10,7 +10,7 @@ import time
 import apsw
 import pytest
 
-from imprintd import store as store_mod
+from imprintd.store import database as store_mod
 from imprintd.messages import user
 from imprintd.store import DatabaseBusy, Store
 from tests.e2e.rawclient import RawClient

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import msgspec
 import pytest
 
-from imprintd import store as store_module
+from imprintd.store import database as store_module
 from imprintd.context import history as history_module
 from imprintd.context import history_index
 from imprintd.context.history import OUTPUT_LIMIT, ConversationHistory, query_terms

@@ -194,7 +194,7 @@ def as_older_schema(conn, version: int) -> None:
 
 
 def test_a_version_4_database_gets_the_postings_by_term_and_the_search_reads_them(isolated_dirs):
-    from imprintd import store as store_module
+    from imprintd.store import database as store_module
 
     path = isolated_dirs / "imprint.sqlite3"
     old = Store.open(path)
@@ -349,7 +349,7 @@ def test_the_postings_are_summed_in_window_order_without_sorting_them_first(db, 
 
 
 def test_a_query_of_more_terms_than_are_merged_groups_them_and_ranks_the_same(db, monkeypatch):
-    from imprintd import store as store_module
+    from imprintd.store import database as store_module
 
     common_and_rare(db)
     query = "deployment region gateway"  # every word common: no pruning, every window scored

@@ -98,7 +98,7 @@ def handler_of(method: str, fake_server):
 
 
 async def test_a_cancelled_search_request_stops_its_thread(tmp_path, monkeypatch):
-    from imprintd import store as store_module
+    from imprintd.store import database as store_module
 
     with Store.open(tmp_path / "data.sqlite3") as db:
         info = db.create_session()

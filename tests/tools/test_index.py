@@ -8,7 +8,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from imprintd import store as store_mod
+from imprintd.store import database as store_mod
 from imprintd.store import StoreError
 from imprintd.tools import index as index_mod
 from imprintd.tools.base import ToolError

@@ -1,0 +1,56 @@
+"""Conversations kept in SQLite, and ephemeral ones kept in memory (docs/architecture.md, "Storage").
+
+The package's modules are listed in docs/architecture.md; what callers use is named here.
+"""
+
+from imprintd.store.database import (
+    DB_NAME,
+    DECODED_CACHE_CHARS,
+    MEMORY_MESSAGE_LIMIT,
+    MEMORY_TOOL_RESULT_LIMIT,
+    MIGRATIONS,
+    TITLE_LIMIT,
+    ConversationStore,
+    DatabaseBusy,
+    DatabaseDamaged,
+    FoundMessage,
+    MemoryStore,
+    ReadStopped,
+    SessionInfo,
+    SessionNotFound,
+    Store,
+    StoredSummary,
+    StoreError,
+    clip_tool_result,
+    database_problem,
+    immediate,
+    new_session_id,
+    switch_to_wal,
+    title_from,
+)
+
+__all__ = [
+    "DB_NAME",
+    "DECODED_CACHE_CHARS",
+    "MEMORY_MESSAGE_LIMIT",
+    "MEMORY_TOOL_RESULT_LIMIT",
+    "MIGRATIONS",
+    "TITLE_LIMIT",
+    "ConversationStore",
+    "DatabaseBusy",
+    "DatabaseDamaged",
+    "FoundMessage",
+    "MemoryStore",
+    "ReadStopped",
+    "SessionInfo",
+    "SessionNotFound",
+    "Store",
+    "StoreError",
+    "StoredSummary",
+    "clip_tool_result",
+    "database_problem",
+    "immediate",
+    "new_session_id",
+    "switch_to_wal",
+    "title_from",
+]
