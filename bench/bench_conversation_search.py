@@ -35,10 +35,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from imprintd.context.history import query_stems  # noqa: E402
 from imprintd.conversations.search import search  # noqa: E402
 from imprintd.messages import Message, ToolCall, assistant, tool_result, user  # noqa: E402
 from imprintd.store import Store  # noqa: E402
+from imprintd.store.history_terms import query_stems  # noqa: E402
 
 SESSIONS = 1_000
 MESSAGES = 50

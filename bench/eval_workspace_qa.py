@@ -51,8 +51,8 @@ sys.path.insert(0, str(ROOT))
 from imprintd import settings as settings_mod  # noqa: E402
 from imprintd.chat import Chat  # noqa: E402
 from imprintd.events import ToolStep  # noqa: E402
+from imprintd.messages import is_first_look  # noqa: E402
 from imprintd.reply import ReplyRequest  # noqa: E402
-from imprintd.research import first_look  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -400,7 +400,7 @@ def package_copy(package: str, into: Path) -> Path:
 def first_look_paths(messages) -> list[str] | None:
     """The files the first look showed the model (from the stored exchange), or None without one."""
     for index, message in enumerate(messages):
-        if message.role == "assistant" and any(first_look.is_first_look(c.id) for c in message.tool_calls):
+        if message.role == "assistant" and any(is_first_look(c) for c in message.tool_calls):
             return re.findall(r"^\[[^\]\n]+\] (\S+?):\d+", messages[index + 1].content, re.MULTILINE)
     return None
 
@@ -465,7 +465,7 @@ async def ask(chat: Chat, workspace: Path, question: Question) -> Row:
     seconds = time.perf_counter() - started
     stored = chat.session(outcome.session_id).messages
     seen = first_look_paths(stored)
-    calls = [c for m in stored for c in m.tool_calls if not first_look.is_first_look(c.id)]
+    calls = [c for m in stored for c in m.tool_calls if not is_first_look(c)]
     return Row(
         question=question,
         answered=answers(question, outcome.text),

@@ -7,6 +7,7 @@ from the store carries its per-session number in ``seq``; messages built only fo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import msgspec
@@ -17,6 +18,11 @@ Style = Literal["written", "spoken"]
 #: What a source is: a workspace file's lines, an earlier message, section-analysis notes, or
 #: the result of an MCP server's tool.
 SourceKind = Literal["file", "message", "section", "tool"]
+#: How the daemon's first look's call ids begin (``research/first_look.py`` makes them): the shape of
+#: the ids Imprint gives parsed calls (``call_`` and hex digits), with a letter no hex id has, so it
+#: never takes a model's id. A stored first look is recognised by it (``is_first_look``), in sessions
+#: stored before this rule too.
+FIRST_LOOK_CALL_PREFIX = "call_look"
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -131,3 +137,18 @@ def assistant(
 
 def tool_result(call: ToolCall, text: str, seq: int | None = None) -> Message:
     return Message(role="tool", content=text, tool_call_id=call.id, name=call.name, seq=seq)
+
+
+def calls_by_id(messages: Iterable[Message]) -> dict[str, ToolCall]:
+    """Every tool call the assistant messages made, by id (to name the results that answer them)."""
+    return {call.id: call for message in messages for call in message.tool_calls}
+
+
+def is_first_look(item: Message | ToolCall) -> bool:
+    """Whether ``item`` is the daemon's first look, not the model's own search: its call, the
+    assistant message making only such calls, or its result."""
+    if isinstance(item, ToolCall):
+        return item.id.startswith(FIRST_LOOK_CALL_PREFIX)
+    if item.role == "tool":
+        return (item.tool_call_id or "").startswith(FIRST_LOOK_CALL_PREFIX)
+    return bool(item.tool_calls) and all(map(is_first_look, item.tool_calls))

@@ -41,7 +41,6 @@ from imprintd.context import summary as summaries
 from imprintd.context import usage
 from imprintd.context.fitting import fit_prompt
 from imprintd.context.history import (
-    FIRST_LOOK_CALL_PREFIX,
     SESSION_HISTORIES,
     STRATEGY_LINE,
     ConversationHistoryTool,
@@ -302,17 +301,7 @@ def read_session(
     """
     state = store.summary(session_id)
     covered = summaries.covered_through(state)
-    listed = (
-        store.listable(
-            session_id,
-            0,
-            covered,
-            longer_than=summaries.LONG_PASTE_CHARS,
-            unlisted_calls=FIRST_LOOK_CALL_PREFIX,
-        )
-        if covered
-        else []
-    )
+    listed = store.listable(session_id, 0, covered, rule=summaries.listable) if covered else []
     after = [m for m in store.messages(session_id, after=covered) if (m.seq or 0) < (question.seq or 0)]
     oldest = store.oldest_seq(session_id) or 1
     return state, [*listed, *after], range(oldest, question.seq or oldest)

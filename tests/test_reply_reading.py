@@ -13,8 +13,7 @@ import msgspec
 import pytest
 
 from imprintd import messages as msg
-from imprintd.context.history import FIRST_LOOK_CALL_PREFIX
-from imprintd.messages import ToolCall
+from imprintd.messages import FIRST_LOOK_CALL_PREFIX, ToolCall
 from imprintd.reply import _tool_lines, compose_prompt, read_session
 from imprintd.store import ConversationStore, MemoryStore, Store, StoredSummary
 from tests.helpers import ask, make_chat

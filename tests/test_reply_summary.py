@@ -524,8 +524,7 @@ async def test_a_persist_false_session_keeps_its_summary_in_memory_and_writes_no
 @pytest.mark.parametrize("persist", [True, False])
 async def test_a_reply_searches_the_sessions_index_and_rebuilds_nothing(model, workspace, monkeypatch, persist):
     # Issue 13: the index is kept with the session; a reply tokenizes only what it stores.
-    from imprintd.context import history as history_module
-    from imprintd.context import history_index
+    from imprintd.store import history_index
 
     chat = small_chat(model)
     store, sid = new_session(chat, persist=persist)
@@ -538,7 +537,6 @@ async def test_a_reply_searches_the_sessions_index_and_rebuilds_nothing(model, w
         return original(message)
 
     monkeypatch.setattr(history_index, "windows_of", counting)
-    monkeypatch.setattr(history_module, "windows_of", counting)
     script(model, dispatch(billing_lookup))
 
     outcome, events = await ask(chat, BILLING_QUESTION, sid, workspace=workspace)

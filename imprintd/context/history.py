@@ -3,14 +3,14 @@
 
 A ``ConversationHistory`` holds the earlier messages handed to one reply (the user's, the
 assistant's and tool results, summarized or not), each numbered by its stored ``seq``, and
-the session's index (``history_index.py``: kept in the data database, or in memory for a
+the session's index (``store/history_index.py``: kept in the data database, or in memory for a
 persist-false session, updated when messages are stored). It quotes nothing else, so the
 tool cannot reach another conversation, workspace or user.
 
 - ``search(query)`` is lexical (rarer words weigh more, shared Snowball stems match) over
   700-character windows of each message, ranked as ``docs/conversation-search.md`` explains:
   1. a window scores BM25 (k 1.2, b 0.3) times its *coverage*, the idf share of the query's
-     terms it matches; a message scores its best window;
+     terms it matches (``store/history_score.py``); a message scores its best window;
   2. neighbourhood smoothing in conversation order, S(i) = own(i) + ½·own(i±1) + ¼·own(i±2),
      so an answer that shares no word with the query is found through the question before it;
   3. the 4,000 characters are filled walking down the ranking: a matching message whole if
@@ -41,8 +41,6 @@ instead of using the index and gives the same answer; it is the baseline of
 
 from __future__ import annotations
 
-import itertools
-import math
 import operator
 import threading
 from collections import Counter
@@ -52,34 +50,26 @@ from typing import Annotated, Any
 
 import msgspec
 
-from imprintd.context.history_index import (
-    WORD,
+from imprintd.messages import Message, ToolCall, is_first_look
+from imprintd.offload import in_worker
+from imprintd.store import history_score
+from imprintd.store.history_index import (
+    TOOL_NAME,
     HistoryIndex,
     IndexedMessage,
     IndexLookup,
     MemoryHistoryIndex,
     Window,
-    date_label,
-    query_date_terms,
-    restrict_common,
-    stem,
-    stems,  # noqa: F401 (re-exported: the words the index is made of)
-    windows_of,
+    call_subject,
+    indexed_messages,
+    is_lookback,
+    scan_lookup,
 )
-from imprintd.messages import Message, ToolCall
-from imprintd.offload import in_worker
+from imprintd.store.history_terms import WORD, date_label, query_terms, stem
 from imprintd.tools.base import Quote, ToolError, ToolResult, parse_arguments, tool_spec
-
-TOOL_NAME = "conversation_history"
-#: How the first look's call ids begin (``research/first_look.py`` takes it from here): a
-#: stored first look is recognised by it, in sessions stored before this rule too.
-FIRST_LOOK_CALL_PREFIX = "call_look"
 
 OUTPUT_LIMIT = 4_000
 READ_CHARS = 4_000
-#: BM25's term-frequency saturation and length normalization (light: windows are similar sizes).
-K1 = 1.2
-B = 0.3
 #: A matching message this short is shown whole; a longer one shows up to three places.
 WHOLE_MATCH_CHARS = 700
 PLACES_PER_MESSAGE = 3
@@ -103,136 +93,12 @@ DESCRIPTION = (
     "characters at a time from a character offset (offset)."
 )
 
-# Dropped from a query (unless nothing else is left): they match everywhere and would let a
-# window full of "the" outrank the one with the word asked about.
-_STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "been",
-        "but",
-        "by",
-        "can",
-        "could",
-        "did",
-        "do",
-        "does",
-        "for",
-        "from",
-        "had",
-        "has",
-        "have",
-        "he",
-        "her",
-        "his",
-        "how",
-        "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "me",
-        "my",
-        "no",
-        "not",
-        "of",
-        "on",
-        "or",
-        "our",
-        "she",
-        "so",
-        "than",
-        "that",
-        "the",
-        "their",
-        "them",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "to",
-        "us",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "why",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-        "about",
-        "earlier",
-        "said",
-        "say",
-        "told",
-        "tell",
-        "paste",
-        "pasted",
-        "message",
-        "messages",
-    ]
-)
-
 
 class HistoryError(ToolError):
     """A search or read that cannot be done as asked; the message says why."""
 
 
-def is_stopword(word: str) -> bool:
-    """A lower-case word too common to search for (the workspace's first look drops them too)."""
-    return word in _STOPWORDS
-
-
-#: Distinct stems one query searches for at most (the first ones): each is one more list of
-#: postings to read and score, and a pasted log of thousands of words held a worker thread for
-#: minutes (SECURITY.md, "Bounds").
-MAX_QUERY_STEMS = 64
-
-
-def query_stems(query: str) -> list[str]:
-    """The distinct stems a query searches for, stop words left out unless nothing else is left;
-    the first ``MAX_QUERY_STEMS`` of them."""
-    words = list(dict.fromkeys(match.group().lower() for match in WORD.finditer(query)))
-    content = [word for word in words if word not in _STOPWORDS] or words
-    found: dict[str, None] = {}
-    for word in content:
-        found[stem(word)] = None
-        if len(found) == MAX_QUERY_STEMS:
-            break
-    return list(found)
-
-
-def query_terms(query: str) -> list[str]:
-    """The query's stems, and its date terms when it names a month and a number."""
-    return query_stems(query) + query_date_terms(query)
-
-
 # --- what a message is called ---------------------------------------------------------------
-
-_SUBJECT_KEYS = ("query", "path", "message", "url", "name")
-
-
-def call_subject(call: ToolCall) -> str:
-    """What a tool call was about: its query, path or message number, else its arguments."""
-    for key in _SUBJECT_KEYS:
-        value = call.arguments.get(key)
-        if value not in (None, ""):
-            return f"#{value}" if key == "message" else str(value)
-    return ", ".join(f"{key}={value}" for key, value in call.arguments.items())
 
 
 def describe_call(call: ToolCall) -> str:
@@ -245,11 +111,6 @@ def describe_call(call: ToolCall) -> str:
     return f"{call.name} {subject}"
 
 
-def calls_by_id(messages: Iterable[Message]) -> dict[str, ToolCall]:
-    """Every tool call the assistant messages made, by id (to name the results that answer them)."""
-    return {call.id: call for message in messages for call in message.tool_calls}
-
-
 def describe_message(message: Message, calls: Mapping[str, ToolCall]) -> str:
     """``user``, ``assistant``, ``assistant calling search for “x”``, ``tool result: search for “x”``."""
     if message.role == "tool":
@@ -258,32 +119,6 @@ def describe_message(message: Message, calls: Mapping[str, ToolCall]) -> str:
     if message.tool_calls:
         return f"{message.role} calling " + "; ".join(describe_call(c) for c in message.tool_calls)
     return message.role
-
-
-def indexed_messages(
-    messages: Sequence[Message],
-    calls: Mapping[str, ToolCall] | None = None,
-    created_at: Mapping[int, float] | None = None,
-) -> list[IndexedMessage]:
-    """The stored messages of ``messages`` as the index takes them (system and unnumbered left out).
-
-    ``calls``: tool calls made before ``messages`` (a tool result's query is found in its call);
-    ``created_at``: when each was stored, by seq, for its date.
-    """
-    calls = {**(calls or {}), **calls_by_id(messages)}
-    out = []
-    for message in _numbered(messages):
-        extra = ""
-        if message.role == "tool" and message.tool_call_id in calls:
-            call = calls[message.tool_call_id]
-            extra = f"{call.name} {call_subject(call)}"
-        elif message.tool_calls:
-            extra = " ".join(f"{c.name} {call_subject(c)}" for c in message.tool_calls)
-        seq = message.seq
-        assert seq is not None  # ``kept`` holds stored messages only
-        searchable = not _is_lookback(message, calls) and not is_first_look(message)
-        out.append(IndexedMessage(seq, message.content, extra, searchable, (created_at or {}).get(seq)))
-    return out
 
 
 # --- the history ---------------------------------------------------------------------------
@@ -395,7 +230,7 @@ class _Entries:
                 message.seq,
                 describe_message(message, self._calls),
                 message.content,
-                not _is_lookback(message, self._calls),
+                not is_lookback(message, self._calls),
             )
             self._described[position] = entry
         return entry
@@ -412,7 +247,7 @@ class _Derived:
 
     def __init__(self) -> None:
         self.source: list[Message] = []  # every message taken in, as given
-        self.readable: list[Message] = []  # stored ones, each number once (``_numbered``)
+        self.readable: list[Message] = []  # stored ones, each number once (``history_index.numbered``)
         self.readable_by_seq: dict[int, int] = {}
         self.numbered: list[Message] = []  # readable ones but first looks: searched and printed
         self.by_seq: dict[int, int] = {}
@@ -428,7 +263,7 @@ class _Derived:
             self.source.append(message)
             self.chars += len(message.content) + len(message.model_text or "")
             seq = message.seq
-            # The first of a number is kept, as ``_numbered`` keeps it.
+            # The first of a number is kept, as ``history_index.numbered`` keeps it.
             if seq is None or message.role == "system" or seq in self.readable_by_seq:
                 continue
             at = len(self.readable)
@@ -545,7 +380,7 @@ class ConversationHistory:
         wanted = _check_query(query)
         if not wanted:
             raise HistoryError(f"the query {query!r} has no words to search for")
-        lookup = self._scan(wanted) if scan else self.index.lookup(wanted)
+        lookup = scan_lookup(self._messages, wanted) if scan else self.index.lookup(wanted)
         ranking = self._rank(wanted, lookup)
         if ranking is None:
             return SearchResult(_nothing_found(query.strip(), len(self._entries)), ())
@@ -562,30 +397,9 @@ class ConversationHistory:
         """Build the in-memory index now (when none was given); otherwise the first query does."""
         _ = self.index
 
-    def _scan(self, wanted: Sequence[str]) -> IndexLookup:
-        """What the index would return, by re-tokenizing every window of every message."""
-        windows = words = 0
-        df = dict.fromkeys(wanted, 0)
-        hits: dict[Window, dict[str, int]] = {}
-        for message in self._messages:
-            for window, counts in windows_of(message):
-                windows += 1
-                words += window.words
-                found = {term: counts[term] for term in wanted if counts[term]}
-                if found:
-                    hits[window] = found
-                    for term in found:
-                        df[term] += 1
-        return restrict_common(IndexLookup(windows, words / windows if windows else 0.0, df, hits), wanted)
-
     # -- ranking ------------------------------------------------------------------------
     def _rank(self, wanted: Sequence[str], lookup: IndexLookup) -> _Ranking | None:
-        total = lookup.windows
-        idf = {
-            term: math.log(1 + (total - lookup.df[term] + 0.5) / (lookup.df[term] + 0.5))
-            for term in wanted
-            if lookup.df.get(term)
-        }
+        idf = {term: history_score.idf(lookup.windows, lookup.df[term]) for term in wanted if lookup.df.get(term)}
         all_idf = sum(idf.values())
         window_scores: dict[Window, float] = {}
         by_entry: dict[int, list[Window]] = {}
@@ -594,7 +408,9 @@ class ConversationHistory:
             # The index holds the whole session; quote only the messages handed in.
             if position is None or not self._entries.searchable(position):
                 continue
-            window_scores[window] = _window_score(wanted, found, idf, all_idf, window.words, lookup.average_words)
+            window_scores[window] = history_score.score_window(
+                wanted, found, idf, all_idf, window.words, lookup.average_words
+            )
             by_entry.setdefault(position, []).append(window)
         if not by_entry:
             return None
@@ -883,39 +699,6 @@ def search_by_scan(history: ConversationHistory, query: str) -> str:
     return history.search_places(query, scan=True).text
 
 
-def _numbered(messages: Sequence[Message]) -> list[Message]:
-    """The messages ``indexed_messages`` keeps (stored ones, each number once), in the same order."""
-    kept = [m for m in messages if m.seq is not None and m.role != "system"]
-    if all(a.seq < b.seq for a, b in itertools.pairwise(kept)):  # type: ignore[operator]
-        return kept  # as the store returns them: no number twice
-    seen: set[int] = set()
-    out = []
-    for message in kept:
-        if message.seq not in seen:
-            seen.add(message.seq)  # type: ignore[arg-type]
-            out.append(message)
-    return out
-
-
-def _window_score(
-    wanted: Sequence[str],
-    found: Mapping[str, int],
-    idf: Mapping[str, float],
-    all_idf: float,
-    words: int,
-    average_words: float,
-) -> float:
-    """BM25 saturation times coverage (the idf share of the query's terms the window matches)."""
-    norm = K1 * (1 - B + B * (words / average_words if average_words else 1.0))
-    bm25 = matched = 0.0
-    for term in wanted:  # in query order, so every path sums in the same order
-        count = found.get(term)
-        if count and term in idf:
-            bm25 += idf[term] * count * (K1 + 1) / (count + norm)
-            matched += idf[term]
-    return bm25 * (matched / all_idf) if all_idf else 0.0
-
-
 #: Neighbourhood smoothing: the share of a message's own score its neighbours get, by distance.
 _NEIGHBOUR_WEIGHTS = ((0, 1.0), (-1, 0.5), (1, 0.5), (-2, 0.25), (2, 0.25))
 
@@ -957,20 +740,6 @@ def _next_word(text: str, start: int, limit: int) -> int:
     """The start of the first whole word at or after ``start`` (not past ``limit``)."""
     space = text.find(" ", start, limit)
     return space + 1 if space != -1 else start
-
-
-def is_first_look(message: Message) -> bool:
-    """Whether ``message`` is a first look's call or result: the daemon's search, not the model's."""
-    if message.role == "tool":
-        return (message.tool_call_id or "").startswith(FIRST_LOOK_CALL_PREFIX)
-    return bool(message.tool_calls) and all(c.id.startswith(FIRST_LOOK_CALL_PREFIX) for c in message.tool_calls)
-
-
-def _is_lookback(message: Message, calls: Mapping[str, ToolCall]) -> bool:
-    if message.role == "tool":
-        call = calls.get(message.tool_call_id or "")
-        return (call.name if call else message.name) == TOOL_NAME
-    return bool(message.tool_calls) and all(c.name == TOOL_NAME for c in message.tool_calls)
 
 
 def _check_query(query: str) -> list[str]:

@@ -35,9 +35,9 @@ from collections.abc import Sequence
 import anyio
 import msgspec
 
-from imprintd.context.history import TOOL_NAME, calls_by_id, describe_call, is_first_look
+from imprintd.context.history import TOOL_NAME, describe_call
 from imprintd.events import ReplyEvents
-from imprintd.messages import Message, ToolSpec
+from imprintd.messages import Message, ToolSpec, calls_by_id, is_first_look
 from imprintd.models.base import Model, ModelError, side_requests
 from imprintd.offload import in_worker
 from imprintd.redact import EXCERPT_MARGIN, redact, redact_head, redact_tail
@@ -353,27 +353,41 @@ def append_bullets(existing: str, new: str) -> str:
     return text
 
 
+def listable(message: Message) -> bool:
+    """Whether the covered material can name ``message``, or needs it to name a result: a long paste,
+    a tool result but a first look's, a call that made one (``covered_material`` lists what this
+    keeps; a reply reads only these of the covered messages: ``store.listable``, ``reply.read_session``).
+
+    A first look is the daemon's search with the user's words, not something said or found by the
+    model's own call: listing it would push those out (and each one listed cost a redaction every
+    reply: docs/decisions.md, "The first look leaves no litter"); its call names nothing listed, and
+    there is one a reply.
+    """
+    if message.role == "user":
+        return len(message.content) > LONG_PASTE_CHARS
+    if message.role == "tool":
+        return not is_first_look(message)
+    return any(not is_first_look(call) for call in message.tool_calls)
+
+
 def covered_material(messages: Sequence[Message]) -> list[str]:
     """What a later turn may ask about: long pastes by number and first line, tool results by query."""
     calls = calls_by_id(messages)
     items: list[str] = []
     for message in messages:
-        if message.seq is None:
+        if message.seq is None or message.role not in ("user", "tool") or not listable(message):
             continue
-        if message.role == "user" and len(message.content) > LONG_PASTE_CHARS:
+        if message.role == "user":
             first = _first_line(message.content)
             items.append(
                 f"#{message.seq} pasted by the user ({len(message.content):,} characters), beginning “{first}”"
             )
-        elif message.role == "tool" and not is_first_look(message):
-            # A first look is the daemon's search with the user's words, not something said
-            # or found by the model's own call: listing it would push those out (and each one
-            # listed cost a redaction every reply: docs/decisions.md, "The first look leaves no litter").
-            call = calls.get(message.tool_call_id or "")
-            if (call.name if call else message.name) == TOOL_NAME:
-                continue  # an earlier look-back only quotes other messages
-            name = describe_call(call) if call else message.name or "tool"
-            items.append(f"#{message.seq} tool result: {redact(name)} ({len(message.content):,} characters)")
+            continue
+        call = calls.get(message.tool_call_id or "")
+        if (call.name if call else message.name) == TOOL_NAME:
+            continue  # an earlier look-back only quotes other messages
+        name = describe_call(call) if call else message.name or "tool"
+        items.append(f"#{message.seq} tool result: {redact(name)} ({len(message.content):,} characters)")
     return items
 
 

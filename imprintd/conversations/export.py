@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
 
-from imprintd.context.history import calls_by_id, describe_call
-from imprintd.messages import Message, SourceRef, ToolCall
+from imprintd.context.history import describe_call
+from imprintd.messages import Message, SourceRef, ToolCall, calls_by_id, is_first_look
 from imprintd.research import first_look
 from imprintd.research.citations import sources_block
 from imprintd.research.loop import REPEATED
@@ -102,20 +102,20 @@ def _summary_note(summary: StoredSummary) -> str:
 
 def _step_title(call: ToolCall, question: str) -> str:
     """A call in words, as the chat titled its step: the first look by the question it looked for."""
-    if first_look.is_first_look(call.id):
+    if is_first_look(call):
         return first_look.step_title(question)
     return describe_call(call)
 
 
 def _step_result(message: Message, calls: dict[str, ToolCall], question: str) -> str:
     call = calls.get(message.tool_call_id or "")
-    whole = first_look.for_the_user(message.content) if call and first_look.is_first_look(call.id) else message.content
+    whole = first_look.for_the_user(message.content) if call and is_first_look(call) else message.content
     text = whole
     if len(text) > STEP_RESULT_CHARS:
         text = text[:STEP_RESULT_CHARS] + f"\n… ({len(whole):,} characters in all)"
     fence = _fence(text)
     name = _step_title(call, question) if call else message.name or "tool"
-    if call and first_look.is_first_look(call.id):
+    if call and is_first_look(call):
         name = name[:1].lower() + name[1:]  # "Result of looking in the workspace for …"
     return f"  Result of {name}:\n\n{fence}\n{text}\n{fence}"
 

@@ -1,9 +1,10 @@
 """Searching every stored conversation for the user (``imprint/searchConversations``).
 
-It reads the history index that ``conversation_history`` reads (``context/history_index.py``,
+It reads the history index that ``conversation_history`` reads (``store/history_index.py``,
 docs/conversation-search.md): the same windows, stems, stop words and date terms, and the same
-window score (BM25 with k 1.2, b 0.3, times the idf share of the query the window matches). What
-differs, because a person reads the result rather than a model:
+window score (``store/history_score.py``: BM25 with k 1.2, b 0.3, times the idf share of the query
+the window matches), which SQLite computes here for every window holding a term. What differs,
+because a person reads the result rather than a model:
 
 - every stored session is searched, not one; persist-false sessions are never searched (they are
   the user's "keep this off the disk" conversations, and live only in memory);
@@ -26,7 +27,6 @@ ends in the store (``Store.stopped_by``) instead of running on.
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 import weakref
@@ -37,10 +37,11 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import msgspec
 
-from imprintd.context.history import K1, B, query_terms
-from imprintd.context.history_index import stem
-from imprintd.store import FoundMessage, Store
+from imprintd.store import Store
+from imprintd.store.history_score import K1, B, Sql, bm25_part, idf, window_score
+from imprintd.store.history_terms import query_terms, stem
 
 #: Results per page, by default and at most.
 DEFAULT_LIMIT = 20
@@ -56,12 +57,30 @@ SNIPPET_CHARS = 160
 COMMON_TIMES_RAREST = 4
 #: Terms whose window counts one connection keeps, at most (past it the cache starts again).
 CACHED_TERMS = 4_096
+#: A search of up to this many terms merges the terms' postings in window order (``_best``); a
+#: longer one groups them (a compound SELECT takes at most 500 parts).
+MERGED_TERMS = 64
 
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 class SearchError(ValueError):
     """A search that cannot be run as asked; the message names the field and what is accepted."""
+
+
+class FoundMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A message found by ``_best``: its best window (``start:end`` of ``content``) and score."""
+
+    session_id: str
+    title: str
+    workspace: str | None
+    seq: int
+    role: str
+    content: str
+    created_at: float
+    start: int
+    end: int
+    score: float
 
 
 @dataclass(frozen=True)
@@ -144,12 +163,10 @@ def search(
         raise SearchError(f"until: {until} is before since: {since}")
     with store.stopped_by(stop):
         windows, average_words, counts = _statistics(store, terms)
-        weights = {term: math.log(1 + (windows - df + 0.5) / (df + 0.5)) for term, df in counts.items() if df}
-        asked: dict[str, Any] = dict(
-            average_words=average_words, k1=K1, b=B, workspace=folder, after=after, before=before
-        )
-        found, more = _without_common_only_windows(store, weights, counts, asked, limit, offset) or store.search(
-            weights, **asked, limit=limit, offset=offset
+        weights = {term: idf(windows, df) for term, df in counts.items() if df}
+        asked: dict[str, Any] = dict(average_words=average_words, workspace=folder, after=after, before=before)
+        found, more = _without_common_only_windows(store, weights, counts, asked, limit, offset) or _best(
+            store, weights, **asked, limit=limit, offset=offset
         )
     wanted = _wanted_words({term for term in terms if not term.startswith("date:")})
     hits = tuple(_hit(message, wanted) for message in found)
@@ -158,7 +175,7 @@ def search(
 
 @dataclass
 class _Statistics:
-    """What ``Store.search_statistics`` told one connection at ``generation``."""
+    """What ``_window_counts`` told one connection at ``generation``."""
 
     generation: tuple[int, int]
     windows: int
@@ -177,7 +194,7 @@ def _generation(db: apsw.Connection) -> tuple[int, int]:
 
 
 def _statistics(store: Store, terms: Sequence[str]) -> tuple[int, float, dict[str, int]]:
-    """``store.search_statistics(terms)``, from what this thread's connection was told before while
+    """``_window_counts(store, terms)``, from what this thread's connection was told before while
     the database is unchanged since.
 
     An answer is kept only when the generation is the same before and after it was read: a write
@@ -194,10 +211,10 @@ def _statistics(store: Store, terms: Sequence[str]) -> tuple[int, float, dict[st
         asked = [term for term in terms if term not in counted]
         if known is not None and not asked:
             return known.windows, known.average_words, counted
-        windows, average_words, counts = store.search_statistics(asked)
+        windows, average_words, counts = _window_counts(store, asked)
         if _generation(db) != before:
             # Written meanwhile: nothing kept, and every term counted again in one reading.
-            return store.search_statistics(terms) if counted else (windows, average_words, counts)
+            return _window_counts(store, terms) if counted else (windows, average_words, counts)
         counted.update(counts)
         if known is None or len(known.counts) > CACHED_TERMS:
             known = _Statistics(before, windows, average_words)
@@ -210,7 +227,7 @@ def _statistics(store: Store, terms: Sequence[str]) -> tuple[int, float, dict[st
 def _without_common_only_windows(
     store: Store, weights: dict[str, float], counts: dict[str, int], asked: dict[str, Any], limit: int, offset: int
 ) -> tuple[list[FoundMessage], bool] | None:
-    """The page as ``store.search`` ranks it, reading only the windows that hold a rare term of the
+    """The page as ``_best`` ranks it, reading only the windows that hold a rare term of the
     query; None where that cannot be shown to be the same page (the caller then scores every window).
 
     A query such as "deployment region eu-west" matches most stored windows through its common
@@ -228,11 +245,198 @@ def _without_common_only_windows(
         return None
     total = sum(weights.values())
     common_weight = sum(weights[term] for term in common)
-    bound = (asked["k1"] + 1) * common_weight * common_weight / total
-    found, more = store.search(weights, **asked, limit=limit, offset=offset, holding=rare)
+    bound = window_score((K1 + 1) * common_weight, common_weight, total)
+    found, more = _best(store, weights, **asked, limit=limit, offset=offset, holding=rare)
     if len(found) < limit or not more or found[-1].score <= bound:
         return None
     return found, more
+
+
+def _window_counts(store: Store, terms: Sequence[str]) -> tuple[int, float, dict[str, int]]:
+    """Over every stored session's index: the searchable windows, their average length in words,
+    and how many windows hold each of ``terms`` (what the terms' weights are made from)."""
+    store.index_every_session()
+    terms = list(dict.fromkeys(terms))
+    with store.reading() as db:
+        totals: tuple[Any, ...] = db.execute(  # an aggregate: always one row
+            "SELECT coalesce(sum(windows), 0), coalesce(sum(words), 0) FROM history_sessions"
+        ).fetchone() or (0, 0)
+        windows, words = totals
+        counts = dict.fromkeys(terms, 0)
+        if terms:
+            found: list[tuple[Any, ...]] = db.execute(
+                "SELECT term, count(*) FROM history_postings"
+                f" WHERE term IN ({', '.join('?' * len(terms))}) GROUP BY term",
+                terms,
+            ).fetchall()
+            counts.update(found)
+    return windows, words / windows if windows else 0.0, counts
+
+
+def _best(
+    store: Store,
+    weights: dict[str, float],
+    *,
+    average_words: float,
+    workspace: str | None = None,
+    after: float | None = None,
+    before: float | None = None,
+    limit: int = 20,
+    offset: int = 0,
+    holding: Sequence[str] = (),
+) -> tuple[list[FoundMessage], bool]:
+    """Messages ``offset`` .. ``offset + limit`` of every stored session holding any term of
+    ``weights`` (term → idf), best first, and whether more follow.
+
+    With ``holding``, only windows holding one of those terms are scored (still with every term
+    of ``weights``): the caller's pruning of windows that hold only common words, whose postings
+    are most of a search's reading; the caller checks that no such window could have ranked.
+
+    A window scores ``history_score.window_score`` (BM25 of windows ``average_words`` long, times the
+    share of the weight it matches); a message its best window. ``workspace`` keeps sessions of that folder or
+    one inside it; ``after`` and ``before`` (Unix seconds) bound when the message was stored.
+    SQLite scores every window holding a term, from the postings by term (migrations 5 and 6),
+    and keeps only the best ones (a bounded sort); the best window of each message is picked here.
+    """
+    store.index_every_session()
+    total_weight = sum(weights.values())
+    if not weights or total_weight <= 0:
+        return [], False
+    params: dict[str, Any] = {
+        "weights": msgspec.json.encode(weights).decode(),
+        "k1": K1,
+        "b": B,
+        "total_weight": total_weight,
+        "average": average_words or 1.0,
+    }
+    # Filters join only when asked: reading every candidate's message row costs more than the
+    # scoring (a message's row holds its text). Scoring reads the postings index alone (each
+    # posting carries its window's length, migration 6); the best windows' rows are read after.
+    joins, filters = "", []
+    if workspace is not None:
+        under = workspace.rstrip("/") + "/"
+        joins += (
+            " JOIN history_sessions h ON h.id = p.history_id JOIN sessions s ON s.id = h.session_id"
+            " AND (s.workspace = :workspace OR substr(s.workspace, 1, :under_length) = :under)"
+        )
+        params |= {"workspace": workspace, "under": under, "under_length": len(under)}
+    if after is not None or before is not None:
+        joins += (
+            " JOIN history_windows w ON w.history_id = p.history_id AND w.window = p.window"
+            " JOIN messages m ON m.session_id = (SELECT session_id FROM history_sessions WHERE id = p.history_id)"
+            " AND m.seq = w.seq"
+        )
+        if after is not None:
+            filters.append("m.created_at >= :after")
+            params["after"] = after
+        if before is not None:
+            filters.append("m.created_at < :before")
+            params["before"] = before
+    where = " AND ".join(filters) or "1"
+    if holding:
+        # The windows holding one of ``holding`` are found first, and each looks up its postings
+        # of every term (the CROSS JOINs keep SQLite from reading a whole session's postings per window).
+        params["holding"] = msgspec.json.encode(list(holding)).decode()
+        postings = (
+            f"SELECT p.history_id AS history_id, p.window AS window, {_part('q.weight')} AS part, q.weight AS weight"
+            " FROM (SELECT DISTINCT history_id, window FROM history_postings"
+            "  WHERE term IN (SELECT value FROM json_each(:holding))) c"
+            " CROSS JOIN q CROSS JOIN history_postings p"
+            f" ON p.term = q.term AND p.history_id = c.history_id AND p.window = c.window{joins} WHERE {where}"
+        )
+    elif len(weights) <= MERGED_TERMS:
+        # Each term's postings come from the by-term index in window order, so SQLite merges the
+        # terms' lists (UNION ALL … ORDER BY) and sums each window's as they pass: grouping them
+        # all in a temporary B-tree first was half of a search's time.
+        branches = []
+        for n, (term, weight) in enumerate(weights.items()):
+            params |= {f"term{n}": term, f"weight{n}": weight}
+            branches.append(
+                f"SELECT p.history_id AS history_id, p.window AS window, {_part(f':weight{n}')} AS part,"
+                f" :weight{n} AS weight FROM history_postings p{joins} WHERE p.term = :term{n} AND {where}"
+            )
+        postings = " UNION ALL ".join(branches) + " ORDER BY 1, 2"
+    else:
+        postings = (
+            f"SELECT p.history_id AS history_id, p.window AS window, {_part('q.weight')} AS part, q.weight AS weight"
+            f" FROM q JOIN history_postings p ON p.term = q.term{joins} WHERE {where}"
+        )
+    # Equal scores: the newer session, then the later message, goes first (a window's number
+    # grows with its message's seq; within a message the earlier window is the hit).
+    scored = f"""
+            SELECT history_id, window, {window_score(Sql("sum(part)"), Sql("sum(weight)"), Sql(":total_weight"))}
+            FROM ({postings})
+            GROUP BY history_id, window"""
+    if len(weights) == 1 and not holding:
+        # One term: a window has one posting, so no grouping (half a one-word search's time);
+        # the same arithmetic as the sums of one value, so the same scores to the last bit.
+        scored = (
+            f"SELECT history_id, window, {window_score(Sql('part'), Sql('weight'), Sql(':total_weight'))}"
+            f" FROM ({postings})"
+        )
+    sql = f"""
+        WITH q(term, weight) AS (SELECT key, value FROM json_each(:weights)),
+        best(history_id, window, score) AS (
+            {scored}
+            ORDER BY 3 DESC, history_id DESC, window DESC
+            LIMIT :windows
+        )
+        SELECT b.history_id, w.seq, w.start_char, w.end_char, b.score
+        FROM best b JOIN history_windows w ON w.history_id = b.history_id AND w.window = b.window
+        ORDER BY b.score DESC, b.history_id DESC, w.seq DESC, w.start_char
+    """
+    wanted = offset + limit + 1  # one more than the page tells whether another follows
+    windows = wanted * 3  # a long message has several windows among the best
+    with store.reading() as db:
+        while True:
+            rows: list[tuple[Any, ...]] = db.execute(sql, params | {"windows": windows}).fetchall()
+            best: dict[tuple[int, int], tuple[Any, ...]] = {}
+            for row in rows:
+                best.setdefault((row[0], row[1]), row)
+            if len(best) >= wanted or len(rows) < windows:
+                break
+            windows *= 4
+        page = list(best.values())[offset : offset + limit]
+        found = _found(db, page)
+    return found, len(best) > offset + limit
+
+
+def _found(db: apsw.Connection, page: list[tuple[Any, ...]]) -> list[FoundMessage]:
+    """The messages of ``page`` (history id, seq, window start and end, score), in its order,
+    read in one statement (one each was a fifth of a one-word search)."""
+    keys = msgspec.json.encode([[history_id, seq] for history_id, seq, *_ in page]).decode()
+    rows: list[tuple[Any, ...]] = db.execute(
+        "SELECT h.id, m.seq, s.id, s.title, s.workspace, m.role, m.content, m.created_at FROM json_each(?) j"
+        " JOIN history_sessions h ON h.id = j.value ->> 0 JOIN sessions s ON s.id = h.session_id"
+        " JOIN messages m ON m.session_id = s.id AND m.seq = j.value ->> 1",
+        (keys,),
+    ).fetchall()
+    messages = {(row[0], row[1]): row[2:] for row in rows}
+    found = []
+    for history_id, seq, start, end, score in page:
+        assert (history_id, seq) in messages, "a window's message is stored with it"
+        session_id, title, workspace, role, content, created_at = messages[history_id, seq]
+        found.append(
+            FoundMessage(
+                session_id=session_id,
+                title=title,
+                workspace=workspace,
+                seq=seq,
+                role=role,
+                content=content,
+                created_at=created_at,
+                start=start,
+                end=end,
+                score=score,
+            )
+        )
+    return found
+
+
+def _part(weight: str) -> Sql:
+    """A posting's ``history_score.bm25_part`` as SQL: its term's ``weight`` (a column or parameter),
+    its ``count`` and its window's length in ``words`` (``_best``'s parameters give the rest)."""
+    return bm25_part(Sql(weight), Sql("p.count"), Sql("p.words"), Sql(":average"), Sql(":k1"), Sql(":b"))
 
 
 def _hit(message: FoundMessage, wanted: _WordFinder) -> Hit:

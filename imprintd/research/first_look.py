@@ -14,7 +14,7 @@ nothing: no exchange in the prompt, none stored.
 
 The look is the daemon's, not the model's: ``conversation_history`` does not search it
 (``context/history.py``), since its query is the user's own words and would outrank what was
-said; it is recognised by its call id (``CALL_ID_PREFIX``).
+said; it is recognised by its call id (``messages.FIRST_LOOK_CALL_PREFIX``, ``messages.is_first_look``).
 
 The query, its bounds and those lines are decided here; the loop runs it (``research/loop.py``).
 """
@@ -29,17 +29,13 @@ from typing import Any
 
 import msgspec
 
-from imprintd.context.history import FIRST_LOOK_CALL_PREFIX, is_stopword
-from imprintd.messages import Message
+from imprintd.messages import FIRST_LOOK_CALL_PREFIX, Message
 from imprintd.offload import in_worker
+from imprintd.store.history_terms import is_stopword
 from imprintd.tools.base import Hit, Tool, ToolError, ToolResult
 from imprintd.tools.index import binding_of
 from imprintd.tools.workspace import SearchTool, format_hits
 
-#: How the first look's call ids begin: the shape of the ids Imprint gives parsed calls
-#: (``call_`` and hex digits), with a letter no hex id has, so it never takes a model's id.
-#: Defined with the history, which leaves these exchanges out of its search.
-CALL_ID_PREFIX = FIRST_LOOK_CALL_PREFIX
 #: The share of the prompt's room (the context less the output allowance) the first look may
 #: fill: it is evidence to start from, not the whole of the research.
 SHARE = 0.25
@@ -93,11 +89,7 @@ _ALSO_COMMON = frozenset(
 
 def new_call_id() -> str:
     """A fresh id for one reply's first look (ids stay unique across a session's replies)."""
-    return CALL_ID_PREFIX + secrets.token_hex(4)
-
-
-def is_first_look(call_id: str) -> bool:
-    return call_id.startswith(CALL_ID_PREFIX)
+    return FIRST_LOOK_CALL_PREFIX + secrets.token_hex(4)
 
 
 def step_title(question: str) -> str:

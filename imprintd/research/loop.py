@@ -467,7 +467,7 @@ class _Loop:
         saved state serves it (docs/decisions.md, "A prompt that stays put")."""
         self.current.append(msg.tool_result(call, shown))
         stored = msg.tool_result(call, text)
-        if first_look.is_first_look(call.id):
+        if msg.is_first_look(call):
             # The daemon's look, not a tool the user asked about: stored once, as read (numbered,
             # as the answer cites it), so the session does not hold each look twice.
             stored = msg.tool_result(call, shown)

@@ -34,7 +34,7 @@ import apsw
 import msgspec
 
 from imprintd.private import private_database
-from imprintd.store import StoreError, immediate, switch_to_wal
+from imprintd.store.sqlite import BUSY_TIMEOUT_MS, StoreError, immediate, switch_to_wal
 from imprintd.tools.base import Hit, ToolError
 from imprintd.tools.paths import OWN_FILES, is_secret_name, is_shown_name, open_regular_file
 
@@ -51,7 +51,6 @@ BATCH_FILES = 500
 EXCERPT_CHARS = 600
 #: Words of a query sent to FTS5; the rest only slow the OR query down.
 MAX_QUERY_WORDS = 32
-BUSY_TIMEOUT_MS = 5_000
 
 
 #: Folders never indexed: tool caches, dependencies and build output, rebuilt or fetched

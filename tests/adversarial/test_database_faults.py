@@ -10,9 +10,10 @@ import time
 import apsw
 import pytest
 
-from imprintd.store import database as store_mod
 from imprintd.messages import user
 from imprintd.store import DatabaseBusy, Store
+from imprintd.store import database as store_mod
+from imprintd.store import sqlite as sqlite_mod
 from tests.e2e.rawclient import RawClient
 
 
@@ -70,6 +71,7 @@ def test_a_database_another_process_holds_is_waited_on(raw, stub, tmp_path):
 @pytest.fixture
 def short_busy_timeout(monkeypatch):
     monkeypatch.setattr(store_mod, "BUSY_TIMEOUT_MS", 100)
+    monkeypatch.setattr(sqlite_mod, "BUSY_TIMEOUT_MS", 100)
 
 
 def held(path) -> apsw.Connection:
@@ -129,7 +131,7 @@ def test_a_new_database_another_imprintd_is_creating_is_waited_on(tmp_path, monk
         if other.in_transaction:
             other.execute("ROLLBACK")
 
-    monkeypatch.setattr(store_mod, "_pause_before_retry", other_finishes)
+    monkeypatch.setattr(sqlite_mod, "_pause_before_retry", other_finishes)
     store = Store.open(path)
     assert pauses == [True]  # refused once, tried again after the other let go
     with store.reading() as db:

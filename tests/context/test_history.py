@@ -7,7 +7,6 @@ import re
 import pytest
 
 from imprintd.context.history import (
-    FIRST_LOOK_CALL_PREFIX,
     OUTPUT_LIMIT,
     READ_CHARS,
     STRATEGY_LINE,
@@ -15,10 +14,9 @@ from imprintd.context.history import (
     ConversationHistory,
     ConversationHistoryTool,
     HistoryError,
-    is_first_look,
     search_by_scan,
 )
-from imprintd.messages import Message, ToolCall, assistant, tool_result, user
+from imprintd.messages import FIRST_LOOK_CALL_PREFIX, Message, ToolCall, assistant, is_first_look, tool_result, user
 from imprintd.tools.base import ToolError, ToolResult
 from tests.conversations import compose_paste
 

@@ -4,16 +4,9 @@ build had not seen, its outputs the same as a build over every earlier message."
 from __future__ import annotations
 
 from imprintd import reply as reply_mod
-from imprintd.context.history import (
-    FIRST_LOOK_CALL_PREFIX,
-    TOOL_NAME,
-    ConversationHistory,
-    HistoryError,
-    MemoryHistoryIndex,
-    SessionHistories,
-    indexed_messages,
-)
-from imprintd.messages import Message, ToolCall, assistant, system, tool_result, user
+from imprintd.context.history import TOOL_NAME, ConversationHistory, HistoryError, SessionHistories
+from imprintd.messages import FIRST_LOOK_CALL_PREFIX, Message, ToolCall, assistant, system, tool_result, user
+from imprintd.store.history_index import MemoryHistoryIndex, indexed_messages
 from tests.helpers import ask, make_chat, tool_turn
 from tests.standin import call
 

@@ -8,7 +8,6 @@ import msgspec
 import pytest
 
 from imprintd.context import summary as summaries
-from imprintd.context.history import FIRST_LOOK_CALL_PREFIX
 from imprintd.context.summary import (
     CLIP_LEVELS,
     PROGRESS,
@@ -27,7 +26,7 @@ from imprintd.context.summary import (
     summary_block,
     update_summary,
 )
-from imprintd.messages import Message, ToolCall, ToolSpec, assistant, system, tool_result, user
+from imprintd.messages import FIRST_LOOK_CALL_PREFIX, Message, ToolCall, ToolSpec, assistant, system, tool_result, user
 from imprintd.models.base import Completion
 from imprintd.store import StoredSummary
 from tests.recording import RecordingEvents

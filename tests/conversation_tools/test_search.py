@@ -11,11 +11,11 @@ from datetime import datetime
 
 import pytest
 
-from imprintd.context.history import K1, B
 from imprintd.conversations import search as search_module
 from imprintd.conversations.search import SearchError, SearchPage, plain, search, snippet
 from imprintd.messages import ToolCall, assistant, tool_result, user
 from imprintd.store import MemoryStore, Store
+from imprintd.store.history_score import K1, B
 
 
 class Clock:
@@ -194,7 +194,7 @@ def as_older_schema(conn, version: int) -> None:
 
 
 def test_a_version_4_database_gets_the_postings_by_term_and_the_search_reads_them(isolated_dirs):
-    from imprintd.store import database as store_module
+    from imprintd.store import migrations
 
     path = isolated_dirs / "imprint.sqlite3"
     old = Store.open(path)
@@ -204,7 +204,7 @@ def test_a_version_4_database_gets_the_postings_by_term_and_the_search_reads_the
     old.close()
 
     with Store.open(path) as upgraded, upgraded.reading() as conn:
-        assert conn.pragma("user_version") == len(store_module.MIGRATIONS)
+        assert conn.pragma("user_version") == len(migrations.MIGRATIONS)
         plan = " ".join(
             str(row[-1])
             for row in conn.execute(
@@ -256,17 +256,18 @@ def common_and_rare(db: Store) -> dict[str, str]:
 
 
 class Recording:
-    """``store.search`` as called by ``search``, recorded: which windows it was told to score."""
+    """The scoring statement's runs (``_best``) as ``search`` makes them, recorded: which windows it
+    was told to score."""
 
     def __init__(self, db: Store, monkeypatch) -> None:
         self.holding: list[tuple[str, ...]] = []
-        scored = db.search
+        scored = search_module._best
 
-        def recorded(weights, **kwargs):
+        def recorded(store, weights, **kwargs):
             self.holding.append(tuple(kwargs.get("holding", ())))
-            return scored(weights, **kwargs)
+            return scored(store, weights, **kwargs)
 
-        monkeypatch.setattr(db, "search", recorded)
+        monkeypatch.setattr(search_module, "_best", recorded)
 
 
 def every_window_scored(monkeypatch, query: str, db: Store, **kwargs) -> SearchPage:
@@ -349,30 +350,28 @@ def test_the_postings_are_summed_in_window_order_without_sorting_them_first(db, 
 
 
 def test_a_query_of_more_terms_than_are_merged_groups_them_and_ranks_the_same(db, monkeypatch):
-    from imprintd.store import database as store_module
-
     common_and_rare(db)
     query = "deployment region gateway"  # every word common: no pruning, every window scored
     merged, plan = search_plan(db, query, limit=50)
     assert any("MERGE" in step for step in plan)
-    monkeypatch.setattr(store_module, "MERGED_TERMS", 2)
+    monkeypatch.setattr(search_module, "MERGED_TERMS", 2)
     grouped, plan = search_plan(db, query, limit=50)
     assert any("B-TREE FOR GROUP BY" in step for step in plan)
     assert grouped == merged and len(merged.hits) == 50
 
 
 class StatisticsCalls:
-    """``store.search_statistics`` as ``search`` calls it: the terms it asked the store to count."""
+    """``_window_counts`` as ``search`` calls it: the terms it asked the index to count."""
 
     def __init__(self, db: Store, monkeypatch) -> None:
         self.asked: list[list[str]] = []
-        counted = db.search_statistics
+        counted = search_module._window_counts
 
-        def recorded(terms):
+        def recorded(store, terms):
             self.asked.append(list(terms))
-            return counted(terms)
+            return counted(store, terms)
 
-        monkeypatch.setattr(db, "search_statistics", recorded)
+        monkeypatch.setattr(search_module, "_window_counts", recorded)
 
 
 def uncached(db: Store, query: str, **kwargs) -> SearchPage:

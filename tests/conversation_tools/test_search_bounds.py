@@ -16,11 +16,13 @@ import pytest
 from imprintd import offload
 from imprintd import protocol as wire
 from imprintd import server as server_module
-from imprintd.context.history import MAX_QUERY_STEMS, ConversationHistory, query_terms
-from imprintd.context.history_index import MAX_DATE_TERMS, SqliteHistoryIndex
+from imprintd.context.history import ConversationHistory
+from imprintd.conversations import search as search_module
 from imprintd.conversations.search import search
 from imprintd.messages import assistant, user
 from imprintd.store import ReadStopped, Store
+from imprintd.store.history_index import SqliteHistoryIndex
+from imprintd.store.history_terms import MAX_DATE_TERMS, MAX_QUERY_STEMS, query_terms
 
 MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 
@@ -60,8 +62,10 @@ def test_a_query_of_thousands_of_known_words_searches_the_first_ones(tmp_path, m
         info = db.create_session()
         db.extend(info.id, [user(" ".join(words[:3_000])), assistant(" ".join(words[3_000:]))])
         asked: list[int] = []
-        counted = db.search_statistics
-        monkeypatch.setattr(db, "search_statistics", lambda terms: asked.append(len(terms)) or counted(terms))
+        counted = search_module._window_counts
+        monkeypatch.setattr(
+            search_module, "_window_counts", lambda store, terms: asked.append(len(terms)) or counted(store, terms)
+        )
         page = search(db, " ".join(words))
         assert asked == [MAX_QUERY_STEMS] and [hit.seq for hit in page.hits] == [1]
 
@@ -107,12 +111,12 @@ async def test_a_cancelled_search_request_stops_its_thread(tmp_path, monkeypatch
         # is long enough to be stopped in.
         monkeypatch.setattr(store_module, "STOP_CHECK_STEPS", 1, raising=False)
         started, release, done, outcome = threading.Event(), threading.Event(), threading.Event(), []
-        searched = Store.search
+        searched = search_module._best
 
-        def held(self, *args, **kwargs):
+        def held(*args, **kwargs):
             started.set()
             release.wait()
-            return searched(self, *args, **kwargs)
+            return searched(*args, **kwargs)
 
         def recorded_search(query, **filters):
             try:
@@ -125,7 +129,7 @@ async def test_a_cancelled_search_request_stops_its_thread(tmp_path, monkeypatch
             finally:
                 done.set()
 
-        monkeypatch.setattr(Store, "search", held)
+        monkeypatch.setattr(search_module, "_best", held)
         serving = SimpleNamespace(chat=SimpleNamespace(search_conversations=recorded_search))
         request = asyncio.ensure_future(
             handler_of(wire.SEARCH_CONVERSATIONS, serving)(wire.SearchConversationsParams(query="billing"))

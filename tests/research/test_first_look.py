@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from imprintd import messages as msg
-from imprintd.messages import ToolSpec
+from imprintd.messages import ToolSpec, is_first_look
 from imprintd.research import first_look
 from imprintd.research.loop import research
 from imprintd.tools.base import Hit, ToolError, ToolResult
@@ -26,7 +26,7 @@ def first_look_exchange(request):
     """This reply's first look in a prompt (the last one: earlier replies' are history), or None."""
     found = None
     for index, message in enumerate(request.messages):
-        if message.role == "assistant" and message.tool_calls and first_look.is_first_look(message.tool_calls[0].id):
+        if message.role == "assistant" and message.tool_calls and is_first_look(message.tool_calls[0]):
             found = message.tool_calls[0], request.messages[index + 1]
     return found
 
@@ -53,7 +53,7 @@ async def test_the_model_starts_with_the_best_hits_for_the_question(model, works
 
     stored = chat.session(outcome.session_id).messages
     assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
-    assert first_look.is_first_look(stored[1].tool_calls[0].id) and "port: 8101" in stored[2].content
+    assert is_first_look(stored[1].tool_calls[0]) and "port: 8101" in stored[2].content
     # The look is a numbered result like any other: the answer's [1] is a source.
     assert stored[3].content == "Billing listens on port 8101 [1].\n\nSources:\n[1] services/billing.yaml:1-4"
     assert [(s.number, s.path, s.cited) for s in outcome.sources] == [(1, "services/billing.yaml", True)]

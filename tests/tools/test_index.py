@@ -8,8 +8,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-from imprintd.store import database as store_mod
 from imprintd.store import StoreError
+from imprintd.store import sqlite as sqlite_mod
 from imprintd.tools import index as index_mod
 from imprintd.tools.base import ToolError
 from imprintd.tools.index import (
@@ -313,7 +313,7 @@ def test_a_new_index_another_daemon_is_creating_is_waited_on(tmp_path, monkeypat
         pauses.append(other.in_transaction)
         other.execute("ROLLBACK")
 
-    monkeypatch.setattr(store_mod, "_pause_before_retry", other_finishes)
+    monkeypatch.setattr(sqlite_mod, "_pause_before_retry", other_finishes)
     conn = open_index_db(path)  # before the fix: StoreError "database is locked … delete it"
     assert pauses == [True]
     assert conn.pragma("journal_mode") == "wal"

@@ -12,7 +12,7 @@ import apsw
 import msgspec
 import pytest
 
-from imprintd.store import database as store_module
+from imprintd.context.summary import LONG_PASTE_CHARS, listable
 from imprintd.messages import Message, SourceRef, ToolCall, assistant, tool_result, user
 from imprintd.settings import data_dir
 from imprintd.store import (
@@ -25,7 +25,9 @@ from imprintd.store import (
     Store,
     StoredSummary,
     StoreError,
+    migrations,
 )
+from imprintd.store import database as store_module
 from tests.helpers import connection_of, integrity_check
 
 
@@ -302,7 +304,7 @@ def test_migrations_run_once_and_set_user_version(isolated_dirs, monkeypatch):
         runs.append(1)
         connection.execute("CREATE TABLE later (x INTEGER)")
 
-    monkeypatch.setattr(store_module, "MIGRATIONS", [*MIGRATIONS, migration_next])
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*MIGRATIONS, migration_next])
     for _ in range(2):
         with Store.open() as opened:
             assert connection_of(opened).pragma("user_version") == 8
@@ -317,7 +319,7 @@ def test_pending_migrations_share_one_transaction(isolated_dirs, monkeypatch):
     def fails(connection: apsw.Connection) -> None:
         raise RuntimeError("migration 3 broke")
 
-    monkeypatch.setattr(store_module, "MIGRATIONS", [*MIGRATIONS, adds_a_table, fails])
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*MIGRATIONS, adds_a_table, fails])
     with pytest.raises(RuntimeError, match="migration 3 broke"):
         Store.open()
 
@@ -493,14 +495,14 @@ def test_sources_survive_reopening(isolated_dirs):
 
 
 def test_a_database_from_before_sources_is_migrated_and_its_answers_have_none(isolated_dirs, monkeypatch):
-    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:2])
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:2])
     with Store.open() as old:
         session = old.create_session()
         connection_of(old).execute(
             "INSERT INTO messages (session_id, seq, role, content, created_at) VALUES (?, 1, 'assistant', 'old', 1.0)",
             (session.id,),
         )
-    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
     with Store.open() as upgraded:
         assert connection_of(upgraded).pragma("user_version") == len(MIGRATIONS)
         assert [(m.content, m.sources) for m in upgraded.messages(session.id)] == [("old", ())]
@@ -524,17 +526,25 @@ def test_what_the_model_saw_and_its_reasoning_are_kept_in_both_stores(any_store)
 
 
 def test_a_database_from_before_model_text_is_migrated_with_none(isolated_dirs, monkeypatch):
-    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:3])
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:3])
     with Store.open() as old:
         session = old.create_session()
         connection_of(old).execute(
             "INSERT INTO messages (session_id, seq, role, content, created_at) VALUES (?, 1, 'assistant', 'old', 1.0)",
             (session.id,),
         )
-    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
     with Store.open() as upgraded:
         [message] = upgraded.messages(session.id)
         assert (message.content, message.model_text, message.reasoning) == ("old", None, "")
+
+
+def is_user(message: Message) -> bool:
+    return message.role == "user"
+
+
+def every(message: Message) -> bool:
+    return True
 
 
 def listing_session(store: ConversationStore) -> str:
@@ -569,11 +579,11 @@ def test_messages_after_a_number_are_the_tail(any_store):
 
 def test_listable_reads_what_covered_material_can_name_and_nothing_else(any_store):
     sid = listing_session(any_store)
-    listed = any_store.listable(sid, 1, 9, longer_than=1_000, unlisted_calls="call_look")
+    listed = any_store.listable(sid, 1, 9, rule=listable)
     # The paste, the model's own call and its result; not the first look's call or result (a look's
     # call names nothing listed, and a session has one a reply).
     assert [m.seq for m in listed] == [1, 6, 7]
-    assert [m.seq for m in any_store.listable(sid, 2, 6, longer_than=1_000, unlisted_calls="call_look")] == [6]
+    assert [m.seq for m in any_store.listable(sid, 2, 6, rule=listable)] == [6]
     assert listed == [m for m in any_store.messages(sid) if m.seq in (1, 6, 7)]
 
 
@@ -613,20 +623,17 @@ def test_a_read_decodes_only_what_was_stored_since_the_last_one(db, monkeypatch)
         assert decoded[0] - before <= 2  # the two new messages, however long the session grows
     before = decoded[0]
     assert len(db.messages(session.id)) == 40 and decoded[0] == before
-    listed = db.listable(session.id, 1, 40, longer_than=5, unlisted_calls="call_look")
+    listed = db.listable(session.id, 1, 40, rule=is_user)
     assert [m.seq for m in listed] == list(range(1, 40, 2)) and decoded[0] == before
 
 
-def test_listable_looks_only_at_what_was_stored_since_its_last_call(db, monkeypatch):
+def test_listable_looks_only_at_what_was_stored_since_its_last_call(db):
     looked_at = [0]
-    listable = store_module._listable
 
-    def counted(messages, *args):
-        messages = list(messages)
-        looked_at[0] += len(messages)
-        return listable(messages, *args)
+    def counted(message: Message) -> bool:  # the summary's rule, counting the messages it is asked about
+        looked_at[0] += 1
+        return listable(message)
 
-    monkeypatch.setattr(store_module, "_listable", counted)
     session = db.create_session()
     look = ToolCall(id="call_look_1", name="search", arguments={"query": "port"})
     for turn in range(1, 31):
@@ -634,7 +641,7 @@ def test_listable_looks_only_at_what_was_stored_since_its_last_call(db, monkeypa
         db.extend(
             session.id,
             [
-                user(f"question {turn}" + ("x" * 50 if turn % 3 == 0 else "")),
+                user(f"question {turn}" + ("x" * LONG_PASTE_CHARS if turn % 3 == 0 else "")),
                 assistant("", tool_calls=(look,)),
                 tool_result(look, "hits"),
                 assistant("", tool_calls=(own,)),
@@ -643,19 +650,19 @@ def test_listable_looks_only_at_what_was_stored_since_its_last_call(db, monkeypa
             ],
         )
         before = looked_at[0]
-        listed = db.listable(session.id, 1, 6 * turn, longer_than=40, unlisted_calls="call_look")
+        listed = db.listable(session.id, 1, 6 * turn, rule=counted)
         assert looked_at[0] - before == 6  # this turn's messages, however long the session grows
         # What the rule lists read over the whole session: the pastes, the model's own calls and results.
         whole = [
             m
             for m in db.messages(session.id)
-            if (m.role == "user" and len(m.content) > 40)
+            if (m.role == "user" and len(m.content) > LONG_PASTE_CHARS)
             or (m.role == "tool" and m.tool_call_id != look.id)
             or any(call.id != look.id for call in m.tool_calls)
         ]
         assert listed == whole and len(listed) == 2 * turn + turn // 3
     # A range within: the same messages as reading it afresh would give.
-    within = db.listable(session.id, 7, 18, longer_than=40, unlisted_calls="call_look")
+    within = db.listable(session.id, 7, 18, rule=counted)
     assert [m.seq for m in within] == [10, 11, 13, 16, 17]
 
 
@@ -677,7 +684,7 @@ def test_no_message_of_a_deleted_session_is_served_again(db):
     db.create_session(session_id=session.id)
     db.append(session.id, user("new question"))
     assert [m.content for m in db.messages(session.id)] == ["new question"]
-    assert db.listable(session.id, 1, 5, longer_than=0, unlisted_calls="call_look") == db.messages(session.id)
+    assert db.listable(session.id, 1, 5, rule=every) == db.messages(session.id)
 
 
 def test_a_session_deleted_and_made_again_by_another_imprintd_is_read_anew(db):

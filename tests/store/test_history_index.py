@@ -11,12 +11,9 @@ from collections.abc import Iterator
 import msgspec
 import pytest
 
-from imprintd.store import database as store_module
-from imprintd.context import history as history_module
-from imprintd.context import history_index
 from imprintd.context.history import OUTPUT_LIMIT, ConversationHistory, query_terms
-from imprintd.messages import ToolCall, assistant, tool_result, user
-from imprintd.store import MEMORY_MESSAGE_LIMIT, MIGRATIONS, MemoryStore, Store
+from imprintd.messages import FIRST_LOOK_CALL_PREFIX, ToolCall, assistant, tool_result, user
+from imprintd.store import MEMORY_MESSAGE_LIMIT, MIGRATIONS, MemoryStore, Store, history_index, migrations
 from tests.conversations import compose_paste
 from tests.helpers import connection_of
 
@@ -84,7 +81,6 @@ def count_tokenizing(monkeypatch) -> list[int]:
         return original(message)
 
     monkeypatch.setattr(history_index, "windows_of", counting)
-    monkeypatch.setattr(history_module, "windows_of", counting)
     return calls
 
 
@@ -179,7 +175,7 @@ def test_date_terms_need_a_month_and_a_number():
 
 
 def test_a_session_stored_before_the_index_is_indexed_once_when_first_searched(monkeypatch, clock):
-    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:1])
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:1])
     with Store.open(clock=clock) as old:  # as an imprintd without the index wrote it
         session = old.create_session()
         with old.transaction() as db:
@@ -199,7 +195,7 @@ def test_a_session_stored_before_the_index_is_indexed_once_when_first_searched(m
                     ),
                 )
         assert connection_of(old).pragma("user_version") == 1
-    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
     tokenized = count_tokenizing(monkeypatch)
     with Store.open(clock=clock) as upgraded:
         assert connection_of(upgraded).pragma("user_version") == len(MIGRATIONS)
@@ -269,7 +265,7 @@ def test_common_terms_are_looked_up_where_rarer_ones_hit_alike_in_every_index(db
     messages[5] = user("The quokka service moved to eu-west-2.")
     stored = db.extend(session.id, messages)
     index = db.history_index(session.id)
-    memory = history_index.MemoryHistoryIndex(history_module.indexed_messages(stored))
+    memory = history_index.MemoryHistoryIndex(history_index.indexed_messages(stored))
 
     # A rarer term: "service" counts only in the windows "quokka" found.
     for lookup in (index.lookup(["quokka", "servic"]), memory.lookup(["quokka", "servic"])):
@@ -286,7 +282,7 @@ def test_common_terms_are_looked_up_where_rarer_ones_hit_alike_in_every_index(db
 
 
 def test_the_index_never_holds_a_first_look(any_store):
-    look = ToolCall(id=history_module.FIRST_LOOK_CALL_PREFIX + "00c0ffee", name="search", arguments={"query": "zebra"})
+    look = ToolCall(id=FIRST_LOOK_CALL_PREFIX + "00c0ffee", name="search", arguments={"query": "zebra"})
     own = ToolCall(id="call_00c0ffee", name="search", arguments={"query": "zebra"})
     session = any_store.create_session()
     stored = any_store.extend(

@@ -1,4 +1,5 @@
-"""The index behind ``conversation_history`` (docs/conversation-search.md): kept once per session, not per reply.
+"""The index behind ``conversation_history`` and the user's search of every conversation
+(docs/conversation-search.md): kept once per session, not per reply.
 
 A message is indexed as 700-character windows (a new one every 350 characters, so a passage
 is never split between two), each with the Snowball stems of its words and their counts, and
@@ -6,7 +7,8 @@ the window's length in words (BM25's document length). A tool result's query and
 call's arguments count as words of the message's first window; so does the local date it
 was stored, as ``date:11-29`` (month and day) and ``date:2026-11`` (year and month), which no
 word of a text can be (":" splits words), so they match only a query that names a month and a
-number.
+number (``history_terms.py``). ``indexed_messages`` says how a stored message is indexed: earlier
+``conversation_history`` exchanges and the daemon's first looks are kept out of the search.
 
 Two indexes give the same answers:
 
@@ -19,23 +21,27 @@ Two indexes give the same answers:
 
 A query asks ``lookup(terms)`` for the windows holding its terms (a very common term only where
 ``COMMON_WINDOWS`` says), with the document frequencies, the number of windows and their
-average length; ranking is ``history.py``'s.
+average length; a window's score is ``history_score.py``'s, the ranking ``context/history.py``'s.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-import re
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, NamedTuple, Protocol
 
 import apsw
 
+from imprintd.messages import Message, ToolCall, calls_by_id, is_first_look
+from imprintd.store.history_terms import date_terms, stems
+
+#: The tool that looks back through a conversation (``context/history.py``): its calls and results
+#: only quote other messages, so they are not searched.
+TOOL_NAME = "conversation_history"
 #: A term in more windows than this is *common*: it is looked up only in the windows the
 #: query's other terms found, or, when every term is that common, in the newest this many
 #: windows holding it. Its weight is small anyway (BM25's idf), and a query's cost then stays
@@ -47,114 +53,6 @@ WINDOW_STEP = 350
 #: How far a window edge moves to avoid cutting a word in two (long unbroken runs, such as
 #: base64, are cut anyway rather than growing a window without bound).
 SNAP_LIMIT = 40
-
-# Letters and digits; "_", "-", "." and ":" split identifiers, so "BILLING_PORT" matches
-# "billing port".
-WORD = re.compile(r"[^\W_]+")
-
-# --- words and stems -----------------------------------------------------------------------
-
-_local = threading.local()
-
-
-def _stemmer() -> Any:
-    # Snowball stemmers keep state while stemming a word: one per thread.
-    stemmer = getattr(_local, "stemmer", None)
-    if stemmer is None:
-        import snowballstemmer  # on the first search, not when the daemon starts
-
-        stemmer = _local.stemmer = snowballstemmer.stemmer("english")
-    return stemmer
-
-
-@lru_cache(maxsize=200_000)
-def stem(word: str) -> str:
-    """The Snowball English stem of ``word``, lower-cased ("billed" and "billing" → "bill")."""
-    word = word.lower()
-    if word.isdigit() or len(word) > 30:
-        return word  # numbers and long identifiers match exactly
-    return _stemmer().stemWord(word)
-
-
-def stems(text: str) -> list[str]:
-    """The stem of every word of ``text``, in order."""
-    return [stem(match.group()) for match in WORD.finditer(text)]
-
-
-# --- dates -----------------------------------------------------------------------------------
-
-_MONTHS = {
-    name: number
-    for number, names in enumerate(
-        [
-            ("january", "jan"),
-            ("february", "feb"),
-            ("march", "mar"),
-            ("april", "apr"),
-            ("may",),
-            ("june", "jun"),
-            ("july", "jul"),
-            ("august", "aug"),
-            ("september", "sep", "sept"),
-            ("october", "oct"),
-            ("november", "nov"),
-            ("december", "dec"),
-        ],
-        start=1,
-    )
-    for name in names
-}
-_ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
-
-
-def local_date(created_at: float) -> time.struct_time:
-    """A stored time as the user's local calendar date."""
-    return time.localtime(created_at)
-
-
-def date_label(created_at: float) -> str:
-    """``2026-11-29``: the local date a message was stored."""
-    return time.strftime("%Y-%m-%d", local_date(created_at))
-
-
-def date_terms(created_at: float) -> list[str]:
-    """A message's date as index terms: its month and day (``date:11-29``), its year and month
-    (``date:2026-11``)."""
-    day = local_date(created_at)
-    return [f"date:{day.tm_mon}-{day.tm_mday}", f"date:{day.tm_year}-{day.tm_mon}"]
-
-
-#: Date terms one query asks for at most: "jan 1 feb 2 …" pasted from a log names hundreds of
-#: dates, and each is one more term to look up (the first ones are kept).
-MAX_DATE_TERMS = 16
-
-
-def query_date_terms(query: str) -> list[str]:
-    """Date terms a query asks for: only when it names a month and a number, or an ISO date.
-
-    "what did I say on November 12" → the 12th of November of any year; "in November 2026" →
-    that month; a bare "12" matches text only, so a port or a count is never taken for a day.
-    At most ``MAX_DATE_TERMS``, in the order the query names them; the months and numbers are
-    told apart once each before they are paired, so a query of thousands of them costs a pass
-    over its words, not their product.
-    """
-    terms: dict[str, None] = {}
-    for year, month, day in _ISO_DATE.findall(query):
-        terms |= dict.fromkeys((f"date:{int(month)}-{int(day)}", f"date:{int(year)}-{int(month)}"))
-        if len(terms) >= MAX_DATE_TERMS:
-            return list(terms)[:MAX_DATE_TERMS]
-    words = [match.group().lower() for match in WORD.finditer(query)]
-    months = dict.fromkeys(_MONTHS[word] for word in words if word in _MONTHS)
-    numbers = dict.fromkeys(int(word) for word in words if word.isdigit() and len(word) <= 4)
-    days = [n for n in numbers if 1 <= n <= 31]
-    years = [n for n in numbers if 1970 <= n <= 2199]
-    for month in months:
-        for term in [*(f"date:{month}-{n}" for n in days), *(f"date:{n}-{month}" for n in years)]:
-            terms[term] = None
-            if len(terms) >= MAX_DATE_TERMS:
-                return list(terms)
-    return list(terms)
-
 
 # --- windows -----------------------------------------------------------------------------------
 
@@ -190,7 +88,7 @@ def _snap_forward(text: str, end: int) -> int:
 
 @dataclass(frozen=True)
 class IndexedMessage:
-    """A message as the index sees it (built by ``history.indexed_messages``)."""
+    """A message as the index sees it (built by ``indexed_messages``)."""
 
     seq: int
     text: str
@@ -237,6 +135,68 @@ def windows_of(message: IndexedMessage) -> list[tuple[Window, Counter[str]]]:
     return out
 
 
+# --- stored messages as the index takes them ---------------------------------------------------
+
+_SUBJECT_KEYS = ("query", "path", "message", "url", "name")
+
+
+def call_subject(call: ToolCall) -> str:
+    """What a tool call was about: its query, path or message number, else its arguments."""
+    for key in _SUBJECT_KEYS:
+        value = call.arguments.get(key)
+        if value not in (None, ""):
+            return f"#{value}" if key == "message" else str(value)
+    return ", ".join(f"{key}={value}" for key, value in call.arguments.items())
+
+
+def is_lookback(message: Message, calls: Mapping[str, ToolCall]) -> bool:
+    """Whether ``message`` is a ``conversation_history`` call or result (``calls``: the calls by id)."""
+    if message.role == "tool":
+        call = calls.get(message.tool_call_id or "")
+        return (call.name if call else message.name) == TOOL_NAME
+    return bool(message.tool_calls) and all(c.name == TOOL_NAME for c in message.tool_calls)
+
+
+def indexed_messages(
+    messages: Sequence[Message],
+    calls: Mapping[str, ToolCall] | None = None,
+    created_at: Mapping[int, float] | None = None,
+) -> list[IndexedMessage]:
+    """The stored messages of ``messages`` as the index takes them (system and unnumbered left out).
+
+    ``calls``: tool calls made before ``messages`` (a tool result's query is found in its call);
+    ``created_at``: when each was stored, by seq, for its date.
+    """
+    calls = {**(calls or {}), **calls_by_id(messages)}
+    out = []
+    for message in numbered(messages):
+        extra = ""
+        if message.role == "tool" and message.tool_call_id in calls:
+            call = calls[message.tool_call_id]
+            extra = f"{call.name} {call_subject(call)}"
+        elif message.tool_calls:
+            extra = " ".join(f"{c.name} {call_subject(c)}" for c in message.tool_calls)
+        seq = message.seq
+        assert seq is not None  # ``kept`` holds stored messages only
+        searchable = not is_lookback(message, calls) and not is_first_look(message)
+        out.append(IndexedMessage(seq, message.content, extra, searchable, (created_at or {}).get(seq)))
+    return out
+
+
+def numbered(messages: Sequence[Message]) -> list[Message]:
+    """The messages ``indexed_messages`` keeps (stored ones, each number once), in the same order."""
+    kept = [m for m in messages if m.seq is not None and m.role != "system"]
+    if all(a.seq < b.seq for a, b in itertools.pairwise(kept)):  # type: ignore[operator]
+        return kept  # as the store returns them: no number twice
+    seen: set[int] = set()
+    out = []
+    for message in kept:
+        if message.seq not in seen:
+            seen.add(message.seq)  # type: ignore[arg-type]
+            out.append(message)
+    return out
+
+
 # --- what a query gets back ----------------------------------------------------------------------
 
 
@@ -272,6 +232,24 @@ def restrict_common(lookup: IndexLookup, terms: Sequence[str]) -> IndexLookup:
             hits[window] = kept
     lookup.hits = hits
     return lookup
+
+
+def scan_lookup(messages: Iterable[IndexedMessage], wanted: Sequence[str]) -> IndexLookup:
+    """What an index of ``messages`` would return for ``wanted``, by tokenizing every window of
+    every message anew (``history.search_by_scan``, the baseline of ``bench/bench_history_search.py``)."""
+    windows = words = 0
+    df = dict.fromkeys(wanted, 0)
+    hits: dict[Window, dict[str, int]] = {}
+    for message in messages:
+        for window, counts in windows_of(message):
+            windows += 1
+            words += window.words
+            found = {term: counts[term] for term in wanted if counts[term]}
+            if found:
+                hits[window] = found
+                for term in found:
+                    df[term] += 1
+    return restrict_common(IndexLookup(windows, words / windows if windows else 0.0, df, hits), wanted)
 
 
 class HistoryIndex(Protocol):
@@ -371,7 +349,7 @@ CREATE TABLE history_postings (
     PRIMARY KEY (history_id, term, window)
 ) STRICT, WITHOUT ROWID;
 """
-# Later migrations (imprintd/store.py) add to this schema: migration 5 indexes the postings by
+# Later migrations (store/migrations.py) add to this schema: migration 5 indexes the postings by
 # term, migration 6 copies each window's length into its postings (``words``).
 
 #: ``to_index(db, session_id, after_seq)``: the session's stored messages after ``after_seq``, in
@@ -380,7 +358,7 @@ Indexer = Callable[[apsw.Connection, str, int], list[IndexedMessage]]
 
 
 def create_tables(db: apsw.Connection) -> None:
-    """The index's tables (the store's migration 2)."""
+    """The index's tables (migration 2, ``store/migrations.py``)."""
     db.execute(SCHEMA)
 
 
