@@ -20,7 +20,7 @@ because a person reads the result rather than a model:
   all its postings (a sixth to a quarter of a search), and a search typed word by word asks again.
 
 Its cost is bounded whatever is asked (SECURITY.md, "Bounds"): a query's terms are its first
-``MAX_QUERY_STEMS`` stems and ``MAX_DATE_TERMS`` dates (``history.query_terms``), a page starts at
+``MAX_QUERY_STEMS`` stems and ``MAX_DATE_TERMS`` dates (``history_terms.query_terms``), a page starts at
 most ``MAX_OFFSET`` messages in, and a search whose ``stop`` is set (its request was cancelled)
 ends in the store (``Store.stopped_by``) instead of running on.
 """

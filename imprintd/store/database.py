@@ -22,7 +22,7 @@ import bisect
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +37,7 @@ from imprintd.settings import data_dir
 from imprintd.store import history_index, migrations
 from imprintd.store.history_index import HistoryIndex, IndexedMessage, SqliteHistoryIndex, indexed_messages
 from imprintd.store.sessions import (
+    Clock,
     ListRule,
     SessionInfo,
     SessionNotFound,
@@ -58,8 +59,6 @@ STOP_CHECK_STEPS = 10_000
 DECODED_CACHE_CHARS = 16_000_000
 #: What a cached message is counted as besides its text: the object and its fields.
 _MESSAGE_OVERHEAD_CHARS = 200
-
-Clock = Callable[[], float]
 
 
 class ReadStopped(StoreError):

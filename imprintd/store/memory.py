@@ -10,7 +10,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -19,6 +19,7 @@ import msgspec
 from imprintd.messages import Message, calls_by_id
 from imprintd.store.history_index import HistoryIndex, MemoryHistoryIndex, indexed_messages
 from imprintd.store.sessions import (
+    Clock,
     ListRule,
     SessionInfo,
     SessionNotFound,
@@ -33,8 +34,6 @@ from imprintd.store.sessions import (
 # ADR 0141, voice: "at most 400 messages, 4,000 characters a result".
 MEMORY_MESSAGE_LIMIT = 400
 MEMORY_TOOL_RESULT_LIMIT = 4_000
-
-Clock = Callable[[], float]
 
 
 @dataclass

@@ -20,6 +20,9 @@ from imprintd.store.sqlite import StoreError
 
 TITLE_LIMIT = 80
 
+#: Where a store reads the time it stamps on sessions and messages (Unix seconds).
+Clock = Callable[[], float]
+
 #: Which of a summary's covered messages its covered material can name (``context/summary.listable``).
 ListRule = Callable[[Message], bool]
 

@@ -594,7 +594,7 @@ export function transcriptOf(result: wire.SessionResult): TranscriptItem[] {
 /** A stored tool call's row title, worded as the daemon words the live step (imprintd/tools). */
 /** How the daemon stores a repeated call's result (imprintd/research/loop.py, REPEATED). */
 const REPEATED_CALL = "(Same call as before; its result again.)";
-/** The call id prefix of the daemon's own first look (imprintd/research/first_look.py, CALL_ID_PREFIX). */
+/** The call id prefix of the daemon's own first look (imprintd/messages.py, FIRST_LOOK_CALL_PREFIX). */
 const FIRST_LOOK_ID = "call_look";
 
 /** A step title shows at most this many characters of the question (first_look.py, TITLE_CHARS). */

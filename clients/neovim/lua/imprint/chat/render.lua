@@ -20,7 +20,7 @@ local TOOL_TITLES = {
   end,
 }
 
---- The call id prefix of the daemon's own first look (imprintd/research/first_look.py).
+--- The call id prefix of the daemon's own first look (imprintd/messages.py, FIRST_LOOK_CALL_PREFIX).
 local FIRST_LOOK_ID = "call_look"
 
 --- A step title shows at most this many characters of the question (first_look.py, TITLE_CHARS).
