@@ -415,11 +415,3 @@ def test_first_looks_are_not_searched_and_a_question_and_its_answer_stay_neighbo
     assert search_by_scan(history, "start counselling") == found.text
     # A look stays readable by its number.
     assert "src/counselling_0.py" in history.read(3)
-
-
-def test_is_first_look_tells_the_daemon_s_look_from_the_model_s_calls():
-    look = ToolCall(id=FIRST_LOOK_CALL_PREFIX + "0a1b2c3d", name="search", arguments={"query": "port"})
-    own = ToolCall(id="call_0a1b2c3d", name="search", arguments={"query": "port"})
-    assert is_first_look(assistant("", tool_calls=(look,))) and is_first_look(tool_result(look, "x"))
-    assert not is_first_look(assistant("", tool_calls=(own,))) and not is_first_look(tool_result(own, "x"))
-    assert not is_first_look(user("call_look at this")) and not is_first_look(assistant("call_look"))
