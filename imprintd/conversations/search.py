@@ -292,9 +292,10 @@ def _best(
     of ``weights``): the caller's pruning of windows that hold only common words, whose postings
     are most of a search's reading; the caller checks that no such window could have ranked.
 
-    A window scores ``history_score.window_score`` (BM25 of windows ``average_words`` long, times the
-    share of the weight it matches); a message its best window. ``workspace`` keeps sessions of that folder or
-    one inside it; ``after`` and ``before`` (Unix seconds) bound when the message was stored.
+    A window scores ``history_score.window_score`` (BM25 of windows ``average_words`` long, times
+    the share of the weight it matches); a message its best window. ``workspace`` keeps sessions of
+    that folder or one inside it; ``after`` and ``before`` (Unix seconds) bound when the message was
+    stored.
     SQLite scores every window holding a term, from the postings by term (migrations 5 and 6),
     and keeps only the best ones (a bounded sort); the best window of each message is picked here.
     """

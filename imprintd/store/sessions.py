@@ -62,8 +62,9 @@ class ConversationStore(Protocol):
 
     A reply reads only what its prompt can use: ``messages(after=...)`` the messages the
     running summary does not cover, ``listable`` what the summary's covered material names of
-    the rest (by the summary's ``rule``: ``context/summary.listable``), ``oldest_seq`` where its numbers start
-    (numbers run without a gap from there: nothing stored is ever removed but the oldest).
+    the rest (by the ``rule`` the summary hands in: ``context/summary.listable``), ``oldest_seq``
+    where its numbers start (numbers run without a gap from there: nothing stored is ever removed
+    but the oldest).
 
     ``create_session`` stores a session under ``session_id`` when given (a front door that
     named the session before its first question), else under a new random id.
