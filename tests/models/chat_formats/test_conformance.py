@@ -16,10 +16,11 @@ import pytest
 
 from imprintd.messages import Message, ToolCall, ToolSpec
 from imprintd.models.base import ModelError
-from imprintd.models.call_grammar import CallOpening, call_grammar, find_opening
-from imprintd.models.chat_formats import BY_NAME, ReasoningSplitter, split_reasoning
+from imprintd.models.chat_formats.calls import VisibleTextFilter, parse_syntax, tools_prompt
+from imprintd.models.chat_formats.grammar import CallOpening, find_opening
+from imprintd.models.chat_formats.reasoning import ReasoningSplitter, split_reasoning
+from imprintd.models.chat_formats.table import BY_NAME
 from imprintd.models.templates import EMPTY_REPLY, ChatTemplate
-from imprintd.models.toolcalls import VisibleTextFilter, parse_syntax, tools_prompt
 from tests.models.chat_formats.families import FAMILIES, Family
 from tests.models.real_model import needs_real_model
 
@@ -214,9 +215,9 @@ def family_grammar(family: Family) -> tuple[str, str]:
     """The grammar of a call the family's model opened with its own opening, and that opening."""
     chat_format = BY_NAME[family.format]
     opening_text = chat_format.grammar_opening or '{"name":'
-    opening, _ = find_opening(opening_text, template(family).call_format)
+    opening, _ = find_opening(opening_text, template(family).call_format.syntax)
     assert isinstance(opening, CallOpening), family.name
-    return call_grammar((SEARCH,), opening, opening_text, chat_format), opening_text
+    return chat_format.call_grammar((SEARCH,), opening, opening_text), opening_text
 
 
 @needs_real_model
