@@ -7,7 +7,7 @@ template once, by rendering probes, decides how messages are handed over:
 
 * whether it renders tool schemas at all (else the tools are described in the system prompt and
   calls are JSON in text, ``json-fallback``), and which call format it writes
-  (``chat_formats/table.py``);
+  (``chat_formats/table.py``, ``template_format`` for a template not in use);
 * whether it renders earlier calls from ``tool_calls``, with their arguments as a mapping or as a
   JSON string; where it renders none, the calls are written into the message's text in the
   family's own syntax, and where it drops the text written beside a call, that text goes in an
@@ -33,6 +33,7 @@ Everything here is pure: no model, no I/O.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Sequence
 from datetime import datetime
@@ -49,7 +50,7 @@ from imprintd.models.chat_formats.calls import VisibleTextFilter, tools_prompt
 from imprintd.models.chat_formats.format import ChatFormat
 from imprintd.models.chat_formats.json_fallback import JSON_FALLBACK
 from imprintd.models.chat_formats.reasoning import REASONING_SWITCHES, Reasoning, ReasoningSplitter
-from imprintd.models.chat_formats.table import detect_format
+from imprintd.models.chat_formats.table import detect_format, marked_format
 
 #: What a model's turn says when it said nothing (templates such as Ministral 3 refuse an empty
 #: assistant message, and an empty turn tells the model nothing either).
@@ -375,6 +376,42 @@ class ChatTemplate:
             return found
         assert failure is not None
         raise failure
+
+
+#: How many templates' formats ``template_format`` remembers (by digest: the sources are not kept).
+FORMATS_REMEMBERED = 64
+_formats_seen: dict[bytes, ChatFormat] = {}
+
+
+def template_format(source: str) -> ChatFormat:
+    """The chat format of a GGUF whose chat template is ``source``, as the model reports it once in
+    use (``ChatTemplate.format``; ``json-fallback`` for a template that does not compile, as
+    ``LocalModel.chat_format`` says then), told without loading it (``on_disk.py``'s listing).
+
+    A template whose markers name its format is only compiled; one whose markers leave it open
+    is rendered to see whether it shows tool schemas (Hermes) or not. Quantizations of one model
+    share a template: each template is looked at once.
+    """
+    digest = hashlib.blake2b(source.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    known = _formats_seen.get(digest)
+    if known is None:
+        known = _unloaded_format(source)
+        if len(_formats_seen) >= FORMATS_REMEMBERED:
+            _formats_seen.pop(next(iter(_formats_seen)), None)
+        _formats_seen[digest] = known
+    return known
+
+
+def _unloaded_format(source: str) -> ChatFormat:
+    marked = marked_format(source)
+    try:
+        if marked is None:
+            return ChatTemplate(source, model_name="the model").format
+        _environment().from_string(source)
+    # A template nested past what Jinja's parser takes raises RecursionError: it does not compile either.
+    except (TemplateError, jinja2.TemplateError, RecursionError, MemoryError):
+        return JSON_FALLBACK
+    return marked
 
 
 def _empty(message: Message) -> str:
