@@ -507,9 +507,14 @@ def format_call(call: ToolCall) -> str:
     return json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
 
 
-def json_call_list(calls: Sequence[ToolCall]) -> str:
-    """Calls as one JSON list of ``{"name": …, "arguments": {…}}`` (Mistral, Granite, Phi-4-mini)."""
-    return json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls], ensure_ascii=False)
+def json_list_after(marker: str) -> Callable[[Sequence[ToolCall]], str]:
+    """Writes calls as ``marker`` then one JSON list of ``{"name": …, "arguments": {…}}``
+    (Mistral, Granite, Phi-4-mini)."""
+
+    def write(calls: Sequence[ToolCall]) -> str:
+        return marker + json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls], ensure_ascii=False)
+
+    return write
 
 
 def tools_prompt(tools: Sequence[ToolSpec]) -> str:

@@ -7,18 +7,11 @@ Everything here is pure: no model, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from imprintd.messages import ToolCall
-from imprintd.models.chat_formats.calls import CallSyntax, json_after, json_call_list
+from imprintd.models.chat_formats.calls import CallSyntax, json_after, json_list_after
 from imprintd.models.chat_formats.format import ChatFormat
 from imprintd.models.chat_formats.grammar import json_list_body
 
 TOOL_CALL = "<|tool_call|>"
-
-
-def _write_calls(calls: Sequence[ToolCall]) -> str:
-    return TOOL_CALL + json_call_list(calls)
 
 
 GRANITE = ChatFormat(
@@ -26,7 +19,7 @@ GRANITE = ChatFormat(
     families="Granite 3.x",
     markers=(TOOL_CALL,),
     syntax=CallSyntax("granite", (TOOL_CALL,), json_after()),
-    write_calls=_write_calls,
+    write_calls=json_list_after(TOOL_CALL),
     grammar=json_list_body(),
     grammar_opening=TOOL_CALL,
 )

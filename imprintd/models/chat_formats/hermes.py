@@ -16,6 +16,7 @@ Everything here is pure: no model, no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -129,12 +130,8 @@ QWEN_XML_SYNTAX = CallSyntax(
     stray=_QWEN_STRAY,
 )
 #: Qwen3-Coder (no ``<think>`` in its template): a bare ``<function=…>`` is a call.
-QWEN_CODER_SYNTAX = CallSyntax(
-    "qwen-xml",
-    (HERMES_OPEN,),
-    hermes_block,
-    slips=(Slip(TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE), _bare_function(accepted=True)),
-    stray=_QWEN_STRAY,
+QWEN_CODER_SYNTAX = dataclasses.replace(
+    QWEN_XML_SYNTAX, slips=(Slip(TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE), _bare_function(accepted=True))
 )
 
 

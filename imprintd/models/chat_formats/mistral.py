@@ -17,7 +17,7 @@ from imprintd.models.chat_formats.calls import (
     Collector,
     Slip,
     json_after,
-    json_call_list,
+    json_list_after,
     raw_decode_json,
     skip_space,
     snippet,
@@ -64,10 +64,6 @@ _SLIPS = (Slip("[TOOL_RESULTS]", "[/TOOL_RESULTS]"),)
 _STRAY = ("[/TOOL_RESULTS]", ARGS, "[CALL_ID]", "[/TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]")
 
 
-def _write_list(calls: Sequence[ToolCall]) -> str:
-    return TOOL_CALLS + json_call_list(calls)
-
-
 def _write_args(calls: Sequence[ToolCall]) -> str:
     return "".join(f"{TOOL_CALLS}{c.name}{ARGS}{json.dumps(c.arguments, ensure_ascii=False)}" for c in calls)
 
@@ -82,7 +78,7 @@ MISTRAL = ChatFormat(
     families="Mistral 7B v0.3, Mistral Nemo",
     markers=(TOOL_CALLS,),
     syntax=CallSyntax("mistral", (TOOL_CALLS,), _block, slips=_SLIPS, stray=_STRAY),
-    write_calls=_write_list,
+    write_calls=json_list_after(TOOL_CALLS),
     template_id=mistral_id,
     grammar=json_list_body(),
     grammar_opening=TOOL_CALLS,

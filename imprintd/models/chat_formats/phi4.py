@@ -5,18 +5,11 @@ Everything here is pure: no model, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from imprintd.messages import ToolCall
-from imprintd.models.chat_formats.calls import CallSyntax, json_after, json_call_list
+from imprintd.models.chat_formats.calls import CallSyntax, json_after, json_list_after
 from imprintd.models.chat_formats.format import ChatFormat
 from imprintd.models.chat_formats.grammar import json_list_body
 
 FUNCTOOLS = "functools"
-
-
-def _write_calls(calls: Sequence[ToolCall]) -> str:
-    return FUNCTOOLS + json_call_list(calls)
 
 
 PHI4_MINI = ChatFormat(
@@ -31,7 +24,7 @@ PHI4_MINI = ChatFormat(
         json_after("<|/tool_call|>"),
         stray=("<|/tool_call|>", "<|tool|>", "<|/tool|>"),
     ),
-    write_calls=_write_calls,
+    write_calls=json_list_after(FUNCTOOLS),
     grammar=json_list_body(),
     grammar_opening=FUNCTOOLS,
 )
