@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import threading
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -381,6 +382,7 @@ class ChatTemplate:
 #: How many templates' formats ``template_format`` remembers (by digest: the sources are not kept).
 FORMATS_REMEMBERED = 64
 _formats_seen: dict[bytes, ChatFormat] = {}
+_formats_lock = threading.Lock()  # listings run in worker threads
 
 
 def template_format(source: str) -> ChatFormat:
@@ -393,12 +395,14 @@ def template_format(source: str) -> ChatFormat:
     share a template: each template is looked at once.
     """
     digest = hashlib.blake2b(source.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-    known = _formats_seen.get(digest)
+    with _formats_lock:
+        known = _formats_seen.get(digest)
     if known is None:
         known = _unloaded_format(source)
-        if len(_formats_seen) >= FORMATS_REMEMBERED:
-            _formats_seen.pop(next(iter(_formats_seen)), None)
-        _formats_seen[digest] = known
+        with _formats_lock:
+            if len(_formats_seen) >= FORMATS_REMEMBERED:
+                del _formats_seen[next(iter(_formats_seen))]
+            _formats_seen[digest] = known
     return known
 
 
