@@ -3,7 +3,7 @@ the daemon makes, its model's own tool calls parse, its reasoning is kept apart,
 grammar writes its syntax.
 
 The templates are the models' own (``templates/``, see its README for source and licences); the
-rendering is ``models/templates.py``'s, the parsing ``models/chat_formats.py``'s. The grammar
+rendering is ``models/templates.py``'s, the parsing ``models/chat_formats/``'s. The grammar
 checks run llama.cpp's grammar sampler on the embedded model's vocabulary; the end-to-end
 ``imprintd ask`` per family is in ``test_ask.py``.
 """
