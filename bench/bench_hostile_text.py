@@ -36,10 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from imprintd import secret_rules  # noqa: E402
 from imprintd.messages import ToolSpec  # noqa: E402
-from imprintd.models.chat_formats import BY_NAME, THINK, ReasoningSplitter  # noqa: E402
+from imprintd.models.chat_formats.calls import VisibleTextFilter  # noqa: E402
+from imprintd.models.chat_formats.hermes import HERMES  # noqa: E402
+from imprintd.models.chat_formats.reasoning import THINK, ReasoningSplitter  # noqa: E402
+from imprintd.models.chat_formats.table import BY_NAME  # noqa: E402
 from imprintd.models.remote_reply import _Stream  # noqa: E402
 from imprintd.models.repetition import RepetitionGuard  # noqa: E402
-from imprintd.models.toolcalls import VisibleTextFilter  # noqa: E402
 from imprintd.redact import redact  # noqa: E402
 from imprintd.research import citations, first_look  # noqa: E402
 from imprintd.research.citations import Passage  # noqa: E402
@@ -68,7 +70,7 @@ TOOLS = (ToolSpec(name="search", description="Search.", parameters={"type": "obj
 
 def remote_answer(text: str) -> None:
     """The remote provider's path for streamed text: its think splitter, key mask and filter."""
-    stream = _Stream(filter=VisibleTextFilter(TOOLS, "native"), on_text=None)
+    stream = _Stream(filter=VisibleTextFilter(TOOLS, HERMES.syntax), on_text=None)
     for character in text:
         stream.text(character)
     stream.parsed(TOOLS)

@@ -5,7 +5,7 @@ question that asks for a lookup, under two system prompts: the daemon's own (wit
 strategy), and one line telling the model to use the tools, under which the embedded model
 opens calls more often. Every request is
 made twice in the same process, side by side: once with the grammar a call the model opens is
-finished under (``models/call_grammar.py``), once with the model left free. Each completion is
+finished under (``models/chat_formats/grammar.py``), once with the model left free. Each completion is
 one of: no call, a valid call (it parses, names an offered tool, and its arguments pass the
 tool's own check), or an invalid one. Also reported: the time of the requests that opened a
 call, with the grammar against without. Not a test: the figures go in the README.

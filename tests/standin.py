@@ -20,7 +20,9 @@ import msgspec
 
 from imprintd.messages import Message, ToolCall, ToolSpec
 from imprintd.models.base import Completion, ModelError, RetryCallback, StartHook, TextCallback, Usage, inference_lock
-from imprintd.models.toolcalls import VisibleTextFilter
+from imprintd.models.chat_formats.calls import VisibleTextFilter
+from imprintd.models.chat_formats.hermes import HERMES
+from imprintd.models.chat_formats.json_fallback import JSON_FALLBACK
 
 #: Tokens every message costs beyond its text (role header and end marker).
 MESSAGE_OVERHEAD = 4
@@ -132,7 +134,10 @@ class StandInModel:
         if not self.replies:
             raise AssertionError(f"stand-in model has no scripted reply for request #{len(self.requests)}")
         reply = self.replies.pop(0)
-        written = _Written(on_text, None if tools else VisibleTextFilter((), "native" if self.native_tools else "json"))
+        written = _Written(
+            on_text,
+            None if tools else VisibleTextFilter((), HERMES.syntax if self.native_tools else JSON_FALLBACK.syntax),
+        )
         with anyio.move_on_after(timeout) as scope:
             async with inference_lock():
                 if on_start is not None:

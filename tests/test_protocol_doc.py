@@ -7,6 +7,7 @@ from pathlib import Path
 
 from imprintd import protocol as wire
 from imprintd.chat import Chat
+from imprintd.models.chat_formats.table import BY_NAME
 from imprintd.server import build_server
 
 DOC = (Path(__file__).parent.parent / "protocol.md").read_text(encoding="utf-8")
@@ -30,6 +31,15 @@ def test_every_custom_method_has_an_example_exchange():
     for method in [*wire.REQUESTS, *wire.NOTIFICATIONS]:
         section = DOC.split(f"## {method} (", 1)[1].split("\n## ", 1)[0]
         assert "```" in section or method == wire.REPLY_DELTA and "replyDelta" in DOC, method
+
+
+def test_the_chat_formats_documented_are_exactly_the_tables():
+    """``chatFormat`` has one vocabulary (``initialize``, ``imprint/modelChanged``, ``imprint/models``):
+    the chat-format table's names, which protocol.md lists."""
+    listed = DOC.split("one of\nthe chat formats:", 1)[1].split("(", 1)[0]
+    assert sorted(re.findall(r"`([\w.-]+)`", listed)) == sorted(BY_NAME)
+    for stale in ("`chatml`", "`llama-3`"):  # the template families listed once
+        assert stale not in DOC
 
 
 def test_lifecycle_methods_are_documented():

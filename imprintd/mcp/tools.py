@@ -342,12 +342,12 @@ class Catalog:
 def call_grammar_schema(tools: Sequence[McpTool]) -> dict[str, Any] | None:
     """``call_tool``'s arguments as one choice per tool: ``{"name": <that tool>, "arguments": <its
     schema>}``, so a local model that opens a call to ``call_tool`` names a listed tool and fills in
-    that tool's own arguments (``models/call_grammar.py``). A schema llama.cpp's converter cannot
+    that tool's own arguments (``models/chat_formats/grammar.py``). A schema llama.cpp's converter cannot
     read leaves that tool's arguments any object. None where no local model runs (llama_cpp not
     loaded): the schema is for its grammar alone."""
     if "llama_cpp" not in sys.modules or not tools:
         return None
-    from imprintd.models.call_grammar import _converter_class
+    from imprintd.models.chat_formats.grammar import _converter_class
 
     choices = []
     for tool in tools:

@@ -48,7 +48,7 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     ``tool_call_error`` names what was wrong with a malformed call, which is
     not run; the caller tells the model. ``wrote_tool_call`` is True when no tools were
     offered and the model wrote call markup as text anyway (``<tool_call>``, or in JSON mode
-    a ``{"name": …}`` object; ``toolcalls.VisibleTextFilter``): ``text`` and what streamed
+    a ``{"name": …}`` object; ``chat_formats.calls.VisibleTextFilter``): ``text`` and what streamed
     stop before it, whitespace before it included.
     """
 
@@ -99,7 +99,7 @@ class Model(Protocol):
 
     @property
     def chat_format(self) -> str:
-        """How this model writes tool calls and reasoning (``models/chat_formats``): ``hermes``,
+        """How this model writes tool calls and reasoning (``models/chat_formats/table.py``): ``hermes``,
         ``json-fallback``, …; ``openai`` for a remote server, which parses them itself."""
         ...
 

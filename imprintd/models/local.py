@@ -16,15 +16,15 @@
   batches) the worker checks a cancel flag and the deadline; cancelling the awaiting task sets
   the flag, waits for the worker to return (shielded), then re-raises. Text reaches ``on_text``
   on the event-loop thread, UTF-8 sequences split across tokens decoded whole.
-* **Tool calls and reasoning.** The template's chat format (``chat_formats.py``: Hermes,
+* **Tool calls and reasoning.** The template's chat format (``chat_formats/``: Hermes,
   Qwen XML, Llama 3 JSON, Mistral, Granite, LFM2, Gemma 4, DeepSeek-R1, …) says how the model
   writes calls; a template that renders ``tools`` gets them natively, otherwise they are
-  described in the system prompt and a JSON call is parsed too (``toolcalls.py``). Tokens are
+  described in the system prompt and a JSON call is parsed too (``chat_formats/calls.py``). Tokens are
   decoded with their special tokens, so markers are seen; a reasoning model's thoughts are
   split off as they stream (``on_reasoning``, ``Completion.reasoning``), and ``chat.reasoning``
   decides the template's thinking switch. Once the model opens a call, the rest of it is
   generated under a grammar of the offered tools in the family's syntax
-  (``call_grammar.py``): the opening token is sampled again from the tokens before it,
+  (``chat_formats/grammar.py``): the opening token is sampled again from the tokens before it,
   constrained.
 * **Prefix reuse (ADR 0157).** ``Llama.generate`` keeps the evaluated prefix of the previous
   prompt and evaluates only the rest; ``Usage.evaluated_tokens`` is what llama.cpp actually
@@ -86,11 +86,11 @@ from imprintd.models.base import (
     report_usage,
     request_scope,
 )
-from imprintd.models.call_grammar import CallWatch
+from imprintd.models.chat_formats.calls import ParsedOutput
+from imprintd.models.chat_formats.format import CallWatch
 from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
 from imprintd.models.templates import LEAD_USER, ChatTemplate, TemplateError
-from imprintd.models.toolcalls import ParsedOutput
 from imprintd.offload import ToLoop, in_model_thread, in_worker
 
 logger = logging.getLogger("imprintd.models.local")
@@ -658,7 +658,7 @@ class LocalModel:
 
     @property
     def chat_format(self) -> str:
-        """The detected call format (``chat_formats.py``); ``json-fallback`` until a template is read."""
+        """The detected call format (``chat_formats/table.py``); ``json-fallback`` until a template is read."""
         template = self._template()
         return template.format.name if template is not None else "json-fallback"
 
@@ -876,7 +876,7 @@ class LocalModel:
         splitter = chat.reasoning_splitter()
         thoughts: list[str] = []
         guard = RepetitionGuard()
-        # A call is finished under a grammar of the offered tools (call_grammar.py), unless the
+        # A call is finished under a grammar of the offered tools (chat_formats/grammar.py), unless the
         # whole output already has one.
         watch = CallWatch(tools, chat.call_format) if self._tool_call_grammar and run.grammar is None else None
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -12,7 +12,8 @@ People keep models where their other tools put them. This finds ``.gguf`` files 
 
 Each file is described from its GGUF header only (the metadata before the tensors; nothing is
 loaded): architecture, size, quantization, trained context length, and whether it has a chat
-template and which family that template is. A file that is not a chat model (no chat template,
+template and the chat format that template writes (``templates.template_format``: the name the
+model reports once in use, so the two never disagree). A file that is not a chat model (no chat template,
 an embedding architecture, not a GGUF at all, a damaged header, a broken link, not a regular
 file) is listed with the reason and ``chat: false``, so an editor can show it without offering it.
 
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from imprintd.models.bounded_json import TooDeep, loads_bounded
+from imprintd.models.templates import template_format
 
 logger = logging.getLogger(__name__)
 
@@ -72,15 +74,6 @@ FILE_TYPES = {
 }  # fmt: skip
 #: Architectures that embed or rerank rather than chat.
 EMBEDDING_ARCHITECTURES = frozenset({"bert", "nomic-bert", "jina-bert-v2", "t5encoder", "xlm-roberta", "modern-bert"})
-#: A chat template's family, by a marker it writes.
-TEMPLATE_FAMILIES = (
-    ("<|im_start|>", "chatml"),
-    ("<|start_header_id|>", "llama-3"),
-    ("<start_of_turn>", "gemma"),
-    ("[INST]", "mistral"),
-    ("<|user|>", "phi"),
-    ("<｜User｜>", "deepseek"),
-)
 #: A part of a model split by llama.cpp's ``gguf-split``: ``<stem>-00001-of-00003.gguf``.
 SPLIT_PART = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
 
@@ -102,7 +95,8 @@ class FoundModel:
     quantization: str | None
     context_length: int | None
     has_chat_template: bool
-    #: The chat template's family (``chatml``, ``llama-3``, …, ``other``); None without a template.
+    #: The chat format its template writes (``hermes``, ``qwen-xml``, …, ``json-fallback``: the
+    #: names of ``chat_formats/table.py``); None without a template.
     chat_format: str | None
     chat: bool
     #: Why it is not offered as a chat model; "" when it is.
@@ -269,7 +263,7 @@ def describe(path: Path, source: str, name: str | None = None) -> FoundModel:
         except OSError as error:
             return refused(f"cannot be read: {error.strerror or error}", opened.st_size)
     has_template = bool(template.strip())
-    family = next((fam for marker, fam in TEMPLATE_FAMILIES if marker in template), "other") if has_template else None
+    chat_format = template_format(template).name if has_template else None
     quantization = FILE_TYPES.get(file_type if file_type is not None else -1) or _quantization_in(path.name)
     reason = ""
     if architecture in EMBEDDING_ARCHITECTURES:
@@ -285,7 +279,7 @@ def describe(path: Path, source: str, name: str | None = None) -> FoundModel:
         quantization=quantization,
         context_length=length,
         has_chat_template=has_template,
-        chat_format=family,
+        chat_format=chat_format,
         chat=not reason,
         reason=reason,
     )

@@ -69,6 +69,8 @@ from imprintd.models.base import (
     Usage,
     report_usage,
 )
+from imprintd.models.chat_formats.calls import ParsedOutput, VisibleTextFilter
+from imprintd.models.chat_formats.hermes import HERMES
 from imprintd.models.remote_counts import BYTES_PER_TOKEN, PROMPT_OVERHEAD, EstimatedCounts
 from imprintd.models.remote_events import parse_chunk, stream_lines
 from imprintd.models.remote_failures import (
@@ -85,7 +87,6 @@ from imprintd.models.repetition import cut_before_loop
 from imprintd.models.server_counts import COUNTING_SERVERS, ServerCounts
 from imprintd.models.server_http import read_error_body, tls_context
 from imprintd.models.server_window import ServerWindow
-from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter
 from imprintd.offload import in_worker
 from imprintd.redact import hide_url_passwords, mask
 
@@ -415,7 +416,7 @@ class RemoteModel(EstimatedCounts):
                 f"exceeds the {self.n_ctx}-token context (chat.n_ctx)"
             )
         stream = _Stream(
-            filter=VisibleTextFilter(tools, "native"),
+            filter=VisibleTextFilter(tools, HERMES.syntax),
             on_text=on_text,
             secret=_SecretMask(self._api_key),
             allowance=max_tokens * OUTPUT_BYTES_PER_TOKEN,

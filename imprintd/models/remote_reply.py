@@ -14,9 +14,9 @@ from typing import Any
 
 from imprintd.messages import ToolSpec
 from imprintd.models.base import TextCallback
+from imprintd.models.chat_formats.calls import ParsedOutput, VisibleTextFilter, call_from_object, new_call_id
 from imprintd.models.remote_events import _CallDelta, _Chunk, _Delta, _FunctionDelta
 from imprintd.models.repetition import RepetitionGuard
-from imprintd.models.toolcalls import ParsedOutput, VisibleTextFilter, call_from_object, new_call_id
 from imprintd.redact import mask, mask_json
 
 

@@ -7,7 +7,7 @@ template once, by rendering probes, decides how messages are handed over:
 
 * whether it renders tool schemas at all (else the tools are described in the system prompt and
   calls are JSON in text, ``json-fallback``), and which call format it writes
-  (``chat_formats.detect_format``);
+  (``chat_formats/table.py``, ``template_format`` for a template not in use);
 * whether it renders earlier calls from ``tool_calls``, with their arguments as a mapping or as a
   JSON string; where it renders none, the calls are written into the message's text in the
   family's own syntax, and where it drops the text written beside a call, that text goes in an
@@ -33,7 +33,9 @@ Everything here is pure: no model, no I/O.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import threading
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -45,18 +47,11 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from imprintd.messages import Message, ToolCall, ToolSpec
 from imprintd.models.base import ModelError
-from imprintd.models.chat_formats import (
-    JSON_FALLBACK,
-    QWEN_XML,
-    REASONING_SWITCHES,
-    ChatFormat,
-    Reasoning,
-    ReasoningSplitter,
-    call_syntax,
-    detect_format,
-    detect_reasoning,
-)
-from imprintd.models.toolcalls import HERMES_OPEN, VisibleTextFilter, tools_prompt
+from imprintd.models.chat_formats.calls import VisibleTextFilter, tools_prompt
+from imprintd.models.chat_formats.format import ChatFormat
+from imprintd.models.chat_formats.json_fallback import JSON_FALLBACK
+from imprintd.models.chat_formats.reasoning import REASONING_SWITCHES, Reasoning, ReasoningSplitter
+from imprintd.models.chat_formats.table import detect_format, marked_format
 
 #: What a model's turn says when it said nothing (templates such as Ministral 3 refuse an empty
 #: assistant message, and an empty turn tells the model nothing either).
@@ -92,6 +87,18 @@ def _tojson(
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+def _environment() -> ImmutableSandboxedEnvironment:
+    """The Jinja sandbox a chat template runs in, set up as llama-cpp-python's and Hugging Face's."""
+    environment = ImmutableSandboxedEnvironment(
+        loader=jinja2.BaseLoader(),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[_IgnoreGeneration, jinja2.ext.loopcontrols],
+    )
+    environment.filters["tojson"] = _tojson
+    return environment
+
+
 class TemplateError(ModelError):
     """A chat template refused a conversation."""
 
@@ -109,13 +116,7 @@ class ChatTemplate:
         today: datetime | None = None,
         thinking: bool = False,
     ) -> None:
-        environment = ImmutableSandboxedEnvironment(
-            loader=jinja2.BaseLoader(),
-            trim_blocks=True,
-            lstrip_blocks=True,
-            extensions=[_IgnoreGeneration, jinja2.ext.loopcontrols],
-        )
-        environment.filters["tojson"] = _tojson
+        environment = _environment()
         self.source = source
         self.model_name = model_name
         try:
@@ -136,7 +137,7 @@ class ChatTemplate:
         self.native = self.renders_tools
         #: The syntax calls are parsed in: the family's, and JSON in text where the system
         #: prompt asked for it.
-        syntax = call_syntax(self.format, source)
+        syntax = self.format.syntax_in(source)
         if not self.native and self.format is not JSON_FALLBACK:
             syntax = dataclasses.replace(syntax, json_calls=True)
         self.call_format = (
@@ -145,7 +146,7 @@ class ChatTemplate:
         self.arguments_as_string, self.renders_calls, self.drops_text_beside_calls = self._probe_calls()
         #: The reasoning markers the template knows: looked for in every reply, even with the
         #: thinking switched off (a model may think anyway).
-        self.markers = detect_reasoning(source)
+        self.markers = self.format.reasoning_in(source)
         self.reasoning, self.opens_reasoning = self._probe_reasoning()
 
     # -- facts -------------------------------------------------------------------------------
@@ -185,7 +186,7 @@ class ChatTemplate:
         return False, False, False
 
     def _probe_reasoning(self) -> tuple[Reasoning | None, bool]:
-        markers = detect_reasoning(self.source)
+        markers = self.markers
         if markers is None:
             return None, False
         prompt = [{"role": "user", "content": "hi"}]
@@ -204,11 +205,7 @@ class ChatTemplate:
     def reasoning_splitter(self) -> ReasoningSplitter:
         """What splits this model's reply into reasoning and answer; the family's stray markers
         are kept out of the reasoning."""
-        # Qwen3.5 may open a call before it closes its thoughts: llama.cpp's parser ends them there.
-        ends = (HERMES_OPEN,) if self.format is QWEN_XML else ()
-        return ReasoningSplitter(
-            self.markers, opened=self.opens_reasoning, stray=self.call_format.syntax.stray, ends=ends
-        )
+        return self.call_format.reasoning_splitter(self.markers, opened=self.opens_reasoning)
 
     def reply_filter(self, tools: Sequence[ToolSpec]) -> VisibleTextFilter:
         """What keeps this model's markup out of the answer as it streams: its calls, its slips,
@@ -380,6 +377,45 @@ class ChatTemplate:
             return found
         assert failure is not None
         raise failure
+
+
+#: How many templates' formats ``template_format`` remembers (by digest: the sources are not kept).
+FORMATS_REMEMBERED = 64
+_formats_seen: dict[bytes, ChatFormat] = {}
+_formats_lock = threading.Lock()  # listings run in worker threads
+
+
+def template_format(source: str) -> ChatFormat:
+    """The chat format of a GGUF whose chat template is ``source``, as the model reports it once in
+    use (``ChatTemplate.format``; ``json-fallback`` for a template that does not compile, as
+    ``LocalModel.chat_format`` says then), told without loading it (``on_disk.py``'s listing).
+
+    A template whose markers name its format is only compiled; one whose markers leave it open
+    is rendered to see whether it shows tool schemas (Hermes) or not. Quantizations of one model
+    share a template: each template is looked at once.
+    """
+    digest = hashlib.blake2b(source.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    with _formats_lock:
+        known = _formats_seen.get(digest)
+    if known is None:
+        known = _unloaded_format(source)
+        with _formats_lock:
+            if len(_formats_seen) >= FORMATS_REMEMBERED:
+                del _formats_seen[next(iter(_formats_seen))]
+            _formats_seen[digest] = known
+    return known
+
+
+def _unloaded_format(source: str) -> ChatFormat:
+    marked = marked_format(source)
+    try:
+        if marked is None:
+            return ChatTemplate(source, model_name="the model").format
+        _environment().from_string(source)
+    # A template nested past what Jinja's parser takes raises RecursionError: it does not compile either.
+    except (TemplateError, jinja2.TemplateError, RecursionError, MemoryError):
+        return JSON_FALLBACK
+    return marked
 
 
 def _empty(message: Message) -> str:

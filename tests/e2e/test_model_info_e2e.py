@@ -172,3 +172,26 @@ async def test_the_model_in_use_and_its_listed_entry_go_by_one_name(daemon_env, 
     finally:
         await lsp.shutdown_session()
         await lsp.stop()
+
+
+async def test_a_qwen35_gguf_has_one_chat_format_in_use_and_in_the_models_list(daemon_env, tmp_path):
+    """A Qwen3.5 GGUF (its template writes ``<|im_start|>`` and calls in XML): ``initialize``,
+    ``imprint/models``' current model and its listed entry all say ``qwen-xml``, the chat-format
+    table's name, read from the header alone (no weights: there are none)."""
+    from tests.models.chat_formats.families import TEMPLATES
+    from tests.models.test_on_disk import CHAT, gguf
+
+    folder = tmp_path / "models"
+    template = (TEMPLATES / "Qwen3.5-4B.jinja").read_text(encoding="utf-8")
+    qwen = gguf(folder / "Qwen3.5-4B-Q4_K_M.gguf", {**CHAT, "tokenizer.chat_template": template})
+    env = {k: v for k, v in daemon_env.items() if not k.startswith(("HF_", "OLLAMA_", "LLAMA_CACHE"))}
+    env = {**env, "HOME": str(tmp_path / "home"), "IMPRINT_CHAT_MODELS_DIR": str(folder)}
+    lsp, result = await started(env, {"chat": {"provider": "local", "model": str(qwen)}})
+    try:
+        assert result.capabilities.experimental["imprint"]["chatFormat"] == "qwen-xml"
+        listed = await lsp.protocol.send_request_async("imprint/models", {})
+        assert listed.current.chatFormat == "qwen-xml"
+        assert [(m.path, m.chatFormat) for m in listed.models] == [(str(qwen), "qwen-xml")]
+    finally:
+        await lsp.shutdown_session()
+        await lsp.stop()

@@ -11,7 +11,13 @@ import re
 import pytest
 
 from imprintd.messages import ToolSpec
-from imprintd.models.call_grammar import CallWatch, call_grammar, find_opening, integer_range, literal
+from imprintd.models.chat_formats.format import CallWatch
+from imprintd.models.chat_formats.grammar import find_opening, integer_range, literal
+from imprintd.models.chat_formats.hermes import HERMES
+from imprintd.models.chat_formats.json_fallback import JSON_FALLBACK
+
+#: The syntaxes: a native template's (Hermes), JSON in text, and none (nothing is a call).
+NATIVE, JSON, NONE = HERMES.syntax, JSON_FALLBACK.syntax, None
 
 SEARCH = ToolSpec(
     name="search",
@@ -59,17 +65,17 @@ def test_literal_escapes_what_gbnf_would_read_otherwise():
 
 
 @pytest.mark.parametrize(
-    ("text", "mode", "span", "key", "fenced", "listed"),
+    ("text", "syntax", "span", "key", "fenced", "listed"),
     [
-        ('Let me look. {"name": "search"', "json", (13, 21), "name", False, False),
-        ('{ "arguments" :', "json", (0, 15), "arguments", False, False),
-        ('[{"parameters":', "json", (0, 15), "parameters", False, True),
-        ('```json\n{"name":', "json", (0, 16), "name", True, False),
-        ('Here: <tool_call>\n{"name"', "native", (6, 17), None, None, None),
+        ('Let me look. {"name": "search"', JSON, (13, 21), "name", False, False),
+        ('{ "arguments" :', JSON, (0, 15), "arguments", False, False),
+        ('[{"parameters":', JSON, (0, 15), "parameters", False, True),
+        ('```json\n{"name":', JSON, (0, 16), "name", True, False),
+        ('Here: <tool_call>\n{"name"', NATIVE, (6, 17), None, None, None),
     ],
 )
-def test_find_opening_finds_where_toolcalls_starts_parsing(text, mode, span, key, fenced, listed):
-    opening, _ = find_opening(text, mode)
+def test_find_opening_finds_where_the_parser_starts_a_call(text, syntax, span, key, fenced, listed):
+    opening, _ = find_opening(text, syntax)
     assert opening is not None and (opening.start, opening.end) == span
     if key is None:
         assert opening.shape is None
@@ -78,20 +84,20 @@ def test_find_opening_finds_where_toolcalls_starts_parsing(text, mode, span, key
 
 
 @pytest.mark.parametrize(
-    ("text", "mode"),
+    ("text", "syntax"),
     [
-        ('{"port": 8101}', "json"),
-        ("```python\nprint({'name': 1})\n```", "json"),
-        ('{"name": "x"}', "native"),  # a native template's calls are <tool_call> blocks only
-        ('<tool_call>{"name":', "none"),
+        ('{"port": 8101}', JSON),
+        ("```python\nprint({'name': 1})\n```", JSON),
+        ('{"name": "x"}', NATIVE),  # a native template's calls are <tool_call> blocks only
+        ('<tool_call>{"name":', NONE),
     ],
 )
-def test_text_that_opens_no_call(text, mode):
-    assert find_opening(text, mode)[0] is None
+def test_text_that_opens_no_call(text, syntax):
+    assert find_opening(text, syntax)[0] is None
 
 
 def test_the_watch_sees_an_opening_split_across_pieces_and_starts_the_grammar_with_its_last_piece():
-    watch = CallWatch(TOOLS, "json")
+    watch = CallWatch(TOOLS, JSON_FALLBACK)
     assert watch.feed("Checking. {") is None
     assert watch.feed('"na') is None
     grammar = watch.feed('me": "serch", "x"')
@@ -101,15 +107,17 @@ def test_the_watch_sees_an_opening_split_across_pieces_and_starts_the_grammar_wi
 
 
 def test_the_watch_looks_only_at_text_that_may_still_open_a_call():
-    watch = CallWatch(TOOLS, "json")
-    for piece in ['{"port": 1} ', "and `code` ", "[1, 2] "] * 50:
+    watch = CallWatch(TOOLS, JSON_FALLBACK)
+    pieces = ['{"port": 1} ', "and `code` ", "[1, 2] "] * 50
+    for piece in pieces:
         assert watch.feed(piece) is None
-    assert watch._resume == len(watch._written)  # nothing before the end can open a call now
+    # Nothing before the end can open a call now: the next look starts there.
+    assert find_opening("".join(pieces), JSON) == (None, len("".join(pieces)))
     assert watch.feed('{"name":') is not None
 
 
 def test_no_tools_no_watch():
-    watch = CallWatch([], "json")
+    watch = CallWatch([], JSON_FALLBACK)
     assert watch.done and watch.feed('{"name":') is None
 
 
@@ -118,8 +126,8 @@ def rules(grammar: str) -> dict[str, str]:
 
 
 def test_the_name_is_one_of_the_offered_tools_and_the_arguments_follow_its_schema():
-    opening, _ = find_opening('{"name":', "json")
-    grammar = rules(call_grammar(TOOLS, opening, '{"name":'))
+    opening, _ = find_opening('{"name":', JSON)
+    grammar = rules(JSON_FALLBACK.call_grammar(TOOLS, opening, '{"name":'))
     assert grammar["root"] == '"{\\"name\\":" ws named-call'
     assert grammar["named-call"] == (
         '"\\"search\\"" ws "," ws "\\"arguments\\"" ws ":" ws args-search ws "}" | '
@@ -131,21 +139,21 @@ def test_the_name_is_one_of_the_offered_tools_and_the_arguments_follow_its_schem
 
 
 def test_arguments_written_first_are_followed_by_the_name_of_the_tool_they_fit():
-    opening, _ = find_opening('{"arguments":', "json")
-    grammar = rules(call_grammar(TOOLS, opening, '{"arguments":'))
+    opening, _ = find_opening('{"arguments":', JSON)
+    grammar = rules(JSON_FALLBACK.call_grammar(TOOLS, opening, '{"arguments":'))
     assert grammar["root"] == '"{\\"arguments\\":" ws arguments-first'
     assert 'args-search ws "," ws "\\"name\\"" ws ":" ws "\\"search\\"" ws "}"' in grammar["arguments-first"]
 
 
 def test_a_fenced_list_of_calls_closes_the_list_then_the_fence():
-    opening, _ = find_opening('```json\n[{"name":', "json")
-    grammar = rules(call_grammar(TOOLS, opening, '[{"name":'))
+    opening, _ = find_opening('```json\n[{"name":', JSON)
+    grammar = rules(JSON_FALLBACK.call_grammar(TOOLS, opening, '[{"name":'))
     assert grammar["root"] == '"[{\\"name\\":" ws named-call (ws next-call)* ws "]" ws "```"'
     assert grammar["next-call"] == '"," ws "{" ws "\\"name\\"" ws ":" ws named-call'
 
 
 def test_a_native_call_block_ends_with_its_closing_tag_and_may_be_followed_by_more():
-    opening, _ = find_opening("<tool_call>", "native")
-    grammar = rules(call_grammar(TOOLS, opening, "call>"))
+    opening, _ = find_opening("<tool_call>", NATIVE)
+    grammar = rules(HERMES.call_grammar(TOOLS, opening, "call>"))
     assert grammar["root"] == '"call>" call-block ("\\n"? "<tool_call>" call-block)*'
     assert grammar["call-block"] == 'ws "{" ws "\\"name\\"" ws ":" ws named-call ws "</tool_call>"'

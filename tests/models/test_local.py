@@ -24,9 +24,9 @@ from imprintd.messages import (
 )
 from imprintd.models import local
 from imprintd.models.base import Model, ModelError, ModelUnavailable, inference_lock
+from imprintd.models.chat_formats.calls import tools_prompt
 from imprintd.models.local import LocalModel
 from imprintd.models.templates import ChatTemplate
-from imprintd.models.toolcalls import tools_prompt
 from tests.lock import lock_held_elsewhere
 from tests.models.real_model import needs_real_model
 

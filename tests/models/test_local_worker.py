@@ -151,7 +151,7 @@ def test_hermes_tool_call_in_native_mode():
     assert "".join(shown) == "" and result.parsed.calls[0].name == "search"
 
 
-# -- reasoning and special-token markers (chat_formats.py) ------------------------------------
+# -- reasoning and special-token markers (chat_formats/) ---------------------------------------
 
 
 def generate(loaded: FakeLoaded, tools=()):
@@ -248,7 +248,7 @@ def test_malformed_call_is_an_error_not_a_call():
     assert result.parsed.calls == () and "not valid JSON" in result.parsed.error
 
 
-# -- a call the model opens is finished under the tools' grammar (call_grammar.py) ------------
+# -- a call the model opens is finished under the tools' grammar (chat_formats/grammar.py) ----
 
 #: A model writing a call it gets wrong: a misspelt tool, "parameters", an argument search lacks.
 WRONG_CALL = [b"Let me check.", b' {"na', b'me": "serch", "parameters": {"q": 1}}']

@@ -1,4 +1,4 @@
-"""GGUF models found on this machine, read from their headers (imprintd/models/on_disk.py, issue 34)."""
+"""GGUF models found on this machine, read from their headers (imprintd/models/on_disk.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from imprintd.models.chat_formats.table import BY_NAME
 from imprintd.models.embedded import find_embedded_model
+from imprintd.models.local import LocalModel
 from imprintd.models.on_disk import describe, find_models, places, read_metadata
+from tests.models.chat_formats.families import FAMILIES
 
 EMBEDDED = find_embedded_model()
 needs_embedded = pytest.mark.skipif(EMBEDDED is None, reason="the embedded model (imprintd[embedded]) is not installed")
@@ -68,14 +71,28 @@ def test_a_chat_gguf_is_described_from_its_header(tmp_path):
         "Q4_K_M",
         32768,
     )
-    assert found.has_chat_template and found.chat_format == "chatml" and found.chat and found.reason == ""
+    # A template with no tool syntax of its own that shows no tools: JSON in text.
+    assert found.has_chat_template and found.chat_format == "json-fallback" and found.chat and found.reason == ""
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_a_listed_gguf_has_the_chat_format_the_model_reports_once_in_use(tmp_path, family):
+    path = gguf(tmp_path / f"{family.name}.gguf", {**CHAT, "tokenizer.chat_template": family.source})
+    listed = describe(path, "models_dir").chat_format
+    assert listed == LocalModel(str(path)).chat_format == family.format  # one vocabulary, the table's names
+    assert listed in BY_NAME
+
+
+def test_a_template_that_does_not_parse_is_listed_as_the_model_reports_it(tmp_path):
+    path = gguf(tmp_path / "broken.gguf", {**CHAT, "tokenizer.chat_template": "<tool_call>{% for %}"})
+    assert describe(path, "models_dir").chat_format == LocalModel(str(path)).chat_format == "json-fallback"
 
 
 @needs_embedded
 def test_the_embedded_model_reads_as_a_chat_model_without_loading_it():
     found = describe(EMBEDDED, "models_dir")
     assert found.architecture == "llama" and found.quantization == "Q4_1" and found.context_length == 8192
-    assert found.chat and found.chat_format == "chatml" and found.size == EMBEDDED.stat().st_size
+    assert found.chat and found.chat_format == "json-fallback" and found.size == EMBEDDED.stat().st_size
     assert read_metadata(EMBEDDED)["tokenizer.ggml.tokens"] == [49152]  # an array read as its length only
 
 
@@ -142,7 +159,9 @@ def test_cli_and_stdio_list_the_models_dir(tmp_path):
     printed = run("models", env=env)
     assert printed.returncode == 0, printed.stderr
     lines = printed.stdout.splitlines()
-    assert "(Q4_1, 94 MiB, 8,192 ctx, chatml, models_dir)" in lines[0] and lines[1].strip() == str(folder / "smol.gguf")
+    assert "(Q4_1, 94 MiB, 8,192 ctx, json-fallback, models_dir)" in lines[0] and lines[1].strip() == str(
+        folder / "smol.gguf"
+    )
     assert lines[2].startswith("not a chat model: notes") and "not a GGUF file" in lines[2]
     listed = json.loads(run("models", "--json", env=env).stdout)
     assert [(m["path"], m["chat"]) for m in listed] == [

@@ -10,7 +10,10 @@ from imprintd.context.history import SPEC as HISTORY
 from imprintd.context.history import HistoryArguments
 from imprintd.context.sections import READ_CHAT_SECTION_SPEC, ReadChatSectionArguments
 from imprintd.messages import system, user
-from imprintd.models.call_grammar import call_grammar, find_opening
+from imprintd.models.chat_formats.format import ChatFormat
+from imprintd.models.chat_formats.grammar import find_opening
+from imprintd.models.chat_formats.hermes import HERMES
+from imprintd.models.chat_formats.json_fallback import JSON_FALLBACK
 from imprintd.tools.base import parse_arguments
 from imprintd.tools.workspace import ReadFileArguments, ReadFileTool, SearchArguments, SearchTool
 from tests.models.real_model import Sampler, needs_real_model
@@ -24,23 +27,23 @@ ARGUMENTS = {
 }
 #: Each way a call can open, with what the model wrote of it before the grammar took over.
 OPENINGS = [
-    ("<tool_call>", "native", "<tool_call>"),
-    ('{"name":', "json", '{"name":'),
-    ('{"arguments":', "json", '{"arguments":'),
-    ('```json\n[{"parameters":', "json", '[{"parameters":'),
+    ("<tool_call>", HERMES, "<tool_call>"),
+    ('{"name":', JSON_FALLBACK, '{"name":'),
+    ('{"arguments":', JSON_FALLBACK, '{"arguments":'),
+    ('```json\n[{"parameters":', JSON_FALLBACK, '[{"parameters":'),
 ]
 
 
-def grammar_for(text: str, mode: str, written: str) -> str:
-    opening, _ = find_opening(text, mode)
+def grammar_for(text: str, chat_format: ChatFormat, written: str) -> str:
+    opening, _ = find_opening(text, chat_format.syntax)
     assert opening is not None
-    return call_grammar(TOOLS, opening, written)
+    return chat_format.call_grammar(TOOLS, opening, written)
 
 
 @needs_real_model
-@pytest.mark.parametrize(("text", "mode", "written"), OPENINGS)
-def test_llama_cpp_takes_the_grammar_of_every_opening(local_model, text, mode, written):
-    sampler = Sampler(local_model, grammar_for(text, mode, written))
+@pytest.mark.parametrize(("text", "chat_format", "written"), OPENINGS)
+def test_llama_cpp_takes_the_grammar_of_every_opening(local_model, text, chat_format, written):
+    sampler = Sampler(local_model, grammar_for(text, chat_format, written))
     assert sampler.pointer, "llama.cpp did not parse the grammar"
     sampler.close()
 
@@ -68,14 +71,14 @@ INVALID = {
 
 @needs_real_model
 def test_the_grammar_lets_through_exactly_the_calls_the_tools_accept(local_model):
-    from imprintd.models.toolcalls import parse_tool_calls
+    from imprintd.models.chat_formats.calls import parse_tool_calls
 
-    grammar = grammar_for('{"name":', "json", '{"name":')
+    grammar = grammar_for('{"name":', JSON_FALLBACK, '{"name":')
     for rest in VALID:
         sampler = Sampler(local_model, grammar)
         assert sampler.accepts('{"name":' + rest), rest
         sampler.close()
-        (call,) = parse_tool_calls('{"name":' + rest, TOOLS, "json").calls
+        (call,) = parse_tool_calls('{"name":' + rest, TOOLS, JSON_FALLBACK.syntax).calls
         parse_arguments(call.name, call.arguments, ARGUMENTS[call.name])  # raises if not valid
     for what, rest in INVALID.items():
         sampler = Sampler(local_model, grammar)

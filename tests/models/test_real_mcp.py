@@ -17,7 +17,8 @@ from imprintd.chat import ReplyRequest
 from imprintd.mcp.config import McpServerConfig
 from imprintd.mcp.servers import McpServers, McpToolInfo
 from imprintd.mcp.tools import MCP_SHARE, CallContext, CallTool, Catalog, FindTools, McpTool, schema_tokens
-from imprintd.models.call_grammar import call_grammar, find_opening
+from imprintd.models.chat_formats.grammar import find_opening
+from imprintd.models.chat_formats.json_fallback import JSON_FALLBACK
 from tests.helpers import make_chat
 from tests.mcp.servers import git_repo, git_server, processes_under
 from tests.models.real_model import Sampler, needs_real_model
@@ -100,8 +101,8 @@ def test_call_tools_arguments_follow_the_schema_of_the_tool_it_names(local_model
     )
     tools = [FindTools(catalog).spec, CallTool(catalog).spec]
     assert tools[1].grammar is not None and "anyOf" not in str(tools[1].parameters)  # never rendered
-    opening, _ = find_opening('{"name":', "json")
-    grammar = call_grammar(tools, opening, '{"name":')
+    opening, _ = find_opening('{"name":', JSON_FALLBACK.syntax)
+    grammar = JSON_FALLBACK.call_grammar(tools, opening, '{"name":')
     valid = [
         ' "call_tool", "arguments": {"name": "tracker__get_issue", "arguments": {"repo": "shop/billing", "number": 7}}}',
         ' "call_tool", "arguments": {"name": "tracker__search_docs", "arguments": {"query": "port"}}}',

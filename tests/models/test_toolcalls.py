@@ -1,4 +1,5 @@
-"""Tool-call parsing and the streaming filter (imprintd/models/toolcalls.py)."""
+"""Tool-call parsing and the streaming filter (imprintd/models/chat_formats/calls.py), in Hermes'
+syntax and JSON in text."""
 
 from __future__ import annotations
 
@@ -7,17 +8,18 @@ import itertools
 import pytest
 
 from imprintd.messages import ToolSpec
-from imprintd.models.toolcalls import (
+from imprintd.models.chat_formats.calls import (
     ParsedOutput,
     VisibleTextFilter,
     call_from_object,
     format_call,
     opening_state,
-    parse_hermes,
-    parse_json_calls,
+    parse_syntax,
     parse_tool_calls,
     tools_prompt,
 )
+from imprintd.models.chat_formats.hermes import HERMES
+from imprintd.models.chat_formats.json_fallback import JSON_FALLBACK
 
 SEARCH = ToolSpec(
     name="search",
@@ -29,6 +31,16 @@ READ = ToolSpec(
 )
 TOOLS = (SEARCH, READ)
 NAMES = {"search", "read"}
+#: The syntaxes: a native template's (Hermes), JSON in text, and none (nothing is a call).
+NATIVE, JSON, NONE = HERMES.syntax, JSON_FALLBACK.syntax, None
+
+
+def parse_hermes(text, names, new_id):
+    return parse_syntax(text, names, NATIVE, new_id)
+
+
+def parse_json_calls(text, names, new_id):
+    return parse_syntax(text, names, JSON, new_id)
 
 
 def ids():
@@ -220,15 +232,15 @@ def test_opening_state(text, state):
     assert opening_state(text) == state
 
 
-def test_parse_tool_calls_modes():
+def test_parse_tool_calls_syntaxes():
     hermes = '<tool_call>{"name": "search", "arguments": {}}</tool_call>'
-    assert parse_tool_calls(hermes, TOOLS, "native").calls[0].name == "search"
+    assert parse_tool_calls(hermes, TOOLS, NATIVE).calls[0].name == "search"
     # The JSON form takes Hermes tags too (a model trained on them may write them): never shown.
-    json_mode = parse_tool_calls(hermes, TOOLS, "json")
-    assert json_mode.calls[0].name == "search" and json_mode.text == ""
-    assert parse_tool_calls(hermes, (), "native").text == hermes  # no tools offered: nothing is a call
-    assert parse_tool_calls('{"name": "search"}', TOOLS, "json").calls[0].name == "search"
-    assert parse_tool_calls('{"name": "search"}', TOOLS, "none").calls == ()
+    json_text = parse_tool_calls(hermes, TOOLS, JSON)
+    assert json_text.calls[0].name == "search" and json_text.text == ""
+    assert parse_tool_calls(hermes, (), NATIVE).text == hermes  # no tools offered: nothing is a call
+    assert parse_tool_calls('{"name": "search"}', TOOLS, JSON).calls[0].name == "search"
+    assert parse_tool_calls('{"name": "search"}', TOOLS, NONE).calls == ()
 
 
 # -- prompt --------------------------------------------------------------------------------------
@@ -250,9 +262,9 @@ def test_format_call_round_trips():
 # -- streaming filter --------------------------------------------------------------------------
 
 
-def stream(text: str, mode, pieces: int = 1):
+def stream(text: str, syntax, pieces: int = 1):
     """Feed ``text`` in chunks of ``pieces`` characters; return what streamed and the result."""
-    filt = VisibleTextFilter(TOOLS, mode, ids())
+    filt = VisibleTextFilter(TOOLS, syntax, ids())
     shown = [filt.feed(text[i : i + pieces]) for i in range(0, len(text), pieces)]
     last, parsed = filt.finish()
     shown.append(last)
@@ -260,44 +272,42 @@ def stream(text: str, mode, pieces: int = 1):
 
 
 SAMPLES = [
-    ("native", "Hello there, world."),
-    ("native", 'Let me check.\n<tool_call>\n{"name": "search", "arguments": {"query": "a"}}\n</tool_call>'),
-    ("native", "a < b and <tool is not a call"),
-    ("native", '<tool_call>{"name": "nope"}</tool_call> after'),
-    ("json", 'I will search.\n{"name": "search", "arguments": {"query": "x"}}'),
-    ("json", 'Sure.\n```json\n{"name": "read", "arguments": {"path": "a.py"}}\n```\nDone.'),
-    ("json", "Code: ```python\nprint({1: 2})\n```\nand a {set} and [list] `tick`."),
-    ("json", 'Broken {"name": "search", "arguments": {'),
-    ("json", "  \n Leading and trailing space.  \n"),
-    ("none", '{"name": "search"}'),
+    (NATIVE, "Hello there, world."),
+    (NATIVE, 'Let me check.\n<tool_call>\n{"name": "search", "arguments": {"query": "a"}}\n</tool_call>'),
+    (NATIVE, "a < b and <tool is not a call"),
+    (NATIVE, '<tool_call>{"name": "nope"}</tool_call> after'),
+    (JSON, 'I will search.\n{"name": "search", "arguments": {"query": "x"}}'),
+    (JSON, 'Sure.\n```json\n{"name": "read", "arguments": {"path": "a.py"}}\n```\nDone.'),
+    (JSON, "Code: ```python\nprint({1: 2})\n```\nand a {set} and [list] `tick`."),
+    (JSON, 'Broken {"name": "search", "arguments": {'),
+    (JSON, "  \n Leading and trailing space.  \n"),
+    (NONE, '{"name": "search"}'),
 ]
 
 
-@pytest.mark.parametrize(("mode", "text"), SAMPLES)
+@pytest.mark.parametrize(("syntax", "text"), SAMPLES)
 @pytest.mark.parametrize("size", [1, 3, 1000])
-def test_filter_streams_exactly_the_final_text(mode, text, size):
-    shown, parsed = stream(text, mode, size)
-    expected = parse_tool_calls(text, TOOLS, mode, ids())
+def test_filter_streams_exactly_the_final_text(syntax, text, size):
+    shown, parsed = stream(text, syntax, size)
+    expected = parse_tool_calls(text, TOOLS, syntax, ids())
     assert "".join(shown) == parsed.text == expected.text.strip()
     assert [(c.name, c.arguments) for c in parsed.calls] == [(c.name, c.arguments) for c in expected.calls]
     assert parsed.error == expected.error
 
 
 def test_filter_never_shows_markup():
-    shown, parsed = stream(
-        'Checking.\n<tool_call>{"name": "search", "arguments": {"query": "q"}}</tool_call>', "native"
-    )
+    shown, parsed = stream('Checking.\n<tool_call>{"name": "search", "arguments": {"query": "q"}}</tool_call>', NATIVE)
     assert "<" not in "".join(shown) and parsed.text == "Checking."
-    shown, parsed = stream('{"name": "search", "arguments": {"query": "q"}}', "json")
+    shown, parsed = stream('{"name": "search", "arguments": {"query": "q"}}', JSON)
     assert "".join(shown) == "" and parsed.calls[0].arguments == {"query": "q"}
 
 
 def test_filter_releases_plain_text_promptly():
-    filt = VisibleTextFilter(TOOLS, "json", ids())
+    filt = VisibleTextFilter(TOOLS, JSON, ids())
     assert filt.feed("Hello") == "Hello"
     assert filt.feed(" {") == ""  # could open a call: held
     assert filt.feed("x") == " {x"  # cannot: released
-    filt = VisibleTextFilter(TOOLS, "native", ids())
+    filt = VisibleTextFilter(TOOLS, NATIVE, ids())
     assert filt.feed("a <tool") == "a"
     assert filt.feed("s") == " <tools"
 
@@ -305,9 +315,9 @@ def test_filter_releases_plain_text_promptly():
 # -- no tools offered: markup is not parsed, but it stops the text and is reported ------------
 
 
-def stream_unoffered(text: str, mode, pieces: int = 1):
+def stream_unoffered(text: str, syntax, pieces: int = 1):
     """``stream`` for a request that offers no tools."""
-    filt = VisibleTextFilter((), mode, ids())
+    filt = VisibleTextFilter((), syntax, ids())
     shown = [filt.feed(text[i : i + pieces]) for i in range(0, len(text), pieces)]
     last, parsed = filt.finish()
     shown.append(last)
@@ -315,69 +325,69 @@ def stream_unoffered(text: str, mode, pieces: int = 1):
 
 
 UNOFFERED_CALLS = [
-    ("native", 'Billing runs two replicas [1]. \n<tool_call>\n{"name": "search", "arguments": {}}\n</tool_call>'),
-    ("native", 'Billing runs two replicas [1].<tool_call>{"name": "search"'),  # cut off inside the call
-    ("json", 'Billing runs two replicas [1]. {"name": "search", "arguments": {"query": "billing owner"}}'),
+    (NATIVE, 'Billing runs two replicas [1]. \n<tool_call>\n{"name": "search", "arguments": {}}\n</tool_call>'),
+    (NATIVE, 'Billing runs two replicas [1].<tool_call>{"name": "search"'),  # cut off inside the call
+    (JSON, 'Billing runs two replicas [1]. {"name": "search", "arguments": {"query": "billing owner"}}'),
     (
-        "json",
+        JSON,
         'Billing runs two replicas [1]. ```json\n{"name": "search", "arguments": {"query": "billing owner"}}\n```',
     ),
-    ("json", 'Billing runs two replicas [1].\n[ {"arguments": {"query": "billing owner"}, "name": "search"}]'),
+    (JSON, 'Billing runs two replicas [1].\n[ {"arguments": {"query": "billing owner"}, "name": "search"}]'),
     # A template without tool support may still have learnt the Hermes form.
-    ("json", 'Billing runs two replicas [1]. <tool_call>{"name": "search"}</tool_call>'),
+    (JSON, 'Billing runs two replicas [1]. <tool_call>{"name": "search"}</tool_call>'),
 ]
 
 
-@pytest.mark.parametrize(("mode", "text"), UNOFFERED_CALLS)
+@pytest.mark.parametrize(("syntax", "text"), UNOFFERED_CALLS)
 @pytest.mark.parametrize("size", [1, 3, 1000])
-def test_markup_written_with_no_tools_offered_stops_the_text_and_is_reported(mode, text, size):
-    shown, parsed = stream_unoffered(text, mode, size)
+def test_markup_written_with_no_tools_offered_stops_the_text_and_is_reported(syntax, text, size):
+    shown, parsed = stream_unoffered(text, syntax, size)
     assert shown == parsed.text == "Billing runs two replicas [1]."  # the space before the markup too
     assert parsed.wrote_call and parsed.calls == () and parsed.error is None
 
 
 @pytest.mark.parametrize(
-    ("mode", "text"),
+    ("syntax", "text"),
     [
-        ("native", "a < b and <tool is not a call"),
-        ("native", "It ends in <tool_"),  # the reply ended: a marker's start is text
-        ("native", '{"name": "search", "arguments": {}}'),  # JSON is a call only in JSON mode
-        ("json", 'Set it like this: {"port": 8101} [1].'),
-        ("json", "Code: ```python\nprint({1: 2})\n```\nand a {set} and [list] `tick`."),
-        ("json", 'It ends in {"na'),
-        ("none", '<tool_call>{"name": "search"}</tool_call> {"name": "search"}'),  # mode "none" looks for nothing
+        (NATIVE, "a < b and <tool is not a call"),
+        (NATIVE, "It ends in <tool_"),  # the reply ended: a marker's start is text
+        (NATIVE, '{"name": "search", "arguments": {}}'),  # JSON is a call only in JSON in text
+        (JSON, 'Set it like this: {"port": 8101} [1].'),
+        (JSON, "Code: ```python\nprint({1: 2})\n```\nand a {set} and [list] `tick`."),
+        (JSON, 'It ends in {"na'),
+        (NONE, '<tool_call>{"name": "search"}</tool_call> {"name": "search"}'),  # no syntax looks for nothing
     ],
 )
 @pytest.mark.parametrize("size", [1, 3, 1000])
-def test_text_that_is_not_markup_streams_whole_with_no_tools_offered(mode, text, size):
-    shown, parsed = stream_unoffered(text, mode, size)
+def test_text_that_is_not_markup_streams_whole_with_no_tools_offered(syntax, text, size):
+    shown, parsed = stream_unoffered(text, syntax, size)
     assert shown == parsed.text == text
     assert not parsed.wrote_call
 
 
 def test_with_no_tools_offered_text_is_held_only_while_it_may_become_markup():
-    filt = VisibleTextFilter((), "native", ids())
+    filt = VisibleTextFilter((), NATIVE, ids())
     assert filt.feed("Port 8101. <tool") == "Port 8101."  # the space may precede the marker
     assert filt.feed("s") == " <tools"
     assert filt.feed(" <tool_call>{") == ""
     assert filt.feed(' "name": "search"}') == ""  # everything after the marker is held
     assert filt.finish() == ("", ParsedOutput(text="Port 8101. <tools", wrote_call=True))
-    filt = VisibleTextFilter((), "json", ids())
+    filt = VisibleTextFilter((), JSON, ids())
     assert filt.feed("Port 8101. {") == "Port 8101."
     assert filt.feed('"port"') == ' {"port"'
 
 
 def test_with_no_tools_offered_a_marker_split_across_pieces_is_held_back():
-    filt = VisibleTextFilter((), "native", ids())
+    filt = VisibleTextFilter((), NATIVE, ids())
     shown = [filt.feed(piece) for piece in ["It is 8101", ".", "\n<tool", "_call>", '{"name": "search"}']]
     last, parsed = filt.finish()
     assert "".join(shown) + last == parsed.text == "It is 8101." and parsed.wrote_call
-    filt = VisibleTextFilter((), "native", ids())
+    filt = VisibleTextFilter((), NATIVE, ids())
     shown = [filt.feed(piece) for piece in ["a <", "b", " <tool", "s"]]
     last, parsed = filt.finish()
     assert "".join(shown) + last == parsed.text == "a <b <tools" and not parsed.wrote_call
 
 
 def test_tools_offered_parse_calls_and_report_no_markup_written():
-    _, parsed = stream('Checking.\n<tool_call>{"name": "search", "arguments": {}}</tool_call>', "native")
+    _, parsed = stream('Checking.\n<tool_call>{"name": "search", "arguments": {}}</tool_call>', NATIVE)
     assert parsed.calls and not parsed.wrote_call

@@ -23,7 +23,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 class Family:
     name: str
     template: str
-    #: The chat format detected (``chat_formats.py``).
+    #: The chat format detected (``chat_formats/table.py``).
     format: str
     #: Whether the model reasons with chat.reasoning on / off.
     reasons_on: bool

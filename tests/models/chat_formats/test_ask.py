@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from imprintd.models.chat_formats import BY_NAME, detect_reasoning
+from imprintd.models.chat_formats.reasoning import detect_reasoning
+from imprintd.models.chat_formats.table import BY_NAME
 from tests.models.chat_formats.families import FAMILIES, Family
 from tests.models.chat_formats.gguf_copy import with_chat_template
 from tests.models.real_model import needs_real_model

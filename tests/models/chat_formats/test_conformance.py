@@ -3,7 +3,7 @@ the daemon makes, its model's own tool calls parse, its reasoning is kept apart,
 grammar writes its syntax.
 
 The templates are the models' own (``templates/``, see its README for source and licences); the
-rendering is ``models/templates.py``'s, the parsing ``models/chat_formats.py``'s. The grammar
+rendering is ``models/templates.py``'s, the parsing ``models/chat_formats/``'s. The grammar
 checks run llama.cpp's grammar sampler on the embedded model's vocabulary; the end-to-end
 ``imprintd ask`` per family is in ``test_ask.py``.
 """
@@ -16,10 +16,11 @@ import pytest
 
 from imprintd.messages import Message, ToolCall, ToolSpec
 from imprintd.models.base import ModelError
-from imprintd.models.call_grammar import CallOpening, call_grammar, find_opening
-from imprintd.models.chat_formats import BY_NAME, ReasoningSplitter, split_reasoning
+from imprintd.models.chat_formats.calls import VisibleTextFilter, parse_syntax, tools_prompt
+from imprintd.models.chat_formats.grammar import CallOpening, find_opening
+from imprintd.models.chat_formats.reasoning import ReasoningSplitter, split_reasoning
+from imprintd.models.chat_formats.table import BY_NAME
 from imprintd.models.templates import EMPTY_REPLY, ChatTemplate
-from imprintd.models.toolcalls import VisibleTextFilter, parse_syntax, tools_prompt
 from tests.models.chat_formats.families import FAMILIES, Family
 from tests.models.real_model import needs_real_model
 
@@ -214,9 +215,9 @@ def family_grammar(family: Family) -> tuple[str, str]:
     """The grammar of a call the family's model opened with its own opening, and that opening."""
     chat_format = BY_NAME[family.format]
     opening_text = chat_format.grammar_opening or '{"name":'
-    opening, _ = find_opening(opening_text, template(family).call_format)
+    opening, _ = find_opening(opening_text, template(family).call_format.syntax)
     assert isinstance(opening, CallOpening), family.name
-    return call_grammar((SEARCH,), opening, opening_text, chat_format), opening_text
+    return chat_format.call_grammar((SEARCH,), opening, opening_text), opening_text
 
 
 @needs_real_model

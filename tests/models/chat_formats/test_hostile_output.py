@@ -11,19 +11,18 @@ from __future__ import annotations
 import pytest
 
 from imprintd import wellformed
-from imprintd.models import chat_formats, toolcalls
-from imprintd.models.chat_formats import (
-    BY_NAME,
+from imprintd.models.chat_formats import calls, reasoning
+from imprintd.models.chat_formats.calls import VisibleTextFilter, parse_syntax
+from imprintd.models.chat_formats.deepseek import (
     DEEPSEEK_CALL_BEGIN,
     DEEPSEEK_CALL_END,
     DEEPSEEK_CALLS_BEGIN,
     DEEPSEEK_CALLS_END,
     DEEPSEEK_SEP,
-    THINK,
-    ReasoningSplitter,
 )
+from imprintd.models.chat_formats.reasoning import THINK, ReasoningSplitter
+from imprintd.models.chat_formats.table import BY_NAME
 from imprintd.models.remote_reply import _ThinkSplitter
-from imprintd.models.toolcalls import VisibleTextFilter, parse_syntax
 from tests.models.chat_formats.test_conformance import SAMPLE_TOOLS
 
 TOOLS = {t.name: t for t in SAMPLE_TOOLS}
@@ -58,7 +57,7 @@ def test_every_format_is_covered():
     assert set(CALLS) == set(BY_NAME)
 
 
-def stream(syntax: toolcalls.CallSyntax, text: str, piece: int = 4096):
+def stream(syntax: calls.CallSyntax, text: str, piece: int = 4096):
     visible = VisibleTextFilter(SAMPLE_TOOLS, syntax)
     shown = "".join(visible.feed(text[at : at + piece]) for at in range(0, len(text), piece))
     last, parsed = visible.finish()
@@ -120,7 +119,7 @@ def counting(monkeypatch, module, name: str) -> list[int]:
 @pytest.fixture
 def scanned(monkeypatch):
     """Characters the answer filter looks at for markup, in total."""
-    return counting(monkeypatch, toolcalls, "_markup_start")
+    return counting(monkeypatch, calls, "_markup_start")
 
 
 @pytest.mark.parametrize(
@@ -145,7 +144,7 @@ def test_the_answer_filter_scans_each_character_a_bounded_number_of_times(scanne
 
 
 def test_the_reasoning_splitter_scans_each_character_a_bounded_number_of_times(monkeypatch):
-    scanned = counting(monkeypatch, chat_formats, "_partial_suffix")  # what it looks at for its closer
+    scanned = counting(monkeypatch, reasoning, "partial_suffix")  # what it looks at for its closer
     splitter = ReasoningSplitter(THINK, opened=True)
     text = "Thinking" + " " * RUN + "more</think>It is 8080."
     pieces = [splitter.feed(character) for character in text]

@@ -22,15 +22,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from imprintd.models.chat_formats import (
-    BY_NAME,
-    DEEPSEEK_CALL_END,
-    QWEN_CODER_SYNTAX,
-    QWEN_XML_SYNTAX,
-    split_reasoning,
-)
+from imprintd.models.chat_formats.calls import ParsedOutput, parse_syntax
+from imprintd.models.chat_formats.deepseek import DEEPSEEK_CALL_END
+from imprintd.models.chat_formats.hermes import QWEN_CODER_SYNTAX, QWEN_XML_SYNTAX
+from imprintd.models.chat_formats.reasoning import split_reasoning
+from imprintd.models.chat_formats.table import BY_NAME
 from imprintd.models.templates import ChatTemplate
-from imprintd.models.toolcalls import ParsedOutput, parse_syntax
 from tests.models.chat_formats.families import FAMILIES, Family
 from tests.models.chat_formats.test_conformance import SAMPLE_TOOLS
 from tests.models.chat_formats.test_conformance import template as fresh_template

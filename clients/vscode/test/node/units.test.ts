@@ -262,10 +262,10 @@ test("updates made together are one settings change; the same values again are n
 });
 
 test("the status bar's tooltip says what its click does: pick a model, the command it runs", () => {
-  const report = { provider: "local", model: "smol.gguf", name: "SmolLM2 135M", nCtx: 8192, nCtxSource: "chat.n_ctx", chatFormat: "chatml", reasons: false };
+  const report = { provider: "local", model: "smol.gguf", name: "SmolLM2 135M", nCtx: 8192, nCtxSource: "chat.n_ctx", chatFormat: "json-fallback", reasons: false };
   const { text, tooltip } = statusBar("ready", "", report);
   assert.equal(text, "$(comment-discussion) Imprint · local · SmolLM2 135M");
-  assert.equal(tooltip, "Imprint: ready\nModel: local · SmolLM2 135M, context 8,192 tokens\nChat format: chatml\n" +
+  assert.equal(tooltip, "Imprint: ready\nModel: local · SmolLM2 135M, context 8,192 tokens\nChat format: json-fallback\n" +
     "Click to pick another model (“Imprint: Show Log” shows the log).");
   assert.equal(STATUS_BAR_COMMAND, "imprint.pickModel");
   const extension = readFileSync(path.join(__dirname, "..", "..", "src", "extension.ts"), "utf8");

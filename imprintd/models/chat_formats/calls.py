@@ -1,15 +1,13 @@
-"""Tool calls written in a model's text: parsing, the prompt that asks for them, and a stream filter.
+"""What every chat format shares: the call parser its syntax plugs into, the stream filter, and
+the prompt that asks for calls where a template cannot.
 
-Each family's way of writing calls is a ``CallSyntax`` (the openings a call starts with and the
-parser of the block that follows); ``chat_formats.py`` holds the table of them. Two live here,
-and a ``Mode`` names them (docs/architecture.md, "models/: one interface, two providers"):
-
-* **Hermes / Qwen** (``native``): templates that render tool schemas teach the model to write
-  ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, one block per call.
-* **JSON in text** (``json``): for templates without tool support the tools are described in
-  the system prompt (``tools_prompt``) and the model answers with a bare or fenced JSON object
-  ``{"name": ..., "arguments": {...}}`` (or a list of them) somewhere in its reply, or in
-  Hermes tags.
+A format (``format.ChatFormat``, one module per family beside this one) says how its model
+writes calls as a ``CallSyntax``: the openings a call starts with and the parser of the block
+that follows, its slips (markup written where it does not belong, ``Slip``) and its stray
+markers. ``parse_syntax`` reads every call of a finished reply in one syntax; a syntax with
+``json_calls`` also takes a bare or fenced ``{"name": ..., "arguments": {...}}`` object (or a
+list of them) anywhere in the text (``opening_state``), as a template without tools is asked
+to write one (``tools_prompt``).
 
 A malformed call is never run: parsing returns it as an error naming what was wrong (bad JSON,
 unknown tool, arguments not an object), which the caller shows the model. Visible text excludes
@@ -42,8 +40,8 @@ from typing import Any, Literal
 from imprintd import wellformed
 from imprintd.messages import ToolCall, ToolSpec
 
-Mode = Literal["native", "json", "none"]
-
+#: Hermes' call tags: any syntax's filter looks for ``<tool_call>`` where no tools were offered
+#: (a template without tool support may still have been trained on it).
 HERMES_OPEN = "<tool_call>"
 HERMES_CLOSE = "</tool_call>"
 FENCE = "```"
@@ -70,7 +68,7 @@ class ParsedOutput:
 
 
 @dataclass
-class _Collector:
+class Collector:
     """Accumulates calls and errors while one reply is parsed."""
 
     tool_names: Collection[str]
@@ -103,7 +101,7 @@ class _Collector:
         return ParsedOutput(text=text, calls=tuple(self.calls), error="; ".join(self.errors) if self.errors else None)
 
 
-def _snippet(text: str, limit: int = 80) -> str:
+def snippet(text: str, limit: int = 80) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -133,7 +131,7 @@ def loads_json(text: str) -> Any:
 def bad_json(body: str, error: json.JSONDecodeError) -> str:
     if error.msg == TOO_DEEP:
         return f"the tool call holds {TOO_DEEP}"
-    return f"the tool call is not valid JSON ({error.msg} at character {error.pos}): {_snippet(body)!r}"
+    return f"the tool call is not valid JSON ({error.msg} at character {error.pos}): {snippet(body)!r}"
 
 
 def call_from_object(value: Any, tool_names: Collection[str], new_id: IdFactory = new_call_id) -> ToolCall | str:
@@ -159,7 +157,7 @@ def call_from_object(value: Any, tool_names: Collection[str], new_id: IdFactory 
         except json.JSONDecodeError as error:
             if error.msg == TOO_DEEP:
                 return f"the arguments of the {name!r} call hold {TOO_DEEP}"
-            return f"the arguments of the {name!r} call are not valid JSON ({error.msg}): {_snippet(str(arguments))!r}"
+            return f"the arguments of the {name!r} call are not valid JSON ({error.msg}): {snippet(str(arguments))!r}"
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
@@ -190,7 +188,7 @@ def _kind(value: Any) -> str:
 
 #: Parses the call block that opens at ``start`` (with ``opening``) into the collector and
 #: returns where the block ends (``len(text)`` when it never closes).
-BlockParser = Callable[[str, int, str, "_Collector"], int]
+BlockParser = Callable[[str, int, str, "Collector"], int]
 
 
 @dataclass(frozen=True)
@@ -207,14 +205,14 @@ class Slip:
 
     opening: str
     close: str
-    call: Callable[[str, _Collector], None] | None = None
+    call: Callable[[str, Collector], None] | None = None
     accepted: bool = False
     wrapped: str = ""
 
 
 @dataclass(frozen=True)
 class CallSyntax:
-    """How one family writes tool calls in its text (``chat_formats.py`` holds them all).
+    """How one family writes tool calls in its text (each ``format.ChatFormat`` has one).
 
     ``openings`` are the strings a call block starts with; ``block`` parses the block from there.
     With ``json_calls`` a bare or fenced JSON call object (``opening_state``) opens a call too.
@@ -236,26 +234,7 @@ class CallSyntax:
         return (*self.openings, *(slip.opening for slip in self.slips))
 
 
-TOOL_RESPONSE_OPEN = "<tool_response>"
-TOOL_RESPONSE_CLOSE = "</tool_response>"
-
-
-def _hermes_block(text: str, start: int, opening: str, collected: _Collector) -> int:
-    body_start = start + len(opening)
-    end = text.find(HERMES_CLOSE, body_start)
-    # A reply cut off (length, or an end-of-turn before the closing tag) leaves the last
-    # block open; its body is still the model's call.
-    body = text[body_start:] if end < 0 else text[body_start:end]
-    if body.lstrip().startswith("<function="):  # Qwen3.5 / Qwen3-Coder write XML inside the tags
-        from imprintd.models.chat_formats import parse_qwen_xml_body
-
-        parse_qwen_xml_body(body, collected)
-    else:
-        collected.add_json(body.strip(), allow_list=False)
-    return len(text) if end < 0 else end + len(HERMES_CLOSE)
-
-
-def _slip_block(text: str, start: int, slip: Slip, syntax: CallSyntax, collected: _Collector) -> int:
+def _slip_block(text: str, start: int, slip: Slip, syntax: CallSyntax, collected: Collector) -> int:
     """Cut the slip opening at ``start``; return where it ends (``Slip`` says what counts in it)."""
     body_start = start + len(slip.opening)
     close = text.find(slip.close, body_start) if slip.close else -1
@@ -268,28 +247,9 @@ def _slip_block(text: str, start: int, slip: Slip, syntax: CallSyntax, collected
     elif slip.accepted:
         slip.call(text[start:body_end], collected)
     else:
-        written = _snippet(text[start:end])
+        written = snippet(text[start:end])
         collected.errors.append(f"the tool call was written without its wrapper ({written!r}); write {slip.wrapped}")
     return end
-
-
-HERMES = CallSyntax(
-    "hermes",
-    (HERMES_OPEN,),
-    _hermes_block,
-    slips=(Slip(TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE),),
-    stray=(HERMES_CLOSE, TOOL_RESPONSE_CLOSE),
-)
-#: JSON in text; a model trained on Hermes may still wrap its call in ``<tool_call>`` tags,
-#: which are taken as its markup, not shown.
-JSON_IN_TEXT = CallSyntax("json-fallback", (HERMES_OPEN,), _hermes_block, json_calls=True, stray=(HERMES_CLOSE,))
-
-
-def syntax_of(mode: Mode | CallSyntax) -> CallSyntax | None:
-    """The syntax a mode names (``native``: Hermes, ``json``: JSON in text, ``none``: None)."""
-    if isinstance(mode, CallSyntax):
-        return mode
-    return {"native": HERMES, "json": JSON_IN_TEXT}.get(mode)
 
 
 class _Finder:
@@ -333,11 +293,11 @@ def parse_syntax(
 def _parse_blocks(
     text: str, tool_names: Collection[str], syntax: CallSyntax, new_id: IdFactory = new_call_id
 ) -> ParsedOutput:
-    collected = _Collector(tool_names, new_id)
+    collected = Collector(tool_names, new_id)
     return collected.result(_parse_into(text, syntax, collected))
 
 
-def _parse_into(text: str, syntax: CallSyntax, collected: _Collector) -> str:
+def _parse_into(text: str, syntax: CallSyntax, collected: Collector) -> str:
     """Parse the calls in ``text`` into ``collected``; return the text around them."""
     visible: list[str] = []
     position = 0
@@ -360,12 +320,53 @@ def _parse_into(text: str, syntax: CallSyntax, collected: _Collector) -> str:
     return "".join(visible)
 
 
-# -- the Hermes / Qwen form ------------------------------------------------------------------
+# -- block parsers the families share ------------------------------------------------------------
 
 
-def parse_hermes(text: str, tool_names: Collection[str], new_id: IdFactory = new_call_id) -> ParsedOutput:
-    """Calls written as ``<tool_call>{json}</tool_call>`` blocks; a final unclosed block counts too."""
-    return parse_syntax(text, tool_names, HERMES, new_id)
+def skip_space(text: str, at: int) -> int:
+    """``at`` moved past whitespace."""
+    while at < len(text) and text[at].isspace():
+        at += 1
+    return at
+
+
+def json_after(close: str = "") -> BlockParser:
+    """A block that is one JSON value (a call, or a list of calls) after the opening, then ``close``."""
+
+    def block(text: str, start: int, opening: str, collected: Collector) -> int:
+        at = skip_space(text, start + len(opening))
+        while True:
+            try:
+                value, end = raw_decode_json(text, at)
+            except json.JSONDecodeError as error:
+                collected.errors.append(
+                    f"the tool call is not valid JSON ({error.msg} at character {error.pos - at}): "
+                    f"{snippet(text[at:])!r}"
+                )
+                return len(text)
+            for item in value if isinstance(value, list) else [value]:
+                collected.add_object(item)
+            end = skip_space(text, end)
+            if not text.startswith(";", end):  # Llama 3.x may chain calls with semicolons
+                break
+            at = skip_space(text, end + 1)
+        if close and text.startswith(close, end):
+            end += len(close)
+        return end
+
+    return block
+
+
+def between(close: str, parse: Callable[[str, Collector], None]) -> BlockParser:
+    """A block running from its opening to ``close`` (or the end), its body read by ``parse``."""
+
+    def block(text: str, start: int, opening: str, collected: Collector) -> int:
+        body_start = start + len(opening)
+        end = text.find(close, body_start)
+        parse(text[body_start:] if end < 0 else text[body_start:end], collected)
+        return len(text) if end < 0 else end + len(close)
+
+    return block
 
 
 # -- the JSON-in-text form -------------------------------------------------------------------
@@ -470,17 +471,7 @@ def _candidates(text: str, start: int = 0, end: int | None = None) -> Iterator[i
         yield match.start()
 
 
-def parse_json_calls(text: str, tool_names: Collection[str], new_id: IdFactory = new_call_id) -> ParsedOutput:
-    """Calls written as a bare or fenced JSON object (or list of objects) anywhere in ``text``.
-
-    Only JSON that opens like a call (``opening_state == "yes"``) is taken; other JSON and code
-    stay visible. A call whose JSON does not parse takes the rest of the reply with it, since
-    where it was meant to end cannot be known.
-    """
-    return parse_syntax(text, tool_names, JSON_IN_TEXT, new_id)
-
-
-def _json_block(text: str, found: int, collected: _Collector) -> int:
+def _json_block(text: str, found: int, collected: Collector) -> int:
     """Parse the JSON call opening at ``found``; return where it ends."""
     if text.startswith(FENCE, found):
         body_start = text.index("\n", found) + 1
@@ -499,10 +490,10 @@ def _json_block(text: str, found: int, collected: _Collector) -> int:
 
 
 def parse_tool_calls(
-    text: str, tools: Sequence[ToolSpec], mode: Mode | CallSyntax, new_id: IdFactory = new_call_id
+    text: str, tools: Sequence[ToolSpec], syntax: CallSyntax | None, new_id: IdFactory = new_call_id
 ) -> ParsedOutput:
-    """Split a finished reply by ``mode`` (or a family's syntax); with no tools offered, nothing is a call."""
-    syntax = syntax_of(mode)
+    """Split a finished reply by a family's ``syntax``; with no tools offered (or no syntax),
+    nothing is a call."""
     if syntax is None or not tools:
         return ParsedOutput(text=text)
     return parse_syntax(text, {tool.name for tool in tools}, syntax, new_id)
@@ -514,6 +505,16 @@ def parse_tool_calls(
 def format_call(call: ToolCall) -> str:
     """A past call as the JSON-in-text form writes it (so the model sees its own calls)."""
     return json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+
+
+def json_list_after(marker: str) -> Callable[[Sequence[ToolCall]], str]:
+    """Writes calls as ``marker`` then one JSON list of ``{"name": …, "arguments": {…}}``
+    (Mistral, Granite, Phi-4-mini)."""
+
+    def write(calls: Sequence[ToolCall]) -> str:
+        return marker + json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls], ensure_ascii=False)
+
+    return write
 
 
 def tools_prompt(tools: Sequence[ToolSpec]) -> str:
@@ -562,7 +563,7 @@ class MarkerEraser:
         text = self._held + text
         # Held: a tail that is the start of a marker, even a whole marker that is the start of a
         # longer one (Gemma's ``<|channel>`` of ``<|channel>thought``).
-        keep = max(_partial_suffix(text, marker) for marker in self._markers)
+        keep = max(partial_suffix(text, marker) for marker in self._markers)
         self._held = text[len(text) - keep :]
         return self._pattern.sub("", text[: len(text) - keep])
 
@@ -626,13 +627,12 @@ class VisibleTextFilter:
     def __init__(
         self,
         tools: Sequence[ToolSpec],
-        mode: Mode | CallSyntax,
+        syntax: CallSyntax | None,
         new_id: IdFactory = new_call_id,
         *,
         markers: Sequence[str] = (),
     ) -> None:
         self._tools = tuple(tools)
-        syntax = syntax_of(mode)
         self._syntax = syntax if tools else None
         #: With no tools offered, calls in the syntax are not parsed but still cut off the text.
         self._unoffered = None if tools else syntax
@@ -710,7 +710,7 @@ class VisibleTextFilter:
                 pending = pending[:start]
         held = ParsedOutput(text=pending)
         if self._syntax is not None:
-            collected = _Collector({t.name for t in self._tools}, self._new_id)
+            collected = Collector({t.name for t in self._tools}, self._new_id)
             for result in self._cut_results:  # before the rest, as they came
                 _parse_into(result, self._syntax, collected)
             held = collected.result(_parse_into(pending, self._syntax, collected))
@@ -752,7 +752,7 @@ def _markup_start(
             found, opened = at, opening
     safe = len(text)
     if not final:
-        safe -= max((_partial_suffix(text, opening) for opening in openings), default=0)
+        safe -= max((partial_suffix(text, opening) for opening in openings), default=0)
     if syntax.json_calls:
         for index in _candidates(text, 0, len(text) if found is None else found):
             state = opening_state(text, index)
@@ -769,7 +769,7 @@ def _unoffered_openings(syntax: CallSyntax) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*syntax.markup, HERMES_OPEN)))
 
 
-def unoffered_call_start(text: str, mode: Mode | CallSyntax, *, final: bool) -> tuple[int | None, int]:
+def unoffered_call_start(text: str, syntax: CallSyntax | None, *, final: bool) -> tuple[int | None, int]:
     """Where call markup starts in text written with no tools offered (None: nowhere), and how
     much of ``text`` surely is not markup.
 
@@ -778,14 +778,13 @@ def unoffered_call_start(text: str, mode: Mode | CallSyntax, *, final: bool) -> 
     ``{"name": …}`` object (``opening_state``) counts too. Unless ``final``, a tail that may
     still become markup is not yet safe.
     """
-    syntax = syntax_of(mode)
     if syntax is None:
         return None, len(text)
     start, _, safe = _markup_start(text, syntax, _unoffered_openings(syntax), final=final)
     return start, safe
 
 
-def _partial_suffix(text: str, marker: str) -> int:
+def partial_suffix(text: str, marker: str) -> int:
     """Length of the longest suffix of ``text`` that is a proper prefix of ``marker``."""
     for length in range(min(len(marker) - 1, len(text)), 0, -1):
         if marker.startswith(text[-length:]):

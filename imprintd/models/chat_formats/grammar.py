@@ -1,4 +1,5 @@
-"""The grammar a local model's tool call is finished under (docs/decisions.md, "Tool-call grammar").
+"""The grammar a local model's tool call is finished under (docs/decisions.md, "Tool-call grammar"):
+the GBNF pieces every chat format's grammar is made of.
 
 Small models that open a tool call often get it wrong: an unknown tool name, ``parameters``
 where ``arguments`` belong, an argument the tool does not take, JSON that does not close. A
@@ -7,12 +8,13 @@ opened a call, the rest of it is generated under a grammar in which the name is 
 offered tools and the arguments follow that tool's JSON schema, converted by llama-cpp-python's
 port of llama.cpp's JSON-schema-to-grammar. What it writes then always parses and validates.
 
-The provider (``local.py``) watches the text as it streams; ``CallWatch.feed`` says when the
-piece just decoded opens a call (the family's own opening, ``<tool_call>``, ``[TOOL_CALLS]``,
-``<|tool_call_start|>`` …, or ``{"name":`` and its variants in the JSON form, exactly where
-``toolcalls.py`` starts parsing one); the grammar then writes the rest in the family's syntax
-(``chat_formats.py``). The provider then
-drops that piece's token and generates again from the tokens before it, under a grammar that
+``find_opening`` says where a call opens in the text streamed so far (a family's own opening,
+``<tool_call>``, ``[TOOL_CALLS]``, ``<|tool_call_start|>`` …, or ``{"name":`` and its variants
+in the JSON form, exactly where ``calls.py`` starts parsing one); each format's entry
+(``ChatFormat.grammar``, in its family's module) writes the rest of a call in its syntax from
+the rules here (``ArgumentRules``), and ``json_call_rest`` the rest of a JSON one.
+``format.CallWatch`` puts them together for the provider (``local.py``), which then drops the
+piece that opened the call and generates again from the tokens before it, under a grammar that
 starts with the piece's text up to the end of the opening, so what was written stays written and
 the call goes on from there. The grammar ends where the call (or the block of calls) ends: the
 model can only end its turn after it, as a call round does anyway.
@@ -33,25 +35,7 @@ from functools import cache
 from typing import Any
 
 from imprintd.messages import ToolSpec
-from imprintd.models.chat_formats import (
-    DEEPSEEK_CALL_BEGIN,
-    DEEPSEEK_CALL_END,
-    DEEPSEEK_CALLS_END,
-    DEEPSEEK_SEP,
-    HERMES_FORMAT,
-    JSON_FALLBACK,
-    ChatFormat,
-)
-from imprintd.models.toolcalls import (
-    FENCE,
-    HERMES_CLOSE,
-    HERMES_OPEN,
-    JsonOpening,
-    Mode,
-    _partial_suffix,
-    scan_opening,
-    syntax_of,
-)
+from imprintd.models.chat_formats.calls import FENCE, CallSyntax, JsonOpening, partial_suffix, scan_opening
 
 #: JSON strings as the grammar writes them: no raw control characters, escapes as JSON has them.
 CHAR_RULE = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
@@ -75,11 +59,10 @@ class CallOpening:
     marker: str | None = None
 
 
-def find_opening(text: str, mode: Mode | ChatFormat, start: int = 0) -> tuple[CallOpening | None, int]:
-    """The first call opening in ``text`` written in ``mode`` (or a chat format) at or after
+def find_opening(text: str, syntax: CallSyntax | None, start: int = 0) -> tuple[CallOpening | None, int]:
+    """The first call opening in ``text`` written in ``syntax`` (a chat format's) at or after
     ``start``, or None; and where to look from once more text follows (no opening can begin
     before it)."""
-    syntax = mode.syntax if isinstance(mode, ChatFormat) else syntax_of(mode)
     if syntax is None:
         return None, len(text)
     best: CallOpening | None = None
@@ -88,7 +71,7 @@ def find_opening(text: str, mode: Mode | ChatFormat, start: int = 0) -> tuple[Ca
         found = text.find(marker, start)
         if found >= 0 and (best is None or found < best.start):
             best = CallOpening(start=found, end=found + len(marker), marker=marker)
-        resume = min(resume, max(start, len(text) - _partial_suffix(text, marker)))
+        resume = min(resume, max(start, len(text) - partial_suffix(text, marker)))
     if syntax.json_calls:
         for index in range(start, best.start if best is not None else len(text)):
             if text[index] in "{[`":
@@ -103,78 +86,26 @@ def find_opening(text: str, mode: Mode | ChatFormat, start: int = 0) -> tuple[Ca
     return None, resume
 
 
-class CallWatch:
-    """Watches a reply's text, piece by piece, for the moment it opens a tool call."""
-
-    def __init__(self, tools: Sequence[ToolSpec], mode: Mode | ChatFormat) -> None:
-        self._tools = tuple(tools)
-        self._format = (
-            mode if isinstance(mode, ChatFormat) else {"native": HERMES_FORMAT, "json": JSON_FALLBACK}.get(mode)
-        )
-        if not tools:
-            self._format = None
-        self._written = ""
-        self._resume = 0
-
-    def feed(self, piece: str) -> str | None:
-        """The grammar to generate ``piece`` again under, when ``piece`` opens a call; else None.
-
-        The grammar starts with the part of ``piece`` up to the opening's end, then the rest of
-        the call. Once a call opened the watch is done: later pieces are not looked at.
-        """
-        if self.done:
-            return None
-        before = len(self._written)
-        self._written += piece
-        assert self._format is not None
-        chat_format = self._format
-        opening, self._resume = find_opening(self._written, chat_format, self._resume)
-        if opening is None:
-            return None
-        written = self._written[before : opening.end]
-        self._format = None
-        return call_grammar(self._tools, opening, written, chat_format)
-
-    @property
-    def done(self) -> bool:
-        return self._format is None
+def json_call_rest(rules: ArgumentRules, shape: JsonOpening, key: str = "arguments") -> str:
+    """The rest of a JSON call that opened as ``shape`` says (``{"name":``, ``{"arguments":``,
+    fenced, in a list): the arguments under ``key`` (what the family writes), or under
+    ``parameters`` where the model opened with that."""
+    key = "parameters" if shape.key == "parameters" else key
+    named = rules.named_call(key)
+    first = named if shape.key == "name" else rules.arguments_first()
+    rest = f"ws {first}"
+    if shape.listed:
+        rules.add("next-call", f'"," ws "{{" ws "\\"name\\"" ws ":" ws {named}')
+        rest += ' (ws next-call)* ws "]"'
+    if shape.fenced:
+        rest += f" ws {literal(FENCE)}"
+    return rest
 
 
-def call_grammar(
-    tools: Sequence[ToolSpec], opening: CallOpening, written: str, chat_format: ChatFormat = HERMES_FORMAT
-) -> str:
-    """GBNF for ``written`` followed by the rest of the call ``opening`` began, in the syntax of
-    ``chat_format`` (for an opening with a ``marker``; a JSON opening has its own shape)."""
-    rules = ArgumentRules(tools)
-    if opening.shape is not None:
-        shape = opening.shape
-        key = "parameters" if chat_format.name == "llama3-json" or shape.key == "parameters" else "arguments"
-        named = rules.named_call(key)
-        first = named if shape.key == "name" else rules.arguments_first()
-        rest = f"ws {first}"
-        if shape.listed:
-            rules.add("next-call", f'"," ws "{{" ws "\\"name\\"" ws ":" ws {named}')
-            rest += ' (ws next-call)* ws "]"'
-        if shape.fenced:
-            rest += f" ws {literal(FENCE)}"
-        root = f"{literal(written)} {rest}"
-    else:
-        root = f"{literal(written)} {_FAMILY_BODIES.get(chat_format.name, _hermes_body)(rules)}"
-    rules.add("root", root)
-    return rules.grammar()
+# Shapes several families' grammars share.
 
 
-# What follows each family's opening marker: the call (or calls) in its own syntax.
-
-
-def _hermes_body(rules: ArgumentRules) -> str:
-    """``<tool_call> {"name": ...} </tool_call>``, maybe more of them."""
-    block = f'ws "{{" ws "\\"name\\"" ws ":" ws {rules.named_call()} ws {literal(HERMES_CLOSE)}'
-    rules.add("call-block", block)
-    return f'call-block ("\\n"? {literal(HERMES_OPEN)} call-block)*'
-
-
-def _json_list_body(key: str = "arguments", close: str = "") -> Callable[[ArgumentRules], str]:
+def json_list_body(key: str = "arguments", close: str = "") -> Callable[[ArgumentRules], str]:
     """``[{"name": ..., "arguments": {...}}, ...]`` (Mistral, Granite, Phi-4-mini)."""
 
     def body(rules: ArgumentRules) -> str:
@@ -186,40 +117,14 @@ def _json_list_body(key: str = "arguments", close: str = "") -> Callable[[Argume
     return body
 
 
-def _python_tag_body(rules: ArgumentRules) -> str:
-    """``<|python_tag|>{"name": ..., "parameters": {...}}`` (Llama 3.x)."""
-    return f'ws "{{" ws "\\"name\\"" ws ":" ws {rules.named_call("parameters")}'
-
-
-def _mistral_args_body(rules: ArgumentRules) -> str:
-    """``[TOOL_CALLS]name[ARGS]{...}`` (Ministral 3)."""
-    return rules.per_tool("args-call", '{bare} "[ARGS]" {arguments}')
-
-
-def _qwen_xml_body(rules: ArgumentRules) -> str:
-    """``<tool_call><function=name><parameter=x>value</parameter></function></tool_call>``."""
-    rules.add("xml-value", "[^<]+")
-    choices = []
-    for tool in rules.tools:
-        names = list(tool.parameters.get("properties", {}))
-        parameters = " | ".join(
-            f'"<parameter=" {literal(name)} ">\\n" xml-value "\\n</parameter>\\n"' for name in names
-        )
-        rule = f"xml-{_rule_name(tool.name)}"
-        rules.add(rule, f'"<function=" {literal(tool.name)} ">\\n" ({parameters or chr(34) * 2})* "</function>"')
-        choices.append(rule)
-    rules.add("xml-call", " | ".join(choices))
-    return f'"\\n"? xml-call "\\n"? {literal(HERMES_CLOSE)}'
-
-
-def _keyword_body(
+def keyword_body(
     rules: ArgumentRules, pair: Callable[[str, str], str], open_: str, close: str, rule_prefix: str
 ) -> str:
     """One call per tool as ``name`` + ``open_`` + ``pair(name, value rule)`` separated by commas + ``close``."""
     choices = []
     for tool in rules.tools:
         pairs = [pair(name, rules.value_rule(tool, name)) for name in tool.parameters.get("properties", {})]
-        rule = f"{rule_prefix}-{_rule_name(tool.name)}"
+        rule = f"{rule_prefix}-{rule_name(tool.name)}"
         arguments = f'(({" | ".join(pairs)}) ("," ws ({" | ".join(pairs)}))*)?' if pairs else ""
         rules.add(rule, f"{literal(tool.name)} {literal(open_)} {arguments} {literal(close)}".replace("  ", " "))
         choices.append(rule)
@@ -227,48 +132,7 @@ def _keyword_body(
     return f"{rule_prefix}-call"
 
 
-def _lfm2_body(rules: ArgumentRules) -> str:
-    """``<|tool_call_start|>[name(a="v", n=1)]<|tool_call_end|>`` (LFM2, LFM2.5)."""
-    call = _keyword_body(rules, lambda name, value: f'"{name}=" {value}', "(", ")", "py")
-    return f'"[" {call} (", " {call})* "]" "<|tool_call_end|>"'
-
-
-def _gemma4_body(rules: ArgumentRules) -> str:
-    """``<|tool_call>call:name{a:<|"|>v<|"|>,n:1}<tool_call|>`` (Gemma 4)."""
-    rules.add("gemma-string", '"<|\\"|>" [^<]* "<|\\"|>"')
-
-    def pair(name: str, value: str) -> str:
-        return f'"{name}:" {"gemma-string" if value.endswith("-string") else value}'
-
-    call = _keyword_body(rules, pair, "{", "}", "gemma")
-    return f'"call:" {call} "<tool_call|>"'
-
-
-def _deepseek_body(rules: ArgumentRules) -> str:
-    """``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name`` + fenced JSON arguments."""
-    one = rules.per_tool(
-        "deepseek-call",
-        f'{literal(DEEPSEEK_CALL_BEGIN + "function" + DEEPSEEK_SEP)} {{bare}} "\\n```json\\n" {{arguments}} '
-        f'"\\n```" {literal(DEEPSEEK_CALL_END)}',
-    )
-    return f"{one}+ {literal(DEEPSEEK_CALLS_END)}"
-
-
-_FAMILY_BODIES: dict[str, Callable[[ArgumentRules], str]] = {
-    "hermes": _hermes_body,
-    "qwen-xml": _qwen_xml_body,
-    "llama3-json": _python_tag_body,
-    "mistral": _json_list_body(),
-    "mistral-args": _mistral_args_body,
-    "granite": _json_list_body(),
-    "phi4-mini": _json_list_body(),
-    "lfm2": _lfm2_body,
-    "gemma4": _gemma4_body,
-    "deepseek-r1": _deepseek_body,
-}
-
-
-def _rule_name(name: str) -> str:
+def rule_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9-]+", "-", name)
 
 
@@ -313,7 +177,7 @@ class ArgumentRules:
     def value_rule(self, tool: ToolSpec, name: str) -> str:
         """The rule for one argument of ``tool`` (a JSON value of its schema)."""
         schema = tool.parameters.get("properties", {}).get(name, {})
-        rule = f"value-{_rule_name(tool.name)}-{_rule_name(name)}"
+        rule = f"value-{rule_name(tool.name)}-{rule_name(name)}"
         if schema.get("type") == "string":
             rule += "-string"
         if rule not in self._converter._rules:
