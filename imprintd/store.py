@@ -8,9 +8,10 @@ transaction as the messages it indexes. The schema moves
 forward by ``PRAGMA user_version`` through the numbered functions in ``MIGRATIONS``; a
 database written by a newer imprintd is refused rather than guessed at.
 
-``Store`` keeps each session's decoded messages (``_DecodedMessages``, bounded in characters):
-messages are never changed once stored, so a reply decodes only those stored since the last
-read, and its cost does not grow with the session.
+Each store hands out a session's messages through its ``SessionView`` (``view``,
+``session_view.py``): messages are never changed once stored, so a reply decodes only those
+stored since the last read, and its cost does not grow with the session; what is derived from
+them hangs on the view and goes with it when the session is deleted.
 
 ``MemoryStore`` holds sessions created with persistence off (ADR 0141's voice case): the
 same API, nothing on disk, at most 400 messages a session and 4,000 characters a tool
@@ -30,7 +31,7 @@ import itertools
 import secrets
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from imprintd.context.history_index import HistoryIndex, MemoryHistoryIndex, Sql
 from imprintd.messages import Message, SourceRef, ToolCall
 from imprintd.printable import is_invisible, without_controls
 from imprintd.private import private_database, private_folder
+from imprintd.session_view import SessionView, SessionViews
 from imprintd.settings import data_dir
 
 DB_NAME = "imprint.sqlite3"
@@ -63,11 +65,6 @@ MERGED_TERMS = 64
 # ADR 0141, voice: "at most 400 messages, 4,000 characters a result".
 MEMORY_MESSAGE_LIMIT = 400
 MEMORY_TOOL_RESULT_LIMIT = 4_000
-#: Characters of decoded messages ``Store`` keeps, over all sessions (least recently read go
-#: first); a session larger than this alone is read from the database each time, as before.
-DECODED_CACHE_CHARS = 16_000_000
-#: What a cached message is counted as besides its text: the object and its fields.
-_MESSAGE_OVERHEAD_CHARS = 200
 
 Clock = Callable[[], float]
 
@@ -161,6 +158,7 @@ class ConversationStore(Protocol):
     def summary(self, session_id: str) -> StoredSummary | None: ...
     def save_summary(self, session_id: str, summary: StoredSummary) -> None: ...
     def history_index(self, session_id: str) -> HistoryIndex: ...
+    def view(self, session_id: str) -> SessionView: ...
     def rename_session(self, session_id: str, title: str) -> SessionInfo: ...
     def stopped_by(self, stop: threading.Event | None) -> AbstractContextManager[None]: ...
 
@@ -443,7 +441,7 @@ class Store:
         self._held = threading.local()
         self._closed = False
         self._all_indexed = False
-        self._decoded = _DecodedMessages(DECODED_CACHE_CHARS)
+        self._views = SessionViews()
 
     @classmethod
     def open(cls, path: Path | None = None, *, clock: Clock = time.time) -> Store:
@@ -619,7 +617,7 @@ class Store:
             db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
             if db.changes() == 0:
                 raise SessionNotFound(session_id)
-        self._decoded.forget(session_id)
+        self._views.forget(session_id)
 
     def append(self, session_id: str, message: Message) -> Message:
         """Store ``message`` as the session's next one; returns it with its ``seq``.
@@ -673,26 +671,16 @@ class Store:
 
     def messages(self, session_id: str, *, after: int = 0) -> list[Message]:
         """The session's messages in order; with ``after``, only those numbered above it."""
-        held = self._cached(session_id)
-        if held is not None:
-            return held.messages[bisect.bisect_right(held.messages, after, key=_seq) :]
-        with self.reading() as db:
-            self._require(session_id)
-            rows = db.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq",
-                (session_id, after),
-            ).fetchall()
-        return [_message_from_row(row) for row in rows]
+        return self.view(session_id).messages(after=after)
 
-    def _cached(self, session_id: str) -> _Held | None:
-        """Every message of the session, decoding only those stored since it was last read; None
-        when the session is too large to keep (the caller reads the database itself).
+    def view(self, session_id: str) -> SessionView:
+        """The session's ``SessionView``, extended with the messages stored since it was last read.
 
         Raises SessionNotFound like a read. The session's identity (rowid, creation time, the
         random incarnation drawn when its row was made) is checked on each call: a session
-        deleted by another imprintd on the same database and made again under the same id is
-        read anew, not served from what the old one held (SQLite may give it the old rowid, and
-        the clock the same time).
+        deleted by another imprintd on the same database and made again under the same id gets
+        a new view, not what the old one held (SQLite may give it the old rowid, and the clock
+        the same time).
         """
         with self.reading() as db:
             found = db.execute(
@@ -700,23 +688,14 @@ class Store:
             ).fetchone()
             if found is None:
                 raise SessionNotFound(session_id)
-            identity = tuple(found)
-            held = self._decoded.get(session_id, identity)
-            if held is None:
-                return None  # too large to keep
+            view = self._views.get(session_id, tuple(found))
             rows = db.execute(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq",
-                (session_id, held.messages[-1].seq if held.messages else 0),
+                (session_id, view.last_seq),
             ).fetchall()
-        if rows:
-            held = _Held(
-                identity,
-                [*held.messages, *map(_message_from_row, rows)],
-                held.chars + sum(map(_row_chars, rows)),
-                held.listed,  # what was found listable among the messages held so far stays so
-            )
-            self._decoded.put(session_id, held)
-        return held
+        view.extend(map(_message_from_row, rows))
+        self._views.keep(view)
+        return view
 
     def listable(
         self, session_id: str, first: int, last: int, *, longer_than: int, unlisted_calls: str
@@ -724,31 +703,8 @@ class Store:
         """Messages ``first..last`` a summary's covered material can name, in order: user messages
         over ``longer_than`` characters, tool results but those whose call id starts with
         ``unlisted_calls`` (first looks), and the calls that made them (not the looks' own); the
-        rest are not read, so a reply's cost does not grow with what the summary covers."""
-        held = self._cached(session_id)
-        if held is not None:
-            # The listable messages are kept with the decoded ones, found among those new since the
-            # last call: the range is the summary's, which grows with the session.
-            rule = (longer_than, unlisted_calls)
-            scanned, listed = held.listed.get(rule, (0, []))
-            if scanned < len(held.messages):
-                new = _listable(held.messages[scanned:], 0, _seq(held.messages[-1]), longer_than, unlisted_calls)
-                scanned, listed = len(held.messages), [*listed, *new]
-                held.listed[rule] = (scanned, listed)  # one assignment: a reader sees the old pair or this one
-            return listed[bisect.bisect_left(listed, first, key=_seq) : bisect.bisect_right(listed, last, key=_seq)]
-        with self.reading() as db:
-            self._require(session_id)
-            # Bytes are at least characters: the byte length selects every long paste, and
-            # ``_listable`` checks characters (length() of text stops at a NUL).
-            rows = db.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ?"
-                " AND (tool_calls != '[]'"
-                " OR (role = 'tool' AND substr(coalesce(tool_call_id, ''), 1, ?) != ?)"
-                " OR (role = 'user' AND length(CAST(content AS BLOB)) > ?))"
-                " ORDER BY seq",
-                (session_id, first, last, len(unlisted_calls), unlisted_calls, longer_than),
-            ).fetchall()
-        return _listable(map(_message_from_row, rows), first, last, longer_than, unlisted_calls)
+        rest are not looked at again, so a reply's cost does not grow with what the summary covers."""
+        return _listed(self.view(session_id), first, last, longer_than, unlisted_calls)
 
     def oldest_seq(self, session_id: str) -> int | None:
         with self.reading() as db:
@@ -1000,81 +956,6 @@ class Store:
             raise SessionNotFound(session_id)
 
 
-class _DecodedMessages:
-    """Sessions' decoded messages, whole and in order, within ``limit`` characters in all.
-
-    Stored messages are never changed, and only a session's deletion removes them (with the
-    session), so what was decoded stays true: a read adds what was stored after it. Entries are
-    keyed by session id and checked against the session's identity (rowid, creation time,
-    incarnation); the
-    least recently read go first when the total passes ``limit``. Threads share it under a lock;
-    the lists it hands out are never changed after (a read makes a new one), so callers only slice them.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[str, _Held] = OrderedDict()
-        self._chars = 0
-        #: Sessions larger than the whole limit, by identity: read from the database each time.
-        self._too_large: dict[str, tuple[Any, ...]] = {}
-
-    def get(self, session_id: str, identity: tuple[Any, ...]) -> _Held | None:
-        """What is held of that session (nothing yet: no messages); None when it is too large to keep."""
-        with self._lock:
-            if self._too_large.get(session_id) == identity:
-                return None
-            held = self._entries.get(session_id)
-            if held is None or held.identity != identity:
-                return _Held(identity, [], 0)
-            self._entries.move_to_end(session_id)
-            return held
-
-    def put(self, session_id: str, held: _Held) -> None:
-        """Keep ``held`` for the session unless a read that went further is kept already, or it
-        is larger than the whole limit."""
-        with self._lock:
-            kept = self._entries.get(session_id)
-            if kept is not None and kept.identity == held.identity and len(kept.messages) >= len(held.messages):
-                return
-            if kept is not None:
-                del self._entries[session_id]
-                self._chars -= kept.chars
-            if held.chars > self._limit:
-                self._too_large[session_id] = held.identity
-                return
-            while self._entries and self._chars + held.chars > self._limit:
-                _, evicted = self._entries.popitem(last=False)
-                self._chars -= evicted.chars
-            self._entries[session_id] = held
-            self._chars += held.chars
-
-    def forget(self, session_id: str) -> None:
-        with self._lock:
-            held = self._entries.pop(session_id, None)
-            if held is not None:
-                self._chars -= held.chars
-            self._too_large.pop(session_id, None)
-
-
-@dataclass(frozen=True)
-class _Held:
-    """One session's decoded messages: ``identity`` its (rowid, created_at, incarnation), ``chars`` their size;
-    ``listed``: by ``listable``'s rule (longer_than, unlisted_calls), how many of the messages it
-    has looked at and the listable ones among them (shared with the ``_Held`` that extends this
-    one: messages only append)."""
-
-    identity: tuple[Any, ...]
-    messages: list[Message]
-    chars: int
-    listed: dict[tuple[int, str], tuple[int, list[Message]]] = field(default_factory=dict)
-
-
-def _row_chars(row: tuple) -> int:
-    """Characters a stored message's row is counted as in ``DECODED_CACHE_CHARS``."""
-    return _MESSAGE_OVERHEAD_CHARS + sum(len(value) for value in row if isinstance(value, str))
-
-
 def _seq(message: Message) -> int:
     """A stored message's number (set on every message a store holds)."""
     assert message.seq is not None, "only stored messages are numbered"
@@ -1097,6 +978,29 @@ def _listable(
             or (m.role == "user" and len(m.content) > longer_than)
         )
     ]
+
+
+def _listed(view: SessionView, first: int, last: int, longer_than: int, unlisted_calls: str) -> list[Message]:
+    """``listable`` of the view's messages: the listable ones are kept with the view, found among
+    those new since the last call (the range is the summary's, which grows with the session)."""
+    listed = view.derived(("listable", longer_than, unlisted_calls), _Listed)
+    with listed.lock:
+        new = view.since(listed.scanned)
+        if new:
+            listed.messages.extend(_listable(new, 0, _seq(new[-1]), longer_than, unlisted_calls))
+            listed.scanned += len(new)
+        found = listed.messages
+        return found[bisect.bisect_left(found, first, key=_seq) : bisect.bisect_right(found, last, key=_seq)]
+
+
+@dataclass
+class _Listed:
+    """A view's listable messages by one rule: how many of its messages were looked at, and the
+    listable ones among them."""
+
+    scanned: int = 0
+    messages: list[Message] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def _to_index(db: apsw.Connection, session_id: str, after_seq: int) -> list[history_index.IndexedMessage]:
@@ -1203,6 +1107,7 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._sessions: dict[str, _MemorySession] = {}
         self._created = 0
+        self._views = SessionViews()
 
     def create_session(
         self, *, title: str = "", workspace: str | None = None, session_id: str | None = None
@@ -1235,6 +1140,7 @@ class MemoryStore:
         with self._lock:
             self._get(session_id)
             del self._sessions[session_id]
+        self._views.forget(session_id)
 
     def append(self, session_id: str, message: Message) -> Message:
         return self.extend(session_id, [message])[0]
@@ -1269,9 +1175,21 @@ class MemoryStore:
     def listable(
         self, session_id: str, first: int, last: int, *, longer_than: int, unlisted_calls: str
     ) -> list[Message]:
+        return _listed(self.view(session_id), first, last, longer_than, unlisted_calls)
+
+    def view(self, session_id: str) -> SessionView:
+        """The session's ``SessionView``, extended with what was stored since. Once its oldest
+        messages drop out (past ``MEMORY_MESSAGE_LIMIT``), the session gets a new view beginning
+        with what it keeps."""
         with self._lock:
             held = list(self._get(session_id).messages)
-        return _listable(held, first, last, longer_than, unlisted_calls)
+        view = self._views.get(session_id)
+        if held and view.first_seq not in (None, _seq(held[0])):
+            self._views.forget(session_id)
+            view = self._views.get(session_id)
+        view.extend(held[max(0, len(held) - (_seq(held[-1]) - view.last_seq)) :] if held else ())
+        self._views.keep(view)
+        return view
 
     def oldest_seq(self, session_id: str) -> int | None:
         with self._lock:
