@@ -37,6 +37,7 @@ import logging
 import re
 import secrets
 import string
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -166,12 +167,12 @@ _REFERENCE = re.compile(
 )
 
 
-#: Texts up to this long are redacted once and remembered (``_redact_remembered``).
+#: Texts up to this long are redacted once and remembered (``_Remembered``).
 REMEMBER_CHARS = 4_096
 
 
-#: Redactions remembered (``_Remembered``), the least recently used going first.
-REMEMBERED_TEXTS = 1_024
+#: Bytes of redactions remembered (``_Remembered``), the least recently used going first.
+REMEMBERED_BYTES = 2 << 20
 
 
 def redact(text: str) -> str:
@@ -185,7 +186,7 @@ class _Remembered:
     """Short texts' redactions, remembered: every reply lists a session's covered material (a
     paste's first line, a tool call) and a summary attempt redacts the same clips up to four
     times, so without it a long session dense in keywords redacted the same text again on every
-    reply. At most ``REMEMBERED_TEXTS`` redactions of 4 KB are kept.
+    reply. At most ``REMEMBERED_BYTES`` of redactions (of up to 4,096 characters) are kept.
 
     They are kept by a keyed hash of the text, never the text: what is remembered holds no
     secret (a redaction has none), so it may outlive the session the text came from, and the
@@ -196,6 +197,7 @@ class _Remembered:
         self._key = secrets.token_bytes(32)
         self._lock = threading.Lock()
         self._kept: OrderedDict[bytes, str] = OrderedDict()
+        self._bytes = 0
 
     def redact(self, text: str) -> str:
         digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), key=self._key, digest_size=32).digest()
@@ -206,9 +208,11 @@ class _Remembered:
                 return found
         redacted = _redact(text)
         with self._lock:
-            self._kept[digest] = redacted
-            while len(self._kept) > REMEMBERED_TEXTS:
-                self._kept.popitem(last=False)
+            if digest not in self._kept:
+                self._kept[digest] = redacted
+                self._bytes += sys.getsizeof(redacted)
+            while self._bytes > REMEMBERED_BYTES:
+                self._bytes -= sys.getsizeof(self._kept.popitem(last=False)[1])
         return redacted
 
 

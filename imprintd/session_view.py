@@ -14,7 +14,7 @@ that hang on it (``SessionView.derived``), each extended with the view's new mes
 
 ``SessionViews`` keeps a store's views, keyed by session id and checked against the session's
 identity (a session made again under the same id gets a new view), within
-``SESSION_VIEW_CHARS`` in all: the least recently read go first, and a view larger than the
+``SESSION_VIEW_BYTES`` in all: the least recently read go first, and a view larger than the
 whole bound alone is not kept (each read builds it anew, as a store without views would).
 Deleting a session drops its view, and with it everything derived from it.
 """
@@ -22,6 +22,7 @@ Deleting a session drops its view, and with it everything derived from it.
 from __future__ import annotations
 
 import bisect
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
@@ -29,26 +30,28 @@ from typing import TypeVar, cast
 
 from imprintd.messages import Message
 
-__all__ = ["SESSION_VIEW_CHARS", "SessionView", "SessionViews", "message_chars"]
+__all__ = ["SESSION_VIEW_BYTES", "SessionView", "SessionViews", "message_bytes"]
 
-#: Characters of messages, and of what is derived from them, a store's views hold in all (the
-#: least recently read sessions go first past it).
-SESSION_VIEW_CHARS = 16_000_000
-#: What a message is counted as besides its text: the object, its fields, and a message's share
-#: of each derivation (a count, a place, a number in a dict).
-MESSAGE_OVERHEAD_CHARS = 400
+#: Bytes of messages, and of what is derived from them, a store's views hold in all (the least
+#: recently read sessions go first past it; docs/decisions.md, "What a session's messages derive").
+SESSION_VIEW_BYTES = 32 << 20
+#: What a message is counted as besides its strings: the object and its fields, and its share of
+#: each derivation (a count and two places in fitting's lists, an entry in the history's dicts,
+#: a place in the listable ones), as ``tracemalloc`` measured them on ``bench_session_memory.py``.
+MESSAGE_OVERHEAD_BYTES = 1_000
 
 _T = TypeVar("_T")
 
 
-def message_chars(message: Message) -> int:
-    """Characters ``message`` is counted as in ``SESSION_VIEW_CHARS``."""
-    calls = sum(len(call.id) + len(call.name) + len(str(call.arguments)) for call in message.tool_calls)
+def message_bytes(message: Message) -> int:
+    """Bytes ``message`` is counted as in ``SESSION_VIEW_BYTES``: its strings as Python holds them
+    (one to four bytes a character), and ``MESSAGE_OVERHEAD_BYTES``."""
+    calls = sum(sys.getsizeof(call.id) + 100 * (1 + len(call.arguments)) for call in message.tool_calls)
     return (
-        MESSAGE_OVERHEAD_CHARS
-        + len(message.content)
-        + len(message.model_text or "")
-        + len(message.reasoning or "")
+        MESSAGE_OVERHEAD_BYTES
+        + sys.getsizeof(message.content)
+        + sys.getsizeof(message.model_text or "")
+        + sys.getsizeof(message.reasoning or "")
         + calls
     )
 
@@ -70,8 +73,8 @@ class SessionView:
         self._lock = threading.Lock()
         self._messages: list[Message] = []
         self._derived: dict[Hashable, object] = {}
-        #: ``message_chars`` of every message held.
-        self.chars = 0
+        #: ``message_bytes`` of every message held.
+        self.bytes = 0
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -95,7 +98,7 @@ class SessionView:
             for message in messages:
                 if _seq(message) > last:
                     self._messages.append(message)
-                    self.chars += message_chars(message)
+                    self.bytes += message_bytes(message)
                     last = _seq(message)
 
     def messages(self, *, after: int = 0) -> list[Message]:
@@ -126,15 +129,15 @@ class SessionView:
 
 
 class SessionViews:
-    """A store's ``SessionView``s by session id, within ``limit`` characters in all (least
+    """A store's ``SessionView``s by session id, within ``limit`` bytes in all (least
     recently read go first)."""
 
     def __init__(self, limit: int | None = None) -> None:
-        self._limit = SESSION_VIEW_CHARS if limit is None else limit
+        self._limit = SESSION_VIEW_BYTES if limit is None else limit
         self._lock = threading.Lock()
         self._views: OrderedDict[str, SessionView] = OrderedDict()
-        self._counted: dict[str, int] = {}  # the chars each view was counted with
-        self._chars = 0
+        self._counted: dict[str, int] = {}  # the bytes each view was counted with
+        self._bytes = 0
 
     def get(self, session_id: str, identity: Hashable = None) -> SessionView:
         """The session's kept view, or a new empty one when none is kept for this identity."""
@@ -155,14 +158,14 @@ class SessionViews:
                 if kept.identity == view.identity and len(kept) >= len(view):
                     return  # a read that went further is kept already
                 self._drop(session_id)
-            if view.chars > self._limit:
+            if view.bytes > self._limit:
                 self._drop(session_id)
                 return
-            self._chars += view.chars - self._counted.get(session_id, 0)
-            self._counted[session_id] = view.chars
+            self._bytes += view.bytes - self._counted.get(session_id, 0)
+            self._counted[session_id] = view.bytes
             self._views[session_id] = view
             self._views.move_to_end(session_id)
-            while self._chars > self._limit and len(self._views) > 1:
+            while self._bytes > self._limit and len(self._views) > 1:
                 self._drop(next(iter(self._views)))
 
     def forget(self, session_id: str) -> None:
@@ -172,4 +175,4 @@ class SessionViews:
 
     def _drop(self, session_id: str) -> None:
         if self._views.pop(session_id, None) is not None:
-            self._chars -= self._counted.pop(session_id)
+            self._bytes -= self._counted.pop(session_id)

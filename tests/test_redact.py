@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tracemalloc
 
 import pytest
 
@@ -257,3 +258,20 @@ def test_a_remembered_redaction_keeps_no_reference_to_the_raw_text():
     assert redact(text) == "DB_PASSWORD=[REDACTED]"  # remembered, and the same
     # What is remembered is found by a keyed hash of the text: the secret is not kept alive.
     assert sys.getrefcount(text) == before
+
+
+def test_remembered_redactions_stay_within_their_bytes(monkeypatch):
+    from imprintd import redact as redaction
+
+    monkeypatch.setattr(redaction, "REMEMBERED_BYTES", 8 << 10)
+    tracemalloc.start()
+    try:
+        for index in range(100):
+            text = f"note {index}: " + "plain words and nothing secret " * 20  # 600 characters
+            assert redact(text) == text
+        del text
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    # 100 texts were redacted, 60 KB: what stays is the newest within the bound.
+    assert held <= (8 << 10) + (16 << 10)

@@ -720,7 +720,7 @@ def test_messages_another_imprintd_stores_are_read(db):
 
 
 def test_session_views_stay_within_their_limit(isolated_dirs, monkeypatch):
-    monkeypatch.setattr(session_view, "SESSION_VIEW_CHARS", 3_000)
+    monkeypatch.setattr(session_view, "SESSION_VIEW_BYTES", 5_000)  # one small session
     decoded = counting_decodes(monkeypatch)
     with Store.open(clock=Ticks()) as db:
         small, large = db.create_session(), db.create_session()

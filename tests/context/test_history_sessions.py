@@ -138,8 +138,8 @@ def test_a_session_made_again_under_its_id_is_derived_anew(isolated_dirs, taken)
 
 def test_views_past_the_limit_go_least_recently_read_first_with_their_histories(isolated_dirs, taken, monkeypatch):
     messages = [m for m in conversation() if m.role != "system"]
-    size = sum(map(session_view.message_chars, messages))
-    monkeypatch.setattr(session_view, "SESSION_VIEW_CHARS", 2 * size)  # room for two sessions
+    size = sum(map(session_view.message_bytes, messages))
+    monkeypatch.setattr(session_view, "SESSION_VIEW_BYTES", 2 * size)  # room for two sessions
     with Store.open() as db:
         for session_id in ("a", "b", "c"):
             db.create_session(session_id=session_id)
