@@ -109,7 +109,7 @@ def child(tree: Path, sessions: int, replies: int, traced: bool, bound: int | No
         done = subprocess.run(
             [sys.executable, __file__, "--child", "--sessions", str(sessions), "--replies", str(replies)]
             + (["--traced"] if traced else [])
-            + (["--bound", str(bound)] if bound else []),
+            + (["--view-mib", str(bound)] if bound else []),
             cwd=tree,
             env=env,
             capture_output=True,
@@ -139,16 +139,17 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another checkout to measure side by side (e.g. main)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--view-mib", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument(
         "--bound", type=int, default=8, help="also run this tree with its views bound to this many MiB (0: not)"
     )
     args = parser.parse_args()
     if args.child:
         sys.path.insert(0, os.environ["PYTHONPATH"])
-        if args.bound:
+        if args.view_mib:
             from imprintd import session_view
 
-            session_view.SESSION_VIEW_BYTES = args.bound << 20
+            session_view.SESSION_VIEW_BYTES = args.view_mib << 20
         print(json.dumps(measure(args.sessions, args.replies, args.traced)))
         return
     runs = [("this tree", HERE, None)]

@@ -34,7 +34,7 @@ __all__ = ["SESSION_VIEW_BYTES", "SessionView", "SessionViews", "message_bytes"]
 
 #: Bytes of messages, and of what is derived from them, a store's views hold in all (the least
 #: recently read sessions go first past it; docs/decisions.md, "What a session's messages derive").
-SESSION_VIEW_BYTES = 32 << 20
+SESSION_VIEW_BYTES = 16 << 20
 #: What a message is counted as besides its strings: the object and its fields, and its share of
 #: each derivation (a count and two places in fitting's lists, an entry in the history's dicts,
 #: a place in the listable ones), as ``tracemalloc`` measured them on ``bench_session_memory.py``.
@@ -105,12 +105,6 @@ class SessionView:
         """The messages numbered above ``after``, in order (a new list)."""
         with self._lock:
             return self._messages[bisect.bisect_right(self._messages, after, key=_seq) :]
-
-    def between(self, first: int, last: int) -> list[Message]:
-        """The messages numbered ``first..last``, in order (a new list)."""
-        with self._lock:
-            low = bisect.bisect_left(self._messages, first, key=_seq)
-            return self._messages[low : bisect.bisect_right(self._messages, last, key=_seq)]
 
     def since(self, position: int) -> list[Message]:
         """The messages from the ``position``-th held on: what a derivation that took in

@@ -755,3 +755,15 @@ def test_a_deleted_session_s_view_and_what_hangs_on_it_go_with_it(db, monkeypatc
     assert [m.content for m in db.messages(session.id)] == ["short", "new answer"]
     assert decoded[0] == before + 2  # read afresh: nothing of the old view served it
     assert db.listable(session.id, 1, 2, longer_than=5, unlisted_calls="call_look") == []
+
+
+def test_a_memory_session_s_view_begins_again_with_what_it_keeps():
+    store = MemoryStore()
+    session = store.create_session()
+    store.extend(session.id, [user(f"question {index}") for index in range(399)])
+    assert len(store.view(session.id)) == 399
+    store.extend(session.id, [user("one"), user("two"), user("three")])  # the oldest two drop out
+    assert [m.seq for m in store.view(session.id).messages()] == list(range(3, 403))
+    assert [m.seq for m in store.messages(session.id, after=400)] == [401, 402]
+    listed = store.listable(session.id, 1, 402, longer_than=3, unlisted_calls="call_look")
+    assert [m.seq for m in listed] == [*range(3, 400), 402]  # "one" and "two" are not longer than 3
