@@ -19,12 +19,8 @@ factor within ``CALIBRATION_RANGE``), and a refusal for length or a prompt it cu
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
-import threading
-from collections import OrderedDict
 
 import msgspec
 
@@ -36,8 +32,8 @@ BYTES_PER_TOKEN = 3
 MESSAGE_OVERHEAD = 4
 #: Estimated tokens of the generation prompt that ends every formatted prompt.
 PROMPT_OVERHEAD = 3
-#: Message estimates kept (``count_message``), each by a keyed hash of what it read (the text
-#: itself is not kept), the least recently used going first; tool schemas' estimates as many.
+#: Message estimates kept (``count_message``), each by the hashes of what it read (the text
+#: itself is not kept); the whole cache is dropped when it is full. Tool schemas' as many.
 COUNT_CACHE_SIZE = 8_192
 #: The calibration of the estimate from the server's counts stays within these factors.
 CALIBRATION_RANGE = (0.5, 4.0)
@@ -60,12 +56,10 @@ class EstimatedCounts:
     exact_counts = False
 
     def __init__(self) -> None:
-        #: Estimates by a keyed hash of what they read (text, name, calls): fitting and the usage
+        #: Estimates by the hashes of what they read (text, name, calls): fitting and the usage
         #: report count a prompt several times a round, every round (``Model.count_message``:
         #: cached). Hashes, not the strings: a deleted session's text is not held by the cache.
-        self._counts: OrderedDict[bytes, int] = OrderedDict()
-        self._counts_key = os.urandom(32)
-        self._counts_lock = threading.Lock()
+        self._counts: dict[tuple[int, ...], int] = {}
         #: Tool schemas' estimates by object (the specs are constants; each entry holds its spec,
         #: so an ``id`` is never reused under it).
         self._tools: dict[int, tuple[ToolSpec, int]] = {}
@@ -80,27 +74,22 @@ class EstimatedCounts:
 
     def count_message(self, message: Message) -> int:
         key = self._key_of(message)
-        with self._counts_lock:
-            count = self._counts.get(key)
-            if count is not None:
-                self._counts.move_to_end(key)
+        count = self._counts.get(key)
         if count is None:
             count = self._estimate(message)
-            with self._counts_lock:
-                self._counts[key] = count
-                if len(self._counts) > COUNT_CACHE_SIZE:
-                    self._counts.popitem(last=False)
+            if len(self._counts) >= COUNT_CACHE_SIZE:
+                self._counts.clear()
+            self._counts[key] = count
         return self._calibrated(count)
 
-    def _key_of(self, message: Message) -> bytes:
-        """A keyed hash of what the estimate reads of ``message``, each part with its length."""
-        digest = hashlib.blake2b(key=self._counts_key, digest_size=32)
-        for part in (message.prompt_content, message.name or ""):
-            encoded = part.encode("utf-8", "surrogatepass")
-            digest.update(len(encoded).to_bytes(8, "little"))
-            digest.update(encoded)
-        digest.update(msgspec.json.encode(message.tool_calls))
-        return digest.digest()
+    @staticmethod
+    def _key_of(message: Message) -> tuple[int, ...]:
+        """What the estimate reads of ``message``, as hashes and lengths: Python's string hash
+        (keyed per process) is kept by the string, so a message counted again costs a lookup,
+        not a pass over its text."""
+        text, name = message.prompt_content, message.name or ""
+        calls = msgspec.json.encode(message.tool_calls) if message.tool_calls else b""
+        return hash(text), len(text), hash(name), hash(calls), len(calls)
 
     @staticmethod
     def _estimate(message: Message) -> int:
