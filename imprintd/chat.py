@@ -596,7 +596,8 @@ class Chat:
         """
         await self.learn_window()
         store, info = await in_worker(self.locate, session_id)
-        stored, summary = await in_worker(lambda: (store.messages(info.id), store.summary(info.id)))
+        view, summary = await in_worker(lambda: (store.view(info.id), store.summary(info.id)))
+        stored = view.messages()
         settings = self.settings
         servers = self.mcp_servers_for(extra_servers)
         tools = await self.mcp_tools(servers, info.id, None, lambda: settings.research_time_budget)
@@ -616,6 +617,7 @@ class Chat:
                 workspace=workspace,
                 max_tokens=settings.max_tokens,
                 mcp_specs=[tool.spec for tool in offered],
+                view=view,
             )
 
         return await in_worker(usage)  # builds the model, stats the folders, counts the prompt

@@ -32,9 +32,14 @@ they are. Redaction is idempotent.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import re
+import secrets
 import string
+import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 
 MARK = "[REDACTED]"
@@ -162,24 +167,56 @@ _REFERENCE = re.compile(
 )
 
 
-#: Texts up to this long are redacted once and remembered (``_redact_remembered``).
+#: Texts up to this long are redacted once and remembered (``_Remembered``).
 REMEMBER_CHARS = 4_096
+
+
+#: Bytes of redactions remembered (``_Remembered``), the least recently used going first.
+REMEMBERED_BYTES = 2 << 20
 
 
 def redact(text: str) -> str:
     """``text`` with every secret it recognises replaced by a ``[REDACTED]`` marker."""
     if len(text) <= REMEMBER_CHARS:
-        return _redact_remembered(text)
+        return _REMEMBERED.redact(text)
     return _redact(text)
 
 
-@functools.lru_cache(maxsize=1_024)
-def _redact_remembered(text: str) -> str:
-    """A short text's redaction, remembered: every reply lists a session's covered material
-    (a paste's first line, a tool call) and a summary attempt redacts the same clips up to
-    four times, so without it a long session dense in keywords redacted the same text again
-    on every reply. At most 1,024 texts of 4 KB, and their redactions, are kept."""
-    return _redact(text)
+class _Remembered:
+    """Short texts' redactions, remembered: every reply lists a session's covered material (a
+    paste's first line, a tool call) and a summary attempt redacts the same clips up to four
+    times, so without it a long session dense in keywords redacted the same text again on every
+    reply. At most ``REMEMBERED_BYTES`` of redactions (of up to 4,096 characters) are kept.
+
+    They are kept by a keyed hash of the text, never the text: what is remembered holds no
+    secret (a redaction has none), so it may outlive the session the text came from, and the
+    key, drawn once per process, keeps a short secret from being found by hashing guesses.
+    """
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[bytes, str] = OrderedDict()
+        self._bytes = 0
+
+    def redact(self, text: str) -> str:
+        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), key=self._key, digest_size=32).digest()
+        with self._lock:
+            found = self._kept.get(digest)
+            if found is not None:
+                self._kept.move_to_end(digest)
+                return found
+        redacted = _redact(text)
+        with self._lock:
+            if digest not in self._kept:
+                self._kept[digest] = redacted
+                self._bytes += sys.getsizeof(redacted)
+            while self._bytes > REMEMBERED_BYTES:
+                self._bytes -= sys.getsizeof(self._kept.popitem(last=False)[1])
+        return redacted
+
+
+_REMEMBERED = _Remembered()
 
 
 def _redact(text: str) -> str:

@@ -41,9 +41,9 @@ from imprintd.context import summary as summaries
 from imprintd.context import usage
 from imprintd.context.fitting import fit_prompt
 from imprintd.context.history import (
-    SESSION_HISTORIES,
     STRATEGY_LINE,
     ConversationHistoryTool,
+    session_history,
 )
 from imprintd.context.sections import ReplySections
 from imprintd.context.usage import ContextUsage
@@ -58,6 +58,7 @@ from imprintd.research import clock as clocks
 from imprintd.research.answer import coverage_note, cut_off_note, final_answer
 from imprintd.research.clock import ReplyClock
 from imprintd.research.loop import ReplyScope, Stop, research
+from imprintd.session_view import SessionView
 from imprintd.settings import ChatSettings
 from imprintd.store import ConversationStore, SessionInfo, StoredSummary
 from imprintd.tools.base import Tool
@@ -129,6 +130,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     # A served model's window is asked before anything is fitted to it (once per model).
     await learn_window(model, events)
     state, earlier, seqs = await in_worker(read_session, store, info.id, question)
+    view = await in_worker(store.view, info.id)
 
     workspace_tools = await context.workspace_tools(events)
     clock = ReplyClock(settings.research_time_budget)  # indexing is not the reply's to bound
@@ -137,11 +139,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     # "A prompt that stays put").
     index = await in_worker(store.history_index, info.id)
     # Built on the model's first call only, from what the session's last build had not seen.
-    history_tool = ConversationHistoryTool(
-        lambda: SESSION_HISTORIES.history(
-            info.id, [m for m in store.messages(info.id) if (m.seq or 0) < (question.seq or 0)], index
-        )
-    )
+    history_tool = ConversationHistoryTool(lambda: session_history(store.view(info.id), question.seq or 0, index))
     servers_tools = await context.mcp_tools(events, clock.research_left)
     # All their schemas, or the compact pair when those would take too much of the window.
     offered_mcp = await in_worker(
@@ -180,6 +178,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
         layout=layout,
         style=request.style,
         first_look=settings.first_look,
+        view=view,
     )
     outcome = await research(scope, system=system, history=history, question=question, tools=tools)
     # What a turn may write now: research may have learned the server's window on the way.
@@ -262,19 +261,23 @@ def next_question_usage(
     style: Style = "written",
     max_tokens: int,
     mcp_specs: Sequence[ToolSpec] = (),
+    view: SessionView | None = None,
 ) -> ContextUsage:
     """What the next question's first round would get, without asking one (it counts 0 tokens).
 
     Composed as ``run_reply`` composes a round (the tools it would offer, the summary as it stands,
     fitting), before any summary step the question might bring about. ``mcp_specs``: what the
-    model would be offered of the MCP servers' tools (``mcp.tools.fitted``). Counts: call it
+    model would be offered of the MCP servers' tools (``mcp.tools.fitted``); ``view``: the
+    session's, which ``stored`` is read from (fitting keeps what it derives there). Counts: call it
     from a worker thread.
     """
     specs = [*(WORKSPACE_SPECS if workspace else ()), ConversationHistoryTool.spec, *mcp_specs]
     tool_lines = _tool_lines(workspace=workspace)
     system, history, layout = compose_prompt(style, tool_lines, summary, stored)
     max_tokens = output_allowance(model, max_tokens)
-    fitted = fit_prompt(model, system=system, history=history, current=[], tools=specs, max_tokens=max_tokens)
+    fitted = fit_prompt(
+        model, system=system, history=history, current=[], tools=specs, max_tokens=max_tokens, view=view
+    )
     return usage.measure(
         model, fitted.messages, current=0, tools=specs, max_tokens=max_tokens, layout=layout, used=fitted.prompt_tokens
     )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import tracemalloc
+
 import pytest
 
 from imprintd.redact import MARK, PRIVATE_KEY_MARK, redact
@@ -245,3 +248,30 @@ def test_the_excerpt_margin_is_twice_the_rule_window():
     from imprintd import redact, secret_rules
 
     assert redact.EXCERPT_MARGIN == 2 * secret_rules.WINDOW
+
+
+def test_a_remembered_redaction_keeps_no_reference_to_the_raw_text():
+    # Made at run time: a constant would be held by the code object too.
+    text = "".join(["DB_PASSWORD=", "Tr0ub4dor", "x", str(len(__name__) * 7919)])
+    before = sys.getrefcount(text)
+    assert redact(text) == "DB_PASSWORD=[REDACTED]"
+    assert redact(text) == "DB_PASSWORD=[REDACTED]"  # remembered, and the same
+    # What is remembered is found by a keyed hash of the text: the secret is not kept alive.
+    assert sys.getrefcount(text) == before
+
+
+def test_remembered_redactions_stay_within_their_bytes(monkeypatch):
+    from imprintd import redact as redaction
+
+    monkeypatch.setattr(redaction, "REMEMBERED_BYTES", 8 << 10)
+    tracemalloc.start()
+    try:
+        for index in range(100):
+            text = f"note {index}: " + "plain words and nothing secret " * 20  # 600 characters
+            assert redact(text) == text
+        del text
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    # 100 texts were redacted, 60 KB: what stays is the newest within the bound.
+    assert held <= (8 << 10) + (16 << 10)

@@ -7,7 +7,7 @@ first look's replay, docs/decisions.md "First look"). With the stand-in model.
 from __future__ import annotations
 
 from imprintd import reply as reply_mod
-from imprintd.context.history import SessionHistories
+from imprintd.context.history import session_history
 from tests.helpers import ask, make_chat, tool_turn
 from tests.standin import call
 
@@ -15,12 +15,12 @@ from tests.standin import call
 async def test_the_history_is_read_for_the_history_tool_only_when_the_model_calls_it(model, monkeypatch):
     built: list[int] = []
 
-    class Counted(SessionHistories):
-        def history(self, session_id, messages, index=None):
-            built.append(len(messages))
-            return super().history(session_id, messages, index)
+    def counted(view, before, index=None):
+        history = session_history(view, before, index)
+        built.append(len(history))
+        return history
 
-    monkeypatch.setattr(reply_mod, "SESSION_HISTORIES", Counted())
+    monkeypatch.setattr(reply_mod, "session_history", counted)
     chat = make_chat(model)
     model.queue("Billing listens on port 8101.", "Noted.")
     first, _ = await ask(chat, "Billing listens on port 8101, remember that.")

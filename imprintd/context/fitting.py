@@ -36,19 +36,18 @@ block, so the kept history still ends on a drop point). So ``measurements`` is a
 number of removed pieces plus the pieces put back plus four, and usually three.
 
 What a fit derives from the history (per-message counts, where each message starts, the tool
-exchanges and whole exchanges) is kept between fits (``_Starts``): a session's history is the same
-message objects reply after reply (the store keeps them) with new ones appended, so a fit goes
-over only the messages the last fit of that history had not; the exact counts still go over the
-whole prompt. A history that begins with other objects (the summary moved on, the session was
-read afresh) or another model is derived anew; the figures are the model's own either way.
+exchanges and whole exchanges) is kept with the session's view when the caller gives one
+(``view``, ``session_view.py``), found by the messages' numbers: a session's history is the same
+stored messages reply after reply with new ones appended, so a fit goes over only the messages
+the last fit of that history had not; the exact counts still go over the whole prompt. A history
+that begins at another message (the summary moved on) or another model is derived anew, and
+without a view each fit derives it; the figures are the model's own either way.
 """
 
 from __future__ import annotations
 
-import operator
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -56,6 +55,7 @@ import msgspec
 
 from imprintd.messages import Message, ToolSpec
 from imprintd.models.base import Model
+from imprintd.session_view import SessionView
 
 __all__ = ["Fitted", "fit_prompt", "research_pieces", "exchange_pieces"]
 
@@ -130,12 +130,14 @@ def fit_prompt(
     current: Sequence[Message],
     tools: Sequence[ToolSpec] = (),
     max_tokens: int,
+    view: SessionView | None = None,
 ) -> Fitted:
     """Fit ``system + history + current`` (with ``tools`` and ``max_tokens``) to ``model.n_ctx``.
 
     ``history`` is the conversation before the current question; ``current`` is the
     current question followed by this reply's own tool exchanges so far. Only ``history``
-    is ever shortened. Pure and synchronous: it counts, it does not generate.
+    is ever shortened. ``view``: the session's, whose stored messages ``history`` is a run of;
+    what is derived from them is kept with it. Synchronous: it counts, it does not generate.
     """
     limit = model.n_ctx - max_tokens
     kept = [True] * len(history)
@@ -153,7 +155,7 @@ def fit_prompt(
         measurements += 1  # the system prompt and tools, counted once for both steps
         step = drop_step(model, system, tools, limit)
         # Cached per-message counts keep a long session cheap; exact counts confirm.
-        measured = _STARTS.of(model, history)
+        measured = _measured(model, history, view)
         counts = measured.counts
         total, dropped["research"], restored, pessimistic = _drop_research(
             measured.research, kept, counts, measured.starts, research_step(step), limit, total, measure
@@ -370,43 +372,38 @@ class _Counted:
         return _Measured(self.counts[:size], self.starts[: size + 1], self.spoken[: size + 1], research, exchanges)
 
 
-class _Starts:
-    """What fitting derived from the histories fitted last, each kept by the identity of its
-    first message (at most ``histories`` of them; the model held weakly, so a model let go is not
-    kept alive).
+@dataclass
+class _Fitting:
+    """What fitting keeps with a session's view: the derivation of the history fitted last (one
+    model's, beginning at one message), and the lock a fit extends it under."""
 
-    A kept entry serves a history that begins with the very objects it took in; it is taken out
-    while a fit extends it (counting may tokenize: not under the lock), then put back.
-    """
-
-    def __init__(self, histories: int = 8) -> None:
-        self._histories = histories
-        self._lock = threading.Lock()
-        self._kept: OrderedDict[int, _Counted] = OrderedDict()
-        #: Messages taken in here, over all histories (tests count the work with it).
-        self.counted = 0
-
-    def of(self, model: Model, history: Sequence[Message]) -> _Measured:
-        """``history``'s counts, starts and pieces by ``model``."""
-        if not history:
-            return _Measured([], [0], [0], [], [])
-        key = id(history[0])
-        with self._lock:
-            entry = self._kept.pop(key, None)
-        if entry is None or entry.model() is not model or not all(map(operator.is_, entry.messages, history)):
-            entry = _Counted(weakref.ref(model))
-        new = history[len(entry.messages) :]
-        self.counted += len(new)
-        entry.extend(model, new)
-        measured = entry.measured(len(history))
-        with self._lock:
-            self._kept[key] = entry  # keyed by its first message, which it holds: the id stays its own
-            while len(self._kept) > self._histories:
-                self._kept.popitem(last=False)
-        return measured
+    counted: _Counted | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-_STARTS = _Starts()
+def _measured(model: Model, history: Sequence[Message], view: SessionView | None) -> _Measured:
+    """``history``'s counts, starts and pieces by ``model``: what ``view`` keeps of them, extended
+    with the messages it has not counted; derived anew without a view, or when the history is not
+    the run of stored messages the kept one began (another model's, or one the summary moved past)."""
+    if not history:
+        return _Measured([], [0], [0], [], [])
+    if view is None or any(message.seq is None for message in history):
+        counted = _Counted(weakref.ref(model))
+        counted.extend(model, history)
+        return counted.measured(len(history))
+    fitting = view.derived("fitting", _Fitting)
+    with fitting.lock:  # counting may tokenize: only fits of this session wait on it
+        kept = fitting.counted
+        if kept is None or kept.model() is not model or not _continues(kept.messages, history):
+            kept = fitting.counted = _Counted(weakref.ref(model))
+        kept.extend(model, history[len(kept.messages) :])
+        return kept.measured(len(history))
+
+
+def _continues(taken: Sequence[Message], history: Sequence[Message]) -> bool:
+    """Whether ``history`` is the stored messages ``taken`` holds, or begins with them, or with
+    all but those after its end: the same numbers (a stored message never changes)."""
+    return all(a.seq == b.seq for a, b in zip(taken, history, strict=False))
 
 
 def _assemble(

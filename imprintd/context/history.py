@@ -30,9 +30,9 @@ be read by number. Their hits stay reachable by searching the workspace again
 (docs/decisions.md, "The first look leaves no litter").
 
 What a history derives from its messages (their numbering, which are neighbours, which call each
-result answers) is kept per session (``SessionHistories``; a reply's history is a view of it), so
-a reply's build takes in only the messages stored since the session's last one instead of every
-earlier message; a kept one serves only a list that begins with the very message objects it took in.
+result answers) is kept with the session's view (``session_history``, ``session_view.py``): a
+reply's history is the first messages of it, so a reply's build takes in only the messages stored
+since the session's last one instead of every earlier message.
 
 ``search_by_scan`` (``search_places(query, scan=True)``) re-tokenizes every window per query
 instead of using the index and gives the same answer; it is the baseline of
@@ -41,7 +41,7 @@ instead of using the index and gives the same answer; it is the baseline of
 
 from __future__ import annotations
 
-import operator
+import bisect
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -52,6 +52,7 @@ import msgspec
 
 from imprintd.messages import Message, ToolCall, is_first_look
 from imprintd.offload import in_worker
+from imprintd.session_view import SessionView
 from imprintd.store import history_score
 from imprintd.store.history_index import (
     TOOL_NAME,
@@ -240,12 +241,13 @@ class _Derived:
     """What a history derives from its messages, in the order given, extended with new ones only.
 
     Messages never change once stored, so what was derived from a session's earlier messages
-    stays true as it grows: ``SessionHistories`` keeps one per session, and a reply's history is
-    a view of its first messages (``ConversationHistory._view``), built without going over them
-    again.
+    stays true as it grows: the session's view keeps one (``session_history``), and a reply's
+    history is its first messages (``ConversationHistory._view``), built without going over them
+    again. ``lock`` guards extending it.
     """
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.source: list[Message] = []  # every message taken in, as given
         self.readable: list[Message] = []  # stored ones, each number once (``history_index.numbered``)
         self.readable_by_seq: dict[int, int] = {}
@@ -299,14 +301,18 @@ class ConversationHistory:
         self._view(derived, index)
 
     @classmethod
-    def _of(cls, derived: _Derived, index: HistoryIndex | None) -> ConversationHistory:
-        """The history of every message ``derived`` holds now (later ones are not its own)."""
+    def _of(cls, derived: _Derived, index: HistoryIndex | None, before: int | None = None) -> ConversationHistory:
+        """The history of the messages ``derived`` holds now numbered below ``before`` (later
+        ones are not its own)."""
         history = cls.__new__(cls)
-        history._view(derived, index)
+        history._view(derived, index, before)
         return history
 
-    def _view(self, derived: _Derived, index: HistoryIndex | None) -> None:
+    def _view(self, derived: _Derived, index: HistoryIndex | None, before: int | None = None) -> None:
         readable, numbered = len(derived.readable), len(derived.numbered)
+        if before is not None:
+            readable = bisect.bisect_left(derived.readable, before, key=_number)
+            numbered = bisect.bisect_left(derived.numbered, before, key=_number)
         self._derived = derived
         self._calls = _Calls(derived.calls, readable)
         # Read by number: every message. Searched, ranked and printed: all but first looks.
@@ -611,57 +617,22 @@ class ConversationHistory:
         return start, _cut_end(text, start, length)
 
 
-class SessionHistories:
-    """Each session's ``_Derived``, kept so a reply's history is built from what was stored since
-    the last one's (docs/decisions.md, "The first look leaves no litter").
+def session_history(view: SessionView, before: int, index: HistoryIndex | None = None) -> ConversationHistory:
+    """``ConversationHistory`` of the session's messages numbered below ``before``, with ``index``.
 
-    A kept one serves a list only when its messages begin with exactly the message objects it
-    took in (the store hands out the same objects until a session is deleted: a session made
-    again under the same id, or read afresh, has new ones, so it is derived anew). At most
-    ``sessions`` are kept, the least recently used going first, and none of over ``chars``
-    characters (it would keep alive what the store let go).
+    What it derives from them is kept with the session's view (docs/decisions.md, "What a
+    session's messages derive"), so a reply's build takes in only the messages stored since the
+    session's last one's; a deleted or evicted session takes it along.
     """
-
-    def __init__(self, sessions: int = 4, chars: int = 16_000_000) -> None:
-        self._sessions = sessions
-        self._chars = chars
-        self._lock = threading.Lock()
-        self._kept: dict[str, _Derived] = {}
-        #: Messages taken in, over all sessions: what the builds went over (tests count it).
-        self.taken = 0
-
-    def history(
-        self, session_id: str, messages: Sequence[Message], index: HistoryIndex | None = None
-    ) -> ConversationHistory:
-        """``ConversationHistory(messages, index)``, taking in only what the session's kept
-        derivation has not seen."""
-        with self._lock:
-            derived = self._kept.pop(session_id, None)
-            if derived is None or not _begins_with(messages, derived.source):
-                derived = _Derived()
-            new = messages[len(derived.source) :]
-            self.taken += len(new)
-            derived.extend(new)
-            history = ConversationHistory._of(derived, index)
-            if derived.chars <= self._chars:
-                self._kept[session_id] = derived  # the most recently used last
-                while len(self._kept) > self._sessions:
-                    del self._kept[next(iter(self._kept))]
-            return history
-
-    def forget(self, session_id: str) -> None:
-        with self._lock:
-            self._kept.pop(session_id, None)
+    derived = view.derived("conversation_history", _Derived)
+    with derived.lock:
+        derived.extend(view.since(len(derived.source)))
+        return ConversationHistory._of(derived, index, before)
 
 
-#: The daemon's: replies of one process share it (its entries hold what the store holds anyway).
-SESSION_HISTORIES = SessionHistories()
-
-
-def _begins_with(messages: Sequence[Message], prefix: Sequence[Message]) -> bool:
-    """Whether ``messages`` begins with the very objects of ``prefix`` (identity, not equality:
-    cheap, and a message decoded again is not trusted to be the same one)."""
-    return len(messages) >= len(prefix) and all(map(operator.is_, prefix, messages))
+def _number(message: Message) -> int:
+    assert message.seq is not None  # a history's readable messages are stored ones
+    return message.seq
 
 
 class _Layout:

@@ -8,9 +8,10 @@
   llama-cpp-python's), with the tool schemas and the generation prompt, and counted with the
   model's tokenizer. ``count_prompt`` is one tokenization of exactly what generation evaluates
   (a prompt the template refuses alone, a system prompt without a user turn, is counted with one
-  after it, less that turn). ``count_message`` is cached by the message's bytes: a message's
-  tokens are the difference of two whole renders with a lead-in the template accepts (see
-  ``_message_tokens``), so a fitting pass tokenizes each message once.
+  after it, less that turn). ``count_message`` is cached by a keyed hash of the message's bytes
+  (the text itself is not kept: a deleted session's messages are not held by the cache): a
+  message's tokens are the difference of two whole renders with a lead-in the template accepts
+  (see ``_message_tokens``), so a fitting pass tokenizes each message once.
 * **Streaming under the inference lock.** Generation runs token by token in the model thread
   (``offload.in_model_thread``: one thread at a lower priority, so the event loop wins a core) while the process-wide ``inference_lock()`` is held. Between tokens (and between prompt
   batches) the worker checks a cancel flag and the deadline; cancelling the awaiting task sets
@@ -380,8 +381,10 @@ class LocalModel:
         #: ``chat.reasoning``: whether templates that can switch reasoning get it on.
         self._thinking = thinking_for(reasoning, n_ctx)
         self._metadata_template: ChatTemplate | None = None
+        #: Counts by a keyed hash of the message (``_count_key``), never the message itself.
         self._counts: OrderedDict[bytes, int] = OrderedDict()
         self._counts_lock = threading.Lock()
+        self._counts_key = os.urandom(32)
         #: Usage of the latest generation, cancelled ones included (a cancelled request
         #: returns nothing, so this is where its cost can be seen).
         self.last_usage: Usage | None = None
@@ -713,7 +716,9 @@ class LocalModel:
         return len(self.load().llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def count_message(self, message: Message) -> int:
-        key = msgspec.json.encode(msgspec.structs.replace(message, seq=None))
+        key = hashlib.blake2b(
+            msgspec.json.encode(msgspec.structs.replace(message, seq=None)), key=self._counts_key, digest_size=32
+        ).digest()
         with self._counts_lock:
             cached = self._counts.get(key)
             if cached is not None:

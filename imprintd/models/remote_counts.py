@@ -32,12 +32,9 @@ BYTES_PER_TOKEN = 3
 MESSAGE_OVERHEAD = 4
 #: Estimated tokens of the generation prompt that ends every formatted prompt.
 PROMPT_OVERHEAD = 3
-#: Message estimates kept (``count_message``); the whole cache is dropped when it is full.
+#: Message estimates kept (``count_message``), each by the hashes of what it read (the text
+#: itself is not kept); the whole cache is dropped when it is full. Tool schemas' as many.
 COUNT_CACHE_SIZE = 8_192
-#: Characters of message text the count caches may hold alive (their keys are the messages'
-#: own strings, and the by-object cache keeps the messages): a pasted megabyte is counted and
-#: then let go, rather than kept by the cache until 8,192 entries have piled up.
-COUNT_CACHE_CHARS = 4 << 20
 #: The calibration of the estimate from the server's counts stays within these factors.
 CALIBRATION_RANGE = (0.5, 4.0)
 #: Prompts smaller than this many estimated tokens do not calibrate (the overheads dominate).
@@ -59,15 +56,13 @@ class EstimatedCounts:
     exact_counts = False
 
     def __init__(self) -> None:
-        #: Estimates by what they read (text, name, calls): fitting and the usage report count a
-        #: session's history several times a round, every round (``Model.count_message``: cached).
-        self._counts: dict[tuple[str, str, bytes], int] = {}
-        #: The same by object: a session's messages are the same objects reply after reply (the
-        #: store keeps them), and the tool specs are constants, so most counts are found by ``id``
-        #: without building a key. Each entry holds its object, so an ``id`` is never reused under it.
-        self._by_object: dict[int, tuple[object, int]] = {}
-        #: Characters of text the two caches hold (``COUNT_CACHE_CHARS`` at most).
-        self._cached_chars = 0
+        #: Estimates by the hashes of what they read (text, name, calls): fitting and the usage
+        #: report count a prompt several times a round, every round (``Model.count_message``:
+        #: cached). Hashes, not the strings: a deleted session's text is not held by the cache.
+        self._counts: dict[tuple[int, ...], int] = {}
+        #: Tool schemas' estimates by object (the specs are constants; each entry holds its spec,
+        #: so an ``id`` is never reused under it).
+        self._tools: dict[int, tuple[ToolSpec, int]] = {}
         #: The estimate times this is the count (``usage.prompt_tokens`` over the estimate).
         self.calibration = 1.0
 
@@ -78,41 +73,23 @@ class EstimatedCounts:
         return raw if self.calibration == 1.0 else math.ceil(raw * self.calibration)
 
     def count_message(self, message: Message) -> int:
-        held = self._by_object.get(id(message))
-        if held is not None and held[0] is message:
-            return self._calibrated(held[1])
-        # The key's strings are the message's own: their hashes are computed once and kept.
-        calls = msgspec.json.encode(message.tool_calls)
-        key = (message.prompt_content, message.name or "", calls)
+        key = self._key_of(message)
         count = self._counts.get(key)
-        size = len(key[0]) + len(key[1]) + len(calls)
         if count is None:
             count = self._estimate(message)
-            if self._room_for(size):
-                self._counts[key] = count
-        if self._room_for(size):
-            self._held(message, count, size)
+            if len(self._counts) >= COUNT_CACHE_SIZE:
+                self._counts.clear()
+            self._counts[key] = count
         return self._calibrated(count)
 
-    def _room_for(self, size: int) -> bool:
-        """Whether an entry of ``size`` characters may be kept: the caches are emptied when they
-        would pass ``COUNT_CACHE_CHARS``; an entry larger than a quarter of it is not kept."""
-        if size > COUNT_CACHE_CHARS // 4:
-            return False
-        if self._cached_chars + size > COUNT_CACHE_CHARS:
-            self._counts.clear()
-            self._by_object.clear()
-            self._cached_chars = 0
-        return True
-
-    def _held(self, item: object, count: int, size: int = 0) -> int:
-        if len(self._by_object) >= COUNT_CACHE_SIZE or len(self._counts) >= COUNT_CACHE_SIZE:
-            self._by_object.clear()
-            self._counts.clear()
-            self._cached_chars = 0
-        self._by_object[id(item)] = (item, count)
-        self._cached_chars += size
-        return count
+    @staticmethod
+    def _key_of(message: Message) -> tuple[int, ...]:
+        """What the estimate reads of ``message``, as hashes and lengths: Python's string hash
+        (keyed per process) is kept by the string, so a message counted again costs a lookup,
+        not a pass over its text."""
+        text, name = message.prompt_content, message.name or ""
+        calls = msgspec.json.encode(message.tool_calls) if message.tool_calls else b""
+        return hash(text), len(text), hash(name), hash(calls), len(calls)
 
     @staticmethod
     def _estimate(message: Message) -> int:
@@ -127,10 +104,14 @@ class EstimatedCounts:
         )
 
     def count_tool(self, tool: ToolSpec) -> int:
-        held = self._by_object.get(id(tool))
+        held = self._tools.get(id(tool))
         if held is not None and held[0] is tool:
             return self._calibrated(held[1])
-        return self._calibrated(self._held(tool, estimate_tokens(json.dumps(tool.as_openai(), ensure_ascii=False))))
+        count = estimate_tokens(json.dumps(tool.as_openai(), ensure_ascii=False))
+        if len(self._tools) >= COUNT_CACHE_SIZE:
+            self._tools.clear()
+        self._tools[id(tool)] = (tool, count)
+        return self._calibrated(count)
 
     def _recalibrate(self, prompt: int | None, estimate: int) -> None:
         """After the server refused a prompt for length, or cut it to fit: bring the estimate to

@@ -44,6 +44,7 @@ from imprintd.research.budget import BudgetExhausted, ResearchBudget, charged_co
 from imprintd.research.citations import CitationFilter, Numbering
 from imprintd.research.clock import ReplyClock
 from imprintd.research.notes import ToolStepRecord
+from imprintd.session_view import SessionView
 from imprintd.tools.base import CALL_STEP, HintedTool, Tool, ToolError, ToolHints, ToolResult
 
 Stop = Literal[
@@ -105,6 +106,9 @@ class ReplyScope(msgspec.Struct, kw_only=True):
     style: Style = "written"
     #: ``chat.first_look``: search the workspace with the question before the first round.
     first_look: bool = False
+    #: The session's view, whose stored messages the history is: fitting keeps what it derives
+    #: from them there. None: each fit derives it.
+    view: SessionView | None = None
 
 
 class _Cut(Exception):
@@ -294,6 +298,7 @@ class _Loop:
                 current=self.current,
                 tools=specs,
                 max_tokens=self.max_tokens,
+                view=self.scope.view,
             )
         )
 

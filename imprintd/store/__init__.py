@@ -11,7 +11,7 @@
 What callers use is re-exported here.
 """
 
-from imprintd.store.database import DB_NAME, DECODED_CACHE_CHARS, ReadStopped, Store
+from imprintd.store.database import DB_NAME, ReadStopped, Store
 from imprintd.store.memory import MEMORY_MESSAGE_LIMIT, MEMORY_TOOL_RESULT_LIMIT, MemoryStore, clip_tool_result
 from imprintd.store.migrations import MIGRATIONS
 from imprintd.store.sessions import (
@@ -28,7 +28,6 @@ from imprintd.store.sqlite import DatabaseBusy, DatabaseDamaged, StoreError, dat
 
 __all__ = [
     "DB_NAME",
-    "DECODED_CACHE_CHARS",
     "MEMORY_MESSAGE_LIMIT",
     "MEMORY_TOOL_RESULT_LIMIT",
     "MIGRATIONS",

@@ -7,9 +7,10 @@ after a failed attempt) and the ``conversation_history`` index (``store/history_
 written in the same transaction as the messages it indexes. The schema moves forward through the
 numbered functions of ``store/migrations.py``.
 
-``Store`` keeps each session's decoded messages (``_DecodedMessages``, bounded in characters):
-messages are never changed once stored, so a reply decodes only those stored since the last
-read, and its cost does not grow with the session.
+Each store hands out a session's messages through its ``SessionView`` (``view``,
+``session_view.py``): messages are never changed once stored, so a reply decodes only those
+stored since the last read, and its cost does not grow with the session; what is derived from
+them hangs on the view and goes with it when the session is deleted.
 
 SQLite's errors about the file itself (busy past the busy timeout, damaged, disk full, not
 writable) become a ``StoreError`` naming the file and what to do about that cause
@@ -18,13 +19,10 @@ writable) become a ``StoreError`` naming the file and what to do about that caus
 
 from __future__ import annotations
 
-import bisect
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ import msgspec
 
 from imprintd.messages import Message, SourceRef, ToolCall, calls_by_id
 from imprintd.private import private_database, private_folder
+from imprintd.session_view import SessionView, SessionViews
 from imprintd.settings import data_dir
 from imprintd.store import history_index, migrations
 from imprintd.store.history_index import HistoryIndex, IndexedMessage, SqliteHistoryIndex, indexed_messages
@@ -43,9 +42,8 @@ from imprintd.store.sessions import (
     SessionNotFound,
     StoredSummary,
     check_summary,
-    listed,
+    listed_in_view,
     new_session_id,
-    seq_of,
     title_from,
 )
 from imprintd.store.sqlite import BUSY_TIMEOUT_MS, StoreError, immediate, naming_problems, switch_to_wal
@@ -54,11 +52,6 @@ DB_NAME = "imprint.sqlite3"
 #: SQLite virtual-machine steps between looks at a read's stop flag (``Store.stopped_by``): some
 #: thousandths of a second of work, and the look itself costs a Python call.
 STOP_CHECK_STEPS = 10_000
-#: Characters of decoded messages ``Store`` keeps, over all sessions (least recently read go
-#: first); a session larger than this alone is read from the database each time, as before.
-DECODED_CACHE_CHARS = 16_000_000
-#: What a cached message is counted as besides its text: the object and its fields.
-_MESSAGE_OVERHEAD_CHARS = 200
 
 
 class ReadStopped(StoreError):
@@ -126,7 +119,7 @@ class Store:
         self._held = threading.local()
         self._closed = False
         self._all_indexed = False
-        self._decoded = _DecodedMessages(DECODED_CACHE_CHARS)
+        self._views = SessionViews()
 
     @classmethod
     def open(cls, path: Path | None = None, *, clock: Clock = time.time) -> Store:
@@ -302,7 +295,7 @@ class Store:
             db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
             if db.changes() == 0:
                 raise SessionNotFound(session_id)
-        self._decoded.forget(session_id)
+        self._views.forget(session_id)
 
     def append(self, session_id: str, message: Message) -> Message:
         """Store ``message`` as the session's next one; returns it with its ``seq``.
@@ -356,26 +349,16 @@ class Store:
 
     def messages(self, session_id: str, *, after: int = 0) -> list[Message]:
         """The session's messages in order; with ``after``, only those numbered above it."""
-        held = self._cached(session_id)
-        if held is not None:
-            return held.messages[bisect.bisect_right(held.messages, after, key=seq_of) :]
-        with self.reading() as db:
-            self._require(session_id)
-            rows = db.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq",
-                (session_id, after),
-            ).fetchall()
-        return [_message_from_row(row) for row in rows]
+        return self.view(session_id).messages(after=after)
 
-    def _cached(self, session_id: str) -> _Held | None:
-        """Every message of the session, decoding only those stored since it was last read; None
-        when the session is too large to keep (the caller reads the database itself).
+    def view(self, session_id: str) -> SessionView:
+        """The session's ``SessionView``, extended with the messages stored since it was last read.
 
         Raises SessionNotFound like a read. The session's identity (rowid, creation time, the
         random incarnation drawn when its row was made) is checked on each call: a session
-        deleted by another imprintd on the same database and made again under the same id is
-        read anew, not served from what the old one held (SQLite may give it the old rowid, and
-        the clock the same time).
+        deleted by another imprintd on the same database and made again under the same id gets
+        a new view, not what the old one held (SQLite may give it the old rowid, and the clock
+        the same time).
         """
         with self.reading() as db:
             found = db.execute(
@@ -383,45 +366,20 @@ class Store:
             ).fetchone()
             if found is None:
                 raise SessionNotFound(session_id)
-            identity = tuple(found)
-            held = self._decoded.get(session_id, identity)
-            if held is None:
-                return None  # too large to keep
+            view = self._views.get(session_id, tuple(found))
             rows = db.execute(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq",
-                (session_id, held.messages[-1].seq if held.messages else 0),
+                (session_id, view.last_seq),
             ).fetchall()
-        if rows:
-            held = _Held(
-                identity,
-                [*held.messages, *map(_message_from_row, rows)],
-                held.chars + sum(map(_row_chars, rows)),
-                held.listed,  # what was found listable among the messages held so far stays so
-            )
-            self._decoded.put(session_id, held)
-        return held
+        view.extend(map(_message_from_row, rows))
+        self._views.keep(view)
+        return view
 
     def listable(self, session_id: str, first: int, last: int, *, rule: ListRule) -> list[Message]:
-        """Messages ``first..last`` a summary's covered material can name, by its ``rule``, in order.
-
-        With the session's decoded messages the listable ones are kept, found among those new since
-        the last call (per rule), so a reply's cost does not grow with what the summary covers."""
-        held = self._cached(session_id)
-        if held is not None:
-            # The range is the summary's, which grows with the session.
-            scanned, found = held.listed.get(rule, (0, []))
-            if scanned < len(held.messages):
-                new = listed(held.messages[scanned:], 0, seq_of(held.messages[-1]), rule)
-                scanned, found = len(held.messages), [*found, *new]
-                held.listed[rule] = (scanned, found)  # one assignment: a reader sees the old pair or this one
-            return found[bisect.bisect_left(found, first, key=seq_of) : bisect.bisect_right(found, last, key=seq_of)]
-        with self.reading() as db:
-            self._require(session_id)
-            rows = db.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",
-                (session_id, first, last),
-            ).fetchall()
-        return listed(map(_message_from_row, rows), first, last, rule)
+        """Messages ``first..last`` a summary's covered material can name, by its ``rule``, in order;
+        found among those new since the last call (per rule), so a reply's cost does not grow with
+        what the summary covers."""
+        return listed_in_view(self.view(session_id), first, last, rule)
 
     def oldest_seq(self, session_id: str) -> int | None:
         with self.reading() as db:
@@ -493,81 +451,6 @@ class Store:
             found = db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
         if found is None:
             raise SessionNotFound(session_id)
-
-
-class _DecodedMessages:
-    """Sessions' decoded messages, whole and in order, within ``limit`` characters in all.
-
-    Stored messages are never changed, and only a session's deletion removes them (with the
-    session), so what was decoded stays true: a read adds what was stored after it. Entries are
-    keyed by session id and checked against the session's identity (rowid, creation time,
-    incarnation); the
-    least recently read go first when the total passes ``limit``. Threads share it under a lock;
-    the lists it hands out are never changed after (a read makes a new one), so callers only slice them.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[str, _Held] = OrderedDict()
-        self._chars = 0
-        #: Sessions larger than the whole limit, by identity: read from the database each time.
-        self._too_large: dict[str, tuple[Any, ...]] = {}
-
-    def get(self, session_id: str, identity: tuple[Any, ...]) -> _Held | None:
-        """What is held of that session (nothing yet: no messages); None when it is too large to keep."""
-        with self._lock:
-            if self._too_large.get(session_id) == identity:
-                return None
-            held = self._entries.get(session_id)
-            if held is None or held.identity != identity:
-                return _Held(identity, [], 0)
-            self._entries.move_to_end(session_id)
-            return held
-
-    def put(self, session_id: str, held: _Held) -> None:
-        """Keep ``held`` for the session unless a read that went further is kept already, or it
-        is larger than the whole limit."""
-        with self._lock:
-            kept = self._entries.get(session_id)
-            if kept is not None and kept.identity == held.identity and len(kept.messages) >= len(held.messages):
-                return
-            if kept is not None:
-                del self._entries[session_id]
-                self._chars -= kept.chars
-            if held.chars > self._limit:
-                self._too_large[session_id] = held.identity
-                return
-            while self._entries and self._chars + held.chars > self._limit:
-                _, evicted = self._entries.popitem(last=False)
-                self._chars -= evicted.chars
-            self._entries[session_id] = held
-            self._chars += held.chars
-
-    def forget(self, session_id: str) -> None:
-        with self._lock:
-            held = self._entries.pop(session_id, None)
-            if held is not None:
-                self._chars -= held.chars
-            self._too_large.pop(session_id, None)
-
-
-@dataclass(frozen=True)
-class _Held:
-    """One session's decoded messages: ``identity`` its (rowid, created_at, incarnation), ``chars`` their size;
-    ``listed``: by ``listable``'s rule, how many of the messages it
-    has looked at and the listable ones among them (shared with the ``_Held`` that extends this
-    one: messages only append)."""
-
-    identity: tuple[Any, ...]
-    messages: list[Message]
-    chars: int
-    listed: dict[ListRule, tuple[int, list[Message]]] = field(default_factory=dict)
-
-
-def _row_chars(row: tuple) -> int:
-    """Characters a stored message's row is counted as in ``DECODED_CACHE_CHARS``."""
-    return _MESSAGE_OVERHEAD_CHARS + sum(len(value) for value in row if isinstance(value, str))
 
 
 def _to_index(db: apsw.Connection, session_id: str, after_seq: int) -> list[IndexedMessage]:

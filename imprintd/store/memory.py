@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from imprintd.messages import Message, calls_by_id
+from imprintd.session_view import SessionView, SessionViews
 from imprintd.store.history_index import HistoryIndex, MemoryHistoryIndex, indexed_messages
 from imprintd.store.sessions import (
     Clock,
@@ -25,7 +26,7 @@ from imprintd.store.sessions import (
     SessionNotFound,
     StoredSummary,
     check_summary,
-    listed,
+    listed_in_view,
     new_session_id,
     seq_of,
     title_from,
@@ -70,6 +71,7 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._sessions: dict[str, _MemorySession] = {}
         self._created = 0
+        self._views = SessionViews()
 
     def create_session(
         self, *, title: str = "", workspace: str | None = None, session_id: str | None = None
@@ -102,6 +104,7 @@ class MemoryStore:
         with self._lock:
             self._get(session_id)
             del self._sessions[session_id]
+        self._views.forget(session_id)
 
     def append(self, session_id: str, message: Message) -> Message:
         return self.extend(session_id, [message])[0]
@@ -134,9 +137,21 @@ class MemoryStore:
             return list(itertools.islice(held, skip, None))
 
     def listable(self, session_id: str, first: int, last: int, *, rule: ListRule) -> list[Message]:
+        return listed_in_view(self.view(session_id), first, last, rule)
+
+    def view(self, session_id: str) -> SessionView:
+        """The session's ``SessionView``, extended with what was stored since. Once its oldest
+        messages drop out (past ``MEMORY_MESSAGE_LIMIT``), the session gets a new view beginning
+        with what it keeps."""
         with self._lock:
             held = list(self._get(session_id).messages)
-        return listed(held, first, last, rule)
+        view = self._views.get(session_id)
+        if held and view.first_seq not in (None, seq_of(held[0])):
+            self._views.forget(session_id)
+            view = self._views.get(session_id)
+        view.extend(held[max(0, len(held) - (seq_of(held[-1]) - view.last_seq)) :] if held else ())
+        self._views.keep(view)
+        return view
 
     def oldest_seq(self, session_id: str) -> int | None:
         with self._lock:

@@ -5,16 +5,19 @@ the reply path needs; with the helpers both use.
 
 from __future__ import annotations
 
+import bisect
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import msgspec
 
 from imprintd.messages import Message
 from imprintd.printable import is_invisible, without_controls
+from imprintd.session_view import SessionView
 from imprintd.store.history_index import HistoryIndex
 from imprintd.store.sqlite import StoreError
 
@@ -84,6 +87,7 @@ class ConversationStore(Protocol):
     def summary(self, session_id: str) -> StoredSummary | None: ...
     def save_summary(self, session_id: str, summary: StoredSummary) -> None: ...
     def history_index(self, session_id: str) -> HistoryIndex: ...
+    def view(self, session_id: str) -> SessionView: ...
     def rename_session(self, session_id: str, title: str) -> SessionInfo: ...
     def stopped_by(self, stop: threading.Event | None) -> AbstractContextManager[None]: ...
 
@@ -118,3 +122,26 @@ def seq_of(message: Message) -> int:
 def listed(messages: Iterable[Message], first: int, last: int, rule: ListRule) -> list[Message]:
     """What ``listable`` returns of ``messages``: those numbered ``first..last`` that ``rule`` keeps."""
     return [m for m in messages if first <= seq_of(m) <= last and rule(m)]
+
+
+def listed_in_view(view: SessionView, first: int, last: int, rule: ListRule) -> list[Message]:
+    """``listed`` of the view's messages: the listable ones are kept with the view, per rule, found
+    among those new since the last call (the range is the summary's, which grows with the session)."""
+    found = view.derived(("listable", rule), _Listed)
+    with found.lock:
+        new = view.since(found.scanned)
+        if new:
+            found.messages.extend(listed(new, 0, seq_of(new[-1]), rule))
+            found.scanned += len(new)
+        kept = found.messages
+        return kept[bisect.bisect_left(kept, first, key=seq_of) : bisect.bisect_right(kept, last, key=seq_of)]
+
+
+@dataclass
+class _Listed:
+    """A view's listable messages by one rule: how many of its messages were looked at, and the
+    listable ones among them."""
+
+    scanned: int = 0
+    messages: list[Message] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)

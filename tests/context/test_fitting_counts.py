@@ -14,6 +14,7 @@ from imprintd.context.fitting import fit_prompt
 from imprintd.messages import Message, ToolCall, assistant, system, tool_result, user
 from imprintd.models.remote import RemoteModel
 from imprintd.models.remote_counts import PROMPT_OVERHEAD
+from imprintd.session_view import SessionView
 
 
 def research_session(replies: int) -> list[Message]:
@@ -64,32 +65,56 @@ def test_a_long_session_is_estimated_once_per_message_and_again_only_for_what_is
     )
 
 
-def test_a_grown_history_is_counted_message_by_message_only_for_what_is_new(monkeypatch):
-    from imprintd.context import fitting
+class Asked(RemoteModel):
+    """The remote model, recording each message it was asked to count alone (its whole-prompt
+    counts add up the messages' counts: those are not recorded)."""
 
-    starts = fitting._Starts()
-    monkeypatch.setattr(fitting, "_STARTS", starts)
-    model = RemoteModel("http://127.0.0.1:9/v1", "stub", n_ctx=8192)
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.asked: list[int | None] = []
+        self._in_prompt = False
+
+    def count_message(self, message: Message) -> int:
+        if not self._in_prompt:
+            self.asked.append(message.seq)
+        return super().count_message(message)
+
+    def count_prompt(self, messages, tools=()) -> int:
+        self._in_prompt = True
+        try:
+            return super().count_prompt(messages, tools)
+        finally:
+            self._in_prompt = False
+
+
+def test_a_grown_history_is_counted_message_by_message_only_for_what_is_new():
+    model = Asked("http://127.0.0.1:9/v1", "stub", n_ctx=8192)
     session = research_session(61)
+    view = SessionView("s1")
     prompt = {"system": system("You answer questions about services."), "max_tokens": 1024}
 
-    def fit(history: list[Message], model: RemoteModel = model):
-        return fit_prompt(model, history=history, current=[user("And service 7?")], **prompt)
+    def fit(history: list[Message], model: Asked = model, view: SessionView | None = view):
+        if view is not None:
+            view.extend(history)
+        model.asked.clear()
+        return fit_prompt(model, history=history, current=[user("And service 7?")], view=view, **prompt)
 
     first = fit(session[:240])
-    assert first.dropped_tool_exchanges > 0 and starts.counted == 240
-    # The next reply: the same message objects and one more exchange; only that is counted.
+    assert first.dropped_tool_exchanges > 0 and model.asked == list(range(1, 241))
+    # The next reply: the view has one more exchange; only that is counted message by message.
     grown = fit(session)
-    assert starts.counted == 244
+    assert model.asked == [241, 242, 243, 244]
     # And it fits as a fit that counts every message does (another model: nothing kept for it).
-    other = RemoteModel("http://127.0.0.1:9/v1", "stub", n_ctx=8192)
-    assert fit(session, other) == grown and starts.counted == 244 + 244
-    # A history read again (new objects, the same text) is counted anew, and fits the same.
-    again = [msgspec.json.decode(msgspec.json.encode(m), type=Message) for m in session]
-    assert fit(again) == grown and starts.counted == 244 * 3
+    other = Asked("http://127.0.0.1:9/v1", "stub", n_ctx=8192)
+    assert fit(session, other) == grown and other.asked == list(range(1, 245))
+    # Without a view each fit counts every message, and fits the same.
+    assert fit(session, view=None) == grown and model.asked == list(range(1, 245))
     # A shorter history that begins the same (the reply before, fitted again) is counted from
     # what is kept.
-    assert fit(again[:240]) == first and starts.counted == 244 * 3
+    assert fit(session[:240], other) == first and other.asked == []
+    # A history that begins later (a summary moved on) is counted anew, from where it begins.
+    fit(session[8:], other)
+    assert other.asked == list(range(9, 245))
 
 
 def test_what_is_kept_between_fits_is_what_the_history_gives_afresh():
@@ -108,10 +133,12 @@ def test_what_is_kept_between_fits_is_what_the_history_gives_afresh():
         tool_result(repeated, "again: nothing"),
         user("Last one?"),
     ]
-    starts = fitting._Starts()
+    session = [msgspec.structs.replace(m, seq=seq) for seq, m in enumerate(session, 1)]
+    view = SessionView("s1")
+    view.extend(session)
     for end in (*range(1, len(session) + 1), 5, len(session)):  # growing, then shorter, then again
         history = session[:end]
-        measured = starts.of(model, history)
+        measured = fitting._measured(model, history, view)
         counts = [model.count_message(m) for m in history]
         research = {index for piece in fitting.research_pieces(history) for index in piece}
         assert measured.counts == counts

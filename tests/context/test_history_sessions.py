@@ -1,11 +1,16 @@
-"""``SessionHistories``: a reply's ``conversation_history`` built from what the session's last
-build had not seen, its outputs the same as a build over every earlier message."""
+"""``session_history``: a reply's ``conversation_history`` built from what the session's view had
+not taken in for the last build, its outputs the same as a build over every earlier message."""
 
 from __future__ import annotations
 
-from imprintd import reply as reply_mod
-from imprintd.context.history import TOOL_NAME, ConversationHistory, HistoryError, SessionHistories
+import pytest
+
+from imprintd import session_view
+from imprintd.context import history as history_mod
+from imprintd.context.history import TOOL_NAME, ConversationHistory, HistoryError, session_history
 from imprintd.messages import FIRST_LOOK_CALL_PREFIX, Message, ToolCall, assistant, system, tool_result, user
+from imprintd.session_view import SessionView
+from imprintd.store import Store
 from imprintd.store.history_index import MemoryHistoryIndex, indexed_messages
 from tests.helpers import ask, make_chat, tool_turn
 from tests.standin import call
@@ -57,78 +62,101 @@ def outputs(history: ConversationHistory, messages: list[Message]) -> list[objec
     return out
 
 
-def test_each_build_takes_in_only_new_messages_and_answers_as_a_fresh_build():
-    messages = conversation()
+@pytest.fixture
+def taken(monkeypatch) -> list[int]:
+    """A one-item list counting the messages histories take in (derive from) from now on."""
+    count = [0]
+    extend = history_mod._Derived.extend
+
+    def counted(self, messages):
+        messages = list(messages)
+        count[0] += len(messages)
+        return extend(self, messages)
+
+    monkeypatch.setattr(history_mod._Derived, "extend", counted)
+    return count
+
+
+def stored(messages: list[Message]) -> list[Message]:
+    """The conversation as a store holds it: numbered messages only."""
+    return [m for m in messages if m.seq is not None]
+
+
+def test_each_build_takes_in_only_new_messages_and_answers_as_a_fresh_build(taken):
+    messages = stored(conversation())
     # The session's index holds every message, later ones too (as the store's does).
     index = MemoryHistoryIndex(indexed_messages(messages))
-    histories = SessionHistories()
+    view = SessionView("s1")
     built = []
     for end in range(1, len(messages) + 1, 5):
-        before = histories.taken
-        built.append((histories.history("s1", messages[:end], index), end))
-        assert histories.taken - before == end - (end - 5 if end > 1 else 0)  # only the new messages
+        view.extend(messages[:end])
+        before = taken[0]
+        built.append((session_history(view, (messages[end - 1].seq or 0) + 1, index), end))
+        assert taken[0] - before == end - (end - 5 if end > 1 else 0)  # only the new messages
     # Asked after the session grew: each answers as a build over its own messages does (later
     # messages are not its own, the lookback made after it with the same call id included).
     for history, end in built:
         expected = outputs(ConversationHistory(messages[:end], index), messages[:end])
         assert outputs(history, messages[:end]) == expected
+    # An earlier question's history, built after the view grew past it: only what came before it.
+    before = taken[0]
+    earlier = session_history(view, messages[6].seq or 0, index)
+    assert taken[0] == before
+    assert outputs(earlier, messages[:6]) == outputs(ConversationHistory(messages[:6], index), messages[:6])
 
 
 def test_neighbours_are_joined_across_first_looks_but_not_across_a_missing_number():
-    messages = conversation()
-    history = SessionHistories().history("s1", messages)
-    text = history.search("billing")
+    view = SessionView("s1")
+    view.extend(stored(conversation()))
+    text = session_history(view, 10**9).search("billing")
     # Turn 5's answer and turn 6's question, a look between them: printed together.
     assert "on 8443.\n#" in text.split("Turn 6:")[0][-80:]
     # Turn 6's answer and turn 7's question, a number missing between them: apart.
     assert "port 8106; the gateway on 8443.\n\n" in text
 
 
-def test_a_session_read_afresh_or_made_again_is_derived_anew():
-    messages = conversation()
-    histories = SessionHistories()
-    histories.history("s1", messages[:20])
-    # Made again under the same id: other message objects, other words.
-    again = [user("Only this: the gateway listens on 8443.", seq=1)]
-    assert outputs(histories.history("s1", again), again) == outputs(ConversationHistory(again), again)
-    # The same messages decoded again are new objects: taken in again, not trusted by equality.
-    copies = [Message(**{f: getattr(m, f) for f in m.__struct_fields__}) for m in messages]
-    before = histories.taken
-    history = histories.history("s1", copies)
-    assert histories.taken - before == len(copies)
-    assert outputs(history, copies) == outputs(ConversationHistory(messages), messages)
-    # A shorter list than what was taken in (not a continuation) is built afresh too.
-    assert outputs(histories.history("s1", messages[:7]), messages[:7]) == outputs(
-        ConversationHistory(messages[:7]), messages[:7]
-    )
+def test_a_session_made_again_under_its_id_is_derived_anew(isolated_dirs, taken):
+    with Store.open() as db:
+        db.create_session(session_id="s1")
+        db.extend("s1", [m for m in conversation() if m.role != "system"][:20])
+        session_history(db.view("s1"), 10**9)
+        db.delete_session("s1")
+        db.create_session(session_id="s1")
+        again = db.extend("s1", [user("Only this: the gateway listens on 8443.")])
+        before = taken[0]
+        history = session_history(db.view("s1"), 10**9, db.history_index("s1"))
+        assert taken[0] - before == 1
+        assert outputs(history, again) == outputs(ConversationHistory(again, db.history_index("s1")), again)
 
 
-def test_at_most_the_given_number_of_sessions_is_kept():
-    messages = conversation()
-    histories = SessionHistories(sessions=2)
-    for session_id in ("a", "b", "c"):
-        histories.history(session_id, messages)
-    before = histories.taken
-    histories.history("c", messages)
-    histories.history("b", messages)
-    assert histories.taken == before  # the two most recent are kept
-    histories.history("a", messages)
-    assert histories.taken - before == len(messages)  # the oldest went
+def test_views_past_the_limit_go_least_recently_read_first_with_their_histories(isolated_dirs, taken, monkeypatch):
+    messages = [m for m in conversation() if m.role != "system"]
+    size = sum(map(session_view.message_bytes, messages))
+    monkeypatch.setattr(session_view, "SESSION_VIEW_BYTES", 2 * size)  # room for two sessions
+    with Store.open() as db:
+        for session_id in ("a", "b", "c"):
+            db.create_session(session_id=session_id)
+            db.extend(session_id, messages)
+            session_history(db.view(session_id), 10**9)
+        before = taken[0]
+        session_history(db.view("c"), 10**9)
+        session_history(db.view("b"), 10**9)
+        assert taken[0] == before  # the two most recent are kept
+        session_history(db.view("a"), 10**9)
+        assert taken[0] - before == len(messages)  # the oldest went
 
 
-async def test_a_later_reply_s_history_takes_in_only_what_was_stored_since(model, monkeypatch):
-    histories = SessionHistories()
-    monkeypatch.setattr(reply_mod, "SESSION_HISTORIES", histories)
+async def test_a_later_reply_s_history_takes_in_only_what_was_stored_since(model, taken):
     chat = make_chat(model)
     model.queue("Noted.", "Noted.")
     first, _ = await ask(chat, "Billing listens on port 8101, remember that.")
     await ask(chat, "And the gateway on 8443.", first.session_id)
     model.queue(tool_turn(call("conversation_history", query="billing port")), "Port 8101.")
     await ask(chat, "Which port did I give for billing?", first.session_id)
-    assert histories.taken == 4  # the four earlier messages
+    assert taken[0] == 5  # the four earlier messages, and the question (stored first; not shown)
     model.queue(tool_turn(call("conversation_history", query="gateway")), "8443.")
     await ask(chat, "And the gateway?", first.session_id)
-    # Only what was stored since: the last question, its call, the call's result and the answer.
-    assert histories.taken == 8
+    # Only what was stored since: the last call, its result, the answer and the new question.
+    assert taken[0] == 5 + 4
     looked_back = model.requests[-1].messages[-1]
     assert looked_back.role == "tool" and "8443" in looked_back.content

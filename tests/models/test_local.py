@@ -208,12 +208,15 @@ def test_count_message_sums_to_count_prompt(local_model):
 
 
 @needs_real_model
-def test_count_message_is_cached_and_ignores_seq(local_model):
+def test_count_message_is_cached_and_ignores_seq(local_model, monkeypatch):
+    rendered: list[str] = []
+    tokens = local_model._message_tokens
+    monkeypatch.setattr(local_model, "_message_tokens", lambda m: rendered.append(m.content) or tokens(m))
     message = user("cache me " * 20)
     first = local_model.count_message(message)
-    key_count = len(local_model._counts)
     assert local_model.count_message(Message(role="user", content=message.content, seq=42)) == first
-    assert len(local_model._counts) == key_count
+    assert rendered == [message.content]  # rendered and tokenized once
+    assert local_model.count_message(user("cache me too")) != first and len(rendered) == 2
 
 
 @needs_real_model

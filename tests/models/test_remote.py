@@ -80,7 +80,7 @@ def test_counts_are_additive():
     )
 
 
-def test_a_message_counted_again_is_found_by_identity_and_a_new_one_by_what_it_reads(monkeypatch):
+def test_a_message_counted_again_or_an_equal_one_is_found_by_what_it_reads(monkeypatch):
     remote = RemoteModel("http://127.0.0.1:1/v1", "m")
     estimated: list[str] = []
     estimate = RemoteModel._estimate
@@ -89,7 +89,7 @@ def test_a_message_counted_again_is_found_by_identity_and_a_new_one_by_what_it_r
     assert remote.count_message(first) == remote.count_message(first) == MESSAGE_OVERHEAD + 4
     assert remote.count_message(user("a question")) == MESSAGE_OVERHEAD + 4  # an equal message: by content
     assert estimated == ["a question"]
-    # Each held entry keeps its object alive, so a new message never takes an old one's id and count.
+    # A new message is estimated anew, never given an earlier one's count.
     for length in range(1, 200):
         assert remote.count_message(user("x" * 3 * length)) == MESSAGE_OVERHEAD + length
     assert remote.count_tool(SEARCH) == remote.count_tool(SEARCH) == estimate_tokens(json.dumps(SEARCH.as_openai()))

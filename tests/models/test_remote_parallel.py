@@ -9,13 +9,14 @@ caches hold a bounded number of characters.
 
 from __future__ import annotations
 
+import sys
 import threading
+import tracemalloc
 
 import anyio
 import pytest
 
 from imprintd.messages import user
-from imprintd.models import remote_counts as remote_mod
 from imprintd.models.remote import RemoteModel
 from tests.helpers import ask, remote_chat
 from tests.openai_stub import OpenAIStub, StubReply
@@ -130,29 +131,26 @@ async def test_one_http_client_per_model_reused_and_closed_when_the_model_is_rep
         chat.close()
 
 
-def test_the_count_caches_hold_at_most_their_characters(monkeypatch):
-    monkeypatch.setattr(remote_mod, "COUNT_CACHE_CHARS", 4_000)
+def test_the_count_cache_keeps_no_message_or_text_alive():
     model = RemoteModel("http://127.0.0.1:1/v1", "m")
-    pasted = [user(f"{index} " + "x" * 900) for index in range(40)]  # 36,000 characters in all
-    for message in pasted:
-        model.count_message(message)
-        assert model._cached_chars <= 4_000
-    held = sum(len(key[0]) for key in model._counts)
-    assert held <= 4_000 and len(model._by_object) <= 5
-    # A message over a quarter of the bound is counted and not kept at all.
-    big = user("y" * 2_000)
-    assert model.count_message(big) == model._estimate(big)
-    assert id(big) not in model._by_object
+    text = "".join(["pasted ", "x" * 900])  # made at run time: a constant is held by the code too
+    message = user(text)
+    before = sys.getrefcount(text), sys.getrefcount(message)
+    assert model.count_message(message) == model.count_message(message) == model._estimate(message)
+    # Counts are found by a hash of what they read: a deleted session's text is not held here.
+    assert (sys.getrefcount(text), sys.getrefcount(message)) == before
 
 
-def test_the_count_caches_by_default_do_not_keep_sixty_pasted_megabytes():
+def test_the_count_cache_does_not_keep_sixty_pasted_megabytes():
     model = RemoteModel("http://127.0.0.1:1/v1", "m")
-    for index in range(60):
-        model.count_message(user(f"{index}" + "z" * 1_000_000))
-    held = sum(len(key[0]) for key in model._counts) + sum(
-        len(item.prompt_content) for item, _ in model._by_object.values() if hasattr(item, "prompt_content")
-    )
-    assert held <= 8 << 20  # 60 MB were counted; a few MB at most are kept
+    tracemalloc.start()
+    try:
+        for index in range(60):
+            model.count_message(user(f"{index}" + "z" * 1_000_000))
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held < 1 << 20  # 60 MB were counted; what is kept is their hashes
 
 
 @pytest.mark.parametrize("parallel", [1, 3])

@@ -12,6 +12,7 @@ import apsw
 import msgspec
 import pytest
 
+from imprintd import session_view
 from imprintd.context.summary import LONG_PASTE_CHARS, listable
 from imprintd.messages import Message, SourceRef, ToolCall, assistant, tool_result, user
 from imprintd.settings import data_dir
@@ -725,8 +726,8 @@ def test_messages_another_imprintd_stores_are_read(db):
     assert [m.content for m in db.messages(session.id, after=0)] == ["mine", "theirs"]
 
 
-def test_decoded_messages_stay_within_their_limit(isolated_dirs, monkeypatch):
-    monkeypatch.setattr(store_module, "DECODED_CACHE_CHARS", 3_000)
+def test_session_views_stay_within_their_limit(isolated_dirs, monkeypatch):
+    monkeypatch.setattr(session_view, "SESSION_VIEW_BYTES", 5_000)  # one small session
     decoded = counting_decodes(monkeypatch)
     with Store.open(clock=Ticks()) as db:
         small, large = db.create_session(), db.create_session()
@@ -735,10 +736,49 @@ def test_decoded_messages_stay_within_their_limit(isolated_dirs, monkeypatch):
         for _ in range(2):
             assert [len(m.content) for m in db.messages(large.id)] == [2_000, 2_000]
             assert [len(m.content) for m in db.messages(small.id)] == [500, 500]
-        held = db._decoded
-        assert held._chars <= 3_000 and list(held._entries) == [small.id]
         before = decoded[0]
         db.messages(small.id)
         assert decoded[0] == before  # kept
         db.messages(large.id)
         assert decoded[0] == before + 2  # read from the database each time
+        # A second small session passes the limit with the first: the least recently read goes.
+        other = db.create_session()
+        db.extend(other.id, [user("e" * 500), assistant("f" * 500)])
+        db.messages(other.id)
+        before = decoded[0]
+        assert [len(m.content) for m in db.messages(other.id)] == [500, 500] and decoded[0] == before
+        assert [len(m.content) for m in db.messages(small.id)] == [500, 500] and decoded[0] == before + 2
+
+
+def _longer_than_5(message: Message) -> bool:
+    return message.role == "user" and len(message.content) > 5
+
+
+def _user_longer_than_3(message: Message) -> bool:
+    return message.role == "user" and len(message.content) > 3
+
+
+def test_a_deleted_session_s_view_and_what_hangs_on_it_go_with_it(db, monkeypatch):
+    decoded = counting_decodes(monkeypatch)
+    session = db.create_session(session_id="again")
+    db.extend(session.id, [user("x" * 20), assistant("old answer")])
+    assert [m.seq for m in db.listable(session.id, 1, 2, rule=_longer_than_5)] == [1]
+    db.delete_session(session.id)
+    db.create_session(session_id=session.id)  # the same id, in the same process
+    db.extend(session.id, [user("short"), assistant("new answer")])
+    before = decoded[0]
+    assert [m.content for m in db.messages(session.id)] == ["short", "new answer"]
+    assert decoded[0] == before + 2  # read afresh: nothing of the old view served it
+    assert db.listable(session.id, 1, 2, rule=_longer_than_5) == []
+
+
+def test_a_memory_session_s_view_begins_again_with_what_it_keeps():
+    store = MemoryStore()
+    session = store.create_session()
+    store.extend(session.id, [user(f"question {index}") for index in range(399)])
+    assert len(store.view(session.id)) == 399
+    store.extend(session.id, [user("one"), user("two"), user("three")])  # the oldest two drop out
+    assert [m.seq for m in store.view(session.id).messages()] == list(range(3, 403))
+    assert [m.seq for m in store.messages(session.id, after=400)] == [401, 402]
+    listed = store.listable(session.id, 1, 402, rule=_user_longer_than_3)
+    assert [m.seq for m in listed] == [*range(3, 400), 402]  # "one" and "two" are not longer than 3
