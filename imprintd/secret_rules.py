@@ -1,26 +1,31 @@
-"""gitleaks' default rule set, run with RE2 (SECURITY.md, "Secrets").
+"""gitleaks' default rule set, read for Python's ``re`` (SECURITY.md, "Secrets").
 
 ``imprintd/data/gitleaks.toml`` is gitleaks' own ``config/gitleaks.toml``, unchanged, from
 release v8.30.1 (commit 83d9cd684c87d95d656c1458ef04895a7f1cbd8e; MIT licence, in
 ``imprintd/data/gitleaks.LICENSE``). To update it, copy the file of a newer release over it
 and set ``SHA256`` (a test checks the file against it and that every rule still compiles).
 
-gitleaks writes its regexes for Go's RE2; ``google-re2`` runs them as written, in time linear
-in the text whatever it holds (RE2 never backtracks). ``find(text)`` reports the span of each
-secret gitleaks would report, by its rules:
+``find(text)`` reports the span of each secret gitleaks would report, by its rules:
 
-- a rule runs only when one of its ``keywords`` occurs in the text (lower-cased), and only when
-  the rule set's ``re2.Set`` (every rule's regex, one scan of the text) says it matches
-  somewhere; it is then searched over the whole text, as gitleaks searches a fragment;
+- a rule runs only where one of its ``keywords`` occurs in the text (lower-cased), so that
+  cost stays linear whatever the density of keywords (SECURITY.md states the figures):
+  gitleaks' lazy ``[\\w.-]{0,50}?`` lead before a keyword is taken off (``_without_lead``:
+  the same secrets, and no longer 50 tries at every character); a rule whose every match
+  starts with a keyword (199 of 221, read from its parse tree) is tried once per occurrence,
+  anchored, reading at most ``WINDOW`` characters, and not at all when gitleaks' assignment
+  follows its keyword and no operator stands within reach, or when the match must start at a
+  ``\b`` and a word character stands before the keyword (``Rule.bounded``); the two ``curl`` rules (of those
+  199), whose matches may run five lines on, are tried once a line (a failed try rules out
+  the later ``curl`` of its line) and read as far as they reach, their lines read one way
+  (``_over_lines_one_way``: gitleaks' form let a CR be read two ways); the rest are searched
+  within ``WINDOW`` of each occurrence (the keyword lies inside the match, and no match is
+  longer); allowlists on the line read at most ``WINDOW`` characters each side of the match;
 - the secret is the rule's ``secretGroup``, else its first non-empty group, else the match;
 - it is dropped when its Shannon entropy is at most the rule's ``entropy``, or when the
   global or the rule's allowlists allow it (regexes on the secret, the match or the line;
-  stopwords in the secret; ``condition = "AND"``), as gitleaks does. The line of a match is
-  read at most ``WINDOW`` characters each side of it.
-
-A text is read one byte a character (RE2's Latin-1 mode; a character past U+00FF is read as
-``\\x80``, which no rule names), so a match's offsets are the text's own, and ``\\w``, ``\\s``,
-``\\b`` and case folding are ASCII's, as in RE2's reading of gitleaks' ASCII patterns.
+  stopwords in the secret; ``condition = "AND"``), as gitleaks does; for one text these are few
+  searches a finding (``_Checks``), and the entropy is mostly told by how many of the secret's
+  characters differ (``_random_enough``).
 
 One departure: 150 provider rules end a token only at a quote, white space, ``;`` or the
 end (their ``(?:[\\x60'"\\s;]|\\\\[nr]|$)``), so a token at the end of a sentence ("log in with
@@ -30,184 +35,306 @@ may itself hold dots.
 
 Not taken over: rules with only a ``path`` (they name files, not text), path and commit
 allowlists (the summarizer reads messages, not files), gitleaks' base64 and percent decoding
-passes, and the ``gitleaks:allow`` comment.
+passes, and the ``gitleaks:allow`` comment. gitleaks writes Go (RE2) regexes; ``_to_python``
+rewrites the three constructs Python spells differently (a ``(?i)`` flag group that is not
+at the very start, ``\\z``, POSIX classes such as ``[[:alnum:]]``), and every rule compiles
+(``UNTRANSLATED`` lists any that would not, and why). RE2 never backtracks; Python's ``re``
+may, so the windows above also bound how much text one search can walk.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
+import heapq
 import math
 import re
+import re._constants as sre  # noqa: PLC2701 (the parse tree of a rule, to know where its matches start)
+import re._parser as sre_parse  # noqa: PLC2701
+import string
 import tomllib
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import re2
 
 VERSION = "v8.30.1"
 COMMIT = "83d9cd684c87d95d656c1458ef04895a7f1cbd8e"
 SHA256 = "e163e53b9e7e8a8511e77271e2b323ed057759542a6d988258afe3a1fa329caf"
 
-#: Characters of a match's line read on each side of it by allowlists on the line; also the
-#: length no secret the rules find in a message is expected to exceed (``redact.EXCERPT_MARGIN``).
+#: Characters searched on each side of a keyword. gitleaks' longest matches (the generic
+#: rule: a 50-character name, 20 of padding, a 150-character value) stay within it; a longer
+#: token would only be found as far as it reaches.
 WINDOW = 400
 
 _DATA = Path(__file__).parent / "data" / "gitleaks.toml"
 
-#: How gitleaks' provider rules end a token, and the ending used here (see the docstring).
-_GITLEAKS_END_OF_TOKEN = r"""(?:[\x60'"\s;]|\\[nr]|$)"""
-_END_OF_TOKEN = r"""(?:[\x60'"\s;.,:!?)\]}>]|\\[nr]|$)"""
-
-
-def _options() -> re2.Options:
-    options = re2.Options()
-    options.encoding = re2.Options.Encoding.LATIN1
-    # The rule set's Set holds 221 regexes: room for its DFA on text dense in their keywords.
-    options.max_mem = 64 << 20
-    options.log_errors = False
-    return options
-
-
-_OPTIONS = _options()
-#: Every character past Latin-1, to be read as one byte that no rule names.
-_PAST_LATIN1 = re.compile("[^\x00-\xff]")
-
-
-def encoded(text: str) -> bytes:
-    """``text`` as the rules read it: a byte a character (see the module's docstring)."""
-    try:
-        return text.encode("latin-1")
-    except UnicodeEncodeError:
-        return _PAST_LATIN1.sub("\x80", text).encode("latin-1")
-
-
-def compile_go(pattern: str) -> re2._Regexp:
-    """A gitleaks (Go RE2) regex, compiled as written, to search ``encoded`` texts."""
-    return re2.compile(pattern.encode("latin-1"), _OPTIONS)
-
-
-def _any_of(patterns: tuple[str, ...] | list[str]) -> re2._Regexp | None:
-    """One regex matching where any of ``patterns`` matches (each a group: its flags stay its own)."""
-    return compile_go("|".join(f"(?:{pattern})" for pattern in patterns)) if patterns else None
-
 
 @dataclass(frozen=True)
 class Allowlist:
-    regexes: tuple[str, ...] = ()
+    regexes: tuple[re.Pattern[str], ...] = ()
     stopwords: tuple[str, ...] = ()
     target: str = "secret"  # or "match", "line"
     all_of: bool = False  # condition = "AND"
 
-    def allows(self, secret: str, match: bytes, line: bytes) -> bool:
-        """Whether the allowlist allows a finding: ``secret`` as found, ``match`` and ``line`` encoded."""
-        target = match if self.target == "match" else line if self.target == "line" else encoded(secret)
-        by_regex = bool(target) and self._regex is not None and self._regex.search(target) is not None
-        by_stopword = bool(secret) and self._stopword is not None and self._stopword.search(encoded(secret.lower()))
+    def allows(self, secret: str, match: str, line: str, possible: _Possible | None = None) -> bool:
+        """Whether the allowlist allows the secret; ``possible`` knows which of its regexes the
+        text they were all taken from could hold a match of (the others are not searched)."""
+        target = match if self.target == "match" else line if self.target == "line" else secret
+        searches = self._searches if possible is None else possible.searches(self)
+        by_regex = bool(target) and any(found(target) for found in searches)
+        by_stopword = bool(secret) and bool(self.stopwords) and self._holds_stopword(secret.lower())
         if self.all_of:
-            checks = ([by_regex] if self.regexes else []) + ([bool(by_stopword)] if self.stopwords else [])
+            checks = ([by_regex] if self.regexes else []) + ([by_stopword] if self.stopwords else [])
             return bool(checks) and all(checks)
-        return by_regex or bool(by_stopword)
+        return by_regex or by_stopword
 
     @functools.cached_property
-    def _regex(self) -> re2._Regexp | None:
-        return _any_of(self.regexes)
+    def _searches(self) -> tuple[Callable[[str], bool], ...]:
+        return tuple(_search_where_it_may_start(pattern) for pattern in self.regexes)
 
     @functools.cached_property
-    def _stopword(self) -> re2._Regexp | None:
-        words = [re.escape(word) for word in self.stopwords if word]
-        if len(words) < len(self.stopwords):
-            return compile_go("")  # an empty stopword is in every secret
-        return _any_of(words)
+    def _stopword_pattern(self) -> re.Pattern[str]:
+        return re.compile(_trie_pattern(self.stopwords))
+
+    def _holds_stopword(self, lowered: str) -> bool:
+        """Whether a stopword occurs in ``lowered``: one search in C of the stopwords as a trie
+        (the generic rule has 1,500 stopwords: looking up each piece of the secret of each of
+        their lengths was most of the cost of a finding)."""
+        return self._stopword_pattern.search(lowered) is not None
+
+
+#: Alternations of at least this many choices are searched only where one may start.
+_MANY_CHOICES = 8
+
+
+def _search_where_it_may_start(regex: re.Pattern[str]) -> Callable[[str], bool]:
+    """Whether ``regex`` matches somewhere in a text, tried only where one of its choices may
+    start; ``regex.search`` itself unless it is a long alternation (ASCII) that allows it.
+
+    gitleaks' generic allowlist on the match is 45 choices: ``re`` tries each at every
+    character, some 25 us for each match of the generic rule. Most choices start with one of a
+    few words (``access``, ``key…``): they are tried only where such a start stands (found in
+    C); each of the others holds a string every match of it holds (``:jar:``, ``=\n``), and
+    when the text holds one the whole search runs.
+    """
+    plan = _starts_and_needs(regex)
+    if plan is None:
+        return lambda text: regex.search(text) is not None
+    starts, needs = plan
+
+    def found(text: str) -> bool:
+        lowered = text.translate(_ASCII_LOWER)  # ASCII case only: the regex is ASCII
+        if any(need in lowered for need in needs):
+            return regex.search(text) is not None
+        return any(regex.match(text, start.start()) is not None for start in starts.finditer(lowered))
+
+    return found
+
+
+@functools.cache
+def _starts_and_needs(regex: re.Pattern[str]) -> tuple[re.Pattern[str], tuple[str, ...]] | None:
+    """For a long alternation: a pattern that finds, in the lower-cased text, where a choice with
+    literal starts may start (each start cut to the shortest); and one string each of the other
+    choices holds, lower-cased. None when a choice has neither, or for other regexes."""
+    if not regex.flags & re.ASCII:
+        return None
+    items = list(sre_parse.parse(regex.pattern, regex.flags))
+    if len(items) != 1 or items[0][0] is not sre.BRANCH or len(items[0][1][1]) < _MANY_CHOICES:
+        return None
+    starts: set[str] = set()
+    needs: set[str] = set()
+    for choice in items[0][1][1]:
+        heads, _ = _heads(choice)
+        if heads and all(heads):
+            starts |= {head.translate(_ASCII_LOWER) for head in heads}
+            continue
+        held = _held(choice)
+        if not held:
+            return None
+        needs |= {word.translate(_ASCII_LOWER) for word in held}
+    if not starts:
+        return None
+    shortest = min(len(start) for start in starts)
+    cut = {start[:shortest] for start in starts}
+    return re.compile(f"(?=(?:{_trie_pattern(cut)}))"), tuple(sorted(needs))
+
+
+def _held(items) -> set[str] | None:  # noqa: ANN001 (a parse tree: no public type)
+    """Strings one of which every match of the pattern ``items`` holds (its longest run of
+    literals, or one such run from each choice of a group); None when none is known."""
+    best: set[str] | None = None
+
+    def consider(words: set[str] | None) -> None:
+        nonlocal best
+        if words and all(words) and (best is None or min(map(len, words)) > min(map(len, best))):
+            best = words
+
+    run: list[str] = []
+    for op, av in items:
+        if op is sre.LITERAL:
+            run.append(chr(av))
+            continue
+        consider({"".join(run)} if run else None)
+        run = []
+        if op is sre.SUBPATTERN:
+            consider(_held(av[3]))
+        elif op is sre.BRANCH:
+            each = [_held(branch) for branch in av[1]]
+            consider(set().union(*each) if all(each) else None)  # type: ignore[arg-type]
+        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT) and av[0] >= 1:
+            consider(_held(av[2]))
+    consider({"".join(run)} if run else None)
+    return best
+
+
+def _trie_pattern(words: Iterable[str]) -> str:
+    """A regex matching exactly ``words``, written as their trie: at each character ``re`` tries
+    the few branches its next character allows, not every word."""
+    trie: dict[str, dict] = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a word ends here
+
+    def written(node: dict[str, dict]) -> str:
+        branches = [re.escape(char) + written(node[char]) for char in sorted(node) if char]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        # A word ending here is a match already: the longer ones are optional.
+        return f"(?:{body})?" if "" in node else body
+
+    return written(trie) if trie else "(?!)"
 
 
 @dataclass(frozen=True)
 class Rule:
     id: str
-    regex: re2._Regexp
+    regex: re.Pattern[str]
     keywords: tuple[str, ...]
     entropy: float = 0.0
     secret_group: int = 0
     allowlists: tuple[Allowlist, ...] = field(default=())
+    #: The longest lead (``[\w.-]{0,n}?``) gitleaks puts before the keyword, taken off ``regex``.
+    lead: int = 0
+    #: Every match of ``regex`` starts with one of ``keywords``: it is tried only where one stands.
+    anchored: bool = False
+    #: An anchored rule whose matches start at a word boundary (``\b``) and whose keywords start
+    #: with a word character: it is tried only where its keyword follows no word character.
+    bounded: bool = False
+    #: An anchored rule whose keyword gitleaks' assignment (``_ASSIGNMENT``) follows: its
+    #: operator stands within this many characters of the keyword's start (0: no such rule).
+    reach: int = 0
+    #: The part of ``regex`` before "anything, over up to five lines" (``_ANY_LINES``), when
+    #: it has one: a match from a later keyword on the same line is then one from this one.
+    head: re.Pattern[str] | None = None
+    #: The part of ``regex`` after that "anything": every match ends with one of its matches, no
+    #: more than ``_LINE_BREAKS_READ`` line breaks past the keyword.
+    tail: re.Pattern[str] | None = None
 
 
 @dataclass(frozen=True)
 class RuleSet:
     rules: tuple[Rule, ...]
     allowlist: Allowlist
-    #: Rules whose regex RE2 would not compile: (id, why). Empty for v8.30.1.
+    #: Rules that could not be read for Python's ``re``: (id, why). Empty for v8.30.1.
     untranslated: tuple[tuple[str, str], ...]
 
-    @functools.cached_property
-    def _keywords(self) -> tuple[str, ...]:
-        return tuple(sorted({keyword for rule in self.rules for keyword in rule.keywords}))
 
-    @functools.cached_property
-    def _set(self) -> re2.Set:
-        """Every keyword (ASCII case folded), then a regex that matches every text: RE2 answers
-        a Set whose DFA ran out of memory with no match at all, which that one tells apart.
+# -- Go (RE2) syntax to Python's ------------------------------------------------------------
 
-        The rules' own regexes are not in it: on text of random token characters (what a
-        secret is made of) the DFA of 221 counted repetitions at once is rebuilt at every few
-        characters, some 0.3 s a kilobyte."""
-        found = re2.Set.SearchSet(_OPTIONS)
-        for keyword in self._keywords:
-            found.Add(b"(?i)" + re.escape(keyword).encode("latin-1"))
-        found.Add(b"")
-        found.Compile()
-        return found
-
-    def to_run(self, data: bytes) -> list[Rule]:
-        """The rules with no keywords or one of whose keywords occurs in ``data``: one scan of
-        the text by the Set, or, should the Set fail, a search for each keyword."""
-        found = set(self._set.Match(data) or ())
-        if len(self._keywords) in found:
-            present = {self._keywords[index] for index in found if index < len(self._keywords)}
-        else:
-            lowered = data.lower()  # ASCII case only: keywords are ASCII
-            present = {keyword for keyword in self._keywords if keyword.encode("latin-1") in lowered}
-        return [rule for rule in self.rules if not rule.keywords or not present.isdisjoint(rule.keywords)]
-
-    @functools.cached_property
-    def _checks(self) -> dict[str, _Checks]:
-        return {rule.id: _Checks((self.allowlist, *rule.allowlists)) for rule in self.rules}
+_POSIX_CLASSES = {
+    "alnum": "a-zA-Z0-9",
+    "alpha": "a-zA-Z",
+    "digit": "0-9",
+    "xdigit": "0-9a-fA-F",
+    "lower": "a-z",
+    "upper": "A-Z",
+    "word": "a-zA-Z0-9_",
+    "space": r"\t\n\v\f\r ",
+    "blank": r"\t ",
+    "punct": r"!-/:-@\[-`{-~",
+}
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+#: How gitleaks' provider rules end a token, and the ending used here (see the docstring).
+_GITLEAKS_END_OF_TOKEN = r"""(?:[\x60'"\s;]|\\[nr]|$)"""
+_END_OF_TOKEN = r"""(?:[\x60'"\s;.,:!?)\]}>]|\\[nr]|$)"""
+_FLAG_GROUP = re.compile(r"\(\?([a-zA-Z-]+)\)")
+#: gitleaks' lazy lead before a rule's keyword, and a character it may take.
+_LEAD = re.compile(r"^(\(\?i\)|\(\?i:)?\[\\w\.-\]\{0,(\d+)\}\?(?!\\b|\(\?<)")
+_LEAD_CHARS = frozenset(string.ascii_letters + string.digits + "_.-")
 
 
-class _Checks:
-    """A rule's allowlists and the global one, as few searches: the regexes on each target of
-    all of them one alternation, their stopwords another (an ``AND`` of regexes alone, or of
-    stopwords alone, is their ``OR``); an ``AND`` of both is asked as itself."""
+def _to_python(pattern: str) -> str:
+    """``pattern`` (Go RE2 syntax) in Python's: the same language of strings."""
+    out: list[str] = []
+    # For each open group: whether a "(?flags:" we opened for a mid-pattern "(?flags)" must be
+    # closed before it (RE2's "(?i)" holds to the end of the enclosing group).
+    closers: list[int] = [0]
+    i, in_class = 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            escape = pattern[i : i + 2]
+            out.append(r"\Z" if escape == r"\z" else escape)
+            i += 2
+            continue
+        if in_class:
+            posix = re.match(r"\[:(\^?)([a-z]+):\]", pattern[i:])
+            if posix and posix.group(2) in _POSIX_CLASSES and not posix.group(1):
+                out.append(_POSIX_CLASSES[posix.group(2)])
+                i += posix.end()
+                continue
+            if char == "]" and not (out and out[-1] in ("[", "[^")):
+                in_class = False
+                out.append(char)
+            elif char in "[&~|":
+                out.append("\\" + char)  # literal in RE2; Python warns of set operations
+            else:
+                out.append(char)
+            i += 1
+            continue
+        if char == "[":
+            in_class = True
+            if pattern.startswith("[^", i):
+                out.append("[^")
+                i += 2
+            else:
+                out.append("[")
+                i += 1
+            if i < len(pattern) and pattern[i] == "]":  # a leading "]" is a literal
+                out.append(r"\]")
+                i += 1
+            continue
+        flags = _FLAG_GROUP.match(pattern, i)
+        if flags and i > 0:
+            out.append(f"(?{flags.group(1)}:")
+            closers[-1] += 1
+            i = flags.end()
+            continue
+        if char == "(":
+            closers.append(0)
+        elif char == ")":
+            out.append(")" * closers.pop())
+            if not closers:
+                closers.append(0)
+        out.append(char)
+        i += 1
+    out.append(")" * sum(closers))
+    return "".join(out)
 
-    def __init__(self, allowlists: tuple[Allowlist, ...]) -> None:
-        self.general = tuple(a for a in allowlists if a.all_of and a.regexes and a.stopwords)
-        either = [a for a in allowlists if a not in self.general]
-        on = {target: _any_of([p for a in either if a.target == target for p in a.regexes]) for target in _TARGETS}
-        self.on_secret, self.on_match, self.on_line = on["secret"], on["match"], on["line"]
-        self.stopwords = Allowlist(stopwords=tuple(w for a in either for w in a.stopwords))._stopword
 
-    def allows(self, secret: str, data: bytes, secret_span: tuple[int, int], match_span: tuple[int, int]) -> bool:
-        if secret and self.on_secret is not None and self.on_secret.search(data[slice(*secret_span)]) is not None:
-            return True
-        if secret and self.stopwords is not None and self.stopwords.search(encoded(secret.lower())) is not None:
-            return True
-        matched = data[slice(*match_span)].strip(b"\n")
-        if matched and self.on_match is not None and self.on_match.search(matched) is not None:
-            return True
-        if self.on_line is None and not self.general:
-            return False
-        line = data[slice(*_line(data, *match_span))]
-        if line and self.on_line is not None and self.on_line.search(line) is not None:
-            return True
-        return any(a.allows(secret, matched, line) for a in self.general)
-
-
-_TARGETS = ("secret", "match", "line")
+def compile_go(pattern: str) -> re.Pattern[str]:
+    """A Go regex compiled for Python; ASCII classes, as RE2's ``\\w``, ``\\s`` and ``\\b`` are."""
+    return re.compile(_to_python(pattern), re.ASCII)
 
 
 def _allowlist(spec: dict) -> Allowlist:
     return Allowlist(
-        regexes=tuple(spec.get("regexes", ())),
+        regexes=tuple(compile_go(p) for p in spec.get("regexes", ())),
         stopwords=tuple(word.lower() for word in spec.get("stopwords", ())),
         target=spec.get("regexTarget", "secret"),
         all_of=spec.get("condition", "OR").upper() == "AND",
@@ -217,7 +344,8 @@ def _allowlist(spec: dict) -> Allowlist:
 @functools.cache
 def load() -> RuleSet:
     """The vendored rule set, compiled once."""
-    config = tomllib.loads(_DATA.read_bytes().decode("utf-8"))
+    data = _DATA.read_bytes()
+    config = tomllib.loads(data.decode("utf-8"))
     rules, untranslated = [], []
     for spec in config["rules"]:
         if "regex" not in spec:
@@ -226,22 +354,195 @@ def load() -> RuleSet:
         if not spec["id"].startswith("generic"):
             pattern = pattern.replace(_GITLEAKS_END_OF_TOKEN, _END_OF_TOKEN)
         try:
-            allowlists = tuple(_allowlist(a) for a in spec.get("allowlists", ()) if not _only_paths(a))
-            for allowlist in allowlists:
-                _ = allowlist._regex, allowlist._stopword  # compiled now: a bad one is reported here
+            regex, lead = _without_lead(compile_go(pattern))
+            regex, head, tail = _over_lines_one_way(regex)
+            keywords = tuple(word.lower() for word in spec.get("keywords", ()))
+            anchored = _starts_with_one_of(regex, keywords)
             rules.append(
                 Rule(
                     id=spec["id"],
-                    regex=compile_go(pattern),
-                    keywords=tuple(word.lower() for word in spec.get("keywords", ())),
+                    regex=regex,
+                    lead=lead,
+                    anchored=anchored,
+                    bounded=anchored and _starts_at_boundary(regex, keywords),
+                    reach=_assignment_reach(regex),
+                    head=head,
+                    tail=tail,
+                    keywords=keywords,
                     entropy=float(spec.get("entropy", 0.0)),
                     secret_group=int(spec.get("secretGroup", 0)),
-                    allowlists=allowlists,
+                    allowlists=tuple(_allowlist(a) for a in spec.get("allowlists", ()) if not _only_paths(a)),
                 )
             )
-        except re2.error as error:
+        except re.error as error:
             untranslated.append((spec["id"], str(error)))
     return RuleSet(tuple(rules), _allowlist(config.get("allowlist", {})), tuple(untranslated))
+
+
+def _without_lead(regex: re.Pattern[str]) -> tuple[re.Pattern[str], int]:
+    """``regex`` without gitleaks' lazy ``[\\w.-]{0,50}?`` lead, and the lead's length (0: none).
+
+    Searched with the lead, a regex tries up to 50 places for its keyword at every character:
+    on text dense in keywords that is most of redaction's time. Without it the search starts
+    at the keyword (a first-character skip in C), and finds the same secrets: the lazy lead
+    takes nothing a later part needs, so a match with it holds the same keyword and groups.
+    The lead is put back into the matched text by ``_lead_start``, for allowlists on the match.
+    """
+    pattern, lead = regex.pattern, 0
+    # Some rules repeat it inside a flag group ("[\\w.-]{0,50}?(?i:[\\w.-]{0,50}?…"): one lead of both.
+    while (found := _LEAD.match(pattern)) is not None:
+        pattern, lead = (found.group(1) or "") + pattern[found.end() :], lead + int(found.group(2))
+    return (re.compile(pattern, regex.flags), lead) if lead else (regex, 0)
+
+
+#: The most strings ``_heads`` spells out before it gives up.
+_MAX_HEADS = 512
+
+
+#: What follows the keyword in most of gitleaks' rules: a few name characters, then an
+#: assignment operator, one of whose characters ``_OPERATOR`` finds.
+_ASSIGNMENT = r"""(?:[ \t\w.-]{0,20})[\s'"]{0,3}(?:=|>|:{1,3}=|\|\||:|=>|\?=|,)"""
+_ASSIGNMENT_CHARS = 20 + 3 + 1
+_OPERATOR = re.compile(r"[=>:|?,]")
+
+
+#: "Anything, then up to five more lines of anything" after a word, as the curl rules have it
+#: (greedy or lazy): the costliest tries, each reading its whole window.
+_ANY_LINES = re.compile(r"(\\b\w+\\b)\(\?:\.\*(\??)\|\.\*\2\(\?:\[\\r\\n\]\{1,2\}\.\*\2\)\{1,5\}\)")
+#: The same lines read one way: "." takes every CR, a line break is one LF or two.
+_LINES_ONE_WAY = r"(?:.*{lazy}|.*{lazy}(?:\n\n?.*{lazy}){{1,5}})"
+
+
+def _over_lines_one_way(
+    regex: re.Pattern[str],
+) -> tuple[re.Pattern[str], re.Pattern[str] | None, re.Pattern[str] | None]:
+    """``regex`` with its "anything over up to five lines" read one way, and the parts before
+    and after it (``Rule.head``, ``Rule.tail``); ``regex`` and None twice when it has no such part.
+
+    gitleaks' ``(?:.*|.*(?:[\r\n]{1,2}.*){1,5})`` lets both ``.`` and ``[\r\n]`` take a CR, so
+    a try over n CRs walks on the order of n**5 ways to split them before it fails: "curl" and
+    40 CRs took 4 s, 80 took hours (RE2 never backtracks; Python's ``re`` does). Rewritten, the
+    same strings match (a break of one or two characters holding a LF is a LF or two, its CRs
+    taken by ``.``), and each end of the part is reached in at most 2**5 ways. A try finds
+    the same match as before, except that of two flags on later lines the lazy ``-H`` rule may
+    now report the earlier where a CR made gitleaks' order report the later (both are found).
+    """
+    found = _ANY_LINES.match(regex.pattern)
+    if found is None:
+        return regex, None, None
+    tail = regex.pattern[found.end() :]
+    one_way = found.group(1) + _LINES_ONE_WAY.format(lazy=found.group(2)) + tail
+    return re.compile(one_way, regex.flags), re.compile(found.group(1), regex.flags), re.compile(tail, regex.flags)
+
+
+#: The most line breaks (LF characters) between a keyword and the tail of a match from it: five
+#: breaks of one or two LFs, and the tail's own first character.
+_LINE_BREAKS_READ = 11
+
+
+def _assignment_reach(regex: re.Pattern[str]) -> int:
+    """How far from a match's start its assignment operator stands, when the rule is a few
+    literal heads (its keywords) and then ``_ASSIGNMENT``; 0 otherwise."""
+    pattern = regex.pattern.removeprefix("(?i)").removeprefix("(?i:")
+    if pattern.count(_ASSIGNMENT) != 1 or _has_top_level_choice(pattern):
+        # A choice at the top ("name = value|ATATT3…"): a match of another choice needs no
+        # assignment, and the rule must be tried at every keyword.
+        return 0
+    try:
+        head = sre_parse.parse(pattern[: pattern.index(_ASSIGNMENT)], regex.flags)
+    except re.error:
+        return 0
+    heads, whole = _heads(head)
+    return max(len(each) for each in heads) + _ASSIGNMENT_CHARS if whole and heads else 0
+
+
+def _has_top_level_choice(pattern: str) -> bool:
+    """Whether ``pattern`` is a choice at its top level: a ``|`` outside every group and class."""
+    depth, i, in_class = 0, 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            i += 1 + pattern.startswith("^", i + 1)
+            i += pattern.startswith("]", i)  # a leading "]" is a literal
+            continue
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth <= 0:
+            return True
+        i += 1
+    return False
+
+
+def _starts_with_one_of(regex: re.Pattern[str], keywords: tuple[str, ...]) -> bool:
+    """Whether every match of ``regex`` starts, lower-cased, with one of ``keywords``."""
+    heads, _ = _heads(sre_parse.parse(regex.pattern, regex.flags & ~re.ASCII | re.ASCII))
+    return bool(heads) and all(any(head.lower().startswith(word) for word in keywords) for head in heads)
+
+
+def _starts_at_boundary(regex: re.Pattern[str], keywords: tuple[str, ...]) -> bool:
+    """Whether every match of ``regex`` starts with ``\b`` (ASCII), and every keyword with a word
+    character: a match then starts only where no word character stands before it."""
+    items = list(sre_parse.parse(regex.pattern, regex.flags))
+    first = bool(items) and items[0] == (sre.AT, sre.AT_BOUNDARY)
+    return first and bool(regex.flags & re.ASCII) and all(word[:1] in _WORD_CHARS for word in keywords)
+
+
+_WORD_CHARS = frozenset(string.ascii_letters + string.digits + "_")
+
+
+def _heads(items) -> tuple[set[str], bool]:  # noqa: ANN001 (a parse tree: no public type)
+    """The strings a pattern's matches start with, as far as they are a few literals; and
+    whether that is the whole of what the pattern matches."""
+    heads = {""}
+    for op, av in items:
+        if op is sre.AT:
+            choices, whole = {""}, True  # "\\b", "^": they take no characters
+        elif op is sre.LITERAL:
+            choices, whole = {chr(av)}, True
+        elif op is sre.IN and all(kind is sre.LITERAL for kind, _ in av):
+            choices, whole = {chr(value) for _, value in av}, True
+        elif op is sre.SUBPATTERN:
+            choices, whole = _heads(av[3])
+        elif op is sre.BRANCH:
+            choices, whole = set(), True
+            for branch in av[1]:
+                more, complete = _heads(branch)
+                choices, whole = choices | more, whole and complete
+        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT) and av[1] <= 2:
+            inner, whole = _heads(av[2])
+            choices = {"".join(parts) for count in range(av[0], av[1] + 1) for parts in _product(inner, count)}
+        else:
+            return heads, False
+        heads = {head + choice for head in heads for choice in choices}
+        if len(heads) > _MAX_HEADS or not whole:
+            return heads, False
+    return heads, True
+
+
+def _product(choices: set[str], count: int) -> Iterator[tuple[str, ...]]:
+    if count == 0:
+        yield ()
+        return
+    for rest in _product(choices, count - 1):
+        for choice in choices:
+            yield (choice, *rest)
+
+
+def _lead_start(rule: Rule, text: str, start: int, floor: int) -> int:
+    """Where the match starting at ``start`` would start with its lead: as far back as the lead
+    may reach over its characters, not before ``floor`` (the search's start or the last match's end)."""
+    reach = max(floor, start - rule.lead)
+    while start > reach and text[start - 1] in _LEAD_CHARS:
+        start -= 1
+    return start
 
 
 def _only_paths(spec: dict) -> bool:
@@ -259,45 +560,431 @@ def shannon_entropy(text: str) -> float:
     if not text:
         return 0.0
     total = len(text)
-    # Each character counted in C, in the order Counter would hold them: the same float.
-    return -sum(count / total * math.log2(count / total) for count in map(text.count, dict.fromkeys(text)))
+    if total > _REMEMBERED_TERMS:
+        return -sum(count / total * math.log2(count / total) for count in Counter(text).values())
+    # The same terms summed in the same order (the same float to the last bit), looked up; each
+    # character counted in C in the order Counter would hold it (first occurrences), for a
+    # short secret cheaper than building a Counter.
+    return -sum(map(_entropy_terms(total).__getitem__, map(text.count, dict.fromkeys(text))))
+
+
+#: Texts up to this long have their entropy's terms looked up (``_entropy_terms``).
+_REMEMBERED_TERMS = 1_024
+
+
+@functools.lru_cache(maxsize=256)
+def _entropy_terms(total: int) -> tuple[float, ...]:
+    """For each count, its term of the entropy of a text of ``total`` characters."""
+    return (0.0, *(count / total * math.log2(count / total) for count in range(1, total + 1)))
+
+
+def _random_enough(secret: str, threshold: float) -> bool:
+    """``shannon_entropy(secret) > threshold``, mostly told by how many characters of the secret
+    differ (a set in C): n characters, d of them distinct, have an entropy of at most log2(d) and
+    at least that of one character n - d + 1 times and the others once."""
+    total = len(secret)
+    if total <= _REMEMBERED_TERMS:
+        above, not_above = _distinct_bounds(total, threshold)
+        distinct = len(set(secret))
+        if distinct >= above:
+            return True
+        if distinct <= not_above:
+            return False
+    return shannon_entropy(secret) > threshold
+
+
+#: How far from a threshold a bound must lie to tell the float summed: far more than its rounding.
+_MARGIN = 1e-9
+
+
+@functools.lru_cache(maxsize=1_024)
+def _distinct_bounds(total: int, threshold: float) -> tuple[int, int]:
+    """For a text of ``total`` characters: from how many distinct ones its entropy is surely above
+    ``threshold``, and up to how many surely not."""
+
+    def least(distinct: int) -> float:
+        most = (total - distinct + 1) / total
+        return -(most * math.log2(most) + (distinct - 1) / total * math.log2(1 / total))
+
+    above = next((d for d in range(1, total + 1) if least(d) > threshold + _MARGIN), total + 1)
+    not_above = max((d for d in range(1, total + 1) if math.log2(d) < threshold - _MARGIN), default=0)
+    return above, not_above
 
 
 def find(text: str, rule_set: RuleSet | None = None) -> Iterator[tuple[int, int, str]]:
     """``(start, end, rule id)`` of each secret the rules find in ``text``, in no set order."""
     rule_set = rule_set or load()
-    data = encoded(text)
-    for rule in rule_set.to_run(data):
-        for match in rule.regex.finditer(data):
-            found = _finding(rule, rule_set, text, data, match)
-            if found is not None:
-                yield found
+    lowered = text.translate(_ASCII_LOWER)  # keywords are ASCII; str.lower() may change lengths
+    possible = _Possible(lowered)
+    windows_by_keyword: dict[str, list[tuple[int, int]]] = {}
+    places_by_keyword: dict[str, list[int]] = {}
+    bounded_by_keyword: dict[str, list[int]] = {}
+    for rule in rule_set.rules:
+        if not rule.keywords:
+            yield from _matches(rule, rule_set, text, 0, len(text), possible)
+            continue
+        if rule.anchored:
+            for keyword in rule.keywords:
+                if keyword not in places_by_keyword:
+                    places_by_keyword[keyword] = _places(lowered, keyword)
+                if rule.bounded and keyword not in bounded_by_keyword:
+                    bounded_by_keyword[keyword] = _after_no_word(lowered, places_by_keyword[keyword])
+            known = bounded_by_keyword if rule.bounded else places_by_keyword
+            places = [known[keyword] for keyword in rule.keywords if known[keyword]]
+            if places:
+                yield from _anchored_matches(
+                    rule, rule_set, text, places[0] if len(places) == 1 else heapq.merge(*places), possible
+                )
+            continue
+        found = []
+        for keyword in rule.keywords:
+            if keyword not in windows_by_keyword:
+                windows_by_keyword[keyword] = list(_windows(lowered, keyword))
+            if windows_by_keyword[keyword]:
+                found.append(windows_by_keyword[keyword])
+        windows = found[0] if len(found) == 1 else _merged(w for each in found for w in each)
+        for start, end in windows:
+            yield from _matches(rule, rule_set, text, start, end, possible)
 
 
-def _finding(rule: Rule, rule_set: RuleSet, text: str, data: bytes, match: re2._Match) -> tuple[int, int, str] | None:
-    """The secret of ``match``, unless it is not random enough or allowed."""
-    start, end = match.span(_secret_group(rule, match))
-    secret = text[start:end]
-    if rule.entropy and shannon_entropy(secret) <= rule.entropy:
+def _windows(lowered: str, keyword: str) -> Iterator[tuple[int, int]]:
+    """The text around each occurrence of ``keyword``, occurrences closer than that merged.
+
+    Each step jumps to the last occurrence within reach, so a text that is the keyword over
+    and over costs a step per ``WINDOW`` characters, not one per occurrence.
+    """
+    size, reach = len(keyword), 2 * WINDOW + len(keyword)
+    first = lowered.find(keyword)
+    while first != -1:
+        last = first
+        while (nearer := lowered.rfind(keyword, last + 1, last + reach + size)) != -1:
+            last = nearer
+        yield max(0, first - WINDOW), min(len(lowered), last + size + WINDOW)
+        first = lowered.find(keyword, last + 1)
+
+
+def _places(lowered: str, keyword: str) -> list[int]:
+    """Where ``keyword`` occurs, overlapping occurrences included."""
+    # str.find's search is some times faster than re's for a literal, and a step per occurrence
+    # costs less than a match object.
+    places, find = [], lowered.find
+    place = find(keyword)
+    while place != -1:
+        places.append(place)
+        place = find(keyword, place + 1)
+    return places
+
+
+def _after_no_word(lowered: str, places: list[int]) -> list[int]:
+    """Of ``places``, those after no word character (ASCII) or at the start: jwt's ``ey`` stands
+    in every ``key``, where its ``\b`` fails (a try each cost as much as a finding; a look at
+    the character before costs a tenth of a try)."""
+    return [place for place in places if not place or lowered[place - 1] not in _WORD_CHARS]
+
+
+def _merged(windows: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(windows):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _matches(
+    rule: Rule, rule_set: RuleSet, text: str, start: int, end: int, possible: _Possible
+) -> Iterator[tuple[int, int, str]]:
+    floor = start
+    for match in rule.regex.finditer(text, start, end):
+        match_start, floor = _lead_start(rule, text, match.start(), floor) if rule.lead else match.start(), match.end()
+        if match.end() == match_start:
+            continue
+        found = _finding(rule, rule_set, text, match, match_start, possible)
+        if found is not None:
+            yield found
+
+
+def _finding(
+    rule: Rule, rule_set: RuleSet, text: str, match: re.Match[str], match_start: int, possible: _Possible
+) -> tuple[int, int, str] | None:
+    """The secret of ``match`` (its matched text starting at ``match_start``), unless it is
+    not random enough or allowed."""
+    group = _secret_group(rule, match)
+    secret = match.group(group)
+    if rule.entropy and not _random_enough(secret, rule.entropy):
         return None
-    if rule_set._checks[rule.id].allows(secret, data, (start, end), match.span()):
+    if possible.checks(rule, rule_set).allows(secret, text, match_start, match.end()):
         return None
-    return start, end, rule.id
+    return match.start(group), match.end(group), rule.id
 
 
-def _line(data: bytes, match_start: int, match_end: int) -> tuple[int, int]:
+def _line(text: str, match_start: int, match_end: int) -> tuple[int, int]:
     """Where the line of a match starts and ends, as far as WINDOW on each side: allowlists on
     a megabyte line are not read whole for each of its matches (that is quadratic)."""
-    line_start = data.rfind(b"\n", max(0, match_start - WINDOW), match_start) + 1 or max(0, match_start - WINDOW)
-    line_end = data.find(b"\n", match_end, match_end + WINDOW)
-    return line_start, min(len(data), match_end + WINDOW) if line_end == -1 else line_end
+    line_start = text.rfind("\n", max(0, match_start - WINDOW), match_start) + 1 or max(0, match_start - WINDOW)
+    line_end = text.find("\n", match_end, match_end + WINDOW)
+    return line_start, min(len(text), match_end + WINDOW) if line_end == -1 else line_end
 
 
-def _secret_group(rule: Rule, match: re2._Match) -> int:
-    groups = rule.regex.groups
-    if rule.secret_group and rule.secret_group <= groups:
+def _anchored_matches(
+    rule: Rule, rule_set: RuleSet, text: str, places: Iterable[int], possible: _Possible
+) -> Iterator[tuple[int, int, str]]:
+    """The rule's matches found by trying it only where its keywords stand: each try is one
+    anchored match, bounded by the rule, so text dense in keywords costs a try per keyword."""
+    floor, tried_line_end, next_tail = 0, 0, -1
+    newlines: list[int] | None = None
+    for place in places:
+        if place < floor:
+            continue  # inside the last match, as a search from its end would skip it
+        if rule.reach and _OPERATOR.search(text, place, place + rule.reach) is None:
+            continue  # no assignment: the rule cannot match here (a test for each rule, in C)
+        end = place + WINDOW  # no match is longer
+        if rule.head is not None:
+            # "curl … -u": a match from this curl would be one from an earlier curl on its
+            # line, so a failed try there rules this one out; tries read the whole text, as
+            # such a match may reach lines past any window.
+            if rule.head.match(text, place) is None:
+                continue
+            if place < tried_line_end:
+                continue
+            end = len(text)
+            if rule.tail is not None and next_tail < place:
+                # Where the next match of the rule's tail ("-u user:password") starts: a try
+                # fails unless one starts within reach of its keyword (found once per tail, in C).
+                found_tail = rule.tail.search(text, place)
+                next_tail = len(text) + 1 if found_tail is None else found_tail.start()
+            if next_tail > len(text):
+                end = place  # no tail left: the try below fails at once, as the full one would
+            elif rule.tail is not None:
+                newlines = _newlines(text) if newlines is None else newlines
+                last = bisect.bisect_left(newlines, place) + _LINE_BREAKS_READ - 1
+                if last < len(newlines) and next_tail > newlines[last]:
+                    end = place  # the tail lies past the lines a match may read: likewise
+        match = rule.regex.match(text, place, end)
+        if match is None:
+            if rule.head is not None:
+                line_end = text.find("\n", place)
+                tried_line_end = len(text) if line_end == -1 else line_end
+            continue
+        match_start, floor = _lead_start(rule, text, place, floor), max(match.end(), place + 1)
+        if match.end() == match_start:
+            continue
+        found = _finding(rule, rule_set, text, match, match_start, possible)
+        if found is not None:
+            yield found
+
+
+class _Possible:
+    """Of an allowlist's regex, whether a text could hold a match of it: not when the text holds
+    none of the strings each match holds (``_held``). A secret, its match and its line are all
+    parts of the text, so a regex ruled out for the text is not searched for each finding
+    (gitleaks' global allowlist is 13 regexes, most needing a ``$``, ``{``, ``%``, ``@`` or ``/``)."""
+
+    def __init__(self, lowered: str) -> None:
+        self.lowered = lowered
+        self.known: dict[int, tuple[Callable[[str], bool], ...]] = {}
+        self.rules: dict[str, _Checks] = {}
+        self.found: dict[str, list[int]] = {}
+
+    def searches(self, allowlist: Allowlist) -> tuple[Callable[[str], bool], ...]:
+        """The searches of the allowlist's regexes the text could hold a match of."""
+        known = self.known.get(id(allowlist))  # the rule set holds each allowlist: ids stay theirs
+        if known is None:
+            pairs = zip(allowlist.regexes, allowlist._searches, strict=True)
+            known = self.known[id(allowlist)] = tuple(found for pattern, found in pairs if self(pattern))
+        return known
+
+    def checks(self, rule: Rule, rule_set: RuleSet) -> _Checks:
+        """The rule's allowlists and the global one as few searches for this text."""
+        checks = self.rules.get(rule.id)
+        if checks is None:
+            checks = self.rules[rule.id] = _Checks((rule_set.allowlist, *rule.allowlists), self)
+        return checks
+
+    def places(self, needs: tuple[str, ...] | None) -> tuple[tuple[int, list[int]], ...] | None:
+        """Where each of ``needs`` occurs in the text, with its length; None for None."""
+        if needs is None:
+            return None
+        return tuple((len(need), self.occurrences(need)) for need in needs)
+
+    def occurrences(self, need: str) -> list[int]:
+        found = self.found.get(need)
+        if found is None:
+            found = self.found[need] = _places(self.lowered, need)
+        return found
+
+    def __call__(self, pattern: re.Pattern[str]) -> bool:
+        needs = _needs(pattern)
+        return needs is None or any(need in self.lowered for need in needs)
+
+
+class _Checks:
+    """Whether a finding's secret is allowed by a rule's allowlists and the global one, as
+    ``any(a.allows(...))`` says, for one text, in few calls: a text dense in findings (``key=``
+    and a random value, one every 21 characters) paid some 35 us of Python for each, most of it
+    a call per allowlist and regex. The regexes on the secret that the text could match (of
+    every allowlist but an ``AND`` of regexes and stopwords) are one alternation, searched once;
+    their stopwords one trie; a regex on the line is searched only where one of the strings
+    each of its matches holds (``_needs``) lies within the line, so the line is mostly never cut.
+    """
+
+    def __init__(self, allowlists: tuple[Allowlist, ...], possible: _Possible) -> None:
+        # An AND of regexes alone or of stopwords alone is their OR: one check, all of it.
+        self.general = tuple(a for a in allowlists if a.all_of and a.regexes and a.stopwords)
+        either = [a for a in allowlists if not (a.all_of and a.regexes and a.stopwords)]
+        searches = {id(a): set(map(id, possible.searches(a))) for a in either}
+        pairs = [(a, pattern, found) for a in either for pattern, found in zip(a.regexes, a._searches, strict=True)]
+        pairs = [(a, pattern, found) for a, pattern, found in pairs if id(found) in searches[id(a)]]
+        on_secret = tuple(pattern for a, pattern, _ in pairs if a.target == "secret")
+        stopwords = tuple(sorted({w for a in either for w in a.stopwords}))
+        self.on_secret = _any_search(on_secret)
+        self.stopwords = _stopword_search(stopwords)
+        self.on_match = tuple(
+            _match_search(pattern, found, possible) for a, pattern, found in pairs if a.target == "match"
+        )
+        self.on_line = tuple(
+            (found, possible.places(_needs(pattern))) for a, pattern, found in pairs if a.target == "line"
+        )
+        self.possible = possible
+
+    def allows(self, secret: str, text: str, match_start: int, match_end: int) -> bool:
+        if secret:
+            if self.on_secret is not None and self.on_secret(secret):
+                return True
+            if self.stopwords is not None and self.stopwords(secret.lower()) is not None:
+                return True
+        matched = None
+        for starts, found in self.on_match:
+            if starts is not None and starts(self.possible.lowered, match_start, match_end) is None:
+                continue
+            matched = text[match_start:match_end].strip("\n") if matched is None else matched
+            if matched and found(matched):
+                return True
+        if self.general:
+            line_start, line_end = _line(text, match_start, match_end)
+            line, matched = text[line_start:line_end], text[match_start:match_end].strip("\n")
+            if any(a.allows(secret, matched, line, self.possible) for a in self.general):
+                return True
+        return bool(self.on_line) and self._allowed_by_line(text, match_start, match_end)
+
+    def _allowed_by_line(self, text: str, match_start: int, match_end: int) -> bool:
+        # The line lies within WINDOW of the match: most matches have nothing a line regex
+        # needs that near, and their line is never looked for.
+        near = max(0, match_start - WINDOW), match_end + WINDOW
+        on_line = [(found, places) for found, places in self.on_line if _any_within(*near, places)]
+        if not on_line:
+            return False
+        line_start, line_end = _line(text, match_start, match_end)
+        line = text[line_start:line_end]
+        return bool(line) and any(found(line) for found, places in on_line if _any_within(line_start, line_end, places))
+
+
+def _any_within(start: int, end: int, places: tuple[tuple[int, list[int]], ...] | None) -> bool:
+    """Whether one of the strings whose ``places`` are given (None: unknown) lies within ``start``-``end``."""
+    return places is None or any(_within(start, end, size, starts) for size, starts in places)
+
+
+def _match_search(
+    pattern: re.Pattern[str], found: Callable[[str], bool], possible: _Possible
+) -> tuple[Callable[[str, int, int], object] | None, Callable[[str], bool]]:
+    """``found`` (``_search_where_it_may_start``'s search of ``pattern``), and a search that
+    must find something in the lower-cased text between a match's ends for ``found`` to: when
+    the text holds none of the strings the plan's other choices need, no match does, and
+    ``found`` tries only where a literal start stands (none of which holds a line break, which
+    a match is stripped of). Most matches have no start: one search in C, no match cut."""
+    plan = _starts_and_needs(pattern)
+    if plan is None or any(need in possible.lowered for need in plan[1]) or "\n" in plan[0].pattern:
+        return None, found
+    return plan[0].search, found
+
+
+def _within(start: int, end: int, size: int, places: list[int]) -> bool:
+    """Whether one of ``places`` (sorted) starts a string of ``size`` within ``start``-``end``."""
+    index = bisect.bisect_left(places, start)
+    return index < len(places) and places[index] + size <= end
+
+
+_FLAGS_FIRST = re.compile(r"\(\?[a-zA-Z-]+\)")
+
+
+@functools.cache
+def _any_search(patterns: tuple[re.Pattern[str], ...]) -> Callable[[str], object] | None:
+    """Whether any of ``patterns`` matches somewhere in a text: those whose matches all start at
+    the text's start (a leading ``^``) one alternation tried there alone, the others one
+    searched; each in turn where they cannot be written as one (ASCII, no flags but a leading
+    ``(?i)``). One alternation searched would try the ``^`` ones at every character, which ``re``
+    spares a lone ``^`` pattern: 7 us instead of 0.2 for a 150-character secret."""
+    if not patterns:
+        return None
+    at_start = tuple(p for p in patterns if _at_start(p))
+    elsewhere = tuple(p for p in patterns if p not in at_start)
+    calls: list[Callable[[str], object]] = []
+    for each, anchored in ((at_start, True), (elsewhere, False)):
+        one = _alternation(each)
+        if one is not None:
+            calls.append(one.match if anchored else one.search)
+        else:
+            calls += [pattern.search for pattern in each]
+    if len(calls) == 1:
+        return calls[0]
+    return lambda text: any(call(text) for call in calls)
+
+
+def _at_start(pattern: re.Pattern[str]) -> bool:
+    """Whether every match of ``pattern`` starts at the text's start (``^``, not multi-line)."""
+    if pattern.flags & re.MULTILINE:
+        return False
+    items = list(sre_parse.parse(pattern.pattern, pattern.flags))
+    return bool(items) and items[0] in ((sre.AT, sre.AT_BEGINNING), (sre.AT, sre.AT_BEGINNING_STRING))
+
+
+def _alternation(patterns: tuple[re.Pattern[str], ...]) -> re.Pattern[str] | None:
+    """``patterns`` as one alternation (ASCII), a leading ``(?i)`` made a group; None when there
+    are none, or one cannot be written so."""
+    if not patterns:
+        return None
+    if len(patterns) == 1:
+        return patterns[0]
+    parts = []
+    for pattern in patterns:
+        if pattern.flags == re.ASCII and not _FLAGS_FIRST.match(pattern.pattern):
+            parts.append(f"(?:{pattern.pattern})")
+        elif pattern.flags == re.ASCII | re.IGNORECASE and pattern.pattern.startswith("(?i)"):
+            parts.append(f"(?i:{pattern.pattern[4:]})")
+        else:
+            return None
+    return re.compile("|".join(parts), re.ASCII)
+
+
+@functools.cache
+def _stopword_search(stopwords: tuple[str, ...]) -> Callable[[str], object] | None:
+    return re.compile(_trie_pattern(stopwords)).search if stopwords else None
+
+
+@functools.cache
+def _needs(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Strings, lower-cased, one of which every match of ``pattern`` holds; None when none is known."""
+    if not pattern.flags & re.ASCII:
+        return None  # its case-insensitive letters may fold to others than ASCII ones
+    held = _held(list(sre_parse.parse(pattern.pattern, pattern.flags)))
+    return tuple(sorted(word.translate(_ASCII_LOWER) for word in held)) if held else None
+
+
+def _newlines(text: str) -> list[int]:
+    """Where each LF of ``text`` stands."""
+    newlines, find = [], text.find
+    place = find("\n")
+    while place != -1:
+        newlines.append(place)
+        place = find("\n", place + 1)
+    return newlines
+
+
+def _secret_group(rule: Rule, match: re.Match[str]) -> int:
+    if rule.secret_group and rule.secret_group <= (match.re.groups or 0):
         return rule.secret_group
-    for index in range(1, groups + 1):
+    for index in range(1, (match.re.groups or 0) + 1):
         if match.group(index):
             return index
     return 0
