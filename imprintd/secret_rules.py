@@ -271,9 +271,10 @@ _LEAD_CHARS = frozenset(string.ascii_letters + string.digits + "_.-")
 def _to_python(pattern: str) -> str:
     """``pattern`` (Go RE2 syntax) in Python's: the same language of strings."""
     out: list[str] = []
-    # For each open group: whether a "(?flags:" we opened for a mid-pattern "(?flags)" must be
-    # closed before it (RE2's "(?i)" holds to the end of the enclosing group).
-    closers: list[int] = [0]
+    # For each open group: the "(?flags:" groups we opened for its mid-pattern "(?flags)",
+    # closed before its ")" and around each of its "|" (RE2's "(?i)" holds to the end of the
+    # enclosing group, through its later choices, which a group opened once would join).
+    closers: list[list[str]] = [[]]
     i, in_class = 0, False
     while i < len(pattern):
         char = pattern[i]
@@ -312,18 +313,22 @@ def _to_python(pattern: str) -> str:
         flags = _FLAG_GROUP.match(pattern, i)
         if flags and i > 0:
             out.append(f"(?{flags.group(1)}:")
-            closers[-1] += 1
+            closers[-1].append(flags.group(1))
             i = flags.end()
             continue
         if char == "(":
-            closers.append(0)
+            closers.append([])
         elif char == ")":
-            out.append(")" * closers.pop())
+            out.append(")" * len(closers.pop()))
             if not closers:
-                closers.append(0)
+                closers.append([])
+        elif char == "|" and closers[-1]:
+            out.append(")" * len(closers[-1]) + "|" + "".join(f"(?{opened}:" for opened in closers[-1]))
+            i += 1
+            continue
         out.append(char)
         i += 1
-    out.append(")" * sum(closers))
+    out.append(")" * sum(map(len, closers)))
     return "".join(out)
 
 
