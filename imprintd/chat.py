@@ -26,7 +26,8 @@ import msgspec
 from imprintd import session_lock
 from imprintd import settings as settings_mod
 from imprintd.context.history import ConversationHistory, HistoryError
-from imprintd.context.sections import MAX_SOURCE_CHARS, SectionArchive
+from imprintd.context.originals import SectionArchive
+from imprintd.context.sections import MAX_SOURCE_CHARS
 from imprintd.context.usage import ContextUsage
 from imprintd.conversations.compact import Compacted
 from imprintd.conversations.compact import compact as compact_session

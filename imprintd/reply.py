@@ -45,7 +45,7 @@ from imprintd.context.history import (
     ConversationHistoryTool,
     session_history,
 )
-from imprintd.context.sections import ReplySections
+from imprintd.context.originals import ReplySections
 from imprintd.context.usage import ContextUsage
 from imprintd.events import ReplyEvents
 from imprintd.mcp import tools as mcp_tools

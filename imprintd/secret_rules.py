@@ -35,11 +35,11 @@ may itself hold dots.
 
 Not taken over: rules with only a ``path`` (they name files, not text), path and commit
 allowlists (the summarizer reads messages, not files), gitleaks' base64 and percent decoding
-passes, and the ``gitleaks:allow`` comment. gitleaks writes Go (RE2) regexes; ``_to_python``
-rewrites the three constructs Python spells differently (a ``(?i)`` flag group that is not
-at the very start, ``\\z``, POSIX classes such as ``[[:alnum:]]``), and every rule compiles
-(``UNTRANSLATED`` lists any that would not, and why). RE2 never backtracks; Python's ``re``
-may, so the windows above also bound how much text one search can walk.
+passes, and the ``gitleaks:allow`` comment. gitleaks writes Go (RE2) regexes;
+``imprintd.go_regex`` compiles them for Python's ``re`` and reads their parse trees, and every
+rule compiles (``RuleSet.untranslated`` lists any that would not, and why). RE2 never
+backtracks; Python's ``re`` may, so the windows above also bound how much text one search can
+walk (docs/decisions.md says why the rules do not run on RE2 itself).
 """
 
 from __future__ import annotations
@@ -50,14 +50,16 @@ import hashlib
 import heapq
 import math
 import re
-import re._constants as sre  # noqa: PLC2701 (the parse tree of a rule, to know where its matches start)
-import re._parser as sre_parse  # noqa: PLC2701
+import re._parser as sre_parse  # noqa: PLC2701 (the parse tree of a rule's head, to know its length)
 import string
 import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from imprintd import go_regex
+from imprintd.go_regex import compile_go
 
 VERSION = "v8.30.1"
 COMMIT = "83d9cd684c87d95d656c1458ef04895a7f1cbd8e"
@@ -92,122 +94,17 @@ class Allowlist:
 
     @functools.cached_property
     def _searches(self) -> tuple[Callable[[str], bool], ...]:
-        return tuple(_search_where_it_may_start(pattern) for pattern in self.regexes)
+        return tuple(go_regex.search_where_it_may_start(pattern) for pattern in self.regexes)
 
     @functools.cached_property
     def _stopword_pattern(self) -> re.Pattern[str]:
-        return re.compile(_trie_pattern(self.stopwords))
+        return re.compile(go_regex.trie_pattern(self.stopwords))
 
     def _holds_stopword(self, lowered: str) -> bool:
         """Whether a stopword occurs in ``lowered``: one search in C of the stopwords as a trie
         (the generic rule has 1,500 stopwords: looking up each piece of the secret of each of
         their lengths was most of the cost of a finding)."""
         return self._stopword_pattern.search(lowered) is not None
-
-
-#: Alternations of at least this many choices are searched only where one may start.
-_MANY_CHOICES = 8
-
-
-def _search_where_it_may_start(regex: re.Pattern[str]) -> Callable[[str], bool]:
-    """Whether ``regex`` matches somewhere in a text, tried only where one of its choices may
-    start; ``regex.search`` itself unless it is a long alternation (ASCII) that allows it.
-
-    gitleaks' generic allowlist on the match is 45 choices: ``re`` tries each at every
-    character, some 25 us for each match of the generic rule. Most choices start with one of a
-    few words (``access``, ``key…``): they are tried only where such a start stands (found in
-    C); each of the others holds a string every match of it holds (``:jar:``, ``=\n``), and
-    when the text holds one the whole search runs.
-    """
-    plan = _starts_and_needs(regex)
-    if plan is None:
-        return lambda text: regex.search(text) is not None
-    starts, needs = plan
-
-    def found(text: str) -> bool:
-        lowered = text.translate(_ASCII_LOWER)  # ASCII case only: the regex is ASCII
-        if any(need in lowered for need in needs):
-            return regex.search(text) is not None
-        return any(regex.match(text, start.start()) is not None for start in starts.finditer(lowered))
-
-    return found
-
-
-@functools.cache
-def _starts_and_needs(regex: re.Pattern[str]) -> tuple[re.Pattern[str], tuple[str, ...]] | None:
-    """For a long alternation: a pattern that finds, in the lower-cased text, where a choice with
-    literal starts may start (each start cut to the shortest); and one string each of the other
-    choices holds, lower-cased. None when a choice has neither, or for other regexes."""
-    if not regex.flags & re.ASCII:
-        return None
-    items = list(sre_parse.parse(regex.pattern, regex.flags))
-    if len(items) != 1 or items[0][0] is not sre.BRANCH or len(items[0][1][1]) < _MANY_CHOICES:
-        return None
-    starts: set[str] = set()
-    needs: set[str] = set()
-    for choice in items[0][1][1]:
-        heads, _ = _heads(choice)
-        if heads and all(heads):
-            starts |= {head.translate(_ASCII_LOWER) for head in heads}
-            continue
-        held = _held(choice)
-        if not held:
-            return None
-        needs |= {word.translate(_ASCII_LOWER) for word in held}
-    if not starts:
-        return None
-    shortest = min(len(start) for start in starts)
-    cut = {start[:shortest] for start in starts}
-    return re.compile(f"(?=(?:{_trie_pattern(cut)}))"), tuple(sorted(needs))
-
-
-def _held(items) -> set[str] | None:  # noqa: ANN001 (a parse tree: no public type)
-    """Strings one of which every match of the pattern ``items`` holds (its longest run of
-    literals, or one such run from each choice of a group); None when none is known."""
-    best: set[str] | None = None
-
-    def consider(words: set[str] | None) -> None:
-        nonlocal best
-        if words and all(words) and (best is None or min(map(len, words)) > min(map(len, best))):
-            best = words
-
-    run: list[str] = []
-    for op, av in items:
-        if op is sre.LITERAL:
-            run.append(chr(av))
-            continue
-        consider({"".join(run)} if run else None)
-        run = []
-        if op is sre.SUBPATTERN:
-            consider(_held(av[3]))
-        elif op is sre.BRANCH:
-            each = [_held(branch) for branch in av[1]]
-            consider(set().union(*each) if all(each) else None)  # type: ignore[arg-type]
-        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT) and av[0] >= 1:
-            consider(_held(av[2]))
-    consider({"".join(run)} if run else None)
-    return best
-
-
-def _trie_pattern(words: Iterable[str]) -> str:
-    """A regex matching exactly ``words``, written as their trie: at each character ``re`` tries
-    the few branches its next character allows, not every word."""
-    trie: dict[str, dict] = {}
-    for word in words:
-        node = trie
-        for char in word:
-            node = node.setdefault(char, {})
-        node[""] = {}  # a word ends here
-
-    def written(node: dict[str, dict]) -> str:
-        branches = [re.escape(char) + written(node[char]) for char in sorted(node) if char]
-        if not branches:
-            return ""
-        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-        # A word ending here is a match already: the longer ones are optional.
-        return f"(?:{body})?" if "" in node else body
-
-    return written(trie) if trie else "(?!)"
 
 
 @dataclass(frozen=True)
@@ -244,92 +141,14 @@ class RuleSet:
     untranslated: tuple[tuple[str, str], ...]
 
 
-# -- Go (RE2) syntax to Python's ------------------------------------------------------------
+# -- reading the rule set ----------------------------------------------------------------------
 
-_POSIX_CLASSES = {
-    "alnum": "a-zA-Z0-9",
-    "alpha": "a-zA-Z",
-    "digit": "0-9",
-    "xdigit": "0-9a-fA-F",
-    "lower": "a-z",
-    "upper": "A-Z",
-    "word": "a-zA-Z0-9_",
-    "space": r"\t\n\v\f\r ",
-    "blank": r"\t ",
-    "punct": r"!-/:-@\[-`{-~",
-}
-_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 #: How gitleaks' provider rules end a token, and the ending used here (see the docstring).
 _GITLEAKS_END_OF_TOKEN = r"""(?:[\x60'"\s;]|\\[nr]|$)"""
 _END_OF_TOKEN = r"""(?:[\x60'"\s;.,:!?)\]}>]|\\[nr]|$)"""
-_FLAG_GROUP = re.compile(r"\(\?([a-zA-Z-]+)\)")
 #: gitleaks' lazy lead before a rule's keyword, and a character it may take.
 _LEAD = re.compile(r"^(\(\?i\)|\(\?i:)?\[\\w\.-\]\{0,(\d+)\}\?(?!\\b|\(\?<)")
 _LEAD_CHARS = frozenset(string.ascii_letters + string.digits + "_.-")
-
-
-def _to_python(pattern: str) -> str:
-    """``pattern`` (Go RE2 syntax) in Python's: the same language of strings."""
-    out: list[str] = []
-    # For each open group: whether a "(?flags:" we opened for a mid-pattern "(?flags)" must be
-    # closed before it (RE2's "(?i)" holds to the end of the enclosing group).
-    closers: list[int] = [0]
-    i, in_class = 0, False
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\":
-            escape = pattern[i : i + 2]
-            out.append(r"\Z" if escape == r"\z" else escape)
-            i += 2
-            continue
-        if in_class:
-            posix = re.match(r"\[:(\^?)([a-z]+):\]", pattern[i:])
-            if posix and posix.group(2) in _POSIX_CLASSES and not posix.group(1):
-                out.append(_POSIX_CLASSES[posix.group(2)])
-                i += posix.end()
-                continue
-            if char == "]" and not (out and out[-1] in ("[", "[^")):
-                in_class = False
-                out.append(char)
-            elif char in "[&~|":
-                out.append("\\" + char)  # literal in RE2; Python warns of set operations
-            else:
-                out.append(char)
-            i += 1
-            continue
-        if char == "[":
-            in_class = True
-            if pattern.startswith("[^", i):
-                out.append("[^")
-                i += 2
-            else:
-                out.append("[")
-                i += 1
-            if i < len(pattern) and pattern[i] == "]":  # a leading "]" is a literal
-                out.append(r"\]")
-                i += 1
-            continue
-        flags = _FLAG_GROUP.match(pattern, i)
-        if flags and i > 0:
-            out.append(f"(?{flags.group(1)}:")
-            closers[-1] += 1
-            i = flags.end()
-            continue
-        if char == "(":
-            closers.append(0)
-        elif char == ")":
-            out.append(")" * closers.pop())
-            if not closers:
-                closers.append(0)
-        out.append(char)
-        i += 1
-    out.append(")" * sum(closers))
-    return "".join(out)
-
-
-def compile_go(pattern: str) -> re.Pattern[str]:
-    """A Go regex compiled for Python; ASCII classes, as RE2's ``\\w``, ``\\s`` and ``\\b`` are."""
-    return re.compile(_to_python(pattern), re.ASCII)
 
 
 def _allowlist(spec: dict) -> Allowlist:
@@ -357,14 +176,14 @@ def load() -> RuleSet:
             regex, lead = _without_lead(compile_go(pattern))
             regex, head, tail = _over_lines_one_way(regex)
             keywords = tuple(word.lower() for word in spec.get("keywords", ()))
-            anchored = _starts_with_one_of(regex, keywords)
+            anchored = go_regex.starts_with_one_of(regex, keywords)
             rules.append(
                 Rule(
                     id=spec["id"],
                     regex=regex,
                     lead=lead,
                     anchored=anchored,
-                    bounded=anchored and _starts_at_boundary(regex, keywords),
+                    bounded=anchored and go_regex.starts_at_boundary(regex, keywords),
                     reach=_assignment_reach(regex),
                     head=head,
                     tail=tail,
@@ -393,10 +212,6 @@ def _without_lead(regex: re.Pattern[str]) -> tuple[re.Pattern[str], int]:
     while (found := _LEAD.match(pattern)) is not None:
         pattern, lead = (found.group(1) or "") + pattern[found.end() :], lead + int(found.group(2))
     return (re.compile(pattern, regex.flags), lead) if lead else (regex, 0)
-
-
-#: The most strings ``_heads`` spells out before it gives up.
-_MAX_HEADS = 512
 
 
 #: What follows the keyword in most of gitleaks' rules: a few name characters, then an
@@ -444,7 +259,7 @@ def _assignment_reach(regex: re.Pattern[str]) -> int:
     """How far from a match's start its assignment operator stands, when the rule is a few
     literal heads (its keywords) and then ``_ASSIGNMENT``; 0 otherwise."""
     pattern = regex.pattern.removeprefix("(?i)").removeprefix("(?i:")
-    if pattern.count(_ASSIGNMENT) != 1 or _has_top_level_choice(pattern):
+    if pattern.count(_ASSIGNMENT) != 1 or go_regex.has_top_level_choice(pattern):
         # A choice at the top ("name = value|ATATT3…"): a match of another choice needs no
         # assignment, and the rule must be tried at every keyword.
         return 0
@@ -452,88 +267,8 @@ def _assignment_reach(regex: re.Pattern[str]) -> int:
         head = sre_parse.parse(pattern[: pattern.index(_ASSIGNMENT)], regex.flags)
     except re.error:
         return 0
-    heads, whole = _heads(head)
+    heads, whole = go_regex.starts_of(head)
     return max(len(each) for each in heads) + _ASSIGNMENT_CHARS if whole and heads else 0
-
-
-def _has_top_level_choice(pattern: str) -> bool:
-    """Whether ``pattern`` is a choice at its top level: a ``|`` outside every group and class."""
-    depth, i, in_class = 0, 0, False
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = char != "]"
-        elif char == "[":
-            in_class = True
-            i += 1 + pattern.startswith("^", i + 1)
-            i += pattern.startswith("]", i)  # a leading "]" is a literal
-            continue
-        elif char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        elif char == "|" and depth <= 0:
-            return True
-        i += 1
-    return False
-
-
-def _starts_with_one_of(regex: re.Pattern[str], keywords: tuple[str, ...]) -> bool:
-    """Whether every match of ``regex`` starts, lower-cased, with one of ``keywords``."""
-    heads, _ = _heads(sre_parse.parse(regex.pattern, regex.flags & ~re.ASCII | re.ASCII))
-    return bool(heads) and all(any(head.lower().startswith(word) for word in keywords) for head in heads)
-
-
-def _starts_at_boundary(regex: re.Pattern[str], keywords: tuple[str, ...]) -> bool:
-    """Whether every match of ``regex`` starts with ``\b`` (ASCII), and every keyword with a word
-    character: a match then starts only where no word character stands before it."""
-    items = list(sre_parse.parse(regex.pattern, regex.flags))
-    first = bool(items) and items[0] == (sre.AT, sre.AT_BOUNDARY)
-    return first and bool(regex.flags & re.ASCII) and all(word[:1] in _WORD_CHARS for word in keywords)
-
-
-_WORD_CHARS = frozenset(string.ascii_letters + string.digits + "_")
-
-
-def _heads(items) -> tuple[set[str], bool]:  # noqa: ANN001 (a parse tree: no public type)
-    """The strings a pattern's matches start with, as far as they are a few literals; and
-    whether that is the whole of what the pattern matches."""
-    heads = {""}
-    for op, av in items:
-        if op is sre.AT:
-            choices, whole = {""}, True  # "\\b", "^": they take no characters
-        elif op is sre.LITERAL:
-            choices, whole = {chr(av)}, True
-        elif op is sre.IN and all(kind is sre.LITERAL for kind, _ in av):
-            choices, whole = {chr(value) for _, value in av}, True
-        elif op is sre.SUBPATTERN:
-            choices, whole = _heads(av[3])
-        elif op is sre.BRANCH:
-            choices, whole = set(), True
-            for branch in av[1]:
-                more, complete = _heads(branch)
-                choices, whole = choices | more, whole and complete
-        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT) and av[1] <= 2:
-            inner, whole = _heads(av[2])
-            choices = {"".join(parts) for count in range(av[0], av[1] + 1) for parts in _product(inner, count)}
-        else:
-            return heads, False
-        heads = {head + choice for head in heads for choice in choices}
-        if len(heads) > _MAX_HEADS or not whole:
-            return heads, False
-    return heads, True
-
-
-def _product(choices: set[str], count: int) -> Iterator[tuple[str, ...]]:
-    if count == 0:
-        yield ()
-        return
-    for rest in _product(choices, count - 1):
-        for choice in choices:
-            yield (choice, *rest)
 
 
 def _lead_start(rule: Rule, text: str, start: int, floor: int) -> int:
@@ -614,7 +349,7 @@ def _distinct_bounds(total: int, threshold: float) -> tuple[int, int]:
 def find(text: str, rule_set: RuleSet | None = None) -> Iterator[tuple[int, int, str]]:
     """``(start, end, rule id)`` of each secret the rules find in ``text``, in no set order."""
     rule_set = rule_set or load()
-    lowered = text.translate(_ASCII_LOWER)  # keywords are ASCII; str.lower() may change lengths
+    lowered = text.translate(go_regex.ASCII_LOWER)  # keywords are ASCII; str.lower() may change lengths
     possible = _Possible(lowered)
     windows_by_keyword: dict[str, list[tuple[int, int]]] = {}
     places_by_keyword: dict[str, list[int]] = {}
@@ -679,7 +414,7 @@ def _after_no_word(lowered: str, places: list[int]) -> list[int]:
     """Of ``places``, those after no word character (ASCII) or at the start: jwt's ``ey`` stands
     in every ``key``, where its ``\b`` fails (a try each cost as much as a finding; a look at
     the character before costs a tenth of a try)."""
-    return [place for place in places if not place or lowered[place - 1] not in _WORD_CHARS]
+    return [place for place in places if not place or lowered[place - 1] not in go_regex.WORD_CHARS]
 
 
 def _merged(windows: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -777,7 +512,7 @@ def _anchored_matches(
 
 class _Possible:
     """Of an allowlist's regex, whether a text could hold a match of it: not when the text holds
-    none of the strings each match holds (``_held``). A secret, its match and its line are all
+    none of the strings each match holds (``go_regex.strings_held``). A secret, its match and its line are all
     parts of the text, so a regex ruled out for the text is not searched for each finding
     (gitleaks' global allowlist is 13 regexes, most needing a ``$``, ``{``, ``%``, ``@`` or ``/``)."""
 
@@ -815,7 +550,7 @@ class _Possible:
         return found
 
     def __call__(self, pattern: re.Pattern[str]) -> bool:
-        needs = _needs(pattern)
+        needs = go_regex.strings_needed(pattern)
         return needs is None or any(need in self.lowered for need in needs)
 
 
@@ -826,7 +561,7 @@ class _Checks:
     a call per allowlist and regex. The regexes on the secret that the text could match (of
     every allowlist but an ``AND`` of regexes and stopwords) are one alternation, searched once;
     their stopwords one trie; a regex on the line is searched only where one of the strings
-    each of its matches holds (``_needs``) lies within the line, so the line is mostly never cut.
+    each of its matches holds (``go_regex.strings_needed``) lies within the line, so the line is mostly never cut.
     """
 
     def __init__(self, allowlists: tuple[Allowlist, ...], possible: _Possible) -> None:
@@ -838,13 +573,15 @@ class _Checks:
         pairs = [(a, pattern, found) for a, pattern, found in pairs if id(found) in searches[id(a)]]
         on_secret = tuple(pattern for a, pattern, _ in pairs if a.target == "secret")
         stopwords = tuple(sorted({w for a in either for w in a.stopwords}))
-        self.on_secret = _any_search(on_secret)
-        self.stopwords = _stopword_search(stopwords)
+        self.on_secret = go_regex.any_search(on_secret)
+        self.stopwords = go_regex.stopword_search(stopwords)
         self.on_match = tuple(
             _match_search(pattern, found, possible) for a, pattern, found in pairs if a.target == "match"
         )
         self.on_line = tuple(
-            (found, possible.places(_needs(pattern))) for a, pattern, found in pairs if a.target == "line"
+            (found, possible.places(go_regex.strings_needed(pattern)))
+            for a, pattern, found in pairs
+            if a.target == "line"
         )
         self.possible = possible
 
@@ -888,12 +625,12 @@ def _any_within(start: int, end: int, places: tuple[tuple[int, list[int]], ...] 
 def _match_search(
     pattern: re.Pattern[str], found: Callable[[str], bool], possible: _Possible
 ) -> tuple[Callable[[str, int, int], object] | None, Callable[[str], bool]]:
-    """``found`` (``_search_where_it_may_start``'s search of ``pattern``), and a search that
+    """``found`` (``go_regex.search_where_it_may_start``'s search of ``pattern``), and a search that
     must find something in the lower-cased text between a match's ends for ``found`` to: when
     the text holds none of the strings the plan's other choices need, no match does, and
     ``found`` tries only where a literal start stands (none of which holds a line break, which
     a match is stripped of). Most matches have no start: one search in C, no match cut."""
-    plan = _starts_and_needs(pattern)
+    plan = go_regex.starts_and_needs(pattern)
     if plan is None or any(need in possible.lowered for need in plan[1]) or "\n" in plan[0].pattern:
         return None, found
     return plan[0].search, found
@@ -903,72 +640,6 @@ def _within(start: int, end: int, size: int, places: list[int]) -> bool:
     """Whether one of ``places`` (sorted) starts a string of ``size`` within ``start``-``end``."""
     index = bisect.bisect_left(places, start)
     return index < len(places) and places[index] + size <= end
-
-
-_FLAGS_FIRST = re.compile(r"\(\?[a-zA-Z-]+\)")
-
-
-@functools.cache
-def _any_search(patterns: tuple[re.Pattern[str], ...]) -> Callable[[str], object] | None:
-    """Whether any of ``patterns`` matches somewhere in a text: those whose matches all start at
-    the text's start (a leading ``^``) one alternation tried there alone, the others one
-    searched; each in turn where they cannot be written as one (ASCII, no flags but a leading
-    ``(?i)``). One alternation searched would try the ``^`` ones at every character, which ``re``
-    spares a lone ``^`` pattern: 7 us instead of 0.2 for a 150-character secret."""
-    if not patterns:
-        return None
-    at_start = tuple(p for p in patterns if _at_start(p))
-    elsewhere = tuple(p for p in patterns if p not in at_start)
-    calls: list[Callable[[str], object]] = []
-    for each, anchored in ((at_start, True), (elsewhere, False)):
-        one = _alternation(each)
-        if one is not None:
-            calls.append(one.match if anchored else one.search)
-        else:
-            calls += [pattern.search for pattern in each]
-    if len(calls) == 1:
-        return calls[0]
-    return lambda text: any(call(text) for call in calls)
-
-
-def _at_start(pattern: re.Pattern[str]) -> bool:
-    """Whether every match of ``pattern`` starts at the text's start (``^``, not multi-line)."""
-    if pattern.flags & re.MULTILINE:
-        return False
-    items = list(sre_parse.parse(pattern.pattern, pattern.flags))
-    return bool(items) and items[0] in ((sre.AT, sre.AT_BEGINNING), (sre.AT, sre.AT_BEGINNING_STRING))
-
-
-def _alternation(patterns: tuple[re.Pattern[str], ...]) -> re.Pattern[str] | None:
-    """``patterns`` as one alternation (ASCII), a leading ``(?i)`` made a group; None when there
-    are none, or one cannot be written so."""
-    if not patterns:
-        return None
-    if len(patterns) == 1:
-        return patterns[0]
-    parts = []
-    for pattern in patterns:
-        if pattern.flags == re.ASCII and not _FLAGS_FIRST.match(pattern.pattern):
-            parts.append(f"(?:{pattern.pattern})")
-        elif pattern.flags == re.ASCII | re.IGNORECASE and pattern.pattern.startswith("(?i)"):
-            parts.append(f"(?i:{pattern.pattern[4:]})")
-        else:
-            return None
-    return re.compile("|".join(parts), re.ASCII)
-
-
-@functools.cache
-def _stopword_search(stopwords: tuple[str, ...]) -> Callable[[str], object] | None:
-    return re.compile(_trie_pattern(stopwords)).search if stopwords else None
-
-
-@functools.cache
-def _needs(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
-    """Strings, lower-cased, one of which every match of ``pattern`` holds; None when none is known."""
-    if not pattern.flags & re.ASCII:
-        return None  # its case-insensitive letters may fold to others than ASCII ones
-    held = _held(list(sre_parse.parse(pattern.pattern, pattern.flags)))
-    return tuple(sorted(word.translate(_ASCII_LOWER) for word in held)) if held else None
 
 
 def _newlines(text: str) -> list[int]:

@@ -27,7 +27,7 @@ from imprintd import __version__
 from imprintd import protocol as wire
 from imprintd.chat import Chat, QuestionTooLong, ReplyRequest, WorkspaceMissing, workspace_folder
 from imprintd.context.history import HistoryError
-from imprintd.context.sections import SectionError
+from imprintd.context.originals import SectionError
 from imprintd.conversations.compact import CompactFailed
 from imprintd.conversations.search import SearchError
 from imprintd.conversations.titles import TitleError

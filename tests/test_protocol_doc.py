@@ -65,9 +65,9 @@ async def test_the_failed_tool_step_example_is_what_the_daemon_sends(tmp_path):
 
 
 def test_the_section_retention_documented_is_the_archives():
-    from imprintd.context import sections
+    from imprintd.context import originals
 
     section = DOC.split("## imprint/read_chat_section (", 1)[1].split("\n## ", 1)[0]
     text = " ".join(section.split())
-    assert f"the last {sections.ARCHIVE_REPLIES} replies" in text
-    assert f"{sections.ARCHIVE_MAX_CHARS:,} characters" in text
+    assert f"the last {originals.ARCHIVE_REPLIES} replies" in text
+    assert f"{originals.ARCHIVE_MAX_CHARS:,} characters" in text

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from imprintd import secret_rules
+from imprintd import go_regex, secret_rules
 
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
@@ -476,11 +476,11 @@ def test_long_allowlist_alternations_tried_where_a_choice_may_start_find_what_a_
     import random
 
     allowlists = [secret_rules.load().allowlist, *(a for r in secret_rules.load().rules for a in r.allowlists)]
-    planned = [p for a in allowlists for p in a.regexes if secret_rules._starts_and_needs(p) is not None]
+    planned = [p for a in allowlists for p in a.regexes if go_regex.starts_and_needs(p) is not None]
     assert planned, "the generic rule's allowlist on the match is searched where its choices may start"
     rng, held = random.Random(41), 0
     for pattern in planned:
-        found = secret_rules._search_where_it_may_start(pattern)
+        found = go_regex.search_where_it_may_start(pattern)
         pieces = re.findall(r"[A-Za-z]{2,}", pattern.pattern) + ["_", "-", ".", ":", " ", "=", "\n", "x", "1"]
         pieces += [":jar:", "=\n", "K", "\u212a", "\u0130", "\u017f", "é"]
         for _ in range(40_000):
@@ -500,7 +500,7 @@ def test_an_allowlist_regex_ruled_out_for_the_text_could_not_match_any_part_of_i
 
     rule_set = secret_rules.load()
     patterns = [p for a in (rule_set.allowlist, *(a for r in rule_set.rules for a in r.allowlists)) for p in a.regexes]
-    needing = [p for p in patterns if secret_rules._needs(p) is not None]
+    needing = [p for p in patterns if go_regex.strings_needed(p) is not None]
     assert len(needing) > 30
     pieces = sorted({word for p in patterns for word in re.findall(r"[A-Za-z_]{2,}", p.pattern)})
     pieces += list("$%@{}/=:._- \n\t\"'1x") + ["\u212a", "\u0130", "${{", "{{", "}}", "/Users/", "/usr/", "="]
@@ -508,7 +508,7 @@ def test_an_allowlist_regex_ruled_out_for_the_text_could_not_match_any_part_of_i
     for _ in range(20_000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
         text = rng.choice([text, text.upper(), text.lower()])
-        possible = secret_rules._Possible(text.translate(secret_rules._ASCII_LOWER))
+        possible = secret_rules._Possible(text.translate(go_regex.ASCII_LOWER))
         for pattern in needing:
             if pattern.search(text) is not None:
                 matched += 1
@@ -562,7 +562,7 @@ def test_allowlists_checked_as_few_searches_allow_what_each_allowlist_allows() -
     for _ in range(1_500):
         text = "".join(piece() for _ in range(rng.randint(1, 60)))
         text = rng.choice([text, text.upper(), text.lower()])
-        possible = secret_rules._Possible(text.translate(secret_rules._ASCII_LOWER))
+        possible = secret_rules._Possible(text.translate(go_regex.ASCII_LOWER))
         for rule in rules:
             allowlists = (rule_set.allowlist, *rule.allowlists)
             checks = secret_rules._Checks(allowlists, possible)
@@ -587,7 +587,7 @@ def test_allowlist_regexes_searched_as_one_alternation_find_what_each_search_fin
     rng, matched = random.Random(44), 0
     for _ in range(4_000):
         group = tuple(rng.sample(patterns, rng.randint(1, 6)))
-        search = secret_rules._any_search(group)
+        search = go_regex.any_search(group)
         assert search is not None
         for _ in range(5):
             text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))

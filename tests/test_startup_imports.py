@@ -22,6 +22,7 @@ LOADED_ON_FIRST_USE = (
     "imprintd.models.remote",
     "imprintd.models.served",
     "imprintd.secret_rules",
+    "imprintd.go_regex",
     "snowballstemmer",
     "llama_cpp",
 )

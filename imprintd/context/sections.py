@@ -17,8 +17,8 @@ notes): the notes of the sections read are kept, never discarded, and the ``Anal
 exactly which characters were not read and why (``cut``, ``failure``, ``read_to``), with the
 setting and value that would read them (``advice``). A source that cannot be analyzed at
 all (over the size limit, a context too small for any section) is refused before any worker
-runs (``AnalysisError``): never is partial coverage returned as complete. Originals live in memory only, under random ids, per reply (``ReplySections``); a bounded
-process-wide ``SectionArchive`` keeps recent replies' registries for ``imprint/read_chat_section``.
+runs (``AnalysisError``): never is partial coverage returned as complete. The originals are
+kept, and reread, by ``imprintd.context.originals``.
 Progress goes through ``ReplyEvents.progress``, never the reply text. With analysis off
 (0 workers) tool results are clipped to a 4,000-character prefix, as before the record.
 """
@@ -27,19 +27,17 @@ from __future__ import annotations
 
 import functools
 import math
-import secrets
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import msgspec
 
+from imprintd.context.originals import READ_MAX_CHARS, ReplySections
 from imprintd.events import ReplyEvents
 from imprintd.messages import Message, ToolSpec
 from imprintd.models.base import Completion, Model, ModelError, side_requests
 from imprintd.offload import in_worker
 from imprintd.research.budget import BudgetExhausted, charged_complete
-from imprintd.tools.base import ToolError, ToolResult, parse_arguments, tool_spec
 
 __all__ = [
     "OVERLAP_CHARS",
@@ -50,20 +48,12 @@ __all__ = [
     "MAX_SECTIONS",
     "MAX_WORKERS",
     "CLIP_CHARS",
-    "READ_MAX_CHARS",
     "HEAD_CHARS",
     "TAIL_CHARS",
-    "ARCHIVE_REPLIES",
-    "ARCHIVE_MAX_CHARS",
     "USER_KIND",
     "AnalysisError",
-    "SectionError",
     "WorkerNotes",
     "Analysis",
-    "ReplySections",
-    "SectionArchive",
-    "ReadChatSectionTool",
-    "READ_CHAT_SECTION_SPEC",
     "Budget",
     "split_sections",
     "plan_sections",
@@ -95,17 +85,11 @@ MAX_SECTIONS = 64
 MAX_WORKERS = 8
 #: With analysis off, tool results keep this many leading characters (the prior behaviour).
 CLIP_CHARS = 4000
-#: The most characters one reread returns.
-READ_MAX_CHARS = 4000
 
 # -- choices of this implementation ----------------------------------------------------------
 #: The user's own oversized message keeps its head and tail: the question usually sits at an end.
 HEAD_CHARS = 300
 TAIL_CHARS = 600
-#: Recent replies whose originals ``imprint/read_chat_section`` can still read.
-ARCHIVE_REPLIES = 64
-#: ...and at most about this many characters of originals across them (the newest is always kept).
-ARCHIVE_MAX_CHARS = 16_000_000
 #: The last part of a section's window searched for a newline, then whitespace, to cut at.
 BOUNDARY_FRACTION = 0.25
 #: A section is never planned smaller than this (it must advance past its overlap).
@@ -160,10 +144,6 @@ WORKER_SYSTEM_PROMPT = (
 class AnalysisError(Exception):
     """Section analysis could not cover the whole source; the message names the limit or
     cause and how far coverage got."""
-
-
-class SectionError(ValueError):
-    """A reread that cannot be served; the message names the limit or the unknown id."""
 
 
 class Budget(Protocol):
@@ -536,7 +516,7 @@ async def analyze(
     ranges, prompts = await in_worker(
         lambda: _plan(model, source, question=worker_question, label=label, worker_context=context)
     )
-    room = sections.room()
+    room = max(0, MAX_SECTIONS - sections.sections_used)  # all analyses of the reply together
     to_read = min(len(ranges), room)
     spent_before = _spent(budget)
     _announce(events, label, ranges, prompts, to_read, budget, len(source), context, model.n_ctx)
@@ -787,181 +767,6 @@ def _coverage(ranges: Sequence[tuple[int, int]], done: int, total: int) -> str:
     if done == 0:
         return f"no section of the {len(ranges)} was analyzed"
     return f"sections 1–{done} of {len(ranges)} were analyzed (characters 0–{ranges[done - 1][1]} of {total})"
-
-
-# -- originals: per reply, and recent replies --------------------------------------------------------
-class _Original(msgspec.Struct, frozen=True):
-    text: str
-    label: str
-
-
-class ReplySections:
-    """One reply's analyzed originals, in memory under random ids, and its section count."""
-
-    def __init__(self, reply_id: str | None = None) -> None:
-        self.reply_id = reply_id
-        self._originals: dict[str, _Original] = {}
-        #: Sections analyzed in this reply so far, all analyses together (limit MAX_SECTIONS).
-        self.sections_used = 0
-
-    def register(self, text: str, label: str) -> str:
-        """Keep ``text`` and return its new random id."""
-        source_id = secrets.token_urlsafe(9)
-        while source_id in self._originals:
-            source_id = secrets.token_urlsafe(9)
-        self._originals[source_id] = _Original(text, label)
-        return source_id
-
-    @property
-    def chars(self) -> int:
-        """Characters of all originals kept."""
-        return sum(len(original.text) for original in self._originals.values())
-
-    def label(self, source_id: str) -> str:
-        return self._original(source_id).label
-
-    def length(self, source_id: str) -> int:
-        return len(self._original(source_id).text)
-
-    def read(self, source_id: str, start: int, length: int) -> str:
-        """Exactly ``text[start:start + length]`` of source ``source_id``, or SectionError."""
-        original = self._original(source_id)
-        size = len(original.text)
-        if start < 0:
-            raise SectionError(f"start must be 0 or more, not {start}")
-        if start >= size:
-            raise SectionError(
-                f"start {start} is past the end of the {original.label}, which has {size} characters "
-                f"(the last start is {size - 1})"
-            )
-        if length <= 0:
-            raise SectionError(f"length must be at least 1, not {length}")
-        if length > READ_MAX_CHARS:
-            raise SectionError(f"length {length} is too long: at most {READ_MAX_CHARS} characters per read")
-        return original.text[start : start + length]
-
-    def room(self) -> int:
-        """Sections this reply may still analyze (limit MAX_SECTIONS, all analyses together)."""
-        return max(0, MAX_SECTIONS - self.sections_used)
-
-    def count_section(self) -> None:
-        """Count one section as analyzed (a worker request that ran, whatever its outcome)."""
-        self.sections_used += 1
-
-    def _original(self, source_id: str) -> _Original:
-        original = self._originals.get(source_id)
-        if original is None:
-            raise SectionError(f"unknown source id {source_id!r}: this reply analyzed no source with that id")
-        return original
-
-
-class SectionArchive:
-    """The ``ReplySections`` of recent replies, by reply id, for ``imprint/read_chat_section``.
-
-    Bounded: at most ``max_replies`` replies and about ``max_chars`` characters of originals;
-    the oldest replies are evicted first (the newest is always kept) and then read as expired.
-    """
-
-    #: How many evicted reply ids are remembered, to say "expired" rather than "unknown".
-    _EXPIRED_MEMORY = 4096
-
-    def __init__(self, max_replies: int = ARCHIVE_REPLIES, max_chars: int = ARCHIVE_MAX_CHARS) -> None:
-        self.max_replies = max_replies
-        self.max_chars = max_chars
-        self._replies: OrderedDict[str, ReplySections] = OrderedDict()
-        self._expired: OrderedDict[str, None] = OrderedDict()
-
-    def open(self, reply_id: str) -> ReplySections:
-        """The registry of reply ``reply_id``, created (and the oldest evicted) if it is new."""
-        existing = self._replies.get(reply_id)
-        if existing is not None:
-            return existing
-        sections = ReplySections(reply_id)
-        self._replies[reply_id] = sections
-        self._expired.pop(reply_id, None)
-        self._evict()
-        return sections
-
-    def get(self, reply_id: str) -> ReplySections:
-        """The registry of reply ``reply_id``; SectionError when it is unknown or expired."""
-        sections = self._replies.get(reply_id)
-        if sections is not None:
-            return sections
-        if reply_id in self._expired:
-            raise SectionError(
-                f"reply {reply_id!r} has expired: only the sources of the last {self.max_replies} replies are kept"
-            )
-        raise SectionError(f"unknown reply id {reply_id!r}: no reply with that id analyzed a source")
-
-    def read(self, reply_id: str, source_id: str, start: int, length: int) -> str:
-        """Exact characters of a source analyzed in reply ``reply_id``, or SectionError."""
-        return self.get(reply_id).read(source_id, start, length)
-
-    def __len__(self) -> int:
-        return len(self._replies)
-
-    def _evict(self) -> None:
-        total = sum(sections.chars for sections in self._replies.values())
-        while len(self._replies) > 1 and (len(self._replies) > self.max_replies or total > self.max_chars):
-            reply_id, sections = self._replies.popitem(last=False)
-            total -= sections.chars
-            self._expired[reply_id] = None
-            while len(self._expired) > self._EXPIRED_MEMORY:
-                self._expired.popitem(last=False)
-
-
-# -- the coordinator's tool ----------------------------------------------------------------------------
-class ReadChatSectionArguments(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    source_id: Annotated[str, msgspec.Meta(description="The source id named in the analysis notes.")]
-    start: Annotated[int, msgspec.Meta(ge=0, description="First character to read (0-based).")]
-    length: Annotated[
-        int, msgspec.Meta(ge=1, le=READ_MAX_CHARS, description=f"How many characters to read, 1 to {READ_MAX_CHARS}.")
-    ]
-
-
-READ_CHAT_SECTION_SPEC = tool_spec(
-    "read_chat_section",
-    "Reread exact characters of a source that was too long to show whole and was analyzed in "
-    "sections (its notes name the source id). Returns the original text of characters "
-    f"start to start+length, at most {READ_MAX_CHARS} characters per read. Use it to check a "
-    "detail the notes mention before relying on it.",
-    ReadChatSectionArguments,
-)
-
-
-class ReadChatSectionTool:
-    """``read_chat_section`` for one reply: it reads only that reply's analyzed originals."""
-
-    spec = READ_CHAT_SECTION_SPEC
-
-    def __init__(self, sections: ReplySections) -> None:
-        self._sections = sections
-
-    def title(self, arguments: Mapping[str, Any]) -> str:
-        try:
-            source_id, start, length = (arguments[name] for name in ("source_id", "start", "length"))
-            label = self._sections.label(source_id)
-            end = min(int(start) + int(length), self._sections.length(source_id))
-            return f"Rereading characters {int(start)}–{end} of the analyzed {label}"
-        except (KeyError, TypeError, ValueError):
-            return "Rereading part of an analyzed source"
-
-    async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
-        parsed = parse_arguments(READ_CHAT_SECTION_SPEC.name, arguments, ReadChatSectionArguments)
-        source_id, start, length = parsed.source_id, parsed.start, parsed.length
-        try:
-            text = self._sections.read(source_id, start, length)
-            label = self._sections.label(source_id)
-        except SectionError as error:
-            raise ToolError(str(error)) from None
-        end = start + len(text)
-        # The text is exactly the original characters (never more than READ_MAX_CHARS, so a
-        # later clip leaves it whole); the range goes in the structure, not the text.
-        return ToolResult(
-            text=text,
-            subject=f"characters {start}–{end} of the analyzed {label}",
-            evidence=(f"section:{source_id}:{start}:{end}",),
-        )
 
 
 # -- tool results -------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from imprintd import messages as msg
 from imprintd.context import sections as sec
 from imprintd.context import usage
 from imprintd.context.fitting import Fitted, fit_prompt
+from imprintd.context.originals import ReadChatSectionTool, ReplySections
 from imprintd.events import ReplyEvents, StepState, ToolStep
 from imprintd.messages import Message, Style, ToolCall
 from imprintd.models.base import Completion, ContextExceeded, Model, ModelError, output_allowance, tell_window
@@ -90,7 +91,7 @@ class ReplyScope(msgspec.Struct, kw_only=True):
 
     model: Model
     events: ReplyEvents
-    sections: sec.ReplySections
+    sections: ReplySections
     max_tokens: int
     analysis_workers: int
     token_budget: int
@@ -170,7 +171,7 @@ class _Loop:
     def offered(self) -> list[Tool]:
         tools = list(self.tools.values())
         if self._may_reread():
-            tools.append(sec.ReadChatSectionTool(self.scope.sections))
+            tools.append(ReadChatSectionTool(self.scope.sections))
         return tools
 
     def _may_reread(self) -> bool:

@@ -112,6 +112,22 @@ def test_go_syntax_is_rewritten_for_python():
     assert not secret_rules.compile_go(r"(?:x(?i)a)b").fullmatch("xAB")  # the flag ends with its group
     assert secret_rules.compile_go(r"a\z").search("a") and not secret_rules.compile_go(r"a\z").search("a\n")
     assert secret_rules.compile_go(r"[[:alnum:]]+").fullmatch("aZ9")
+    # A flag holds through the later choices of its group, which stay choices of that group.
+    choices = secret_rules.compile_go(r"""(?:"(?i)ab"|'(?i)cd')x""")
+    assert choices.fullmatch("'CD'x") and choices.fullmatch('"AB"x') and not choices.fullmatch("\"'cd'x")
+    top = secret_rules.compile_go(r"a(?i)b|c")
+    assert top.fullmatch("C") and top.fullmatch("aB") and not top.fullmatch("aC")
+
+
+@pytest.mark.parametrize("quote", ['"', "'"])
+def test_a_curl_header_in_either_quote_is_found_by_gitleaks_rule(quote):
+    # gitleaks' curl-auth-header rule takes a header in double or in single quotes, each choice
+    # opening with its own "(?i)".
+    header = f"{quote}Authorization: Basic dXNlcjpQYTU1dzByZFh5Wg=={quote}"
+    text = f"curl -H {header} https://api.example.com"
+    assert [(text[start:end], rule) for start, end, rule in secret_rules.find(text)] == [
+        ("dXNlcjpQYTU1dzByZFh5Wg==", "curl-auth-header")
+    ]
 
 
 def test_the_rule_set_finds_nothing_in_imprintds_own_source():

@@ -10,17 +10,13 @@ import anyio
 import pytest
 
 from imprintd.context import sections as sec
+from imprintd.context.originals import READ_MAX_CHARS, ReadChatSectionTool, ReplySections, SectionArchive, SectionError
 from imprintd.context.sections import (
     CLIP_CHARS,
     NOTES_MAX_TOKENS,
     OVERLAP_CHARS,
-    READ_MAX_CHARS,
     USER_KIND,
     AnalysisError,
-    ReadChatSectionTool,
-    ReplySections,
-    SectionArchive,
-    SectionError,
     analyze,
     kind_label,
     plan_sections,

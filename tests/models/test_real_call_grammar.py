@@ -8,7 +8,7 @@ import pytest
 
 from imprintd.context.history import SPEC as HISTORY
 from imprintd.context.history import HistoryArguments
-from imprintd.context.sections import READ_CHAT_SECTION_SPEC, ReadChatSectionArguments
+from imprintd.context.originals import READ_CHAT_SECTION_SPEC, ReadChatSectionArguments
 from imprintd.messages import system, user
 from imprintd.models.chat_formats.format import ChatFormat
 from imprintd.models.chat_formats.grammar import find_opening

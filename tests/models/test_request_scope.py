@@ -11,6 +11,7 @@ import anyio
 
 from imprintd.context import sections as sec
 from imprintd.context import summary as summaries
+from imprintd.context.originals import SectionArchive
 from imprintd.messages import assistant, user
 from imprintd.models.base import RequestScope, request_scope, session_requests, side_requests
 from tests.helpers import ask, make_chat
@@ -70,7 +71,7 @@ async def test_the_summary_and_section_workers_are_side_requests():
             question="Which port?",
             workers=1,
             events=RecordingEvents(),
-            sections=sec.SectionArchive().open("reply"),
+            sections=SectionArchive().open("reply"),
         )
     assert [scope.keep for scope in model.scopes] == [False, False]
     assert {scope.session_id for scope in model.scopes} == {"s"}

@@ -18,6 +18,7 @@ import pytest
 
 from imprintd.context import sections as sec
 from imprintd.context import summary as summaries
+from imprintd.context.originals import SectionArchive
 from imprintd.messages import assistant, system, user
 from imprintd.models.base import session_requests, side_requests
 from imprintd.models.local import LocalModel
@@ -163,7 +164,7 @@ async def test_after_a_summary_and_a_section_analysis_the_saved_prefix_is_used(e
             question="Which port?",
             workers=1,
             events=RecordingEvents(),
-            sections=sec.SectionArchive().open("reply"),
+            sections=SectionArchive().open("reply"),
             budget=budget,
         )
         third = follow_up(second, after_summary.text, "And the replicas?")

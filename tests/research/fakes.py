@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from imprintd import messages as msg
-from imprintd.context import sections as sec
+from imprintd.context.originals import ReplySections
 from imprintd.messages import ToolSpec
 from imprintd.research.loop import ReplyScope
 from imprintd.tools.base import Hit, ToolError, ToolResult
@@ -53,7 +53,7 @@ def scope(model, events=None, **overrides) -> ReplyScope:
     values = dict(
         model=model,
         events=events or RecordingEvents(),
-        sections=sec.ReplySections("r1"),
+        sections=ReplySections("r1"),
         max_tokens=256,
         analysis_workers=2,
         token_budget=65536,

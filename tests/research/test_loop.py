@@ -11,6 +11,7 @@ import pytest
 
 from imprintd import messages as msg
 from imprintd.context import sections as sec
+from imprintd.context.originals import ReplySections
 from imprintd.messages import ToolSpec
 from imprintd.models.base import Completion, ModelError
 from imprintd.research import loop as loop_mod
@@ -323,7 +324,7 @@ async def test_a_repeated_oversized_result_is_not_analyzed_again():
     model = StandInModel(n_ctx=2048)
     log = "".join(f"{n:05d} routine entry nothing to see\n" for n in range(600)) + "FATAL: disk full on db-7\n"
     search = FakeSearch({"errors": ToolResult(text=log, subject="errors", evidence=("log",))})
-    sections = sec.ReplySections("r1")
+    sections = ReplySections("r1")
     rounds = [
         tool_turn(call("search", query="errors")),
         tool_turn(call("search", call_id="c2", query="errors")),
