@@ -80,46 +80,63 @@ class Fitted(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def research_pieces(history: Sequence[Message]) -> list[list[int]]:
-    """Indexes of ``history``'s tool exchanges, one list per piece, oldest first.
-
-    A piece is an assistant message with tool calls plus every later tool result that
-    answers one of its calls. A tool result whose call is not in ``history`` (its call was
-    cut earlier, e.g. by a summary) is earlier research too, and goes as a piece of its own.
-    """
-    owner: dict[str, int] = {}  # call id -> index of the assistant message that made it
-    pieces: dict[int, list[int]] = {}  # keyed by the piece's first index
-    for index, message in enumerate(history):
-        if message.role == "assistant" and message.tool_calls:
-            pieces[index] = [index]
-            # Ids can repeat across turns ("call_1" every time); a later call takes the id over.
-            for call in message.tool_calls:
-                owner[call.id] = index
-        elif message.role == "tool":
-            first = owner.get(message.tool_call_id) if message.tool_call_id is not None else None
-            if first is None:
-                pieces[index] = [index]
-            else:
-                pieces[first].append(index)
-    return [pieces[first] for first in sorted(pieces)]
+    """Indexes of ``history``'s tool exchanges, one list per piece, oldest first (``Pieces``)."""
+    pieces = Pieces()
+    for message in history:
+        pieces.add(message)
+    return [list(piece) for piece in pieces.research.values()]
 
 
 def exchange_pieces(history: Sequence[Message]) -> list[list[int]]:
-    """Indexes of ``history``'s whole exchanges, oldest first.
+    """Indexes of ``history``'s whole exchanges, oldest first (``Pieces``)."""
+    pieces = Pieces()
+    for message in history:
+        pieces.add(message)
+    return [list(piece) for piece in pieces.exchanges]
 
-    Each goes from a user question up to, not including, the next user question. Messages
-    before the first question (what is left after a summary cut) form the first piece, so
-    that after any removal the history starts with a question.
+
+@dataclass
+class Pieces:
+    """What fitting removes by, taken in one message at a time (so a session's view extends it with
+    new messages only): the rules of both kinds of piece, stated once.
+
+    A research piece (``research``, by its first index, oldest first) is an assistant message with
+    tool calls plus every later tool result that answers one of its calls. A tool result whose call
+    is not in the history (its call was cut earlier, e.g. by a summary) is earlier research too,
+    and goes as a piece of its own.
+
+    An exchange (``exchanges``) goes from a user question up to, not including, the next user
+    question. Messages before the first question (what is left after a summary cut) form the first
+    piece, so that after any removal the history starts with a question.
     """
-    pieces: list[list[int]] = []
-    current: list[int] = []
-    for index, message in enumerate(history):
-        if message.role == "user" and current:
-            pieces.append(current)
-            current = []
-        current.append(index)
-    if current:
-        pieces.append(current)
-    return pieces
+
+    taken: int = 0
+    research: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    exchanges: list[tuple[int, ...]] = field(default_factory=list)
+    owner: dict[str, int] = field(default_factory=dict)  # call id -> index of the message that made it
+
+    def add(self, message: Message) -> bool:
+        """Place the next message; whether it is research (a call or a tool result)."""
+        index = self.taken
+        self.taken += 1
+        research = message.role == "tool"
+        if message.role == "assistant" and message.tool_calls:
+            research = True
+            self.research[index] = (index,)
+            # Ids can repeat across turns ("call_1" every time); a later call takes the id over.
+            for call in message.tool_calls:
+                self.owner[call.id] = index
+        elif message.role == "tool":
+            first = self.owner.get(message.tool_call_id) if message.tool_call_id is not None else None
+            if first is None:
+                self.research[index] = (index,)
+            else:
+                self.research[first] = (*self.research[first], index)
+        if message.role == "user" or not self.exchanges:
+            self.exchanges.append((index,))
+        else:
+            self.exchanges[-1] = (*self.exchanges[-1], index)
+        return research
 
 
 def fit_prompt(
@@ -332,39 +349,21 @@ class _Counted:
     counts: list[int] = field(default_factory=list)
     starts: list[int] = field(default_factory=lambda: [0])
     spoken: list[int] = field(default_factory=lambda: [0])
-    owner: dict[str, int] = field(default_factory=dict)  # call id -> its piece's first index
-    research: dict[int, tuple[int, ...]] = field(default_factory=dict)  # by first index
-    exchanges: list[tuple[int, ...]] = field(default_factory=list)
+    pieces: Pieces = field(default_factory=Pieces)
 
     def extend(self, model: Model, messages: Sequence[Message]) -> None:
-        """Take in ``messages``, as ``research_pieces`` and ``exchange_pieces`` would place them."""
         for message in messages:
-            index = len(self.messages)
             count = model.count_message(message)
             self.messages.append(message)
             self.counts.append(count)
             self.starts.append(self.starts[-1] + count)
-            if message.role == "assistant" and message.tool_calls:
-                self.research[index] = (index,)
-                for call in message.tool_calls:
-                    self.owner[call.id] = index  # a later call takes a repeated id over
-            elif message.role == "tool":
-                first = self.owner.get(message.tool_call_id) if message.tool_call_id is not None else None
-                if first is None:
-                    self.research[index] = (index,)
-                else:
-                    self.research[first] = (*self.research[first], index)
-            research = index in self.research or message.role == "tool"
+            research = self.pieces.add(message)
             self.spoken.append(self.spoken[-1] + (0 if research else max(0, count)))
-            if message.role == "user" or not self.exchanges:
-                self.exchanges.append((index,))
-            else:
-                self.exchanges[-1] = (*self.exchanges[-1], index)
 
     def measured(self, size: int) -> _Measured:
         """For the first ``size`` messages (all of them, or fewer: then the pieces anew)."""
         if size == len(self.messages):
-            research, exchanges = list(self.research.values()), list(self.exchanges)
+            research, exchanges = list(self.pieces.research.values()), list(self.pieces.exchanges)
         else:
             history = self.messages[:size]
             research = [tuple(piece) for piece in research_pieces(history)]
