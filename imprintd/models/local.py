@@ -87,6 +87,7 @@ from imprintd.models.base import (
     request_scope,
 )
 from imprintd.models.call_grammar import CallWatch
+from imprintd.models.gguf_header import GGUF_MAGIC, read_gguf_string
 from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
 from imprintd.models.templates import LEAD_USER, ChatTemplate, TemplateError
@@ -95,7 +96,6 @@ from imprintd.offload import ToLoop, in_model_thread, in_worker
 
 logger = logging.getLogger("imprintd.models.local")
 
-GGUF_MAGIC = b"GGUF"
 #: The context from which ``chat.reasoning = "auto"`` lets a model think (docs/decisions.md, "Reasoning").
 THINKING_CONTEXT = 32768
 #: The clock deadlines are measured on (a module attribute so tests can move time on).
@@ -159,17 +159,6 @@ def thinking_for(reasoning: str, n_ctx: int) -> bool:
 def template_renders_tools(template: str) -> bool:
     """Whether a chat template shows the tool schemas it is given."""
     return ChatTemplate(template, model_name="the model").renders_tools
-
-
-def read_gguf_string(path: Path, key: str) -> str | None:
-    """One string value of a GGUF file's metadata (e.g. its chat template), without llama.cpp;
-    None when it is absent or not a string. Read by ``on_disk.read_metadata``, within its bounds
-    (64 MiB of header, arrays nested 8 deep), so a damaged header is a ValueError naming what
-    is wrong, never a recursion or a read past the file."""
-    from imprintd.models.on_disk import read_metadata
-
-    value = read_metadata(path).get(key)
-    return value if isinstance(value, str) else None
 
 
 def _has_amx() -> bool:

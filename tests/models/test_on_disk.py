@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from imprintd.models.embedded import find_embedded_model
-from imprintd.models.on_disk import describe, find_models, places, read_metadata
+from imprintd.models.gguf_header import read_metadata
+from imprintd.models.on_disk import describe, find_models, places
 
 EMBEDDED = find_embedded_model()
 needs_embedded = pytest.mark.skipif(EMBEDDED is None, reason="the embedded model (imprintd[embedded]) is not installed")
