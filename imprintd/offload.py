@@ -227,9 +227,28 @@ class ToLoop:
 
     def call(self, fn: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> None:
         """Run ``fn(*args, **kwargs)`` on the loop after the calls handed over before it (thread side)."""
+        call = functools.partial(fn, *args, **kwargs)
+        self._hand_over(lambda pending: pending.append(call))
+
+    def join(self, fn: Callable[[str], object], text: str) -> None:
+        """Like ``call(fn, text)``, but text handed over for the same ``fn`` right after another
+        piece still waiting for the loop joins it: ``fn`` runs once on the pieces together (a
+        reply's tokens of one turn of the loop go out as one notification, not one each)."""
+
+        def add(pending: list[Callable[[], object]]) -> None:
+            last = pending[-1] if pending else None
+            if isinstance(last, _Joined) and last.fn is fn:
+                last.pieces.append(text)
+            else:
+                pending.append(_Joined(fn, [text]))
+
+        self._hand_over(add)
+
+    def _hand_over(self, add: Callable[[list[Callable[[], object]]], None]) -> None:
+        """``add`` puts a call in the pending list, under the lock; the loop is woken if it is time."""
         now = time.monotonic()
         with self._lock:
-            self._pending.append(functools.partial(fn, *args, **kwargs))
+            add(self._pending)
             wake = not self._asked and now - self._woken >= self._every
             if wake:
                 self._asked, self._woken = True, now
@@ -249,3 +268,14 @@ class ToLoop:
             except Exception as error:  # noqa: BLE001 (kept for the thread's owner to raise)
                 self.failure = error
                 self._on_failure()
+
+
+class _Joined:
+    """Pieces of text for one callback, waiting for the loop together (``ToLoop.join``)."""
+
+    def __init__(self, fn: Callable[[str], object], pieces: list[str]) -> None:
+        self.fn = fn
+        self.pieces = pieces
+
+    def __call__(self) -> object:
+        return self.fn("".join(self.pieces))

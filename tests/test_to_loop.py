@@ -69,3 +69,47 @@ async def test_calls_within_the_interval_wait_for_the_next_turn_or_the_owner_in_
     assert ran == taken  # within the interval: no wake-up asked for
     to_loop.run_pending()  # the owner, once the thread is done
     assert ran == list(range(8))
+
+
+async def test_text_waiting_for_the_same_turn_joins_into_one_call_in_order_with_the_rest():
+    to_loop = ToLoop(asyncio.get_running_loop(), every=3600.0)
+    ran: list[tuple[str, str]] = []
+
+    def text(piece: str) -> None:
+        ran.append(("text", piece))
+
+    def thought(piece: str) -> None:
+        ran.append(("thought", piece))
+
+    def hand_over() -> None:
+        for piece in ("Hel", "lo", ","):
+            to_loop.join(text, piece)
+        to_loop.join(thought, "hm")
+        to_loop.join(text, " world")
+        to_loop.call(ran.append, ("call", "end"))
+        to_loop.join(text, "!")
+
+    to_loop.run_pending()  # nothing yet
+    await asyncio.to_thread(hand_over)
+    to_loop.run_pending()
+    # What woke the loop went on its own; after it, pieces joined until another callback came.
+    text_sent = "".join(piece for kind, piece in ran if kind == "text")
+    assert text_sent == "Hello, world!"
+    assert [kind for kind, _ in ran if kind != "text"] == ["thought", "call"]
+    assert ran[-4:] == [("thought", "hm"), ("text", " world"), ("call", "end"), ("text", "!")]
+    assert len(ran) <= 6  # "Hel" may have gone alone when the first piece woke the loop
+
+
+async def test_joined_text_still_wakes_the_loop_once_the_interval_has_passed():
+    to_loop = ToLoop(asyncio.get_running_loop(), every=0.0)
+    ran: list[str] = []
+    delivered = asyncio.Event()
+
+    def text(piece: str) -> None:
+        ran.append(piece)
+        if "".join(ran) == "abc":
+            delivered.set()
+
+    await asyncio.to_thread(lambda: [to_loop.join(text, piece) for piece in "abc"])
+    await asyncio.wait_for(delivered.wait(), timeout=60)  # no owner's run_pending needed
+    assert "".join(ran) == "abc"

@@ -51,6 +51,7 @@ import asyncio
 import codecs
 import copy
 import ctypes
+import functools
 import logging
 import math
 import os
@@ -671,13 +672,17 @@ class LocalModel:
             if not run.stop.is_set():
                 callback(piece)
 
+        # One each, so that pieces waiting for the same turn of the loop join into one call.
+        text_out = functools.partial(deliver, on_text) if on_text is not None else None
+        thoughts_out = functools.partial(deliver, on_reasoning) if on_reasoning is not None else None
+
         def emit(piece: str) -> None:
-            if on_text is not None:
-                to_loop.call(deliver, on_text, piece)
+            if text_out is not None:
+                to_loop.join(text_out, piece)
 
         def think(piece: str) -> None:
-            if on_reasoning is not None:
-                to_loop.call(deliver, on_reasoning, piece)
+            if thoughts_out is not None:
+                to_loop.join(thoughts_out, piece)
 
         def work() -> _Result:
             try:
