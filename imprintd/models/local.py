@@ -102,6 +102,9 @@ THINKING_CONTEXT = 32768
 _clock = time.monotonic
 #: Cached per-message counts kept (a conversation plus its research rounds fits many times over).
 MESSAGE_CACHE_SIZE = 8192
+#: Whole prompts whose tokens are kept by their text (``_Loaded.tokenize_prompt``): a reply's
+#: fitting, budget and generation tokenize the same few prompts.
+PROMPTS_KEPT = 8
 #: Seconds between the model thread's wake-ups of the event loop with the text generated since:
 #: 66 updates a second, more than an editor shows, where a wake-up a token took 3% of a short
 #: reply from the model thread (README, "Benchmarks").
@@ -236,11 +239,28 @@ class _Loaded:
         self.native_tools = self.chat.native
         self.active: _Run | None = None
         self.generation_lock = threading.Lock()
+        self._prompts: OrderedDict[str, array] = OrderedDict()
+        self._prompts_lock = threading.Lock()
         self._install_eval_hook()
 
     def tokenize(self, text: str) -> list[int]:
         # The template writes any BOS itself, so none is added (as llama-cpp-python and HF do).
         return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def tokenize_prompt(self, text: str) -> list[int]:
+        """``tokenize(text)`` for a whole rendered prompt, the last ``PROMPTS_KEPT`` kept by their
+        text: a reply measures the prompt it sends (fitting, the budget) before generating it."""
+        with self._prompts_lock:
+            kept = self._prompts.get(text)
+            if kept is not None:
+                self._prompts.move_to_end(text)
+                return kept.tolist()
+        tokens = self.tokenize(text)
+        with self._prompts_lock:
+            self._prompts[text] = array("i", tokens)
+            if len(self._prompts) > PROMPTS_KEPT:
+                self._prompts.popitem(last=False)
+        return tokens
 
     def is_end(self, token: int) -> bool:
         return token in self.stop_ids or bool(self._lib.llama_vocab_is_eog(self._vocab, token))
@@ -525,7 +545,7 @@ class LocalModel:
         return self.load().chat.render(messages, tools)
 
     def prompt_tokens(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> list[int]:
-        return self.load().tokenize(self.render_prompt(messages, tools))
+        return self.load().tokenize_prompt(self.render_prompt(messages, tools))
 
     # -- counting -------------------------------------------------------------------------------
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
