@@ -105,9 +105,10 @@ MESSAGE_CACHE_SIZE = 8192
 #: Whole prompts whose tokens are kept by their text (``_Loaded.tokenize_prompt``): a reply's
 #: fitting, budget and generation tokenize the same few prompts.
 PROMPTS_KEPT = 8
-#: Seconds between the model thread's wake-ups of the event loop with the text generated since:
-#: 66 updates a second, more than an editor shows, where a wake-up a token took 3% of a short
-#: reply from the model thread (README, "Benchmarks").
+#: Seconds between the event loop's looks at the text the model thread generated since (a timer
+#: of the loop's: the model thread never wakes it): 66 updates a second, more than an editor
+#: shows, where a wake-up a token took 3% of a short reply from the model thread (README,
+#: "Benchmarks").
 STREAM_EVERY_S = 0.015
 #: End-of-turn markers of common templates; those the template uses stop generation too.
 _END_OF_TURN_MARKERS = (
@@ -728,6 +729,8 @@ class LocalModel:
             to_loop.run_pending()  # what streamed before the failure, as it would have
             # What llama-cpp-python raises when a decode fails (out of context, memory, ...).
             raise ModelError(f"llama.cpp failed while generating: {error}") from error
+        finally:
+            to_loop.close()
 
     def _generate(
         self,
