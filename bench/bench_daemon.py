@@ -8,7 +8,10 @@
    daemon's usage log line) and wrote the same text; if not, it says how they differ and exits 2.
    The direct loop runs in a thread at the daemon's model-thread priority, so both compete
    alike for a shared machine's cores. Both run warm (the model loaded), alternated, several
-   times; the ratio of medians is printed, and each side's CPU time beside it. Target <= 1.05.
+   times; the ratio of medians is printed, and each side's CPU time beside it (both whole
+   processes). After each daemon reply the bench waits for the daemon's CPU to settle and
+   prints what it used meanwhile (the previous session's state written while the model is
+   idle), so that work is counted but never runs beside the direct loop. Target <= 1.05.
 2. ``initialize``: the daemon against a bare pygls server answering ``initialize``, both
    measured from spawning the process to the response (imports included; both with their
    bytecode compiled, as an install leaves it) and as a round trip on a running process.
