@@ -8,9 +8,9 @@ only, so a vocabulary costs no memory; a damaged header is a ``NotGguf`` (a ``Va
 what is wrong, never a recursion or a read past the file. A FIFO or a device is never read.
 
 Ours rather than llama.cpp's ``gguf`` package: its ``GGUFReader`` maps the whole file and turns
-every metadata item into numpy arrays, 5.5–6.8 s for the embedded SmolLM2's header (a
-49,152-token vocabulary) against 44–95 ms here, and its import (numpy) costs 300–480 ms
-(docs/decisions.md, "One GGUF header reader").
+every metadata item into numpy arrays, about 80 times slower on the embedded SmolLM2's header (a
+49,152-token vocabulary), and its import brings numpy (docs/decisions.md, "One GGUF header
+reader"; ``bench/bench_gguf_header.py``).
 """
 
 from __future__ import annotations
