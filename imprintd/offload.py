@@ -28,12 +28,10 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
-import math
 import os
 import queue
 import sys
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -205,12 +203,16 @@ class ToLoop:
     The model thread hands over each token's text this way. Waiting for the loop to run each
     call (``anyio.from_thread.run_sync``) cost a switch between threads and a wake-up of the loop
     a token, 8% of a short reply in the bench's profile (README, "Benchmarks"); now the
-    thread goes on generating meanwhile. The loop is woken at most once every ``every`` seconds:
-    calls handed over in between join the next turn, which the next call after the interval asks
-    for, or the owner's ``run_pending`` once the thread is done (each wake-up of the loop took the
-    lowered model thread's core for a while). The first exception a call raises is kept
-    (``failure``) for the thread's owner to raise, ``on_failure`` is told, and the calls after it
-    are dropped.
+    thread goes on generating meanwhile. With ``every`` > 0 the thread wakes the loop for its
+    first call only (the first token shows at once, and a callback that cancels runs before the
+    next token); after it the loop takes what was handed over every ``every`` seconds, on a timer
+    of its own (started here, on the loop's thread, and stopped by ``close``), and the owner's
+    ``run_pending`` takes the rest once the thread is done. A wake-up from the thread (a write to
+    the loop's self-pipe) left the lowered model thread waiting for the interpreter lock while the
+    loop sent what it was handed, milliseconds a wake-up on a busy machine. With ``every`` = 0
+    each call the loop has not yet been asked for wakes it. The first exception a
+    call raises is kept (``failure``) for the thread's owner to raise, ``on_failure`` is told,
+    and the calls after it are dropped.
     """
 
     def __init__(
@@ -222,19 +224,50 @@ class ToLoop:
         self._pending: list[Callable[[], object]] = []
         self._lock = threading.Lock()
         self._asked = False  # a turn of the loop is asked for and has not run yet
-        self._woken = -math.inf
+        self._woken = False  # the thread woke the loop once
+        self._timer: asyncio.TimerHandle | None = loop.call_later(every, self._tick) if every > 0 else None
         self.failure: BaseException | None = None
 
     def call(self, fn: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> None:
         """Run ``fn(*args, **kwargs)`` on the loop after the calls handed over before it (thread side)."""
-        now = time.monotonic()
+        call = functools.partial(fn, *args, **kwargs)
+        self._hand_over(lambda pending: pending.append(call))
+
+    def join(self, fn: Callable[[str], object], text: str) -> None:
+        """Like ``call(fn, text)``, but text handed over for the same ``fn`` right after another
+        piece still waiting for the loop joins it: ``fn`` runs once on the pieces together (a
+        reply's tokens of one turn of the loop go out as one notification, not one each)."""
+
+        def add(pending: list[Callable[[], object]]) -> None:
+            last = pending[-1] if pending else None
+            if isinstance(last, _Joined) and last.fn is fn:
+                last.pieces.append(text)
+            else:
+                pending.append(_Joined(fn, [text]))
+
+        self._hand_over(add)
+
+    def _hand_over(self, add: Callable[[list[Callable[[], object]]], None]) -> None:
+        """``add`` puts a call in the pending list, under the lock; without a timer, the loop is
+        woken unless it was asked already."""
         with self._lock:
-            self._pending.append(functools.partial(fn, *args, **kwargs))
-            wake = not self._asked and now - self._woken >= self._every
+            add(self._pending)
+            wake = not self._asked and (self._every <= 0 or not self._woken)
             if wake:
-                self._asked, self._woken = True, now
+                self._asked = self._woken = True
         if wake:
             self._loop.call_soon_threadsafe(self.run_pending)
+
+    def _tick(self) -> None:
+        self.run_pending()
+        if self._timer is not None:
+            self._timer = self._loop.call_later(self._every, self._tick)
+
+    def close(self) -> None:
+        """Stop the loop's timer (loop side); calls handed over afterwards wait for ``run_pending``."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def run_pending(self) -> None:
         """Run every call handed over and not yet run (loop side)."""
@@ -249,3 +282,14 @@ class ToLoop:
             except Exception as error:  # noqa: BLE001 (kept for the thread's owner to raise)
                 self.failure = error
                 self._on_failure()
+
+
+class _Joined:
+    """Pieces of text for one callback, waiting for the loop together (``ToLoop.join``)."""
+
+    def __init__(self, fn: Callable[[str], object], pieces: list[str]) -> None:
+        self.fn = fn
+        self.pieces = pieces
+
+    def __call__(self) -> object:
+        return self.fn("".join(self.pieces))

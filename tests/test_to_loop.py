@@ -58,7 +58,7 @@ async def test_a_call_that_fails_is_kept_the_owner_told_and_later_calls_dropped(
     assert told.is_set()
 
 
-async def test_calls_within_the_interval_wait_for_the_next_turn_or_the_owner_in_order():
+async def test_with_an_interval_the_thread_wakes_the_loop_once_and_the_owner_takes_the_rest_in_order():
     to_loop = ToLoop(asyncio.get_running_loop(), every=3600.0)
     ran: list[int] = []
     await asyncio.to_thread(lambda: [to_loop.call(ran.append, n) for n in range(5)])
@@ -66,6 +66,64 @@ async def test_calls_within_the_interval_wait_for_the_next_turn_or_the_owner_in_
     taken = list(ran)
     assert taken and taken == list(range(len(taken)))
     await asyncio.to_thread(lambda: [to_loop.call(ran.append, n) for n in range(5, 8)])
-    assert ran == taken  # within the interval: no wake-up asked for
+    await asyncio.sleep(0)
+    assert ran == taken  # the thread woke it once only; the loop's timer has not come round
     to_loop.run_pending()  # the owner, once the thread is done
     assert ran == list(range(8))
+    to_loop.close()
+
+
+async def test_the_loops_timer_takes_what_the_thread_hands_over_until_closed():
+    to_loop = ToLoop(asyncio.get_running_loop(), every=0.001)
+    ran: list[int] = []
+    arrived = asyncio.Event()
+
+    def note(n: int) -> None:
+        ran.append(n)
+        if n == 2:
+            arrived.set()
+
+    await asyncio.to_thread(lambda: [to_loop.call(note, n) for n in range(3)])
+    await asyncio.wait_for(arrived.wait(), timeout=60)  # no owner's run_pending needed
+    assert ran == [0, 1, 2]
+    to_loop.close()
+    await asyncio.to_thread(to_loop.call, note, 3)
+    await asyncio.sleep(0.01)  # several of the closed timer's intervals: it does not come round
+    assert ran == [0, 1, 2]
+    to_loop.run_pending()
+    assert ran == [0, 1, 2, 3]
+
+
+async def test_text_waiting_for_the_same_turn_joins_into_one_call_in_order_with_the_rest():
+    to_loop = ToLoop(asyncio.get_running_loop(), every=3600.0)
+    ran: list[tuple[str, str]] = []
+
+    def text(piece: str) -> None:
+        ran.append(("text", piece))
+
+    def thought(piece: str) -> None:
+        ran.append(("thought", piece))
+
+    def hand_over() -> None:
+        for piece in ("Hel", "lo", ","):
+            to_loop.join(text, piece)
+        to_loop.join(thought, "hm")
+        to_loop.join(text, " world")
+        to_loop.call(ran.append, ("call", "end"))
+        to_loop.join(text, "!")
+
+    to_loop.join(text, "")  # the one wake-up of the loop, spent here
+    await asyncio.sleep(0)  # the turn it asked for runs it
+    assert ran == [("text", "")]
+    await asyncio.to_thread(hand_over)
+    to_loop.run_pending()
+    # Pieces for one callback joined until another callback came between.
+    assert ran == [
+        ("text", ""),
+        ("text", "Hello,"),
+        ("thought", "hm"),
+        ("text", " world"),
+        ("call", "end"),
+        ("text", "!"),
+    ]
+    to_loop.close()

@@ -33,7 +33,7 @@
   beforehand how much of a prompt it holds, which the research budget charges by. Rendering is deterministic (the
   template's ``strftime_now`` returns the date the model was loaded) so equal leading messages
   give equal leading tokens.
-* **Per-session state** (``state_cache.py``). After a session's coordinator round or final
+* **Per-session state** (``local_states.py``, stored by ``state_cache.py``). After a session's coordinator round or final
   answer, llama.cpp's context holds that session's state; it is copied (with the tokens it holds)
   only when another request is about to replace it (a summary, a section worker, another
   session) or the states are closed, never before a reply returns, and not at all when the
@@ -52,8 +52,8 @@ import asyncio
 import codecs
 import copy
 import ctypes
+import functools
 import hashlib
-import json
 import logging
 import math
 import os
@@ -89,23 +89,28 @@ from imprintd.models.base import (
 )
 from imprintd.models.chat_formats.calls import ParsedOutput
 from imprintd.models.chat_formats.format import CallWatch
+from imprintd.models.gguf_header import GGUF_MAGIC, read_gguf_string
+from imprintd.models.local_states import SessionStates, fingerprint, live_reuse
 from imprintd.models.repetition import RepetitionGuard, cut_before_loop
-from imprintd.models.state_cache import FORMAT_VERSION, SavedState, StateCache, common_prefix, delete_session_files
+from imprintd.models.state_cache import SavedState, StateCache, common_prefix
 from imprintd.models.templates import LEAD_USER, ChatTemplate, TemplateError
 from imprintd.offload import ToLoop, in_model_thread, in_worker
 
 logger = logging.getLogger("imprintd.models.local")
 
-GGUF_MAGIC = b"GGUF"
 #: The context from which ``chat.reasoning = "auto"`` lets a model think (docs/decisions.md, "Reasoning").
 THINKING_CONTEXT = 32768
 #: The clock deadlines are measured on (a module attribute so tests can move time on).
 _clock = time.monotonic
 #: Cached per-message counts kept (a conversation plus its research rounds fits many times over).
 MESSAGE_CACHE_SIZE = 8192
-#: Seconds between the model thread's wake-ups of the event loop with the text generated since:
-#: 66 updates a second, more than an editor shows, where a wake-up a token took 3% of a short
-#: reply from the model thread (README, "Benchmarks").
+#: Whole prompts whose tokens are kept by their text (``_Loaded.tokenize_prompt``): a reply's
+#: fitting, budget and generation tokenize the same few prompts.
+PROMPTS_KEPT = 8
+#: Seconds between the event loop's looks at the text the model thread generated since (a timer
+#: of the loop's: the model thread never wakes it): 66 updates a second, more than an editor
+#: shows, where a wake-up a token took 3% of a short reply from the model thread (README,
+#: "Benchmarks").
 STREAM_EVERY_S = 0.015
 #: End-of-turn markers of common templates; those the template uses stop generation too.
 _END_OF_TURN_MARKERS = (
@@ -160,17 +165,6 @@ def thinking_for(reasoning: str, n_ctx: int) -> bool:
 def template_renders_tools(template: str) -> bool:
     """Whether a chat template shows the tool schemas it is given."""
     return ChatTemplate(template, model_name="the model").renders_tools
-
-
-def read_gguf_string(path: Path, key: str) -> str | None:
-    """One string value of a GGUF file's metadata (e.g. its chat template), without llama.cpp;
-    None when it is absent or not a string. Read by ``on_disk.read_metadata``, within its bounds
-    (64 MiB of header, arrays nested 8 deep), so a damaged header is a ValueError naming what
-    is wrong, never a recursion or a read past the file."""
-    from imprintd.models.on_disk import read_metadata
-
-    value = read_metadata(path).get(key)
-    return value if isinstance(value, str) else None
 
 
 def _has_amx() -> bool:
@@ -248,11 +242,28 @@ class _Loaded:
         self.native_tools = self.chat.native
         self.active: _Run | None = None
         self.generation_lock = threading.Lock()
+        self._prompts: OrderedDict[str, array] = OrderedDict()
+        self._prompts_lock = threading.Lock()
         self._install_eval_hook()
 
     def tokenize(self, text: str) -> list[int]:
         # The template writes any BOS itself, so none is added (as llama-cpp-python and HF do).
         return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def tokenize_prompt(self, text: str) -> list[int]:
+        """``tokenize(text)`` for a whole rendered prompt, the last ``PROMPTS_KEPT`` kept by their
+        text: a reply measures the prompt it sends (fitting, the budget) before generating it."""
+        with self._prompts_lock:
+            kept = self._prompts.get(text)
+            if kept is not None:
+                self._prompts.move_to_end(text)
+                return kept.tolist()
+        tokens = self.tokenize(text)
+        with self._prompts_lock:
+            self._prompts[text] = array("i", tokens)
+            if len(self._prompts) > PROMPTS_KEPT:
+                self._prompts.popitem(last=False)
+        return tokens
 
     def is_end(self, token: int) -> bool:
         return token in self.stop_ids or bool(self._lib.llama_vocab_is_eog(self._vocab, token))
@@ -390,13 +401,11 @@ class LocalModel:
         self.last_usage: Usage | None = None
         # Per-session states (chat.state_cache_memory / chat.state_cache_disk bytes; 0 is off),
         # the cache created with the model, when its identity is known.
-        self._state_limits = (state_cache_memory, state_cache_disk)
-        self._state_folder = Path(state_folder).expanduser() if state_folder is not None else None
-        self.states: StateCache | None = None
-        #: The session whose state llama.cpp's context holds, not copied yet (see ``_displace``).
-        self._unsaved: RequestScope | None = None
-        #: What the latest request restored: (session, tokens of the state, "memory" or "disk").
-        self.last_restore: tuple[str, int, str] | None = None
+        self._sessions = SessionStates(
+            memory_bytes=state_cache_memory,
+            disk_bytes=state_cache_disk,
+            folder=Path(state_folder).expanduser() if state_folder is not None else None,
+        )
         #: Seconds the latest request took to its first token once it held the model (a state
         #: restored and the prompt evaluated), for the benchmark.
         self.last_first_token_s: float | None = None
@@ -413,13 +422,7 @@ class LocalModel:
         with self._load_lock:
             if self._loaded is None:
                 loaded = self._load()
-                memory, disk = self._state_limits
-                self.states = StateCache(
-                    self._state_folder if disk > 0 else None,
-                    self._fingerprint(loaded),
-                    memory_bytes=memory,
-                    disk_bytes=disk,
-                )
+                self._sessions.open(fingerprint(loaded, self.model_path, self._extra_buffers))
                 self._loaded = loaded
                 # llama.cpp's weights and context are freed when this model is: llama-cpp-python's
                 # objects refer to themselves (its tokenizer, its free callbacks), so without an
@@ -430,168 +433,38 @@ class LocalModel:
                 freeing.atexit = False  # at exit the model thread may still be generating
             return self._loaded
 
-    def _fingerprint(self, loaded: _Loaded) -> str:
-        """What a saved state is valid for: the model file, the context's settings, the build."""
-        import llama_cpp
+    # -- per-session state (local_states.py) ------------------------------------------------------
+    @property
+    def states(self) -> StateCache | None:
+        """The states of the loaded model (None before it loads)."""
+        return self._sessions.cache
 
-        llama = loaded.llama
-        stat = self.model_path.stat()
-        params = llama.context_params
-        identity = {
-            "format": FORMAT_VERSION,
-            "model": str(self.model_path.resolve()),
-            "size": stat.st_size,
-            "mtime_ns": stat.st_mtime_ns,
-            "n_ctx": llama.n_ctx(),
-            "n_batch": llama.n_batch,
-            "context": {
-                name: str(getattr(params, name, None))
-                for name in ("n_ubatch", "type_k", "type_v", "flash_attn_type", "offload_kqv", "swa_full", "kv_unified")
-            },
-            "extra_buffers": self._extra_buffers,
-            "template": hashlib.sha256(loaded.template.encode("utf-8")).hexdigest(),
-            "llama_cpp": llama_cpp.__version__,
-            "system": llama_cpp.llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
-        }
-        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()
+    @property
+    def last_restore(self) -> tuple[str, int, str] | None:
+        """What the latest request restored: (session, tokens of the state, "memory" or "disk")."""
+        return self._sessions.last_restore
 
-    # -- per-session state ------------------------------------------------------------------
     def set_state_limits(self, *, memory_bytes: int, disk_bytes: int) -> None:
         """Apply new ``chat.state_cache_memory`` / ``chat.state_cache_disk`` values."""
-        if (memory_bytes, disk_bytes) == self._state_limits:
-            return
-        self._state_limits = (memory_bytes, disk_bytes)
-        if self.states is not None:
-            if self.states.folder is None and disk_bytes > 0:
-                self.states.folder = self._state_folder
-            self.states.set_limits(memory_bytes=memory_bytes, disk_bytes=disk_bytes)
+        self._sessions.set_limits(memory_bytes=memory_bytes, disk_bytes=disk_bytes)
 
     def forget_session(self, session_id: str) -> None:
         """Delete the session's states, in memory and on disk."""
-        unsaved = self._unsaved
-        if unsaved is not None and unsaved.session_id == session_id:
-            self._unsaved = None
-        if self.states is not None:
-            self.states.forget(session_id)
-        if self._state_folder is not None:
-            delete_session_files(self._state_folder, session_id)
+        self._sessions.forget(session_id)
 
     def close_states(self, timeout: float = 10.0) -> None:
         """Keep the state the context holds, write the states still queued (each within
         ``timeout``), free the rest and stop the writer."""
-        self.save_context_state(timeout)
-        if self.states is not None:
-            self.states.close(timeout)
+        self._sessions.close(self._loaded, timeout)
 
     def save_context_state(self, timeout: float = 10.0) -> bool:
         """Copy the session state llama.cpp's context holds into the cache now, waiting up to
         ``timeout`` for a generation in progress; False if that did not end in time."""
-        loaded = self._loaded
-        if loaded is None or self._unsaved is None:
-            return True
-        if not loaded.generation_lock.acquire(timeout=timeout):
-            return False
-        try:
-            owner, self._unsaved = self._unsaved, None
-            if owner is not None:
-                self._keep_state(loaded, owner)
-        finally:
-            loaded.generation_lock.release()
-        return True
-
-    def _recurrent(self, loaded: _Loaded) -> bool:
-        llama = loaded.llama
-        return bool(getattr(llama, "_is_recurrent", False) or getattr(llama, "_is_hybrid", False))
-
-    def _state_reuse(self, loaded: _Loaded, prompt_length: int) -> Callable[[int, int], int]:
-        """How many prompt tokens a restored state would keep, as ``Llama.generate`` reuses them."""
-        recurrent = self._recurrent(loaded)
-
-        def reuse(common: int, state_tokens: int) -> int:
-            if recurrent:
-                # A recurrent memory cannot be cut back: only a state the prompt extends helps.
-                return common if common == state_tokens < prompt_length else 0
-            return common - 1 if common and common == prompt_length else common
-
-        return reuse
-
-    def _best_state(self, loaded: _Loaded, scope: RequestScope | None, prompt: array, held: int):
-        if (
-            self.states is None
-            or scope is None
-            or not scope.keep
-            or not self.states.memory_bytes
-            and not (self.states.folder and self.states.disk_bytes)
-        ):
-            return None
-        candidate = self.states.best(scope.session_id, prompt, self._state_reuse(loaded, len(prompt)))
-        return candidate if candidate is not None and candidate.reused > held else None
+        return self._sessions.save_context(self._loaded, timeout)
 
     def _restore_state(self, loaded: _Loaded, run: _Run, tokens: list[int]) -> None:
         """Before a session's request: restore its best state when it beats what the context holds."""
-        self.last_restore = None
-        scope = run.scope
-        if self.states is None or scope is None or not scope.keep:
-            return
-        prompt = array("i", tokens)
-        held = _live_reuse(common_prefix(loaded.held_tokens(), prompt), len(prompt))
-        candidate = self._best_state(loaded, scope, prompt, held)
-        if candidate is None:
-            return
-        state = self.states.take(candidate)
-        if state is None:
-            return
-        if not loaded.restore_sequence(state):
-            self.states.discard(candidate, "llama.cpp could not load it")
-            return
-        self.last_restore = (scope.session_id, len(state.tokens), candidate.where)
-        logger.info(
-            "restored a model state of %d tokens from %s (%d of %d prompt tokens reused; the context held %d)",
-            len(state.tokens),
-            candidate.where,
-            candidate.reused,
-            len(prompt),
-            held,
-        )
-
-    def _displace(self, loaded: _Loaded, run: _Run) -> None:
-        """Before a request, under the generation lock: copy the state of the session the context
-        holds if this request would replace it.
-
-        The copy is taken here rather than after the session's own request, so that request's
-        reply never waits for it, and the session's next round, which extends the context, needs
-        no copy at all: the state after that round holds the same prefix and more.
-        """
-        owner, self._unsaved = self._unsaved, None
-        if owner is None:
-            return
-        scope = run.scope
-        if scope is not None and scope.keep and scope.session_id == owner.session_id:
-            return
-        self._keep_state(loaded, owner)
-
-    def _keep_state(self, loaded: _Loaded, scope: RequestScope) -> None:
-        """Keep what llama.cpp holds as ``scope``'s session state (a copy of its KV cache)."""
-        states = self.states
-        if states is None or not scope.keep or states.closing:
-            return
-        if not states.memory_bytes and not (states.folder is not None and states.disk_bytes):
-            return
-        started = time.perf_counter()
-        saved = loaded.save_sequence()
-        if saved is None:
-            return
-        tokens, data = saved
-        states.keep(
-            SavedState(session_id=scope.session_id, tokens=tokens, data=data, serial=states.new_serial()),
-            persist=scope.persist,
-        )
-        logger.debug(
-            "kept a model state of %d tokens (%d bytes) in %.1f ms",
-            len(tokens),
-            len(data),
-            (time.perf_counter() - started) * 1000,
-        )
+        self._sessions.restore(loaded, run.scope, tokens)
 
     def _load(self) -> _Loaded:
         check_gguf(self.model_path)
@@ -677,7 +550,7 @@ class LocalModel:
         return self.load().chat.render(messages, tools)
 
     def prompt_tokens(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> list[int]:
-        return self.load().tokenize(self.render_prompt(messages, tools))
+        return self.load().tokenize_prompt(self.render_prompt(messages, tools))
 
     # -- counting -------------------------------------------------------------------------------
     def count_prompt(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
@@ -706,8 +579,8 @@ class LocalModel:
         tokens = self.prompt_tokens(messages, tools)
         loaded = self.load()
         prompt = array("i", tokens)
-        held = _live_reuse(common_prefix(loaded.held_tokens(), prompt), len(prompt))
-        candidate = self._best_state(loaded, request_scope(), prompt, held)
+        held = live_reuse(common_prefix(loaded.held_tokens(), prompt), len(prompt))
+        candidate = self._sessions.best(loaded, request_scope(), prompt, held)
         return len(tokens), candidate.reused if candidate is not None else held
 
     def count_text(self, text: str) -> int:
@@ -826,13 +699,17 @@ class LocalModel:
             if not run.stop.is_set():
                 callback(piece)
 
+        # One each, so that pieces waiting for the same turn of the loop join into one call.
+        text_out = functools.partial(deliver, on_text) if on_text is not None else None
+        thoughts_out = functools.partial(deliver, on_reasoning) if on_reasoning is not None else None
+
         def emit(piece: str) -> None:
-            if on_text is not None:
-                to_loop.call(deliver, on_text, piece)
+            if text_out is not None:
+                to_loop.join(text_out, piece)
 
         def think(piece: str) -> None:
-            if on_reasoning is not None:
-                to_loop.call(deliver, on_reasoning, piece)
+            if thoughts_out is not None:
+                to_loop.join(thoughts_out, piece)
 
         def work() -> _Result:
             try:
@@ -858,6 +735,8 @@ class LocalModel:
             to_loop.run_pending()  # what streamed before the failure, as it would have
             # What llama-cpp-python raises when a decode fails (out of context, memory, ...).
             raise ModelError(f"llama.cpp failed while generating: {error}") from error
+        finally:
+            to_loop.close()
 
     def _generate(
         self,
@@ -888,10 +767,11 @@ class LocalModel:
         kept: list[int] = []  # the tokens generated so far that stay in the reply
         generated = 0
         finish = "stop"
-        with loaded.generation_lock:  # llama.cpp state is single-threaded whatever the event loop
+        # llama.cpp state is single-threaded whatever the event loop; the state writer holds off.
+        with loaded.generation_lock, self._sessions.generating():
             started = time.perf_counter()
             self.last_first_token_s = None
-            self._displace(loaded, run)
+            self._sessions.displace(loaded, run.scope)
             self._restore_state(loaded, run, tokens)
             loaded.active = run
             stream = self._stream(llama, tokens, run.grammar)
@@ -935,11 +815,7 @@ class LocalModel:
             finally:
                 stream.close()
                 loaded.active = None
-            # Between evaluations (a cancel or deadline stops there), so the tokens held describe
-            # the context: a coordinator round's or final answer's session owns it until the
-            # next request copies it away (``_displace``).
-            if run.scope is not None and run.scope.keep:
-                self._unsaved = run.scope
+            self._sessions.hold(run.scope)  # its session owns the context until another request
         thought, text = splitter.feed(decoder.decode(b"", final=True))
         more_thought, more_text = splitter.finish()
         thought += more_thought
@@ -972,12 +848,6 @@ class LocalModel:
             reset=True,
             grammar=grammar,
         )
-
-
-def _live_reuse(common: int, prompt_length: int) -> int:
-    """Prompt tokens ``Llama.generate`` keeps of a context sharing ``common`` with it (one replayed
-    when the prompt is all held, for fresh logits)."""
-    return common - 1 if common and common == prompt_length else common
 
 
 def _compiled_grammar(grammar: str) -> Any:

@@ -27,7 +27,7 @@ file judged on its own (an error there is a reason on that file, or a place skip
 logged), and the work is bounded: ``ENTRY_LIMIT`` folder entries and ``DEPTH_LIMIT`` levels per
 place, each real folder visited once (symbolic links to folders seen before are not followed
 again), each file read once (hard and symbolic links to one file are one model), ``FILE_LIMIT``
-files read per place, ``HEADER_LIMIT`` bytes and ``NESTING_LIMIT`` levels of arrays per header,
+files read per place, a header within ``gguf_header``'s bounds,
 ``MANIFEST_LIMIT`` bytes per Ollama manifest. A split model (``name-00001-of-00003.gguf`` …) is
 one entry: its first part, with the size of the parts found; the later parts are not listed.
 """
@@ -39,28 +39,23 @@ import logging
 import os
 import re
 import stat
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from imprintd.models.bounded_json import TooDeep, loads_bounded
+from imprintd.models.gguf_header import HEADER_LIMIT, NotGguf, kind_of, read_header
 from imprintd.models.templates import template_format
 
 logger = logging.getLogger(__name__)
 
-#: A header is read up to this many bytes (tokenizer vocabularies included); a longer one is
-#: listed as damaged.
-HEADER_LIMIT = 64 << 20
 #: At most this many files are read per place, and the listing keeps this many, chat models first.
 #: Per place, so that thousands of files in one folder cannot crowd out another tool's models.
 FILE_LIMIT = 500
 #: A place's walk looks at this many folder entries at most, and goes this deep.
 ENTRY_LIMIT = 20_000
 DEPTH_LIMIT = 6
-#: GGUF arrays of arrays nested deeper than this are a damaged header (llama.cpp writes none).
-NESTING_LIMIT = 8
 #: An Ollama manifest (about a kilobyte) is read up to this size and this nesting.
 MANIFEST_LIMIT = 1 << 20
 MANIFEST_NESTING = 16
@@ -76,10 +71,6 @@ FILE_TYPES = {
 EMBEDDING_ARCHITECTURES = frozenset({"bert", "nomic-bert", "jina-bert-v2", "t5encoder", "xlm-roberta", "modern-bert"})
 #: A part of a model split by llama.cpp's ``gguf-split``: ``<stem>-00001-of-00003.gguf``.
 SPLIT_PART = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
-
-
-class NotGguf(ValueError):
-    """The file is not a GGUF this reader understands; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -101,121 +92,6 @@ class FoundModel:
     chat: bool
     #: Why it is not offered as a chat model; "" when it is.
     reason: str = ""
-
-
-# --- the header ---------------------------------------------------------------------------
-
-_SCALARS = {
-    kind: struct.Struct(fmt)
-    for kind, fmt in {
-        0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"
-    }.items()
-}  # fmt: skip
-_STRING, _ARRAY = 8, 9
-_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
-_CHUNK = 1 << 20
-
-
-def read_metadata(path: Path, limit: int = HEADER_LIMIT) -> dict[str, Any]:
-    """The GGUF's metadata keys and values (arrays as their length only, to stay small). NotGguf
-    (a FIFO or a device too, which is never read), OSError."""
-    # Non-blocking, then checked: opening a FIFO for a blocking read waits for a writer.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as handle:
-        opened = os.fstat(fd)
-        if not stat.S_ISREG(opened.st_mode):
-            raise NotGguf(f"not a regular file ({_kind_of(opened.st_mode)})")
-        return _read_header(handle, opened.st_size, limit)
-
-
-def _read_header(handle: BinaryIO, file_size: int, limit: int) -> dict[str, Any]:
-    reader = _Reader(handle, min(limit, file_size), limit)
-    if reader.take(4) != b"GGUF":
-        raise NotGguf("not a GGUF file (it does not start with GGUF)")
-    version = reader.unpack(_U32)
-    if version not in (2, 3):
-        raise NotGguf(f"GGUF version {version}; this reader knows versions 2 and 3")
-    reader.unpack(_U64)  # tensors
-    count = reader.unpack(_U64)
-    metadata: dict[str, Any] = {}
-    for _ in range(count):  # each key takes 12 bytes at least: the header limit bounds the loop
-        key = reader.string()
-        metadata[key] = reader.value(reader.unpack(_U32), 0)
-    return metadata
-
-
-class _Reader:
-    """The header from the file's start, in chunks, never past ``end`` (the file's size or the limit)."""
-
-    def __init__(self, handle: BinaryIO, end: int, limit: int) -> None:
-        self._handle, self._end, self._limit = handle, end, limit
-        self._buffer = b""
-        self._at = 0  # the next byte, in the buffer
-        self._base = 0  # the buffer's first byte, in the file
-
-    def _past(self, size: int) -> NotGguf:
-        if self._base + self._at + size > self._limit:
-            return NotGguf(f"the header is longer than {self._limit >> 20} MiB, or damaged")
-        return NotGguf("the file ends inside its header")
-
-    def _have(self, size: int) -> None:
-        """At least ``size`` bytes in the buffer from ``_at``."""
-        held = len(self._buffer) - self._at
-        if held >= size:
-            return
-        start = self._base + self._at
-        if start + size > self._end:
-            raise self._past(size)
-        more = self._handle.read(min(max(size - held, _CHUNK), self._end - start - held))
-        self._buffer, self._base, self._at = self._buffer[self._at :] + more, start, 0
-        if len(self._buffer) < size:
-            raise NotGguf("the file ends inside its header")
-
-    def take(self, size: int) -> bytes:
-        self._have(size)
-        data = self._buffer[self._at : self._at + size]
-        self._at += size
-        return data
-
-    def skip(self, size: int) -> None:
-        held = len(self._buffer) - self._at
-        if size <= held:
-            self._at += size
-            return
-        start = self._base + self._at
-        if start + size > self._end:
-            raise self._past(size)
-        self._handle.seek(start + size)
-        self._buffer, self._base, self._at = b"", start + size, 0
-
-    def unpack(self, fmt: struct.Struct) -> Any:
-        self._have(fmt.size)
-        value = fmt.unpack_from(self._buffer, self._at)[0]
-        self._at += fmt.size
-        return value
-
-    def string(self) -> str:
-        return self.take(self.unpack(_U64)).decode("utf-8", "replace")
-
-    def value(self, kind: int, depth: int) -> Any:
-        if kind in _SCALARS:
-            return self.unpack(_SCALARS[kind])
-        if kind == _STRING:
-            return self.string()
-        if kind == _ARRAY:
-            if depth >= NESTING_LIMIT:
-                raise NotGguf(f"a damaged header: arrays nested more than {NESTING_LIMIT} deep")
-            item, count = self.unpack(_U32), self.unpack(_U64)
-            if item in _SCALARS:
-                self.skip(_SCALARS[item].size * count)
-            elif item == _STRING:
-                for _ in range(count):  # a vocabulary: 8 bytes at least each, bounded by the limit
-                    self.skip(self.unpack(_U64))
-            else:
-                for _ in range(count):
-                    self.value(item, depth + 1)
-            return [count]  # the length only: vocabularies are not needed here
-        raise NotGguf(f"an unknown metadata type {kind}")
 
 
 def _typed(meta: dict[str, Any], key: str, kind: type) -> Any:
@@ -242,7 +118,7 @@ def describe(path: Path, source: str, name: str | None = None) -> FoundModel:
     except OSError as error:
         return refused(_unreachable(path, error))
     if not stat.S_ISREG(info.st_mode):
-        return refused(f"not a regular file ({_kind_of(info.st_mode)})")
+        return refused(f"not a regular file ({kind_of(info.st_mode)})")
     try:
         # Non-blocking: were the file swapped for a FIFO since the stat, opening it must not hang.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -251,9 +127,9 @@ def describe(path: Path, source: str, name: str | None = None) -> FoundModel:
     with os.fdopen(fd, "rb") as handle:
         opened = os.fstat(fd)
         if not stat.S_ISREG(opened.st_mode):
-            return refused(f"not a regular file ({_kind_of(opened.st_mode)})")
+            return refused(f"not a regular file ({kind_of(opened.st_mode)})")
         try:
-            meta = _read_header(handle, opened.st_size, HEADER_LIMIT)
+            meta = read_header(handle, opened.st_size, HEADER_LIMIT)
             architecture = _typed(meta, "general.architecture", str)
             file_type = _typed(meta, "general.file_type", int)
             template = _typed(meta, "tokenizer.chat_template", str) or ""
@@ -291,17 +167,6 @@ def _unreachable(path: Path, error: OSError) -> str:
     if error.errno == errno.ENOENT and path.is_symlink():
         return "a broken link: the file it points to is missing (a deleted or unfinished download)"
     return f"cannot be read: {error.strerror or error}"
-
-
-def _kind_of(mode: int) -> str:
-    kinds = {
-        "a folder": stat.S_ISDIR,
-        "a FIFO": stat.S_ISFIFO,
-        "a socket": stat.S_ISSOCK,
-        "a character device": stat.S_ISCHR,
-        "a block device": stat.S_ISBLK,
-    }
-    return next((kind for kind, test in kinds.items() if test(mode)), "not a file")
 
 
 def _quantization_in(file_name: str) -> str | None:

@@ -12,7 +12,11 @@ share the longest prefix with the new prompt, when that beats what the context h
 * **Where.** In memory, least recently used out first past ``chat.state_cache_memory`` bytes;
   and, for stored sessions, as files in ``model-states/`` under the cache dir, oldest out first
   past ``chat.state_cache_disk`` bytes, written by one background thread so a reply never waits
-  on the disk. A session keeps its newest ``STATES_PER_SESSION`` states; one whose tokens a
+  on the disk. The writer works while the model is idle (``generating`` marks when it is not):
+  it starts once no generation has run for ``WRITE_QUIET_S`` and pauses between chunks of
+  ``WRITE_CHUNK`` bytes while one runs, so writing never competes with a reply for a core; a
+  state waits at most ``WRITE_WAIT_S`` for that, then is written anyway, and ``flush``/``close``
+  write at once. A session keeps its newest ``STATES_PER_SESSION`` states; one whose tokens a
   newer state extends is dropped. A session with persistence off keeps its states in memory
   only. Files are created 0600 in a 0700 folder; folders above it that the cache creates are 0700
   too (``private.private_folder``).
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import re
 import struct
@@ -43,7 +48,8 @@ import threading
 import time
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from io import BufferedReader
 from pathlib import Path
@@ -68,6 +74,16 @@ FORMAT_VERSION = 1
 _PREAMBLE = struct.Struct("<8sII")
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _TOKEN = array("i").itemsize
+#: The writer starts on a queued state once no generation has run for this long (the short gap
+#: between a reply's rounds is not idle time).
+WRITE_QUIET_S = 0.1
+#: A queued state waits at most this long for the model to be idle; then it is written anyway,
+#: so a daemon that never rests still saves its states (and frees their memory) soon.
+WRITE_WAIT_S = 30.0
+#: Bytes the writer hashes and writes between two looks at whether a generation started.
+WRITE_CHUNK = 1 << 20
+#: The clock the writer's waits are measured on (a module attribute so tests can move time on).
+_clock = time.monotonic
 
 # Sessions deleted in this process, by (state folder, session id). Every cache of every model
 # checks it while it renames a file into place, under this lock, which deletion also holds: a
@@ -174,20 +190,23 @@ def _unlink_session_files(folder: Path, session_id: str) -> int:
     return removed
 
 
-def _encode(state: SavedState, fingerprint: str) -> tuple[bytes, bytes]:
-    token_bytes = state.tokens.tobytes() if _LITTLE_ENDIAN else _swapped(state.tokens).tobytes()
-    digest = hashlib.sha256(token_bytes)
-    digest.update(state.data)
+def _head(state: SavedState, fingerprint: str, sha256: str) -> bytes:
+    """A state file's preamble and JSON header; as long whatever the digest (64 hex digits), so the
+    writer can put it first before the digest is known and write it again at the end."""
     header = msgspec.json.encode(
         _Header(
             fingerprint=fingerprint,
             session=state.session_id,
             tokens=len(state.tokens),
             data=len(state.data),
-            sha256=digest.hexdigest(),
+            sha256=sha256,
         )
     )
-    return _PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header)) + header, token_bytes
+    return _PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header)) + header
+
+
+def _token_bytes(state: SavedState) -> bytes:
+    return state.tokens.tobytes() if _LITTLE_ENDIAN else _swapped(state.tokens).tobytes()
 
 
 _LITTLE_ENDIAN = struct.pack("=i", 1) == struct.pack("<i", 1)
@@ -272,7 +291,11 @@ class StateCache:
         self._in_memory = 0
         self._disk: dict[str, list[_DiskEntry]] = {}  # by session, read on first use
         self._pending: list[SavedState] = []  # states to write, oldest first
+        self._queued_at: dict[int, float] = {}  # when each pending state was queued, by serial
         self._writing: SavedState | None = None
+        self._generating = 0  # generations running now (``generating``)
+        self._idle_since = -math.inf  # when the last one ended
+        self._hurry = 0  # ``flush`` calls waiting: write now, idle or not
         self._forgotten: set[str] = set()
         self._skipped: set[Path] = set()  # foreign files already logged
         self._wake = threading.Condition(self._lock)
@@ -344,6 +367,37 @@ class StateCache:
         if isinstance(source, _DiskEntry):
             _unlink(source.path)
 
+    # -- when the writer may work -----------------------------------------------------------------
+    @contextmanager
+    def generating(self) -> Iterator[None]:
+        """Mark a generation running: the writer holds off until it ends (``WRITE_QUIET_S`` later)
+        or a state has waited ``WRITE_WAIT_S``."""
+        with self._lock:
+            self._generating += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._generating -= 1
+                self._idle_since = _clock()
+                self._wake.notify_all()
+
+    def _hold_off(self, queued_at: float) -> float:
+        """Seconds the writer waits before its next chunk of a state queued at ``queued_at``
+        (0: write now). Called under the lock."""
+        if self._closing or self._hurry:
+            return 0.0
+        now = _clock()
+        waited_enough = queued_at + WRITE_WAIT_S - now
+        if self._generating:
+            return max(0.0, waited_enough)
+        return max(0.0, min(waited_enough, self._idle_since + WRITE_QUIET_S - now))
+
+    def _wait_to_write(self, queued_at: float) -> None:
+        with self._lock:
+            while (left := self._hold_off(queued_at)) > 0:
+                self._wake.wait(left)
+
     # -- keeping a state --------------------------------------------------------------------------
     def keep(self, state: SavedState, *, persist: bool) -> None:
         """Keep ``state`` in memory and, when ``persist``, queue it for the disk."""
@@ -360,6 +414,7 @@ class StateCache:
             self._remember(state)
             if persist and self.folder is not None and self.disk_bytes > 0 and _SESSION_ID.match(state.session_id):
                 self._pending.append(state)
+                self._queued_at[state.serial] = _clock()
                 self._start_writer()
                 self._wake.notify_all()
 
@@ -379,7 +434,11 @@ class StateCache:
         if self._memory.pop(state.serial, None) is not None:
             self._in_memory -= state.nbytes
         # Superseded before it reached the disk: do not write it.
-        self._pending = [s for s in self._pending if s is not state]
+        self._unqueue(lambda pending: pending is state)
+
+    def _unqueue(self, dropped: Callable[[SavedState], bool]) -> None:
+        self._pending = [s for s in self._pending if not dropped(s)]
+        self._queued_at = {s.serial: self._queued_at.get(s.serial, -math.inf) for s in self._pending}
 
     @property
     def memory_used(self) -> int:
@@ -393,7 +452,7 @@ class StateCache:
             self._forgotten.add(session_id)
             for state in [s for s in self._memory.values() if s.session_id == session_id]:
                 self._drop_memory(state)
-            self._pending = [s for s in self._pending if s.session_id != session_id]
+            self._unqueue(lambda pending: pending.session_id == session_id)
             self._disk.pop(session_id, None)
             if self.folder is not None:
                 # Under the lock, so the writer cannot rename a file of this session in meanwhile.
@@ -406,14 +465,20 @@ class StateCache:
 
     # -- the disk -------------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every queued state is written; False if ``timeout`` passed first."""
+        """Write every queued state now, idle or not, and wait until that is done; False if
+        ``timeout`` passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            while self._pending or self._writing is not None:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._wake.wait(left)
+            self._hurry += 1
+            self._wake.notify_all()
+            try:
+                while self._pending or self._writing is not None:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._wake.wait(left)
+            finally:
+                self._hurry -= 1
         return True
 
     def close(self, timeout: float | None = 30.0) -> bool:
@@ -449,9 +514,10 @@ class StateCache:
                     self._writer = None
                     return
                 state = self._pending.pop(0)
+                queued_at = self._queued_at.pop(state.serial, -math.inf)
                 self._writing = state
             try:
-                self._write(state)
+                self._write(state, queued_at)
             except OSError as error:
                 logger.warning("could not write a model state to %s: %s", self.folder, error.strerror or error)
             except Exception:  # the writer must outlive any one bad write
@@ -467,19 +533,29 @@ class StateCache:
         os.chmod(self.folder, FOLDER_MODE)  # ours, even if it existed
         return self.folder
 
-    def _write(self, state: SavedState) -> None:
+    def _write(self, state: SavedState, queued_at: float = -math.inf) -> None:
+        """Write ``state``'s file, a chunk at a time while the model is idle (``_wait_to_write``):
+        the header goes first with a blank digest and again, with the real one, at the end."""
         if state.nbytes > self.disk_bytes:
             return  # it would push everything else out and still not fit
+        self._wait_to_write(queued_at)
         folder = self._ensure_folder()
-        head, token_bytes = _encode(state, self.fingerprint)
         final = folder / f"{state.session_id}.{state.serial}.state"
         temporary = folder / f".{final.name}.{os.getpid()}.tmp"
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(descriptor, "wb") as handle:
-                handle.write(head)
-                handle.write(token_bytes)
-                handle.write(state.data)
+                handle.write(_head(state, self.fingerprint, "0" * 64))
+                digest = hashlib.sha256()
+                for part in (_token_bytes(state), state.data):
+                    with memoryview(part) as view:
+                        for start in range(0, len(view), WRITE_CHUNK):
+                            self._wait_to_write(queued_at)
+                            chunk = view[start : start + WRITE_CHUNK]
+                            digest.update(chunk)
+                            handle.write(chunk)
+                handle.seek(0)
+                handle.write(_head(state, self.fingerprint, digest.hexdigest()))
         except BaseException:
             _unlink(temporary)
             raise

@@ -161,6 +161,26 @@ async def test_a_local_reply_without_markup_reports_none_written():
 
 
 @needs_real_model
+async def test_a_prompt_measured_before_it_is_sent_is_tokenized_once(local_model, monkeypatch):
+    llama = local_model.load().llama
+    prompt = [*CONVERSATION, user("Which port, once more? (measured then sent)")]
+    rendered = local_model.render_prompt(prompt, [SEARCH]).encode()
+    tokenized: list[bytes] = []
+    real = llama.tokenize
+
+    def counted(text: bytes, *args, **kwargs):
+        tokenized.append(text)
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(llama, "tokenize", counted)
+    counted_tokens = local_model.count_prompt(prompt, [SEARCH])  # fitting
+    assert local_model.reusable_prefix(prompt, [SEARCH])[0] == counted_tokens  # the budget
+    completion = await local_model.complete(prompt, [SEARCH], max_tokens=2)
+    assert tokenized.count(rendered) == 1
+    assert completion.usage.prompt_tokens == counted_tokens == len(real(rendered, add_bos=False, special=True))
+
+
+@needs_real_model
 def test_count_prompt_is_llama_cpp_tokenization_of_the_rendered_prompt(local_model):
     rendered = local_model.render_prompt(CONVERSATION, [SEARCH])
     tokens = local_model.load().llama.tokenize(rendered.encode(), add_bos=False, special=True)

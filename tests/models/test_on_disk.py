@@ -14,8 +14,9 @@ import pytest
 
 from imprintd.models.chat_formats.table import BY_NAME
 from imprintd.models.embedded import find_embedded_model
+from imprintd.models.gguf_header import read_metadata
 from imprintd.models.local import LocalModel
-from imprintd.models.on_disk import describe, find_models, places, read_metadata
+from imprintd.models.on_disk import describe, find_models, places
 from tests.models.chat_formats.families import FAMILIES
 
 EMBEDDED = find_embedded_model()

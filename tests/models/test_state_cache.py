@@ -7,11 +7,14 @@ tested in ``test_state_real.py``.
 from __future__ import annotations
 
 import logging
+import os
 import stat
+import threading
 from array import array
 
 import pytest
 
+from imprintd.models import state_cache
 from imprintd.models.state_cache import (
     STATES_PER_SESSION,
     SavedState,
@@ -221,3 +224,66 @@ def test_zero_disk_bytes_writes_nothing(tmp_path):
     cache.keep(state(cache, "s1", [1, 2]), persist=True)
     cache.flush(timeout=30)
     assert files(cache) == []
+
+
+class WriterWatch:
+    """A clock the test moves, and events for the writer looking at it and renaming a file into place."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.now = 1000.0
+        self.looked = threading.Event()
+        self.renamed = threading.Event()
+        monkeypatch.setattr(state_cache, "_clock", self.clock)
+        replace = os.replace
+
+        def renamed(source, target):
+            replace(source, target)
+            self.renamed.set()
+
+        monkeypatch.setattr(state_cache.os, "replace", renamed)
+
+    def clock(self) -> float:
+        if threading.current_thread().name == "imprintd-state-writer":
+            self.looked.set()
+        return self.now
+
+
+def test_a_state_is_written_only_once_no_generation_runs(tmp_path, monkeypatch):
+    watch = WriterWatch(monkeypatch)
+    cache = make(tmp_path, disk_bytes=1 << 24)
+    kept = state(cache, "s1", list(range(20)), size=3 * state_cache.WRITE_CHUNK + 5)
+    with cache.generating():
+        cache.keep(kept, persist=True)
+        assert watch.looked.wait(30)  # the writer has the state and saw a generation running
+        assert not cache.folder.exists() or list(cache.folder.iterdir()) == []  # not even a temporary file
+        assert not watch.renamed.is_set()
+    watch.now += state_cache.WRITE_QUIET_S  # the model stays idle: the writer goes on
+    assert watch.renamed.wait(30)
+    restarted = make(tmp_path, disk_bytes=1 << 24)  # the file checks out: its digest was written last
+    loaded = restarted.take(restarted.best("s1", array("i", range(30)), reuse))
+    assert loaded is not None and loaded.data == kept.data and loaded.tokens == kept.tokens
+
+
+def test_a_state_waits_for_idleness_only_so_long(tmp_path, monkeypatch):
+    watch = WriterWatch(monkeypatch)
+    cache = make(tmp_path)
+    with cache.generating():
+        cache.keep(state(cache, "busy", [1, 2, 3]), persist=True)
+        assert watch.looked.wait(30)
+        watch.now += state_cache.WRITE_WAIT_S
+        with cache.generating():  # another generation ends; one still runs
+            pass
+        assert watch.renamed.wait(30)  # written all the same
+    assert [path.name.split(".")[0] for path in files(cache)] == ["busy"]
+
+
+def test_flush_and_close_write_at_once_even_while_a_generation_runs(tmp_path, monkeypatch):
+    WriterWatch(monkeypatch)  # the clock stands still: only being told to write gets a file out
+    cache = make(tmp_path)
+    with cache.generating():
+        cache.keep(state(cache, "flushed", [1]), persist=True)
+        assert cache.flush(timeout=30)
+        assert [path.name.split(".")[0] for path in files(cache)] == ["flushed"]
+        cache.keep(state(cache, "closed", [2]), persist=True)
+        assert cache.close(timeout=30)
+    assert sorted(path.name.split(".")[0] for path in files(cache)) == ["closed", "flushed"]

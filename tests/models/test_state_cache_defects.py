@@ -100,14 +100,14 @@ def test_a_write_queued_by_another_cache_does_not_bring_a_deleted_session_back(t
     folder = tmp_path / "states"
     old = make(folder, fingerprint="0" * 64)  # the cache of the model before a settings change
     started, go = threading.Event(), threading.Event()
-    encode = state_cache._encode
+    head = state_cache._head
 
-    def held(kept, fingerprint):
+    def held(kept, fingerprint, sha256):
         started.set()
         go.wait(30)
-        return encode(kept, fingerprint)
+        return head(kept, fingerprint, sha256)
 
-    monkeypatch.setattr(state_cache, "_encode", held)
+    monkeypatch.setattr(state_cache, "_head", held)
     old.keep(state(old, "gone", [1, 2, 3]), persist=True)
     assert started.wait(30)  # the old writer has the state in hand
     new = make(folder)
@@ -121,14 +121,14 @@ def test_files_deleted_without_a_cache_stay_deleted(tmp_path, monkeypatch):
     folder = tmp_path / "states"
     cache = make(folder)
     started, go = threading.Event(), threading.Event()
-    encode = state_cache._encode
+    head = state_cache._head
 
-    def held(kept, fingerprint):
+    def held(kept, fingerprint, sha256):
         started.set()
         go.wait(30)
-        return encode(kept, fingerprint)
+        return head(kept, fingerprint, sha256)
 
-    monkeypatch.setattr(state_cache, "_encode", held)
+    monkeypatch.setattr(state_cache, "_head", held)
     cache.keep(state(cache, "gone", [1, 2, 3]), persist=True)
     assert started.wait(30)
     delete_session_files(folder, "gone")  # Chat.delete_session: files of any model

@@ -20,6 +20,7 @@ from imprintd.context import sections as sec
 from imprintd.context import summary as summaries
 from imprintd.context.originals import SectionArchive
 from imprintd.messages import assistant, system, user
+from imprintd.models import state_cache
 from imprintd.models.base import session_requests, side_requests
 from imprintd.models.local import LocalModel
 from imprintd.models.state_cache import states_folder
@@ -178,6 +179,30 @@ async def test_after_a_summary_and_a_section_analysis_the_saved_prefix_is_used(e
     )
     # The coordinator round after the workers is charged what it evaluated, not its whole prompt.
     assert abs(reservation.prompt_charge - after_workers.usage.evaluated_tokens) <= 1
+
+
+async def test_a_replaced_state_is_written_to_disk_only_once_the_model_is_idle(embedded_gguf, folder, monkeypatch):
+    # The writer's clock stands still: the model never looks idle long enough for it, so only
+    # the shutdown gets a file out, and none may appear while the other session's reply runs.
+    monkeypatch.setattr(state_cache, "_clock", lambda: 1000.0)
+    model = with_states(embedded_gguf, folder)
+    with session_requests("alice", persist=True):
+        await model.complete(FIRST, max_tokens=8)
+    with session_requests("bob", persist=True):
+        # Alice's state is copied as Bob's request starts and queued for the disk.
+        bob = await model.complete(conversation("What does the deploy script do? " * 6), max_tokens=8)
+    assert model.states is not None and model.states.memory_used > 0  # alice's copy, in memory
+    assert not folder.exists() or list(folder.glob("*.state")) == []
+    model.close_states()  # a shutdown: alice's queued state and bob's uncopied one, written
+    assert sorted(path.name.split(".")[0] for path in folder.glob("*.state")) == ["alice", "bob"]
+
+    restarted = with_states(embedded_gguf, folder)
+    with session_requests("bob", persist=True):
+        await restarted.complete(
+            conversation("What does the deploy script do? " * 6, bob.text, "And then?"), max_tokens=4
+        )
+    assert restarted.last_restore is not None and restarted.last_restore[:1] == ("bob",)
+    assert restarted.last_restore[2] == "disk"
 
 
 async def test_concurrent_sessions_never_receive_each_others_state(embedded_gguf, folder, caplog):
