@@ -2,7 +2,7 @@
 
 ADR 0141 measured lexical search at 182 ms per query on a synthetic 400-message,
 921,024-character conversation. Its index was then built once per reply (1.2x a full scan,
-growing with the session). Issue 13 keeps the index in the data database, written when
+growing with the session). The index is kept in the data database, written when
 messages are stored, so a reply only reads it. For conversations of 400, 1,000, 2,500 and
 5,000 messages of that shape (mixed prose, pasted configs and logs, tool calls and results),
 stored in a real ``Store``, this measures in the same run:

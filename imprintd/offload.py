@@ -204,7 +204,7 @@ class ToLoop:
 
     The model thread hands over each token's text this way. Waiting for the loop to run each
     call (``anyio.from_thread.run_sync``) cost a switch between threads and a wake-up of the loop
-    a token, 8% of a short reply in the bench's profile (README, "Benchmarks"); now the
+    a token, 8% of a short reply in the bench's profile (docs/benchmarks.md); now the
     thread goes on generating meanwhile. The loop is woken at most once every ``every`` seconds:
     calls handed over in between join the next turn, which the next call after the interval asks
     for, or the owner's ``run_pending`` once the thread is done (each wake-up of the loop took the

@@ -523,7 +523,7 @@ async def test_a_persist_false_session_keeps_its_summary_in_memory_and_writes_no
 
 @pytest.mark.parametrize("persist", [True, False])
 async def test_a_reply_searches_the_sessions_index_and_rebuilds_nothing(model, workspace, monkeypatch, persist):
-    # Issue 13: the index is kept with the session; a reply tokenizes only what it stores.
+    # The index is kept with the session; a reply tokenizes only what it stores.
     from imprintd.context import history as history_module
     from imprintd.context import history_index
 

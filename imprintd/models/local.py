@@ -104,7 +104,7 @@ _clock = time.monotonic
 MESSAGE_CACHE_SIZE = 8192
 #: Seconds between the model thread's wake-ups of the event loop with the text generated since:
 #: 66 updates a second, more than an editor shows, where a wake-up a token took 3% of a short
-#: reply from the model thread (README, "Benchmarks").
+#: reply from the model thread (docs/benchmarks.md).
 STREAM_EVERY_S = 0.015
 #: End-of-turn markers of common templates; those the template uses stop generation too.
 _END_OF_TURN_MARKERS = (
@@ -176,7 +176,7 @@ def _has_amx() -> bool:
     """Whether this llama.cpp build runs matmuls on AMX tiles.
 
     Its AMX path segfaults in ``ggml_backend_amx_mul_mat`` on the first multi-token batch
-    (seen on Xeon with AMX_INT8 and llama-cpp-python 0.3.36; llama.cpp issue #20824), which
+    (seen on Xeon with AMX_INT8 and llama-cpp-python 0.3.36; llama.cpp's https://github.com/ggml-org/llama.cpp/issues/20824), which
     would take the whole daemon down, so AMX builds load without extra buffer types.
     """
     from llama_cpp import llama_cpp as lib

@@ -1,4 +1,4 @@
-"""GGUF models found on this machine, read from their headers (imprintd/models/on_disk.py, issue 34)."""
+"""GGUF models found on this machine, read from their headers (imprintd/models/on_disk.py)."""
 
 from __future__ import annotations
 

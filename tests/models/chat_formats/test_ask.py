@@ -5,14 +5,19 @@ the daemon's command then answers a question about a small workspace (the first 
 call, a research round and the final answer follow) and a follow-up in the same session. What the
 embedded model writes is not judged: that every prompt of both replies renders through the real
 template, that both replies are stored, and that no call markup, slip, stray marker or reasoning
-marker reaches the answer. Kept cheap: a 2,048-token context, 24 output tokens a turn, research
-stopped after a second. About half a minute a family on two cores, so by default one family per call syntax
-that renders differently runs; ``IMPRINT_CONFORMANCE_FAMILIES=all`` runs every family, or a
-comma-separated list of names those.
+marker reaches the answer.
+
+Kept cheap, and how: every family runs in one process (``ask_families.py``, started once for the
+module, each ask the command's own ``main``), so Python, llama.cpp and the daemon's imports load
+once rather than twice a family; each turn writes at most 16 tokens (the least
+``chat.max_tokens`` takes) in a 2,048-token context, and research stops after its first second.
+By default one family per chat format runs; ``IMPRINT_CONFORMANCE_FAMILIES=all`` runs every
+family, or a comma-separated list of names those.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,69 +26,65 @@ from pathlib import Path
 import pytest
 
 from imprintd.models.chat_formats import BY_NAME, detect_reasoning
-from tests.models.chat_formats.families import FAMILIES, Family
-from tests.models.chat_formats.gguf_copy import with_chat_template
+from imprintd.store import Store
+from tests.models.chat_formats.ask_families import FOLLOW_UP, QUESTION
+from tests.models.chat_formats.families import FAMILIES
 from tests.models.real_model import needs_real_model
 
-CHEAP = {
-    "IMPRINT_CHAT_N_CTX": "2048",
-    "IMPRINT_CHAT_MAX_TOKENS": "24",
-    "IMPRINT_CHAT_ANALYSIS_WORKERS": "0",
-    "IMPRINT_CHAT_RESEARCH_TOKEN_BUDGET": "1024",
-    "IMPRINT_CHAT_RESEARCH_TIME_BUDGET": "1",
-    "IMPRINT_CHAT_REASONING": "on",  # the thinking prompts are rendered too
-}
-#: The families run by default: the strictest templates and the most distinct syntaxes, and
+ROOT = Path(__file__).resolve().parents[3]
+#: One family per chat format: the strictest templates and the most distinct syntaxes, and
 #: Phi-4-mini's (a reconstruction: a template that renders no tools, in a format of its own).
 DEFAULT = {"qwen3.5", "mistral-nemo", "ministral3", "gemma4", "llama3.2", "gemma2", "phi4-mini"}
 CHOSEN = {name.strip() for name in os.environ.get("IMPRINT_CONFORMANCE_FAMILIES", "").split(",") if name.strip()}
 ASKED = [f for f in FAMILIES if "all" in CHOSEN or f.name in (CHOSEN or DEFAULT)]
 
 
-@pytest.fixture(scope="session")
-def family_ggufs(embedded_gguf, tmp_path_factory):
-    """Where each family's GGUF is, built on first use (one at a time: 98 MB each)."""
-    folder = tmp_path_factory.mktemp("family-ggufs")
-
-    def build(family: Family) -> Path:
-        for old in folder.glob("*.gguf"):
-            old.unlink()
-        return with_chat_template(embedded_gguf, folder / f"{family.name}.gguf", family.source)
-
-    return build
-
-
-def ask(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "imprintd", "ask", *args],
+@pytest.fixture(scope="module")
+def asked(embedded_gguf, tmp_path_factory) -> tuple[dict[str, dict], Path]:
+    """What ``imprintd ask`` and its follow-up gave for every family asked, from one process, and
+    the folder holding each family's data folder."""
+    folder = tmp_path_factory.mktemp("families")
+    out = folder / "asked.json"
+    env = {name: value for name, value in os.environ.items() if not name.startswith("IMPRINT_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.models.chat_formats.ask_families", str(embedded_gguf), str(folder), str(out)]
+        + [family.name for family in ASKED],
         capture_output=True,
         text=True,
-        env={**os.environ, **CHEAP, **env},
-        timeout=300,
+        cwd=ROOT,
+        env=env,
+        timeout=300 + 60 * len(ASKED),
     )
+    assert done.returncode == 0, done.stderr[-5000:]
+    return json.loads(out.read_text(encoding="utf-8")), folder
 
 
 @needs_real_model
 @pytest.mark.parametrize("family", ASKED, ids=lambda f: f.name)
-def test_ask_and_a_follow_up_run_with_the_familys_template(family, family_ggufs, isolated_dirs, tmp_path):
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    (workspace / "config.toml").write_text('[server]\nport = 8080\nhost = "0.0.0.0"\n', encoding="utf-8")
-    env = {"IMPRINT_CHAT_MODEL": str(family_ggufs(family))}
-
-    first = ask("Which port does the server listen on?", "--workspace", str(workspace), env=env)
-    assert first.returncode == 0, first.stderr
-    session = [line for line in first.stderr.splitlines() if line.startswith("session ")][-1].split()[1]
-    second = ask("And which host?", "--workspace", str(workspace), "--session", session, env=env)
-    assert second.returncode == 0, second.stderr
+def test_ask_and_a_follow_up_run_with_the_familys_template(family, asked):
+    results, folder = asked
+    first, second = results[family.name]["first"], results[family.name]["second"]
+    assert first["returncode"] == 0, first["stderr"]
+    session = [line for line in first["stderr"].splitlines() if line.startswith("session ")][-1].split()[1]
+    assert second is not None and second["returncode"] == 0, second and second["stderr"]
 
     syntax = BY_NAME[family.format].syntax
     markers = {*syntax.markup, *syntax.stray}
     reasoning = detect_reasoning(family.source)
     if reasoning is not None:
         markers |= {reasoning.open, reasoning.close}
-    for answer in (first.stdout, second.stdout):
+    for answer in (first["stdout"], second["stdout"]):
+        assert answer.strip(), "no answer printed"
         assert not [marker for marker in markers if marker in answer], answer
 
-    # The follow-up went on in the same session, its earlier exchange rendered into its prompts.
-    assert f"session {session}" in second.stderr
+    # The follow-up went on in the same session, its earlier exchange rendered into its prompts,
+    # and both exchanges are stored there.
+    assert f"session {session}" in second["stderr"]
+    store = Store.open(folder / family.name / "data" / "imprint.sqlite3")
+    try:
+        stored = [(m.role, m.content) for m in store.messages(session) if m.role in ("user", "assistant")]
+    finally:
+        store.close()
+    assert [content for role, content in stored if role == "user"] == [QUESTION, FOLLOW_UP]
+    assert stored[-1][0] == "assistant" and [role for role, _ in stored].count("assistant") >= 2
