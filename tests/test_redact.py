@@ -1,4 +1,4 @@
-"""ADR 0060 as ADR 0141 cites it: secrets out of what the summarizer reads and writes."""
+"""Redaction (SECURITY.md, "Secrets"): secrets out of what the summarizer reads and writes."""
 
 from __future__ import annotations
 

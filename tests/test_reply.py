@@ -1,7 +1,7 @@
 """A whole reply through the core (``Chat.reply``) with the stand-in model and a real workspace.
 
 Asserts what reached the model, what the client was sent and what was stored, for the final
-answer written from notes (ADR 0127) and the stored reply.
+answer written from notes (docs/decisions.md, "Final answer from notes") and the stored reply.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ async def test_indexing_reports_progress_and_a_missing_workspace_is_named(model,
 
 async def test_a_final_turn_that_writes_a_tool_call_as_text_is_cut_short_without_the_markup(model, workspace):
     # The final turn offers no tools, so a model that asks for one anyway writes the call as
-    # text: providers parse calls only when tools are offered (ADR 0127: "asks for tools again").
+    # text: providers parse calls only when tools are offered (the final answer from notes is asked with no tools).
     chat = make_chat(model, **{"chat.research_token_budget": 1280, "chat.max_tokens": 512})
     model.queue(
         *researcher(

@@ -26,7 +26,7 @@
   generated under a grammar of the offered tools in the family's syntax
   (``call_grammar.py``): the opening token is sampled again from the tokens before it,
   constrained.
-* **Prefix reuse (ADR 0157).** ``Llama.generate`` keeps the evaluated prefix of the previous
+* **Prefix reuse.** ``Llama.generate`` keeps the evaluated prefix of the previous
   prompt and evaluates only the rest; ``Usage.evaluated_tokens`` is what llama.cpp actually
   evaluated for this prompt, measured at its ``eval`` call, and ``reusable_prefix`` says
   beforehand how much of a prompt it holds, which the research budget charges by. Rendering is deterministic (the
@@ -239,7 +239,7 @@ class _Loaded:
         bos_id, eos_id = llama.token_bos(), llama.token_eos()
         bos = llama._model.token_get_text(bos_id) if bos_id != -1 else ""
         eos = llama._model.token_get_text(eos_id) if eos_id != -1 else ""
-        # Templates may print the date: the date the model was loaded (ADR 0157).
+        # Templates may print the date: the date the model was loaded, so the prefix stays reusable.
         self.chat = ChatTemplate(
             template, model_name=path.name, bos_token=bos, eos_token=eos, today=datetime.now(), thinking=thinking
         )
