@@ -124,6 +124,9 @@ def test_the_settings_tables_say_what_the_settings_struct_declares(doc):
 
     rows = _settings_rows(doc)
     assert list(rows) == list(settings.KEYS), f"{doc.name}'s settings table names other keys"
+    lines = doc.read_text("utf-8").splitlines()
+    at = [n for n, line in enumerate(lines) if line.startswith("| `chat.")]
+    assert at == list(range(at[0], at[0] + len(at))), f"{doc.name}'s settings table is cut (a line between rows)"
     for name, key in settings.KEYS.items():
         default, accepted = rows[name]
         assert default == _default_cell(settings.DEFAULTS.get(name)), f"{doc.name}: {name} default"
