@@ -8,7 +8,8 @@ file name (a model is known by its path), data folder and cache folder, as a fre
     python -m tests.models.chat_formats.ask_families EMBEDDED.gguf FOLDER OUT.json FAMILY...
 
 OUT.json holds, per family, ``first`` and ``second`` (the follow-up, or null when the first
-failed), each with ``returncode``, ``stdout`` and ``stderr``.
+failed), each with ``returncode``, ``stdout`` and ``stderr``; or ``error``, the traceback of what
+failed before or around them (a template the GGUF copy could not take, say).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 
 from imprintd import cli
@@ -85,7 +87,12 @@ def run_family(name: str, embedded: Path, folder: Path) -> dict:
 
 def main() -> None:
     embedded, folder, out, *names = sys.argv[1:]
-    results = {name: run_family(name, Path(embedded), Path(folder)) for name in names}
+    results = {}
+    for name in names:
+        try:
+            results[name] = run_family(name, Path(embedded), Path(folder))
+        except Exception:  # one family's failure is its test's, not every family's
+            results[name] = {"error": traceback.format_exc()}
     Path(out).write_text(json.dumps(results), encoding="utf-8")
 
 

@@ -64,6 +64,7 @@ def asked(embedded_gguf, tmp_path_factory) -> tuple[dict[str, dict], Path]:
 @pytest.mark.parametrize("family", ASKED, ids=lambda f: f.name)
 def test_ask_and_a_follow_up_run_with_the_familys_template(family, asked):
     results, folder = asked
+    assert "error" not in results[family.name], results[family.name].get("error")
     first, second = results[family.name]["first"], results[family.name]["second"]
     assert first["returncode"] == 0, first["stderr"]
     session = [line for line in first["stderr"].splitlines() if line.startswith("session ")][-1].split()[1]
