@@ -11,7 +11,7 @@ Kept cheap, and how: every family runs in one process (``ask_families.py``, star
 module, each ask the command's own ``main``), so Python, llama.cpp and the daemon's imports load
 once rather than twice a family; each turn writes at most 16 tokens (the least
 ``chat.max_tokens`` takes) in a 2,048-token context, and research stops after its first second.
-By default one family per chat format runs; ``IMPRINT_CONFORMANCE_FAMILIES=all`` runs every
+By default one family per call syntax that renders differently runs (``DEFAULT``); ``IMPRINT_CONFORMANCE_FAMILIES=all`` runs every
 family, or a comma-separated list of names those.
 """
 
@@ -32,7 +32,7 @@ from tests.models.chat_formats.families import FAMILIES
 from tests.models.real_model import needs_real_model
 
 ROOT = Path(__file__).resolve().parents[3]
-#: One family per chat format: the strictest templates and the most distinct syntaxes, and
+#: The families run by default: the strictest templates and the most distinct syntaxes, and
 #: Phi-4-mini's (a reconstruction: a template that renders no tools, in a format of its own).
 DEFAULT = {"qwen3.5", "mistral-nemo", "ministral3", "gemma4", "llama3.2", "gemma2", "phi4-mini"}
 CHOSEN = {name.strip() for name in os.environ.get("IMPRINT_CONFORMANCE_FAMILIES", "").split(",") if name.strip()}
