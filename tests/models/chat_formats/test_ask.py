@@ -11,8 +11,8 @@ Kept cheap, and how: every family runs in one process (``ask_families.py``, star
 module, each ask the command's own ``main``), so Python, llama.cpp and the daemon's imports load
 once rather than twice a family; each turn writes at most 16 tokens (the least
 ``chat.max_tokens`` takes) in a 2,048-token context, and research stops after its first second.
-By default one family per call syntax that renders differently runs (``DEFAULT``); ``IMPRINT_CONFORMANCE_FAMILIES=all`` runs every
-family, or a comma-separated list of names those.
+By default one family per call syntax that renders differently runs (``DEFAULT``);
+``IMPRINT_CONFORMANCE_FAMILIES=all`` runs every family, or a comma-separated list of names those.
 """
 
 from __future__ import annotations
