@@ -29,15 +29,36 @@ from tests.models.chat_formats.gguf_copy import with_chat_template
 
 QUESTION = "Which port does the server listen on?"
 FOLLOW_UP = "And which host?"
-CONFIG = '[server]\nport = 8080\nhost = "0.0.0.0"\n'
-#: Kept cheap: the least output a turn may have, research stopped after its first second, no
-#: section workers; a 2,048-token context holds the system prompt, the tools and the first look.
+#: The workspace's one file: the server's port and host, then forty upstreams, each with a port
+#: and a host too. The first look finds them all, so the coordinator round's prompt (the system
+#: prompt, the tools, the look's call and its result) comes to more than the research token
+#: budget: it is rendered through the family's template and counted, then refused before
+#: anything is evaluated, whatever the machine's speed, and the final answer is written from the
+#: notes. (With a look that fitted, the round was cut by the time budget after a first batch of
+#: 512 tokens, or not, as the machine's load had it.)
+CONFIG = "\n".join(
+    ["[server]", "port = 8080", 'host = "0.0.0.0"', ""]
+    + [
+        line
+        for n in range(1, 41)
+        for line in (
+            f"[server.upstream_{n}]",
+            f"port = {9000 + n}",
+            f'host = "10.0.0.{n}"',
+            f"listen_timeout_s = {n}",
+            "",
+        )
+    ]
+)
+#: Kept cheap: the least output a turn may have and the least research token budget, no section
+#: workers; a 2,048-token context holds the system prompt, the tools and the first look. The time
+#: budget is long enough never to be what stops research.
 CHEAP = {
     "IMPRINT_CHAT_N_CTX": "2048",
     "IMPRINT_CHAT_MAX_TOKENS": "16",
     "IMPRINT_CHAT_ANALYSIS_WORKERS": "0",
     "IMPRINT_CHAT_RESEARCH_TOKEN_BUDGET": "1024",
-    "IMPRINT_CHAT_RESEARCH_TIME_BUDGET": "1",
+    "IMPRINT_CHAT_RESEARCH_TIME_BUDGET": "120",
     "IMPRINT_CHAT_REASONING": "on",  # the thinking prompts are rendered too
 }
 

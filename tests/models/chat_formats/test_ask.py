@@ -2,15 +2,18 @@
 
 Each family's template is written into a copy of the embedded model's GGUF (``gguf_copy.py``);
 the daemon's command then answers a question about a small workspace (the first look makes a
-call, a research round and the final answer follow) and a follow-up in the same session. What the
-embedded model writes is not judged: that every prompt of both replies renders through the real
-template, that both replies are stored, and that no call markup, slip, stray marker or reasoning
-marker reaches the answer.
+call, the research round is rendered and counted, and the final answer is written from the notes)
+and a follow-up in the same session. What the embedded model writes is not judged: that every
+prompt of both replies renders through the real template, that both replies are stored, and
+that no call markup, slip, stray marker or reasoning marker reaches the answer.
 
 Kept cheap, and how: every family runs in one process (``ask_families.py``, started once for the
 module, each ask the command's own ``main``), so Python, llama.cpp and the daemon's imports load
-once rather than twice a family; each turn writes at most 16 tokens (the least
-``chat.max_tokens`` takes) in a 2,048-token context, and research stops after its first second.
+once rather than twice a family; the workspace's file makes the first look big enough that the
+research round's prompt passes the least research token budget, so the round is rendered and
+counted but never evaluated (before, the time budget cut it after a first 512-token batch, or
+later, as the machine's load had it) and each reply evaluates one prompt of about 490 tokens,
+the final answer's; each turn writes at most 16 tokens (the least ``chat.max_tokens`` takes).
 By default one family per call syntax that renders differently runs (``DEFAULT``);
 ``IMPRINT_CONFORMANCE_FAMILIES=all`` runs every family, or a comma-separated list of names those.
 """
