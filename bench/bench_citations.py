@@ -15,7 +15,7 @@ deployment), which may share a word by chance.
 
 It prints, side by side on the same citations:
 
-- the records' check (ADR 0127: a citation is valid when its number is in range; every valid
+- the first check (a citation is valid when its number is in range; every valid
   citation counts as supported);
 - the lexical check (``research/citations.py``: ``supported`` from the sentence's numbers,
   identifiers, quoted strings, else its longer words).

@@ -1,4 +1,4 @@
-"""Searching every conversation (``imprint/searchConversations``, issue 34) against a plain FTS5 query.
+"""Searching every conversation (``imprint/searchConversations``) against a plain FTS5 query.
 
 1,000 stored sessions of 50 messages each (questions, answers with code and config, pasted logs,
 tool calls and results: 50,000 messages) in a real ``Store``. Side by side in the same process, on
@@ -15,7 +15,7 @@ Medians of five runs per query, after a first run that is shown apart (it reads 
 terms' window counts, which later runs take from the search's cache while nothing is written);
 it prints the load average at the start, both medians in milliseconds and their ratio, per
 query and over all queries (the sum of the medians), and the slowest query: the largest of the
-search's medians. Target (issue 34): under 50 ms every query, at most 1.5x the FTS5 query. Not a
+search's medians. Target: under 50 ms every query, at most 1.5x the FTS5 query. Not a
 test: run ``python bench/bench_conversation_search.py`` (a few minutes, mostly storing the 50,000
 messages; ``--keep FILE`` stores them in FILE once and reuses it on later runs; ``--pages OUT``
 also writes the pages of ``PAGE_QUERIES`` at several sizes, offsets and filters to OUT as JSON,

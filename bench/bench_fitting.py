@@ -1,6 +1,6 @@
-"""Benchmark: fitting (ADR 0140) a 400-message session against one full-prompt tokenization.
+"""Benchmark: fitting (docs/decisions.md, "Fitting") a 400-message session against one full-prompt tokenization.
 
-ADR 0140's cost rule: "Measure at most once per removed piece, using cached per-message
+Fitting's cost rule: "Measure at most once per removed piece, using cached per-message
 counts so a 400-message session fits fast". This builds a synthetic session of 400 messages
 (100 exchanges, each a question, a tool call, a long tool result and an answer; about
 900,000 characters), then times, side by side in one run:

@@ -10,7 +10,7 @@ reads what each model request cost from the daemon's usage log line (``models/ba
 * **workspace** (n_ctx 4,096 and 2,048): a real repository (a copy of the installed ``httpx``
   package's source), the first look on, ``--workspace-follow-ups`` questions about it (each reply
   searches it first; the model may search and read more).
-  This session is in-sample: issue 32's fitting constants were chosen on it. ``--repo anyio`` runs
+  This session is in-sample: the fitting constants were chosen on it. ``--repo anyio`` runs
   the held-out one instead: the installed ``anyio`` package's source and questions written for it,
   never used to choose a constant.
 
@@ -19,7 +19,7 @@ answers and the first session's next question is the switch; then a new ``Chat``
 same cache dir and its next question is the restart. Each is one reply that lands wherever it
 lands (on a drop point or right after one), so each is reported at the three points and as their
 mean, which the target reads on. ``--points 14`` (with 13 follow-ups) makes a single switch and
-restart at the session's end instead, as this benchmark did before issue 32: the chat-only
+restart at the session's end instead, as this benchmark did before the prompt was kept put (commit 6dfdfe6): the chat-only
 figures the issue keeps (0.17 / 0.08 / 0.10) were measured that way.
 
 For each it prints two shares of prompt tokens evaluated over the follow-ups' replies: of their
@@ -34,7 +34,7 @@ the chat-only restart follow-up against a cold evaluation of the same prompt on 
     python bench/bench_followups.py [--follow-ups 13] [--workspace-follow-ups 12] [--max-tokens 64]
         [--skip-chat] [--n-ctx 4096 ...] [--repo httpx|anyio] [--points 4 7 10]
 
-Targets (issue 32): workspace first requests ≤ 0.35, all requests ≤ 0.45, restart and switch ≤ 0.40 (the mean of three);
+Targets: workspace first requests ≤ 0.35, all requests ≤ 0.45, restart and switch ≤ 0.40 (the mean of three);
 chat-only no worse than 0.17 / 0.08 / 0.10; first token after a restart ≤ 0.3× cold. Not a test.
 """
 
@@ -88,7 +88,7 @@ TOPICS = [
     "the limits on file uploads in the admin panel",
 ]
 #: Questions about httpx's source, as a user new to it asks them, one after another. The in-sample
-#: session: issue 32's fitting constants were chosen by simulating it and checked on it.
+#: session: the fitting constants were chosen by simulating it and checked on it.
 WORKSPACE_QUESTIONS = [
     "What is the default timeout of an httpx client, in seconds?",
     "How many redirects does a client follow by default?",

@@ -16,7 +16,7 @@ planted facts of four kinds, each asked about at the end:
 
 For every question it runs, side by side on the same messages:
 
-- ADR 0141's search as it was (``history_adr0141.py``: the best two messages, places chosen by
+- the first search as it was (``history_adr0141.py``: the best two messages, places chosen by
   raw term counts, index built per reply);
 - the new ranking with neighbourhood smoothing turned off (an ablation: BM25 × coverage and the
   budget filled, nothing found through neighbours);
@@ -505,7 +505,7 @@ def main() -> None:
         smoothing = current._smooth
         flat = current.ConversationHistory(stored, store.history_index(session_id))
         rankers = {
-            "ADR 0141 (best two)": lambda q: old.search_places(q),
+            "first search (best two)": lambda q: old.search_places(q),
             "new, no smoothing": lambda q: _without_smoothing(flat, q, smoothing),
             "new": lambda q: new.search_places(q),
         }
@@ -533,10 +533,10 @@ def main() -> None:
             f"{statistics.mean(lengths):>10,.0f}   {statistics.mean(times) * 1000:>8.2f}"
         )
     print(
-        f"(ADR 0141 also builds its index once per reply: {old_build_ms:.1f} ms for this conversation; "
+        f"(the first search also builds its index once per reply: {old_build_ms:.1f} ms for this conversation; "
         "the new ranking reads the index the store keeps)"
     )
-    old_all = _overall(results["ADR 0141 (best two)"][0])
+    old_all = _overall(results["first search (best two)"][0])
     new_all = _overall(results["new"][0])
     print(f"recall of the answer's message: {old_all:.0%} -> {new_all:.0%} ({new_all / old_all:.2f}x)")
 

@@ -1,14 +1,14 @@
 """Conversation history search: what the first query of a reply costs, by conversation size.
 
-ADR 0141 measured lexical search at 182 ms per query on a synthetic 400-message,
+The first search was measured at 182 ms per query on a synthetic 400-message,
 921,024-character conversation. Its index was then built once per reply (1.2x a full scan,
-growing with the session). Issue 13 keeps the index in the data database, written when
+growing with the session). The index is kept in the data database, written when
 messages are stored, so a reply only reads it. For conversations of 400, 1,000, 2,500 and
 5,000 messages of that shape (mixed prose, pasted configs and logs, tool calls and results),
 stored in a real ``Store``, this measures in the same run:
 
 - the baseline: one plain scan per query (every window re-tokenized), averaged over the queries;
-- ADR 0141's per-reply path (``history_adr0141.py``): build the index, then the first query;
+- the first search's per-reply path (``history_adr0141.py``): build the index, then the first query;
 - the new first query of a reply: a ``ConversationHistory`` over the stored messages with the
   store's index, then one query (a fresh one each time, so every one is a first query; the
   median of three per query). Loading the messages is not counted: a reply loads them anyway;
@@ -160,7 +160,7 @@ def log(rng: random.Random, lines: int) -> str:
 
 
 def conversation(size: int = TARGET_MESSAGES, seed: int = 141) -> list[Message]:
-    """``size`` messages: questions, answers, pastes, tool calls and results. At 400, ADR 0141's
+    """``size`` messages: questions, answers, pastes, tool calls and results. At 400, the first search's
     921,024 characters exactly; larger ones have the same mix, unscaled."""
     rng = random.Random(seed)
     messages: list[Message] = []
@@ -313,7 +313,7 @@ def measure(size: int) -> dict[str, float]:
 def main() -> None:
     rows = []
     print(
-        f"{'messages':>8} {'characters':>11}  {'plain scan':>10}  {'ADR 0141 first query':>22}"
+        f"{'messages':>8} {'characters':>11}  {'plain scan':>10}  {'first search, query':>22}"
         f"  {'new first query':>19}  {'indexing when stored':>21}"
     )
     for size in SIZES:

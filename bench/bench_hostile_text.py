@@ -1,4 +1,4 @@
-"""Does hostile text cost linear time in the scans over model and user text (issue 35)?
+"""Does hostile text cost linear time in the scans over model and user text (SECURITY.md, "Bounds")?
 
 Each worst input found is run at a size and at four times that size; the ratio of CPU times
 should stay near 4 (a superlinear scan shows 8 or more):
@@ -9,7 +9,8 @@ should stay near 4 (a superlinear scan shows 8 or more):
   sentence, and a bracket of thousands of digits;
 - the repetition guard, fed 4-character pieces of text that never loops but keeps it
   checking (lines that almost repeat, one long line of numbers);
-- the first look's query from a question of one long word and of hyphenated words;
+- the first look's query from a question of one long word, of hyphenated words, of a compound
+  ending in a long word and of one compound of many parts;
 - the answer filter and the reasoning splitters, fed a reply a character at a time as a model
   streams it: a remote answer of spaces (the remote provider's whole text path), ``[`` or a fence
   then spaces (a JSON call that never opens), spaces in Mistral's and in a thinking model's
@@ -17,7 +18,9 @@ should stay near 4 (a superlinear scan shows 8 or more):
 - redaction (``redact``, which the summarizer and each reply's covered material run) of text
   dense in the secret rules' keywords, and of ``curl`` followed by line breaks of every mix:
   CRs on one line (gitleaks' curl rules once read them in n**5 ways: 40 CRs took seconds,
-  80 hours), CR LF twice, lines of only CRs, and a ``-H`` flag on each line.
+  80 hours), CR LF twice, lines of only CRs, and a ``-H`` flag on each line; and of runs of one
+  letter, ``sk-``, ``ab_`` and ``a=``; the summarizer's request over one message of ``AccountKey=``
+  repeated (only its clipped ends are redacted, so its cost should stay flat, near 1).
 
     python bench/bench_hostile_text.py [--size 67000]
 
@@ -35,7 +38,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from imprintd import secret_rules  # noqa: E402
-from imprintd.messages import ToolSpec  # noqa: E402
+from imprintd.context.summary import summarizer_request  # noqa: E402
+from imprintd.messages import ToolSpec, assistant, user  # noqa: E402
 from imprintd.models.chat_formats.calls import VisibleTextFilter  # noqa: E402
 from imprintd.models.chat_formats.hermes import HERMES  # noqa: E402
 from imprintd.models.chat_formats.reasoning import THINK, ReasoningSplitter  # noqa: E402
@@ -63,6 +67,10 @@ def guard(text: str) -> None:
     for at in range(0, len(text), 4):
         if watcher.feed(text[at : at + 4]):
             raise AssertionError("not a loop")
+
+
+def summarized(text: str) -> None:
+    summarizer_request("", [user(text + "\npassword: hunter2", seq=1), assistant("ok", seq=2)])
 
 
 TOOLS = (ToolSpec(name="search", description="Search.", parameters={"type": "object", "properties": {}}),)
@@ -127,6 +135,11 @@ CASES: dict[str, tuple[Callable[[str], object], Callable[[int], str]]] = {
     "repetition guard: a long line of numbers": (guard, lambda n: f"{n * 7919 % 100003} "),
     "first look: one long word": (lambda text: first_look.query(text, []), lambda n: "a"),
     "first look: hyphenated words": (lambda text: first_look.query(text, []), lambda n: f"w{n}-x{n} "),
+    "first look: a compound ending in a long word": (
+        lambda text: first_look.query(text, []),
+        lambda n: "keep-alive" if n == 0 else "a",
+    ),
+    "first look: a compound of many parts": (lambda text: first_look.query(text, []), lambda n: "ab-"),
     "remote answer: spaces": (remote_answer, lambda n: "a" if n == 0 else " "),
     "answer filter: [ then spaces (json-fallback)": (answer_filter("json-fallback"), lambda n: "[" if n == 0 else " "),
     "answer filter: a fence then spaces": (answer_filter("json-fallback"), lambda n: "```" if n == 0 else " "),
@@ -136,6 +149,11 @@ CASES: dict[str, tuple[Callable[[str], object], Callable[[int], str]]] = {
         redact,
         lambda n: "".join(f"{k}=abcdefghijk{n} " for k in sorted({k for r in RULES.rules for k in r.keywords})),
     ),
+    "redaction: one letter": (redact, lambda n: "x"),
+    "redaction: sk- over and over": (redact, lambda n: "sk-"),
+    "redaction: ab_ over and over": (redact, lambda n: "ab_"),
+    "redaction: a= over and over": (redact, lambda n: "a="),
+    "summarizer: one message of AccountKey=": (summarized, lambda n: "AccountKey="),
     "redaction: curl and CRs on one line": (redact, lambda n: "curl" if n == 0 else "\r"),
     "redaction: curl, CR LF twice": (redact, lambda n: "curl\r\n\r\n"),
     "redaction: curl, a line of only CRs": (redact, lambda n: "curl\n\r\r\r\r\r\r\r\r\n"),

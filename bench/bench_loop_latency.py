@@ -1,4 +1,4 @@
-"""Event-loop latency while a long research reply runs (issue 35, item 5).
+"""Event-loop latency while a long research reply runs.
 
 One daemon on the embedded model (SmolLM2-135M), a small service repo as its workspace. A second
 sender on the same connection asks ``imprint/sessions`` every 50 ms, first on the idle daemon, then

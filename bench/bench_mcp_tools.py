@@ -13,7 +13,7 @@ Then a scripted model, for each of the 40 tools, asks ``find_tools`` with a quer
 tool's description (its first sentence, without the words of the tool's name: five content words,
 then only two), reads the list ``find_tools`` returns and picks the first name: how often that is
 the tool (top 1), and how often the tool is listed at all (within the 8 shown). Not a test: the
-figures go in the README and docs/decisions.md.
+figures go in docs/benchmarks.md and docs/decisions.md.
 
     python bench/bench_mcp_tools.py
 """

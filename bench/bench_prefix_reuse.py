@@ -1,4 +1,4 @@
-"""Prefix reuse across the rounds of one research reply (ADR 0157), on the local provider.
+"""Prefix reuse across the rounds of one research reply (docs/decisions.md, "Research budget"), on the local provider.
 
 Simulates one reply's research loop on the embedded SmolLM2 GGUF (or ``--model``): every round
 sends the whole conversation, then appends an assistant tool call and a tool result of a few

@@ -1,4 +1,4 @@
-"""What redaction costs on text dense in what the secret rules look for (issue 35, SECURITY.md).
+"""What redaction costs on text dense in what the secret rules look for (SECURITY.md).
 
 1. ``redact`` and the rule set alone (``secret_rules.find``) on 1 MB of text of each density,
    side by side with 1 MB of plain prose (the baseline): CPU seconds a megabyte and the ratio

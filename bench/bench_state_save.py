@@ -1,4 +1,4 @@
-"""What keeping a session's model state costs a coordinator round (issue 35 item 4).
+"""What keeping a session's model state costs a coordinator round.
 
 Runs the same session of growing coordinator rounds three times side by side (round by round in
 turn, each run on its own model), on the embedded SmolLM2-135M (greedy, chat.n_ctx 2048 by
@@ -136,7 +136,7 @@ async def main() -> int:
     print(
         f"  now: copies on the rounds' path 0; the side request after them (copy included) {displaced_s * 1000:.0f} ms"
     )
-    # The session's next round after the side request restores its own state (issue 32 item 4).
+    # The session's next round after the side request restores its own state.
     before = len(held)
     runs["now"].messages.append(user(question(args.rounds)))
     with session_requests("bench", persist=False):

@@ -8,7 +8,7 @@ made twice in the same process, side by side: once with the grammar a call the m
 finished under (``models/chat_formats/grammar.py``), once with the model left free. Each completion is
 one of: no call, a valid call (it parses, names an offered tool, and its arguments pass the
 tool's own check), or an invalid one. Also reported: the time of the requests that opened a
-call, with the grammar against without. Not a test: the figures go in the README.
+call, with the grammar against without. Not a test: the figures go in docs/benchmarks.md.
 
     python bench/check_tool_call_grammar.py [--n-ctx 2048] [--max-tokens 200] [--show]
 """

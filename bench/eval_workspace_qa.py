@@ -23,7 +23,7 @@ it; a question whose fact the installed package no longer holds is skipped, name
 It reports, per question and in all: answers judged right, whether the first look (the
 workspace search made before the model's first round) held the answer's file, the tool calls
 the model made, loops the repetition guard stopped, and time; ``--save`` writes every answer
-and its sources (with the lines each names) as JSON. Not a test: a small model's answers are poor, and the figures go in the README.
+and its sources (with the lines each names) as JSON. Not a test: a small model's answers are poor, and the figures go in docs/benchmarks.md.
 
     python bench/eval_workspace_qa.py [--questions tuning|held-out] [--only N] [--n-ctx 8192]
         [--max-tokens 1024] [--set chat.first_look=false] [--show] [--save answers.json]

@@ -1,4 +1,4 @@
-"""ADR 0141's conversation_history search as it was before the ranking of docs/conversation-search.md, kept verbatim up to its
+"""The first conversation_history search (the best two messages) as it was before the ranking of docs/conversation-search.md, kept verbatim up to its
    tool section (left out) as the baseline of ``bench/bench_history_recall.py``: the best two messages, up to
    three places each, raw term counts (1 + ln tf) times idf, an index built once per reply.
 

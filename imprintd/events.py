@@ -4,7 +4,7 @@ See docs/architecture.md, "One reply" (the text and progress channels).
 
 The server implements ``ReplyEvents`` with ``imprint/replyDelta`` notifications and LSP
 work-done progress; the CLI prints; tests record. Reply text and progress are separate
-channels on purpose (ADR 0093): notes and progress are never shown or spoken as the answer.
+channels on purpose: notes and progress are never shown or spoken as the answer.
 
 Reply text streams in parts: a research round may write text and then call tools, so its
 text turns out to be preamble, not the answer. ``text_was_preamble`` says so once it is

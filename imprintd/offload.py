@@ -202,7 +202,7 @@ class ToLoop:
 
     The model thread hands over each token's text this way. Waiting for the loop to run each
     call (``anyio.from_thread.run_sync``) cost a switch between threads and a wake-up of the loop
-    a token, 8% of a short reply in the bench's profile (README, "Benchmarks"); now the
+    a token, 8% of a short reply in the bench's profile (docs/benchmarks.md); now the
     thread goes on generating meanwhile. With ``every`` > 0 the thread wakes the loop for its
     first call only (the first token shows at once, and a callback that cancels runs before the
     next token); after it the loop takes what was handed over every ``every`` seconds, on a timer

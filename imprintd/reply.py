@@ -4,10 +4,10 @@
    then the session is read as far as the prompt can use it (``read_session``: after the running
    summary's range, and of that range what its covered material names), so a reply costs the
    same however long the session has grown.
-2. Summary step (ADR 0141): only when the conversation's own text no longer fits beside
-   the summary, the oldest exchanges are summarized; on failure ADR 0140's dropping stands.
+2. Summary step (docs/decisions.md, "Running summary"): only when the conversation's own text no longer fits beside
+   the summary, the oldest exchanges are summarized; on failure fitting's dropping stands.
 3. Research (``research/loop.py``): fit, charge, generate, run tools, until an answer or a stop.
-4. A stop other than an answer writes the final answer from notes (ADR 0127), within its own
+4. A stop other than an answer writes the final answer from notes, within its own
    120 s. Either way the answer's citations of this reply's numbered results become its
    sources, checked and listed after it (``research/citations.py``). What was not read or done
    (characters a section analysis left unread, a round the model failed) is named after the
@@ -227,7 +227,7 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
             steps=outcome.steps,
             style=request.style,
             max_tokens=max_tokens,
-            timeout=clocks.FINAL_TIMEOUT_S,  # its own deadline, whatever research left (ADR 0101)
+            timeout=clocks.FINAL_TIMEOUT_S,  # its own deadline, whatever research left
             coverage=coverage,
             numbering=outcome.numbering,
             question_analysis=outcome.question_analysis,
@@ -354,7 +354,7 @@ async def _summary_step(
     events: ReplyEvents,
     clock: ReplyClock,
 ) -> StoredSummary | None:
-    """Summarize the oldest exchanges when the conversation's text no longer fits (ADR 0141).
+    """Summarize the oldest exchanges when the conversation's text no longer fits (docs/decisions.md, "Running summary").
 
     Within its own 120 s and the time research has left (the reply's time budget). ``earlier``
     as ``read_session`` reads it: what the summary covers matters only for its material.

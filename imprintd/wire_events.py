@@ -10,7 +10,7 @@ Progress uses standard work-done progress: the request's own ``workDoneToken`` w
 client sent one, else a token created with ``window/workDoneProgress/create`` when the
 client supports it (created on the first report, so replies without long work send
 nothing), else none. Reply text never travels on the progress channel, and progress
-never on the text channel (ADR 0093).
+never on the text channel.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Test modules import these from here, never from one another.
 
 from __future__ import annotations
 
-# --- a session about the shop's staging stack (the running summary, ADR 0141) ------------------
+# --- a session about the shop's staging stack (the running summary) ----------------------------
 
 COMPOSE = """\
 # docker-compose.staging.yml for the shop stack

@@ -45,6 +45,9 @@ class Request:
     timeout: float | None
     #: The GBNF grammar the request asked the output to follow, if any.
     grammar: str | None = None
+    #: How the request ended: the returned completion's finish reason ("deadline" when its
+    #: timeout cut it), None while it runs or when it raised.
+    ended: str | None = None
 
     @property
     def text(self) -> str:
@@ -152,11 +155,14 @@ class StandInModel:
                     self.overlapped = True
                 self.busy = True
                 try:
-                    return await self._play(reply, request, prompt_tokens, max_tokens, written, on_reasoning)
+                    completion = await self._play(reply, request, prompt_tokens, max_tokens, written, on_reasoning)
+                    request.ended = completion.finish_reason
+                    return completion
                 finally:
                     self.busy = False
         assert scope.cancel_called
         text, wrote_call = written.finish()
+        request.ended = "deadline"
         return Completion(
             text=text,
             finish_reason="deadline",

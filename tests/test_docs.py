@@ -3,6 +3,10 @@
 Every table headed ``| Number | Value | In the code |`` in docs/decisions.md names a constant as a
 path under ``imprintd`` (``context.sections.WORKER_TIMEOUT_S``, ``settings.DEFAULTS.chat.n_ctx``);
 the first number of its Value cell must equal that constant.
+
+The README's benchmark table gives each benchmark's last figure in one line; docs/benchmarks.md
+holds every figure: each figure and date of a README row must be there, beside the row's
+benchmark, and every benchmark in ``bench/`` and every command it gives must exist.
 """
 
 from __future__ import annotations
@@ -120,6 +124,9 @@ def test_the_settings_tables_say_what_the_settings_struct_declares(doc):
 
     rows = _settings_rows(doc)
     assert list(rows) == list(settings.KEYS), f"{doc.name}'s settings table names other keys"
+    lines = doc.read_text("utf-8").splitlines()
+    at = [n for n, line in enumerate(lines) if line.startswith("| `chat.")]
+    assert at == list(range(at[0], at[0] + len(at))), f"{doc.name}'s settings table is cut (a line between rows)"
     for name, key in settings.KEYS.items():
         default, accepted = rows[name]
         assert default == _default_cell(settings.DEFAULTS.get(name)), f"{doc.name}: {name} default"
@@ -141,3 +148,66 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert "npm ci --prefix clients/vscode" in command, "the README's one command must install the node modules"
     lines = (ROOT / ".ci" / "run").read_text("utf-8").splitlines()
     assert lines[-1] == command, ".ci/run's last line must be the README's test command"
+
+
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
+_BENCH_HEADER = "| What (`bench/`) | Baseline | Target | Last measured |"
+_DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+_SCRIPT = re.compile(r"`(\w+\.(?:py|ts))")
+
+
+def _readme_benchmark_rows() -> list[list[str]]:
+    lines = (ROOT / "README.md").read_text("utf-8").split("\n")
+    start = lines.index(_BENCH_HEADER) + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
+    return rows
+
+
+BENCH_ROWS = _readme_benchmark_rows()
+
+
+def test_the_readme_benchmark_table_has_one_short_line_a_benchmark():
+    assert len(BENCH_ROWS) >= 30
+    for row in BENCH_ROWS:
+        line = "| " + " | ".join(row) + " |"
+        assert len(row) == 4 and len(line) <= 220, f"not one short line of four cells: {line}"
+        assert _SCRIPT.search(row[0]), f"names no benchmark: {row[0]}"
+        assert _DATE.search(row[3]), f"no date for its last figure: {row[3]}"
+
+
+def _figure_units() -> list[str]:
+    """docs/benchmarks.md in the pieces a figure belongs to: each table row, each paragraph."""
+    units = []
+    for block in BENCHMARKS.read_text("utf-8").split("\n\n"):
+        rows = block.strip().splitlines()
+        units += rows if rows and rows[0].startswith("|") else [" ".join(rows)]
+    return units
+
+
+@pytest.mark.parametrize("row", BENCH_ROWS, ids=[row[0][:60] for row in BENCH_ROWS])
+def test_each_readme_benchmark_figure_is_in_docs_benchmarks(row):
+    """A README figure is one docs/benchmarks.md records, on a line naming the same benchmark."""
+    script = _SCRIPT.search(row[0]).group(1)
+    lines = [unit for unit in _figure_units() if script in unit]
+    assert lines, f"docs/benchmarks.md has no figure of {script}"
+    last = row[3]
+    for date in _DATE.findall(last):
+        assert any(date in line for line in lines), f"{script}: {date} is in no figure of docs/benchmarks.md"
+    for number in _FIRST_NUMBER.findall(_DATE.sub("", last)):
+        assert any(number in line for line in lines), f"{script}: {number} ({last}) is not in docs/benchmarks.md"
+
+
+def test_every_benchmark_is_described_and_every_command_runs_a_file_that_exists():
+    text = BENCHMARKS.read_text("utf-8")
+    for script in sorted((ROOT / "bench").glob("*.py")):
+        if script.name != "history_adr0141.py":  # the replaced search, a module the benches import
+            assert script.name in text, f"docs/benchmarks.md does not describe bench/{script.name}"
+    commands = re.findall(r"^(?:python|npm) [^#\n]*", text, flags=re.MULTILINE)
+    assert len(commands) >= 20
+    for command in commands:
+        for path in re.findall(r"\b((?:bench|clients)/[\w/.-]+\.(?:py|ts))", command):
+            assert (ROOT / path).exists(), f"docs/benchmarks.md runs {command.strip()!r}: {path} does not exist"

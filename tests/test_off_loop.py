@@ -1,4 +1,4 @@
-"""Issue 35, item 1: the event loop only moves messages. Whole-prompt counts and renders, and
+"""The event loop only moves messages. Whole-prompt counts and renders, and
 every store call, run in worker threads during a reply, however it ends (here: research stopped
 by its token budget, so the final answer is fitted and written from notes)."""
 

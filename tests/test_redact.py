@@ -1,4 +1,4 @@
-"""ADR 0060 as ADR 0141 cites it: secrets out of what the summarizer reads and writes."""
+"""Redaction (SECURITY.md, "Secrets"): secrets out of what the summarizer reads and writes."""
 
 from __future__ import annotations
 
@@ -134,12 +134,9 @@ def test_a_compose_file_keeps_everything_but_its_secrets() -> None:
 
 
 @pytest.mark.parametrize("text", ["x" * 200_000, "sk-" * 70_000, "ab_" * 70_000, "a=" * 100_000])
-def test_long_adversarial_text_is_fast(text: str) -> None:
-    import time
-
-    start = time.perf_counter()
-    redact(text)
-    assert time.perf_counter() - start < 2.0
+def test_long_runs_of_prefixes_and_assignments_are_no_secret(text: str) -> None:
+    # What these cost, at this size and four times it: bench/bench_hostile_text.py.
+    assert redact(text) == text
 
 
 def _megabyte(unit: str) -> str:
@@ -152,7 +149,7 @@ def _keywords() -> list[str]:
     return sorted({keyword for rule in secret_rules.load().rules for keyword in rule.keywords})
 
 
-#: Text dense in what the rules look for (issue 35): each once took 12 to 32 s a megabyte.
+#: Text dense in what the rules look for: each once took 12 to 32 s a megabyte.
 DENSE = {
     "api.": lambda: _megabyte("api. "),
     "every keyword": lambda: _megabyte(" ".join(_keywords()) + " "),
@@ -174,14 +171,17 @@ def _random_value(length: int, seed: int) -> str:
 
 
 @pytest.mark.parametrize("name", DENSE)
-def test_a_megabyte_dense_in_keywords_is_redacted_in_bounded_time(name: str) -> None:
-    # A regression guard, generous for a loaded machine (the figures: bench/bench_redact.py).
-    import time
+def test_a_megabyte_dense_in_keywords_is_redacted_as_each_of_its_words_alone(name: str) -> None:
+    # Density changes nothing found: the search that skips to where a keyword stands finds in a
+    # megabyte of them what it finds in each space-separated word on its own. What it costs:
+    # bench/bench_redact.py (seconds a megabyte) and tests/test_secret_rules_bounds.py.
+    import functools
 
     text = DENSE[name]()
-    start = time.process_time()
-    redact(text)
-    assert time.process_time() - start < 5.0
+    alone = functools.cache(redact)
+    redacted = redact(text)
+    assert redacted == " ".join(alone(word) for word in text.split(" "))
+    assert redact(redacted) == redacted
 
 
 def test_rules_searched_from_their_keywords_find_what_a_full_search_finds() -> None:

@@ -1,6 +1,6 @@
 """What a reply does not do unless it is needed: work that reads the whole session each reply.
 
-A reply's cost should not grow with the session for what the reply does not use (issue 32: the
+A reply's cost should not grow with the session for what the reply does not use (the
 first look's replay, docs/decisions.md "First look"). With the stand-in model.
 """
 

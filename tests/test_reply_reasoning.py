@@ -1,4 +1,4 @@
-"""A reasoning model's thoughts through a whole reply (issue 31, point 3), on the stand-in.
+"""A reasoning model's thoughts through a whole reply, on the stand-in.
 
 They stream on their own channel (``ReplyEvents.reasoning``), never as answer text; they are
 stored with the assistant message they led to, never rendered back into a prompt, never a note

@@ -1,10 +1,10 @@
-"""ADR 0141 at the reply level: ``Chat.reply`` with the stand-in model and a small context.
+"""The running summary at the reply level: ``Chat.reply`` with the stand-in model and a small context.
 
 A long compose file pasted early in a session, five more realistic exchanges, then a question
 about the billing port: the running summary covers the paste, the prompt carries the summary
 block, the strategy line and the conversation_history tool instead of the paste, and the
 tool finds the paste's billing block. Around it: a stored summary standing in on the next
-reply, the timeout fallback to ADR 0140's dropping with its six-message wait, redaction,
+reply, the timeout fallback to fitting's dropping with its six-message wait, redaction,
 cancellation, the final answer after a budget stop, when the tool is offered, persist-false
 sessions and storage. The unit-level cases live in ``tests/context/``.
 
@@ -286,7 +286,7 @@ async def test_a_summary_out_of_time_falls_back_to_dropping_and_waits_six_messag
     assert timed_out.timeout == 0.2
     assert PROGRESS in events.progress_messages and "summary" not in events.kinds()
 
-    # ADR 0140's dropping: no summary block, the oldest exchanges gone, the newest kept.
+    # Fitting's dropping: no summary block, the oldest exchanges gone, the newest kept.
     [request] = coordinator_requests(model)
     assert HEADING not in request.system and "partial" not in request.text
     assert PASTE not in message_contents(request)
@@ -483,7 +483,7 @@ async def test_the_history_tool_is_offered_from_the_first_reply_on(model, worksp
 
 
 async def test_without_a_workspace_the_history_tool_and_its_guidance_are_still_offered(model):
-    # Departing from ADR 0141 ("and tools are offered"): a chat with no folder must still reach
+    # Departing from the running summary's first rule ("and tools are offered"): a chat with no folder must still reach
     # a paste the summary covered, so the history tool is offered whenever there are earlier messages.
     chat = small_chat(model)
     store, sid = new_session(chat)
@@ -523,7 +523,7 @@ async def test_a_persist_false_session_keeps_its_summary_in_memory_and_writes_no
 
 @pytest.mark.parametrize("persist", [True, False])
 async def test_a_reply_searches_the_sessions_index_and_rebuilds_nothing(model, workspace, monkeypatch, persist):
-    # Issue 13: the index is kept with the session; a reply tokenizes only what it stores.
+    # The index is kept with the session; a reply tokenizes only what it stores.
     from imprintd.store import history_index
 
     chat = small_chat(model)

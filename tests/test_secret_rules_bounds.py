@@ -1,4 +1,4 @@
-"""Hostile text costs redaction bounded work (issue 35, SECURITY.md "Bounds"): the curl rules
+"""Hostile text costs redaction bounded work (SECURITY.md "Bounds"): the curl rules
 read line breaks one way, and a session's covered material is redacted once, not every reply."""
 
 from __future__ import annotations
@@ -343,7 +343,7 @@ DENSE_OVER_PROSE = 10.0
     "name", ["api.", "every keyword", "every keyword given a value", "key=", "curl", "key=, random values"]
 )
 def test_a_megabyte_dense_in_keywords_costs_a_few_times_plain_prose(name: str) -> None:
-    """Issue 35: redaction's cost does not grow with keyword density. Measured as the CPU the
+    """Redaction's cost does not grow with keyword density. Measured as the CPU the
     redacting thread spends (``time.thread_time``) against the same for a megabyte of plain
     prose, side by side: a bound in seconds failed on this shared machine when its host ran
     slower (the densest text took 0.7-0.8 s of CPU quiet, 1.0-1.4 s on another day, idle), while

@@ -1,7 +1,7 @@
 """What ``imprintd serve`` loads before it answers ``initialize``: only what every session needs.
 
 The remote model's HTTP client, the served-models client, gitleaks' rule set and the history
-search's stemmer load when a session first uses them (README, "Benchmarks": start-up). Checked
+search's stemmer load when a session first uses them (docs/benchmarks.md: `initialize`). Checked
 in a fresh interpreter, on the path ``initialize`` takes: the command line, the server, the
 model as ``initialize`` describes it (a local GGUF's template read from its header).
 """

@@ -9,7 +9,7 @@ when the reply returns, ``finish`` sends whatever of the result's text did not s
 one ``resource_link`` per source in the workspace (its ``description`` says when it was read,
 not cited, or why it does not support what cites it). A cancelled prompt is ``close``d: nothing is sent after it.
 Tool steps become ``tool_call`` / ``tool_call_update``; progress and summaries become thought
-chunks, one line each (ADR 0093: never the answer). A reasoning model's thoughts stream as
+chunks, one line each (never the answer). A reasoning model's thoughts stream as
 thought chunks too, as they come (never an ``agent_message_chunk``); a progress line
 after them starts a line of its own. Each coordinator round's context usage is
 a ``usage_update``: its tokens of the window (ACP has no place for the parts).

@@ -1,11 +1,11 @@
-"""Fitting a prompt to the model's context (docs/decisions.md, "Fitting"; ADR 0140 amending ADR 0093).
+"""Fitting a prompt to the model's context (docs/decisions.md, "Fitting").
 
 When the system prompt, tool schemas, earlier history, the current turn and the output
 allowance do not fit ``model.n_ctx``, earlier history goes a block at a time, at fixed drop
 points, measured where each piece starts in cached per-message tokens. Those places stay put
 while the conversation grows (it only appends), so after a drop the next replies only append
 to the prompt and the model's saved state or prefix cache serves all but the new tokens (this
-departs from ADR 0140's "only as much as must": up to a step more goes):
+departs from the first rule's "only as much as must": up to a step more goes):
 
 1. earlier turns' tool exchanges (an assistant tool-call message, its own text included,
    together with all its tool results, matched by ``tool_call_id``): those starting before the
@@ -19,11 +19,11 @@ departs from ADR 0140's "only as much as must": up to a step more goes):
    (``drop_step``), counted in the conversation's own tokens (the questions and answers: every
    tool exchange is gone by then), so they are as far apart in what the prompt holds;
 3. if the current turn alone is still too big, ``fits`` is False and the caller sends the
-   current turn's oversized input or evidence to section analysis (ADR 0093).
+   current turn's oversized input or evidence to section analysis.
 
-ADR 0140's order stands: no whole exchange goes while a tool exchange is left. The current turn
-is never dropped and the inputs are never changed (stored sessions and ADR 0059's replay stay as
-they are). ADR 0140 bounds the cost: "fitting measures the prompt once per removed piece, at
+The order stands: no whole exchange goes while a tool exchange is left. The current turn
+is never dropped and the inputs are never changed (stored sessions and their replay stay as
+they are). The cost is bounded: "fitting measures the prompt once per removed piece, at
 most once per earlier message". Here the exact count is taken once at the start, and the system
 prompt and tools once for the step; each removal subtracts the model's cached per-message
 counts, and one exact count confirms the result when the running total says it fits (if the
@@ -311,7 +311,7 @@ def _drop_exchanges(
             next_piece += 1
             if one_at_a_time and pessimistic and not exact:
                 # The running total may not fall to the limit: each removal is confirmed (one
-                # exact count per removed piece, ADR 0140's bound).
+                # exact count per removed piece, the bound).
                 total, exact = measure(), True
             if one_at_a_time and total <= limit:
                 # The point would take every earlier exchange: a current turn that fills the

@@ -1,4 +1,4 @@
-"""Section analysis of oversized input and tool evidence: ADR 0093 (amended by ADR 0140).
+"""Section analysis of oversized input and tool evidence (docs/decisions.md, "Section analysis").
 
 When the current turn's own input (the user's message) or a tool result does not fit the
 prompt, it is not clipped: up to ``chat.analysis_workers`` logical note-taking workers read
@@ -147,7 +147,7 @@ class AnalysisError(Exception):
 
 
 class Budget(Protocol):
-    """What analysis needs of a research budget (ADR 0157; ``imprintd/research/budget.py``).
+    """What analysis needs of a research budget (``imprintd/research/budget.py``).
 
     ``reserve`` raises BudgetExhausted when the request does not fit what remains (reading
     then stops, keeping the notes of the sections read); other exceptions propagate.

@@ -1,4 +1,4 @@
-"""The running summary of what no longer fits (docs/decisions.md, "Running summary"; ADR 0141).
+"""The running summary of what no longer fits (docs/decisions.md, "Running summary").
 
 At the start of a reply, before research, the reply checks whether the conversation's own
 text (the user's and the assistant's messages after what the summary covers, without tool
@@ -17,10 +17,10 @@ exchanges, plus the question) fits beside the current summary block. Only when i
    conversation", with the covered range and a deterministic list of covered material.
 
 If the model fails, times out or the request cannot fit, the previous summary stays, the
-reply falls back to ADR 0140's dropping, and no new attempt is made until six more messages
+reply falls back to fitting's dropping, and no new attempt is made until six more messages
 have been added (``retry_at``); a summary skipped because the reply had no time left sets no
 retry point. A question too big for the context alone is left out of the plan (it is
-analyzed in sections whatever the history holds). Secrets are redacted (ADR 0060) in everything the summarizer
+analyzed in sections whatever the history holds). Secrets are redacted (SECURITY.md, "Secrets") in everything the summarizer
 reads and in what it writes.
 
 A state with empty ``text`` covers nothing, whatever its numbers say: it only carries the
@@ -80,7 +80,7 @@ class SummaryOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """What one summary attempt left: the state to store, and whether it succeeded.
 
     On failure ``state`` is the previous summary (or an empty one) with ``retry_at`` set, and
-    ``reason`` says what went wrong; the reply then falls back to ADR 0140's dropping.
+    ``reason`` says what went wrong; the reply then falls back to fitting's dropping.
     """
 
     ok: bool
@@ -139,7 +139,7 @@ def bullet_grammar(to_cover: Sequence[Message]) -> str:
 
 
 def exchanges(messages: Sequence[Message]) -> list[list[Message]]:
-    """Messages grouped as exchanges: a user message up to the next one (ADR 0140)."""
+    """Messages grouped as exchanges: a user message up to the next one, as fitting drops them."""
     groups: list[list[Message]] = []
     for message in messages:
         if message.role == "user" or not groups:
@@ -411,7 +411,7 @@ def summary_block(state: StoredSummary | None, material: Sequence[str], *, looku
     """The summary as the system prompt carries it; empty when there is none.
 
     ``lookup_guidance=False`` leaves out the line about conversation_history, for the final
-    answer after a research stop (ADR 0127), which is written without tools.
+    answer after a research stop, which is written without tools.
     """
     if state is None or not state.text:
         return ""
@@ -474,7 +474,7 @@ async def update_summary(
             return _failed(state, numbers, message_count, f"the model failed: {error}")
     if guard.cancelled_caught or completion.finish_reason == "deadline":
         # A partial summary would replace the summary so far with whatever was written
-        # before the deadline (ADR 0141): keep the previous one instead.
+        # before the deadline: keep the previous one instead.
         return _failed(state, numbers, message_count, f"no summary within {timeout:g} seconds")
     written = bullets(completion.text)
     last: int | None = max(numbers)

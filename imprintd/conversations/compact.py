@@ -1,6 +1,6 @@
 """Writing the running summary now, on the user's word (``imprint/compact``, ACP ``/compact``).
 
-ADR 0141 writes the summary only when the conversation's text no longer fits. Compacting runs
+The automatic running summary (docs/decisions.md, "Running summary") is written only when the conversation's text no longer fits. Compacting runs
 the same summarizer (``context/summary.update_summary``: one bullet per exchange, each opening
 with its message numbers, appended to the summary so far, the covered-material list kept) on
 every exchange the summary does not cover yet, except the newest: the next question still sees

@@ -3,7 +3,7 @@
 Two formats:
 
 - **Markdown**, to read or share: the title and where the session researched; the running summary
-  (ADR 0141) as a note before the messages it covers; each question under ``## You``, each answer
+  as a note before the messages it covers; each question under ``## You``, each answer
   under ``## Imprint`` with the tool steps that led to it folded in a ``<details>`` block (each
   call in words, its result in a fenced block, clipped to ``STEP_RESULT_CHARS``), and its sources
   as ``path:line`` links relative to the workspace instead of the plain Sources lines Imprint wrote

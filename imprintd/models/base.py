@@ -3,7 +3,7 @@
 A model renders and counts a fully formatted prompt (messages plus tool schemas, generation
 prompt included), streams a completion under a deadline and cancellation, and reports usage.
 Providers: ``local.py`` (llama.cpp, exact counts) and ``remote.py`` (OpenAI-compatible, the
-UTF-8-byte estimate of ADR 0093). Tests use the stand-in in ``tests/standin.py``.
+UTF-8-byte estimate of docs/decisions.md, "Counting tokens"). Tests use the stand-in in ``tests/standin.py``.
 
 A request also carries, implicitly, the session it serves (``session_requests``, set by
 ``Chat.reply`` for the reply's task) and whether its model state is worth keeping
@@ -90,7 +90,7 @@ RetryCallback = Callable[[str], None]
 class Model(Protocol):
     """What the core needs of a chat model."""
 
-    #: Identity for prefix sharing (ADR 0157): the same id means the same tokenizer and template.
+    #: Identity for prefix sharing: the same id means the same tokenizer and template.
     model_id: str
     #: The context window the prompt, tool schemas and output allowance must fit.
     n_ctx: int

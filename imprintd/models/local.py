@@ -27,7 +27,7 @@
   generated under a grammar of the offered tools in the family's syntax
   (``chat_formats/grammar.py``): the opening token is sampled again from the tokens before it,
   constrained.
-* **Prefix reuse (ADR 0157).** ``Llama.generate`` keeps the evaluated prefix of the previous
+* **Prefix reuse.** ``Llama.generate`` keeps the evaluated prefix of the previous
   prompt and evaluates only the rest; ``Usage.evaluated_tokens`` is what llama.cpp actually
   evaluated for this prompt, measured at its ``eval`` call, and ``reusable_prefix`` says
   beforehand how much of a prompt it holds, which the research budget charges by. Rendering is deterministic (the
@@ -109,8 +109,7 @@ MESSAGE_CACHE_SIZE = 8192
 PROMPTS_KEPT = 8
 #: Seconds between the event loop's looks at the text the model thread generated since (a timer
 #: of the loop's: the model thread never wakes it): 66 updates a second, more than an editor
-#: shows, where a wake-up a token took 3% of a short reply from the model thread (README,
-#: "Benchmarks").
+#: shows, where a wake-up a token took 3% of a short reply from the model thread (docs/benchmarks.md).
 STREAM_EVERY_S = 0.015
 #: End-of-turn markers of common templates; those the template uses stop generation too.
 _END_OF_TURN_MARKERS = (
@@ -171,7 +170,7 @@ def _has_amx() -> bool:
     """Whether this llama.cpp build runs matmuls on AMX tiles.
 
     Its AMX path segfaults in ``ggml_backend_amx_mul_mat`` on the first multi-token batch
-    (seen on Xeon with AMX_INT8 and llama-cpp-python 0.3.36; llama.cpp issue #20824), which
+    (seen on Xeon with AMX_INT8 and llama-cpp-python 0.3.36; llama.cpp's https://github.com/ggml-org/llama.cpp/issues/20824), which
     would take the whole daemon down, so AMX builds load without extra buffer types.
     """
     from llama_cpp import llama_cpp as lib
@@ -234,7 +233,7 @@ class _Loaded:
         bos_id, eos_id = llama.token_bos(), llama.token_eos()
         bos = llama._model.token_get_text(bos_id) if bos_id != -1 else ""
         eos = llama._model.token_get_text(eos_id) if eos_id != -1 else ""
-        # Templates may print the date: the date the model was loaded (ADR 0157).
+        # Templates may print the date: the date the model was loaded, so the prefix stays reusable.
         self.chat = ChatTemplate(
             template, model_name=path.name, bos_token=bos, eos_token=eos, today=datetime.now(), thinking=thinking
         )

@@ -14,7 +14,7 @@ with ``<think>`` is taken as reasoning up to ``</think>`` (``remote_reply._Think
 ``reasons`` from the first reply that brought any (a server's reasoning parser is not announced
 before it is used).
 
-Prompts are counted with the UTF-8-byte estimate of ADR 0093 (``remote_counts``), or the
+Prompts are counted with the UTF-8-byte estimate (``remote_counts``), or the
 server's own counts where it gives them (``server_counts``); ``chat.n_ctx`` is the budget, or
 the server's window when it is smaller (``server_window``). The reply's output is bounded too:
 

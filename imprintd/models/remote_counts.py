@@ -1,4 +1,4 @@
-"""The remote estimate of a prompt's tokens (ADR 0093), its caches and its calibration, for
+"""The remote estimate of a prompt's tokens (docs/decisions.md, "Counting tokens"), its caches and its calibration, for
 ``remote.py``'s ``RemoteModel`` (``EstimatedCounts`` is its counting half).
 
 A served model's tokenizer is not available locally, so counting is the explicit UTF-8-byte
@@ -26,7 +26,7 @@ import msgspec
 
 from imprintd.messages import Message, ToolSpec
 
-#: UTF-8 bytes per estimated token (ADR 0093's remote estimate).
+#: UTF-8 bytes per estimated token.
 BYTES_PER_TOKEN = 3
 #: Estimated tokens a message adds beyond its text: role header, separators, end marker.
 MESSAGE_OVERHEAD = 4

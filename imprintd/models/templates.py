@@ -126,7 +126,7 @@ class ChatTemplate:
             raise TemplateError(f"the chat template of {model_name} does not parse ({error}); {SETTING_HINT}") from None
         self._bos, self._eos = bos_token, eos_token
         day = today or datetime.now()
-        # Templates may print the date; a fixed one keeps the prompt byte-stable (ADR 0157).
+        # Templates may print the date; a fixed one keeps the prompt byte-stable, so its prefix is reused.
         self._strftime = day.strftime
         #: The template variables that switch reasoning, as the template reads them.
         self.switches = tuple(name for name in REASONING_SWITCHES if name in variables)

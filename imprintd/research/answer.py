@@ -1,4 +1,4 @@
-"""The final answer after research stops on a budget, stagnation or a full context (ADR 0127).
+"""The final answer after research stops on a budget, stagnation or a full context (docs/decisions.md, "Final answer from notes").
 
 The reserved answer is one request with no tools and its own output allowance, within its
 own 120 s (``research/clock.py``): the system prompt without the tool strategy (and the

@@ -1,5 +1,5 @@
 """The research token budget, charged for the work each request does (docs/decisions.md,
-"Research budget"; ADR 0157).
+"Research budget").
 
 A research request (coordinator round or section worker) is charged the prompt tokens the
 model will actually evaluate, plus its whole output allowance, reserved before it starts.
@@ -38,7 +38,7 @@ from imprintd.messages import Message, ToolSpec
 from imprintd.models.base import Completion, Model, RetryCallback, TextCallback
 from imprintd.offload import in_worker
 
-#: ADR 0157: of the shared prefix, this many tokens stay charged: the next turn's header
+#: Of the shared prefix, this many tokens stay charged: the next turn's header
 #: that a rendered prefix adds (and the generation prompt a prefix count includes).
 HEADER_TOKENS = 16
 

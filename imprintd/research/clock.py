@@ -2,11 +2,11 @@
 
 See docs/decisions.md, "When research stops".
 
-The clock starts when the reply's workspace index is up to date. The running summary
-(ADR 0141), coordinator rounds and their tools, and section analysis (ADR 0093) count
+The clock starts when the reply's workspace index is up to date. The running summary,
+coordinator rounds and their tools, and section analysis count
 against it: research may use the budget less a share kept for the final answer (20%, at
-most 120 s). The final answer written from notes (ADR 0127) then keeps its own 120-second
-deadline (ADR 0101), whatever research left: a slow local model writing it is not cut short
+most 120 s). The final answer written from notes (docs/decisions.md, "Final answer from notes")
+then keeps its own 120-second deadline, whatever research left: a slow local model writing it is not cut short
 by time research spent. So a reply ends within the budget less that share plus 120 s (the
 defaults: 240 s of research, then at most 120 s of answer), whatever the model does.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import anyio
 
-#: The final answer's own limit (ADR 0101, kept by ADR 0127), whatever research left.
+#: The final answer's own limit, whatever research left.
 FINAL_TIMEOUT_S = 120.0
 #: The share of the time budget kept for the final answer, at most FINAL_TIMEOUT_S.
 FINAL_SHARE = 0.2

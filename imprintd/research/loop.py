@@ -2,17 +2,17 @@
 
 See docs/decisions.md, "When research stops", and docs/architecture.md, "One reply".
 
-Each coordinator round fits the prompt (ADR 0140), checks and charges the research token
-budget (ADR 0157), lets the model write or call tools, and runs the calls in the reply's
+Each coordinator round fits the prompt ("Fitting"), checks and charges the research token
+budget ("Research budget"), lets the model write or call tools, and runs the calls in the reply's
 own scope. A current tool result is passed whole when it fits and analyzed in sections
-when it does not (ADR 0093); the user's own oversized message is analyzed the same way. Each
+when it does not ("Section analysis"); the user's own oversized message is analyzed the same way. Each
 place a result shows opens with its number, given once per reply (``research/citations.py``),
 and the model's text streams with citations of numbers no result has removed.
 Research stops on an answer, the token budget, the time budget, two rounds without new
 evidence, a full context, or a model failure after something was gathered (a round's error
 after the provider's retries, a section worker that fails or runs past its 120 s); every
 stop but an answer is followed by the final answer written from notes
-(``research/answer.py``, ADR 0127), which says what was not read or done. A reply fails
+(``research/answer.py``, "Final answer from notes"), which says what was not read or done. A reply fails
 (``ReplyFailed``, or the model's error) only when nothing was gathered to answer from.
 
 The time budget (``research/clock.py``) bounds the whole reply: rounds and section workers
@@ -52,7 +52,7 @@ Stop = Literal[
     "answer", "length", "repetition", "token_budget", "time_budget", "no_new_evidence", "context_full", "model_error"
 ]
 
-#: Rounds in a row that add no new hit or read before research stops (ADR 0157's patience).
+#: Rounds in a row that add no new hit or read before research stops (docs/decisions.md, "When research stops").
 NO_NEW_EVIDENCE_PATIENCE = 2
 #: What the model is told before the result of a call identical to an earlier one of this reply.
 REPEATED = "(Same call as before; its result again.)"

@@ -1,5 +1,5 @@
 """Research notes and the final answer written from them (docs/decisions.md, "Final answer
-from notes"; ADR 0127).
+from notes").
 
 When research ends on a budget, stagnation or a full context, this reply's numbered results
 (``research/citations.py``) become notes under the same numbers the coordinator saw: a search
@@ -68,7 +68,7 @@ class _Draft:
     steps: set[int] = field(default_factory=set)
 
     def rank_key(self) -> tuple[int, int, int]:
-        # Several searches first (ADR 0127); then in the order research found them, a
+        # Several searches first; then in the order research found them, a
         # search's own hits by score (which is the order the search returned them in).
         return (-len(self.steps), self.step, self.position)
 
@@ -250,7 +250,7 @@ def final_request(
     digest_text: str,
     style: Style = "written",
 ) -> list[Message]:
-    """The reserved answer's messages (ADR 0127); it is sent with no tools.
+    """The reserved answer's messages; it is sent with no tools.
 
     ``system_prompt`` comes without the tool strategy (the caller builds it so); the
     summary block, when there is one, is appended to it.

@@ -1,4 +1,4 @@
-"""``MemoryStore``: sessions created with persistence off (ADR 0141's voice case), kept in memory.
+"""``MemoryStore``: sessions created with persistence off (a voice client's, say), kept in memory.
 
 The same API as ``Store`` (both are a ``ConversationStore``), nothing on disk, at most 400 messages
 a session and 4,000 characters a tool result, and an in-memory history index per session.
@@ -32,7 +32,7 @@ from imprintd.store.sessions import (
     title_from,
 )
 
-# ADR 0141, voice: "at most 400 messages, 4,000 characters a result".
+# At most 400 messages, 4,000 characters a result (docs/architecture.md, "Storage").
 MEMORY_MESSAGE_LIMIT = 400
 MEMORY_TOOL_RESULT_LIMIT = 4_000
 
@@ -58,7 +58,7 @@ def clip_tool_result(content: str, limit: int = MEMORY_TOOL_RESULT_LIMIT) -> str
 
 
 class MemoryStore:
-    """Sessions with persistence off (ADR 0141's voice case): kept in memory, never on disk.
+    """Sessions with persistence off (a voice client's, say): kept in memory, never on disk.
 
     A session keeps its newest ``MEMORY_MESSAGE_LIMIT`` messages (the oldest drop out, seq
     numbers keep counting) and tool results clipped to ``MEMORY_TOOL_RESULT_LIMIT``

@@ -16,7 +16,7 @@ Migration = Callable[[apsw.Connection], None]
 
 
 def _migration_1_conversations(db: apsw.Connection) -> None:
-    """Sessions, their messages, and ADR 0141's running summaries."""
+    """Sessions, their messages, and their running summaries."""
     db.execute(
         """
         CREATE TABLE sessions (

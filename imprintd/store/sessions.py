@@ -41,7 +41,7 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StoredSummary(msgspec.Struct, frozen=True, kw_only=True):
-    """ADR 0141's running summary of a session: covers messages ``first_seq..last_seq``.
+    """A session's running summary (docs/decisions.md, "Running summary"): covers messages ``first_seq..last_seq``.
 
     ``retry_at``: after a failed attempt, no new one until the session has this many
     messages (six more than at the failure); ``None`` when the last attempt succeeded.

@@ -1,8 +1,8 @@
 """What every tool is: a schema, a title for the client, and a run that returns structure.
 
 Tools are built for one reply from that reply's session and workspace; nothing here is a
-global registry (ADR 0093: "No global tool registry is mutated"). Results carry structure
-(hits, sources) so research notes (ADR 0127) are built from it, never parsed from text.
+global registry: none is ever mutated. Results carry structure
+(hits, sources) so research notes are built from it, never parsed from text.
 
 A tool's arguments are declared once, as a msgspec Struct: ``tool_spec`` turns it into the
 JSON schema the model is offered, and ``parse_arguments`` checks a call against it, with an

@@ -370,7 +370,7 @@ def binding_of(name: str) -> str:
 
 
 def hit_id(path: str, start_line: int) -> str:
-    """Stable for the same chunk across searches and re-indexing (ADR 0127 merges by it)."""
+    """Stable for the same chunk across searches and re-indexing (research notes merge by it)."""
     return hashlib.blake2s(f"{path}\x00{start_line}".encode(), digest_size=5).hexdigest()
 
 

@@ -3,7 +3,7 @@
 docs/architecture.md, "tools/: what a reply may look at": built for one reply from that reply's workspace, search over
 the FTS5 index returning structured hits, and a bounded read by path and line range, every
 path through ``paths.resolve_in_workspace``. Results carry structure (hits, sources,
-evidence) for research notes (ADR 0127); ``text`` is only what the model reads.
+evidence) for research notes; ``text`` is only what the model reads.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The slash commands and the session's title over ACP (issue 34): published after session/new and
+"""The slash commands and the session's title over ACP: published after session/new and
 session/load, run instead of asking the model, storing nothing but what they should."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The model config option over ACP with ``chat.provider = "openai"`` (issue 34 item 6): it offers
+"""The model config option over ACP with ``chat.provider = "openai"``: it offers
 the models the server lists (``GET {base_url}/models``, asked once per agent and again when the
 option is set), choosing one sets ``chat.model`` with the provider staying ``openai``, and a server
 that cannot be asked still leaves a session offering the model in use."""

@@ -89,7 +89,7 @@ async def test_load_in_a_new_agent_replays_exactly_what_was_stored(daemon_env, s
         ("user_message_chunk", stored[0].content),
         ("agent_message_chunk", "Reading the deployment."),  # as it streamed: before the round's calls
         ("agent_message_chunk", stored[5].content),
-        ("agent_message_chunk", "\n\n"),  # the link on a line of its own, as live (issue 34)
+        ("agent_message_chunk", "\n\n"),  # the link on a line of its own, as live
         ("user_message_chunk", stored[6].content),
         ("agent_message_chunk", stored[7].content),
     ]

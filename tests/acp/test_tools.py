@@ -82,7 +82,7 @@ async def test_tool_steps_are_tool_calls_with_kind_status_and_location(agent, st
     ]
     assert "".join(text for _, text in messages) == (
         f"Let me read the deployment.\n\nBilling listens on 8101.\n\nSources:\n[1] {PORT_FILE}:2-4 (read, not cited)"
-        "\n\n"  # the link goes on a line of its own, not glued to the Sources line (issue 34)
+        "\n\n"  # the link goes on a line of its own, not glued to the Sources line
     )
     before = [index for index, text in messages if index < updates.index(read)]
     assert "".join(text for index, text in messages if index in before) == "Let me read the deployment."
@@ -119,7 +119,7 @@ async def test_a_research_stop_answers_with_sources_as_resource_links(daemon_env
     assert answer.stop_reason == "end_turn"  # the token budget stopped research; the turn still ended
     messages = [u.content for u in updates if u.session_update == "agent_message_chunk"]
     links = [m for m in messages if m.type == "resource_link"]
-    # The links come after the answer's text, each on a line of its own (issue 34: CodeCompanion
+    # The links come after the answer's text, each on a line of its own (CodeCompanion
     # showed a link glued to the Sources list's last line).
     first_link = messages.index(links[0])
     assert all(m.type == "text" for m in messages[:first_link])

@@ -143,14 +143,21 @@ def test_a_new_database_another_imprintd_is_creating_is_waited_on(tmp_path, monk
     other.close()
 
 
-def test_a_new_database_held_past_the_timeout_says_busy(tmp_path, short_busy_timeout):
+def test_a_new_database_held_past_the_timeout_says_busy(tmp_path, short_busy_timeout, monkeypatch):
     path = tmp_path / "imprint.sqlite3"
     other = held(path)
-    started = time.monotonic()
+    pauses = []
+    pause = store_mod._pause_before_retry
+
+    def counted() -> None:
+        pauses.append(True)
+        pause()
+
+    monkeypatch.setattr(store_mod, "_pause_before_retry", counted)
     try:
         with pytest.raises(DatabaseBusy) as error:
             Store.open(path)
-        assert time.monotonic() - started >= 0.1  # tried for the busy timeout, not refused at once
+        assert pauses, "refused at once: SQLite's first refusal was not tried again for the busy timeout"
         assert_says_busy(error.value, path)
     finally:
         other.execute("ROLLBACK")

@@ -1,4 +1,4 @@
-"""Issue 11, items 5, 6, 12 (settings) and 13: a flaky model server, a key it echoes, and
+"""A flaky model server, a key it echoes, and
 secrets redacted whole."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tests.openai_stub import StubReply
 
 KEY = "sk-test-1f2e3d4c5b6a7988abcdef0123456789"
 
-# -- item 5: every malformed stream chunk is a named ModelError ------------------------------
+# -- every malformed stream chunk is a named ModelError ------------------------------
 
 MALFORMED_CHUNKS = [
     ('{"choices":"nope"}', "choices"),
@@ -67,7 +67,7 @@ def test_a_malformed_chunk_mid_reply_answers_32803_and_stores_no_reply(raw, stub
     assert session["messageCount"] == 1  # the question stays; no half reply was stored
 
 
-# -- item 6: the API key echoed by the server is masked --------------------------------------
+# -- the API key echoed by the server is masked --------------------------------------
 
 
 def test_a_401_body_echoing_the_key_reaches_neither_client_nor_log(daemon_env, stub):
@@ -159,7 +159,7 @@ def test_the_cli_masks_the_key_named_by_the_remote_provider():
     assert getattr(cli, "API_KEY_ENV", None) == remote.API_KEY_ENV
 
 
-# -- item 12: a URL httpx cannot parse is refused as a setting -------------------------------
+# -- a URL httpx cannot parse is refused as a setting -------------------------------
 
 
 @pytest.mark.parametrize(
@@ -185,7 +185,7 @@ def test_settings_that_are_not_an_object_are_refused_as_a_whole(values):
     assert "settings from editor must be an object" in error and repr(values) in error
 
 
-# -- item 13: a secret value is redacted whole ------------------------------------------------
+# -- a secret value is redacted whole ------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -217,7 +217,7 @@ def test_names_that_only_contain_pass_are_not_secrets(text):
     assert redact(text) == text
 
 
-# -- round 2, item 1: a model error body holding '%' is still answered --------------------------
+# -- a model error body holding '%' is still answered --------------------------
 
 
 def test_a_model_error_body_with_a_percent_sign_is_answered(raw, stub):

@@ -1,4 +1,4 @@
-"""Issue 11, items 1-4, 11, 12 and 14: hostile or buggy client input over real stdio.
+"""Hostile or buggy client input over real stdio.
 
 Each test failed before its fix (the daemon exited, hung, answered -32603 or stored an
 empty session); each ends in the answer protocol.md names, with the daemon still serving.
@@ -24,7 +24,7 @@ def still_serves(raw: RawClient) -> None:
     assert "result" in raw.response(request_id), raw.stderr_text()
 
 
-# -- item 1: $/cancelRequest with an id that is not an int or a string -----------------------
+# -- $/cancelRequest with an id that is not an int or a string -----------------------
 
 
 def test_a_cancel_with_an_object_or_array_id_is_ignored_while_a_request_runs(raw, stub):
@@ -42,7 +42,7 @@ def test_a_cancel_with_an_object_or_array_id_is_ignored_while_a_request_runs(raw
     assert "Traceback" not in raw.stderr_text()
 
 
-# -- item 2: nesting -------------------------------------------------------------------------
+# -- nesting -------------------------------------------------------------------------
 
 
 def test_a_body_of_a_thousand_nested_arrays_is_refused_and_the_daemon_serves(raw):
@@ -76,7 +76,7 @@ def test_deep_nesting_in_a_notification_is_dropped_unanswered(raw):
     still_serves(raw)  # the next answer is to the next request: the notification got none
 
 
-# -- item 3: lone surrogates in any string param ---------------------------------------------
+# -- lone surrogates in any string param ---------------------------------------------
 
 STRING_PARAMS = [
     ("imprint/chat", {"text": "hi"}, "text"),
@@ -152,7 +152,7 @@ def test_a_valid_surrogate_pair_is_text_like_any_other(raw, stub):
     assert stub.requests[0]["messages"][-1]["content"] == "a \U0001f600 face"
 
 
-# -- item 4: a bool is not an id -------------------------------------------------------------
+# -- a bool is not an id -------------------------------------------------------------
 
 
 @pytest.mark.parametrize("bad_id", [True, False, 1.5, None, [], {}])
@@ -164,7 +164,7 @@ def test_a_bad_id_gets_32600_with_a_null_id(raw, bad_id):
     still_serves(raw)
 
 
-# -- item 11: editor settings that are not an object -----------------------------------------
+# -- editor settings that are not an object -----------------------------------------
 
 
 def test_initialization_options_with_a_non_object_section_are_refused_by_name(raw):
@@ -187,7 +187,7 @@ def test_did_change_configuration_with_a_non_object_section_names_it(raw, sectio
     still_serves(raw)
 
 
-# -- item 12: folders and URLs that cannot be used -------------------------------------------
+# -- folders and URLs that cannot be used -------------------------------------------
 
 
 @pytest.mark.parametrize("folder", ["/dev/null", "FILE/sub"])
@@ -248,7 +248,7 @@ def test_a_base_url_that_cannot_be_parsed_is_refused_as_a_setting(daemon_env):
         client.kill()
 
 
-# -- item 14: a Content-Length that cannot be skipped ----------------------------------------
+# -- a Content-Length that cannot be skipped ----------------------------------------
 
 
 @pytest.mark.parametrize("length", ["1" + "0" * 30, "9" * 5000, str(2**40)])
@@ -272,7 +272,7 @@ def test_a_length_over_the_limit_that_can_be_skipped_still_is(raw):
     still_serves(raw)
 
 
-# -- item 8: no thread may hold the process at exit ------------------------------------------
+# -- no thread may hold the process at exit ------------------------------------------
 
 
 def test_a_stuck_worker_thread_does_not_hold_the_process_at_exit():
@@ -306,7 +306,7 @@ def test_finished_worker_threads_leave_the_normal_exit_alone():
     assert done.returncode == 0 and done.stdout.strip() == "returned"
 
 
-# -- round 2, item 1: an error text holding '%' is still answered ------------------------------
+# -- an error text holding '%' is still answered ------------------------------
 
 
 @pytest.mark.parametrize(

@@ -142,15 +142,24 @@ def test_the_rule_set_finds_nothing_in_imprintds_own_source():
     assert found == []
 
 
-def test_a_long_message_of_keywords_costs_the_summarizer_its_ends_only():
+def test_a_long_message_of_keywords_costs_the_summarizer_its_ends_only(monkeypatch):
     """Redaction reads what the summarizer keeps of a long message, not all of it."""
-    import time
+    from imprintd import redact as redact_mod
+    from imprintd.context import summary as summary_mod
 
+    read: list[int] = []
+
+    def counted(text: str) -> str:
+        read.append(len(text))
+        return redact(text)
+
+    monkeypatch.setattr(redact_mod, "redact", counted)  # what redact_head and redact_tail call
+    monkeypatch.setattr(summary_mod, "redact", counted)
     hostile = "AccountKey=" * 100_000 + f"\npassword: {AZURE_KEY}"
-    start = time.perf_counter()
     [_, request] = summarizer_request("", [msg.user(hostile, seq=1), msg.assistant("ok", seq=2)])
-    assert time.perf_counter() - start < 5.0
     assert AZURE_KEY not in request.content and "characters omitted" in request.content
+    # Its two ends, their margins and the transcript around them: not the 1,100,000 characters.
+    assert read and sum(read) < len(hostile) // 20, read
 
 
 # -- through a reply: the summarizer's request and the summary it writes --------------------

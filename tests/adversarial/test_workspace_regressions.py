@@ -1,4 +1,4 @@
-"""Issue 11, items 7-10: a malicious or churning workspace, at the tools' level.
+"""A malicious or churning workspace, at the tools' level.
 
 The swaps happen at the exact moment that used to be unsafe (after the scan saw a regular
 file, before it was read; after ``read_file`` resolved a path, before it opened it), by
@@ -90,7 +90,7 @@ def unblock_fifos(root: Path) -> None:
                 pass
 
 
-# -- item 7: symlinks swapped in after the scan ----------------------------------------------
+# -- symlinks swapped in after the scan ----------------------------------------------
 
 
 @pytest.mark.parametrize("which", ["notes.txt", "docs"])
@@ -144,7 +144,7 @@ async def test_read_file_refuses_a_folder_swapped_for_a_link_after_resolving(tmp
     assert "launch code" not in str(refused.value)
 
 
-# -- item 8: FIFOs --------------------------------------------------------------------------
+# -- FIFOs --------------------------------------------------------------------------
 
 
 def test_a_file_swapped_for_a_fifo_during_indexing_neither_blocks_nor_is_indexed(tmp_path, ws, monkeypatch):
@@ -190,7 +190,7 @@ def test_read_text_file_refuses_a_file_changed_since_the_scan(ws):
     assert read_text_file(ws, "notes.txt", stat.st_size, stat.st_mtime_ns) is None
 
 
-# -- item 9: sparse files, NULs and reads bounded in bytes -----------------------------------
+# -- sparse files, NULs and reads bounded in bytes -----------------------------------
 
 
 def sparse(path: Path, head: str, size: int) -> None:
@@ -246,7 +246,7 @@ async def test_a_line_longer_than_the_line_bound_is_cut_not_held(ws):
     assert peak < 2 * 1024 * 1024, f"read_file held {peak} bytes"
 
 
-# -- item 10: names that would forge result lines --------------------------------------------
+# -- names that would forge result lines --------------------------------------------
 
 
 def test_names_with_control_characters_or_undecodable_bytes_are_not_indexed(tmp_path, ws):

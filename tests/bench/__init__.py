@@ -1,4 +1,4 @@
-"""Tests of the benchmarks' own logic (how they judge and count): the README's figures rest on it."""
+"""Tests of the benchmarks' own logic (how they judge and count): docs/benchmarks.md's figures rest on it."""
 
 from __future__ import annotations
 

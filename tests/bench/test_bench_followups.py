@@ -1,4 +1,4 @@
-"""How ``bench/bench_followups.py`` traces a follow-up's first request: the README's floor and
+"""How ``bench/bench_followups.py`` traces a follow-up's first request: docs/benchmarks.md's floor and
 excess figures rest on it."""
 
 from __future__ import annotations

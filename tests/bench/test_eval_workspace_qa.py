@@ -1,4 +1,4 @@
-"""How ``bench/eval_workspace_qa.py`` judges an answer: the figures in the README rest on it."""
+"""How ``bench/eval_workspace_qa.py`` judges an answer: the figures in docs/benchmarks.md rest on it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fitting (ADR 0140): earlier research goes first, then whole exchanges oldest first, both at
+"""Fitting (docs/decisions.md, "Fitting"): earlier research goes first, then whole exchanges oldest first, both at
 fixed drop points so a growing session's prompts only append between them; the current turn
 stays; the cost stays bounded."""
 

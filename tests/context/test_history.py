@@ -1,4 +1,4 @@
-"""ADR 0141's conversation_history: search and exact reads over the messages handed to a reply."""
+"""The conversation_history tool (docs/decisions.md, "Conversation history"): search and exact reads over the messages handed to a reply."""
 
 from __future__ import annotations
 

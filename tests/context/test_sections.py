@@ -1,4 +1,4 @@
-"""Section analysis (ADR 0093): coverage, sizing, sequential rotating workers, explicit limits,
+"""Section analysis (docs/decisions.md, "Section analysis"): coverage, sizing, sequential rotating workers, explicit limits,
 exact rereads, progress apart from the reply text, budget and cancellation."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ADR 0141's running summary: when to cover, what the summarizer reads, what it writes."""
+"""The running summary (docs/decisions.md, "Running summary"): when to cover, what the summarizer reads, what it writes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Writing the running summary now (imprintd/conversations/compact.py, issue 34), with the stand-in model."""
+"""Writing the running summary now (imprintd/conversations/compact.py), with the stand-in model."""
 
 from __future__ import annotations
 

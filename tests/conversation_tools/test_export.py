@@ -1,4 +1,4 @@
-"""A conversation exported as Markdown or JSON (imprintd/conversations/export.py, issue 34)."""
+"""A conversation exported as Markdown or JSON (imprintd/conversations/export.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Searching every stored conversation (imprintd/conversations/search.py, issue 34)."""
+"""Searching every stored conversation (imprintd/conversations/search.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The scripted model of the running-summary scenario over the wire (ADR 0141): the sizes at
+"""The scripted model of the running-summary scenario over the wire (docs/decisions.md, "Running summary"): the sizes at
 which the pasted compose file no longer fits at the billing question, a summarizer writing one
 bullet per exchange, and a coordinator that looks the paste up with conversation_history.
 

@@ -1,4 +1,4 @@
-"""Searching and renaming conversations over the real stdio protocol (issue 34): the daemon,
+"""Searching and renaming conversations over the real stdio protocol: the daemon,
 the scripted OpenAI-compatible model on loopback, Neovim's and VS Code's capabilities."""
 
 from __future__ import annotations

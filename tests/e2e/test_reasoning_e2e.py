@@ -1,4 +1,4 @@
-"""A reasoning model end to end (issue 31): the real daemon over stdio, the remote provider
+"""A reasoning model end to end: the real daemon over stdio, the remote provider
 against a scripted OpenAI-compatible server that sends ``reasoning_content``, as llama.cpp's
 server and vLLM do with a reasoning parser.
 

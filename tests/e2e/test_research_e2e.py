@@ -171,7 +171,7 @@ async def test_research_over_two_files_stops_on_the_budget_and_cites_the_right_l
         if number in shown:
             assert label.startswith(f"{shown[number]['path']}:{shown[number]['start']}"), (number, label)
     digest = ask.split("\n\nResearch notes:\n", 1)[1].rsplit("\n\nAnswer the question above", 1)[0]
-    assert len(digest) <= 6000  # ADR 0127's digest size
+    assert len(digest) <= 6000  # the notes' digest size
     assert "Tools:" not in final["messages"][0]["content"]  # the tool strategy is left out
 
     # The answer ends with the Sources the daemon wrote, of the two right files.

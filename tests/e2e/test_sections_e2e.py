@@ -1,4 +1,4 @@
-"""Section analysis end to end (ADR 0093): the real daemon over stdio, a 2,048-token
+"""Section analysis end to end (docs/decisions.md, "Section analysis"): the real daemon over stdio, a 2,048-token
 context, the scripted OpenAI-compatible model on loopback, Neovim's and VS Code's capabilities.
 
 A 30,000-character paste is analyzed in sections by note-taking workers (progress on
@@ -21,7 +21,7 @@ from tests.openai_stub import StubReply
 #: on) and the reread tool beside an analyzed 30,000-character paste.
 N_CTX = 2304
 MAX_TOKENS = 256
-#: Output tokens of a worker's notes (ADR 0093's limit, sections.NOTES_MAX_TOKENS).
+#: Output tokens of a worker's notes (sections.NOTES_MAX_TOKENS).
 NOTES_MAX_TOKENS = 384
 WORKER_SYSTEM_START = "You take notes for another assistant"
 

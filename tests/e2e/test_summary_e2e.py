@@ -1,4 +1,4 @@
-"""The running summary and conversation_history end to end (ADR 0141): the real daemon
+"""The running summary and conversation_history end to end (docs/decisions.md, "Running summary"): the real daemon
 over stdio, a small context, the scripted OpenAI-compatible model on loopback, Neovim's and
 VS Code's capabilities.
 

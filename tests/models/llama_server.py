@@ -4,7 +4,7 @@ starts one on a free port and waits until it answers).
 ``python -m tests.models.llama_server --model X --port N ...`` is ``python -m llama_cpp.server``
 with the same arguments, except that on llama.cpp builds that use AMX the model loads without
 extra buffer types, as ``imprintd.models.local`` does: that build's AMX matmul segfaults on the
-first multi-token batch (llama.cpp issue #20824), and the server offers no flag to turn it off.
+first multi-token batch (llama.cpp's https://github.com/ggml-org/llama.cpp/issues/20824), and the server offers no flag to turn it off.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 35, item 5: the embedded model generates at a lower priority than the event loop.
+"""The embedded model generates at a lower priority than the event loop.
 
 Read from ``/proc`` during a real reply: the threads that process the prompt (the model thread
 and the OpenMP team llama.cpp creates from it, which inherits its name and priority) run

@@ -1,4 +1,4 @@
-"""Section analysis on the real embedded model (ADR 0093's real-model check).
+"""Section analysis on the real embedded model (docs/decisions.md, "Section analysis", checked on a real model).
 
 A question with an ~8,000-character pasted config goes through the whole reply
 (``Chat.reply``) on the embedded SmolLM2 GGUF with a 2,048-token context, no workspace:

@@ -452,15 +452,21 @@ async def test_retries_stop_after_three_and_the_error_says_so(no_retry_wait):
     assert len(server.requests) == 4 and len(retries) == 3
 
 
-async def test_retry_after_is_honoured(no_retry_wait):
+async def test_retry_after_is_honoured(no_retry_wait, monkeypatch):
     answer = stream_reply(chunk("ok", finish="stop"))
+    waits: list[float] = []
+    sleep = anyio.sleep
+
+    async def recorded(delay: float) -> None:  # the wait is observed, not spent
+        waits.append(delay)
+        await sleep(0)
+
+    monkeypatch.setattr(remote_mod.anyio, "sleep", recorded)
     with ScriptedServer(failing_then([(429, {"Retry-After": "1"})], answer)) as server:
         retries: list[str] = []
-        started = anyio.current_time()
         completion = await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60, on_retry=retries.append)
-        waited = anyio.current_time() - started
     assert completion.text == "ok" and len(server.requests) == 2
-    assert waited >= 1.0  # the server's second, not the 10 ms of the first backoff step
+    assert 1.0 in waits and 0.01 not in waits  # the server's second, not the 10 ms of the first backoff step
     assert retries == [
         "The model server: rate limited (429) by " + server.base_url + "; retry after 1 s: status 429. "
         "Retrying in 1 s (attempt 2 of 4)…"

@@ -1,4 +1,4 @@
-"""The remote provider keeps a reasoning model's thoughts apart (issue 31): ``reasoning_content``
+"""The remote provider keeps a reasoning model's thoughts apart: ``reasoning_content``
 (or ``reasoning``) deltas stream through ``on_reasoning`` into ``Completion.reasoning``, never into
 the text; they count against the output allowance, and the model says it reasons once it has."""
 

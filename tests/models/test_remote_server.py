@@ -73,7 +73,7 @@ async def test_wrong_path_is_404_from_a_real_server(llama_server):
 
 
 async def test_estimate_is_not_below_the_servers_own_count(llama_server):
-    # ADR 0093's estimate is meant to err on the side of room to spare: compare with the
+    # The remote estimate (docs/decisions.md, "Counting tokens") is meant to err on the side of room to spare: compare with the
     # server's tokenizer through its non-streamed usage report.
     messages = [system("You are terse."), user("Explain what a context window is, in two sentences.")]
     async with httpx.AsyncClient(timeout=300) as client:

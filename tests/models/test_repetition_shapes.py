@@ -1,5 +1,5 @@
 """The repetition guard leaves data alone and catches loops of every shape (docs/decisions.md,
-"Repetition guard"; issues 33 and 35).
+"Repetition guard").
 
 Validation list: a false-positive corpus (a hex dump and a table of a real installed file, zero
 arrays, CSV with identical rows, DNA strings, ``====`` rules, a Markdown table with identical
@@ -93,7 +93,7 @@ def test_data_running_far_past_what_an_answer_needs_is_a_loop():
     assert guard.looping and len(guard.text) < repetition.DATA_LOOP_CHARS + 200
 
 
-# --- loops of other shapes (issue 35) --------------------------------------------------------
+# --- loops of other shapes ------------------------------------------------------------------
 
 
 def test_a_line_with_an_incrementing_counter_is_a_loop():

@@ -1,4 +1,4 @@
-"""The models an OpenAI-compatible server lists (imprintd/models/served.py, issue 34)."""
+"""The models an OpenAI-compatible server lists (imprintd/models/served.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The state cache's defects found in issue 32 stay fixed: a header that lies about sizes, a cache
+"""The state cache's defects found when it was built stay fixed: a header that lies about sizes, a cache
 left behind by a model replaced on a settings change, a queued write landing after a session's
 deletion, folders the cache creates that others could read.
 """

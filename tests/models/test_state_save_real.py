@@ -3,7 +3,7 @@
 A coordinator round returns before any copy of llama.cpp's state is taken; the session's own
 next round extends the context and needs none; a side request (summary, section worker) or
 another session copies it away first, and the session's next round restores it and evaluates
-only what is new (issue 32 item 4, issue 35 item 4).
+only what is new.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ADR 0157: research is charged for the work each request does.
+"""Research is charged for the work each request does.
 
 Validation list: a cached prefix is not charged again; unused output is refunded; the whole
 allowance must fit before a request starts; a prefix longer than the prompt never makes a

@@ -1,5 +1,5 @@
 """Citation handling never alters code, and stays live on any input (docs/decisions.md,
-"Numbered results and sources"; issues 33 and 35).
+"Numbered results and sources").
 
 Validation list: a corpus of answers with code (Python, JSON, TOML, shell, Markdown tables, an
 indented block, inline spans, prose with bracketed numbers) passes byte for byte through the

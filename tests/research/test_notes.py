@@ -1,4 +1,4 @@
-"""ADR 0127: the final answer is written from deduplicated, cited research notes.
+"""The final answer is written from deduplicated, cited research notes.
 
 Validation list: repeated hits merge, rank first and keep their number; a read is one note
 named by its place; earlier replies, empty reads, errors and calls not run add no notes; the

@@ -53,7 +53,7 @@ async def test_search_returns_structured_hits_and_compact_text(index):
 
 
 def test_search_text_format_is_pinned():
-    # ADR 0127: a test pins the search tool's text format.
+    # The notes rest on it: a test pins the search tool's text format.
     hits = [
         Hit(id="abc1234567", path="src/a.py", start_line=3, end_line=5, score=2.5, excerpt="one\ntwo"),
         Hit(id="def7654321", path="b.md", start_line=1, end_line=1, score=1.0, excerpt="three"),

@@ -67,7 +67,7 @@ def test_the_winbar_names_the_model_the_daemon_reports_and_follows_a_change(edit
         "reasons": False,
     }
     assert "qwen3.5-4b" in editor.winbar()
-    # The context share is of the new window at once, not at the next question (issue 34, item 7).
+    # The context share is of the new window at once, not at the next question.
     editor.wait(f"{WINBAR}:find('of 4,096', 1, true) ~= nil", "the winbar's share of the new window")
 
 

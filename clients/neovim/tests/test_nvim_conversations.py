@@ -1,5 +1,5 @@
 """Searching, renaming, exporting and compacting conversations, and picking a model, through the
-plugin against the real daemon (issue 34): :ImprintSearch, :ImprintRename, :ImprintExport,
+plugin against the real daemon: :ImprintSearch, :ImprintRename, :ImprintExport,
 :ImprintCompact, :ImprintModel."""
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def test_an_older_daemon_without_a_name_is_shown_by_its_model(bare_editor):
 
 
 def test_a_reopened_session_lists_the_steps_the_live_reply_showed(editor):
-    """The first look titled Looking, as live; a repeated identical call left out (issue 34, item 7)."""
+    """The first look titled Looking, as live; a repeated identical call left out."""
     steps = editor.lua(
         """
         local _, _, placed = require('imprint.chat.render').session({

@@ -1,4 +1,4 @@
-"""A reasoning model through the plugin against the real daemon (issue 31): its thoughts are a
+"""A reasoning model through the plugin against the real daemon: its thoughts are a
 closed "Thinking" fold before the text they led to, never the answer, live and when the session
 is opened again; the winbar says "Thinking…" while they stream, and names the chat format."""
 

@@ -20,7 +20,7 @@ is linear in the reply whatever it holds.
 Decoded arguments nested deeper than ``wellformed.MAX_NESTING`` make a malformed call, as does
 nesting too deep to decode: never a ``RecursionError``.
 
-A model offered no tools (the final answer from notes, ADR 0127) may still write a call. Nothing
+A model offered no tools (the final answer from notes) may still write a call. Nothing
 is parsed then, but the filter stops the text where the markup starts and reports that it was
 written (``ParsedOutput.wrote_call``), so callers never look for markup themselves.
 
@@ -520,7 +520,7 @@ def json_list_after(marker: str) -> Callable[[Sequence[ToolCall]], str]:
 def tools_prompt(tools: Sequence[ToolSpec]) -> str:
     """The system-prompt block describing ``tools`` for a template that does not render them.
 
-    Deterministic for the same tools (ADR 0157: a byte-stable prefix is reused).
+    Deterministic for the same tools (a byte-stable prefix is reused: docs/decisions.md, "A prompt that stays put").
     """
     lines = [
         "# Tools",

@@ -22,10 +22,13 @@ import pytest
 
 from imprintd.models.chat_formats.reasoning import detect_reasoning
 from imprintd.models.chat_formats.table import BY_NAME
+from imprintd.store import Store
 from tests.models.chat_formats.families import FAMILIES, Family
 from tests.models.chat_formats.gguf_copy import with_chat_template
 from tests.models.real_model import needs_real_model
 
+QUESTION = "Which port does the server listen on?"
+FOLLOW_UP = "And which host?"
 CHEAP = {
     "IMPRINT_CHAT_N_CTX": "2048",
     "IMPRINT_CHAT_MAX_TOKENS": "24",
@@ -72,10 +75,10 @@ def test_ask_and_a_follow_up_run_with_the_familys_template(family, family_ggufs,
     (workspace / "config.toml").write_text('[server]\nport = 8080\nhost = "0.0.0.0"\n', encoding="utf-8")
     env = {"IMPRINT_CHAT_MODEL": str(family_ggufs(family))}
 
-    first = ask("Which port does the server listen on?", "--workspace", str(workspace), env=env)
+    first = ask(QUESTION, "--workspace", str(workspace), env=env)
     assert first.returncode == 0, first.stderr
     session = [line for line in first.stderr.splitlines() if line.startswith("session ")][-1].split()[1]
-    second = ask("And which host?", "--workspace", str(workspace), "--session", session, env=env)
+    second = ask(FOLLOW_UP, "--workspace", str(workspace), "--session", session, env=env)
     assert second.returncode == 0, second.stderr
 
     syntax = BY_NAME[family.format].syntax
@@ -86,5 +89,13 @@ def test_ask_and_a_follow_up_run_with_the_familys_template(family, family_ggufs,
     for answer in (first.stdout, second.stdout):
         assert not [marker for marker in markers if marker in answer], answer
 
-    # The follow-up went on in the same session, its earlier exchange rendered into its prompts.
+    # The follow-up went on in the same session, its earlier exchange rendered into its prompts,
+    # and both exchanges are stored there.
     assert f"session {session}" in second.stderr
+    store = Store.open(isolated_dirs / "imprint.sqlite3")
+    try:
+        stored = [(m.role, m.content) for m in store.messages(session) if m.role in ("user", "assistant")]
+    finally:
+        store.close()
+    assert [content for role, content in stored if role == "user"] == [QUESTION, FOLLOW_UP]
+    assert stored[-1][0] == "assistant" and [role for role, _ in stored].count("assistant") >= 2

@@ -1,4 +1,4 @@
-"""The chat-format conformance suite (issue 31): each vendored family template renders every prompt
+"""The chat-format conformance suite: each vendored family template renders every prompt
 the daemon makes, its model's own tool calls parse, its reasoning is kept apart, and the call
 grammar writes its syntax.
 

@@ -1,4 +1,4 @@
---- Searching, renaming, exporting and compacting conversations, and picking a model (issue 34):
+--- Searching, renaming, exporting and compacting conversations, and picking a model:
 --- :ImprintSearch, :ImprintRename, :ImprintExport, :ImprintCompact, :ImprintModel.
 local client = require("imprint.client")
 local chat = require("imprint.chat")

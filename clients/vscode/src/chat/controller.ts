@@ -161,7 +161,7 @@ export class ChatController {
   }
 
   /** A new model or window: the meter shows the open session's next question against it now, not
-   *  after the next question (issue 34); a running reply's next round reports its own. */
+   *  after the next question; a running reply's next round reports its own. */
   private onModelChanged(connection: ChatConnection, model: wire.ModelReport): void {
     this.setModel(model);
     if (this.sessionId && !this.reply) void this.refreshContext(connection, this.sessionId);

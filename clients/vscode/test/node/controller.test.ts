@@ -505,7 +505,7 @@ test("the context meter gets each round's usage during a reply and the next ques
   assert.deepEqual(next.usage!.inView.at(-1)?.at(-1), 4, "the stored answer is in view");
 });
 
-test("search finds stored messages and opening one shows its session scrolled to the message (issue 34)", async () => {
+test("search finds stored messages and opening one shows its session scrolled to the message", async () => {
   await stub.queue("Paris.", "Billing listens on port 8101.");
   await panel.controller.ask("Capital of France?");
   panel.controller.newChat();
@@ -528,7 +528,7 @@ test("search finds stored messages and opening one shows its session scrolled to
   await assert.rejects(panel.controller.searchConversations("  "), /query: .* has no word to search for/);
 });
 
-test("rename, export and compact act on the open conversation (issue 34)", async () => {
+test("rename, export and compact act on the open conversation", async () => {
   await stub.queue("Noted.", "About topic three.", "- (#1–#2) The user pasted the staging compose file.");
   assert.equal(await panel.controller.compact(), undefined); // nothing open yet
   await panel.controller.ask("Here is the staging compose file.");
@@ -562,7 +562,7 @@ test("rename, export and compact act on the open conversation (issue 34)", async
   assert.match(again?.note ?? "", /^Nothing to summarize/);
 });
 
-test("the model picker offers the server's models and the chat GGUFs found, never a file that is not one (issue 34)", async () => {
+test("the model picker offers the server's models and the chat GGUFs found, never a file that is not one", async () => {
   const embedded = spawnSync(python(), ["-c", "from imprintd.models.embedded import find_embedded_model as f; print(f() or '')"],
     { env: pythonEnv(), encoding: "utf8" }).stdout.trim();
   assert.ok(embedded, "the embedded model comes with the test dependencies");
@@ -683,7 +683,7 @@ test("a served model's window smaller than chat.n_ctx is shown with where it com
   assert.equal(usage.outputAllowance, request.max_tokens);
 });
 
-test("the context meter follows a new context window at once, not at the next question (issue 34)", async () => {
+test("the context meter follows a new context window at once, not at the next question", async () => {
   await stub.queue("Paris.");
   await panel.controller.ask("Capital of France?");
   panel.clear();

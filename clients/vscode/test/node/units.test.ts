@@ -210,7 +210,7 @@ test("the daemon's trailing Sources block comes off the answer's text, and only 
   assert.equal(withoutSourcesBlock("No sources here."), "No sources here.");
 });
 
-test("a reopened session lists the steps the live reply showed: the first look as Looking, no repeated call (issue 34)", () => {
+test("a reopened session lists the steps the live reply showed: the first look as Looking, no repeated call", () => {
   const call = (id: string, name: string, args: Record<string, unknown>) => ({ id, name, arguments: args });
   const look = call("call_look1a2b", "search", { query: "billing port" });
   const read = call("call_0", "read_file", { path: "billing.yaml" });

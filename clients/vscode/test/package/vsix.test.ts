@@ -62,7 +62,7 @@ test("the manifest contributes the commands, the chat view and every daemon sett
   assert.deepEqual(manifest.contributes.viewsContainers.activitybar.map((c: { id: string }) => c.id), ["imprint"]);
   assert.deepEqual(manifest.contributes.views.imprint, [{ type: "webview", id: "imprint.chat", name: "Chat" }]);
   assert.ok(manifest.contributes.menus["editor/context"].some((item: { command: string }) => item.command === "imprint.askAboutSelection"));
-  // The panel's title bar: search beside New Chat, compact, export and rename in its "…" menu (issue 34).
+  // The panel's title bar: search beside New Chat, compact, export and rename in its "…" menu.
   const titleBar = manifest.contributes.menus["view/title"]
     .filter((item: { when: string }) => item.when === "view == imprint.chat")
     .map((item: { command: string; group: string }) => [item.command, item.group.split("@")[0]]);

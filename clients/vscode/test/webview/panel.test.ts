@@ -499,7 +499,7 @@ test("a reasoning model's thoughts fold into closed “Thinking” blocks, never
   assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
 });
 
-test("a long step title wraps beside its icon, never under it (issue 34)", async () => {
+test("a long step title wraps beside its icon, never under it", async () => {
   const page = await openPanel(browser, origin, "light", { width: 260, height: 600 });
   const title = "Searching the workspace for “which port does the billing service listen on in staging”";
   await post(page, { type: "user", text: "Which port?" }, { type: "replyStart" },
