@@ -147,13 +147,13 @@ def test_a_new_database_held_past_the_timeout_says_busy(tmp_path, short_busy_tim
     path = tmp_path / "imprint.sqlite3"
     other = held(path)
     pauses = []
-    pause = store_mod._pause_before_retry
+    pause = sqlite_mod._pause_before_retry
 
     def counted() -> None:
         pauses.append(True)
         pause()
 
-    monkeypatch.setattr(store_mod, "_pause_before_retry", counted)
+    monkeypatch.setattr(sqlite_mod, "_pause_before_retry", counted)
     try:
         with pytest.raises(DatabaseBusy) as error:
             Store.open(path)
