@@ -108,9 +108,7 @@ class Measured:
         self._charge = prompt - held
         return prompt, held
 
-    async def complete(
-        self, messages, tools=(), *, max_tokens, timeout=None, on_text=None, on_start=None, on_retry=None
-    ):
+    async def complete(self, messages, tools=(), *, max_tokens, **options):
         kind = (
             "worker"
             if not tools and messages[0].content == sec.WORKER_SYSTEM_PROMPT
@@ -122,9 +120,8 @@ class Measured:
         self.rows.append(row)
         started = time.monotonic()
         self._charge = None
-        completion = await self.model.complete(
-            messages, tools, max_tokens=max_tokens, timeout=timeout, on_text=on_text, on_start=on_start
-        )
+        # Every option passed on (the reasoning callback, a grammar, …): the model is asked as the daemon asks it.
+        completion = await self.model.complete(messages, tools, max_tokens=max_tokens, **options)
         row.charged = self._charge  # the budget measures under the lock, in on_start
         row.seconds = time.monotonic() - started
         usage = completion.usage
