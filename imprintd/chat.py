@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from imprintd import messages as msg
 from imprintd import session_lock
 from imprintd import settings as settings_mod
 from imprintd.context.history import ConversationHistory, HistoryError
@@ -64,6 +65,7 @@ from imprintd.store import (
     Store,
     StoredSummary,
     StoreError,
+    new_session_id,
 )
 from imprintd.tools.base import Tool
 from imprintd.tools.index import LIMITED_BY_BYTES, LIMITED_BY_FILES, LIMITED_BY_TIME, IndexLimits, WorkspaceIndex
@@ -658,11 +660,16 @@ class Chat:
                         return await self._reply_in_turn(request.session_id, request, events, waited.seconds)
             root = await in_worker(self.workspace_root, request.workspace)
             store = await in_worker(lambda: self.store) if request.persist else self.memory  # opens it first
-            created = await in_worker(
-                store.create_session, workspace=str(root) if root else None, session_id=request.new_session_id
-            )
-            async with self._turns.turn(created.id), self._stored_turn(created.id, store) as waited:
-                return await self._reply_in_turn(created.id, request, events, waited.seconds)
+            session_id = request.new_session_id or new_session_id()
+            async with self._turns.turn(session_id), self._stored_turn(session_id, store) as waited:
+                # The session and its question in one commit (``start_session``), inside its turns.
+                _, question = await in_worker(
+                    store.start_session,
+                    msg.user(request.text),
+                    workspace=str(root) if root else None,
+                    session_id=session_id,
+                )
+                return await self._reply_in_turn(session_id, request, events, waited.seconds, question=question)
         finally:
             if self._retired:  # a model replaced while this reply may have held it
                 with anyio.CancelScope(shield=True):
@@ -681,7 +688,13 @@ class Chat:
             yield waited
 
     async def _reply_in_turn(
-        self, session_id: str, request: ReplyRequest, events: ReplyEvents, waited: float = 0.0
+        self,
+        session_id: str,
+        request: ReplyRequest,
+        events: ReplyEvents,
+        waited: float = 0.0,
+        *,
+        question: Message | None = None,
     ) -> ReplyOutcome:
         store, info = await in_worker(self.locate, session_id)  # as it is now: earlier turns added to it
         if request.session_id and not request.workspace and info.workspace and await in_worker(_is_dir, info.workspace):
@@ -693,6 +706,7 @@ class Chat:
             session=info,
             reply_id=reply_id,
             request=request,
+            question=question,
             settings=_less_time(self.settings, waited),
             load_model=await in_worker(self._model_when_asked),
             sections=self.sections.open(reply_id),

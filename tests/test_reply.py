@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import anyio
+import apsw
 import pytest
 
 from imprintd.chat import ReplyRequest
@@ -110,6 +111,29 @@ async def test_a_direct_answer_the_guard_cut_ends_with_a_line_saying_so(model):
     )
     assert events.streamed.endswith("(The model started repeating itself here, so the answer was cut off.)")
     assert chat.session(outcome.session_id).messages[-1].content == outcome.text
+
+
+async def test_a_new_sessions_reply_commits_its_question_with_the_session_then_its_answer(model, monkeypatch):
+    commits = []
+
+    def count_commits(db: apsw.Connection) -> None:
+        db.set_commit_hook(lambda: commits.append(1) or False)  # False: let it commit
+
+    monkeypatch.setattr(apsw, "connection_hooks", [*apsw.connection_hooks, count_commits])
+    chat = make_chat(model)
+    assert chat.store.sessions() == []  # opened (and migrated) before counting
+    commits.clear()
+    model.queue(Completion(text="A context window is what the model reads at once."))
+    outcome, _ = await ask(chat, "What is a context window?")
+    assert [(m.role, m.content) for m in chat.store.messages(outcome.session_id)] == [
+        ("user", "What is a context window?"),
+        ("assistant", "A context window is what the model reads at once."),
+    ]
+    assert chat.store.session(outcome.session_id).title == "What is a context window?"
+    # The session with its question in one commit, then the answer: one disk sync fewer a new session.
+    assert len(commits) == 2
+    # The model was asked after the question was stored, and saw it.
+    assert model.requests[0].messages[-1].content == "What is a context window?"
 
 
 async def test_a_final_turn_that_fails_ends_with_the_findings(model, workspace):
