@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from imprintd import messages as msg
 from imprintd import session_lock
 from imprintd import settings as settings_mod
 from imprintd.context.history import ConversationHistory, HistoryError
@@ -42,6 +43,7 @@ from imprintd.messages import Message
 from imprintd.models.base import (
     Model,
     ModelError,
+    RequestScope,
     ServerConnections,
     SessionStates,
     learn_window,
@@ -64,6 +66,7 @@ from imprintd.store import (
     Store,
     StoredSummary,
     StoreError,
+    new_session_id,
 )
 from imprintd.tools.base import Tool
 from imprintd.tools.index import LIMITED_BY_BYTES, LIMITED_BY_FILES, LIMITED_BY_TIME, IndexLimits, WorkspaceIndex
@@ -655,18 +658,35 @@ class Chat:
                     await in_worker(self.workspace_root, request.workspace)  # refused before anything is stored
                     store, _ = await in_worker(self.locate, request.session_id)
                     async with self._stored_turn(request.session_id, store) as waited:
+                        self._make_way(request.session_id, store)
                         return await self._reply_in_turn(request.session_id, request, events, waited.seconds)
             root = await in_worker(self.workspace_root, request.workspace)
             store = await in_worker(lambda: self.store) if request.persist else self.memory  # opens it first
-            created = await in_worker(
-                store.create_session, workspace=str(root) if root else None, session_id=request.new_session_id
-            )
-            async with self._turns.turn(created.id), self._stored_turn(created.id, store) as waited:
-                return await self._reply_in_turn(created.id, request, events, waited.seconds)
+            session_id = request.new_session_id or new_session_id()
+            async with self._turns.turn(session_id), self._stored_turn(session_id, store) as waited:
+                self._make_way(session_id, store)
+                # The session and its question in one commit (``start_session``), inside its turns.
+                info, question = await in_worker(
+                    store.start_session,
+                    msg.user(request.text),
+                    workspace=str(root) if root else None,
+                    session_id=session_id,
+                )
+                return await self._reply_in_turn(
+                    session_id, request, events, waited.seconds, new=(store, info, question)
+                )
         finally:
             if self._retired:  # a model replaced while this reply may have held it
                 with anyio.CancelScope(shield=True):
                     await in_worker(self._free_retired)
+
+    def _make_way(self, session_id: str, store: ConversationStore) -> None:
+        """In ``session_id``'s turn, before its question is stored: a local model starts keeping the
+        state of the session its context holds, which this reply's first request would replace,
+        while the question's commit waits on the disk (``LocalModel.make_way``)."""
+        model = self._model  # as built so far: a model not loaded yet holds nothing
+        if isinstance(model, SessionStates):
+            model.make_way(RequestScope(session_id=session_id, persist=store is not self.memory))
 
     @contextlib.asynccontextmanager
     async def _stored_turn(self, session_id: str, store: ConversationStore) -> AsyncIterator[session_lock.Waited]:
@@ -681,9 +701,20 @@ class Chat:
             yield waited
 
     async def _reply_in_turn(
-        self, session_id: str, request: ReplyRequest, events: ReplyEvents, waited: float = 0.0
+        self,
+        session_id: str,
+        request: ReplyRequest,
+        events: ReplyEvents,
+        waited: float = 0.0,
+        *,
+        new: tuple[ConversationStore, SessionInfo, Message] | None = None,
     ) -> ReplyOutcome:
-        store, info = await in_worker(self.locate, session_id)  # as it is now: earlier turns added to it
+        # ``new``: a session just stored with its question (``start_session``), as it stands.
+        question: Message | None = None
+        if new is not None:
+            store, info, question = new
+        else:
+            store, info = await in_worker(self.locate, session_id)  # as it is now: earlier turns added to it
         if request.session_id and not request.workspace and info.workspace and await in_worker(_is_dir, info.workspace):
             # A follow-up researches the folder its session was started on, unless told otherwise.
             request = msgspec.structs.replace(request, workspace=info.workspace)
@@ -693,6 +724,7 @@ class Chat:
             session=info,
             reply_id=reply_id,
             request=request,
+            question=question,
             settings=_less_time(self.settings, waited),
             load_model=await in_worker(self._model_when_asked),
             sections=self.sections.open(reply_id),

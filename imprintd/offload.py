@@ -187,6 +187,12 @@ class _ModelThread:
 _model_thread = _ModelThread()
 
 
+def to_model_thread(fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+    """``fn()`` queued for the model thread without waiting for it: it runs before whatever is
+    queued there later (a generation). Its outcome is the returned future's."""
+    return _model_thread.submit(fn)
+
+
 async def in_model_thread(fn: Callable[[], T]) -> T:
     """``fn()`` in the model thread (at a lower priority); the loop serves other requests meanwhile.
 

@@ -101,6 +101,8 @@ class ReplyContext:
     reply_id: str
     request: ReplyRequest
     settings: ChatSettings
+    #: The question when it was stored with its new session (``start_session``); else ``run_reply`` stores it.
+    question: Message | None = None
     #: The chat model, loaded on first use (after the question is stored: a model that cannot
     #: be loaded fails the reply, not the question).
     load_model: Callable[[], Model]
@@ -123,7 +125,9 @@ class ReplyOutcome(msgspec.Struct, frozen=True, kw_only=True):
 
 async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     store, info, reply_id, request = context.store, context.session, context.reply_id, context.request
-    question = await in_worker(store.append, info.id, msg.user(request.text))
+    question = context.question
+    if question is None:
+        question = await in_worker(store.append, info.id, msg.user(request.text))
     events.begin(info.id, reply_id)
     model = context.load_model()
     settings = context.settings

@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 
 import anyio
+import apsw
 import pytest
 
 from imprintd.chat import ReplyRequest
 from imprintd.context.sections import WORKER_SYSTEM_PROMPT
-from imprintd.models.base import Completion, ModelError
+from imprintd.models.base import Completion, ModelError, RequestScope
 from imprintd.research import clock as clock_mod
 from tests.helpers import ask, make_chat, tool_turn
 from tests.recording import RecordingEvents
@@ -110,6 +111,64 @@ async def test_a_direct_answer_the_guard_cut_ends_with_a_line_saying_so(model):
     )
     assert events.streamed.endswith("(The model started repeating itself here, so the answer was cut off.)")
     assert chat.session(outcome.session_id).messages[-1].content == outcome.text
+
+
+async def test_a_new_sessions_reply_commits_its_question_with_the_session_then_its_answer(model, monkeypatch):
+    commits = []
+
+    def count_commits(db: apsw.Connection) -> None:
+        db.set_commit_hook(lambda: commits.append(1) or False)  # False: let it commit
+
+    monkeypatch.setattr(apsw, "connection_hooks", [*apsw.connection_hooks, count_commits])
+    chat = make_chat(model)
+    assert chat.store.sessions() == []  # opened (and migrated) before counting
+    commits.clear()
+    model.queue(Completion(text="A context window is what the model reads at once."))
+    outcome, _ = await ask(chat, "What is a context window?")
+    assert [(m.role, m.content) for m in chat.store.messages(outcome.session_id)] == [
+        ("user", "What is a context window?"),
+        ("assistant", "A context window is what the model reads at once."),
+    ]
+    assert chat.store.session(outcome.session_id).title == "What is a context window?"
+    # The session with its question in one commit, then the answer: one disk sync fewer a new session.
+    assert len(commits) == 2
+    # The model was asked after the question was stored, and saw it.
+    assert model.requests[0].messages[-1].content == "What is a context window?"
+
+
+class KeepingStates(StandInModel):
+    """The stand-in as a model with per-session states: what it was told to make way for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made_way: list[tuple[RequestScope, int]] = []
+
+    def set_state_limits(self, *, memory_bytes: int, disk_bytes: int) -> None:
+        pass
+
+    def forget_session(self, session_id: str) -> None:
+        pass
+
+    def close_states(self) -> None:
+        pass
+
+    def make_way(self, scope: RequestScope) -> None:
+        self.made_way.append((scope, len(self.requests)))
+
+
+async def test_a_model_keeping_states_makes_way_for_each_replys_session_before_it_is_asked():
+    model = KeepingStates()
+    chat = make_chat(model)
+    chat.model()  # built, as after a first reply
+    model.queue(Completion(text="First."), Completion(text="Second."), Completion(text="Unstored."))
+    first, _ = await ask(chat, "A question?")
+    await ask(chat, "A follow-up?", session_id=first.session_id)
+    unstored, _ = await ask(chat, "Off the record?", persist=False)
+    assert model.made_way == [
+        (RequestScope(session_id=first.session_id, persist=True), 0),
+        (RequestScope(session_id=first.session_id, persist=True), 1),
+        (RequestScope(session_id=unstored.session_id, persist=False), 2),
+    ]
 
 
 async def test_a_final_turn_that_fails_ends_with_the_findings(model, workspace):

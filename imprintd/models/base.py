@@ -172,6 +172,10 @@ class SessionStates(Protocol):
         """Write what is queued and stop writing."""
         ...
 
+    def make_way(self, scope: RequestScope) -> None:
+        """``scope``'s request comes next: start keeping the state it would replace (returns at once)."""
+        ...
+
 
 @runtime_checkable
 class ServerConnections(Protocol):

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import concurrent.futures
 import copy
 import ctypes
 import functools
@@ -94,7 +95,7 @@ from imprintd.models.local_states import SessionStates, fingerprint, live_reuse
 from imprintd.models.repetition import RepetitionGuard, cut_before_loop
 from imprintd.models.state_cache import SavedState, StateCache, common_prefix
 from imprintd.models.templates import LEAD_USER, ChatTemplate, TemplateError
-from imprintd.offload import ToLoop, in_model_thread, in_worker
+from imprintd.offload import ToLoop, in_model_thread, in_worker, to_model_thread
 
 logger = logging.getLogger("imprintd.models.local")
 
@@ -460,6 +461,22 @@ class LocalModel:
         """Copy the session state llama.cpp's context holds into the cache now, waiting up to
         ``timeout`` for a generation in progress; False if that did not end in time."""
         return self._sessions.save_context(self._loaded, timeout)
+
+    def make_way(self, scope: RequestScope) -> None:
+        """``scope``'s request comes next: copy the state of the session llama.cpp's context holds
+        now if that request would replace it, as its generation would first (``displace``). Queued
+        for the model thread and returned at once, so the copy runs while the reply stores its
+        question (a commit waiting on the disk); the generation, queued after it, finds it done."""
+        loaded = self._loaded
+        unsaved = self._sessions.unsaved
+        if loaded is None or unsaved is None or unsaved.session_id == scope.session_id:
+            return  # nothing held to copy, or the request extends it (looked at again in the thread)
+
+        def copy_away() -> None:
+            with loaded.generation_lock, self._sessions.generating():
+                self._sessions.displace(loaded, scope)
+
+        to_model_thread(copy_away).add_done_callback(_log_copy_failure)
 
     def _restore_state(self, loaded: _Loaded, run: _Run, tokens: list[int]) -> None:
         """Before a session's request: restore its best state when it beats what the context holds."""
@@ -847,6 +864,14 @@ class LocalModel:
             reset=True,
             grammar=grammar,
         )
+
+
+def _log_copy_failure(copied: concurrent.futures.Future) -> None:
+    """A state copied ahead of a request (``make_way``) that failed: the session it belonged to
+    answers its next question from its messages; the request itself goes on."""
+    error = copied.exception()
+    if error is not None:
+        logger.warning("could not keep the model state of the previous session: %s", error)
 
 
 def _compiled_grammar(grammar: str) -> Any:

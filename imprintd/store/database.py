@@ -260,10 +260,7 @@ class Store:
         now = self._clock()
         session_id = session_id or new_session_id()
         with self.transaction() as db:
-            db.execute(
-                "INSERT INTO sessions (id, title, workspace, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
-                (session_id, title, workspace, now, now),
-            )
+            _insert_session(db, session_id, title, workspace, now)
         return SessionInfo(
             id=session_id,
             title=title,
@@ -273,6 +270,27 @@ class Store:
             message_count=0,
             persist=True,
         )
+
+    def start_session(
+        self, first: Message, *, workspace: str | None = None, session_id: str | None = None
+    ) -> tuple[SessionInfo, Message]:
+        """A new session and its first message, stored in one transaction: one commit (and its
+        fsync) where ``create_session`` then ``append`` take two, and never a session without it."""
+        now = self._clock()
+        session_id = session_id or new_session_id()
+        with self.transaction() as db:
+            _insert_session(db, session_id, "", workspace, now)
+            [stored] = self._extend_in(db, session_id, [first], now)
+        info = SessionInfo(
+            id=session_id,
+            title=title_from(first.content) if first.role == "user" else "",
+            workspace=workspace,
+            created_at=now,
+            updated_at=now,
+            message_count=1,
+            persist=True,
+        )
+        return info, stored
 
     def session(self, session_id: str) -> SessionInfo:
         with self.reading() as db:
@@ -306,45 +324,50 @@ class Store:
 
     def extend(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
         """Store ``messages`` as the session's next ones in one transaction: all or none."""
-        now = self._clock()
-        stored: list[Message] = []
         with self.transaction() as db:
-            title = db.execute("SELECT title FROM sessions WHERE id = ?", (session_id,)).fetchone()
-            if title is None:
-                raise SessionNotFound(session_id)
-            seq = (
-                db.execute(  # an aggregate: always one row
-                    "SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
-                ).fetchone()
-                or (0,)
-            )[0]
-            new_title = title[0]
-            for message in messages:
-                seq += 1
-                db.execute(
-                    "INSERT INTO messages"
-                    " (session_id, seq, role, content, tool_calls, tool_call_id, name, sources,"
-                    " model_text, reasoning, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        session_id,
-                        seq,
-                        message.role,
-                        message.content,
-                        msgspec.json.encode(message.tool_calls).decode(),
-                        message.tool_call_id,
-                        message.name,
-                        msgspec.json.encode(message.sources).decode(),
-                        message.model_text,
-                        message.reasoning,
-                        now,
-                    ),
-                )
-                new_title = new_title or (title_from(message.content) if message.role == "user" else "")
-                stored.append(msgspec.structs.replace(message, seq=seq))
-            db.execute("UPDATE sessions SET updated_at = ?, title = ? WHERE id = ?", (now, new_title, session_id))
-            # Indexed in the same transaction: the index never lags what is stored.
-            history_index.catch_up(db, session_id, _to_index)
+            return self._extend_in(db, session_id, messages, self._clock())
+
+    def _extend_in(
+        self, db: apsw.Connection, session_id: str, messages: Sequence[Message], now: float
+    ) -> list[Message]:
+        """``extend`` inside the caller's transaction."""
+        stored: list[Message] = []
+        title = db.execute("SELECT title FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if title is None:
+            raise SessionNotFound(session_id)
+        seq = (
+            db.execute(  # an aggregate: always one row
+                "SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            or (0,)
+        )[0]
+        new_title = title[0]
+        for message in messages:
+            seq += 1
+            db.execute(
+                "INSERT INTO messages"
+                " (session_id, seq, role, content, tool_calls, tool_call_id, name, sources,"
+                " model_text, reasoning, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session_id,
+                    seq,
+                    message.role,
+                    message.content,
+                    msgspec.json.encode(message.tool_calls).decode(),
+                    message.tool_call_id,
+                    message.name,
+                    msgspec.json.encode(message.sources).decode(),
+                    message.model_text,
+                    message.reasoning,
+                    now,
+                ),
+            )
+            new_title = new_title or (title_from(message.content) if message.role == "user" else "")
+            stored.append(msgspec.structs.replace(message, seq=seq))
+        db.execute("UPDATE sessions SET updated_at = ?, title = ? WHERE id = ?", (now, new_title, session_id))
+        # Indexed in the same transaction: the index never lags what is stored.
+        history_index.catch_up(db, session_id, _to_index)
         return stored
 
     def messages(self, session_id: str, *, after: int = 0) -> list[Message]:
@@ -451,6 +474,13 @@ class Store:
             found = db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
         if found is None:
             raise SessionNotFound(session_id)
+
+
+def _insert_session(db: apsw.Connection, session_id: str, title: str, workspace: str | None, now: float) -> None:
+    db.execute(
+        "INSERT INTO sessions (id, title, workspace, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+        (session_id, title, workspace, now, now),
+    )
 
 
 def _to_index(db: apsw.Connection, session_id: str, after_seq: int) -> list[IndexedMessage]:

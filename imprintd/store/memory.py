@@ -91,6 +91,13 @@ class MemoryStore:
             self._sessions[info.id] = _MemorySession(info=info, order=self._created)
         return info
 
+    def start_session(
+        self, first: Message, *, workspace: str | None = None, session_id: str | None = None
+    ) -> tuple[SessionInfo, Message]:
+        info = self.create_session(workspace=workspace, session_id=session_id)
+        [stored] = self.extend(info.id, [first])
+        return self.session(info.id), stored
+
     def session(self, session_id: str) -> SessionInfo:
         with self._lock:
             return self._get(session_id).info

@@ -70,12 +70,16 @@ class ConversationStore(Protocol):
     but the oldest).
 
     ``create_session`` stores a session under ``session_id`` when given (a front door that
-    named the session before its first question), else under a new random id.
+    named the session before its first question), else under a new random id; ``start_session``
+    stores one with its first message, together (a new reply's question).
     """
 
     def create_session(
         self, *, title: str = "", workspace: str | None = None, session_id: str | None = None
     ) -> SessionInfo: ...
+    def start_session(
+        self, first: Message, *, workspace: str | None = None, session_id: str | None = None
+    ) -> tuple[SessionInfo, Message]: ...
     def session(self, session_id: str) -> SessionInfo: ...
     def sessions(self) -> list[SessionInfo]: ...
     def delete_session(self, session_id: str) -> None: ...

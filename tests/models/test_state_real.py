@@ -21,9 +21,10 @@ from imprintd.context import summary as summaries
 from imprintd.context.originals import SectionArchive
 from imprintd.messages import assistant, system, user
 from imprintd.models import state_cache
-from imprintd.models.base import session_requests, side_requests
+from imprintd.models.base import RequestScope, session_requests, side_requests
 from imprintd.models.local import LocalModel
 from imprintd.models.state_cache import states_folder
+from imprintd.offload import in_model_thread
 from imprintd.research.budget import ResearchBudget
 from tests.helpers import ask, make_chat
 from tests.models.real_model import needs_real_model
@@ -130,6 +131,28 @@ async def test_after_another_session_the_saved_prefix_is_used(embedded_gguf, fol
     with session_requests("one", persist=False):
         completion = await model.complete(second, max_tokens=8)
     assert model.last_restore is not None and model.last_restore[0] == "one"
+    assert completion.usage.evaluated_tokens <= completion.usage.prompt_tokens - first.usage.prompt_tokens + 8
+
+
+async def test_a_state_made_way_for_is_kept_before_the_next_request_and_only_once(embedded_gguf, folder):
+    model = with_states(embedded_gguf, folder)
+    with session_requests("one", persist=False):
+        first = await model.complete(FIRST, max_tokens=8)
+    model.make_way(RequestScope(session_id="one", persist=False))  # its own follow-up: nothing to copy
+    await in_model_thread(lambda: None)  # what make_way queued there has run
+    assert model.states is not None and model.states.stats["kept"] == 0
+
+    model.make_way(RequestScope(session_id="two", persist=False))
+    await in_model_thread(lambda: None)
+    assert model.states.stats["kept"] == 1 and model.states.memory_used > 0  # session one's, copied
+    with session_requests("two", persist=False):
+        await model.complete(conversation("Summarize the deploy notes for me, please. " * 8), max_tokens=8)
+    assert model.states.stats["kept"] == 1  # the request found it copied already
+
+    second = follow_up(FIRST, first.text, "Which team owns it?")
+    with session_requests("one", persist=False):
+        completion = await model.complete(second, max_tokens=8)
+    assert model.last_restore is not None and model.last_restore[0] == "one" and model.last_restore[2] == "memory"
     assert completion.usage.evaluated_tokens <= completion.usage.prompt_tokens - first.usage.prompt_tokens + 8
 
 

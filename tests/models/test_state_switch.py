@@ -28,6 +28,9 @@ class ClosingModel(StandInModel):
         self.closed_on = threading.current_thread()
         self.closed.set()
 
+    def make_way(self, scope) -> None:
+        pass
+
 
 def test_switching_model_or_context_closes_the_old_models_states():
     built: list[ClosingModel] = []

@@ -782,3 +782,33 @@ def test_a_memory_session_s_view_begins_again_with_what_it_keeps():
     assert [m.seq for m in store.messages(session.id, after=400)] == [401, 402]
     listed = store.listable(session.id, 1, 402, rule=_user_longer_than_3)
     assert [m.seq for m in listed] == [*range(3, 400), 402]  # "one" and "two" are not longer than 3
+
+
+def test_a_new_session_is_stored_with_its_first_message(any_store):
+    info, question = any_store.start_session(
+        user("\n Why does the build fail? \nlog: ..."), workspace="/w", session_id="a" * 32
+    )
+    assert (info.id, info.workspace, info.title, info.message_count) == (
+        "a" * 32,
+        "/w",
+        "Why does the build fail?",
+        1,
+    )
+    assert any_store.session(info.id) == info
+    assert any_store.messages(info.id) == [question] and question.seq == 1
+    # A later message is numbered after it, as after ``create_session`` then ``append``.
+    assert any_store.append(info.id, assistant("a")).seq == 2
+    assert any_store.start_session(user("q"))[0].id not in ("", info.id)
+
+
+def test_a_new_session_and_its_first_message_are_one_commit_or_nothing(db):
+    commits = []
+    connection_of(db).set_commit_hook(lambda: commits.append(1) or False)
+    info, _ = db.start_session(user("q"))
+    assert len(commits) == 1
+    # Refused by the schema's CHECK: neither the session nor the message is left behind.
+    with pytest.raises(apsw.ConstraintError):
+        db.start_session(Message(role="narrator", content="x"), session_id="b" * 32)
+    assert [s.id for s in db.sessions()] == [info.id]
+    with pytest.raises(SessionNotFound):
+        db.session("b" * 32)
