@@ -37,6 +37,7 @@ from imprintd.mcp.config import McpServerConfig  # noqa: E402
 from imprintd.mcp.servers import McpServers, McpToolInfo  # noqa: E402
 from imprintd.mcp.tools import (  # noqa: E402
     MCP_SHARE,
+    STOP_WORDS,
     CallContext,
     CallTool,
     Catalog,
@@ -226,43 +227,8 @@ async def real_infos() -> tuple[list[McpToolInfo], McpServers]:
     return infos, servers
 
 
-_STOP = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "of",
-        "to",
-        "for",
-        "and",
-        "or",
-        "in",
-        "on",
-        "by",
-        "with",
-        "from",
-        "is",
-        "are",
-        "be",
-        "it",
-        "its",
-        "this",
-        "that",
-        "as",
-        "at",
-        "one",
-        "all",
-        "any",
-        "each",
-        "your",
-        "you",
-        "can",
-        "returns",
-        "return",
-        "given",
-        "optional",
-    ]
-)
+#: Words a user would not ask by: the finder's own stop words, and the ones descriptions open with.
+_STOP = STOP_WORDS | {"one", "all", "any", "each", "your", "you", "can", "returns", "return", "given", "optional"}
 
 
 def query_from(info: McpToolInfo, words_kept: int = 5) -> str:

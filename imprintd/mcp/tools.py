@@ -373,10 +373,11 @@ def _terms(text: str) -> list[str]:
     """Lower-case words, names split at ``_``, ``-`` and case changes (``git_log`` → git, log)."""
     spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", text)
     words = re.findall(r"[A-Za-z0-9]+", spaced.lower())
-    return [_stem(word) for word in words if len(word) > 1 and word not in _STOP]
+    return [_stem(word) for word in words if len(word) > 1 and word not in STOP_WORDS]
 
 
-_STOP = frozenset(
+#: Words too common to find a tool by (``find_tools``' query and a tool's description).
+STOP_WORDS = frozenset(
     [
         "the",
         "a",
