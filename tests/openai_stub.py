@@ -55,6 +55,21 @@ ENDLESS_LIMIT = 50_000
 
 Script = StubReply | str | Callable[[dict], "StubReply | str"]
 
+#: Headers of a failing answer the daemon asks again at once: ``Retry-After: 0`` spares a test of
+#: what follows the retries the 1, 2 and 4 s backoff (tests/models/test_remote.py checks those
+#: waits, and the server's own, without spending them).
+RETRY_AT_ONCE = {"Retry-After": "0"}
+
+
+def unavailable(times: int) -> list[StubReply]:
+    """``times`` answers 503 with ``RETRY_AT_ONCE``: a server failing for now, retried at once."""
+    return [StubReply(status=503, body='{"error": {"message": "unavailable"}}', headers=RETRY_AT_ONCE)] * times
+
+
+def drop_connection(request: dict) -> StubReply:
+    """A script that drops the connection before a byte of the answer (a server gone mid-request)."""
+    raise ConnectionError("dropped by the test")
+
 
 class OpenAIStub:
     """``with OpenAIStub() as stub: stub.queue("hello"); ... stub.requests``.

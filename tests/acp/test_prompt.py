@@ -16,7 +16,7 @@ from acp import schema
 
 from imprintd.store import Store
 from tests.acp.peer import acp_agent, texts
-from tests.openai_stub import StubReply
+from tests.openai_stub import StubReply, drop_connection, unavailable
 
 
 def stored(daemon_env) -> Store:
@@ -170,8 +170,9 @@ async def test_bad_prompts_are_answered_with_errors_naming_what_was_wrong(agent,
 async def test_an_unreachable_model_fails_the_prompt_with_the_cause_and_the_agent_keeps_serving(
     agent, stub, workspace, daemon_env
 ):
-    # The stub drops the connection, on the first try and on each of the three retries.
-    stub.queue(*[lambda request: (_ for _ in ()).throw(ConnectionError())] * 4)
+    # Three tries the server answers 503 (retried at once: Retry-After 0, not the 1+2+4 s backoff),
+    # then the last retry's connection dropped: its cause is what the user is told.
+    stub.queue(*unavailable(3), drop_connection)
     session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
     with pytest.raises(acp.RequestError) as error:
         await ask(agent, session.session_id, acp.text_block("Is anyone there?"))

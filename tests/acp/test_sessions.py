@@ -12,7 +12,7 @@ import pytest
 
 from imprintd.store import Store
 from tests.acp.peer import acp_agent
-from tests.openai_stub import StubReply
+from tests.openai_stub import StubReply, drop_connection, unavailable
 
 
 def call(name: str, call_id: str, **arguments) -> dict:
@@ -133,7 +133,9 @@ async def test_load_in_a_new_agent_replays_exactly_what_was_stored(daemon_env, s
 
 
 async def test_a_cancelled_prompt_replays_as_its_question_alone(daemon_env, stub, tmp_path, workspace):
-    stub.queue(*[lambda request: (_ for _ in ()).throw(ConnectionError())] * 4)  # a try and three retries
+    # A try and two retries answered 503 (retried at once: Retry-After 0, not the 1+2+4 s backoff),
+    # the last retry's connection dropped.
+    stub.queue(*unavailable(3), drop_connection)
     async with acp_agent(daemon_env, tmp_path) as agent:
         session = await agent.conn.new_session(cwd=str(workspace), mcp_servers=[])
         with pytest.raises(acp.RequestError):

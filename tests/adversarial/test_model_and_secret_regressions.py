@@ -13,7 +13,7 @@ from imprintd.models import remote
 from imprintd.models.base import ModelError
 from imprintd.redact import MARK, redact
 from tests.e2e.rawclient import RawClient
-from tests.openai_stub import StubReply
+from tests.openai_stub import RETRY_AT_ONCE, StubReply
 
 KEY = "sk-test-1f2e3d4c5b6a7988abcdef0123456789"
 
@@ -221,8 +221,10 @@ def test_names_that_only_contain_pass_are_not_secrets(text):
 
 
 def test_a_model_error_body_with_a_percent_sign_is_answered(raw, stub):
-    quota = StubReply(status=429, body='{"error": {"message": "You have used 100% of your quota (%d left)"}}')
-    stub.queue(*[quota] * 4)  # the first try and its three retries
+    quota = StubReply(
+        status=429, body='{"error": {"message": "You have used 100% of your quota (%d left)"}}', headers=RETRY_AT_ONCE
+    )
+    stub.queue(*[quota] * 4)  # the first try and its three retries, each at once (not the 1+2+4 s backoff)
     raw.initialize()
     request_id = raw.request("imprint/chat", {"text": "Which port?", "persist": False})
     error = raw.response(request_id)["error"]  # before the fix: never answered

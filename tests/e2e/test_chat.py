@@ -12,7 +12,7 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from tests.openai_stub import StubReply
+from tests.openai_stub import StubReply, drop_connection, unavailable
 
 
 async def chat(client, **params):
@@ -120,8 +120,9 @@ def _last_request_id(client):
 
 
 async def test_unreachable_model_fails_the_reply_with_the_cause_and_keeps_serving(client, stub, daemon_env):
-    # The stub drops the connection, on the first try and on each of the three retries.
-    stub.queue(*[lambda request: (_ for _ in ()).throw(ConnectionError())] * 4)
+    # Three tries the server answers 503 (retried at once: Retry-After 0, not the 1+2+4 s backoff),
+    # then the last retry's connection dropped.
+    stub.queue(*unavailable(3), drop_connection)
     with pytest.raises(JsonRpcException) as error:
         await chat(client, text="Is anyone there?")
     assert error.value.code == -32803

@@ -18,7 +18,7 @@ from tests.conversations import BILLING_QUESTION, FOLLOW_UPS, PASTE
 from tests.e2e import summary_script
 from tests.e2e.rawclient import RawClient
 from tests.helpers import estimated_prompt
-from tests.openai_stub import StubReply
+from tests.openai_stub import RETRY_AT_ONCE, StubReply
 
 WORKER_SYSTEM_START = "You take notes for another assistant"
 SECTION = re.compile(r"Section (\d+) of (\d+) of the user message")
@@ -103,8 +103,9 @@ def daemon(daemon_env):
 
 
 def failing(status: int, times: int, then) -> list:
-    """``times`` answers of ``status`` (a try and its retries), then ``then``."""
-    return [StubReply(status=status, body=json.dumps({"error": {"message": f"upstream {status}"}}))] * times + [then]
+    """``times`` answers of ``status`` (a try and its retries, each at once: ``RETRY_AT_ONCE``), then ``then``."""
+    body = json.dumps({"error": {"message": f"upstream {status}"}})
+    return [StubReply(status=status, body=body, headers=RETRY_AT_ONCE)] * times + [then]
 
 
 # -- a section worker fails at section k ------------------------------------------------------------
@@ -115,7 +116,7 @@ def test_a_worker_failing_at_section_3_ends_in_an_answer_from_sections_1_and_2(d
         if is_worker(body):
             number = int(SECTION.search(body["messages"][1]["content"]).group(1))
             if number == 3:
-                return StubReply(status=502, body='{"error": {"message": "bad gateway"}}')
+                return StubReply(status=502, body='{"error": {"message": "bad gateway"}}', headers=RETRY_AT_ONCE)
             return f"- [s{number}] NOTE-{number}: services answer in about 500 ms"
         if is_final(body):
             return "The log shows services answering in about 500 ms."

@@ -473,6 +473,29 @@ async def test_retry_after_is_honoured(no_retry_wait, monkeypatch):
     ]
 
 
+async def test_without_a_retry_after_the_retries_wait_one_two_and_four_seconds(monkeypatch):
+    """The default backoff, observed rather than spent: the daemon's own waits between tries."""
+    answer = stream_reply(chunk("ok", finish="stop"))
+    waits: list[float] = []
+    sleep = anyio.sleep
+
+    async def recorded(delay: float) -> None:
+        waits.append(delay)
+        await sleep(0)
+
+    monkeypatch.setattr(remote_mod.anyio, "sleep", recorded)
+    with ScriptedServer(failing_then([503, 502, "reset"], answer)) as server:
+        retries: list[str] = []
+        completion = await model_for(server).complete(MESSAGES, max_tokens=8, timeout=60, on_retry=retries.append)
+    assert completion.text == "ok" and len(server.requests) == 4
+    assert waits == [1.0, 2.0, 4.0]
+    assert [r[r.index("Retrying in") :] for r in retries] == [
+        "Retrying in 1 s (attempt 2 of 4)…",
+        "Retrying in 2 s (attempt 3 of 4)…",
+        "Retrying in 4 s (attempt 4 of 4)…",
+    ]
+
+
 async def test_a_wait_past_the_deadline_is_not_waited(no_retry_wait):
     answer = stream_reply(chunk("ok", finish="stop"))
     with ScriptedServer(failing_then([(503, {"Retry-After": "30"})], answer)) as server:
