@@ -1,13 +1,17 @@
 """Section analysis on the real embedded model (docs/decisions.md, "Section analysis", checked on a real model).
 
-A question with an ~8,000-character pasted config goes through the whole reply
-(``Chat.reply``) on the embedded SmolLM2 GGUF with a 2,048-token context, no workspace:
+A question with a ~5,700-character pasted config goes through the whole reply
+(``Chat.reply``) on the embedded SmolLM2 GGUF with a 1,535-token context, no workspace:
 it does not fit, so note-taking workers read it in sections one at a time, then the
 coordinator answers from their notes. Checked: the reply completes with text, at least two
 worker requests come before the coordinator's, every worker prompt leaves room for its
-384 output tokens by the model's exact count, and progress names every section. The
-figures (sections, input tokens, coordinator prompt tokens, seconds, answer) are printed;
-run with ``-s`` to see them. The answer's quality is not the test: the model has 135M
+output tokens by the model's exact count (a small window's eighth, 191 tokens, here; the full
+384 beside a 2,048-token context in the deadline test, whose first worker runs whole), and
+progress names every section. A context just under ``SMALL_WORKER_CONTEXT`` keeps the notes
+small (three workers write 191 tokens each, where 2,048 tokens takes three of 384 and a
+coordinator prompt of 1,860 tokens) while the coordinator still has room for the reread tool.
+The figures (sections, input tokens, coordinator prompt tokens, seconds, answer) are
+printed; run with ``-s`` to see them. The answer's quality is not the test: the model has 135M
 parameters.
 """
 
@@ -29,7 +33,11 @@ from tests.models.real_model import needs_real_model
 from tests.recording import RecordingEvents
 
 N_CTX = 2048
-MAX_TOKENS = 128
+#: The multi-section test's context: a small window, whose notes are an eighth of it, yet room
+#: enough for the coordinator's reread tool beside three sections' notes.
+SMALL_N_CTX = sec.SMALL_WORKER_CONTEXT - 1
+#: The coordinator's and the final answer's output: what they say is not checked, that they run is.
+MAX_TOKENS = 32
 
 
 @dataclass
@@ -119,12 +127,14 @@ SERVICES = [
 OWNERS = ["platform team", "payments team", "shop team", "data team"]
 
 
-def pasted_config() -> str:
-    """About 7,800 characters of a commented config, one block per service, billing's port
-    changed at the end. Commented prose keeps it near 3.6 characters per token, so with a
-    2,048-token context it takes three sections: enough to test, few enough to run quickly."""
+def pasted_config(services: int = len(SERVICES)) -> str:
+    """A commented config, one block per service of the first ``services``, billing's port
+    changed at the end: about 7,800 characters for all 22. Commented prose keeps it near 3.6
+    characters per token, so with a 2,048-token context all 22 take three sections, and with
+    1,535 tokens the first 16 (about 5,700 characters) do: enough to test, few enough to run
+    quickly."""
     blocks = []
-    for index, (name, purpose) in enumerate(SERVICES):
+    for index, (name, purpose) in enumerate(SERVICES[:services]):
         blocks.append(
             f"# The {name} service {purpose}. It is owned by the {OWNERS[index % 4]}, who should be\n"
             f"# asked before anything below is changed. When it restarts, the services that depend on\n"
@@ -139,15 +149,15 @@ def pasted_config() -> str:
 
 @needs_real_model
 async def test_a_multi_section_paste_is_analyzed_and_answered_on_the_embedded_model(tmp_path):
-    model = RecordingModel(LocalModel(embedded_model_path(), n_ctx=N_CTX))
+    model = RecordingModel(LocalModel(embedded_model_path(), n_ctx=SMALL_N_CTX))
     # A generous time budget: on a busy 2-core machine the workers alone may take minutes, and
     # a time stop would add a final-answer request rather than test anything more.
     resolved = settings_mod.load({}, environ={}).apply(
-        {"chat.n_ctx": N_CTX, "chat.max_tokens": MAX_TOKENS, "chat.research_time_budget": 1800}, "test"
+        {"chat.n_ctx": SMALL_N_CTX, "chat.max_tokens": MAX_TOKENS, "chat.research_time_budget": 1800}, "test"
     )
     chat = Chat(resolved, model_factory=lambda chat_settings: model, data_dir=tmp_path / "data")
-    config = pasted_config()
-    assert 7_000 <= len(config) <= 9_000
+    config = pasted_config(16)
+    assert 5_000 <= len(config) <= 6_500
     text = f"Here is our config file:\n\n{config}\nWhich port does the billing service use now?"
     events = RecordingEvents()
 
@@ -176,7 +186,7 @@ async def test_a_multi_section_paste_is_analyzed_and_answered_on_the_embedded_mo
         )
     print(f"[real analysis] answer: {outcome.text!r}")
 
-    assert input_tokens + MAX_TOKENS > N_CTX  # it could not have been answered directly
+    assert input_tokens + MAX_TOKENS > SMALL_N_CTX  # it could not have been answered directly
     assert outcome.text.strip()
     assert sections >= 2
     assert model.requests[:sections] == workers  # every section is read before the coordinator
@@ -185,11 +195,13 @@ async def test_a_multi_section_paste_is_analyzed_and_answered_on_the_embedded_mo
     assert [tool.name for tool in coordinator.tools] == ["conversation_history", "read_chat_section"]
     assert coordinator.messages[-1].content.startswith("[Section analysis]")
     assert all(not is_worker(r) for r in later)
-    assert coordinator.prompt_tokens + MAX_TOKENS <= N_CTX
+    assert coordinator.prompt_tokens + MAX_TOKENS <= SMALL_N_CTX
     assert text not in coordinator.messages[-1].content  # it got notes, not the original
+    allowance = sec.notes_tokens(SMALL_N_CTX)
+    assert allowance == SMALL_N_CTX // 8 < sec.NOTES_MAX_TOKENS  # a small window's notes: an eighth of it
     for request in workers:
-        assert request.max_tokens == sec.NOTES_MAX_TOKENS
-        assert model.count_prompt(request.messages) + sec.NOTES_MAX_TOKENS <= N_CTX
+        assert request.max_tokens == allowance
+        assert model.count_prompt(request.messages) + allowance <= SMALL_N_CTX
         assert request.completion is not None and request.completion.text.strip()
     assert [m for m in events.progress_messages if m.startswith("Analyzing section")] == [
         f"Analyzing section {n} of {sections}" for n in range(1, sections + 1)
@@ -226,6 +238,9 @@ async def test_a_worker_past_its_deadline_on_the_embedded_model_ends_in_an_answe
 
     workers = [r for r in model.requests if is_worker(r)]
     assert len(workers) == 2  # section 1 read, section 2 timed out, nothing after it
+    for request in workers:  # each leaves room for the full notes allowance beside 2,048 tokens
+        assert request.max_tokens == sec.NOTES_MAX_TOKENS
+        assert model.count_prompt(request.messages) + sec.NOTES_MAX_TOKENS <= N_CTX
     assert workers[0].completion is not None and workers[0].completion.finish_reason != "deadline"
     assert workers[1].completion is not None and workers[1].completion.finish_reason == "deadline"
     assert outcome.stop_reason == "model_error"
