@@ -3,9 +3,11 @@
 llama-cpp-python's own OpenAI-compatible server on the embedded SmolLM2 GGUF with ``--n_ctx
 1024``, under Imprint's default settings (``chat.n_ctx`` 8,192): the server answers none of the
 window endpoints, and refuses an over-long streamed request by ending the stream without a word.
-A 7,700-character question must still be answered: the refusal is heard (asked once without
+A 4,200-character question must still be answered: the refusal is heard (asked once without
 streaming), the window learned, the round fitted again and the question read in sections, and
-the model info names the window and where it came from.
+the model info names the window and where it came from. The question is about the shortest the
+server refuses with Imprint's prompt around it (3,600 characters are answered directly): each
+more section read is another worker request of a few seconds.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ QUESTION = (
         "from the ledger database."
         for n in range(70)
     )
-)[:7700]
+)[:4200]
 
 
 async def test_a_long_question_answers_within_the_servers_smaller_window(tmp_path_factory, monkeypatch):
