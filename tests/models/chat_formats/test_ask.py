@@ -6,9 +6,10 @@ call, a research round and the final answer follow) and a follow-up in the same 
 embedded model writes is not judged: that every prompt of both replies renders through the real
 template, that both replies are stored, and that no call markup, slip, stray marker or reasoning
 marker reaches the answer. Kept cheap: a 2,048-token context, 24 output tokens a turn, research
-stopped after a second. About half a minute a family on two cores, so by default one family per call syntax
-that renders differently runs; ``IMPRINT_CONFORMANCE_FAMILIES=all`` runs every family, or a
-comma-separated list of names those.
+stopped after a second, so a family takes about 3–6 s on two cores (two ``imprintd ask``
+processes, each loading the model). By default one family per chat format of
+``chat_formats/table.py`` runs (eleven); ``IMPRINT_CONFORMANCE_FAMILIES=all`` runs every family,
+or a comma-separated list of names those.
 """
 
 from __future__ import annotations
@@ -37,9 +38,22 @@ CHEAP = {
     "IMPRINT_CHAT_RESEARCH_TIME_BUDGET": "1",
     "IMPRINT_CHAT_REASONING": "on",  # the thinking prompts are rendered too
 }
-#: The families run by default: the strictest templates and the most distinct syntaxes, and
-#: Phi-4-mini's (a reconstruction: a template that renders no tools, in a format of its own).
-DEFAULT = {"qwen3.5", "mistral-nemo", "ministral3", "gemma4", "llama3.2", "gemma2", "phi4-mini"}
+#: The families run by default: one per chat format, the strictest template of each where a
+#: format has several, and Phi-4-mini's (a reconstruction: a template that renders no tools, in a
+#: format of its own).
+DEFAULT = {
+    "qwen3",  # hermes
+    "qwen3.5",  # qwen-xml
+    "llama3.2",  # llama3-json
+    "granite3.3",  # granite
+    "mistral-nemo",  # mistral
+    "ministral3",  # mistral-args
+    "gemma4",  # gemma4
+    "gemma2",  # json-fallback
+    "lfm2",  # lfm2
+    "deepseek-r1-qwen",  # deepseek-r1
+    "phi4-mini",  # phi4-mini
+}
 CHOSEN = {name.strip() for name in os.environ.get("IMPRINT_CONFORMANCE_FAMILIES", "").split(",") if name.strip()}
 ASKED = [f for f in FAMILIES if "all" in CHOSEN or f.name in (CHOSEN or DEFAULT)]
 
@@ -65,6 +79,11 @@ def ask(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
         env={**os.environ, **CHEAP, **env},
         timeout=300,
     )
+
+
+def test_the_default_families_run_every_chat_format_once():
+    formats = [family.format for family in FAMILIES if family.name in DEFAULT]
+    assert len(formats) == len(DEFAULT) and sorted(formats) == sorted(BY_NAME)
 
 
 @needs_real_model
