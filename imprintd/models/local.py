@@ -280,13 +280,8 @@ class _Loaded:
         tokens.frombytes(self.llama.input_ids[: self.llama.n_tokens].tobytes())
         return tokens
 
-    def sequence_size(self) -> int:
-        """The bytes ``save_sequence`` would copy now."""
-        return int(self._lib.llama_state_seq_get_size(self.llama._ctx.ctx, 0)) if self.llama.n_tokens else 0
-
-    def save_sequence(self, memory: Callable[[int], mmap.mmap | None] | None = None) -> tuple[array, StateData] | None:
-        """The tokens held and llama.cpp's state of their sequence (KV cache, no logits), copied
-        into what ``memory`` gives for its size, else into new memory."""
+    def save_sequence(self) -> tuple[array, StateData] | None:
+        """The tokens held and llama.cpp's state of their sequence (KV cache, no logits)."""
         llama = self.llama
         if llama.n_tokens == 0:
             return None
@@ -296,9 +291,7 @@ class _Loaded:
         # first writes them, with the interpreter lock released for the call. A bytearray zeroes
         # every page first with the lock held, and the loop and the workers stood still for it: 4-5 ms
         # for the embedded model's 11 MB state, while a reply was being started.
-        data = memory(size) if memory is not None else None
-        if data is None:
-            data = mmap.mmap(-1, size)
+        data = mmap.mmap(-1, size)
         written = self._lib.llama_state_seq_get_data(context, (ctypes.c_uint8 * size).from_buffer(data), size, 0)
         if not written:
             return None
@@ -480,7 +473,7 @@ class LocalModel:
         for the model thread and returned at once, so the copy runs while the reply stores its
         question (a commit waiting on the disk); the generation, queued after it, finds it done."""
         loaded = self._loaded
-        unsaved = self._sessions.next_reply(scope)
+        unsaved = self._sessions.unsaved
         if loaded is None or unsaved is None or unsaved.session_id == scope.session_id:
             return  # nothing held to copy, or the request extends it (looked at again in the thread)
 
@@ -843,7 +836,7 @@ class LocalModel:
             finally:
                 stream.close()
                 loaded.active = None
-            self._sessions.hold(loaded, run.scope)  # its session owns the context until another request
+            self._sessions.hold(run.scope)  # its session owns the context until another request
         thought, text = splitter.feed(decoder.decode(b"", final=True))
         more_thought, more_text = splitter.finish()
         thought += more_thought

@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import mmap
 import threading
 import time
 from array import array
@@ -54,11 +53,7 @@ class HeldContext(Protocol):
 
     def held_tokens(self) -> array: ...
 
-    def sequence_size(self) -> int: ...
-
-    def save_sequence(
-        self, memory: Callable[[int], mmap.mmap | None] | None = None
-    ) -> tuple[array, StateData] | None: ...
+    def save_sequence(self) -> tuple[array, StateData] | None: ...
 
     def restore_sequence(self, state: SavedState) -> bool: ...
 
@@ -107,9 +102,6 @@ class SessionStates:
         self.unsaved: RequestScope | None = None
         #: What the latest request restored: (session, tokens of the state, "memory" or "disk").
         self.last_restore: tuple[str, int, str] | None = None
-        #: Whether the latest reply took the context from another session (``next_reply``): then
-        #: memory is readied for the copy the next switch will make (``hold``).
-        self.switching = False
 
     def open(self, identity: str) -> None:
         """Make the cache for the loaded model's ``identity`` (``fingerprint``)."""
@@ -166,26 +158,12 @@ class SessionStates:
         with self.cache.generating():
             yield
 
-    def next_reply(self, scope: RequestScope) -> RequestScope | None:
-        """A reply of ``scope``'s session starts: whether it takes the context from another session
-        is noted (sessions being switched between), and the session whose state the context holds,
-        not copied yet, is returned. A follow-up in the session the context holds needs no copy:
-        memory readied for one is freed."""
-        unsaved = self.unsaved
-        self.switching = unsaved is not None and unsaved.session_id != scope.session_id
-        if not self.switching and self.cache is not None:
-            self.cache.forgo_memory()
-        return unsaved
-
-    def hold(self, loaded: HeldContext, scope: RequestScope | None) -> None:
+    def hold(self, scope: RequestScope | None) -> None:
         """After a generation, between evaluations (a cancel or deadline stops there), so the tokens
         held describe the context: a coordinator round's or final answer's session owns it until
-        the next request copies it away (``displace``). While sessions are being switched between,
-        the cache readies memory for that copy, once the model is idle (``StateCache.ready_memory``)."""
+        the next request copies it away (``displace``)."""
         if scope is not None and scope.keep:
             self.unsaved = scope
-            if self.switching and self.cache is not None and self.cache.memory_bytes:
-                self.cache.ready_memory(loaded.sequence_size())
 
     # -- before a request, under the generation lock ----------------------------------------------
     def displace(self, loaded: HeldContext, scope: RequestScope | None) -> None:
@@ -251,7 +229,7 @@ class SessionStates:
         if not cache.memory_bytes and not (cache.folder is not None and cache.disk_bytes):
             return
         started = time.perf_counter()
-        saved = loaded.save_sequence(cache.take_memory)
+        saved = loaded.save_sequence()
         if saved is None:
             return
         tokens, data = saved

@@ -31,9 +31,6 @@ share the longest prefix with the new prompt, when that beats what the context h
   deletion is recorded for the process (``delete_session_files``), and every cache's writer checks
   it under the same lock as it renames a file into place, so a write still queued by a cache of
   an earlier model (a settings change) cannot bring a deleted session's state back.
-* **Memory for the next copy.** While sessions are switched between, the writer also readies,
-  once the model is idle, the memory the next state's copy will take (``ready_memory``), every
-  page touched, so that the copy made while another session's reply waits to start only copies.
 * **Closing.** ``close`` frees the memory at once, refuses new states, and lets the writer write
   what is queued and end: a model replaced on a settings change leaves neither its states nor
   its thread behind.
@@ -41,7 +38,6 @@ share the longest prefix with the new prompt, when that beats what the context h
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import logging
 import math
@@ -285,18 +281,6 @@ def _read_tokens(handle: BufferedReader, count: int) -> array:
     return tokens
 
 
-def touched_memory(nbytes: int) -> mmap.mmap:
-    """``nbytes`` of anonymous memory, every page touched (zeroed in one foreign call, outside the
-    interpreter lock), so that a copy into it later only copies."""
-    memory = mmap.mmap(-1, nbytes)
-    view = (ctypes.c_char * nbytes).from_buffer(memory)
-    try:
-        ctypes.memset(view, 0, nbytes)
-    finally:
-        del view
-    return memory
-
-
 class StateCache:
     """The states of one loaded model (one fingerprint): memory LRU, disk files, one writer thread.
 
@@ -324,10 +308,6 @@ class StateCache:
         self._writer: threading.Thread | None = None
         self._closing = False  # no new states; the writer ends once the queue is written
         self._last_serial = 0
-        #: Memory for the next state's copy (``ready_memory``): how much is wanted, and what is ready.
-        self._memory_wanted = 0
-        self._memory_ready: mmap.mmap | None = None
-        self._readying = False
         #: Counters for tests and the benchmark: states kept, restored (memory, disk), files written.
         self.stats = {"kept": 0, "memory": 0, "disk": 0, "written": 0, "ignored": 0}
 
@@ -410,7 +390,7 @@ class StateCache:
 
     def _hold_off(self, queued_at: float) -> float:
         """Seconds the writer waits before its next chunk of a state queued at ``queued_at``
-        (0: write now; ``math.inf`` queues no deadline). Called under the lock."""
+        (0: write now). Called under the lock."""
         if self._closing or self._hurry:
             return 0.0
         now = _clock()
@@ -489,69 +469,16 @@ class StateCache:
         """True once ``close`` was called: states offered to ``keep`` are dropped."""
         return self._closing
 
-    # -- memory for the next copy ----------------------------------------------------------------
-    def ready_memory(self, nbytes: int) -> None:
-        """The next state kept is expected to take ``nbytes`` of llama.cpp's data: the writer readies
-        that much memory, every page touched, once the model is idle, if the memory budget has room.
-
-        A copy into fresh memory spends most of its time having the kernel hand out its pages
-        (11 MB: 6.4 ms, against 0.6 ms into pages already touched), and the copy of the state the
-        context holds is made while another session's reply waits to start (``local_states``).
-        """
-        with self._lock:
-            if self._closing or nbytes <= 0:
-                return
-            if self._memory_ready is not None and len(self._memory_ready) == nbytes:
-                return
-            self._memory_ready = None  # of another size: freed
-            self._memory_wanted = nbytes
-            self._start_writer()
-            self._wake.notify_all()
-
-    def forgo_memory(self) -> None:
-        """No copy is expected soon: free the memory readied, and ready none."""
-        with self._lock:
-            self._memory_wanted = 0
-            self._memory_ready = None
-
-    def take_memory(self, nbytes: int) -> mmap.mmap | None:
-        """The memory readied if it is ``nbytes`` long (the caller's from then on), else None."""
-        with self._lock:
-            ready = self._memory_ready
-            if ready is None or len(ready) != nbytes:
-                return None
-            self._memory_ready = None
-            return ready
-
-    def _ready_wanted(self) -> None:
-        """Ready the memory wanted, outside the lock; kept only if still wanted and it fits."""
-        with self._lock:
-            nbytes, self._memory_wanted = self._memory_wanted, 0
-            fits = nbytes and self._in_memory + nbytes <= self.memory_bytes
-            self._readying = bool(fits)
-            self._wake.notify_all()  # a ``flush`` waiting sees it taken
-        if not fits:
-            return
-        memory = None
-        try:
-            memory = touched_memory(nbytes)
-        finally:
-            with self._lock:
-                self._readying = False
-                if memory is not None and not self._closing and not self._memory_wanted:
-                    self._memory_ready = memory
-                self._wake.notify_all()
-
     # -- the disk -------------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
-        """Do what the writer has queued now, idle or not (write every queued state, ready the
-        memory wanted), and wait until that is done; False if ``timeout`` passed first."""
+        """Write every queued state now, idle or not, and wait until that is done; False if
+        ``timeout`` passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             self._hurry += 1
             self._wake.notify_all()
             try:
-                while self._pending or self._writing is not None or self._memory_wanted or self._readying:
+                while self._pending or self._writing is not None:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         return False
@@ -570,8 +497,6 @@ class StateCache:
             self._closing = True
             self._memory.clear()
             self._in_memory = 0
-            self._memory_wanted = 0
-            self._memory_ready = None
             self._wake.notify_all()
             writer = self._writer
         if timeout == 0:
@@ -589,25 +514,14 @@ class StateCache:
     def _write_loop(self) -> None:
         while True:
             with self._lock:
-                while not self._pending and not self._closing and not self._memory_wanted:
+                while not self._pending and not self._closing:
                     self._wake.wait()
-                if not self._pending and self._closing:  # everything is written
+                if not self._pending:  # closing, and everything is written
                     self._writer = None
                     return
-                state = None
-                if self._pending:
-                    state = self._pending.pop(0)
-                    queued_at = self._queued_at.pop(state.serial, -math.inf)
-                    self._writing = state
-                elif (left := self._hold_off(math.inf)) > 0:  # memory to ready, once the model is idle
-                    self._wake.wait(None if math.isinf(left) else left)
-                    continue
-            if state is None:
-                try:
-                    self._ready_wanted()
-                except (OSError, ValueError, MemoryError) as error:  # the copy makes its own, then
-                    logger.warning("could not ready memory for the next model state: %s", error)
-                continue
+                state = self._pending.pop(0)
+                queued_at = self._queued_at.pop(state.serial, -math.inf)
+                self._writing = state
             try:
                 self._write(state, queued_at)
             except OSError as error:

@@ -287,28 +287,3 @@ def test_flush_and_close_write_at_once_even_while_a_generation_runs(tmp_path, mo
         cache.keep(state(cache, "closed", [2]), persist=True)
         assert cache.close(timeout=30)
     assert sorted(path.name.split(".")[0] for path in files(cache)) == ["closed", "flushed"]
-
-
-def test_memory_readied_for_the_next_copy_is_handed_out_once_and_only_at_its_size():
-    cache = StateCache(None, "model", memory_bytes=1 << 20, disk_bytes=0)
-    cache.ready_memory(40_000)
-    cache.flush()  # what the writer does once the model is idle
-    assert cache.take_memory(39_999) is None  # another size: not this
-    memory = cache.take_memory(40_000)
-    assert memory is not None and len(memory) == 40_000 and memory[:] == bytes(40_000)
-    assert cache.take_memory(40_000) is None  # handed out once
-    cache.close()
-
-
-def test_no_memory_is_readied_past_the_memory_budget_once_forgone_or_after_closing():
-    cache = StateCache(None, "model", memory_bytes=30_000, disk_bytes=0)
-    cache.ready_memory(40_000)  # more than the states may take in memory
-    cache.flush()
-    assert cache.take_memory(40_000) is None
-    cache.ready_memory(20_000)
-    cache.forgo_memory()  # a follow-up in the same session: no copy coming
-    cache.flush()
-    assert cache.take_memory(20_000) is None
-    cache.ready_memory(20_000)
-    cache.close()
-    assert cache.take_memory(20_000) is None

@@ -156,56 +156,6 @@ async def test_a_state_made_way_for_is_kept_before_the_next_request_and_only_onc
     assert completion.usage.evaluated_tokens <= completion.usage.prompt_tokens - first.usage.prompt_tokens + 8
 
 
-DEPLOY = conversation("Summarize the deploy notes for me, please. " * 8)
-
-
-async def test_while_sessions_are_switched_the_next_copy_goes_into_memory_readied_for_it(
-    embedded_gguf, folder, monkeypatch
-):
-    model = with_states(embedded_gguf, folder)
-    with session_requests("one", persist=False):
-        await model.complete(FIRST, max_tokens=8)
-    model.make_way(RequestScope(session_id="two", persist=False))  # two takes the context from one
-    with session_requests("two", persist=False):
-        answer = await model.complete(DEPLOY, max_tokens=8)
-    states = model.states
-    assert states is not None
-    handed = []
-    take = states.take_memory
-    monkeypatch.setattr(states, "take_memory", lambda size: handed.append(take(size)) or handed[-1])
-    states.flush()  # what the writer does once the model is idle: the memory for two's copy readied
-
-    model.make_way(RequestScope(session_id="one", persist=False))  # one takes it back: two's state copied
-    await in_model_thread(lambda: None)
-    assert len(handed) == 1 and handed[0] is not None  # into the memory readied for it
-    with session_requests("one", persist=False):
-        await model.complete(FIRST, max_tokens=8)
-    # That copy is two's state whole: its follow-up is restored from it and evaluates only what is new.
-    with session_requests("two", persist=False):
-        completion = await model.complete(follow_up(DEPLOY, answer.text, "And who owns them?"), max_tokens=8)
-    assert model.last_restore is not None and model.last_restore[0] == "two" and model.last_restore[2] == "memory"
-    assert completion.usage.evaluated_tokens <= completion.usage.prompt_tokens - answer.usage.prompt_tokens + 8
-
-
-async def test_a_follow_up_in_the_session_the_context_holds_readies_no_memory(embedded_gguf, folder):
-    model = with_states(embedded_gguf, folder)
-    with session_requests("one", persist=False):
-        await model.complete(FIRST, max_tokens=8)
-    model.make_way(RequestScope(session_id="two", persist=False))
-    with session_requests("two", persist=False):
-        answer = await model.complete(DEPLOY, max_tokens=8)
-    states = model.states
-    assert states is not None
-    states.flush()
-    held = model.load().sequence_size()
-    model.make_way(RequestScope(session_id="two", persist=False))  # a follow-up: nothing to copy
-    assert states.take_memory(held) is None  # what was readied for a switch is freed
-    with session_requests("two", persist=False):
-        await model.complete(follow_up(DEPLOY, answer.text, "And who owns them?"), max_tokens=8)
-    states.flush()
-    assert states.take_memory(model.load().sequence_size()) is None  # and none is readied after it
-
-
 async def test_after_a_summary_and_a_section_analysis_the_saved_prefix_is_used(embedded_gguf, folder, monkeypatch):
     # Short notes, and time for a loaded CI machine: what matters is the round after the worker.
     monkeypatch.setattr(sec, "NOTES_MAX_TOKENS", 16)

@@ -30,8 +30,8 @@ def with_copies(gguf) -> tuple[LocalModel, list[int]]:
     copies: list[int] = []
     real = loaded.save_sequence
 
-    def counted(*memory):
-        saved = real(*memory)
+    def counted():
+        saved = real()
         if saved is not None:
             copies.append(len(saved[0]))
         return saved
