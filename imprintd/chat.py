@@ -232,6 +232,22 @@ def _less_time(settings: ChatSettings, waited: float) -> ChatSettings:
     return msgspec.structs.replace(settings, research_time_budget=max(1.0, settings.research_time_budget - waited))
 
 
+@contextlib.asynccontextmanager
+async def _durable_if_unanswered(store: ConversationStore) -> AsyncIterator[None]:
+    """Around a reply whose question was stored without waiting for the disk: one that ends
+    without an answer (failed, refused, cancelled) makes the question durable before that is
+    answered, as the answer's commit would have."""
+    try:
+        yield
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            try:
+                await in_worker(store.make_durable)
+            except StoreError as error:  # the reply's own failure is the one to answer
+                logger.warning("could not make the question durable: %s", error)
+        raise
+
+
 class _Quiet:
     """ReplyEvents for counting what a next question would get: nothing is reported, nothing may act."""
 
@@ -665,12 +681,14 @@ class Chat:
             session_id = request.new_session_id or new_session_id()
             async with self._turns.turn(session_id), self._stored_turn(session_id, store) as waited:
                 self._make_way(session_id, store)
-                # The session and its question in one commit (``start_session``), inside its turns.
+                # The session and its question in one commit (``start_session``), inside its turns,
+                # not waiting for the disk: the answer's commit will (``ConversationStore``).
                 info, question = await in_worker(
                     store.start_session,
                     msg.user(request.text),
                     workspace=str(root) if root else None,
                     session_id=session_id,
+                    wait_for_disk=False,
                 )
                 return await self._reply_in_turn(
                     session_id, request, events, waited.seconds, new=(store, info, question)
@@ -715,6 +733,18 @@ class Chat:
             store, info, question = new
         else:
             store, info = await in_worker(self.locate, session_id)  # as it is now: earlier turns added to it
+        async with _durable_if_unanswered(store):
+            return await self._reply_to(store, info, question, request, events, waited)
+
+    async def _reply_to(
+        self,
+        store: ConversationStore,
+        info: SessionInfo,
+        question: Message | None,
+        request: ReplyRequest,
+        events: ReplyEvents,
+        waited: float,
+    ) -> ReplyOutcome:
         if request.session_id and not request.workspace and info.workspace and await in_worker(_is_dir, info.workspace):
             # A follow-up researches the folder its session was started on, unless told otherwise.
             request = msgspec.structs.replace(request, workspace=info.workspace)

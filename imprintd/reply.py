@@ -127,7 +127,8 @@ async def run_reply(context: ReplyContext, events: ReplyEvents) -> ReplyOutcome:
     store, info, reply_id, request = context.store, context.session, context.reply_id, context.request
     question = context.question
     if question is None:
-        question = await in_worker(store.append, info.id, msg.user(request.text))
+        # Not waiting for the disk: the answer's commit will (``ConversationStore``).
+        question = await in_worker(store.append, info.id, msg.user(request.text), wait_for_disk=False)
     events.begin(info.id, reply_id)
     model = context.load_model()
     settings = context.settings

@@ -6,6 +6,7 @@ answer written from notes (docs/decisions.md, "Final answer from notes") and the
 
 from __future__ import annotations
 
+import os
 import re
 
 import anyio
@@ -19,6 +20,7 @@ from imprintd.research import clock as clock_mod
 from tests.helpers import ask, make_chat, tool_turn
 from tests.recording import RecordingEvents
 from tests.standin import Fail, Hang, StandInModel, call
+from tests.store.disk_syncs import counting_syncs
 
 
 def researcher(calls, final):
@@ -134,6 +136,48 @@ async def test_a_new_sessions_reply_commits_its_question_with_the_session_then_i
     assert len(commits) == 2
     # The model was asked after the question was stored, and saw it.
     assert model.requests[0].messages[-1].content == "What is a context window?"
+
+
+async def test_a_reply_waits_for_the_disk_once_the_answers_commit_syncing_its_question_with_it(model):
+    with counting_syncs() as disk:
+        chat = make_chat(model)
+        assert chat.store.sessions() == []  # opened (and migrated) before counting
+        log = f"{chat.store.path.name}-wal"
+        disk.synced.clear()
+        model.queue("A context window is what the model reads at once.", "A token is a piece of a word.")
+        outcome, _ = await ask(chat, "What is a context window?")
+        assert disk.synced == [log]
+        await ask(chat, "And a token?", session_id=outcome.session_id)  # a follow-up, the same
+        assert disk.synced == [log, log]
+    assert [m.content for m in chat.store.messages(outcome.session_id)] == [
+        "What is a context window?",
+        "A context window is what the model reads at once.",
+        "And a token?",
+        "A token is a piece of a word.",
+    ]
+
+
+@pytest.mark.parametrize("follow_up", [False, True], ids=["new session", "follow-up"])
+async def test_a_reply_that_fails_makes_its_question_durable_before_failing(model, monkeypatch, follow_up):
+    chat = make_chat(model)
+    session_id = None
+    if follow_up:
+        model.queue("Billing uses port 8101.")
+        session_id = (await ask(chat, "Which port does billing use?"))[0].session_id
+    synced: list[int] = []
+    fsync = os.fsync
+
+    def recording(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    model.queue(Fail("the model crashed"))
+    with pytest.raises(ModelError, match="the model crashed"):
+        await ask(chat, "And the host?", session_id)
+    assert synced == [os.stat(f"{chat.store.path}-wal").st_ino]
+    [session] = chat.store.sessions()
+    assert chat.store.messages(session.id)[-1].content == "And the host?"
 
 
 class KeepingStates(StandInModel):

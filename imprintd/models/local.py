@@ -57,6 +57,7 @@ import functools
 import hashlib
 import logging
 import math
+import mmap
 import os
 import threading
 import time
@@ -93,7 +94,7 @@ from imprintd.models.chat_formats.format import CallWatch
 from imprintd.models.gguf_header import GGUF_MAGIC, read_gguf_string
 from imprintd.models.local_states import SessionStates, fingerprint, live_reuse
 from imprintd.models.repetition import RepetitionGuard, cut_before_loop
-from imprintd.models.state_cache import SavedState, StateCache, common_prefix
+from imprintd.models.state_cache import SavedState, StateCache, StateData, common_prefix
 from imprintd.models.templates import LEAD_USER, ChatTemplate, TemplateError
 from imprintd.offload import ToLoop, in_model_thread, in_worker, to_model_thread
 
@@ -279,19 +280,23 @@ class _Loaded:
         tokens.frombytes(self.llama.input_ids[: self.llama.n_tokens].tobytes())
         return tokens
 
-    def save_sequence(self) -> tuple[array, bytearray] | None:
+    def save_sequence(self) -> tuple[array, StateData] | None:
         """The tokens held and llama.cpp's state of their sequence (KV cache, no logits)."""
         llama = self.llama
         if llama.n_tokens == 0:
             return None
         context = llama._ctx.ctx
         size = self._lib.llama_state_seq_get_size(context, 0)
-        data = bytearray(size)
+        # Anonymous memory, not a bytearray: the kernel hands its pages out zeroed as llama.cpp
+        # first writes them, with the interpreter lock released for the call. A bytearray zeroes
+        # every page first with the lock held, and the loop and the workers stood still for it: 4-5 ms
+        # for the embedded model's 11 MB state, while a reply was being started.
+        data = mmap.mmap(-1, size)
         written = self._lib.llama_state_seq_get_data(context, (ctypes.c_uint8 * size).from_buffer(data), size, 0)
         if not written:
             return None
         if written < size:
-            del data[written:]
+            return self.held_tokens(), bytearray(data[:written])
         return self.held_tokens(), data
 
     def restore_sequence(self, state: SavedState) -> bool:

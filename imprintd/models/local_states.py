@@ -34,6 +34,7 @@ from imprintd.models.state_cache import (
     Candidate,
     SavedState,
     StateCache,
+    StateData,
     common_prefix,
     delete_session_files,
 )
@@ -52,7 +53,7 @@ class HeldContext(Protocol):
 
     def held_tokens(self) -> array: ...
 
-    def save_sequence(self) -> tuple[array, bytearray] | None: ...
+    def save_sequence(self) -> tuple[array, StateData] | None: ...
 
     def restore_sequence(self, state: SavedState) -> bool: ...
 

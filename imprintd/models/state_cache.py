@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import mmap
 import os
 import re
 import struct
@@ -104,13 +105,18 @@ class _Header(msgspec.Struct, frozen=True):
     sha256: str
 
 
+#: llama.cpp's bytes of a state: anonymous memory when copied out of the context
+#: (``local._Loaded.save_sequence``), a bytearray when read back from a file.
+StateData = bytearray | mmap.mmap
+
+
 @dataclass(eq=False)
 class SavedState:
     """llama.cpp's sequence state after a request, and the tokens it holds."""
 
     session_id: str
     tokens: array  # array("i")
-    data: bytearray
+    data: StateData
     serial: int
 
     @property

@@ -19,6 +19,7 @@ writable) become a ``StoreError`` naming the file and what to do about that caus
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -52,6 +53,9 @@ DB_NAME = "imprint.sqlite3"
 #: SQLite virtual-machine steps between looks at a read's stop flag (``Store.stopped_by``): some
 #: thousandths of a second of work, and the look itself costs a Python call.
 STOP_CHECK_STEPS = 10_000
+#: Every commit waits for the disk (``_configure_connection``), but for what ``transaction`` is
+#: told need not.
+SYNCHRONOUS = "FULL"
 
 
 class ReadStopped(StoreError):
@@ -210,10 +214,45 @@ class Store:
             yield db
 
     @contextmanager
-    def transaction(self) -> Iterator[apsw.Connection]:
-        """A ``BEGIN IMMEDIATE`` transaction on this thread's connection; commit on success."""
-        with self._connection() as db, naming_problems(self._path), immediate(db):
-            yield db
+    def transaction(self, *, wait_for_disk: bool = True) -> Iterator[apsw.Connection]:
+        """A ``BEGIN IMMEDIATE`` transaction on this thread's connection; commit on success.
+
+        ``wait_for_disk=False``: the commit returns once SQLite has written it to the log, without
+        waiting for the disk to confirm it (``synchronous = NORMAL`` for this one commit). It is
+        durable once a later commit has waited for the disk, or ``make_durable`` has: the log is
+        one file, and syncing it syncs every commit in it.
+        """
+        with self._connection() as db, naming_problems(self._path):
+            if wait_for_disk:
+                with immediate(db):
+                    yield db
+                return
+            db.pragma("synchronous", "NORMAL")
+            try:
+                with immediate(db):
+                    yield db
+            finally:
+                db.pragma("synchronous", SYNCHRONOUS)
+
+    def make_durable(self) -> None:
+        """Return once every commit so far is on disk, those made without waiting for it included.
+
+        Their pages are in the write-ahead log, or were copied from it by a checkpoint, which syncs
+        the log first and the database after: syncing the log is what is left to do.
+        """
+        log = self._path.with_name(self._path.name + "-wal")
+        try:
+            handle = os.open(log, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # no log: nothing was committed since the database was closed
+        except OSError as error:
+            raise StoreError(f"the database's log {log} cannot be synced: {error.strerror or error}") from None
+        try:
+            os.fsync(handle)
+        except OSError as error:
+            raise StoreError(f"the database's log {log} cannot be synced: {error.strerror or error}") from None
+        finally:
+            os.close(handle)
 
     @contextmanager
     def stopped_by(self, stop: threading.Event | None) -> Iterator[None]:
@@ -272,13 +311,19 @@ class Store:
         )
 
     def start_session(
-        self, first: Message, *, workspace: str | None = None, session_id: str | None = None
+        self,
+        first: Message,
+        *,
+        workspace: str | None = None,
+        session_id: str | None = None,
+        wait_for_disk: bool = True,
     ) -> tuple[SessionInfo, Message]:
         """A new session and its first message, stored in one transaction: one commit (and its
-        fsync) where ``create_session`` then ``append`` take two, and never a session without it."""
+        fsync) where ``create_session`` then ``append`` take two, and never a session without it.
+        ``wait_for_disk``: see ``transaction``."""
         now = self._clock()
         session_id = session_id or new_session_id()
-        with self.transaction() as db:
+        with self.transaction(wait_for_disk=wait_for_disk) as db:
             _insert_session(db, session_id, "", workspace, now)
             [stored] = self._extend_in(db, session_id, [first], now)
         info = SessionInfo(
@@ -315,12 +360,14 @@ class Store:
                 raise SessionNotFound(session_id)
         self._views.forget(session_id)
 
-    def append(self, session_id: str, message: Message) -> Message:
+    def append(self, session_id: str, message: Message, *, wait_for_disk: bool = True) -> Message:
         """Store ``message`` as the session's next one; returns it with its ``seq``.
 
         Any ``seq`` the message carries is replaced: the store numbers messages.
+        ``wait_for_disk``: see ``transaction``.
         """
-        return self.extend(session_id, [message])[0]
+        with self.transaction(wait_for_disk=wait_for_disk) as db:
+            return self._extend_in(db, session_id, [message], self._clock())[0]
 
     def extend(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
         """Store ``messages`` as the session's next ones in one transaction: all or none."""
@@ -523,5 +570,7 @@ def _configure_connection(db: apsw.Connection) -> None:
     # FULL rather than NORMAL: with WAL, NORMAL keeps the database consistent but may lose
     # the last commits on power loss or an OS crash, and a message counts as acknowledged
     # once committed. FULL's one fsync per commit costs milliseconds; a reply costs seconds.
-    db.pragma("synchronous", "FULL")
+    # (A reply's question is committed without waiting, its answer's commit waiting for both:
+    # ``transaction``.)
+    db.pragma("synchronous", SYNCHRONOUS)
     db.pragma("foreign_keys", True)

@@ -92,7 +92,12 @@ class MemoryStore:
         return info
 
     def start_session(
-        self, first: Message, *, workspace: str | None = None, session_id: str | None = None
+        self,
+        first: Message,
+        *,
+        workspace: str | None = None,
+        session_id: str | None = None,
+        wait_for_disk: bool = True,  # nothing here waits for a disk
     ) -> tuple[SessionInfo, Message]:
         info = self.create_session(workspace=workspace, session_id=session_id)
         [stored] = self.extend(info.id, [first])
@@ -113,8 +118,11 @@ class MemoryStore:
             del self._sessions[session_id]
         self._views.forget(session_id)
 
-    def append(self, session_id: str, message: Message) -> Message:
+    def append(self, session_id: str, message: Message, *, wait_for_disk: bool = True) -> Message:
         return self.extend(session_id, [message])[0]
+
+    def make_durable(self) -> None:
+        """Nothing to do: nothing of it reaches a disk."""
 
     def extend(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
         now = self._clock()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from imprintd.store import (
 )
 from imprintd.store import database as store_module
 from tests.helpers import connection_of, integrity_check
+from tests.store.disk_syncs import counting_syncs
 
 
 class Ticks:
@@ -799,6 +801,46 @@ def test_a_new_session_is_stored_with_its_first_message(any_store):
     # A later message is numbered after it, as after ``create_session`` then ``append``.
     assert any_store.append(info.id, assistant("a")).seq == 2
     assert any_store.start_session(user("q"))[0].id not in ("", info.id)
+
+
+def test_a_commit_not_waiting_for_the_disk_syncs_nothing_and_the_next_that_waits_syncs_both(tmp_path):
+    path = tmp_path / "imprint.sqlite3"
+    with counting_syncs() as disk:
+        store = Store.open(path, clock=Ticks())
+        try:
+            assert store.sessions() == []  # opened and migrated before counting
+            disk.synced.clear()
+            info, _ = store.start_session(user("Which port?"), wait_for_disk=False)
+            store.append(info.id, user("And the host?"), wait_for_disk=False)
+            assert disk.synced == []
+            # Committed all the same: another connection reads both.
+            with Store.open(path) as other:
+                assert [m.content for m in other.messages(info.id)] == ["Which port?", "And the host?"]
+            store.append(info.id, assistant("8080 on 0.0.0.0."))
+            assert disk.synced == [f"{path.name}-wal"]  # one sync, of the log holding all three
+            # The connection waits for the disk again after the commit that did not.
+            assert connection_of(store).pragma("synchronous") == 2  # FULL
+        finally:
+            store.close()
+
+
+def test_make_durable_syncs_the_log_holding_commits_that_did_not_wait(tmp_path, monkeypatch):
+    path = tmp_path / "imprint.sqlite3"
+    with Store.open(path, clock=Ticks()) as store:
+        info, _ = store.start_session(user("Which port?"), wait_for_disk=False)
+        log = os.stat(f"{path}-wal")
+        synced: list[tuple[int, int]] = []
+        fsync = os.fsync
+
+        def recording(fd: int) -> None:
+            found = os.fstat(fd)
+            synced.append((found.st_dev, found.st_ino))
+            fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", recording)
+        store.make_durable()
+        assert synced == [(log.st_dev, log.st_ino)]
+        assert [m.content for m in store.messages(info.id)] == ["Which port?"]
 
 
 def test_a_new_session_and_its_first_message_are_one_commit_or_nothing(db):
