@@ -243,16 +243,14 @@ class Store:
         log = self._path.with_name(self._path.name + "-wal")
         try:
             handle = os.open(log, os.O_RDONLY)
+            try:
+                os.fsync(handle)
+            finally:
+                os.close(handle)
         except FileNotFoundError:
             return  # no log: nothing was committed since the database was closed
         except OSError as error:
             raise StoreError(f"the database's log {log} cannot be synced: {error.strerror or error}") from None
-        try:
-            os.fsync(handle)
-        except OSError as error:
-            raise StoreError(f"the database's log {log} cannot be synced: {error.strerror or error}") from None
-        finally:
-            os.close(handle)
 
     @contextmanager
     def stopped_by(self, stop: threading.Event | None) -> Iterator[None]:
