@@ -14,7 +14,6 @@ import ipaddress
 import json
 import os
 import re
-import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -424,6 +423,8 @@ def load(cli_values: Mapping[str, Any] | None = None, environ: Mapping[str, str]
     resolved = Resolved(DEFAULTS, {key: "default" for key in KEYS})
     path = config_file()
     if path.is_file():
+        import tomllib  # only with a config file: most settings come from the editor
+
         try:
             resolved = resolved.apply(tomllib.loads(path.read_text(encoding="utf-8")), f"config file {path}")
         except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as error:

@@ -125,6 +125,26 @@ class _Reader:
         self._at += fmt.size
         return value
 
+    def skip_strings(self, count: int) -> None:
+        """Skip ``count`` length-prefixed strings (a vocabulary, its merges: 8 bytes at least each,
+        so the limit bounds the loop). One loop over the buffer as it stands, leaving it only to
+        refill: a vocabulary's hundred thousand strings are most of a header's reading time."""
+        unpack_from = _U64.unpack_from
+        buffer, at = self._buffer, self._at
+        for _ in range(count):
+            if len(buffer) - at < 8:
+                self._at = at
+                self._have(8)
+                buffer, at = self._buffer, self._at
+            size = unpack_from(buffer, at)[0] + 8
+            if len(buffer) - at >= size:
+                at += size
+            else:
+                self._at = at + 8
+                self.skip(size - 8)
+                buffer, at = self._buffer, self._at
+        self._at = at
+
     def string(self) -> str:
         return self.take(self.unpack(_U64)).decode("utf-8", "replace")
 
@@ -140,8 +160,7 @@ class _Reader:
             if item in _SCALARS:
                 self.skip(_SCALARS[item].size * count)
             elif item == _STRING:
-                for _ in range(count):  # a vocabulary: 8 bytes at least each, bounded by the limit
-                    self.skip(self.unpack(_U64))
+                self.skip_strings(count)
             else:
                 for _ in range(count):
                     self.value(item, depth + 1)

@@ -97,6 +97,24 @@ def test_the_embedded_model_reads_as_a_chat_model_without_loading_it():
     assert read_metadata(EMBEDDED)["tokenizer.ggml.tokens"] == [49152]  # an array read as its length only
 
 
+def test_a_vocabulary_is_skipped_across_the_reads_whatever_its_strings_sizes(tmp_path):
+    # Strings of every small size run over the 1 MiB reads, one is longer than a read (skipped
+    # by seeking), and the keys after them still read right; a file ending inside one is damaged.
+    words = [("w" * (n % 23)) for n in range(100_000)]
+    words[80_000] = "x" * (2 << 20)
+    path = gguf(tmp_path / "vocab.gguf", {"tokenizer.ggml.tokens": words, "tokenizer.chat_template": "{{ x }}"})
+
+    metadata = read_metadata(path)
+
+    assert metadata["tokenizer.ggml.tokens"] == [100_000]
+    assert metadata["tokenizer.chat_template"] == "{{ x }}"
+    whole = path.read_bytes()
+    for end in (len(whole) // 3, whole.index(b"x" * 64) + (1 << 20), len(whole) - 200):
+        path.write_bytes(whole[:end])
+        with pytest.raises(ValueError, match="the file ends inside its header"):
+            read_metadata(path)
+
+
 def test_files_that_are_not_chat_models_say_why(tmp_path):
     base = describe(
         gguf(tmp_path / "base.gguf", {k: v for k, v in CHAT.items() if k != "tokenizer.chat_template"}), "x"
