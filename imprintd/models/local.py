@@ -280,23 +280,37 @@ class _Loaded:
         tokens.frombytes(self.llama.input_ids[: self.llama.n_tokens].tobytes())
         return tokens
 
-    def save_sequence(self) -> tuple[array, StateData] | None:
-        """The tokens held and llama.cpp's state of their sequence (KV cache, no logits)."""
+    def state_size(self) -> int:
+        """Bytes a copy of the sequence held would take (``save_sequence``); 0 when nothing is held."""
+        if self.llama.n_tokens == 0:
+            return 0
+        return self._lib.llama_state_seq_get_size(self.llama._ctx.ctx, 0)
+
+    def save_sequence(self, spare: Callable[[int], mmap.mmap | None]) -> tuple[array, StateData] | None:
+        """The tokens held and llama.cpp's state of their sequence (KV cache, no logits), copied into
+        the memory ``spare(size)`` gives (readied ahead: ``StateCache.take_spare``) or else fresh."""
         llama = self.llama
         if llama.n_tokens == 0:
             return None
         context = llama._ctx.ctx
         size = self._lib.llama_state_seq_get_size(context, 0)
-        # Anonymous memory, not a bytearray: the kernel hands its pages out zeroed as llama.cpp
-        # first writes them, with the interpreter lock released for the call. A bytearray zeroes
-        # every page first with the lock held, and the loop and the workers stood still for it: 4-5 ms
-        # for the embedded model's 11 MB state, while a reply was being started.
-        data = mmap.mmap(-1, size)
-        written = self._lib.llama_state_seq_get_data(context, (ctypes.c_uint8 * size).from_buffer(data), size, 0)
+        # Anonymous memory, not a bytearray: a bytearray zeroes every page first with the
+        # interpreter lock held, and the loop and the workers stood still for it (4-5 ms for the
+        # embedded model's 11 MB state, while a reply was being started); fresh anonymous pages are
+        # handed out as llama.cpp first writes them, with the lock released for the call.
+        data = spare(size) or mmap.mmap(-1, size)
+        view = (ctypes.c_uint8 * size).from_buffer(data)
+        try:
+            written = self._lib.llama_state_seq_get_data(context, view, size, 0)
+        finally:
+            del view  # a mapping with a view on it cannot be cut down
         if not written:
             return None
-        if written < size:
-            return self.held_tokens(), bytearray(data[:written])
+        if written < len(data):
+            try:
+                data.resize(written)  # a spare larger than the state, or a state that came out smaller
+            except (OSError, SystemError):  # no mremap here
+                return self.held_tokens(), bytearray(data[:written])
         return self.held_tokens(), data
 
     def restore_sequence(self, state: SavedState) -> bool:
@@ -836,7 +850,7 @@ class LocalModel:
             finally:
                 stream.close()
                 loaded.active = None
-            self._sessions.hold(run.scope)  # its session owns the context until another request
+            self._sessions.hold(loaded, run.scope)  # its session owns the context until another request
         thought, text = splitter.feed(decoder.decode(b"", final=True))
         more_thought, more_text = splitter.finish()
         thought += more_thought

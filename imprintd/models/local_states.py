@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import mmap
 import threading
 import time
 from array import array
@@ -53,7 +54,9 @@ class HeldContext(Protocol):
 
     def held_tokens(self) -> array: ...
 
-    def save_sequence(self) -> tuple[array, StateData] | None: ...
+    def state_size(self) -> int: ...
+
+    def save_sequence(self, spare: Callable[[int], mmap.mmap | None]) -> tuple[array, StateData] | None: ...
 
     def restore_sequence(self, state: SavedState) -> bool: ...
 
@@ -158,12 +161,15 @@ class SessionStates:
         with self.cache.generating():
             yield
 
-    def hold(self, scope: RequestScope | None) -> None:
+    def hold(self, loaded: HeldContext, scope: RequestScope | None) -> None:
         """After a generation, between evaluations (a cancel or deadline stops there), so the tokens
         held describe the context: a coordinator round's or final answer's session owns it until
-        the next request copies it away (``displace``)."""
+        the next request copies it away (``displace``), into memory readied meanwhile
+        (``StateCache.want_spare``)."""
         if scope is not None and scope.keep:
             self.unsaved = scope
+            if self.cache is not None:
+                self.cache.want_spare(loaded.state_size())
 
     # -- before a request, under the generation lock ----------------------------------------------
     def displace(self, loaded: HeldContext, scope: RequestScope | None) -> None:
@@ -229,7 +235,7 @@ class SessionStates:
         if not cache.memory_bytes and not (cache.folder is not None and cache.disk_bytes):
             return
         started = time.perf_counter()
-        saved = loaded.save_sequence()
+        saved = loaded.save_sequence(cache.take_spare)
         if saved is None:
             return
         tokens, data = saved

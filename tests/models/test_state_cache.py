@@ -97,6 +97,69 @@ def test_a_session_keeps_its_newest_states_and_none_a_newer_one_extends(tmp_path
     assert cache.memory_used == STATES_PER_SESSION * (1000 + 8)
 
 
+needs_spares = pytest.mark.skipif(not state_cache.SPARES, reason="memory is readied ahead on Linux only")
+
+
+@needs_spares
+def test_memory_for_the_next_copy_is_readied_counted_and_handed_over_once(tmp_path):
+    one = 1000 + 4 * 3
+    cache = make(tmp_path, memory_bytes=1 << 20, disk_bytes=0)
+    cache.want_spare(4000)
+    cache.flush()
+    assert cache.take_spare(1) is None  # no state was ever copied away: a one-session model needs none
+    cache.keep(state(cache, "a", [1, 2, 3]), persist=False)
+    cache.want_spare(4000)
+    cache.flush()
+    assert cache.memory_used == one + 5000  # a quarter more than asked, counted beside the states
+    assert cache.take_spare(5001) is None  # too small: the copy takes fresh memory
+    spare = cache.take_spare(4000)
+    assert spare is not None and len(spare) == 5000 and cache.memory_used == one
+    assert cache.take_spare(4000) is None  # handed over once
+    cache.want_spare(4000)
+    cache.flush()
+    cache.want_spare(4800)  # the one readied holds it: not made again
+    cache.flush()
+    assert cache.take_spare(4800) is not None and cache.memory_used == one
+
+
+@needs_spares
+def test_memory_readied_never_takes_a_states_room(tmp_path):
+    one = 1000 + 4 * 3
+    cache = make(tmp_path, memory_bytes=2 * one + 1250, disk_bytes=0)
+    cache.keep(state(cache, "a", [1, 2, 3]), persist=False)
+    cache.want_spare(2000)  # 2,500 bytes: no room beside the state
+    cache.flush()
+    assert cache.memory_used == one and cache.take_spare(1) is None
+    cache.want_spare(1000)
+    cache.flush()
+    assert cache.memory_used == one + 1250
+    cache.keep(state(cache, "b", [4, 5, 6]), persist=False)
+    assert cache.memory_used == 2 * one + 1250
+    cache.keep(state(cache, "c", [7, 8, 9]), persist=False)  # over: the readied memory goes, no state
+    assert cache.memory_used == 3 * one and cache.take_spare(1) is None
+    for session, tokens in (("a", [1, 2, 3]), ("b", [4, 5, 6]), ("c", [7, 8, 9])):
+        assert cache.best(session, array("i", tokens), reuse) is not None
+
+
+def test_without_populated_mappings_no_memory_is_readied(tmp_path, monkeypatch):
+    monkeypatch.setattr(state_cache, "SPARES", False)
+    cache = make(tmp_path, disk_bytes=0)
+    cache.keep(state(cache, "a", [1, 2, 3]), persist=False)
+    cache.want_spare(1000)
+    cache.flush()
+    assert cache.take_spare(1) is None and cache.memory_used == 1000 + 4 * 3
+
+
+@needs_spares
+def test_closing_frees_the_memory_readied(tmp_path):
+    cache = make(tmp_path, disk_bytes=0)
+    cache.keep(state(cache, "a", [1, 2, 3]), persist=False)
+    cache.want_spare(1000)
+    cache.flush()
+    cache.close()
+    assert cache.memory_used == 0 and cache.take_spare(1) is None and cache._writer is None
+
+
 def test_states_reach_the_disk_0600_in_a_0700_folder_and_load_after_a_restart(tmp_path):
     cache = make(tmp_path)
     kept = state(cache, "s1", list(range(20)), size=5000)

@@ -8,9 +8,14 @@ only what is new.
 
 from __future__ import annotations
 
+import mmap
+
+import pytest
+
 from imprintd.messages import assistant, system, user
 from imprintd.models.base import session_requests, side_requests
 from imprintd.models.local import LocalModel
+from imprintd.models.state_cache import SPARES
 from tests.models.real_model import needs_real_model
 
 pytestmark = needs_real_model
@@ -30,8 +35,8 @@ def with_copies(gguf) -> tuple[LocalModel, list[int]]:
     copies: list[int] = []
     real = loaded.save_sequence
 
-    def counted():
-        saved = real()
+    def counted(spare):
+        saved = real(spare)
         if saved is not None:
             copies.append(len(saved[0]))
         return saved
@@ -79,6 +84,37 @@ async def test_another_session_copies_the_state_away_and_deleting_the_session_dr
     assert len(copies) == 1
     assert model.last_restore is not None and model.last_restore[0] == "one"
     assert all(state.session_id == "one" for state in model.states._memory.values())
+
+
+@pytest.mark.skipif(not SPARES, reason="memory is readied ahead on Linux only")
+async def test_once_states_are_copied_away_the_next_copy_goes_into_memory_readied_while_idle(embedded_gguf):
+    model, copies = with_copies(embedded_gguf)
+    cache = model.states
+    handed: list[int] = []
+    take_spare = cache.take_spare
+
+    def recorded(size):
+        spare = take_spare(size)
+        handed.append(len(spare) if spare is not None else 0)
+        return spare
+
+    cache.take_spare = recorded  # type: ignore[method-assign]
+    with session_requests("one", persist=False):
+        first = await model.complete(FIRST, max_tokens=4)
+    with session_requests("two", persist=False):
+        await model.complete([SYSTEM, user("Summarize the deploy notes for me, please. " * 8)], max_tokens=4)
+    cache.flush()  # what the writer does once the model has been idle a moment: ready the memory
+    assert handed == [0] and cache.memory_used > sum(s.nbytes for s in cache._memory.values())
+    with session_requests("one", persist=False):
+        again = await model.complete(FIRST, max_tokens=4)
+    assert len(copies) == 2 and handed[1] > 0  # session two's state went into the memory readied
+    two = next(s for s in cache._memory.values() if s.session_id == "two")
+    assert isinstance(two.data, mmap.mmap) and len(two.data) < handed[1]  # cut down to the state
+    assert model.last_restore is not None and model.last_restore[0] == "one"
+    assert again.text == first.text  # restored from its copy, the same greedy answer
+    with session_requests("two", persist=False):
+        await model.complete([SYSTEM, user("Summarize the deploy notes for me, please. " * 8)], max_tokens=4)
+    assert model.last_restore is not None and model.last_restore[0] == "two"  # the cut-down copy loads
 
 
 async def test_a_model_replaced_on_a_settings_change_keeps_its_last_state_and_leaves_nothing_running(
