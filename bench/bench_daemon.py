@@ -17,7 +17,7 @@
    bytecode compiled, as an install leaves it) and as a round trip on a running process.
    Target <= 1.5.
 
-    python bench/bench_daemon.py [--runs 5] [--max-tokens 48] [--only initialize|reply] [--profile PREFIX]
+    python bench/bench_daemon.py [--runs 11] [--max-tokens 48] [--only initialize|reply] [--profile PREFIX]
 
 ``--profile PREFIX`` runs the daemon with every thread under cProfile and the direct loop too,
 and prints where each thread's time went. Exits 1 when a ratio misses its target.
@@ -362,7 +362,7 @@ def bench_initialize(runs: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=11)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument(
         "--profile",
