@@ -62,7 +62,7 @@ class Session:
             completion = await model.complete(self.messages, max_tokens=max_tokens)
         if self.eager:
             copy_started = time.perf_counter()
-            saved = model.load().save_sequence()
+            saved = model.load().save_sequence(lambda size: None)  # fresh memory, as it was then
             assert saved is not None and model.states is not None
             tokens, data = saved
             model.states.keep(
