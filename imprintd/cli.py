@@ -192,6 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "acp":
         from imprintd.acp import serve as serve_acp
         from imprintd.chat import Chat
+        from imprintd.offload import favour_the_loop
+
+        favour_the_loop()
 
         for error in resolved.errors:  # no client message for it in ACP: the log says it
             logging.getLogger("imprintd.acp").error("settings: %s", error)
@@ -206,10 +209,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # created, a tenth of the time to answer initialize. They are kept out of collections.
         gc.disable()
         from imprintd.chat import Chat
+        from imprintd.offload import favour_the_loop
         from imprintd.server import serve
 
         gc.freeze()
         gc.enable()
+        favour_the_loop()
         return serve(Chat(resolved))
     if command == "config":
         from imprintd.models.factory import describe_model

@@ -99,6 +99,21 @@ async def in_search_worker(fn: Callable[[threading.Event], T]) -> T:
         stop.set()  # cancelled, or done: nothing more is wanted of fn either way
 
 
+#: Seconds a thread running Python keeps the interpreter while another waits for it
+#: (``sys.setswitchinterval``; Python's default is 5 ms). The loop thread needs the interpreter
+#: lock each time it wakes for a message: behind a worker busy in Python (the first look fitting
+#: its result, a search ranking hits) it waited up to the interval at every wake, and a request
+#: took 20-33 ms to answer at a research reply's start where 1 ms gives 2-9 ms
+#: (``bench/bench_loop_latency.py``; docs/decisions.md, "The model thread runs at a lower priority").
+SWITCH_INTERVAL_S = 0.001
+
+
+def favour_the_loop() -> None:
+    """For a serving process: hand the interpreter over often enough that the loop thread, woken
+    by a message, runs within about ``SWITCH_INTERVAL_S`` whatever the workers compute."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+
 #: How many nice levels below the rest of the process the model thread runs. At +10 the
 #: scheduler gives a thread about a tenth of the share of a thread at the process's own level,
 #: so the loop thread, woken by a message, gets a core at once; when nothing else wants the
