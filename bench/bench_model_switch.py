@@ -4,7 +4,8 @@ after each switch and the reply that follows it, on the embedded SmolLM2-135M (g
 Each switch replaces the local model (a new context size is a new model); the one it replaced
 should be freed once its last reply is over. Garbage collection runs as it does in the daemon
 (automatically, nothing forced here). Prints one line per switch and the growth from the first
-reply to the last. Not a test; run it against another checkout with ``PYTHONPATH`` to compare.
+reply to the last. Not a test; to compare, run another checkout's copy of this script (it puts
+its own checkout first on the path and prints which ``imprintd`` it ran).
 
     nice -n 5 python bench/bench_model_switch.py [--switches 8]
 """
