@@ -289,19 +289,15 @@ class _Loaded:
     def save_sequence(self, spare: Callable[[int], mmap.mmap | None]) -> tuple[array, StateData] | None:
         """The tokens held and llama.cpp's state of their sequence (KV cache, no logits), copied into
         the memory ``spare(size)`` gives (readied ahead: ``StateCache.take_spare``) or else fresh."""
-        llama = self.llama
-        if llama.n_tokens == 0:
+        size = self.state_size()
+        if not size:
             return None
-        context = llama._ctx.ctx
-        size = self._lib.llama_state_seq_get_size(context, 0)
-        # Anonymous memory, not a bytearray: a bytearray zeroes every page first with the
-        # interpreter lock held, and the loop and the workers stood still for it (4-5 ms for the
-        # embedded model's 11 MB state, while a reply was being started); fresh anonymous pages are
-        # handed out as llama.cpp first writes them, with the lock released for the call.
+        # Anonymous memory, not a bytearray, which zeroes its pages with the interpreter lock held
+        # (4-5 ms for the embedded model's 11 MB state, the loop and the workers stopped meanwhile).
         data = spare(size) or mmap.mmap(-1, size)
         view = (ctypes.c_uint8 * size).from_buffer(data)
         try:
-            written = self._lib.llama_state_seq_get_data(context, view, size, 0)
+            written = self._lib.llama_state_seq_get_data(self.llama._ctx.ctx, view, size, 0)
         finally:
             del view  # a mapping with a view on it cannot be cut down
         if not written:
