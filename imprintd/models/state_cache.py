@@ -481,6 +481,7 @@ class StateCache:
                 return
             wanted = size + size // 4
             if self._in_memory - held + wanted > self.memory_bytes:
+                self._spare_wanted = 0  # no room: an earlier ask would be made for nothing
                 return
             self._spare_wanted = wanted
             self._start_writer()
